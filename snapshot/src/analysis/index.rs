@@ -1,0 +1,404 @@
+//! The derived tables every analysis shares, built once per snapshot in one pass per device:
+//! live and reserved bytes after every event, allocation intervals (alloc → free), segment
+//! intervals, and checkpoints of the live-allocation set so the allocator state at any position
+//! is answered without replaying the trace from its start.
+//!
+//! Positions: position `p` of a device means "after its first `p` events"; `p = n` (the trace's
+//! length) is the moment the snapshot was taken, where the segments and blocks are exact.
+
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+
+use crate::frames::FrameClass;
+use crate::model::{Action, BlockState, SegmentType, Snapshot, StackId, TraceTable};
+
+/// Marks an allocation made before the first recorded event, or never freed.
+pub const NONE: u32 = u32::MAX;
+
+/// Events between two checkpoints of the live-allocation set.
+pub const CHECKPOINT_EVERY: u32 = 8192;
+
+/// One allocation's lifetime in a device trace.
+#[derive(Clone, Debug, Serialize)]
+pub struct Allocation {
+    pub addr: u64,
+    /// Bytes the caller asked for (trace `size`).
+    pub size: u64,
+    pub stream: u64,
+    pub stack: StackId,
+    /// Event index of the `alloc`, or [`NONE`] if it was made before the trace starts.
+    pub start: u32,
+    /// Event index of `free_requested`, or [`NONE`].
+    pub free_requested: u32,
+    /// Event index of `free_completed`, or [`NONE`] if still alive when the snapshot was taken.
+    pub end: u32,
+}
+
+impl Allocation {
+    /// Alive at position `p` (after the first `p` events)?
+    pub fn alive_at(&self, p: u32) -> bool {
+        (self.start == NONE || self.start < p) && (self.end == NONE || p <= self.end)
+    }
+    pub fn pending_free_at(&self, p: u32) -> bool {
+        self.free_requested != NONE && self.free_requested < p && self.alive_at(p)
+    }
+}
+
+/// One segment's lifetime (cudaMalloc to cudaFree) in a device trace.
+#[derive(Clone, Debug, Serialize)]
+pub struct SegmentSpan {
+    pub address: u64,
+    pub size: u64,
+    pub stream: u64,
+    pub segment_type: SegmentType,
+    pub pool_id: (i64, i64),
+    pub is_expandable: bool,
+    /// Event index of `segment_alloc`, or [`NONE`] if it predates the trace.
+    pub start: u32,
+    /// Event index of `segment_free`, or [`NONE`] if it still exists at the snapshot.
+    pub end: u32,
+}
+
+impl SegmentSpan {
+    pub fn alive_at(&self, p: u32) -> bool {
+        (self.start == NONE || self.start < p) && (self.end == NONE || p <= self.end)
+    }
+}
+
+/// The live allocations at one position.
+#[derive(Clone, Debug)]
+pub struct Checkpoint {
+    pub position: u32,
+    pub alive: Vec<u32>,
+}
+
+/// Derived tables of one device trace.
+#[derive(Clone, Debug)]
+pub struct DeviceIndex {
+    pub device: i32,
+    /// First row of this device in [`TraceTable`].
+    pub first_row: u32,
+    pub len: u32,
+    /// Live (allocated, as requested) bytes after event `i`, counting allocations made before the trace.
+    pub live_bytes: Vec<u64>,
+    /// Reserved (segment) bytes after event `i`.
+    pub reserved_bytes: Vec<u64>,
+    pub live_at_start: u64,
+    pub reserved_at_start: u64,
+    pub allocations: Vec<Allocation>,
+    /// For each event, the allocation it belongs to (alloc/free events), or [`NONE`].
+    pub event_allocation: Vec<u32>,
+    pub segments: Vec<SegmentSpan>,
+    pub checkpoints: Vec<Checkpoint>,
+    /// Position and bytes of the highest live bytes.
+    pub peak_position: u32,
+    pub peak_live_bytes: u64,
+    /// Allocations alive at the end that were made before the trace started (trace truncated).
+    pub predating_alive: u32,
+    /// Frees whose allocation predates the trace.
+    pub predating_freed: u32,
+}
+
+impl DeviceIndex {
+    pub fn row(&self, event: u32) -> usize {
+        (self.first_row + event) as usize
+    }
+
+    /// Live bytes at position `p`.
+    pub fn live_at(&self, p: u32) -> u64 {
+        if p == 0 { self.live_at_start } else { self.live_bytes[(p - 1) as usize] }
+    }
+
+    pub fn reserved_at(&self, p: u32) -> u64 {
+        if p == 0 { self.reserved_at_start } else { self.reserved_bytes[(p - 1) as usize] }
+    }
+
+    /// Ids of allocations alive at position `p`, from the nearest checkpoint at or before it.
+    pub fn alive_at(&self, p: u32) -> Vec<u32> {
+        let p = p.min(self.len);
+        let ci = self.checkpoints.partition_point(|c| c.position <= p).saturating_sub(1);
+        let cp = &self.checkpoints[ci];
+        let mut alive: rustc_hash::FxHashSet<u32> = cp.alive.iter().copied().collect();
+        for e in cp.position..p {
+            let a = self.event_allocation[e as usize];
+            if a == NONE {
+                continue;
+            }
+            let alloc = &self.allocations[a as usize];
+            if alloc.start == e {
+                alive.insert(a);
+            } else if alloc.end == e {
+                alive.remove(&a);
+            }
+        }
+        let mut v: Vec<u32> = alive.into_iter().collect();
+        v.sort_unstable();
+        v
+    }
+
+    pub fn heap_bytes(&self) -> usize {
+        self.live_bytes.capacity() * 8
+            + self.reserved_bytes.capacity() * 8
+            + self.allocations.capacity() * std::mem::size_of::<Allocation>()
+            + self.event_allocation.capacity() * 4
+            + self.segments.capacity() * std::mem::size_of::<SegmentSpan>()
+            + self.checkpoints.iter().map(|c| c.alive.capacity() * 4 + 32).sum::<usize>()
+    }
+}
+
+/// Derived tables for every device trace, plus frame classes.
+#[derive(Clone, Debug)]
+pub struct Index {
+    pub devices: Vec<DeviceIndex>,
+    pub frames: FrameClass,
+}
+
+impl Index {
+    pub fn new(snap: &Snapshot) -> Index {
+        let devices = snap.devices.iter().map(|d| build_device(snap, d.device, d.rows.clone())).collect();
+        Index { devices, frames: FrameClass::new(snap) }
+    }
+
+    pub fn device(&self, device: i32) -> Option<&DeviceIndex> {
+        self.devices.iter().find(|d| d.device == device)
+    }
+
+    pub fn heap_bytes(&self) -> usize {
+        self.devices.iter().map(DeviceIndex::heap_bytes).sum()
+    }
+}
+
+fn build_device(snap: &Snapshot, device: i32, rows: std::ops::Range<u32>) -> DeviceIndex {
+    let t: &TraceTable = &snap.trace;
+    let n = rows.len();
+    let first = rows.start as usize;
+    let mut allocations: Vec<Allocation> = Vec::new();
+    let mut event_allocation = vec![NONE; n];
+    let mut open: FxHashMap<u64, u32> = FxHashMap::default();
+    let mut segs: Vec<SegmentSpan> = Vec::new();
+    let mut open_segs: FxHashMap<u64, u32> = FxHashMap::default();
+    let mut predating_freed = 0;
+    let mut reserved_delta: i128 = 0;
+
+    for i in 0..n {
+        let r = first + i;
+        let e = i as u32;
+        match t.action[r] {
+            Action::Alloc => {
+                let id = allocations.len() as u32;
+                if let Some(prev) = open.insert(t.addr[r], id) {
+                    // Reused without a recorded free: close the old one here.
+                    allocations[prev as usize].end = e;
+                }
+                allocations.push(Allocation {
+                    addr: t.addr[r],
+                    size: t.size[r],
+                    stream: t.stream[r],
+                    stack: t.stack[r],
+                    start: e,
+                    free_requested: NONE,
+                    end: NONE,
+                });
+                event_allocation[i] = id;
+            }
+            Action::FreeRequested => {
+                let id = match open.get(&t.addr[r]) {
+                    Some(&id) => id,
+                    None => {
+                        // Made before the trace started.
+                        let id = allocations.len() as u32;
+                        allocations.push(Allocation {
+                            addr: t.addr[r],
+                            size: t.size[r],
+                            stream: t.stream[r],
+                            stack: StackId::EMPTY,
+                            start: NONE,
+                            free_requested: e,
+                            end: NONE,
+                        });
+                        open.insert(t.addr[r], id);
+                        id
+                    }
+                };
+                allocations[id as usize].free_requested = e;
+                event_allocation[i] = id;
+            }
+            Action::FreeCompleted => {
+                let id = match open.remove(&t.addr[r]) {
+                    Some(id) => id,
+                    None => {
+                        predating_freed += 1;
+                        allocations.push(Allocation {
+                            addr: t.addr[r],
+                            size: t.size[r],
+                            stream: t.stream[r],
+                            stack: StackId::EMPTY,
+                            start: NONE,
+                            free_requested: NONE,
+                            end: NONE,
+                        });
+                        (allocations.len() - 1) as u32
+                    }
+                };
+                allocations[id as usize].end = e;
+                event_allocation[i] = id;
+            }
+            Action::SegmentAlloc | Action::SegmentMap => {
+                reserved_delta += t.size[r] as i128;
+                if t.action[r] == Action::SegmentAlloc {
+                    let id = segs.len() as u32;
+                    segs.push(SegmentSpan {
+                        address: t.addr[r],
+                        size: t.size[r],
+                        stream: t.stream[r],
+                        segment_type: SegmentType::Unknown,
+                        pool_id: (0, 0),
+                        is_expandable: false,
+                        start: e,
+                        end: NONE,
+                    });
+                    open_segs.insert(t.addr[r], id);
+                } else if let Some(&id) = open_segs.get(&t.addr[r]) {
+                    segs[id as usize].size += t.size[r];
+                }
+            }
+            Action::SegmentFree | Action::SegmentUnmap => {
+                reserved_delta -= t.size[r] as i128;
+                if t.action[r] == Action::SegmentFree {
+                    match open_segs.remove(&t.addr[r]) {
+                        Some(id) => segs[id as usize].end = e,
+                        None => segs.push(SegmentSpan {
+                            address: t.addr[r],
+                            size: t.size[r],
+                            stream: t.stream[r],
+                            segment_type: SegmentType::Unknown,
+                            pool_id: (0, 0),
+                            is_expandable: false,
+                            start: NONE,
+                            end: e,
+                        }),
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    // Reconcile with the snapshot's segments and blocks (exact at the end of the trace).
+    let mut predating_alive = 0;
+    let mut reserved_end: u64 = 0;
+    for seg in snap.segments.iter().filter(|s| s.device == device) {
+        reserved_end += seg.total_size;
+        match open_segs.get(&seg.address) {
+            Some(&id) => {
+                let s = &mut segs[id as usize];
+                s.size = seg.total_size;
+                s.segment_type = seg.segment_type;
+                s.pool_id = seg.pool_id;
+                s.is_expandable = seg.is_expandable;
+                s.stream = seg.stream;
+            }
+            None => segs.push(SegmentSpan {
+                address: seg.address,
+                size: seg.total_size,
+                stream: seg.stream,
+                segment_type: seg.segment_type,
+                pool_id: seg.pool_id,
+                is_expandable: seg.is_expandable,
+                start: NONE,
+                end: NONE,
+            }),
+        }
+        for b in snap.blocks_of(seg) {
+            if !b.state.is_active() {
+                continue;
+            }
+            if let Some(&id) = open.get(&b.address) {
+                if allocations[id as usize].end == NONE {
+                    continue;
+                }
+            }
+            predating_alive += 1;
+            allocations.push(Allocation {
+                addr: b.address,
+                size: b.requested_size,
+                stream: seg.stream,
+                stack: b.stack,
+                start: NONE,
+                free_requested: if b.state == BlockState::ActivePendingFree { 0 } else { NONE },
+                end: NONE,
+            });
+        }
+    }
+    segs.sort_by_key(|s| s.address);
+
+    // Series: live and reserved bytes after every event.
+    let live_at_start: u64 = allocations.iter().filter(|a| a.start == NONE).map(|a| a.size).sum();
+    let reserved_at_start = (reserved_end as i128 - reserved_delta).max(0) as u64;
+    let mut live_bytes = Vec::with_capacity(n);
+    let mut reserved_bytes = Vec::with_capacity(n);
+    let (mut live, mut reserved) = (live_at_start as i128, reserved_at_start as i128);
+    let (mut peak_position, mut peak) = (0u32, live_at_start);
+    for i in 0..n {
+        let r = first + i;
+        match t.action[r] {
+            Action::Alloc => live += t.size[r] as i128,
+            Action::FreeCompleted => {
+                let a = event_allocation[i];
+                live -= allocations[a as usize].size as i128;
+            }
+            Action::SegmentAlloc | Action::SegmentMap => reserved += t.size[r] as i128,
+            Action::SegmentFree | Action::SegmentUnmap => reserved -= t.size[r] as i128,
+            _ => {}
+        }
+        let l = live.max(0) as u64;
+        live_bytes.push(l);
+        reserved_bytes.push(reserved.max(0) as u64);
+        if l > peak {
+            peak = l;
+            peak_position = i as u32 + 1;
+        }
+    }
+
+    // Checkpoints of the live set.
+    let mut checkpoints = Vec::new();
+    let mut alive: rustc_hash::FxHashSet<u32> =
+        allocations.iter().enumerate().filter(|(_, a)| a.start == NONE).map(|(i, _)| i as u32).collect();
+    for i in 0..=n {
+        if i as u32 % CHECKPOINT_EVERY == 0 {
+            let mut v: Vec<u32> = alive.iter().copied().collect();
+            v.sort_unstable();
+            checkpoints.push(Checkpoint { position: i as u32, alive: v });
+        }
+        if i == n {
+            break;
+        }
+        let a = event_allocation[i];
+        if a != NONE {
+            let alloc = &allocations[a as usize];
+            if alloc.start == i as u32 {
+                alive.insert(a);
+            } else if alloc.end == i as u32 {
+                alive.remove(&a);
+            }
+        }
+    }
+
+    DeviceIndex {
+        device,
+        first_row: rows.start,
+        len: n as u32,
+        live_bytes,
+        reserved_bytes,
+        live_at_start,
+        reserved_at_start,
+        allocations,
+        event_allocation,
+        segments: segs,
+        checkpoints,
+        peak_position,
+        peak_live_bytes: peak,
+        predating_alive,
+        predating_freed,
+    }
+}

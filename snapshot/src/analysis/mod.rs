@@ -1,0 +1,99 @@
+//! Analyses over the snapshot tables. Each is a function of `(&Snapshot, &Index)`; [`Index`] holds
+//! what they share (per-device series, allocation intervals, checkpoints) and is built once.
+//! [`analyze`] runs the whole set and returns the report `memscope analyze --json` prints and
+//! `GET /api/snapshots/{id}` serves.
+
+pub mod index;
+pub mod leaks;
+pub mod oom;
+pub mod stacks;
+pub mod state;
+pub mod summary;
+pub mod timeline;
+
+use serde::Serialize;
+
+pub use index::Index;
+pub use leaks::{LeakSuspect, leak_suspects};
+pub use oom::{OomReport, Verdict, oom_reports};
+pub use stacks::{StackReport, stacks_at};
+pub use state::{AllocatorState, Fragmentation, PoolFragmentation, final_state, state_at};
+pub use summary::{DeviceSummary, Summary, Warning, summary, warnings};
+pub use timeline::{Axis, Timeline, allocations_in_window, timeline};
+
+use crate::model::{Format, Snapshot};
+
+/// Most leak suspects a report lists.
+pub const MAX_LEAK_SUSPECTS: usize = 20;
+
+/// Fragmentation at the moment of the snapshot, per device.
+#[derive(Clone, Debug, Serialize)]
+pub struct DeviceFragmentation {
+    pub device: i32,
+    pub total: Fragmentation,
+    pub pools: Vec<PoolFragmentation>,
+}
+
+/// Everything `memscope analyze --json` prints.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    #[serde(flatten)]
+    pub summary: Summary,
+    pub leak_suspects: Vec<LeakSuspect>,
+    pub ooms: Vec<OomReport>,
+    pub warnings: Vec<Warning>,
+    pub fragmentation: Vec<DeviceFragmentation>,
+    pub allocator_settings: Option<serde_json::Value>,
+    pub format: Format,
+}
+
+/// Options for [`analyze`].
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// Total memory of the device (from NVML), for the "held outside PyTorch" OOM verdict.
+    pub device_total_bytes: Option<u64>,
+}
+
+/// Builds the index and runs every analysis.
+pub fn analyze(snap: &Snapshot, options: &Options) -> (Index, Report) {
+    let index = Index::new(snap);
+    let report = report(snap, &index, options);
+    (index, report)
+}
+
+pub fn report(snap: &Snapshot, index: &Index, options: &Options) -> Report {
+    let mut devices: Vec<i32> = snap.segments.iter().map(|s| s.device).filter(|&d| d >= 0).collect();
+    devices.sort_unstable();
+    devices.dedup();
+    let fragmentation = devices
+        .into_iter()
+        .map(|device| {
+            let st = final_state(snap, device, 0);
+            DeviceFragmentation { device, total: st.total, pools: st.pools }
+        })
+        .collect();
+    Report {
+        summary: summary(snap, index),
+        leak_suspects: leak_suspects(snap, index, MAX_LEAK_SUSPECTS),
+        ooms: oom_reports(snap, index, options.device_total_bytes),
+        warnings: warnings(snap, index),
+        fragmentation,
+        allocator_settings: snap.allocator_settings.clone(),
+        format: snap.format.clone(),
+    }
+}
+
+/// `1.5 GiB`, `24.0 MiB`, `512 B`.
+pub fn human_bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if b < 1024 {
+        return format!("{b} B");
+    }
+    let mut v = b as f64 / 1024.0;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    format!("{v:.1} {}", UNITS[u])
+}

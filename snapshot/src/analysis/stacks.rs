@@ -1,0 +1,123 @@
+//! Memory by call stack at one moment (by default the peak): which code holds the bytes, grouped
+//! by call site (the first user frame) and as a flame tree from the outermost frame inwards.
+
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+
+use super::index::Index;
+use crate::frames::{FrameView, view};
+use crate::model::{FrameId, Snapshot, StackId};
+
+#[derive(Clone, Debug, Serialize)]
+pub struct CallSite {
+    /// The first user frame (or first non-noise frame) of the stacks grouped here.
+    pub site: Option<FrameView>,
+    pub bytes: u64,
+    pub count: u32,
+    /// The largest stack of this site, user frames first, noise hidden.
+    pub frames: Vec<FrameView>,
+    pub stacks: u32,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct FlameNode {
+    pub name: String,
+    pub filename: String,
+    pub line: u32,
+    pub bytes: u64,
+    pub count: u32,
+    pub children: Vec<FlameNode>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct StackReport {
+    pub device: i32,
+    pub position: u32,
+    pub total_bytes: u64,
+    pub count: u32,
+    pub sites: Vec<CallSite>,
+    pub flame: FlameNode,
+}
+
+/// Live bytes and counts per stack at position `p`.
+pub fn live_by_stack(index: &Index, device: i32, p: u32) -> Vec<(StackId, u64, u32)> {
+    let Some(d) = index.device(device) else { return Vec::new() };
+    let mut by: FxHashMap<StackId, (u64, u32)> = FxHashMap::default();
+    for a in d.alive_at(p) {
+        let al = &d.allocations[a as usize];
+        let e = by.entry(al.stack).or_default();
+        e.0 += al.size;
+        e.1 += 1;
+    }
+    let mut v: Vec<_> = by.into_iter().map(|(s, (b, c))| (s, b, c)).collect();
+    v.sort_by_key(|&(s, b, _)| (std::cmp::Reverse(b), s));
+    v
+}
+
+/// Memory by call site at position `p` (`None`: the device's peak).
+pub fn stacks_at(snap: &Snapshot, index: &Index, device: i32, p: Option<u32>, max_sites: usize) -> Option<StackReport> {
+    let d = index.device(device)?;
+    let p = p.unwrap_or(d.peak_position).min(d.len);
+    let per_stack = live_by_stack(index, device, p);
+    let fc = &index.frames;
+
+    let mut sites: FxHashMap<Option<FrameId>, CallSite> = FxHashMap::default();
+    let mut largest: FxHashMap<Option<FrameId>, u64> = FxHashMap::default();
+    let mut root = FlameNode { name: "all".into(), filename: String::new(), line: 0, bytes: 0, count: 0, children: Vec::new() };
+    for &(stack, bytes, count) in &per_stack {
+        let label = fc.label(snap, stack);
+        let site = sites.entry(label).or_insert_with(|| CallSite {
+            site: label.map(|f| view(snap, f)),
+            bytes: 0,
+            count: 0,
+            frames: Vec::new(),
+            stacks: 0,
+        });
+        site.bytes += bytes;
+        site.count += count;
+        site.stacks += 1;
+        let best = largest.entry(label).or_insert(0);
+        if bytes > *best {
+            *best = bytes;
+            site.frames = fc.display(snap, stack);
+        }
+        // Flame: outermost first, noise hidden.
+        let mut node = &mut root;
+        node.bytes += bytes;
+        node.count += count;
+        for f in fc.filtered(snap, stack).into_iter().rev() {
+            let fv = snap.frame(f);
+            let (name, file) = (snap.str(fv.name), snap.str(fv.filename));
+            let i = match node.children.iter().position(|c| c.name == name && c.filename == file && c.line == fv.line) {
+                Some(i) => i,
+                None => {
+                    node.children.push(FlameNode {
+                        name: name.to_string(),
+                        filename: file.to_string(),
+                        line: fv.line,
+                        bytes: 0,
+                        count: 0,
+                        children: Vec::new(),
+                    });
+                    node.children.len() - 1
+                }
+            };
+            node = &mut node.children[i];
+            node.bytes += bytes;
+            node.count += count;
+        }
+    }
+    sort_flame(&mut root);
+    let mut sites: Vec<CallSite> = sites.into_values().collect();
+    sites.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.site.as_ref().map(|s| (&s.filename, s.line)).cmp(&b.site.as_ref().map(|s| (&s.filename, s.line)))));
+    sites.truncate(max_sites);
+    Some(StackReport { device, position: p, total_bytes: root.bytes, count: root.count, sites, flame: root })
+}
+
+fn sort_flame(node: &mut FlameNode) {
+    let mut stack = vec![node];
+    while let Some(n) = stack.pop() {
+        n.children.sort_by_key(|c| std::cmp::Reverse(c.bytes));
+        stack.extend(n.children.iter_mut());
+    }
+}

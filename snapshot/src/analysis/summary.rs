@@ -1,0 +1,201 @@
+//! Summary figures (the ones `figures.json` of every fixture holds, computed the same way) and the
+//! warnings a person should know before trusting the other analyses.
+
+use std::collections::BTreeMap;
+
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+
+use super::index::Index;
+use crate::model::{Action, BlockState, Snapshot, StackId};
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct DeviceSummary {
+    pub entries: u64,
+    pub actions: BTreeMap<String, u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_time_us: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_time_us: Option<i64>,
+    /// Allocations made in the trace and not freed by its end (alloc / free_completed replay).
+    pub alive_at_end_from_trace: u64,
+    pub alive_at_end_bytes_from_trace: u64,
+    /// The highest live bytes of that replay (allocations made before the trace not counted).
+    pub peak_traced_live_bytes: u64,
+    /// Highest live bytes counting allocations made before the trace, and where.
+    pub peak_live_bytes: u64,
+    pub peak_position: u32,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Summary {
+    pub segments: u64,
+    pub blocks: u64,
+    pub reserved_bytes: u64,
+    pub allocated_bytes: u64,
+    pub requested_bytes: u64,
+    pub block_states: BTreeMap<String, u64>,
+    /// Blocks freed by the caller but still in use on another stream (`record_stream`).
+    pub pending_free_blocks: u64,
+    pub pending_free_bytes: u64,
+    pub devices: BTreeMap<String, DeviceSummary>,
+    pub host_segments: u64,
+    pub host_reserved_bytes: u64,
+    pub frames: u64,
+    pub stacks: u64,
+    pub annotations: u64,
+}
+
+pub fn summary(snap: &Snapshot, index: &Index) -> Summary {
+    let mut s = Summary {
+        segments: 0,
+        blocks: 0,
+        reserved_bytes: 0,
+        allocated_bytes: 0,
+        requested_bytes: 0,
+        block_states: BTreeMap::new(),
+        pending_free_blocks: 0,
+        pending_free_bytes: 0,
+        devices: BTreeMap::new(),
+        host_segments: 0,
+        host_reserved_bytes: 0,
+        frames: snap.frames.len() as u64,
+        stacks: snap.stacks.len().saturating_sub(1) as u64,
+        annotations: snap.annotations.len() as u64,
+    };
+    for seg in &snap.segments {
+        if seg.device < 0 {
+            s.host_segments += 1;
+            s.host_reserved_bytes += seg.total_size;
+            continue;
+        }
+        s.segments += 1;
+        s.reserved_bytes += seg.total_size;
+        for b in snap.blocks_of(seg) {
+            s.blocks += 1;
+            *s.block_states.entry(b.state.as_str().to_string()).or_default() += 1;
+            match b.state {
+                BlockState::ActiveAllocated => {
+                    s.allocated_bytes += b.size;
+                    s.requested_bytes += b.requested_size;
+                }
+                BlockState::ActivePendingFree => {
+                    s.pending_free_blocks += 1;
+                    s.pending_free_bytes += b.size;
+                }
+                _ => {}
+            }
+        }
+    }
+    for d in &snap.devices {
+        if d.rows.is_empty() || d.device < 0 {
+            continue;
+        }
+        let t = &snap.trace;
+        let rows = d.rows.start as usize..d.rows.end as usize;
+        let mut actions: BTreeMap<String, u64> = BTreeMap::new();
+        let mut counts = [0u64; 11];
+        for r in rows.clone() {
+            counts[t.action[r] as usize] += 1;
+        }
+        for (i, &c) in counts.iter().enumerate() {
+            if c > 0 && i != Action::Other as usize {
+                actions.insert(Action::KNOWN[i].as_str().to_string(), c);
+            }
+        }
+        for &(r, name) in &t.other_action {
+            if d.rows.contains(&r) {
+                *actions.entry(snap.str(name).to_string()).or_default() += 1;
+            }
+        }
+        // Replay alloc / free_completed from the trace start, as the reference figures do.
+        let mut live: FxHashMap<u64, u64> = FxHashMap::default();
+        let (mut bytes, mut peak) = (0u64, 0u64);
+        for r in rows.clone() {
+            match t.action[r] {
+                Action::Alloc => {
+                    if let Some(old) = live.insert(t.addr[r], t.size[r]) {
+                        bytes -= old;
+                    }
+                    bytes += t.size[r];
+                    peak = peak.max(bytes);
+                }
+                Action::FreeCompleted => {
+                    if let Some(old) = live.remove(&t.addr[r]) {
+                        bytes -= old;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let times = &t.time_us[rows.clone()];
+        let has_time = times.iter().any(|&x| x != 0);
+        let di = index.device(d.device);
+        s.devices.insert(
+            d.device.to_string(),
+            DeviceSummary {
+                entries: rows.len() as u64,
+                actions,
+                first_time_us: has_time.then(|| times[0]),
+                last_time_us: has_time.then(|| times[times.len() - 1]),
+                alive_at_end_from_trace: live.len() as u64,
+                alive_at_end_bytes_from_trace: bytes,
+                peak_traced_live_bytes: peak,
+                peak_live_bytes: di.map_or(0, |d| d.peak_live_bytes),
+                peak_position: di.map_or(0, |d| d.peak_position),
+            },
+        );
+    }
+    s
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct Warning {
+    /// Stable machine-readable code.
+    pub code: &'static str,
+    pub message: String,
+}
+
+pub fn warnings(snap: &Snapshot, index: &Index) -> Vec<Warning> {
+    let mut w = Vec::new();
+    let entries: usize = snap.devices.iter().map(|d| d.rows.len()).sum();
+    if entries == 0 {
+        w.push(Warning {
+            code: "history_not_enabled",
+            message: "snapshot has no trace entries, so there is no timeline, leak or OOM analysis; was \
+                      `torch.cuda.memory._record_memory_history()` enabled before the run?"
+                .into(),
+        });
+    } else if snap.trace.stack.iter().all(|&s| s == StackId::EMPTY) {
+        w.push(Warning {
+            code: "no_frames",
+            message: "no stack frames were recorded, so memory cannot be attributed to code; record with \
+                      `_record_memory_history(stacks=\"python\")` (or \"all\")."
+                .into(),
+        });
+    }
+    for d in &index.devices {
+        if d.len == 0 {
+            continue;
+        }
+        if d.predating_alive > 0 || d.predating_freed > 0 {
+            w.push(Warning {
+                code: "trace_truncated",
+                message: format!(
+                    "device {}: the trace starts mid-run: {} allocations alive at the end and {} freed during the trace \
+                     were made before its first event (the ring buffer of `max_entries` was full, or recording \
+                     started late); their stacks are unknown and growth before the trace is not seen.",
+                    d.device, d.predating_alive, d.predating_freed
+                ),
+            });
+        }
+    }
+    let frameless_blocks = snap.blocks.iter().filter(|b| b.state.is_active() && b.stack == StackId::EMPTY).count();
+    if entries > 0 && frameless_blocks > 0 && frameless_blocks == snap.blocks.iter().filter(|b| b.state.is_active()).count() {
+        w.push(Warning {
+            code: "blocks_without_frames",
+            message: format!("none of the {frameless_blocks} live blocks has a stack; block attribution uses the trace only."),
+        });
+    }
+    w
+}

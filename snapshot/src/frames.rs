@@ -1,0 +1,138 @@
+//! Which frames a person wants to see: PyTorch's own plumbing is noise, and the first frame in the
+//! user's own code (not `torch/`, not `site-packages`, not C++) is what a stack is labelled by.
+//!
+//! The rules follow what PyTorch's MemoryViz hides (see SNAPSHOT_FORMAT.md); they are computed
+//! once per distinct frame, not per trace entry.
+
+use serde::Serialize;
+
+use crate::model::{Frame, FrameId, Snapshot, StackId};
+
+const NOISE_NAMES: [&str; 8] = [
+    "unwind::unwind",
+    "CapturedTraceback::gather",
+    "gather_with_cpp",
+    "_start",
+    "__libc_start_main",
+    "PyEval_",
+    "PyObject_",
+    "PyFunction_",
+];
+
+const NOISE_FILES: [&str; 10] = [
+    "core/boxing",
+    "/Register",
+    "/Redispatch",
+    "pythonrun.c",
+    "Modules/main.c",
+    "Objects/call.c",
+    "Objects/methodobject.c",
+    "pycore_ceval.h",
+    "ceval.c",
+    "cpython/abstract.h",
+];
+
+/// True for frames viewers hide (unwinder, interpreter and dispatcher plumbing).
+pub fn is_noise(filename: &str, name: &str) -> bool {
+    NOISE_NAMES.iter().any(|n| name.contains(n)) || NOISE_FILES.iter().any(|f| filename.contains(f))
+}
+
+/// True for C++ frames: `??` or a C/C++/CUDA source, or no Python file at all.
+pub fn is_cpp(filename: &str) -> bool {
+    filename == "??"
+        || [".cpp", ".cc", ".cxx", ".c", ".h", ".hpp", ".cu", ".cuh"].iter().any(|e| filename.ends_with(e))
+        || filename.is_empty()
+}
+
+/// True for a frame in the user's own Python code.
+pub fn is_user(filename: &str) -> bool {
+    !is_cpp(filename)
+        && !filename.contains("/torch/")
+        && !filename.starts_with("torch/")
+        && !filename.contains("site-packages")
+        && !filename.contains("dist-packages")
+        && !filename.contains("/lib/python3")
+        && !filename.starts_with("<frozen")
+}
+
+/// A frame as shown to people and written in JSON.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FrameView {
+    pub filename: String,
+    pub line: u32,
+    pub name: String,
+}
+
+/// Per-frame classification, computed once for a snapshot.
+#[derive(Debug, Clone)]
+pub struct FrameClass {
+    noise: Vec<bool>,
+    user: Vec<bool>,
+}
+
+impl FrameClass {
+    pub fn new(snap: &Snapshot) -> FrameClass {
+        let n = snap.frames.len();
+        let mut noise = Vec::with_capacity(n);
+        let mut user = Vec::with_capacity(n);
+        for i in 0..n {
+            let f = snap.frame(FrameId(i as u32));
+            let (file, name) = (snap.str(f.filename), snap.str(f.name));
+            noise.push(is_noise(file, name));
+            user.push(is_user(file));
+        }
+        FrameClass { noise, user }
+    }
+
+    pub fn is_noise(&self, f: FrameId) -> bool {
+        self.noise[f.0 as usize]
+    }
+
+    pub fn is_user(&self, f: FrameId) -> bool {
+        self.user[f.0 as usize]
+    }
+
+    /// The innermost user frame of a stack.
+    pub fn first_user_frame(&self, snap: &Snapshot, stack: StackId) -> Option<FrameId> {
+        snap.stack(stack).iter().copied().find(|&f| self.is_user(f))
+    }
+
+    /// The stack without noise, innermost first.
+    pub fn filtered(&self, snap: &Snapshot, stack: StackId) -> Vec<FrameId> {
+        snap.stack(stack).iter().copied().filter(|&f| !self.is_noise(f)).collect()
+    }
+
+    /// The frame a stack is labelled by: the first user frame, else the first Python frame (inside
+    /// torch, e.g. `backward`), else the first C++ frame outside the caching allocator itself.
+    pub fn label(&self, snap: &Snapshot, stack: StackId) -> Option<FrameId> {
+        let frames = snap.stack(stack);
+        self.first_user_frame(snap, stack)
+            .or_else(|| frames.iter().copied().find(|&f| !self.is_noise(f) && !is_cpp(snap.str(snap.frame(f).filename))))
+            .or_else(|| {
+                frames.iter().copied().find(|&f| {
+                    let fr = snap.frame(f);
+                    !self.is_noise(f)
+                        && !snap.str(fr.filename).contains("CachingAllocator")
+                        && !snap.str(fr.name).contains("CachingAllocator")
+                })
+            })
+            .or_else(|| frames.iter().copied().find(|&f| !self.is_noise(f)))
+    }
+
+    /// The stack for display: user frames first, then the rest without noise.
+    pub fn display(&self, snap: &Snapshot, stack: StackId) -> Vec<FrameView> {
+        let filtered = self.filtered(snap, stack);
+        let (user, other): (Vec<FrameId>, Vec<FrameId>) = filtered.into_iter().partition(|&f| self.is_user(f));
+        user.into_iter().chain(other).map(|f| view(snap, f)).collect()
+    }
+}
+
+pub fn view(snap: &Snapshot, f: FrameId) -> FrameView {
+    let Frame { filename, name, line } = snap.frame(f);
+    FrameView { filename: snap.str(filename).to_string(), line, name: snap.str(name).to_string() }
+}
+
+/// The full stack, innermost first, noise included (what `--json` reports as `frames`).
+pub fn full_stack(snap: &Snapshot, stack: StackId) -> Vec<FrameView> {
+    snap.stack(stack).iter().map(|&f| view(snap, f)).collect()
+}

@@ -1,0 +1,80 @@
+//! memscope's engine: reads PyTorch CUDA memory snapshots safely and analyses them.
+//!
+//! The pipeline is `bytes → decompress → pickle/JSON reader → tables → analyses`:
+//! - [`read`] takes any `Read` (plain, gzip, zstd or xz pickle, or the JSON form) and returns a
+//!   [`Snapshot`]: interned strings, frames and stacks, segments and blocks, and one columnar trace
+//!   table. The reader executes nothing and never holds the whole file.
+//! - [`analysis`] holds the analyses, each a function over those tables, and [`analysis::Index`],
+//!   the derived per-device series and allocation intervals they share.
+//!
+//! This crate does no IO of its own, no async and no HTTP or SQL, and builds for `wasm32`.
+
+pub mod analysis;
+pub mod decompress;
+pub mod error;
+pub mod frames;
+pub mod intern;
+mod json;
+mod lower;
+pub mod model;
+mod pickle;
+mod values;
+
+use std::io::Read;
+
+pub use error::{Error, Result};
+pub use intern::{StrId, StringPool};
+pub use model::*;
+pub use values::Limits;
+
+/// Reads a snapshot with the default [`Limits`].
+pub fn read<R: Read>(reader: R) -> Result<Snapshot> {
+    read_with_limits(reader, Limits::default())
+}
+
+/// Reads a snapshot from plain or compressed pickle or JSON.
+///
+/// Byte offsets in errors count bytes of the decompressed stream.
+pub fn read_with_limits<R: Read>(reader: R, limits: Limits) -> Result<Snapshot> {
+    let (decoded, compression) = decompress::open(reader)?;
+    let mut input = pickle::Input::new(decoded);
+    let mut heap = values::Heap::new(limits);
+    let first = input.peek_byte()?;
+    let mut format = Format { compression: compression.as_str(), ..Format::default() };
+    let root = match first {
+        None => return Err(Error::Truncated { offset: 0, context: "an empty file" }),
+        Some(b'{' | b'[' | b' ' | b'\n' | b'\r' | b'\t') => {
+            format.encoding = "json";
+            let mut counted = CountingReader { inner: &mut input, count: 0 };
+            let root = json::read(&mut counted, &mut heap)?;
+            format.decoded_bytes = counted.count;
+            root
+        }
+        Some(_) => {
+            format.encoding = "pickle";
+            let (root, info) = pickle::run(&mut input, &mut heap)?;
+            format.protocol = info.protocol;
+            format.decoded_bytes = info.bytes;
+            root
+        }
+    };
+    lower::build(heap, root, format)
+}
+
+/// Reads a snapshot held in memory.
+pub fn from_bytes(bytes: &[u8]) -> Result<Snapshot> {
+    read(bytes)
+}
+
+struct CountingReader<R> {
+    inner: R,
+    count: u64,
+}
+
+impl<R: Read> Read for CountingReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.count += n as u64;
+        Ok(n)
+    }
+}

@@ -1,0 +1,249 @@
+//! Builds the [`Snapshot`] tables from the values the pickle (or JSON) reader left behind.
+//!
+//! By the time this runs, trace entries, frames and stacks are already tables (see `values`);
+//! what is left is walking the small top-level structure: segments and their blocks, the device
+//! trace lists, annotations and allocator settings. Every PyTorch version's layout is accepted:
+//! ≤1.13 bare segment lists, 2.0 blocks with `history`, and 2.1+ blocks with `frames`; missing keys
+//! are tolerated and unknown keys ignored.
+
+use crate::error::{Error, Result};
+use crate::model::{Annotation, Block, BlockState, DeviceTrace, Format, Segment, SegmentType, Snapshot, StackId};
+use crate::values::{Heap, Items, Kind, Value};
+
+fn list(heap: &Heap, v: Value) -> Vec<Value> {
+    match v {
+        Value::Obj(cid) => match heap.kind(cid) {
+            Ok(Kind::List | Kind::Tuple | Kind::Set) => heap.list_values(cid).unwrap_or_default(),
+            _ => Vec::new(),
+        },
+        _ => Vec::new(),
+    }
+}
+
+fn describe(heap: &Heap, v: Value) -> &'static str {
+    match v {
+        Value::None => "None",
+        Value::Bool(_) => "a bool",
+        Value::Int(_) | Value::Big(_) => "an integer",
+        Value::Float(_) => "a float",
+        Value::Str(_) => "a string",
+        Value::Bytes => "bytes",
+        Value::EmptyList | Value::Stack(_) => "a list",
+        Value::Frame(_) | Value::Entry(_) => "a dict",
+        Value::Obj(cid) => match heap.kind(cid) {
+            Ok(Kind::Dict) => "a dict",
+            Ok(Kind::Tuple) => "a tuple",
+            Ok(Kind::Set) => "a set",
+            _ => "a list",
+        },
+    }
+}
+
+pub(crate) fn build(mut heap: Heap, root: Value, mut format: Format) -> Result<Snapshot> {
+    heap.release_memo();
+    let mut snap = Snapshot::default();
+    let (segments, traces, host_segments, host_traces, settings, annotations);
+    match root {
+        Value::Obj(cid) if heap.kind(cid).ok() == Some(Kind::Dict) => {
+            let pairs = heap.dict_pairs(root);
+            let get = |k: &str| pairs.iter().find(|(key, _)| *key == k).map(|(_, v)| *v);
+            let Some(segs) = get("segments") else {
+                let keys: Vec<&str> = pairs.iter().map(|(k, _)| *k).take(8).collect();
+                return Err(Error::NotASnapshot(format!(
+                    "the pickle holds a dict without a 'segments' key (keys: {}); was it written by torch.cuda.memory._dump_snapshot?",
+                    keys.join(", ")
+                )));
+            };
+            segments = list(&heap, segs);
+            traces = get("device_traces").map(|v| list(&heap, v)).unwrap_or_default();
+            host_segments = get("host_segments").map(|v| list(&heap, v)).unwrap_or_default();
+            host_traces = get("host_traces");
+            settings = get("allocator_settings");
+            annotations = get("external_annotations").map(|v| list(&heap, v)).unwrap_or_default();
+            format.layout = "modern";
+        }
+        Value::Obj(_) | Value::EmptyList => {
+            if matches!(describe(&heap, root), "a list") {
+                segments = list(&heap, root);
+                traces = Vec::new();
+                host_segments = Vec::new();
+                host_traces = None;
+                settings = None;
+                annotations = Vec::new();
+                format.layout = "legacy_segment_list";
+            } else {
+                return Err(Error::NotASnapshot(format!("the file holds {}, not a dict with 'segments'", describe(&heap, root))));
+            }
+        }
+        other => {
+            return Err(Error::NotASnapshot(format!("the file holds {}, not a dict with 'segments'", describe(&heap, other))));
+        }
+    }
+
+    for v in segments {
+        add_segment(&mut heap, &mut snap, v, None, &mut format)?;
+    }
+    for v in host_segments {
+        add_segment(&mut heap, &mut snap, v, Some(-1), &mut format)?;
+    }
+
+    // Trace lists: rows of each device.
+    let mut per_device: Vec<(i32, Vec<u32>)> = Vec::new();
+    for (device, v) in traces.into_iter().enumerate() {
+        per_device.push((device as i32, entry_rows(&heap, v)));
+    }
+    if let Some(h) = host_traces {
+        // A flat list of entries, or a list of per-device lists.
+        let rows = entry_rows(&heap, h);
+        if rows.is_empty() {
+            for v in list(&heap, h) {
+                per_device.push((-1, entry_rows(&heap, v)));
+            }
+        } else {
+            per_device.push((-1, rows));
+        }
+    }
+    let contiguous = per_device.iter().all(|(_, rows)| rows.windows(2).all(|w| w[1] == w[0] + 1));
+    if contiguous {
+        for (device, rows) in &per_device {
+            let r = match (rows.first(), rows.last()) {
+                (Some(&a), Some(&b)) => a..b + 1,
+                _ => 0..0,
+            };
+            snap.devices.push(DeviceTrace { device: *device, rows: r });
+        }
+        snap.trace = std::mem::take(&mut heap.trace);
+    } else {
+        let all: Vec<u32> = per_device.iter().flat_map(|(_, r)| r.iter().copied()).collect();
+        snap.trace = heap.trace.gather(&all);
+        let mut start = 0u32;
+        for (device, rows) in &per_device {
+            let end = start + rows.len() as u32;
+            snap.devices.push(DeviceTrace { device: *device, rows: start..end });
+            start = end;
+        }
+    }
+
+    if let Some(s) = settings {
+        snap.allocator_settings = Some(heap.to_json(s, 0).map_err(|e| Error::NotASnapshot(format!("allocator_settings: {e:?}")))?);
+    }
+    for a in annotations {
+        let pairs = heap.dict_pairs(a);
+        let get = |k: &str| pairs.iter().find(|(key, _)| *key == k).map(|(_, v)| *v);
+        let name = match get("name") {
+            Some(Value::Str(s)) => s,
+            _ => continue,
+        };
+        let stage = get("stage").and_then(|v| heap.str_of(v)).unwrap_or("START");
+        snap.annotations.push(Annotation {
+            name,
+            start: !stage.eq_ignore_ascii_case("END"),
+            device: get("device").and_then(|v| heap.int(v)).unwrap_or(0) as i32,
+            time_us: get("time_us").and_then(|v| heap.int(v)).unwrap_or(0) as i64,
+        });
+    }
+    snap.strings = std::mem::take(&mut heap.strings);
+    snap.frames = std::mem::take(&mut heap.frames);
+    snap.stacks = std::mem::take(&mut heap.stacks);
+    snap.format = format;
+    Ok(snap)
+}
+
+/// Rows of a trace list (compact entry run or a plain list of lowered entries).
+fn entry_rows(heap: &Heap, v: Value) -> Vec<u32> {
+    let Value::Obj(cid) = v else { return Vec::new() };
+    match heap.items(cid) {
+        Ok(Items::Entries { start, len }) => (*start..start + len).collect(),
+        Ok(Items::Vals(vals)) => vals
+            .iter()
+            .filter_map(|v| match v {
+                Value::Entry(e) => Some(*e),
+                _ => None,
+            })
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+fn add_segment(heap: &mut Heap, snap: &mut Snapshot, v: Value, device: Option<i32>, format: &mut Format) -> Result<()> {
+    let pairs: Vec<(String, Value)> = heap.dict_pairs(v).into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+    if pairs.is_empty() {
+        return Err(Error::NotASnapshot(format!(
+            "a segment is {} instead of a dict; was the file written by torch.cuda.memory._dump_snapshot?",
+            describe(heap, v)
+        )));
+    }
+    let get = |k: &str| pairs.iter().find(|(key, _)| key == k).map(|(_, v)| *v);
+    let num = |heap: &Heap, k: &str| get(k).and_then(|v| heap.u64(v)).unwrap_or(0);
+    let address = num(heap, "address");
+    let total_size = num(heap, "total_size");
+    let segment_type = match get("segment_type").and_then(|v| heap.str_of(v)) {
+        Some("small") => SegmentType::Small,
+        Some("large") => SegmentType::Large,
+        _ => SegmentType::Unknown,
+    };
+    let pool = get("segment_pool_id").map(|v| list(heap, v)).unwrap_or_default();
+    let pool_id = (
+        pool.first().and_then(|v| heap.int(*v)).unwrap_or(0) as i64,
+        pool.get(1).and_then(|v| heap.int(*v)).unwrap_or(0) as i64,
+    );
+    let stack = get("frames").map(|v| heap.stack_of(v)).unwrap_or(StackId::EMPTY);
+    let seg_index = snap.segments.len() as u32;
+    let first_block = snap.blocks.len() as u32;
+    let mut next_addr = address;
+    let (mut sum_alloc, mut sum_active, mut sum_req) = (0, 0, 0);
+    for b in get("blocks").map(|v| list(heap, v)).unwrap_or_default() {
+        let bp: Vec<(String, Value)> = heap.dict_pairs(b).into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        let bget = |k: &str| bp.iter().find(|(key, _)| key == k).map(|(_, v)| *v);
+        let size = bget("size").and_then(|v| heap.u64(v)).unwrap_or(0);
+        let state = BlockState::parse(bget("state").and_then(|v| heap.str_of(v)).unwrap_or(""));
+        let addr = bget("address").and_then(|v| heap.u64(v)).unwrap_or(next_addr);
+        next_addr = addr.wrapping_add(size);
+        let mut requested = bget("requested_size").and_then(|v| heap.u64(v));
+        let mut stack = bget("frames").map(|v| heap.stack_of(v)).unwrap_or(StackId::EMPTY);
+        if let Some(history) = bget("history") {
+            // PyTorch 2.0: the allocation that made the block is the last history item.
+            if format.layout == "modern" {
+                format.layout = "block_history";
+            }
+            if let Some(&last) = list(heap, history).last() {
+                let hp: Vec<(String, Value)> = heap.dict_pairs(last).into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+                let hget = |k: &str| hp.iter().find(|(key, _)| key == k).map(|(_, v)| *v);
+                if requested.is_none() {
+                    requested = hget("real_size").and_then(|v| heap.u64(v));
+                }
+                if stack == StackId::EMPTY {
+                    stack = hget("frames").map(|v| heap.stack_of(v)).unwrap_or(StackId::EMPTY);
+                }
+                if stack == StackId::EMPTY {
+                    stack = hget("cpp_frames").map(|v| heap.stack_of(v)).unwrap_or(StackId::EMPTY);
+                }
+            }
+        }
+        let requested_size = requested.unwrap_or(if state.is_active() { size } else { 0 });
+        if state == BlockState::ActiveAllocated {
+            sum_alloc += size;
+        }
+        if state.is_active() {
+            sum_active += size;
+            sum_req += requested_size;
+        }
+        snap.blocks.push(Block { segment: seg_index, address: addr, size, requested_size, state, stack });
+    }
+    let last_block = snap.blocks.len() as u32;
+    snap.segments.push(Segment {
+        device: device.unwrap_or_else(|| get("device").and_then(|v| heap.int(v)).unwrap_or(0) as i32),
+        address,
+        total_size,
+        allocated_size: get("allocated_size").and_then(|v| heap.u64(v)).unwrap_or(sum_alloc),
+        active_size: get("active_size").and_then(|v| heap.u64(v)).unwrap_or(sum_active),
+        requested_size: get("requested_size").and_then(|v| heap.u64(v)).unwrap_or(sum_req),
+        stream: num(heap, "stream"),
+        segment_type,
+        pool_id,
+        is_expandable: matches!(get("is_expandable"), Some(Value::Bool(true))),
+        stack,
+        blocks: first_block..last_block,
+    });
+    Ok(())
+}

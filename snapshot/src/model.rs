@@ -1,0 +1,379 @@
+//! The snapshot model: interned, id-linked, columnar tables that every analysis reads.
+//!
+//! A snapshot is parsed exactly once into these tables (see `pickle` and `lower`); nothing
+//! downstream ever sees pickle values or JSON again. Trace entries are stored column by column so a
+//! million of them cost tens of bytes each, and stacks are interned so identical call paths share
+//! one id.
+
+use std::ops::Range;
+
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+
+use crate::intern::{StrId, StringPool};
+
+/// Index of a [`Frame`] in [`Frames`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct FrameId(pub u32);
+
+/// Index of an interned call stack in [`Stacks`]; `StackId::EMPTY` is the stack with no frames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct StackId(pub u32);
+
+impl StackId {
+    pub const EMPTY: StackId = StackId(0);
+}
+
+/// One frame of a call stack, as PyTorch records it: Python frames have a file and line, C++ frames
+/// have `filename` `"??"` or a bare `.cpp` name and line 0.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Frame {
+    pub filename: StrId,
+    pub name: StrId,
+    pub line: u32,
+}
+
+/// Deduplicated frames.
+#[derive(Debug, Default, Clone)]
+pub struct Frames {
+    frames: Vec<Frame>,
+    index: FxHashMap<Frame, FrameId>,
+}
+
+impl Frames {
+    pub fn intern(&mut self, frame: Frame) -> FrameId {
+        let next = FrameId(self.frames.len() as u32);
+        *self.index.entry(frame).or_insert_with(|| {
+            self.frames.push(frame);
+            next
+        })
+    }
+    pub fn get(&self, id: FrameId) -> Frame {
+        self.frames[id.0 as usize]
+    }
+    pub fn len(&self) -> usize {
+        self.frames.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.frames.is_empty()
+    }
+    pub fn heap_bytes(&self) -> usize {
+        self.frames.capacity() * 12 + self.index.capacity() * 20
+    }
+}
+
+/// Deduplicated call stacks, innermost frame first, stored as one flat array plus offsets.
+#[derive(Debug, Clone)]
+pub struct Stacks {
+    offsets: Vec<u32>,
+    items: Vec<FrameId>,
+    index: FxHashMap<Box<[FrameId]>, StackId>,
+}
+
+impl Default for Stacks {
+    fn default() -> Self {
+        let mut s = Stacks { offsets: vec![0], items: Vec::new(), index: FxHashMap::default() };
+        s.intern(&[]);
+        s
+    }
+}
+
+impl Stacks {
+    pub fn intern(&mut self, frames: &[FrameId]) -> StackId {
+        if let Some(&id) = self.index.get(frames) {
+            return id;
+        }
+        let id = StackId((self.offsets.len() - 1) as u32);
+        self.items.extend_from_slice(frames);
+        self.offsets.push(self.items.len() as u32);
+        self.index.insert(frames.into(), id);
+        id
+    }
+    pub fn get(&self, id: StackId) -> &[FrameId] {
+        let i = id.0 as usize;
+        &self.items[self.offsets[i] as usize..self.offsets[i + 1] as usize]
+    }
+    pub fn len(&self) -> usize {
+        self.offsets.len() - 1
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() <= 1
+    }
+    pub fn heap_bytes(&self) -> usize {
+        self.offsets.capacity() * 4 + self.items.capacity() * 8 + self.index.capacity() * 24
+    }
+}
+
+/// What a trace entry records (PyTorch's `TraceEntry::Action`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Action {
+    Alloc,
+    FreeRequested,
+    FreeCompleted,
+    SegmentAlloc,
+    SegmentFree,
+    SegmentMap,
+    SegmentUnmap,
+    Snapshot,
+    Oom,
+    Annotate,
+    /// An action this version of memscope does not know; its name is kept in
+    /// [`TraceTable::other_action`].
+    Other,
+}
+
+impl Action {
+    pub const KNOWN: [Action; 10] = [
+        Action::Alloc,
+        Action::FreeRequested,
+        Action::FreeCompleted,
+        Action::SegmentAlloc,
+        Action::SegmentFree,
+        Action::SegmentMap,
+        Action::SegmentUnmap,
+        Action::Snapshot,
+        Action::Oom,
+        Action::Annotate,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Alloc => "alloc",
+            Action::FreeRequested => "free_requested",
+            Action::FreeCompleted => "free_completed",
+            Action::SegmentAlloc => "segment_alloc",
+            Action::SegmentFree => "segment_free",
+            Action::SegmentMap => "segment_map",
+            Action::SegmentUnmap => "segment_unmap",
+            Action::Snapshot => "snapshot",
+            Action::Oom => "oom",
+            Action::Annotate => "annotate",
+            Action::Other => "other",
+        }
+    }
+
+    pub fn parse(s: &str) -> Action {
+        Action::KNOWN.into_iter().find(|a| a.as_str() == s).unwrap_or(Action::Other)
+    }
+}
+
+/// Every trace entry of every device, column by column. Rows of one device are contiguous
+/// (see [`DeviceTrace::rows`]). Rare fields are sparse `(row, value)` lists sorted by row.
+#[derive(Debug, Default, Clone)]
+pub struct TraceTable {
+    pub action: Vec<Action>,
+    pub addr: Vec<u64>,
+    pub size: Vec<u64>,
+    pub stream: Vec<u64>,
+    /// Microseconds since the Unix epoch; 0 where the file has no `time_us` (before PyTorch 2.2).
+    pub time_us: Vec<i64>,
+    pub stack: Vec<StackId>,
+    /// `device_free` of `oom` entries: bytes the driver reported free.
+    pub device_free: Vec<(u32, u64)>,
+    /// `compile_context` where it is not `"N/A"`.
+    pub compile_context: Vec<(u32, StrId)>,
+    /// `user_metadata` where it is not empty.
+    pub user_metadata: Vec<(u32, StrId)>,
+    /// Names of [`Action::Other`] entries.
+    pub other_action: Vec<(u32, StrId)>,
+}
+
+impl TraceTable {
+    pub fn len(&self) -> usize {
+        self.action.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.action.is_empty()
+    }
+    pub fn heap_bytes(&self) -> usize {
+        self.action.capacity()
+            + (self.addr.capacity() + self.size.capacity() + self.stream.capacity() + self.time_us.capacity()) * 8
+            + self.stack.capacity() * 4
+            + (self.device_free.capacity() + self.compile_context.capacity()) * 16
+            + (self.user_metadata.capacity() + self.other_action.capacity()) * 8
+    }
+    /// Looks up a sparse column value for `row`.
+    pub fn sparse<T: Copy>(col: &[(u32, T)], row: u32) -> Option<T> {
+        col.binary_search_by_key(&row, |&(r, _)| r).ok().map(|i| col[i].1)
+    }
+
+    /// Reorders rows (used only when a file's device lists are not in table order).
+    pub(crate) fn gather(&self, rows: &[u32]) -> TraceTable {
+        let mut pos = FxHashMap::default();
+        for (new, &old) in rows.iter().enumerate() {
+            pos.insert(old, new as u32);
+        }
+        fn remap<T: Copy>(pos: &FxHashMap<u32, u32>, col: &[(u32, T)]) -> Vec<(u32, T)> {
+            let mut v: Vec<_> = col.iter().filter_map(|&(r, x)| pos.get(&r).map(|&n| (n, x))).collect();
+            v.sort_by_key(|&(r, _)| r);
+            v
+        }
+        TraceTable {
+            action: rows.iter().map(|&r| self.action[r as usize]).collect(),
+            addr: rows.iter().map(|&r| self.addr[r as usize]).collect(),
+            size: rows.iter().map(|&r| self.size[r as usize]).collect(),
+            stream: rows.iter().map(|&r| self.stream[r as usize]).collect(),
+            time_us: rows.iter().map(|&r| self.time_us[r as usize]).collect(),
+            stack: rows.iter().map(|&r| self.stack[r as usize]).collect(),
+            device_free: remap(&pos, &self.device_free),
+            compile_context: remap(&pos, &self.compile_context),
+            user_metadata: remap(&pos, &self.user_metadata),
+            other_action: remap(&pos, &self.other_action),
+        }
+    }
+}
+
+/// The trace of one device: a contiguous run of [`TraceTable`] rows.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeviceTrace {
+    /// CUDA device ordinal; -1 for pinned host memory (`host_traces`).
+    pub device: i32,
+    pub rows: Range<u32>,
+}
+
+/// Size class of a segment's pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SegmentType {
+    Small,
+    Large,
+    Unknown,
+}
+
+/// One `cudaMalloc` (or one expandable segment) owned by the caching allocator.
+#[derive(Clone, Debug)]
+pub struct Segment {
+    /// CUDA device ordinal; -1 for pinned host memory (`host_segments`).
+    pub device: i32,
+    pub address: u64,
+    pub total_size: u64,
+    pub allocated_size: u64,
+    pub active_size: u64,
+    pub requested_size: u64,
+    pub stream: u64,
+    pub segment_type: SegmentType,
+    pub pool_id: (i64, i64),
+    pub is_expandable: bool,
+    pub stack: StackId,
+    /// This segment's blocks in [`Snapshot::blocks`], in address order.
+    pub blocks: Range<u32>,
+}
+
+/// State of a block inside a segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BlockState {
+    ActiveAllocated,
+    ActivePendingFree,
+    Inactive,
+    Unknown,
+}
+
+impl BlockState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BlockState::ActiveAllocated => "active_allocated",
+            BlockState::ActivePendingFree => "active_pending_free",
+            BlockState::Inactive => "inactive",
+            BlockState::Unknown => "unknown",
+        }
+    }
+    pub fn parse(s: &str) -> BlockState {
+        match s {
+            "active_allocated" => BlockState::ActiveAllocated,
+            "active_pending_free" => BlockState::ActivePendingFree,
+            "inactive" => BlockState::Inactive,
+            _ => BlockState::Unknown,
+        }
+    }
+    pub fn is_active(self) -> bool {
+        matches!(self, BlockState::ActiveAllocated | BlockState::ActivePendingFree)
+    }
+}
+
+/// A block of a segment at the time of the snapshot.
+#[derive(Clone, Debug)]
+pub struct Block {
+    pub segment: u32,
+    pub address: u64,
+    pub size: u64,
+    pub requested_size: u64,
+    pub state: BlockState,
+    pub stack: StackId,
+}
+
+/// Start or end of a `record_function` scope (`external_annotations`).
+#[derive(Clone, Debug, Serialize)]
+pub struct Annotation {
+    pub name: StrId,
+    pub start: bool,
+    pub device: i32,
+    pub time_us: i64,
+}
+
+/// How the input was encoded, for the overview and for warnings.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Format {
+    /// `"pickle"` or `"json"`.
+    pub encoding: &'static str,
+    /// Pickle protocol from the PROTO opcode (0 when absent).
+    pub protocol: u8,
+    /// `"gzip"`, `"zstd"`, `"xz"` or `"none"`.
+    pub compression: &'static str,
+    /// `"legacy_segment_list"` (≤1.13), `"block_history"` (2.0) or `"modern"` (2.1+).
+    pub layout: &'static str,
+    /// Bytes of pickle or JSON after decompression.
+    pub decoded_bytes: u64,
+}
+
+/// A parsed memory snapshot: the tables every analysis reads.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    pub strings: StringPool,
+    pub frames: Frames,
+    pub stacks: Stacks,
+    /// Device segments, then host segments (device -1).
+    pub segments: Vec<Segment>,
+    pub blocks: Vec<Block>,
+    pub trace: TraceTable,
+    /// One per device list in `device_traces` (even empty ones), then host traces.
+    pub devices: Vec<DeviceTrace>,
+    pub annotations: Vec<Annotation>,
+    pub allocator_settings: Option<serde_json::Value>,
+    pub format: Format,
+}
+
+impl Snapshot {
+    pub fn str(&self, id: StrId) -> &str {
+        self.strings.get(id)
+    }
+    pub fn frame(&self, id: FrameId) -> Frame {
+        self.frames.get(id)
+    }
+    pub fn stack(&self, id: StackId) -> &[FrameId] {
+        self.stacks.get(id)
+    }
+    /// The trace of `device`, if the file has one.
+    pub fn device_trace(&self, device: i32) -> Option<&DeviceTrace> {
+        self.devices.iter().find(|d| d.device == device)
+    }
+    /// Device segments only (host segments excluded).
+    pub fn device_segments(&self) -> impl Iterator<Item = &Segment> {
+        self.segments.iter().filter(|s| s.device >= 0)
+    }
+    pub fn blocks_of(&self, seg: &Segment) -> &[Block] {
+        &self.blocks[seg.blocks.start as usize..seg.blocks.end as usize]
+    }
+    /// Approximate heap bytes held by the tables.
+    pub fn heap_bytes(&self) -> usize {
+        self.strings.heap_bytes()
+            + self.frames.heap_bytes()
+            + self.stacks.heap_bytes()
+            + self.segments.capacity() * std::mem::size_of::<Segment>()
+            + self.blocks.capacity() * std::mem::size_of::<Block>()
+            + self.trace.heap_bytes()
+    }
+}

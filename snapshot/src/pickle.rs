@@ -1,0 +1,662 @@
+//! A pickle reader that executes nothing: opcodes become plain values, never Python calls.
+//!
+//! Snapshots are plain data (dicts, lists, strings, numbers), so every opcode that would import or
+//! call something (`GLOBAL`, `STACK_GLOBAL`, `REDUCE`, `BUILD`, `INST`, `OBJ`, `NEWOBJ`, …) is an
+//! error naming the opcode and its byte offset. The machine is iterative (nesting depth costs no
+//! native stack), reads from any `Read` through its own buffer (a multi-GB file is never held in
+//! memory), and hands finished containers to [`Heap::consume`], which lowers them into tables.
+
+use std::io::Read;
+
+use crate::error::{Error, Result};
+use crate::values::{Heap, HeapErr, Kind, Value};
+
+const BUF_BYTES: usize = 256 << 10;
+
+/// Buffered input that knows its byte offset.
+pub(crate) struct Input<R> {
+    inner: R,
+    buf: Box<[u8]>,
+    pos: usize,
+    end: usize,
+    /// Offset of `buf[0]` in the stream.
+    base: u64,
+    scratch: Vec<u8>,
+}
+
+impl<R: Read> Input<R> {
+    pub fn new(inner: R) -> Self {
+        Input { inner, buf: vec![0; BUF_BYTES].into_boxed_slice(), pos: 0, end: 0, base: 0, scratch: Vec::new() }
+    }
+
+    #[inline]
+    pub fn offset(&self) -> u64 {
+        self.base + self.pos as u64
+    }
+
+    /// Moves unread bytes to the front and reads more; returns false at end of stream.
+    fn fill(&mut self) -> Result<bool> {
+        if self.pos > 0 {
+            self.buf.copy_within(self.pos..self.end, 0);
+            self.base += self.pos as u64;
+            self.end -= self.pos;
+            self.pos = 0;
+        }
+        loop {
+            match self.inner.read(&mut self.buf[self.end..]) {
+                Ok(0) => return Ok(false),
+                Ok(n) => {
+                    self.end += n;
+                    return Ok(true);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(Error::Io { offset: self.base + self.end as u64, source: e }),
+            }
+        }
+    }
+
+    #[inline]
+    pub fn byte(&mut self, context: &'static str) -> Result<u8> {
+        if self.pos < self.end {
+            let b = self.buf[self.pos];
+            self.pos += 1;
+            return Ok(b);
+        }
+        self.byte_slow(context)
+    }
+
+    #[cold]
+    fn byte_slow(&mut self, context: &'static str) -> Result<u8> {
+        if !self.fill()? {
+            return Err(Error::Truncated { offset: self.offset(), context });
+        }
+        self.byte(context)
+    }
+
+    /// Tries to read up to `n` bytes of lookahead into the buffer; true if at least `n` are there.
+    pub fn peek_available(&mut self, n: usize) -> Result<bool> {
+        while self.end - self.pos < n {
+            if !self.fill()? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    #[inline]
+    pub fn array<const N: usize>(&mut self, context: &'static str) -> Result<[u8; N]> {
+        if self.end - self.pos >= N {
+            let mut a = [0; N];
+            a.copy_from_slice(&self.buf[self.pos..self.pos + N]);
+            self.pos += N;
+            return Ok(a);
+        }
+        let mut a = [0; N];
+        a.copy_from_slice(self.bytes(N as u64, context)?);
+        Ok(a)
+    }
+
+    /// The next `n` bytes. Long ones are read into a scratch buffer that grows with the data
+    /// actually present, so a huge declared length in a short file costs nothing.
+    pub fn bytes(&mut self, n: u64, context: &'static str) -> Result<&[u8]> {
+        if n <= (self.end - self.pos) as u64 {
+            let s = &self.buf[self.pos..self.pos + n as usize];
+            self.pos += n as usize;
+            return Ok(s);
+        }
+        if n <= (self.buf.len() / 2) as u64 {
+            if !self.peek_available(n as usize)? {
+                self.pos = self.end;
+                return Err(Error::Truncated { offset: self.offset(), context });
+            }
+            let s = &self.buf[self.pos..self.pos + n as usize];
+            self.pos += n as usize;
+            return Ok(s);
+        }
+        self.scratch.clear();
+        let mut left = n;
+        while left > 0 {
+            if self.pos == self.end && !self.fill()? {
+                return Err(Error::Truncated { offset: self.offset(), context });
+            }
+            let take = left.min((self.end - self.pos) as u64) as usize;
+            self.scratch.extend_from_slice(&self.buf[self.pos..self.pos + take]);
+            self.pos += take;
+            left -= take as u64;
+        }
+        Ok(&self.scratch)
+    }
+
+    /// A protocol-0 text argument, up to the newline (at most 64 KiB).
+    fn line(&mut self, context: &'static str) -> Result<&[u8]> {
+        let mut n = 0;
+        loop {
+            if self.pos + n == self.end {
+                if self.end - self.pos >= 64 << 10 {
+                    return Err(Error::LimitExceeded { offset: self.offset(), what: "a text opcode argument", limit: 64 << 10 });
+                }
+                if !self.fill()? {
+                    self.pos = self.end;
+                    return Err(Error::Truncated { offset: self.offset(), context });
+                }
+            }
+            if self.buf[self.pos + n] == b'\n' {
+                let s = &self.buf[self.pos..self.pos + n];
+                self.pos += n + 1;
+                return Ok(s);
+            }
+            n += 1;
+        }
+    }
+}
+
+/// What the machine saw, for the overview.
+#[derive(Debug, Default)]
+pub(crate) struct PickleInfo {
+    pub protocol: u8,
+    pub bytes: u64,
+}
+
+fn forbidden(op: u8) -> Option<(&'static str, &'static str)> {
+    const CODE: &str = "(it would import or call Python code; memory snapshots never contain it)";
+    Some(match op {
+        b'c' => ("GLOBAL", CODE),
+        0x93 => ("STACK_GLOBAL", CODE),
+        b'R' => ("REDUCE", CODE),
+        b'b' => ("BUILD", CODE),
+        b'i' => ("INST", CODE),
+        b'o' => ("OBJ", CODE),
+        0x81 => ("NEWOBJ", CODE),
+        0x92 => ("NEWOBJ_EX", CODE),
+        b'P' => ("PERSID", "(persistent ids need the writer's own loader; memory snapshots never contain them)"),
+        b'Q' => ("BINPERSID", "(persistent ids need the writer's own loader; memory snapshots never contain them)"),
+        0x82 => ("EXT1", "(extension registry objects would be imported; memory snapshots never contain them)"),
+        0x83 => ("EXT2", "(extension registry objects would be imported; memory snapshots never contain them)"),
+        0x84 => ("EXT4", "(extension registry objects would be imported; memory snapshots never contain them)"),
+        0x97 => ("NEXT_BUFFER", "(out-of-band buffers are not part of the file)"),
+        0x98 => ("READONLY_BUFFER", "(out-of-band buffers are not part of the file)"),
+        _ => return None,
+    })
+}
+
+/// Decodes a little-endian two's-complement integer of any length that fits in 128 bits.
+fn decode_long(bytes: &[u8]) -> Option<i128> {
+    if bytes.is_empty() {
+        return Some(0);
+    }
+    let (low, high) = bytes.split_at(bytes.len().min(16));
+    let negative = low[low.len() - 1] & 0x80 != 0;
+    let fill = if negative { 0xff } else { 0 };
+    if high.iter().any(|&b| b != fill) {
+        return None;
+    }
+    if !high.is_empty() && (high[high.len() - 1] & 0x80 != 0) != negative {
+        return None;
+    }
+    let mut buf = [fill; 16];
+    buf[..low.len()].copy_from_slice(low);
+    Some(i128::from_le_bytes(buf))
+}
+
+/// Runs the machine over `input` until STOP; returns the top-level value.
+pub(crate) fn run<R: Read>(input: &mut Input<R>, heap: &mut Heap) -> Result<(Value, PickleInfo)> {
+    let mut stack: Vec<Value> = Vec::with_capacity(1024);
+    let mut marks: Vec<usize> = Vec::with_capacity(64);
+    let mut info = PickleInfo::default();
+    let max_stack = heap.limits.max_stack;
+    let max_str = heap.limits.max_string_bytes;
+    let (mut last_str, mut last_id) = (Vec::<u8>::new(), crate::intern::StrId::EMPTY);
+
+    macro_rules! bad {
+        ($off:expr, $($t:tt)*) => { return Err(Error::malformed($off, format!($($t)*))) };
+    }
+    macro_rules! heap_err {
+        ($off:expr, $e:expr) => {
+            match $e {
+                Ok(v) => v,
+                Err(HeapErr::Limit { what, limit }) => return Err(Error::LimitExceeded { offset: $off, what, limit }),
+                Err(HeapErr::Bad(m)) => return Err(Error::malformed($off, m)),
+            }
+        };
+    }
+    macro_rules! pop {
+        ($off:expr, $what:expr) => {
+            match stack.pop() {
+                Some(v) if marks.last().is_none_or(|&m| stack.len() >= m) => v,
+                _ => bad!($off, "{} with an empty stack", $what),
+            }
+        };
+    }
+    macro_rules! push {
+        ($off:expr, $v:expr) => {{
+            if stack.len() >= max_stack {
+                return Err(Error::LimitExceeded { offset: $off, what: "the pickle stack", limit: max_stack as u64 });
+            }
+            stack.push($v);
+        }};
+    }
+    macro_rules! top {
+        ($off:expr, $what:expr) => {
+            match stack.last() {
+                Some(v) if marks.last().is_none_or(|&m| stack.len() > m) => *v,
+                _ => bad!($off, "{} with an empty stack", $what),
+            }
+        };
+    }
+    macro_rules! pop_mark {
+        ($off:expr, $what:expr) => {
+            match marks.pop() {
+                Some(m) => m,
+                None => bad!($off, "{} without a MARK", $what),
+            }
+        };
+    }
+    macro_rules! string {
+        ($off:expr, $len:expr, $ctx:expr) => {{
+            let len: u64 = $len;
+            if len > max_str {
+                return Err(Error::LimitExceeded { offset: $off, what: "a string's declared length", limit: max_str });
+            }
+            let raw = input.bytes(len, $ctx)?;
+            if raw == last_str.as_slice() {
+                // PyTorch writes some equal strings (e.g. "N/A") as separate objects per entry.
+                Value::Str(last_id)
+            } else {
+                match std::str::from_utf8(raw) {
+                    Ok(s) => {
+                        last_id = heap_err!($off, heap.intern(s));
+                        last_str.clear();
+                        last_str.extend_from_slice(raw);
+                        Value::Str(last_id)
+                    }
+                    Err(_) => bad!($off, "string is not valid UTF-8"),
+                }
+            }
+        }};
+    }
+    macro_rules! skip_bytes {
+        ($off:expr, $len:expr, $ctx:expr) => {{
+            let len: u64 = $len;
+            if len > max_str {
+                return Err(Error::LimitExceeded { offset: $off, what: "a bytes object's declared length", limit: max_str });
+            }
+            input.bytes(len, $ctx)?;
+            Value::Bytes
+        }};
+    }
+
+    loop {
+        let off = input.offset();
+        let op = input.byte("the pickle (no STOP opcode)")?;
+        match op {
+            // Containers.
+            b'}' => push!(off, heap_err!(off, heap.new_container(Kind::Dict, Vec::new()))),
+            b']' => push!(off, heap_err!(off, heap.new_container(Kind::List, Vec::new()))),
+            b')' => push!(off, heap_err!(off, heap.new_container(Kind::Tuple, Vec::new()))),
+            0x8f => push!(off, heap_err!(off, heap.new_container(Kind::Set, Vec::new()))),
+            b'(' => {
+                if marks.len() >= max_stack {
+                    return Err(Error::LimitExceeded { offset: off, what: "nested MARKs", limit: max_stack as u64 });
+                }
+                marks.push(stack.len())
+            }
+            b'a' => {
+                let v = pop!(off, "APPEND");
+                let list = top!(off, "APPEND");
+                heap_err!(off, heap.extend(list, &[v]));
+            }
+            b'e' | 0x90 => {
+                let m = pop_mark!(off, "APPENDS");
+                if m == 0 {
+                    bad!(off, "APPENDS with no list below its MARK");
+                }
+                let list = stack[m - 1];
+                heap_err!(off, heap.extend(list, &stack[m..]));
+                stack.truncate(m);
+            }
+            b's' => {
+                let v = pop!(off, "SETITEM");
+                let k = pop!(off, "SETITEM");
+                let dict = top!(off, "SETITEM");
+                heap_err!(off, heap.set_items(dict, &[k, v]));
+            }
+            b'u' => {
+                let m = pop_mark!(off, "SETITEMS");
+                if m == 0 {
+                    bad!(off, "SETITEMS with no dict below its MARK");
+                }
+                let dict = stack[m - 1];
+                heap_err!(off, heap.set_items(dict, &stack[m..]));
+                stack.truncate(m);
+            }
+            b'd' | b'l' | b't' | 0x91 => {
+                let m = pop_mark!(off, "DICT/LIST/TUPLE");
+                let kind = match op {
+                    b'd' => Kind::Dict,
+                    b'l' => Kind::List,
+                    b't' => Kind::Tuple,
+                    _ => Kind::Set,
+                };
+                let items: Vec<Value> = stack.drain(m..).collect();
+                let c = heap_err!(off, heap.new_container(kind, Vec::new()));
+                if kind == Kind::Dict {
+                    heap_err!(off, heap.set_items(c, &items));
+                } else {
+                    heap_err!(off, heap.extend(c, &items));
+                }
+                push!(off, c);
+            }
+            0x85..=0x87 => {
+                let n = (op - 0x84) as usize;
+                if stack.len() < n || marks.last().is_some_and(|&m| stack.len() - n < m) {
+                    bad!(off, "TUPLE{n} with fewer than {n} values on the stack");
+                }
+                let items: Vec<Value> = stack.drain(stack.len() - n..).collect();
+                let c = heap_err!(off, heap.new_container(Kind::Tuple, Vec::new()));
+                heap_err!(off, heap.extend(c, &items));
+                push!(off, c);
+            }
+            // Memo.
+            0x94 => {
+                let v = top!(off, "MEMOIZE");
+                let key = heap.memo_len();
+                heap_err!(off, heap.memo_put(key, v));
+            }
+            b'q' => {
+                let key = input.byte("BINPUT")? as u64;
+                let v = top!(off, "BINPUT");
+                heap_err!(off, heap.memo_put(key, v));
+            }
+            b'r' => {
+                let key = u32::from_le_bytes(input.array("LONG_BINPUT")?) as u64;
+                let v = top!(off, "LONG_BINPUT");
+                heap_err!(off, heap.memo_put(key, v));
+            }
+            b'h' => {
+                let key = input.byte("BINGET")? as u64;
+                push!(off, heap_err!(off, heap.memo_get(key)));
+            }
+            b'j' => {
+                let key = u32::from_le_bytes(input.array("LONG_BINGET")?) as u64;
+                push!(off, heap_err!(off, heap.memo_get(key)));
+            }
+            // Scalars.
+            b'K' => push!(off, Value::Int(input.byte("BININT1")? as i64)),
+            b'M' => push!(off, Value::Int(u16::from_le_bytes(input.array("BININT2")?) as i64)),
+            b'J' => push!(off, Value::Int(i32::from_le_bytes(input.array("BININT")?) as i64)),
+            0x8a | 0x8b => {
+                let n = if op == 0x8a {
+                    input.byte("LONG1")? as u64
+                } else {
+                    let n = i32::from_le_bytes(input.array("LONG4")?);
+                    if n < 0 {
+                        bad!(off, "LONG4 with a negative length");
+                    }
+                    n as u64
+                };
+                if n > max_str {
+                    return Err(Error::LimitExceeded { offset: off, what: "an integer's declared length", limit: max_str });
+                }
+                let bytes = input.bytes(n, "LONG1")?;
+                let v = if n <= 8 {
+                    let mut buf = [if bytes.last().is_some_and(|b| b & 0x80 != 0) { 0xff } else { 0 }; 8];
+                    buf[..bytes.len()].copy_from_slice(bytes);
+                    Value::Int(i64::from_le_bytes(buf))
+                } else {
+                    match decode_long(bytes) {
+                        Some(i) => match i64::try_from(i) {
+                            Ok(i) => Value::Int(i),
+                            Err(_) => {
+                                heap.bigs.push(i);
+                                Value::Big((heap.bigs.len() - 1) as u32)
+                            }
+                        },
+                        None => bad!(off, "integer of {n} bytes does not fit in 128 bits"),
+                    }
+                };
+                push!(off, v);
+            }
+            b'G' => push!(off, Value::Float(f64::from_be_bytes(input.array("BINFLOAT")?))),
+            0x88 => push!(off, Value::Bool(true)),
+            0x89 => push!(off, Value::Bool(false)),
+            b'N' => push!(off, Value::None),
+            0x8c => {
+                let n = input.byte("SHORT_BINUNICODE")? as u64;
+                push!(off, string!(off, n, "SHORT_BINUNICODE"));
+            }
+            b'X' => {
+                let n = u32::from_le_bytes(input.array("BINUNICODE")?) as u64;
+                push!(off, string!(off, n, "BINUNICODE"));
+            }
+            0x8d => {
+                let n = u64::from_le_bytes(input.array("BINUNICODE8")?);
+                push!(off, string!(off, n, "BINUNICODE8"));
+            }
+            b'U' | b'T' => {
+                // Python 2 byte strings: read as Latin-1.
+                let n = if op == b'U' {
+                    input.byte("SHORT_BINSTRING")? as u64
+                } else {
+                    u32::from_le_bytes(input.array("BINSTRING")?) as u64
+                };
+                if n > max_str {
+                    return Err(Error::LimitExceeded { offset: off, what: "a string's declared length", limit: max_str });
+                }
+                let s: String = input.bytes(n, "BINSTRING")?.iter().map(|&b| b as char).collect();
+                push!(off, Value::Str(heap_err!(off, heap.intern(&s))));
+            }
+            b'C' => {
+                let n = input.byte("SHORT_BINBYTES")? as u64;
+                push!(off, skip_bytes!(off, n, "SHORT_BINBYTES"));
+            }
+            b'B' => {
+                let n = u32::from_le_bytes(input.array("BINBYTES")?) as u64;
+                push!(off, skip_bytes!(off, n, "BINBYTES"));
+            }
+            0x8e | 0x96 => {
+                let n = u64::from_le_bytes(input.array("BINBYTES8")?);
+                push!(off, skip_bytes!(off, n, "BINBYTES8"));
+            }
+            // Stack manipulation.
+            b'0' => {
+                if marks.last() == Some(&stack.len()) {
+                    marks.pop();
+                } else {
+                    pop!(off, "POP");
+                }
+            }
+            b'1' => {
+                let m = pop_mark!(off, "POP_MARK");
+                stack.truncate(m);
+            }
+            b'2' => {
+                let v = top!(off, "DUP");
+                heap.add_ref(v);
+                push!(off, v);
+            }
+            // Framing.
+            0x80 => {
+                let p = input.byte("PROTO")?;
+                if p > 5 {
+                    bad!(off, "pickle protocol {p} is newer than any Python writes (0-5)");
+                }
+                info.protocol = p;
+            }
+            0x95 => {
+                input.array::<8>("FRAME")?;
+            }
+            b'.' => break,
+            // Protocol 0 text opcodes.
+            b'I' | b'L' => {
+                let line = input.line("INT")?;
+                let text = std::str::from_utf8(line).unwrap_or("").trim_end_matches('L');
+                let v = match text {
+                    "01" => Value::Bool(true),
+                    "00" => Value::Bool(false),
+                    t => match t.parse::<i128>() {
+                        Ok(i) => match i64::try_from(i) {
+                            Ok(i) => Value::Int(i),
+                            Err(_) => {
+                                heap.bigs.push(i);
+                                Value::Big((heap.bigs.len() - 1) as u32)
+                            }
+                        },
+                        Err(_) => bad!(off, "INT/LONG argument {t:?} is not an integer that fits in 128 bits"),
+                    },
+                };
+                push!(off, v);
+            }
+            b'F' => {
+                let line = input.line("FLOAT")?;
+                match std::str::from_utf8(line).ok().and_then(|t| t.parse::<f64>().ok()) {
+                    Some(f) => push!(off, Value::Float(f)),
+                    None => bad!(off, "FLOAT argument is not a number"),
+                }
+            }
+            b'g' | b'p' => {
+                let line = input.line("GET/PUT")?;
+                let Some(key) = std::str::from_utf8(line).ok().and_then(|t| t.parse::<u64>().ok()) else {
+                    bad!(off, "GET/PUT argument is not a memo index");
+                };
+                if op == b'g' {
+                    push!(off, heap_err!(off, heap.memo_get(key)));
+                } else {
+                    let v = top!(off, "PUT");
+                    heap_err!(off, heap.memo_put(key, v));
+                }
+            }
+            b'V' => {
+                let line = input.line("UNICODE")?;
+                let s = match raw_unicode_escape(line) {
+                    Some(s) => s,
+                    None => bad!(off, "UNICODE argument has an invalid escape"),
+                };
+                push!(off, Value::Str(heap_err!(off, heap.intern(&s))));
+            }
+            b'S' => {
+                let line = input.line("STRING")?;
+                let s = match python_string_literal(line) {
+                    Some(s) => s,
+                    None => bad!(off, "STRING argument is not a quoted string"),
+                };
+                push!(off, Value::Str(heap_err!(off, heap.intern(&s))));
+            }
+            op => {
+                if let Some((name, why)) = forbidden(op) {
+                    return Err(Error::ForbiddenOpcode { opcode: name, offset: off, why });
+                }
+                return Err(Error::UnknownOpcode { byte: op, offset: off });
+            }
+        }
+    }
+    info.bytes = input.offset();
+    if stack.len() != 1 || !marks.is_empty() {
+        return Err(Error::malformed(
+            info.bytes - 1,
+            format!("STOP with {} values and {} marks on the stack (expected one value)", stack.len(), marks.len()),
+        ));
+    }
+    let root = stack[0];
+    Ok((root, info))
+}
+
+/// Decodes Python's raw-unicode-escape (protocol 0 `UNICODE`): only `\uXXXX` and `\UXXXXXXXX`.
+fn raw_unicode_escape(line: &[u8]) -> Option<String> {
+    let mut out = String::with_capacity(line.len());
+    let mut i = 0;
+    while i < line.len() {
+        let b = line[i];
+        if b == b'\\' && i + 1 < line.len() && (line[i + 1] == b'u' || line[i + 1] == b'U') {
+            let n = if line[i + 1] == b'u' { 4 } else { 8 };
+            let hex = std::str::from_utf8(line.get(i + 2..i + 2 + n)?).ok()?;
+            out.push(char::from_u32(u32::from_str_radix(hex, 16).ok()?)?);
+            i += 2 + n;
+        } else {
+            out.push(b as char);
+            i += 1;
+        }
+    }
+    Some(out)
+}
+
+/// Decodes a protocol-0 `STRING` argument: a quoted Python literal with simple escapes.
+fn python_string_literal(line: &[u8]) -> Option<String> {
+    let q = *line.first()?;
+    if line.len() < 2 || (q != b'\'' && q != b'"') || line[line.len() - 1] != q {
+        return None;
+    }
+    let body = &line[1..line.len() - 1];
+    let mut out = String::with_capacity(body.len());
+    let mut i = 0;
+    while i < body.len() {
+        if body[i] == b'\\' && i + 1 < body.len() {
+            let c = body[i + 1];
+            i += 2;
+            out.push(match c {
+                b'n' => '\n',
+                b't' => '\t',
+                b'r' => '\r',
+                b'\\' => '\\',
+                b'\'' => '\'',
+                b'"' => '"',
+                b'x' => {
+                    let hex = std::str::from_utf8(body.get(i..i + 2)?).ok()?;
+                    i += 2;
+                    u8::from_str_radix(hex, 16).ok()? as char
+                }
+                _ => return None,
+            });
+        } else {
+            out.push(body[i] as char);
+            i += 1;
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::decode_long;
+
+    #[test]
+    fn long_decoding() {
+        assert_eq!(decode_long(&[]), Some(0));
+        assert_eq!(decode_long(&[0xff]), Some(-1));
+        assert_eq!(decode_long(&[0x00, 0x80]), Some(-32768));
+        // 2^63 takes 9 bytes in CPython's minimal encoding.
+        assert_eq!(decode_long(&[0, 0, 0, 0, 0, 0, 0, 0x80, 0]), Some(1i128 << 63));
+        assert_eq!(decode_long(&[0xff; 9]), Some(u64::MAX as i128 * 0 - 1));
+        // Non-minimal encodings of small numbers are fine; real 129-bit numbers are not.
+        let mut twenty = vec![5u8];
+        twenty.resize(20, 0);
+        assert_eq!(decode_long(&twenty), Some(5));
+        let mut wide = vec![0u8; 17];
+        wide[16] = 1;
+        assert_eq!(decode_long(&wide), None);
+    }
+}
+
+impl<R: Read> Input<R> {
+    /// The next byte without consuming it; `None` at end of stream.
+    pub fn peek_byte(&mut self) -> Result<Option<u8>> {
+        Ok(if self.peek_available(1)? { Some(self.buf[self.pos]) } else { None })
+    }
+}
+
+/// Lets the JSON reader consume what the sniffing already buffered.
+impl<R: Read> Read for Input<R> {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        if self.pos == self.end {
+            match self.fill() {
+                Ok(true) => {}
+                Ok(false) => return Ok(0),
+                Err(Error::Io { source, .. }) => return Err(source),
+                Err(e) => return Err(std::io::Error::other(e.to_string())),
+            }
+        }
+        let n = out.len().min(self.end - self.pos);
+        out[..n].copy_from_slice(&self.buf[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}

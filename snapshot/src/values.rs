@@ -1,0 +1,666 @@
+//! Pickle values and the arena they live in, with the lowering that keeps big snapshots small.
+//!
+//! A generic tree of a million trace-entry dicts would take several times the file's size. Instead,
+//! the moment a finished container is placed inside another one (APPEND, SETITEM, …) it is
+//! *lowered* by its shape: a `{filename, line, name}` dict becomes an interned [`Frame`], a list of
+//! frames an interned stack, a dict with an `action` key a row of the columnar [`TraceTable`], and
+//! an empty list a plain marker. The container's slot is then recycled, and the memo slot that
+//! pointed at it is rewritten to the lowered value, so a later `BINGET` of the same frame list (how
+//! pickle shares identical stacks) costs nothing: stacks are interned by memo identity.
+//! Everything else (segments, blocks, settings) stays a generic container for `lower.rs` to read.
+
+use rustc_hash::FxHashMap;
+
+use crate::intern::{StrId, StringPool};
+use crate::model::{Action, Frame, FrameId, Frames, StackId, Stacks, TraceTable};
+
+/// Limits that keep hostile input from taking unbounded memory. Time is linear in the input.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Longest single string or bytes object.
+    pub max_string_bytes: u64,
+    /// Most values on the pickle machine's stack at once.
+    pub max_stack: usize,
+    /// Most memo entries.
+    pub max_memo: usize,
+    /// Most containers (lists, dicts, tuples) alive at once; lowered ones do not count.
+    pub max_live_containers: usize,
+    /// Most values held in containers that are alive at once.
+    pub max_container_items: u64,
+    /// Most bytes of interned strings.
+    pub max_string_pool_bytes: u64,
+    /// Deepest nesting when converting generic values (JSON input, allocator settings).
+    pub max_depth: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_string_bytes: 64 << 20,
+            max_stack: 16 << 20,
+            max_memo: 256 << 20,
+            max_live_containers: 8 << 20,
+            max_container_items: 128 << 20,
+            max_string_pool_bytes: 1 << 30,
+            max_depth: 128,
+        }
+    }
+}
+
+/// Why the heap refused an operation.
+#[derive(Debug)]
+pub(crate) enum HeapErr {
+    Limit { what: &'static str, limit: u64 },
+    Bad(String),
+}
+
+impl From<String> for HeapErr {
+    fn from(s: String) -> Self {
+        HeapErr::Bad(s)
+    }
+}
+
+impl From<&str> for HeapErr {
+    fn from(s: &str) -> Self {
+        HeapErr::Bad(s.to_string())
+    }
+}
+
+/// Handle of a container in the arena; `generation` catches use after the slot was recycled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Cid {
+    idx: u32,
+    generation: u32,
+}
+
+/// A value on the pickle machine's stack, in the memo, or inside a container. 16 bytes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Value {
+    None,
+    Bool(bool),
+    Int(i64),
+    /// An integer outside i64, stored in [`Heap::bigs`].
+    Big(u32),
+    Float(f64),
+    Str(StrId),
+    /// A bytes/bytearray object; its content is never needed and not kept.
+    Bytes,
+    Obj(Cid),
+    EmptyList,
+    Frame(FrameId),
+    Stack(StackId),
+    /// A row of [`Heap::trace`].
+    Entry(u32),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    List,
+    Dict,
+    Tuple,
+    Set,
+}
+
+#[derive(Debug)]
+pub(crate) enum Items {
+    /// Values; for dicts, keys and values alternate.
+    Vals(Vec<Value>),
+    /// A list holding consecutive trace rows `start..start+len` (the common case, kept compact).
+    Entries { start: u32, len: u32 },
+}
+
+#[derive(Debug)]
+struct Container {
+    generation: u32,
+    kind: Kind,
+    live: bool,
+    /// References outside the memo (stack copies, places in other containers). A lowered
+    /// container stays as a forwarding tombstone until the last one is consumed.
+    refs: u32,
+    lowered: Option<Value>,
+    memo: u64,
+    items: Items,
+}
+
+const NO_MEMO: u64 = u64::MAX;
+
+/// Ids of the strings the lowering looks for: interned first, in this order, by [`Heap::new`], so
+/// the lowering can `match` on them.
+mod key {
+    pub const NAMES: [&str; 13] = [
+        "action",
+        "addr",
+        "size",
+        "stream",
+        "time_us",
+        "frames",
+        "compile_context",
+        "user_metadata",
+        "device_free",
+        "filename",
+        "line",
+        "name",
+        "N/A",
+    ];
+    pub const ACTION: u32 = 1;
+    pub const ADDR: u32 = 2;
+    pub const SIZE: u32 = 3;
+    pub const STREAM: u32 = 4;
+    pub const TIME_US: u32 = 5;
+    pub const FRAMES: u32 = 6;
+    pub const COMPILE_CONTEXT: u32 = 7;
+    pub const USER_METADATA: u32 = 8;
+    pub const DEVICE_FREE: u32 = 9;
+    pub const FILENAME: u32 = 10;
+    pub const LINE: u32 = 11;
+    pub const NAME: u32 = 12;
+    pub const NOT_AVAILABLE: u32 = 13;
+}
+
+/// Everything values refer to: strings, frames, stacks, trace rows, big integers, containers, memo.
+#[derive(Debug)]
+pub(crate) struct Heap {
+    pub strings: StringPool,
+    pub frames: Frames,
+    pub stacks: Stacks,
+    pub trace: TraceTable,
+    pub bigs: Vec<i128>,
+    pub limits: Limits,
+    containers: Vec<Container>,
+    free: Vec<u32>,
+    live_containers: usize,
+    container_items: u64,
+    memo: Vec<Value>,
+    memo_sparse: FxHashMap<u64, Value>,
+    scratch: Vec<FrameId>,
+    /// Item vectors of lowered containers, reused for new ones (saves a malloc per entry).
+    spare: Vec<Vec<Value>>,
+}
+
+impl Heap {
+    pub fn new(limits: Limits) -> Heap {
+        let mut strings = StringPool::default();
+        for (i, name) in key::NAMES.iter().enumerate() {
+            let id = strings.intern(name);
+            debug_assert_eq!(id.0 as usize, i + 1);
+        }
+        for (i, a) in Action::KNOWN.iter().enumerate() {
+            let id = strings.intern(a.as_str());
+            debug_assert_eq!(id.0 as usize, key::NAMES.len() + 1 + i);
+        }
+        Heap {
+            strings,
+            frames: Frames::default(),
+            stacks: Stacks::default(),
+            trace: TraceTable::default(),
+            bigs: Vec::new(),
+            limits,
+            containers: Vec::new(),
+            free: Vec::new(),
+            live_containers: 0,
+            container_items: 0,
+            memo: Vec::new(),
+            memo_sparse: FxHashMap::default(),
+            scratch: Vec::new(),
+            spare: Vec::new(),
+        }
+    }
+
+    pub fn intern(&mut self, s: &str) -> Result<StrId, HeapErr> {
+        let id = self.strings.intern(s);
+        if self.strings.heap_bytes() as u64 / 2 > self.limits.max_string_pool_bytes {
+            return Err(HeapErr::Limit { what: "interned string bytes", limit: self.limits.max_string_pool_bytes });
+        }
+        Ok(id)
+    }
+
+    pub fn new_container(&mut self, kind: Kind, mut items: Vec<Value>) -> Result<Value, HeapErr> {
+        if items.is_empty()
+            && let Some(spare) = self.spare.pop()
+        {
+            items = spare;
+        }
+        if self.live_containers >= self.limits.max_live_containers {
+            return Err(HeapErr::Limit { what: "live containers", limit: self.limits.max_live_containers as u64 });
+        }
+        self.add_items(items.len() as u64)?;
+        self.live_containers += 1;
+        let c = Container { generation: 0, kind, live: true, refs: 1, lowered: None, memo: NO_MEMO, items: Items::Vals(items) };
+        let idx = match self.free.pop() {
+            Some(idx) => {
+                let slot = &mut self.containers[idx as usize];
+                let generation = slot.generation;
+                *slot = Container { generation, ..c };
+                idx
+            }
+            None => {
+                self.containers.push(c);
+                (self.containers.len() - 1) as u32
+            }
+        };
+        Ok(Value::Obj(Cid { idx, generation: self.containers[idx as usize].generation }))
+    }
+
+    fn add_items(&mut self, n: u64) -> Result<(), HeapErr> {
+        self.container_items += n;
+        if self.container_items > self.limits.max_container_items {
+            return Err(HeapErr::Limit { what: "values held in containers", limit: self.limits.max_container_items });
+        }
+        Ok(())
+    }
+
+    fn slot(&self, cid: Cid) -> Result<&Container, HeapErr> {
+        match self.containers.get(cid.idx as usize) {
+            Some(c) if c.live && c.generation == cid.generation && c.lowered.is_none() => Ok(c),
+            _ => Err(HeapErr::Bad("a container is used after it was consumed (shared mutable objects are not snapshot data)".into())),
+        }
+    }
+
+    fn slot_mut(&mut self, cid: Cid) -> Result<&mut Container, HeapErr> {
+        match self.containers.get_mut(cid.idx as usize) {
+            Some(c) if c.live && c.generation == cid.generation && c.lowered.is_none() => Ok(c),
+            _ => Err(HeapErr::Bad("a container is used after it was consumed (shared mutable objects are not snapshot data)".into())),
+        }
+    }
+
+    pub fn kind(&self, cid: Cid) -> Result<Kind, HeapErr> {
+        Ok(self.slot(cid)?.kind)
+    }
+
+    pub fn items(&self, cid: Cid) -> Result<&Items, HeapErr> {
+        Ok(&self.slot(cid)?.items)
+    }
+
+    /// The list's values, with compact entry runs expanded.
+    pub fn list_values(&self, cid: Cid) -> Result<Vec<Value>, HeapErr> {
+        Ok(match self.items(cid)? {
+            Items::Vals(v) => v.clone(),
+            Items::Entries { start, len } => (*start..start + len).map(Value::Entry).collect(),
+        })
+    }
+
+    /// Appends consumed values to a list, tuple or set.
+    pub fn extend(&mut self, target: Value, values: &[Value]) -> Result<(), HeapErr> {
+        let Value::Obj(cid) = target else { return Err("APPEND to something that is not a list".into()) };
+        let c = self.slot_mut(cid)?;
+        if c.kind == Kind::Dict {
+            return Err("APPEND to something that is not a list".into());
+        }
+        if let Items::Vals(vals) = &mut c.items
+            && !values.iter().any(|v| matches!(v, Value::Obj(_) | Value::Entry(_)))
+        {
+            // Plain values (frames of a stack, numbers): nothing to consume.
+            vals.extend_from_slice(values);
+            return self.add_items(values.len() as u64);
+        }
+        // Taken out while appending (consuming may lower other containers); put back below.
+        let mut items = std::mem::replace(&mut c.items, Items::Vals(Vec::new()));
+        for &v in values {
+            let v = if matches!(v, Value::Obj(_)) { self.consume(v)? } else { v };
+            match (&mut items, v) {
+                (Items::Vals(vals), Value::Entry(e)) if vals.is_empty() => items = Items::Entries { start: e, len: 1 },
+                (Items::Entries { start, len }, Value::Entry(e)) if e == *start + *len => *len += 1,
+                (Items::Entries { start, len }, v) => {
+                    let mut vals: Vec<Value> = (*start..*start + *len).map(Value::Entry).collect();
+                    vals.push(v);
+                    items = Items::Vals(vals);
+                }
+                (Items::Vals(vals), v) => vals.push(v),
+            }
+        }
+        self.slot_mut(cid)?.items = items;
+        self.add_items(values.len() as u64)
+    }
+
+    /// Sets consumed key/value pairs in a dict.
+    pub fn set_items(&mut self, target: Value, pairs: &[Value]) -> Result<(), HeapErr> {
+        let Value::Obj(cid) = target else { return Err("SETITEM on something that is not a dict".into()) };
+        let c = self.slot_mut(cid)?;
+        if c.kind != Kind::Dict {
+            return Err("SETITEM on something that is not a dict".into());
+        }
+        if pairs.len() % 2 != 0 {
+            return Err("SETITEMS with an odd number of items".into());
+        }
+        let mut items = std::mem::replace(&mut c.items, Items::Vals(Vec::new()));
+        let Items::Vals(vals) = &mut items else { unreachable!("dicts never hold entry runs") };
+        vals.reserve(pairs.len());
+        for &v in pairs {
+            let v = if matches!(v, Value::Obj(_)) { self.consume(v)? } else { v };
+            vals.push(v);
+        }
+        self.slot_mut(cid)?.items = items;
+        self.add_items(pairs.len() as u64)
+    }
+
+    pub fn memo_put(&mut self, key: u64, v: Value) -> Result<(), HeapErr> {
+        if let Value::Obj(cid) = v {
+            self.slot_mut(cid)?.memo = key;
+        }
+        let len = self.memo.len() as u64;
+        if key < len {
+            self.memo[key as usize] = v;
+        } else if key == len && self.memo.len() < self.limits.max_memo {
+            self.memo.push(v);
+        } else {
+            if self.memo_sparse.len() >= self.limits.max_memo {
+                return Err(HeapErr::Limit { what: "memo entries", limit: self.limits.max_memo as u64 });
+            }
+            self.memo_sparse.insert(key, v);
+        }
+        Ok(())
+    }
+
+    pub fn memo_len(&self) -> u64 {
+        (self.memo.len() + self.memo_sparse.len()) as u64
+    }
+
+    #[inline(always)]
+    pub fn memo_get(&mut self, key: u64) -> Result<Value, HeapErr> {
+        if let Some(&v) = self.memo.get(key as usize) {
+            if let Value::Obj(_) = v {
+                self.add_ref(v);
+            }
+            return Ok(v);
+        }
+        self.memo_get_sparse(key)
+    }
+
+    #[cold]
+    fn memo_get_sparse(&mut self, key: u64) -> Result<Value, HeapErr> {
+        let v = self
+            .memo_sparse
+            .get(&key)
+            .copied()
+            .ok_or_else(|| HeapErr::Bad(format!("memo key {key} was never stored")))?;
+        self.add_ref(v);
+        Ok(v)
+    }
+
+    /// Drops the machine's working state once parsing is done; the tables stay.
+    pub fn release_memo(&mut self) {
+        self.memo = Vec::new();
+        self.memo_sparse = FxHashMap::default();
+    }
+
+    pub fn int(&self, v: Value) -> Option<i128> {
+        match v {
+            Value::Int(i) => Some(i as i128),
+            Value::Big(b) => Some(self.bigs[b as usize]),
+            Value::Bool(b) => Some(b as i128),
+            Value::Float(f) if f.fract() == 0.0 && f.abs() < 1e38 => Some(f as i128),
+            _ => None,
+        }
+    }
+
+    /// An unsigned 64-bit field (addresses, sizes, stream handles): negatives and values
+    /// ≥ 2^64 wrap, as a C `uintptr_t` would.
+    pub fn u64(&self, v: Value) -> Option<u64> {
+        self.int(v).map(|i| i as u64)
+    }
+
+    pub fn str_of(&self, v: Value) -> Option<&str> {
+        match v {
+            Value::Str(s) => Some(self.strings.get(s)),
+            _ => None,
+        }
+    }
+
+    /// Lowers a finished value by its shape as it is placed into a container (module docs).
+    pub fn consume(&mut self, v: Value) -> Result<Value, HeapErr> {
+        let Value::Obj(cid) = v else { return Ok(v) };
+        if let Some(c) = self.containers.get(cid.idx as usize)
+            && c.live
+            && c.generation == cid.generation
+            && let Some(l) = c.lowered
+        {
+            self.release(cid);
+            return Ok(l);
+        }
+        let c = self.slot_mut(cid)?;
+        let kind = c.kind;
+        // Taken out while lowering, so the lowering may use the rest of the heap.
+        let items = std::mem::replace(&mut c.items, Items::Vals(Vec::new()));
+        let lowered = match (kind, &items) {
+            (Kind::List, Items::Vals(vals)) if vals.is_empty() => Some(Value::EmptyList),
+            (Kind::List, Items::Vals(vals)) if matches!(vals[0], Value::Frame(_)) => {
+                self.scratch.clear();
+                let all_frames = vals.iter().all(|x| match x {
+                    Value::Frame(f) => {
+                        self.scratch.push(*f);
+                        true
+                    }
+                    _ => false,
+                });
+                all_frames.then(|| Value::Stack(self.stacks.intern(&self.scratch)))
+            }
+            (Kind::Dict, Items::Vals(vals)) => self.lower_dict(vals)?,
+            _ => None,
+        };
+        let n = match &items {
+            Items::Vals(v) => v.len() as u64,
+            Items::Entries { len, .. } => *len as u64,
+        };
+        match lowered {
+            Some(l) => {
+                self.container_items -= n.min(self.container_items);
+                if let Items::Vals(mut v) = items
+                    && v.capacity() <= 4096
+                    && self.spare.len() < 4096
+                {
+                    v.clear();
+                    self.spare.push(v);
+                }
+                let c = &mut self.containers[cid.idx as usize];
+                c.lowered = Some(l);
+                let memo = c.memo;
+                // Later BINGETs of this object get the lowered value directly.
+                if memo != NO_MEMO {
+                    let slot = if (memo as usize) < self.memo.len() {
+                        self.memo.get_mut(memo as usize)
+                    } else {
+                        self.memo_sparse.get_mut(&memo)
+                    };
+                    if let Some(slot) = slot
+                        && *slot == Value::Obj(cid)
+                    {
+                        *slot = l;
+                    }
+                }
+                self.release(cid);
+                Ok(l)
+            }
+            None => {
+                self.containers[cid.idx as usize].items = items;
+                Ok(v)
+            }
+        }
+    }
+
+    /// Records one more reference to a container (BINGET, DUP).
+    #[inline]
+    pub fn add_ref(&mut self, v: Value) {
+        if let Value::Obj(cid) = v
+            && let Some(c) = self.containers.get_mut(cid.idx as usize)
+            && c.generation == cid.generation
+        {
+            c.refs = c.refs.saturating_add(1);
+        }
+    }
+
+    /// Drops one reference to a lowered container; the last one recycles its slot.
+    fn release(&mut self, cid: Cid) {
+        let c = &mut self.containers[cid.idx as usize];
+        c.refs = c.refs.saturating_sub(1);
+        if c.refs == 0 {
+            c.live = false;
+            c.lowered = None;
+            c.generation = c.generation.wrapping_add(1);
+            self.free.push(cid.idx);
+            self.live_containers -= 1;
+        }
+    }
+
+    fn lower_dict(&mut self, vals: &[Value]) -> Result<Option<Value>, HeapErr> {
+        let mut has_action = false;
+        let mut frame_keys = 0;
+        let mut other_keys = false;
+        for pair in vals.chunks_exact(2) {
+            match pair[0] {
+                Value::Str(StrId(key::ACTION)) => has_action = true,
+                Value::Str(StrId(key::FILENAME | key::NAME | key::LINE)) => frame_keys += 1,
+                _ => other_keys = true,
+            }
+        }
+        if has_action {
+            return self.lower_entry(vals).map(Some);
+        }
+        if !other_keys && frame_keys >= 2 {
+            let mut f = Frame { filename: StrId::EMPTY, name: StrId::EMPTY, line: 0 };
+            for pair in vals.chunks_exact(2) {
+                match (pair[0], pair[1]) {
+                    (Value::Str(StrId(key::LINE)), v) => {
+                        f.line = self.int(v).unwrap_or(0).clamp(0, u32::MAX as i128) as u32
+                    }
+                    (Value::Str(StrId(key::FILENAME)), Value::Str(s)) => f.filename = s,
+                    (Value::Str(StrId(key::NAME)), Value::Str(s)) => f.name = s,
+                    _ => {}
+                }
+            }
+            return Ok(Some(Value::Frame(self.frames.intern(f))));
+        }
+        Ok(None)
+    }
+
+    /// Converts a frames value (already lowered, or a list of frame-shaped dicts) to a stack id.
+    pub fn stack_of(&mut self, v: Value) -> StackId {
+        match v {
+            Value::Stack(s) => s,
+            Value::Obj(cid) => {
+                let Ok(Items::Vals(vals)) = self.items(cid) else { return StackId::EMPTY };
+                let vals = vals.clone();
+                let mut frames = Vec::with_capacity(vals.len());
+                for v in vals {
+                    match self.consume(v) {
+                        Ok(Value::Frame(f)) => frames.push(f),
+                        _ => continue,
+                    }
+                }
+                self.stacks.intern(&frames)
+            }
+            _ => StackId::EMPTY,
+        }
+    }
+
+    fn lower_entry(&mut self, vals: &[Value]) -> Result<Value, HeapErr> {
+        let row = self.trace.len() as u32;
+        let (mut action, mut other) = (Action::Other, None);
+        let (mut addr, mut size, mut stream, mut time_us) = (0u64, 0u64, 0u64, 0i64);
+        let mut stack = StackId::EMPTY;
+        for pair in vals.chunks_exact(2) {
+            let Value::Str(StrId(k)) = pair[0] else { continue };
+            let v = pair[1];
+            match k {
+                key::ACTION => {
+                    if let Value::Str(s) = v {
+                        let first = key::NAMES.len() as u32 + 1;
+                        match Action::KNOWN.get(s.0.wrapping_sub(first) as usize) {
+                            Some(a) => action = *a,
+                            None => other = Some(s),
+                        }
+                    }
+                }
+                key::ADDR => addr = self.u64(v).unwrap_or(0),
+                key::SIZE => size = self.u64(v).unwrap_or(0),
+                key::STREAM => stream = self.u64(v).unwrap_or(0),
+                key::TIME_US => time_us = self.int(v).unwrap_or(0) as i64,
+                key::FRAMES => stack = self.stack_of(v),
+                key::DEVICE_FREE => {
+                    if let Some(f) = self.u64(v) {
+                        self.trace.device_free.push((row, f));
+                    }
+                }
+                key::COMPILE_CONTEXT => {
+                    if let Value::Str(s) = v
+                        && s != StrId(key::NOT_AVAILABLE)
+                        && s != StrId::EMPTY
+                    {
+                        self.trace.compile_context.push((row, s));
+                    }
+                }
+                key::USER_METADATA => {
+                    if let Value::Str(s) = v
+                        && s != StrId::EMPTY
+                    {
+                        self.trace.user_metadata.push((row, s));
+                    }
+                }
+                _ => {}
+            }
+        }
+        if let Some(s) = other {
+            self.trace.other_action.push((row, s));
+        }
+        let t = &mut self.trace;
+        t.action.push(action);
+        t.addr.push(addr);
+        t.size.push(size);
+        t.stream.push(stream);
+        t.time_us.push(time_us);
+        t.stack.push(stack);
+        Ok(Value::Entry(row))
+    }
+
+    /// Dict pairs of a generic container, with keys as strings (non-string keys skipped).
+    pub fn dict_pairs(&self, v: Value) -> Vec<(&str, Value)> {
+        let Value::Obj(cid) = v else { return Vec::new() };
+        match (self.slot(cid).map(|c| (c.kind, &c.items)), ()) {
+            (Ok((Kind::Dict, Items::Vals(vals))), ()) => vals
+                .chunks_exact(2)
+                .filter_map(|p| self.str_of(p[0]).map(|k| (k, p[1])))
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Generic JSON view of a small value (allocator settings and other free-form fields).
+    pub fn to_json(&self, v: Value, depth: usize) -> Result<serde_json::Value, HeapErr> {
+        use serde_json::Value as J;
+        if depth > self.limits.max_depth {
+            return Err(HeapErr::Limit { what: "nesting depth", limit: self.limits.max_depth as u64 });
+        }
+        Ok(match v {
+            Value::None => J::Null,
+            Value::Bool(b) => J::Bool(b),
+            Value::Int(i) => J::from(i),
+            Value::Big(b) => {
+                let i = self.bigs[b as usize];
+                match u64::try_from(i) {
+                    Ok(u) => J::from(u),
+                    Err(_) => J::String(i.to_string()),
+                }
+            }
+            Value::Float(f) => serde_json::Number::from_f64(f).map(J::Number).unwrap_or(J::Null),
+            Value::Str(s) => J::String(self.strings.get(s).to_string()),
+            Value::Bytes => J::Null,
+            Value::EmptyList | Value::Stack(_) | Value::Entry(_) | Value::Frame(_) => J::Array(Vec::new()),
+            Value::Obj(cid) => match (self.kind(cid)?, self.items(cid)?) {
+                (Kind::Dict, Items::Vals(vals)) => {
+                    let mut m = serde_json::Map::new();
+                    for p in vals.chunks_exact(2) {
+                        let key = match p[0] {
+                            Value::Str(s) => self.strings.get(s).to_string(),
+                            other => self.to_json(other, depth + 1)?.to_string(),
+                        };
+                        m.insert(key, self.to_json(p[1], depth + 1)?);
+                    }
+                    J::Object(m)
+                }
+                (_, Items::Vals(vals)) => {
+                    J::Array(vals.iter().map(|x| self.to_json(*x, depth + 1)).collect::<Result<_, _>>()?)
+                }
+                (_, Items::Entries { .. }) => J::Array(Vec::new()),
+            },
+        })
+    }
+}

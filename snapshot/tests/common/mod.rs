@@ -1,0 +1,52 @@
+//! Helpers shared by the engine's integration tests: where fixtures live and how to load them.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+pub fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures")
+}
+
+pub fn fixture(name: &str) -> PathBuf {
+    fixtures().join(name)
+}
+
+pub fn read(name: &str) -> snapshot::Snapshot {
+    let path = fixture(name);
+    let f = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    snapshot::read(f).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+pub fn analyze(name: &str) -> (snapshot::Snapshot, snapshot::analysis::Index, snapshot::analysis::Report) {
+    let snap = read(name);
+    let (index, report) = snapshot::analysis::analyze(&snap, &Default::default());
+    (snap, index, report)
+}
+
+/// The figures `figures.json` holds (Python's own unpickler), in the shape our report has them.
+pub fn reference_figures(scenario: &str) -> serde_json::Value {
+    let text = std::fs::read_to_string(fixture(&format!("{scenario}.figures.json"))).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v.as_object_mut().unwrap().remove("python_pickle_load_s");
+    v
+}
+
+/// Our report's figures, restricted to the keys the reference has.
+pub fn our_figures(report: &snapshot::analysis::Report, reference: &serde_json::Value) -> serde_json::Value {
+    let ours = serde_json::to_value(report).unwrap();
+    restrict(&ours, reference)
+}
+
+fn restrict(ours: &serde_json::Value, reference: &serde_json::Value) -> serde_json::Value {
+    match (ours, reference) {
+        (serde_json::Value::Object(o), serde_json::Value::Object(r)) => {
+            let mut out = serde_json::Map::new();
+            for (k, rv) in r {
+                let ov = o.get(k).cloned().unwrap_or(serde_json::Value::Null);
+                out.insert(k.clone(), if rv.is_object() { restrict(&ov, rv) } else { ov });
+            }
+            serde_json::Value::Object(out)
+        }
+        (o, _) => o.clone(),
+    }
+}

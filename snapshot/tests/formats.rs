@@ -1,0 +1,104 @@
+//! Every encoding and layout a snapshot comes in reads to the same tables: other pickle protocols,
+//! the JSON form, gzip/zstd/xz, PyTorch ≤1.13 and 2.0 layouts, and integers ≥ 2^63.
+
+mod common;
+
+use snapshot::analysis;
+
+fn figures(name: &str) -> serde_json::Value {
+    let (_, _, report) = common::analyze(name);
+    let reference = common::reference_figures("multistream");
+    common::our_figures(&report, &reference)
+}
+
+#[test]
+fn other_protocols_and_compressions_read_the_same() {
+    let want = common::reference_figures("multistream");
+    for name in [
+        "variants/multistream.proto0.pickle",
+        "variants/multistream.proto1.pickle",
+        "variants/multistream.proto2.pickle",
+        "variants/multistream.proto5.pickle",
+        "variants/multistream.pickle.gz",
+        "variants/multistream.pickle.zst",
+        "variants/multistream.pickle.xz",
+        "variants/multistream.json",
+    ] {
+        assert_eq!(figures(name), want, "{name}");
+    }
+    assert_eq!(common::read("variants/multistream.proto2.pickle").format.protocol, 2);
+    assert_eq!(common::read("variants/multistream.proto5.pickle").format.protocol, 5);
+    assert_eq!(common::read("variants/multistream.pickle.zst").format.compression, "zstd");
+    assert_eq!(common::read("variants/multistream.json").format.encoding, "json");
+}
+
+#[test]
+fn stacks_survive_every_encoding() {
+    let base = common::read("multistream.pickle");
+    for name in ["variants/multistream.proto0.pickle", "variants/multistream.proto2.pickle", "variants/multistream.json"] {
+        let other = common::read(name);
+        assert_eq!(other.trace.len(), base.trace.len());
+        for r in [0usize, 17, 100, base.trace.len() - 1] {
+            let a: Vec<_> = snapshot::frames::full_stack(&base, base.trace.stack[r]);
+            let b: Vec<_> = snapshot::frames::full_stack(&other, other.trace.stack[r]);
+            assert_eq!(a, b, "{name} row {r}");
+        }
+    }
+}
+
+#[test]
+fn pytorch_2_0_layout_with_block_history() {
+    let (snap, _, report) = common::analyze("variants/legacy_2_0.pickle");
+    assert_eq!(snap.format.layout, "block_history");
+    assert_eq!(report.summary.segments, 3);
+    assert_eq!(report.summary.reserved_bytes, 54_525_952);
+    assert_eq!(report.summary.devices["0"].entries, 272);
+    // Block addresses are computed from the segment base; the pending block's stack comes from history.
+    let base = common::read("multistream.pickle");
+    let addrs = |s: &snapshot::Snapshot| s.blocks.iter().map(|b| b.address).collect::<Vec<_>>();
+    assert_eq!(addrs(&snap), addrs(&base));
+    let pending = snap.blocks.iter().find(|b| b.state == snapshot::BlockState::ActivePendingFree).unwrap();
+    assert!(!snap.stack(pending.stack).is_empty());
+    assert!(report.summary.devices["0"].first_time_us.is_none());
+}
+
+#[test]
+fn pytorch_1_13_bare_segment_list() {
+    let (snap, _, report) = common::analyze("variants/legacy_1_13.pickle");
+    assert_eq!(snap.format.layout, "legacy_segment_list");
+    assert_eq!(report.summary.segments, 3);
+    assert_eq!(report.summary.blocks, 3);
+    assert!(snap.devices.is_empty());
+    assert_eq!(report.warnings[0].code, "history_not_enabled");
+}
+
+#[test]
+fn integers_of_nine_bytes() {
+    let snap = common::read("variants/big_ints.pickle");
+    let big_stream = (1u64 << 63) + 7;
+    assert!(snap.segments.iter().all(|s| s.stream == big_stream));
+    assert_eq!(snap.trace.addr[0], u64::MAX - 4095);
+    assert!(snap.trace.stream.iter().all(|&s| s == big_stream));
+    let (_, report) = analysis::analyze(&snap, &Default::default());
+    assert_eq!(report.summary.segments, 3);
+}
+
+#[test]
+fn unknown_keys_and_missing_keys_are_tolerated() {
+    let doc = serde_json::json!({
+        "segments": [{"device": 0, "address": 4096, "total_size": 2097152, "blocks": [
+            {"size": 1024, "state": "active_allocated", "shiny_new_key": [1, 2, 3]},
+            {"size": 2096128, "state": "inactive"}
+        ], "future_field": {"a": 1}}],
+        "device_traces": [[{"action": "alloc", "addr": 4096, "size": 1000, "brand_new": true},
+                           {"action": "some_future_action", "addr": 0, "size": 0}]],
+        "another_top_level_key": 5
+    });
+    let snap = snapshot::from_bytes(doc.to_string().as_bytes()).unwrap();
+    assert_eq!(snap.blocks[0].address, 4096);
+    assert_eq!(snap.blocks[1].address, 4096 + 1024);
+    assert_eq!(snap.blocks[0].requested_size, 1024);
+    let (_, report) = analysis::analyze(&snap, &Default::default());
+    assert_eq!(report.summary.devices["0"].actions["some_future_action"], 1);
+    assert_eq!(report.summary.allocated_bytes, 1024);
+}

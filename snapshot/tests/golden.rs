@@ -1,0 +1,189 @@
+//! Golden tests over every real fixture (recorded on an H200 with PyTorch 2.11): our figures must
+//! equal those Python's own unpickler produced, and each scenario's planted behaviour must be
+//! found. `tests/golden/NAME.txt` holds a digest of every analysis; run with `UPDATE_GOLDEN=1` to
+//! rewrite them after an intended change, and review the diff.
+
+mod common;
+
+use std::fmt::Write;
+
+use snapshot::analysis::{self, Verdict};
+
+const SCENARIOS: [&str; 7] =
+    ["leak_detached_cache", "steady_train", "fragmentation", "oom_fraction", "segments_only", "multistream", "big_python"];
+
+fn file_of(scenario: &str) -> String {
+    if scenario == "big_python" { "big_python.pickle.xz".into() } else { format!("{scenario}.pickle") }
+}
+
+#[test]
+fn figures_equal_python_reference() {
+    for scenario in SCENARIOS {
+        let (_, _, report) = common::analyze(&file_of(scenario));
+        let reference = common::reference_figures(scenario);
+        let ours = common::our_figures(&report, &reference);
+        assert_eq!(ours, reference, "{scenario}: figures differ from figures.json");
+    }
+}
+
+/// A digest of every analysis, compared with `tests/golden/SCENARIO.txt`.
+fn digest(scenario: &str) -> String {
+    let (snap, index, report) = common::analyze(&file_of(scenario));
+    let mut o = String::new();
+    let _ = writeln!(o, "format: {:?}", report.format);
+    let _ = writeln!(o, "tables: strings={} frames={} stacks={} entries={}", snap.strings.len(), snap.frames.len(), snap.stacks.len(), snap.trace.len());
+    for w in &report.warnings {
+        let _ = writeln!(o, "warning: {}", w.code);
+    }
+    for l in &report.leak_suspects {
+        let site = l.site.as_ref().map(|s| format!("{}:{}", s.filename.rsplit('/').next().unwrap(), s.line));
+        let _ = writeln!(o, "leak: {site:?} bytes={} count={} spread={} series_end={}", l.bytes, l.count, l.spread, l.series.last().unwrap().live_bytes);
+    }
+    for m in &report.ooms {
+        let _ = writeln!(
+            o,
+            "oom: requested={} block={} free={:?} reserved={} allocated={} largest_free={} verdict={:?}",
+            m.requested_bytes, m.block_bytes, m.device_free_bytes, m.reserved_bytes, m.allocated_bytes, m.largest_free_block_bytes, m.verdict
+        );
+    }
+    for f in &report.fragmentation {
+        let _ = writeln!(o, "fragmentation: device={} {:?}", f.device, f.total);
+    }
+    for d in &index.devices {
+        let _ = writeln!(
+            o,
+            "device {}: events={} allocations={} segments={} checkpoints={} peak={}@{} live_at_start={} reserved_at_start={}",
+            d.device, d.len, d.allocations.len(), d.segments.len(), d.checkpoints.len(), d.peak_live_bytes, d.peak_position, d.live_at_start, d.reserved_at_start
+        );
+        if let Some(st) = analysis::stacks_at(&snap, &index, d.device, None, 3) {
+            for s in &st.sites {
+                let site = s.site.as_ref().map(|f| format!("{}:{} {}", f.filename.rsplit('/').next().unwrap(), f.line, f.name));
+                let _ = writeln!(o, "  peak site: {site:?} bytes={} count={}", s.bytes, s.count);
+            }
+        }
+        let mid = analysis::state_at(&snap, &index, d.device, d.len / 2);
+        let _ = writeln!(o, "  state@{}: segments={} {:?}", d.len / 2, mid.segments.len(), mid.total);
+    }
+    o
+}
+
+#[test]
+fn analyses_match_golden_digests() {
+    let update = std::env::var_os("UPDATE_GOLDEN").is_some();
+    let dir = common::fixtures().join("../golden");
+    let mut failures = Vec::new();
+    for scenario in SCENARIOS {
+        let got = digest(scenario);
+        let path = dir.join(format!("{scenario}.txt"));
+        if update {
+            std::fs::write(&path, &got).unwrap();
+            continue;
+        }
+        let want = std::fs::read_to_string(&path).unwrap_or_default();
+        if got != want {
+            failures.push(format!("{scenario}:\n--- expected ({})\n{want}\n--- got\n{got}", path.display()));
+        }
+    }
+    assert!(failures.is_empty(), "golden digests differ (UPDATE_GOLDEN=1 rewrites them):\n{}", failures.join("\n"));
+}
+
+#[test]
+fn leak_detached_cache_leads_with_planted_line() {
+    let (_, _, report) = common::analyze("leak_detached_cache.pickle");
+    let top = &report.leak_suspects[0];
+    let site = top.site.as_ref().unwrap();
+    assert!(site.filename.ends_with("gen_snapshots.py") && site.line == 126, "top suspect is {site:?}");
+    assert!(top.frames.iter().any(|f| f.filename.ends_with("gen_snapshots.py") && f.line == 126));
+    // 60 iterations, about 2 MiB each.
+    assert_eq!(top.count, 60);
+    assert_eq!(top.bytes, 60 * 2 * 1024 * 1024);
+    // The evidence grows.
+    let s = &top.series;
+    assert!(s.last().unwrap().live_bytes > s[s.len() / 2].live_bytes && s[s.len() / 2].live_bytes > s[0].live_bytes);
+}
+
+#[test]
+fn steady_train_has_no_leak_suspects() {
+    let (_, _, report) = common::analyze("steady_train.pickle");
+    assert!(report.leak_suspects.is_empty(), "{:#?}", report.leak_suspects.iter().map(|l| &l.site).collect::<Vec<_>>());
+}
+
+#[test]
+fn oom_fraction_reports_one_fragmentation_oom_of_24_mib() {
+    let (_, _, report) = common::analyze("oom_fraction.pickle");
+    assert_eq!(report.ooms.len(), 1);
+    let oom = &report.ooms[0];
+    assert_eq!(oom.requested_bytes, 24 << 20);
+    assert_eq!(oom.device, 0);
+    assert_eq!(oom.device_free_bytes, Some(143_561_719_808));
+    assert_eq!(oom.verdict, Verdict::Fragmentation);
+    assert!(oom.largest_free_block_bytes < oom.block_bytes);
+    // The growing list at line 181 is both the leak suspect and the largest site at the OOM.
+    let site = report.leak_suspects[0].site.as_ref().unwrap();
+    assert_eq!((site.filename.rsplit('/').next().unwrap(), site.line), ("gen_snapshots.py", 181));
+    let largest = oom.largest_sites[0].site.as_ref().unwrap();
+    assert_eq!(largest.line, 181);
+}
+
+#[test]
+fn multistream_shows_the_pending_free() {
+    let (snap, index, report) = common::analyze("multistream.pickle");
+    assert_eq!(report.summary.pending_free_blocks, 1);
+    assert_eq!(report.summary.pending_free_bytes, 16 << 20);
+    // The trace agrees: one allocation has free_requested without free_completed.
+    let d = index.device(0).unwrap();
+    let pending: Vec<_> = d.allocations.iter().filter(|a| a.free_requested != analysis::index::NONE && a.end == analysis::index::NONE).collect();
+    assert_eq!(pending.len(), 1);
+    let end = analysis::state_at(&snap, &index, 0, d.len);
+    assert!(end.segments.iter().flat_map(|s| &s.blocks).any(|b| b.state == snapshot::BlockState::ActivePendingFree));
+}
+
+#[test]
+fn segments_only_analyses_without_traces() {
+    let (_, index, report) = common::analyze("segments_only.pickle");
+    assert_eq!(report.summary.segments, 12);
+    assert!(report.summary.devices.is_empty());
+    assert!(report.leak_suspects.is_empty() && report.ooms.is_empty());
+    assert_eq!(report.warnings[0].code, "history_not_enabled");
+    assert!(index.devices.iter().all(|d| d.len == 0));
+    assert_eq!(report.fragmentation[0].total.reserved_bytes, 224_395_264);
+}
+
+#[test]
+fn state_at_end_matches_snapshot_and_rebuilt_states_are_consistent() {
+    for scenario in ["leak_detached_cache", "fragmentation", "multistream", "steady_train"] {
+        let (snap, index, _) = common::analyze(&file_of(scenario));
+        let d = &index.devices[0];
+        for p in [0, d.len / 3, d.len / 2, d.len - 1] {
+            let st = analysis::state_at(&snap, &index, 0, p);
+            // Reserved bytes from segment intervals equal the reserved series.
+            assert_eq!(st.total.reserved_bytes, d.reserved_at(p), "{scenario}@{p}");
+            for s in &st.segments {
+                let sum: u64 = s.blocks.iter().map(|b| b.size).sum();
+                assert_eq!(sum, s.total_size, "{scenario}@{p}: blocks tile the segment");
+                assert!(s.blocks.windows(2).all(|w| w[0].address + w[0].size <= w[1].address));
+            }
+            // Checkpoint answer equals a brute-force scan of the intervals.
+            let mut brute: Vec<u32> = (0..d.allocations.len() as u32).filter(|&a| d.allocations[a as usize].alive_at(p)).collect();
+            brute.sort_unstable();
+            assert_eq!(d.alive_at(p), brute, "{scenario}@{p}");
+        }
+    }
+}
+
+#[test]
+fn timeline_buckets_keep_the_peak() {
+    let (snap, index, _) = common::analyze("big_python.pickle.xz");
+    let d = &index.devices[0];
+    let tl = analysis::timeline(&snap, &index, 0, 0, d.len, 500).unwrap();
+    assert_eq!(tl.buckets.len(), 500);
+    assert_eq!(tl.buckets.iter().map(|b| b.live_max).max().unwrap(), d.peak_live_bytes);
+    // A time window maps to the positions inside it.
+    let t0 = snap.trace.time_us[d.row(1000)] as f64;
+    let t1 = snap.trace.time_us[d.row(2000)] as f64;
+    let (a, b) = analysis::timeline::window_positions(&snap, d, analysis::Axis::Time, t0, t1);
+    assert!(a <= 1000 && b >= 2000 && b - a < 1500, "{a}..{b}");
+    let allocs = analysis::allocations_in_window(&snap, &index, 0, a, b, 50);
+    assert_eq!(allocs.len(), 50);
+    assert!(allocs.windows(2).all(|w| w[0].size >= w[1].size));
+}
