@@ -12,6 +12,7 @@
 pub mod analysis;
 pub mod decompress;
 pub mod error;
+mod fast;
 pub mod frames;
 pub mod intern;
 mod json;
@@ -36,9 +37,34 @@ pub fn read<R: Read>(reader: R) -> Result<Snapshot> {
 ///
 /// Byte offsets in errors count bytes of the decompressed stream.
 pub fn read_with_limits<R: Read>(reader: R, limits: Limits) -> Result<Snapshot> {
+    read_impl(reader, limits, true)
+}
+
+/// Like [`read`], with the input's size when it is known (a file's length): the trace columns are
+/// reserved up front so they never grow by copying (a growing column briefly holds its old and
+/// new buffers). Reserved but untouched capacity costs address space, not memory.
+pub fn read_sized<R: Read>(reader: R, size_hint_bytes: u64) -> Result<Snapshot> {
+    let mut limits = Limits::default();
+    limits.size_hint_bytes = size_hint_bytes;
+    read_impl(reader, limits, true)
+}
+
+/// Reads without the trace-entry fast path (`fast.rs`): the reference the fast path is tested
+/// against. Not for normal use.
+#[doc(hidden)]
+pub fn read_general<R: Read>(reader: R) -> Result<Snapshot> {
+    read_impl(reader, Limits::default(), false)
+}
+
+fn read_impl<R: Read>(reader: R, limits: Limits, fast_path: bool) -> Result<Snapshot> {
     let (decoded, compression) = decompress::open(reader)?;
     let mut input = pickle::Input::new(decoded);
     let mut heap = values::Heap::new(limits);
+    heap.fast_path = fast_path;
+    if heap.limits.size_hint_bytes > 0 {
+        // The smallest trace entries take about 40 bytes of pickle.
+        heap.trace.reserve((heap.limits.size_hint_bytes / 40).min(1 << 28) as usize);
+    }
     let first = input.peek_byte()?;
     let mut format = Format { compression: compression.as_str(), ..Format::default() };
     let root = match first {

@@ -103,16 +103,33 @@ pub(crate) fn build(mut heap: Heap, root: Value, mut format: Format) -> Result<S
             per_device.push((-1, rows));
         }
     }
-    let contiguous = per_device.iter().all(|(_, rows)| rows.windows(2).all(|w| w[1] == w[0] + 1));
-    if contiguous {
+    // Each device's rows are normally one contiguous run, possibly permuted in places where the
+    // fast path and the general machine interleaved; put those back in list order in place. Any
+    // other shape (rows shared or spread out) is gathered into a new table.
+    let mut runs: Vec<(u32, u32)> = Vec::new();
+    let mut in_place = true;
+    for (_, rows) in &per_device {
+        match permutation_base(rows) {
+            Some(base) if !rows.is_empty() => runs.push((base, base + rows.len() as u32)),
+            Some(_) => {}
+            None => in_place = false,
+        }
+    }
+    runs.sort_unstable();
+    in_place &= runs.windows(2).all(|w| w[0].1 <= w[1].0);
+    if in_place {
+        snap.trace = std::mem::take(&mut heap.trace);
+        snap.trace.shrink_to_fit();
         for (device, rows) in &per_device {
-            let r = match (rows.first(), rows.last()) {
-                (Some(&a), Some(&b)) => a..b + 1,
+            let r = match permutation_base(rows) {
+                Some(base) if !rows.is_empty() => {
+                    snap.trace.reorder_within(base, rows);
+                    base..base + rows.len() as u32
+                }
                 _ => 0..0,
             };
             snap.devices.push(DeviceTrace { device: *device, rows: r });
         }
-        snap.trace = std::mem::take(&mut heap.trace);
     } else {
         let all: Vec<u32> = per_device.iter().flat_map(|(_, r)| r.iter().copied()).collect();
         snap.trace = heap.trace.gather(&all);
@@ -149,11 +166,28 @@ pub(crate) fn build(mut heap: Heap, root: Value, mut format: Format) -> Result<S
     Ok(snap)
 }
 
+/// If `rows` is a permutation of `base..base + len`, its `base`.
+fn permutation_base(rows: &[u32]) -> Option<u32> {
+    let (Some(&lo), Some(&hi)) = (rows.iter().min(), rows.iter().max()) else { return Some(0) };
+    if (hi - lo) as usize + 1 != rows.len() {
+        return None;
+    }
+    let mut seen = vec![false; rows.len()];
+    for &r in rows {
+        let i = (r - lo) as usize;
+        if std::mem::replace(&mut seen[i], true) {
+            return None;
+        }
+    }
+    Some(lo)
+}
+
 /// Rows of a trace list (compact entry run or a plain list of lowered entries).
 fn entry_rows(heap: &Heap, v: Value) -> Vec<u32> {
     let Value::Obj(cid) = v else { return Vec::new() };
     match heap.items(cid) {
         Ok(Items::Entries { start, len }) => (*start..start + len).collect(),
+        Ok(Items::Rows(rows)) => rows.clone(),
         Ok(Items::Vals(vals)) => vals
             .iter()
             .filter_map(|v| match v {

@@ -195,9 +195,62 @@ impl TraceTable {
             + (self.device_free.capacity() + self.compile_context.capacity()) * 16
             + (self.user_metadata.capacity() + self.other_action.capacity()) * 8
     }
+    /// Reserves room for `rows` more rows in every dense column.
+    pub fn reserve(&mut self, rows: usize) {
+        self.action.reserve(rows);
+        self.addr.reserve(rows);
+        self.size.reserve(rows);
+        self.stream.reserve(rows);
+        self.time_us.reserve(rows);
+        self.stack.reserve(rows);
+    }
+
+    /// Gives back reserved capacity that was not used.
+    pub fn shrink_to_fit(&mut self) {
+        self.action.shrink_to_fit();
+        self.addr.shrink_to_fit();
+        self.size.shrink_to_fit();
+        self.stream.shrink_to_fit();
+        self.time_us.shrink_to_fit();
+        self.stack.shrink_to_fit();
+    }
+
     /// Looks up a sparse column value for `row`.
     pub fn sparse<T: Copy>(col: &[(u32, T)], row: u32) -> Option<T> {
         col.binary_search_by_key(&row, |&(r, _)| r).ok().map(|i| col[i].1)
+    }
+
+    /// Puts row `order[k]` at position `base + k`, where `order` is a permutation of
+    /// `base..base + order.len()`. Only the window that is out of place is copied.
+    pub(crate) fn reorder_within(&mut self, base: u32, order: &[u32]) {
+        let misplaced = |(k, &r): (usize, &u32)| r != base + k as u32;
+        let Some(first) = order.iter().enumerate().position(misplaced) else { return };
+        let last = order.iter().enumerate().rposition(misplaced).unwrap_or(first);
+        let window = &order[first..=last];
+        let (lo, hi) = ((base as usize + first), (base as usize + last));
+        fn apply<T: Copy>(col: &mut [T], window: &[u32], lo: usize) {
+            let moved: Vec<T> = window.iter().map(|&r| col[r as usize]).collect();
+            col[lo..lo + moved.len()].copy_from_slice(&moved);
+        }
+        apply(&mut self.action, window, lo);
+        apply(&mut self.addr, window, lo);
+        apply(&mut self.size, window, lo);
+        apply(&mut self.stream, window, lo);
+        apply(&mut self.time_us, window, lo);
+        apply(&mut self.stack, window, lo);
+        let new_pos: FxHashMap<u32, u32> = window.iter().enumerate().map(|(k, &r)| (r, (lo + k) as u32)).collect();
+        fn remap<T: Copy>(col: &mut [(u32, T)], new_pos: &FxHashMap<u32, u32>, lo: usize, hi: usize) {
+            for (r, _) in col.iter_mut() {
+                if (lo..=hi).contains(&(*r as usize)) {
+                    *r = new_pos[r];
+                }
+            }
+            col.sort_by_key(|&(r, _)| r);
+        }
+        remap(&mut self.device_free, &new_pos, lo, hi);
+        remap(&mut self.compile_context, &new_pos, lo, hi);
+        remap(&mut self.user_metadata, &new_pos, lo, hi);
+        remap(&mut self.other_action, &new_pos, lo, hi);
     }
 
     /// Reorders rows (used only when a file's device lists are not in table order).

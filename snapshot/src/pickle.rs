@@ -12,6 +12,8 @@ use crate::error::{Error, Result};
 use crate::values::{Heap, HeapErr, Kind, Value};
 
 const BUF_BYTES: usize = 256 << 10;
+/// Bytes the entry fast path wants in view (entries are well under this).
+const FAST_WINDOW: usize = 64 << 10;
 
 /// Buffered input that knows its byte offset.
 pub(crate) struct Input<R> {
@@ -71,6 +73,31 @@ impl<R: Read> Input<R> {
             return Err(Error::Truncated { offset: self.offset(), context });
         }
         self.byte(context)
+    }
+
+    /// The buffer from the byte before the read position (the opcode just read) to its end,
+    /// refilled first so that at least `min` bytes are in view unless the stream ends.
+    pub fn window_from_previous(&mut self, min: usize) -> Result<&[u8]> {
+        if self.end - self.pos < min && self.pos > 0 {
+            let keep = self.pos - 1;
+            self.buf.copy_within(keep..self.end, 0);
+            self.base += keep as u64;
+            self.end -= keep;
+            self.pos = 1;
+            while self.end - self.pos < min {
+                match self.inner.read(&mut self.buf[self.end..]) {
+                    Ok(0) => break,
+                    Ok(n) => self.end += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(Error::Io { offset: self.base + self.end as u64, source: e }),
+                }
+            }
+        }
+        Ok(&self.buf[self.pos - 1..self.end])
+    }
+
+    pub fn skip(&mut self, n: usize) {
+        self.pos += n;
     }
 
     /// Tries to read up to `n` bytes of lookahead into the buffer; true if at least `n` are there.
@@ -206,6 +233,8 @@ pub(crate) fn run<R: Read>(input: &mut Input<R>, heap: &mut Heap) -> Result<(Val
     let max_stack = heap.limits.max_stack;
     let max_str = heap.limits.max_string_bytes;
     let (mut last_str, mut last_id) = (Vec::<u8>::new(), crate::intern::StrId::EMPTY);
+    let fast = heap.fast_path;
+    let mut fast_frames = Vec::with_capacity(256);
 
     macro_rules! bad {
         ($off:expr, $($t:tt)*) => { return Err(Error::malformed($off, format!($($t)*))) };
@@ -290,7 +319,17 @@ pub(crate) fn run<R: Read>(input: &mut Input<R>, heap: &mut Heap) -> Result<(Val
         let op = input.byte("the pickle (no STOP opcode)")?;
         match op {
             // Containers.
-            b'}' => push!(off, heap_err!(off, heap.new_container(Kind::Dict, Vec::new()))),
+            b'}' => {
+                if fast {
+                    let window = input.window_from_previous(FAST_WINDOW)?;
+                    if let Some((used, v)) = crate::fast::try_entry(window, heap, &mut fast_frames) {
+                        input.skip(used - 1);
+                        push!(off, v);
+                        continue;
+                    }
+                }
+                push!(off, heap_err!(off, heap.new_container(Kind::Dict, Vec::new())))
+            }
             b']' => push!(off, heap_err!(off, heap.new_container(Kind::List, Vec::new()))),
             b')' => push!(off, heap_err!(off, heap.new_container(Kind::Tuple, Vec::new()))),
             0x8f => push!(off, heap_err!(off, heap.new_container(Kind::Set, Vec::new()))),

@@ -31,6 +31,8 @@ pub struct Limits {
     pub max_string_pool_bytes: u64,
     /// Deepest nesting when converting generic values (JSON input, allocator settings).
     pub max_depth: usize,
+    /// Not a limit: the input's size if known (0 if not), used to reserve the trace columns.
+    pub size_hint_bytes: u64,
 }
 
 impl Default for Limits {
@@ -43,7 +45,58 @@ impl Default for Limits {
             max_container_items: 128 << 20,
             max_string_pool_bytes: 1 << 30,
             max_depth: 128,
+            size_hint_bytes: 0,
         }
+    }
+}
+
+/// The pickle memo: append-mostly, millions of entries in a big snapshot. Fixed-size chunks, so
+/// growing it never copies (a doubling `Vec` briefly holds old and new buffers: +50% peak RSS).
+#[derive(Debug, Default)]
+struct Memo {
+    chunks: Vec<Box<[Value]>>,
+    len: usize,
+}
+
+const MEMO_CHUNK: usize = 1 << 16;
+
+impl Memo {
+    #[inline]
+    fn len(&self) -> usize {
+        self.len
+    }
+    #[inline]
+    fn get(&self, i: usize) -> Option<&Value> {
+        if i < self.len { Some(&self.chunks[i / MEMO_CHUNK][i % MEMO_CHUNK]) } else { None }
+    }
+    #[inline]
+    fn get_mut(&mut self, i: usize) -> Option<&mut Value> {
+        if i < self.len { Some(&mut self.chunks[i / MEMO_CHUNK][i % MEMO_CHUNK]) } else { None }
+    }
+    #[inline]
+    fn push(&mut self, v: Value) {
+        if self.len % MEMO_CHUNK == 0 && self.len / MEMO_CHUNK == self.chunks.len() {
+            self.chunks.push(vec![Value::None; MEMO_CHUNK].into_boxed_slice());
+        }
+        let i = self.len;
+        self.chunks[i / MEMO_CHUNK][i % MEMO_CHUNK] = v;
+        self.len += 1;
+    }
+    fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+}
+
+impl std::ops::Index<usize> for Memo {
+    type Output = Value;
+    fn index(&self, i: usize) -> &Value {
+        self.get(i).expect("memo index in range")
+    }
+}
+
+impl std::ops::IndexMut<usize> for Memo {
+    fn index_mut(&mut self, i: usize) -> &mut Value {
+        self.get_mut(i).expect("memo index in range")
     }
 }
 
@@ -107,6 +160,9 @@ pub(crate) enum Items {
     Vals(Vec<Value>),
     /// A list holding consecutive trace rows `start..start+len` (the common case, kept compact).
     Entries { start: u32, len: u32 },
+    /// A list of trace rows not in table order (the fast path and the general machine create rows
+    /// at different moments, so a batch that mixes them is permuted); still 4 bytes a row.
+    Rows(Vec<u32>),
 }
 
 #[derive(Debug)]
@@ -126,7 +182,7 @@ const NO_MEMO: u64 = u64::MAX;
 
 /// Ids of the strings the lowering looks for: interned first, in this order, by [`Heap::new`], so
 /// the lowering can `match` on them.
-mod key {
+pub(crate) mod key {
     pub const NAMES: [&str; 13] = [
         "action",
         "addr",
@@ -157,6 +213,47 @@ mod key {
     pub const NOT_AVAILABLE: u32 = 13;
 }
 
+/// Items as plain values (compact entry lists expanded).
+fn entry_values(items: &Items) -> Vec<Value> {
+    match items {
+        Items::Vals(v) => v.clone(),
+        Items::Entries { start, len } => (*start..start + len).map(Value::Entry).collect(),
+        Items::Rows(rows) => rows.iter().map(|&r| Value::Entry(r)).collect(),
+    }
+}
+
+/// The fields of one trace entry while it is read.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct EntryFields {
+    pub action: Action,
+    pub other: Option<StrId>,
+    pub addr: u64,
+    pub size: u64,
+    pub stream: u64,
+    pub time_us: i64,
+    pub stack: StackId,
+    pub device_free: Option<u64>,
+    pub compile_context: Option<StrId>,
+    pub user_metadata: Option<StrId>,
+}
+
+impl Default for EntryFields {
+    fn default() -> Self {
+        EntryFields {
+            action: Action::Other,
+            other: None,
+            addr: 0,
+            size: 0,
+            stream: 0,
+            time_us: 0,
+            stack: StackId::EMPTY,
+            device_free: None,
+            compile_context: None,
+            user_metadata: None,
+        }
+    }
+}
+
 /// Everything values refer to: strings, frames, stacks, trace rows, big integers, containers, memo.
 #[derive(Debug)]
 pub(crate) struct Heap {
@@ -166,11 +263,14 @@ pub(crate) struct Heap {
     pub trace: TraceTable,
     pub bigs: Vec<i128>,
     pub limits: Limits,
+    /// Whether `pickle::run` may use the entry fast path (`fast.rs`); tests turn it off to
+    /// compare both paths.
+    pub fast_path: bool,
     containers: Vec<Container>,
     free: Vec<u32>,
     live_containers: usize,
     container_items: u64,
-    memo: Vec<Value>,
+    memo: Memo,
     memo_sparse: FxHashMap<u64, Value>,
     scratch: Vec<FrameId>,
     /// Item vectors of lowered containers, reused for new ones (saves a malloc per entry).
@@ -195,11 +295,12 @@ impl Heap {
             trace: TraceTable::default(),
             bigs: Vec::new(),
             limits,
+            fast_path: true,
             containers: Vec::new(),
             free: Vec::new(),
             live_containers: 0,
             container_items: 0,
-            memo: Vec::new(),
+            memo: Memo::default(),
             memo_sparse: FxHashMap::default(),
             scratch: Vec::new(),
             spare: Vec::new(),
@@ -271,12 +372,9 @@ impl Heap {
         Ok(&self.slot(cid)?.items)
     }
 
-    /// The list's values, with compact entry runs expanded.
+    /// The list's values, with compact entry lists expanded.
     pub fn list_values(&self, cid: Cid) -> Result<Vec<Value>, HeapErr> {
-        Ok(match self.items(cid)? {
-            Items::Vals(v) => v.clone(),
-            Items::Entries { start, len } => (*start..start + len).map(Value::Entry).collect(),
-        })
+        Ok(entry_values(self.items(cid)?))
     }
 
     /// Appends consumed values to a list, tuple or set.
@@ -300,8 +398,14 @@ impl Heap {
             match (&mut items, v) {
                 (Items::Vals(vals), Value::Entry(e)) if vals.is_empty() => items = Items::Entries { start: e, len: 1 },
                 (Items::Entries { start, len }, Value::Entry(e)) if e == *start + *len => *len += 1,
-                (Items::Entries { start, len }, v) => {
-                    let mut vals: Vec<Value> = (*start..*start + *len).map(Value::Entry).collect();
+                (Items::Entries { start, len }, Value::Entry(e)) => {
+                    let mut rows: Vec<u32> = (*start..*start + *len).collect();
+                    rows.push(e);
+                    items = Items::Rows(rows);
+                }
+                (Items::Rows(rows), Value::Entry(e)) => rows.push(e),
+                (Items::Entries { .. } | Items::Rows(_), v) => {
+                    let mut vals = entry_values(&items);
                     vals.push(v);
                     items = Items::Vals(vals);
                 }
@@ -324,10 +428,13 @@ impl Heap {
         }
         let mut items = std::mem::replace(&mut c.items, Items::Vals(Vec::new()));
         let Items::Vals(vals) = &mut items else { unreachable!("dicts never hold entry runs") };
-        vals.reserve(pairs.len());
-        for &v in pairs {
-            let v = if matches!(v, Value::Obj(_)) { self.consume(v)? } else { v };
-            vals.push(v);
+        let start = vals.len();
+        vals.extend_from_slice(pairs);
+        // Only containers need consuming (usually just the `frames` list of an entry).
+        for v in &mut vals[start..] {
+            if matches!(*v, Value::Obj(_)) {
+                *v = self.consume(*v)?;
+            }
         }
         self.slot_mut(cid)?.items = items;
         self.add_items(pairs.len() as u64)
@@ -379,7 +486,7 @@ impl Heap {
 
     /// Drops the machine's working state once parsing is done; the tables stay.
     pub fn release_memo(&mut self) {
-        self.memo = Vec::new();
+        self.memo = Memo::default();
         self.memo_sparse = FxHashMap::default();
     }
 
@@ -440,6 +547,7 @@ impl Heap {
         let n = match &items {
             Items::Vals(v) => v.len() as u64,
             Items::Entries { len, .. } => *len as u64,
+            Items::Rows(r) => r.len() as u64,
         };
         match lowered {
             Some(l) => {
@@ -553,62 +661,110 @@ impl Heap {
     }
 
     fn lower_entry(&mut self, vals: &[Value]) -> Result<Value, HeapErr> {
-        let row = self.trace.len() as u32;
-        let (mut action, mut other) = (Action::Other, None);
-        let (mut addr, mut size, mut stream, mut time_us) = (0u64, 0u64, 0u64, 0i64);
-        let mut stack = StackId::EMPTY;
+        let mut fields = EntryFields::default();
         for pair in vals.chunks_exact(2) {
-            let Value::Str(StrId(k)) = pair[0] else { continue };
-            let v = pair[1];
-            match k {
-                key::ACTION => {
-                    if let Value::Str(s) = v {
-                        let first = key::NAMES.len() as u32 + 1;
-                        match Action::KNOWN.get(s.0.wrapping_sub(first) as usize) {
-                            Some(a) => action = *a,
-                            None => other = Some(s),
-                        }
-                    }
-                }
-                key::ADDR => addr = self.u64(v).unwrap_or(0),
-                key::SIZE => size = self.u64(v).unwrap_or(0),
-                key::STREAM => stream = self.u64(v).unwrap_or(0),
-                key::TIME_US => time_us = self.int(v).unwrap_or(0) as i64,
-                key::FRAMES => stack = self.stack_of(v),
-                key::DEVICE_FREE => {
-                    if let Some(f) = self.u64(v) {
-                        self.trace.device_free.push((row, f));
-                    }
-                }
-                key::COMPILE_CONTEXT => {
-                    if let Value::Str(s) = v
-                        && s != StrId(key::NOT_AVAILABLE)
-                        && s != StrId::EMPTY
-                    {
-                        self.trace.compile_context.push((row, s));
-                    }
-                }
-                key::USER_METADATA => {
-                    if let Value::Str(s) = v
-                        && s != StrId::EMPTY
-                    {
-                        self.trace.user_metadata.push((row, s));
-                    }
-                }
-                _ => {}
+            if let Value::Str(StrId(k)) = pair[0] {
+                self.set_field(&mut fields, k, pair[1]);
             }
         }
-        if let Some(s) = other {
-            self.trace.other_action.push((row, s));
+        Ok(Value::Entry(self.push_entry(&fields)))
+    }
+
+    /// Records one key/value of a trace entry (unknown keys are ignored).
+    #[inline]
+    pub fn set_field(&mut self, f: &mut EntryFields, k: u32, v: Value) {
+        match k {
+            key::ACTION => {
+                if let Value::Str(s) = v {
+                    let first = key::NAMES.len() as u32 + 1;
+                    match Action::KNOWN.get(s.0.wrapping_sub(first) as usize) {
+                        Some(a) => f.action = *a,
+                        None => f.other = Some(s),
+                    }
+                }
+            }
+            key::ADDR => f.addr = self.u64(v).unwrap_or(0),
+            key::SIZE => f.size = self.u64(v).unwrap_or(0),
+            key::STREAM => f.stream = self.u64(v).unwrap_or(0),
+            key::TIME_US => f.time_us = self.int(v).unwrap_or(0) as i64,
+            key::FRAMES => f.stack = self.stack_of(v),
+            key::DEVICE_FREE => f.device_free = self.u64(v),
+            key::COMPILE_CONTEXT => {
+                if let Value::Str(s) = v
+                    && s != StrId(key::NOT_AVAILABLE)
+                    && s != StrId::EMPTY
+                {
+                    f.compile_context = Some(s);
+                }
+            }
+            key::USER_METADATA => {
+                if let Value::Str(s) = v
+                    && s != StrId::EMPTY
+                {
+                    f.user_metadata = Some(s);
+                }
+            }
+            _ => {}
         }
+    }
+
+    /// Appends a trace row; returns its index.
+    pub fn push_entry(&mut self, f: &EntryFields) -> u32 {
         let t = &mut self.trace;
-        t.action.push(action);
-        t.addr.push(addr);
-        t.size.push(size);
-        t.stream.push(stream);
-        t.time_us.push(time_us);
-        t.stack.push(stack);
-        Ok(Value::Entry(row))
+        let row = t.action.len() as u32;
+
+        if let Some(x) = f.device_free {
+            t.device_free.push((row, x));
+        }
+        if let Some(x) = f.compile_context {
+            t.compile_context.push((row, x));
+        }
+        if let Some(x) = f.user_metadata {
+            t.user_metadata.push((row, x));
+        }
+        if let Some(x) = f.other {
+            t.other_action.push((row, x));
+        }
+        t.action.push(f.action);
+        t.addr.push(f.addr);
+        t.size.push(f.size);
+        t.stream.push(f.stream);
+        t.time_us.push(f.time_us);
+        t.stack.push(f.stack);
+        row
+    }
+
+    // The fast path (`fast.rs`) needs these few memo primitives.
+
+    /// Length of the dense memo, to roll back to.
+    pub fn memo_mark(&self) -> Option<usize> {
+        self.memo_sparse.is_empty().then_some(self.memo.len())
+    }
+
+    pub fn memo_truncate(&mut self, len: usize) {
+        self.memo.truncate(len);
+    }
+
+    /// Appends to the dense memo (the fast path only memoizes at the end).
+    pub fn memo_push(&mut self, v: Value) -> Option<usize> {
+        (self.memo.len() < self.limits.max_memo).then(|| {
+            self.memo.push(v);
+            self.memo.len() - 1
+        })
+    }
+
+    pub fn memo_set(&mut self, slot: usize, v: Value) {
+        self.memo[slot] = v;
+    }
+
+    /// A memo value without counting a reference (the fast path never takes containers).
+    #[inline]
+    pub fn memo_peek(&self, key: usize) -> Option<Value> {
+        self.memo.get(key).copied()
+    }
+
+    pub fn intern_stack(&mut self, frames: &[FrameId]) -> StackId {
+        self.stacks.intern(frames)
     }
 
     /// Dict pairs of a generic container, with keys as strings (non-string keys skipped).
@@ -659,7 +815,7 @@ impl Heap {
                 (_, Items::Vals(vals)) => {
                     J::Array(vals.iter().map(|x| self.to_json(*x, depth + 1)).collect::<Result<_, _>>()?)
                 }
-                (_, Items::Entries { .. }) => J::Array(Vec::new()),
+                (_, Items::Entries { .. } | Items::Rows(_)) => J::Array(Vec::new()),
             },
         })
     }

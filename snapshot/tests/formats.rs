@@ -102,3 +102,37 @@ fn unknown_keys_and_missing_keys_are_tolerated() {
     assert_eq!(report.summary.devices["0"].actions["some_future_action"], 1);
     assert_eq!(report.summary.allocated_bytes, 1024);
 }
+
+/// The trace-entry fast path (`fast.rs`) and the general pickle machine give identical tables.
+#[test]
+fn fast_path_equals_general_machine() {
+    for name in [
+        "leak_detached_cache.pickle",
+        "steady_train.pickle",
+        "fragmentation.pickle",
+        "oom_fraction.pickle",
+        "multistream.pickle",
+        "segments_only.pickle",
+        "big_python.pickle.xz",
+        "variants/multistream.proto0.pickle",
+        "variants/multistream.proto2.pickle",
+        "variants/multistream.proto5.pickle",
+        "variants/legacy_2_0.pickle",
+        "variants/big_ints.pickle",
+    ] {
+        let path = common::fixture(name);
+        let fast = snapshot::read_sized(std::fs::File::open(&path).unwrap(), std::fs::metadata(&path).unwrap().len()).unwrap();
+        let general = snapshot::read_general(std::fs::File::open(&path).unwrap()).unwrap();
+        let (a, b) = (&fast.trace, &general.trace);
+        assert_eq!(a.action, b.action, "{name}");
+        assert_eq!((&a.addr, &a.size, &a.stream, &a.time_us), (&b.addr, &b.size, &b.stream, &b.time_us), "{name}");
+        assert_eq!((&a.device_free, &a.compile_context, &a.user_metadata), (&b.device_free, &b.compile_context, &b.user_metadata), "{name}");
+        for r in 0..a.len() {
+            let fa = snapshot::frames::full_stack(&fast, a.stack[r]);
+            let fb = snapshot::frames::full_stack(&general, b.stack[r]);
+            assert_eq!(fa, fb, "{name} row {r}");
+        }
+        assert_eq!(format!("{:?}", fast.devices), format!("{:?}", general.devices), "{name}");
+        assert_eq!(fast.blocks.len(), general.blocks.len(), "{name}");
+    }
+}

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::index::{DeviceIndex, Index, NONE};
 use crate::frames::FrameView;
-use crate::model::Snapshot;
+use crate::model::{Snapshot, StackId};
 
 /// Which x axis a window is given in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -119,7 +119,14 @@ pub struct AllocationView {
     pub end: Option<u32>,
     pub start_time_us: Option<i64>,
     pub end_time_us: Option<i64>,
-    pub frames: Vec<FrameView>,
+    /// The allocation's stack; resolve unique ids with [`stack_frames`] (thousands of allocations
+    /// share a few hundred stacks, so frames are sent once per stack, not per allocation).
+    pub stack: StackId,
+}
+
+/// A stack for display: user frames first, noise hidden.
+pub fn stack_frames(snap: &Snapshot, index: &Index, stack: StackId) -> Vec<FrameView> {
+    index.frames.display(snap, stack)
 }
 
 /// Allocations alive at some position in `first..=last`, largest first, at most `limit`.
@@ -142,10 +149,10 @@ pub fn allocations_in_window(snap: &Snapshot, index: &Index, device: i32, first:
         hits.truncate(limit);
     }
     hits.sort_by_key(key);
-    hits.into_iter().map(|i| allocation_view(snap, index, d, i)).collect()
+    hits.into_iter().map(|i| allocation_view(snap, d, i)).collect()
 }
 
-pub fn allocation_view(snap: &Snapshot, index: &Index, d: &DeviceIndex, id: u32) -> AllocationView {
+pub fn allocation_view(snap: &Snapshot, d: &DeviceIndex, id: u32) -> AllocationView {
     let a = &d.allocations[id as usize];
     let opt = |e: u32| (e != NONE).then_some(e);
     AllocationView {
@@ -157,6 +164,6 @@ pub fn allocation_view(snap: &Snapshot, index: &Index, d: &DeviceIndex, id: u32)
         end: opt(a.end),
         start_time_us: opt(a.start).map(|e| snap.trace.time_us[d.row(e)]),
         end_time_us: opt(a.end).map(|e| snap.trace.time_us[d.row(e)]),
-        frames: index.frames.display(snap, a.stack),
+        stack: a.stack,
     }
 }

@@ -1,0 +1,80 @@
+"""Engine benchmark (issue 2): memscope's parse + all analyses vs Python's pickle.load, same file,
+same run, same machine. Prints a table and writes bench/results-engine.json.
+
+    python3 bench/engine.py FILE [FILE ...]
+
+Each measurement runs in its own child process; peak RSS is that child's own ru_maxrss (wait4).
+The big snapshot is made on a GPU host with bench/make_big_snapshot.py (see bench/README.md).
+"""
+import json, os, subprocess, sys, time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BENCH = os.path.join(ROOT, "target", "release", "examples", "bench")
+REPEATS = int(os.environ.get("REPEATS", "3"))
+
+
+def child(argv):
+    """Runs argv, returns (wall seconds, peak RSS bytes, stdout)."""
+    t = time.perf_counter()
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE)
+    out = p.stdout.read()
+    _, status, ru = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t
+    if status != 0:
+        sys.exit(f"{argv} failed with {status}")
+    return wall, ru.ru_maxrss * 1024, out
+
+
+def decompressed(path):
+    """Python's pickle.load needs the plain pickle: decompress .xz/.gz next to it once."""
+    if path.endswith(".xz") or path.endswith(".gz"):
+        plain = path.rsplit(".", 1)[0]
+        if not os.path.exists(plain):
+            import gzip, lzma
+            opener = lzma.open if path.endswith(".xz") else gzip.open
+            with opener(path) as f, open(plain, "wb") as g:
+                g.write(f.read())
+        return plain
+    return path
+
+
+def main():
+    subprocess.run(["cargo", "build", "-q", "--release", "-p", "snapshot", "--example", "bench"], cwd=ROOT, check=True)
+    rows = []
+    for path in sys.argv[1:]:
+        plain = decompressed(path)
+        ours = None
+        for _ in range(REPEATS):
+            _, rss, out = child([BENCH, plain])
+            r = json.loads(out)
+            r["peak_rss_bytes"] = rss
+            if ours is None or r["total_s"] < ours["total_s"]:
+                ours = r
+        py_s, py_rss = None, 0
+        for _ in range(REPEATS):
+            _, rss, out = child([sys.executable, "-c",
+                "import pickle,sys,time; t=time.perf_counter(); pickle.load(open(sys.argv[1],'rb')); print(time.perf_counter()-t)", plain])
+            s = float(out)
+            py_s = s if py_s is None else min(py_s, s)
+            py_rss = max(py_rss, rss)
+        size = os.path.getsize(plain)
+        rows.append(dict(
+            file=os.path.basename(plain), file_mb=size / 1e6, entries=ours["entries"],
+            memscope_s=ours["total_s"], parse_s=ours["parse_s"], analyses_s=ours["analyses_s"],
+            mb_per_s=size / 1e6 / ours["total_s"], python_pickle_load_s=py_s, speedup=py_s / ours["total_s"],
+            memscope_rss_mb=ours["peak_rss_bytes"] / 1e6, rss_over_file=ours["peak_rss_bytes"] / size,
+            python_rss_mb=py_rss / 1e6, python_rss_over_file=py_rss / size,
+            model_bytes_per_entry=ours["model_bytes_per_entry"], tables_bytes_per_entry=ours["tables_bytes_per_entry"]))
+    keys = ["file", "file_mb", "entries", "memscope_s", "parse_s", "analyses_s", "mb_per_s", "python_pickle_load_s",
+            "speedup", "memscope_rss_mb", "rss_over_file", "python_rss_mb", "python_rss_over_file",
+            "model_bytes_per_entry", "tables_bytes_per_entry"]
+    for r in rows:
+        print()
+        for k in keys:
+            v = r[k]
+            print(f"  {k:24} {v:.3f}" if isinstance(v, float) else f"  {k:24} {v}")
+    json.dump(rows, open(os.path.join(ROOT, "bench", "results-engine.json"), "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+//! `memscope analyze` end to end: the real binary on real fixtures, JSON keys the issue promises,
+//! the human report, and errors on stderr with a non-zero exit code.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures").join(name)
+}
+
+fn memscope(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_memscope")).args(args).output().unwrap()
+}
+
+fn analyze_json(name: &str) -> serde_json::Value {
+    let out = memscope(&["analyze", "--json", fixture(name).to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn json_has_the_promised_keys_and_values() {
+    let v = analyze_json("leak_detached_cache.pickle");
+    for key in ["segments", "blocks", "reserved_bytes", "allocated_bytes", "requested_bytes", "block_states", "devices", "leak_suspects", "ooms"] {
+        assert!(v.get(key).is_some(), "missing {key}");
+    }
+    assert_eq!(v["segments"], 11);
+    assert_eq!(v["reserved_bytes"], 236_978_176u64);
+    assert_eq!(v["devices"]["0"]["entries"], 4936);
+    assert_eq!(v["devices"]["0"]["actions"]["alloc"], 1689);
+    let top = &v["leak_suspects"][0];
+    assert!(top["bytes"].as_u64().unwrap() > 0 && top["count"] == 60);
+    let frames = top["frames"].as_array().unwrap();
+    assert!(frames.iter().all(|f| f.get("filename").is_some() && f.get("line").is_some() && f.get("name").is_some()));
+    assert!(frames.iter().any(|f| f["filename"].as_str().unwrap().ends_with("gen_snapshots.py") && f["line"] == 126));
+}
+
+#[test]
+fn json_oom_report() {
+    let v = analyze_json("oom_fraction.pickle");
+    let ooms = v["ooms"].as_array().unwrap();
+    assert_eq!(ooms.len(), 1);
+    assert_eq!(ooms[0]["device"], 0);
+    assert_eq!(ooms[0]["requested_bytes"], 25_165_824u64);
+    assert_eq!(ooms[0]["device_free_bytes"], 143_561_719_808u64);
+    assert_eq!(ooms[0]["verdict"], "fragmentation");
+}
+
+#[test]
+fn human_report_reads_well() {
+    let out = memscope(&["analyze", fixture("oom_fraction.pickle").to_str().unwrap()]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("reserved      5.6 GiB"), "{text}");
+    assert!(text.contains("Leak suspects") && text.contains("gen_snapshots.py:181"), "{text}");
+    assert!(text.contains("requested 24.0 MiB") && text.contains("verdict: Fragmentation"), "{text}");
+}
+
+#[test]
+fn compressed_input_and_stdin() {
+    let v = analyze_json("big_python.pickle.xz");
+    assert_eq!(v["devices"]["0"]["entries"], 250_021);
+    let out = Command::new(env!("CARGO_BIN_EXE_memscope"))
+        .args(["analyze", "--json", "-"])
+        .stdin(std::fs::File::open(fixture("multistream.pickle")).unwrap())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["block_states"]["active_pending_free"], 1);
+}
+
+#[test]
+fn errors_go_to_stderr_with_nonzero_exit() {
+    let dir = std::env::temp_dir().join(format!("memscope-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let evil = dir.join("evil.pickle");
+    std::fs::write(&evil, b"\x80\x04\x95\x10\x00\x00\x00\x00\x00\x00\x00\x8c\x02os\x8c\x06system\x93.").unwrap();
+    let out = memscope(&["analyze", evil.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("not a memory snapshot: pickle opcode STACK_GLOBAL at offset 23"), "{err}");
+    let out = memscope(&["analyze", dir.join("missing.pickle").to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8(out.stderr).unwrap().contains("cannot open"));
+}

@@ -1,0 +1,62 @@
+//! Engine benchmark: parse + every analysis on one file, streamed from disk. Prints one JSON line
+//! with timings, MB/s, the model's bytes per trace entry and this process's peak RSS.
+//! Driven by `bench/engine.py`, which runs Python's `pickle.load` on the same file for the ratio.
+//!
+//!     cargo run --release -p snapshot --example bench -- FILE [REPEATS]
+
+use std::time::Instant;
+
+fn peak_rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).map(|l| l.to_string()))
+        .and_then(|l| l.split_whitespace().nth(1).and_then(|kb| kb.parse::<u64>().ok()))
+        .map_or(0, |kb| kb * 1024)
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let path = args.next().expect("usage: bench FILE [REPEATS]");
+    let repeats: usize = args.next().map_or(1, |r| r.parse().unwrap());
+    let file_bytes = std::fs::metadata(&path).unwrap().len();
+    let mut best = (f64::MAX, 0.0, 0.0);
+    let mut last = None;
+    for _ in 0..repeats {
+        drop(last.take());
+        let t0 = Instant::now();
+        let snap = snapshot::read_sized(std::fs::File::open(&path).unwrap(), file_bytes).unwrap();
+        let parse_s = t0.elapsed().as_secs_f64();
+        let (index, report) = snapshot::analysis::analyze(&snap, &Default::default());
+        for d in &index.devices {
+            let _ = snapshot::analysis::stacks_at(&snap, &index, d.device, None, 50);
+            let _ = snapshot::analysis::state_at(&snap, &index, d.device, d.len / 2);
+            let _ = snapshot::analysis::timeline(&snap, &index, d.device, 0, d.len, 1000);
+            let _ = snapshot::analysis::allocations_in_window(&snap, &index, d.device, 0, d.len, 15_000);
+        }
+        let total_s = t0.elapsed().as_secs_f64();
+        if total_s < best.0 {
+            best = (total_s, parse_s, total_s - parse_s);
+        }
+        last = Some((snap, index, report));
+    }
+    let (snap, index, report) = last.unwrap();
+    let entries = snap.trace.len().max(1);
+    let model = snap.heap_bytes() + index.heap_bytes();
+    let out = serde_json::json!({
+        "file": path,
+        "file_bytes": file_bytes,
+        "decoded_bytes": snap.format.decoded_bytes,
+        "entries": snap.trace.len(),
+        "total_s": best.0,
+        "parse_s": best.1,
+        "analyses_s": best.2,
+        "decoded_mb_per_s": snap.format.decoded_bytes as f64 / 1e6 / best.0,
+        "tables_bytes_per_entry": snap.heap_bytes() as f64 / entries as f64,
+        "model_bytes_per_entry": model as f64 / entries as f64,
+        "model_bytes": model,
+        "peak_rss_bytes": peak_rss_bytes(),
+        "leak_suspects": report.leak_suspects.len(),
+        "ooms": report.ooms.len(),
+    });
+    println!("{out}");
+}

@@ -1,0 +1,230 @@
+//! A fast path for the one shape that makes up nearly all of a big snapshot: a trace-entry dict.
+//!
+//! `pickle::run` calls [`try_entry`] at every `EMPTY_DICT`. It decodes the dict straight from the
+//! input buffer when it has exactly the shape CPython's pickler writes for a trace entry (first key
+//! `action`; scalar values, strings, and a `frames` list of already-memoized frames), interning the
+//! stack and appending the trace row without building any container. On anything else it returns
+//! `None` having changed nothing that matters (the memo is truncated back; strings, frames and
+//! stacks it interned are harmless), and the general machine reads the same bytes. The result is
+//! identical either way; `tests/formats.rs` and the golden tests compare both paths.
+//!
+//! Measured on the 1M-entry benchmark: see bench/README.md.
+
+use crate::intern::StrId;
+use crate::model::FrameId;
+use crate::values::{EntryFields, Heap, Value, key};
+
+/// Reads one entry dict from `buf` (which starts at its `EMPTY_DICT`). Returns the bytes used and
+/// the value to push, or `None` to let the general machine read it.
+pub(crate) fn try_entry(buf: &[u8], heap: &mut Heap, frames: &mut Vec<FrameId>) -> Option<(usize, Value)> {
+    let mark = heap.memo_mark()?;
+    let mut c = Cursor { buf, pos: 1 };
+    match entry(&mut c, heap, frames) {
+        Some(v) => Some((c.pos, v)),
+        None => {
+            heap.memo_truncate(mark);
+            None
+        }
+    }
+}
+
+struct Cursor<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl Cursor<'_> {
+    #[inline]
+    fn byte(&mut self) -> Option<u8> {
+        let b = *self.buf.get(self.pos)?;
+        self.pos += 1;
+        Some(b)
+    }
+    #[inline]
+    fn peek(&self) -> Option<u8> {
+        self.buf.get(self.pos).copied()
+    }
+    #[inline]
+    fn take(&mut self, n: usize) -> Option<&[u8]> {
+        let s = self.buf.get(self.pos..self.pos + n)?;
+        self.pos += n;
+        Some(s)
+    }
+    #[inline]
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
+    }
+
+    /// An optional memo op after a new object: MEMOIZE, or BINPUT/LONG_BINPUT of the next index.
+    #[inline]
+    fn memo_op(&mut self, heap: &mut Heap, v: Value) -> Option<Option<usize>> {
+        let next = heap.memo_mark()? as u64;
+        let key = match self.peek() {
+            Some(0x94) => {
+                self.pos += 1;
+                next
+            }
+            Some(b'q') => {
+                self.pos += 1;
+                self.byte()? as u64
+            }
+            Some(b'r') => {
+                self.pos += 1;
+                self.u32()? as u64
+            }
+            _ => return Some(None),
+        };
+        if key != next {
+            return None;
+        }
+        Some(Some(heap.memo_push(v)?))
+    }
+
+    #[inline]
+    fn memo_get(&mut self, heap: &Heap, op: u8) -> Option<Value> {
+        let key = if op == b'h' { self.byte()? as usize } else { self.u32()? as usize };
+        match heap.memo_peek(key)? {
+            Value::Obj(_) => None,
+            v => Some(v),
+        }
+    }
+
+    fn string(&mut self, heap: &mut Heap, n: usize) -> Option<Value> {
+        if n as u64 > heap.limits.max_string_bytes {
+            return None;
+        }
+        let raw = self.take(n)?;
+        let s = std::str::from_utf8(raw).ok()?;
+        let v = Value::Str(heap.intern(s).ok()?);
+        self.memo_op(heap, v)?;
+        Some(v)
+    }
+
+    fn key(&mut self, heap: &mut Heap) -> Option<StrId> {
+        let v = match self.byte()? {
+            op @ (b'h' | b'j') => self.memo_get(heap, op)?,
+            0x8c => {
+                let n = self.byte()? as usize;
+                self.string(heap, n)?
+            }
+            _ => return None,
+        };
+        match v {
+            Value::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    fn value(&mut self, heap: &mut Heap, frames: &mut Vec<FrameId>) -> Option<Value> {
+        Some(match self.byte()? {
+            b'K' => Value::Int(self.byte()? as i64),
+            b'M' => Value::Int(u16::from_le_bytes(self.take(2)?.try_into().ok()?) as i64),
+            b'J' => Value::Int(i32::from_le_bytes(self.take(4)?.try_into().ok()?) as i64),
+            0x8a => {
+                let n = self.byte()? as usize;
+                if n > 8 {
+                    return None;
+                }
+                let bytes = self.take(n)?;
+                let mut buf = [if bytes.last().is_some_and(|b| b & 0x80 != 0) { 0xff } else { 0 }; 8];
+                buf[..n].copy_from_slice(bytes);
+                Value::Int(i64::from_le_bytes(buf))
+            }
+            b'G' => Value::Float(f64::from_be_bytes(self.take(8)?.try_into().ok()?)),
+            b'N' => Value::None,
+            0x88 => Value::Bool(true),
+            0x89 => Value::Bool(false),
+            0x8c => {
+                let n = self.byte()? as usize;
+                self.string(heap, n)?
+            }
+            b'X' => {
+                let n = self.u32()? as usize;
+                self.string(heap, n)?
+            }
+            op @ (b'h' | b'j') => self.memo_get(heap, op)?,
+            b']' => self.frames_list(heap, frames)?,
+            _ => return None,
+        })
+    }
+
+    /// `]` [memo] then nothing (empty), `MARK (BINGET frame)* APPENDS`, or `BINGET frame APPEND`.
+    fn frames_list(&mut self, heap: &mut Heap, frames: &mut Vec<FrameId>) -> Option<Value> {
+        let slot = self.memo_op(heap, Value::EmptyList)?;
+        frames.clear();
+        let frame = |c: &mut Self, op: u8, frames: &mut Vec<FrameId>| -> Option<()> {
+            match c.memo_get(heap, op)? {
+                Value::Frame(f) => {
+                    frames.push(f);
+                    Some(())
+                }
+                _ => None,
+            }
+        };
+        match self.peek() {
+            Some(b'(') => {
+                self.pos += 1;
+                loop {
+                    match self.byte()? {
+                        op @ (b'h' | b'j') => frame(self, op, frames)?,
+                        b'e' => break,
+                        _ => return None,
+                    }
+                }
+            }
+            Some(op @ (b'h' | b'j')) => {
+                // One frame and APPEND, or (an empty list) the next key of the dict.
+                let save = self.pos;
+                self.pos += 1;
+                match (self.memo_get(heap, op), self.peek()) {
+                    (Some(Value::Frame(f)), Some(b'a')) => {
+                        self.pos += 1;
+                        frames.push(f);
+                    }
+                    _ => self.pos = save,
+                }
+            }
+            _ => {}
+        }
+        // The list must be finished: no further APPEND(S) into it.
+        if matches!(self.peek(), Some(b'(' | b'a' | b'e')) {
+            return None;
+        }
+        let v = if frames.is_empty() { Value::EmptyList } else { Value::Stack(heap.intern_stack(frames)) };
+        if let Some(slot) = slot {
+            heap.memo_set(slot, v);
+        }
+        Some(v)
+    }
+}
+
+fn entry(c: &mut Cursor, heap: &mut Heap, frames: &mut Vec<FrameId>) -> Option<Value> {
+    let slot = c.memo_op(heap, Value::None)?;
+    if c.byte()? != b'(' {
+        return None;
+    }
+    let mut fields = EntryFields::default();
+    let mut first = true;
+    loop {
+        if c.peek()? == b'u' {
+            c.pos += 1;
+            break;
+        }
+        let k = c.key(heap)?;
+        if first && k.0 != key::ACTION {
+            return None;
+        }
+        first = false;
+        let v = c.value(heap, frames)?;
+        heap.set_field(&mut fields, k.0, v);
+    }
+    // The dict must be finished: a MARK or SETITEM here would add to it.
+    if first || matches!(c.peek(), None | Some(b'(' | b's' | b'u')) {
+        return None;
+    }
+    let v = Value::Entry(heap.push_entry(&fields));
+    if let Some(slot) = slot {
+        heap.memo_set(slot, v);
+    }
+    Some(v)
+}

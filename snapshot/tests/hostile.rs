@@ -1,0 +1,206 @@
+//! Uploaded pickles are untrusted. Every code-executing opcode, truncation, garbage, deep nesting
+//! and absurd declared length must end in an error that names the problem: never a panic, never
+//! unbounded memory or time.
+
+mod common;
+
+use snapshot::{Error, Limits};
+
+fn read(bytes: &[u8]) -> Result<snapshot::Snapshot, Error> {
+    snapshot::from_bytes(bytes)
+}
+
+#[test]
+fn code_executing_opcodes_are_rejected_with_name_and_offset() {
+    let cases: &[(&[u8], &str)] = &[
+        (b"c__builtin__\neval\n", "GLOBAL"),
+        (b"\x8c\x08builtins\x8c\x04eval\x93", "STACK_GLOBAL"),
+        (b"N)R", "REDUCE"),
+        (b"}}b", "BUILD"),
+        (b"(i__main__\nX\n", "INST"),
+        (b"(N)o", "OBJ"),
+        (b"N)\x81", "NEWOBJ"),
+        (b"N))}\x92", "NEWOBJ_EX"),
+        (b"P1\n", "PERSID"),
+        (b"NQ", "BINPERSID"),
+        (b"\x82\x01", "EXT1"),
+        (b"\x83\x01\x00", "EXT2"),
+        (b"\x84\x01\x00\x00\x00", "EXT4"),
+        (b"\x97", "NEXT_BUFFER"),
+        (b"N\x98", "READONLY_BUFFER"),
+    ];
+    for (body, name) in cases {
+        let mut bytes = b"\x80\x04".to_vec();
+        bytes.extend_from_slice(body);
+        bytes.push(b'.');
+        let err = read(&bytes).expect_err(name);
+        let msg = err.to_string();
+        assert!(msg.starts_with(&format!("not a memory snapshot: pickle opcode {name} at offset ")), "{name}: {msg}");
+        match err {
+            Error::ForbiddenOpcode { opcode, offset, .. } => {
+                assert_eq!(opcode, *name);
+                assert_eq!(bytes[offset as usize], body[body.len() - 1 - trailing_args(name)], "{name} offset {offset}");
+            }
+            other => panic!("{name}: {other:?}"),
+        }
+    }
+}
+
+/// Bytes after the opcode that belong to it (its argument), for the offset check above.
+fn trailing_args(name: &str) -> usize {
+    match name {
+        "GLOBAL" => "__builtin__\neval\n".len(),
+        "INST" => "__main__\nX\n".len(),
+        "PERSID" => 2,
+        "EXT1" => 1,
+        "EXT2" => 2,
+        "EXT4" => 4,
+        _ => 0,
+    }
+}
+
+#[test]
+fn forbidden_opcode_inside_a_real_snapshot_names_its_offset() {
+    let mut bytes = std::fs::read(common::fixture("multistream.pickle")).unwrap();
+    // Replace an opcode well inside the file (a MEMOIZE, per pickletools) by GLOBAL.
+    let at = 1839;
+    assert_eq!(bytes[at], 0x94);
+    bytes[at] = b'c';
+    let msg = read(&bytes).unwrap_err().to_string();
+    assert!(msg.contains("not a memory snapshot: pickle opcode GLOBAL at offset 1839"), "{msg}");
+}
+
+#[test]
+fn truncation_at_any_offset_is_an_error() {
+    let bytes = std::fs::read(common::fixture("leak_detached_cache.pickle")).unwrap();
+    let mut offsets: Vec<usize> = (0..bytes.len()).step_by(311).collect();
+    offsets.extend([0, 1, 2, 3, 10, 11, 12, bytes.len() - 2, bytes.len() - 1]);
+    for cut in offsets {
+        match read(&bytes[..cut]) {
+            Err(Error::Truncated { offset, .. }) => assert!(offset <= cut as u64),
+            Err(e) => panic!("cut at {cut}: expected a truncation error, got {e}"),
+            Ok(_) => panic!("cut at {cut}: parsed a truncated file"),
+        }
+    }
+    // Compressed input truncated mid-stream also fails cleanly.
+    let xz = std::fs::read(common::fixture("variants/multistream.pickle.xz")).unwrap();
+    // (A cut inside the container's footer, after all data, still yields the whole pickle.)
+    for cut in [10, xz.len() / 3, xz.len() / 2, xz.len() * 2 / 3] {
+        assert!(read(&xz[..cut]).is_err(), "xz cut at {cut}");
+    }
+    let gz = std::fs::read(common::fixture("variants/multistream.pickle.gz")).unwrap();
+    assert!(read(&gz[..gz.len() / 2]).is_err());
+}
+
+#[test]
+fn deep_nesting_needs_no_native_stack() {
+    // 2 million nested lists: [[[[...]]]]
+    let depth = 2_000_000;
+    let mut bytes = b"\x80\x04".to_vec();
+    bytes.extend(std::iter::repeat_n(b']', depth));
+    bytes.extend(std::iter::repeat_n(b'a', depth - 1));
+    bytes.push(b'.');
+    let err = read(&bytes).unwrap_err();
+    assert!(matches!(err, Error::NotASnapshot(_)), "{err}");
+    // Deeply nested dicts inside allocator_settings hit the depth limit, not the stack.
+    let mut bytes = b"\x80\x04}\x8c\x08segments]\x8c\x12allocator_settings".to_vec();
+    bytes.extend(std::iter::repeat_n(b']', 10_000));
+    bytes.extend(std::iter::repeat_n(b'a', 9_999));
+    bytes.extend(b"(\x8c\x08segments]u");
+    let _ = read(&bytes); // must not overflow the stack; error or not
+    // Unbalanced MARKs.
+    let mut marks = b"\x80\x04".to_vec();
+    marks.extend(std::iter::repeat_n(b'(', 1_000_000));
+    marks.push(b'.');
+    assert!(read(&marks).is_err());
+}
+
+#[test]
+fn huge_declared_lengths_are_refused_without_allocating() {
+    let cases: &[&[u8]] = &[
+        b"\x80\x04\x8d\xff\xff\xff\xff\xff\xff\xff\x7f",  // BINUNICODE8 of 2^63 bytes
+        b"\x80\x04X\xff\xff\xff\x7f",                      // BINUNICODE of 2 GiB
+        b"\x80\x04\x8e\x00\x00\x00\x00\x00\x01\x00\x00",  // BINBYTES8 of 2^40
+        b"\x80\x04\x8b\xff\xff\xff\x7f",                  // LONG4 of 2 GiB
+        b"\x80\x04\x96\x00\x00\x00\x00\x10\x00\x00\x00",  // BYTEARRAY8
+    ];
+    for bytes in cases {
+        match read(bytes) {
+            Err(Error::LimitExceeded { offset: 2, .. }) => {}
+            other => panic!("{bytes:?}: {other:?}"),
+        }
+    }
+    // Within the limit but longer than the file: truncated, not allocated up front.
+    match read(b"\x80\x04X\x00\x00\x00\x03abc") {
+        Err(Error::Truncated { .. }) => {}
+        other => panic!("{other:?}"),
+    }
+    // A memo index far beyond anything stored is an error, not a giant allocation.
+    assert!(read(b"\x80\x04N\x72\xff\xff\xff\xff\x6a\x00\x00\x00\x10.").is_err());
+}
+
+#[test]
+fn limits_bound_memory() {
+    let limits = Limits { max_stack: 1000, max_live_containers: 100, ..Limits::default() };
+    let many_nones = [b"\x80\x04".as_slice(), &[b'N'; 5000], b"."].concat();
+    assert!(matches!(snapshot::read_with_limits(many_nones.as_slice(), limits.clone()), Err(Error::LimitExceeded { .. })));
+    let many_lists = [b"\x80\x04".as_slice(), &[b']'; 500], b"."].concat();
+    assert!(matches!(snapshot::read_with_limits(many_lists.as_slice(), limits), Err(Error::LimitExceeded { .. })));
+}
+
+#[test]
+fn garbage_and_wrong_shapes_get_clear_errors() {
+    let e = read(b"hello world, this is not a pickle").unwrap_err().to_string();
+    assert!(e.contains("not a memory snapshot") || e.contains("malformed") || e.contains("JSON"), "{e}");
+    assert!(read(b"").unwrap_err().to_string().contains("empty"));
+    let e = read(b"\x80\x04K\x05.").unwrap_err().to_string();
+    assert!(e.contains("holds an integer"), "{e}");
+    let e = read(b"\x80\x04}\x8c\x01a\x8c\x01bs.").unwrap_err().to_string();
+    assert!(e.contains("without a 'segments' key"), "{e}");
+    let e = read(b"\x80\x09N.").unwrap_err().to_string();
+    assert!(e.contains("protocol 9"), "{e}");
+    let e = read(b"{\"segments\": [1, 2").unwrap_err().to_string();
+    assert!(e.starts_with("invalid JSON snapshot"), "{e}");
+    let e = read(b"\x80\x04N\x01.").unwrap_err().to_string();
+    assert!(e.contains("unknown pickle opcode 0x01 at offset 3"), "{e}");
+}
+
+/// Deterministic xorshift so failures reproduce.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+#[test]
+fn random_mutations_never_panic() {
+    let base = std::fs::read(common::fixture("multistream.pickle")).unwrap();
+    let mut rng = Rng(0x5eed_1234_abcd_9876);
+    for _ in 0..3000 {
+        let mut bytes = base.clone();
+        for _ in 0..1 + rng.next() % 8 {
+            let i = (rng.next() % bytes.len() as u64) as usize;
+            match rng.next() % 3 {
+                0 => bytes[i] = rng.next() as u8,
+                1 => {
+                    bytes.remove(i);
+                }
+                _ => bytes.insert(i, rng.next() as u8),
+            }
+        }
+        if let Ok(snap) = read(&bytes) {
+            // Whatever parses must also analyse without panicking.
+            let _ = snapshot::analysis::analyze(&snap, &Default::default());
+        }
+    }
+    for _ in 0..2000 {
+        let n = (rng.next() % 300) as usize;
+        let mut bytes = b"\x80\x04".to_vec();
+        bytes.extend((0..n).map(|_| rng.next() as u8));
+        let _ = read(&bytes);
+    }
+}
