@@ -46,12 +46,14 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
 
 fn analyze(args: AnalyzeArgs) -> anyhow::Result<()> {
     let name = args.file.display().to_string();
-    let reader: Box<dyn Read> = if name == "-" {
-        Box::new(std::io::stdin().lock())
+    let (reader, size): (Box<dyn Read>, u64) = if name == "-" {
+        (Box::new(std::io::stdin().lock()), 0)
     } else {
-        Box::new(File::open(&args.file).with_context(|| format!("cannot open {name}"))?)
+        let file = File::open(&args.file).with_context(|| format!("cannot open {name}"))?;
+        let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+        (Box::new(file), size)
     };
-    let snap = snapshot::read(reader).with_context(|| format!("cannot read {name}"))?;
+    let snap = snapshot::read_sized(reader, size).with_context(|| format!("cannot read {name}"))?;
     let options = snapshot::analysis::Options { device_total_bytes: args.device_total_bytes };
     let (_index, report) = snapshot::analysis::analyze(&snap, &options);
     let mut out = std::io::stdout().lock();

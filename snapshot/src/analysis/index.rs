@@ -180,6 +180,27 @@ fn build_device(snap: &Snapshot, device: i32, rows: std::ops::Range<u32>) -> Dev
     let mut predating_freed = 0;
     let mut reserved_delta: i128 = 0;
 
+    // An allocation or segment as a trace row describes it.
+    let allocation = |r: usize, stack: StackId, start: u32| Allocation {
+        addr: t.addr[r],
+        size: t.size[r],
+        stream: t.stream[r],
+        stack,
+        start,
+        free_requested: NONE,
+        end: NONE,
+    };
+    let segment = |r: usize, start: u32, end: u32| SegmentSpan {
+        address: t.addr[r],
+        size: t.size[r],
+        stream: t.stream[r],
+        segment_type: SegmentType::Unknown,
+        pool_id: (0, 0),
+        is_expandable: false,
+        start,
+        end,
+    };
+
     for i in 0..n {
         let r = first + i;
         let e = i as u32;
@@ -190,15 +211,7 @@ fn build_device(snap: &Snapshot, device: i32, rows: std::ops::Range<u32>) -> Dev
                     // Reused without a recorded free: close the old one here.
                     allocations[prev as usize].end = e;
                 }
-                allocations.push(Allocation {
-                    addr: t.addr[r],
-                    size: t.size[r],
-                    stream: t.stream[r],
-                    stack: t.stack[r],
-                    start: e,
-                    free_requested: NONE,
-                    end: NONE,
-                });
+                allocations.push(allocation(r, t.stack[r], e));
                 event_allocation[i] = id;
             }
             Action::FreeRequested => {
@@ -207,15 +220,7 @@ fn build_device(snap: &Snapshot, device: i32, rows: std::ops::Range<u32>) -> Dev
                     None => {
                         // Made before the trace started.
                         let id = allocations.len() as u32;
-                        allocations.push(Allocation {
-                            addr: t.addr[r],
-                            size: t.size[r],
-                            stream: t.stream[r],
-                            stack: StackId::EMPTY,
-                            start: NONE,
-                            free_requested: e,
-                            end: NONE,
-                        });
+                        allocations.push(Allocation { free_requested: e, ..allocation(r, StackId::EMPTY, NONE) });
                         open.insert(t.addr[r], id);
                         id
                     }
@@ -228,15 +233,7 @@ fn build_device(snap: &Snapshot, device: i32, rows: std::ops::Range<u32>) -> Dev
                     Some(id) => id,
                     None => {
                         predating_freed += 1;
-                        allocations.push(Allocation {
-                            addr: t.addr[r],
-                            size: t.size[r],
-                            stream: t.stream[r],
-                            stack: StackId::EMPTY,
-                            start: NONE,
-                            free_requested: NONE,
-                            end: NONE,
-                        });
+                        allocations.push(allocation(r, StackId::EMPTY, NONE));
                         (allocations.len() - 1) as u32
                     }
                 };
@@ -247,16 +244,7 @@ fn build_device(snap: &Snapshot, device: i32, rows: std::ops::Range<u32>) -> Dev
                 reserved_delta += t.size[r] as i128;
                 if t.action[r] == Action::SegmentAlloc {
                     let id = segs.len() as u32;
-                    segs.push(SegmentSpan {
-                        address: t.addr[r],
-                        size: t.size[r],
-                        stream: t.stream[r],
-                        segment_type: SegmentType::Unknown,
-                        pool_id: (0, 0),
-                        is_expandable: false,
-                        start: e,
-                        end: NONE,
-                    });
+                    segs.push(segment(r, e, NONE));
                     open_segs.insert(t.addr[r], id);
                 } else if let Some(&id) = open_segs.get(&t.addr[r]) {
                     segs[id as usize].size += t.size[r];
@@ -267,16 +255,7 @@ fn build_device(snap: &Snapshot, device: i32, rows: std::ops::Range<u32>) -> Dev
                 if t.action[r] == Action::SegmentFree {
                     match open_segs.remove(&t.addr[r]) {
                         Some(id) => segs[id as usize].end = e,
-                        None => segs.push(SegmentSpan {
-                            address: t.addr[r],
-                            size: t.size[r],
-                            stream: t.stream[r],
-                            segment_type: SegmentType::Unknown,
-                            pool_id: (0, 0),
-                            is_expandable: false,
-                            start: NONE,
-                            end: e,
-                        }),
+                        None => segs.push(segment(r, NONE, e)),
                     }
                 }
             }
