@@ -20,6 +20,8 @@ pub enum Command {
     /// Analyse a PyTorch memory snapshot (`torch.cuda.memory._dump_snapshot` pickle, plain or
     /// gzip/zstd/xz compressed, or its JSON form) and print a report.
     Analyze(AnalyzeArgs),
+    /// Run the dashboard server: the JSON API under /api, with an embedded SQLite library.
+    Serve(crate::config::ServeArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -41,6 +43,14 @@ pub struct AnalyzeArgs {
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Analyze(args) => analyze(args),
+        Command::Serve(args) => {
+            tracing_subscriber::fmt()
+                .with_env_filter(
+                    tracing_subscriber::EnvFilter::try_from_env("MEMSCOPE_LOG").unwrap_or_else(|_| "info".into()),
+                )
+                .init();
+            tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(crate::serve::serve(args))
+        }
     }
 }
 

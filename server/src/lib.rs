@@ -1,5 +1,14 @@
-//! memscope's server crate: the command line today (`memscope analyze`), and the dashboard server
-//! (`memscope serve`) as it is built. The snapshot engine itself lives in the `snapshot` crate.
+//! memscope's server crate: the command line (`memscope analyze`, `memscope serve`), the HTTP API
+//! and the snapshot library (SQLite + data folder). The snapshot engine itself is the `snapshot`
+//! crate; this crate does the IO around it.
 
 pub mod cli;
+pub mod config;
+pub mod error;
+pub mod http;
+pub mod ingest;
+pub mod library;
+pub mod models;
+pub mod serve;
+pub mod state;
 pub mod text;

@@ -18,6 +18,7 @@ pub mod intern;
 mod json;
 mod lower;
 pub mod model;
+pub mod store;
 mod pickle;
 mod values;
 
@@ -66,6 +67,7 @@ fn read_impl<R: Read>(reader: R, limits: Limits, fast_path: bool) -> Result<Snap
         heap.trace.reserve((heap.limits.size_hint_bytes / 40).min(1 << 28) as usize);
     }
     let first = input.peek_byte()?;
+    let input_head = input.head(16);
     let mut format = Format { compression: compression.as_str(), ..Format::default() };
     let root = match first {
         None => return Err(Error::Truncated { offset: 0, context: "an empty file" }),
@@ -76,9 +78,20 @@ fn read_impl<R: Read>(reader: R, limits: Limits, fast_path: bool) -> Result<Snap
             format.decoded_bytes = counted.count;
             root
         }
-        Some(_) => {
+        Some(first) => {
             format.encoding = "pickle";
-            let (root, info) = pickle::run(&mut input, &mut heap)?;
+            let (root, info) = match pickle::run(&mut input, &mut heap) {
+                Ok(r) => r,
+                // Protocol 2+ pickles start with PROTO (0x80); anything else that fails to parse
+                // is most likely not a pickle at all, so say that rather than how parsing failed.
+                Err(e) if first != 0x80 && !matches!(e, Error::ForbiddenOpcode { .. }) => {
+                    return Err(Error::NotASnapshot(format!(
+                        "the file is neither a pickle (those start with byte 0x80) nor JSON; it starts with {:?} ({e})",
+                        String::from_utf8_lossy(&input_head)
+                    )));
+                }
+                Err(e) => return Err(e),
+            };
             format.protocol = info.protocol;
             format.decoded_bytes = info.bytes;
             root

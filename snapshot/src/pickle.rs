@@ -676,6 +676,12 @@ mod tests {
 }
 
 impl<R: Read> Input<R> {
+    /// Up to `n` bytes from the read position, copied, for messages.
+    pub fn head(&mut self, n: usize) -> Vec<u8> {
+        let _ = self.peek_available(n);
+        self.buf[self.pos..self.end.min(self.pos + n)].to_vec()
+    }
+
     /// The next byte without consuming it; `None` at end of stream.
     pub fn peek_byte(&mut self) -> Result<Option<u8>> {
         Ok(if self.peek_available(1)? { Some(self.buf[self.pos]) } else { None })

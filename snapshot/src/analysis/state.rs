@@ -47,7 +47,7 @@ pub struct BlockView {
     /// Index of the allocation in the device index (for its stack and times), if known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub allocation: Option<u32>,
-    #[serde(skip)]
+    /// The allocation's stack (resolve with `/frames/{stack}`).
     pub stack: StackId,
 }
 

@@ -1,0 +1,36 @@
+//! `memscope serve` settings: every flag has an environment variable, documented where declared.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, env = "MEMSCOPE_ADDR", default_value = "127.0.0.1:8080")]
+    pub addr: SocketAddr,
+    /// Folder for the database (memscope.db), uploaded originals and model files; created if missing.
+    #[arg(long, env = "MEMSCOPE_DATA_DIR", default_value = "./memscope-data")]
+    pub data_dir: PathBuf,
+    /// Largest upload accepted, in bytes (default 8 GiB).
+    #[arg(long, env = "MEMSCOPE_MAX_UPLOAD_BYTES", default_value_t = 8 << 30)]
+    pub max_upload_bytes: u64,
+    /// Parsed snapshots kept in memory for queries (least recently used are dropped).
+    #[arg(long, env = "MEMSCOPE_CACHED_SNAPSHOTS", default_value_t = 4)]
+    pub cached_snapshots: usize,
+    /// Snapshots indexed at the same time (each takes one core while it runs).
+    #[arg(long, env = "MEMSCOPE_INDEX_WORKERS", default_value_t = 2)]
+    pub index_workers: usize,
+}
+
+impl ServeArgs {
+    /// Settings for tests: a given data dir, defaults otherwise.
+    pub fn for_data_dir(data_dir: PathBuf) -> ServeArgs {
+        ServeArgs {
+            addr: "127.0.0.1:0".parse().expect("literal address"),
+            data_dir,
+            max_upload_bytes: 8 << 30,
+            cached_snapshots: 4,
+            index_workers: 2,
+        }
+    }
+}

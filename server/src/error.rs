@@ -1,0 +1,60 @@
+//! The server's one error type: each variant has its HTTP status; internal errors are logged once
+//! with their cause and answered with a generic message.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("no snapshot with id {0}")]
+    NotFound(String),
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("upload is larger than the limit of {limit_bytes} bytes; raise --max-upload-bytes (MEMSCOPE_MAX_UPLOAD_BYTES) to accept it")]
+    TooLarge { limit_bytes: u64 },
+    /// The upload is not a snapshot memscope can read: the engine's message, for the user.
+    #[error("{0}")]
+    Unreadable(String),
+    #[error(transparent)]
+    Internal(#[from] anyhow::Error),
+}
+
+impl ApiError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::Unreadable(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+impl From<sqlx::Error> for ApiError {
+    fn from(e: sqlx::Error) -> Self {
+        ApiError::Internal(e.into())
+    }
+}
+
+impl From<std::io::Error> for ApiError {
+    fn from(e: std::io::Error) -> Self {
+        ApiError::Internal(e.into())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let message = match &self {
+            ApiError::Internal(e) => {
+                tracing::error!(error = format!("{e:#}"), "internal error");
+                "internal error; see the server log".to_string()
+            }
+            other => other.to_string(),
+        };
+        (self.status(), Json(serde_json::json!({ "error": message }))).into_response()
+    }
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;

@@ -1,0 +1,333 @@
+//! The JSON API under `/api` (documented in the README). Handlers are thin: they parse the
+//! request, call the library or the engine's analyses (on a blocking thread: a query over a
+//! million events should not stall the runtime), and answer JSON; errors are `ApiError`s.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use snapshot::analysis::{self, Axis};
+use snapshot::frames::FrameView;
+use snapshot::model::{Action, StackId};
+
+use crate::error::{ApiError, ApiResult};
+use crate::library::Tag;
+use crate::models::Loaded;
+use crate::state::AppState;
+
+pub fn app(state: AppState) -> Router {
+    Router::new()
+        .route("/api/health", get(health))
+        .route("/api/snapshots", get(list).post(upload))
+        .route("/api/snapshots/{id}", get(report).patch(update).delete(remove))
+        .route("/api/snapshots/{id}/info", get(info))
+        .route("/api/snapshots/{id}/original", get(original))
+        .route("/api/snapshots/{id}/timeline", get(timeline))
+        .route("/api/snapshots/{id}/state", get(state_at))
+        .route("/api/snapshots/{id}/stacks", get(stacks))
+        .route("/api/snapshots/{id}/frames/{stack}", get(frames))
+        .fallback(not_found)
+        // Uploads are streamed to disk and bounded by --max-upload-bytes instead.
+        .layer(DefaultBodyLimit::disable())
+        .with_state(state)
+}
+
+async fn not_found() -> ApiError {
+    ApiError::BadRequest("no such endpoint; see the README's API section".into())
+}
+
+async fn health() -> Json<serde_json::Value> {
+    Json(serde_json::json!({ "ok": true, "version": env!("CARGO_PKG_VERSION") }))
+}
+
+#[derive(Debug, Deserialize)]
+struct ListQuery {
+    q: Option<String>,
+}
+
+async fn list(State(s): State<AppState>, Query(q): Query<ListQuery>) -> ApiResult<Response> {
+    let items = s.library.list(q.q.as_deref().filter(|q| !q.is_empty())).await?;
+    Ok(Json(items).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+struct UploadQuery {
+    /// Display name (else the `X-Filename` header, else "snapshot").
+    name: Option<String>,
+    /// Comma-separated tags, `key=value` or free text: `job=bert,rank=0,nightly`.
+    tags: Option<String>,
+}
+
+fn parse_tags(s: &str) -> Vec<Tag> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(|t| match t.split_once('=') {
+            Some((k, v)) => Tag { key: k.trim().to_string(), value: v.trim().to_string() },
+            None => Tag { key: String::new(), value: t.to_string() },
+        })
+        .collect()
+}
+
+async fn upload(State(s): State<AppState>, Query(q): Query<UploadQuery>, headers: HeaderMap, body: Body) -> ApiResult<Response> {
+    let name = q
+        .name
+        .or_else(|| headers.get("x-filename").and_then(|v| v.to_str().ok()).map(str::to_string))
+        .filter(|n| !n.trim().is_empty())
+        .unwrap_or_else(|| "snapshot".into());
+    let tags = q.tags.as_deref().map(parse_tags).unwrap_or_default();
+    let up = crate::ingest::ingest(&s, name, tags, body).await?;
+    let report = s.library.report_json(&up.id).await?.unwrap_or_default();
+    let summary: serde_json::Value = serde_json::from_str(&report).unwrap_or_default();
+    let status = if up.created { StatusCode::CREATED } else { StatusCode::OK };
+    let mut body = serde_json::to_value(&up).map_err(|e| ApiError::Internal(e.into()))?;
+    body["summary"] = summary_subset(&summary);
+    Ok((status, Json(body)).into_response())
+}
+
+/// The report's headline figures (what the library page and an upload answer show).
+fn summary_subset(report: &serde_json::Value) -> serde_json::Value {
+    let mut out = serde_json::Map::new();
+    for k in ["segments", "blocks", "reserved_bytes", "allocated_bytes", "requested_bytes", "block_states", "devices", "warnings"] {
+        if let Some(v) = report.get(k) {
+            out.insert(k.to_string(), v.clone());
+        }
+    }
+    out.insert("leak_suspects".into(), report["leak_suspects"].as_array().map_or(0, |a| a.len()).into());
+    out.insert("ooms".into(), report["ooms"].as_array().map_or(0, |a| a.len()).into());
+    serde_json::Value::Object(out)
+}
+
+/// The same object `memscope analyze --json` prints, stored at upload.
+async fn report(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
+    let json = s.library.report_json(&id).await?.ok_or(ApiError::NotFound(id))?;
+    Ok(([(header::CONTENT_TYPE, "application/json")], json).into_response())
+}
+
+async fn info(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
+    let info = s.library.get(&id).await?.ok_or(ApiError::NotFound(id))?;
+    Ok(Json(info).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+struct Update {
+    name: Option<String>,
+    tags: Option<Vec<Tag>>,
+}
+
+async fn update(State(s): State<AppState>, Path(id): Path<String>, Json(u): Json<Update>) -> ApiResult<Response> {
+    if let Some(n) = &u.name
+        && n.trim().is_empty()
+    {
+        return Err(ApiError::BadRequest("name must not be empty".into()));
+    }
+    if !s.library.update(&id, u.name.as_deref(), u.tags.as_deref()).await? {
+        return Err(ApiError::NotFound(id));
+    }
+    let info = s.library.get(&id).await?.ok_or(ApiError::NotFound(id))?;
+    Ok(Json(info).into_response())
+}
+
+async fn remove(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
+    if !s.library.delete(&id).await? {
+        return Err(ApiError::NotFound(id));
+    }
+    s.models.remove(&id);
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn original(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
+    let info = s.library.get(&id).await?.ok_or_else(|| ApiError::NotFound(id.clone()))?;
+    let file = tokio::fs::File::open(s.library.original_path(&info.sha256)).await?;
+    let stream = tokio_util_stream(file);
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/octet-stream".to_string()),
+            (header::CONTENT_DISPOSITION, format!("attachment; filename=\"{}\"", info.name.replace('"', ""))),
+        ],
+        Body::from_stream(stream),
+    )
+        .into_response())
+}
+
+/// Streams a file in 256 KiB chunks.
+fn tokio_util_stream(file: tokio::fs::File) -> impl futures_util::Stream<Item = std::io::Result<Vec<u8>>> {
+    futures_util::stream::unfold(file, |mut f| async move {
+        use tokio::io::AsyncReadExt;
+        let mut buf = vec![0u8; 256 << 10];
+        match f.read(&mut buf).await {
+            Ok(0) => None,
+            Ok(n) => {
+                buf.truncate(n);
+                Some((Ok(buf), f))
+            }
+            Err(e) => Some((Err(e), f)),
+        }
+    })
+}
+
+/// Runs a query on a loaded snapshot off the async runtime.
+async fn query<T: Send + 'static>(
+    s: &AppState,
+    id: &str,
+    f: impl FnOnce(&Loaded) -> ApiResult<T> + Send + 'static,
+) -> ApiResult<T> {
+    let model = s.models.get(&s.library, id).await?;
+    tokio::task::spawn_blocking(move || f(&model)).await.map_err(|e| ApiError::Internal(e.into()))?
+}
+
+fn device_of(m: &Loaded, device: Option<i32>) -> ApiResult<i32> {
+    match device {
+        Some(d) if m.index.device(d).is_some() => Ok(d),
+        Some(d) => Err(ApiError::BadRequest(format!("snapshot has no trace for device {d}"))),
+        None => m
+            .index
+            .devices
+            .iter()
+            .find(|d| d.len > 0)
+            .or(m.index.devices.first())
+            .map(|d| d.device)
+            .ok_or_else(|| ApiError::BadRequest("snapshot has no device traces (history was not recorded)".into())),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct TimelineQuery {
+    device: Option<i32>,
+    /// `time` (µs since the epoch) or `event` (index); default: time when recorded.
+    axis: Option<Axis>,
+    from: Option<f64>,
+    to: Option<f64>,
+    /// Buckets to reduce the window to (about the canvas width in pixels).
+    buckets: Option<usize>,
+    /// How many of the largest allocations overlapping the window to include.
+    allocations: Option<usize>,
+}
+
+#[derive(Debug, Serialize)]
+struct Marker {
+    position: u32,
+    time_us: i64,
+    bytes: u64,
+}
+
+#[derive(Debug, Serialize)]
+struct AnnotationView {
+    name: String,
+    start: bool,
+    time_us: i64,
+}
+
+#[derive(Debug, Serialize)]
+struct TimelineResponse {
+    device: i32,
+    axis: Axis,
+    timeline: analysis::Timeline,
+    allocations: Vec<analysis::timeline::AllocationView>,
+    /// Frames of every stack the allocations refer to, by stack id.
+    stacks: BTreeMap<u32, Vec<FrameView>>,
+    annotations: Vec<AnnotationView>,
+    ooms: Vec<Marker>,
+    first_time_us: i64,
+    last_time_us: i64,
+}
+
+async fn timeline(State(s): State<AppState>, Path(id): Path<String>, Query(q): Query<TimelineQuery>) -> ApiResult<Response> {
+    let r = query(&s, &id, move |m| {
+        let device = device_of(m, q.device)?;
+        let d = m.index.device(device).ok_or_else(|| ApiError::BadRequest(format!("no device {device}")))?;
+        let t = &m.snap.trace;
+        let has_time = d.len > 0 && t.time_us[d.row(0)] != 0;
+        let axis = q.axis.unwrap_or(if has_time { Axis::Time } else { Axis::Event });
+        let (first, last) = match (q.from, q.to) {
+            (Some(a), Some(b)) => analysis::timeline::window_positions(&m.snap, d, axis, a, b),
+            _ => (0, d.len),
+        };
+        let tl = analysis::timeline(&m.snap, &m.index, device, first, last, q.buckets.unwrap_or(1000).min(10_000))
+            .ok_or_else(|| ApiError::BadRequest("empty trace".into()))?;
+        let allocations = analysis::allocations_in_window(&m.snap, &m.index, device, first, last, q.allocations.unwrap_or(2000).min(20_000));
+        let mut stacks = BTreeMap::new();
+        for a in &allocations {
+            stacks.entry(a.stack.0).or_insert_with(|| m.index.frames.display(&m.snap, a.stack));
+        }
+        let time = |p: u32| analysis::timeline::time_at(&m.snap, d, p);
+        let (t0, t1) = (time(first), time(last));
+        let annotations = m
+            .snap
+            .annotations
+            .iter()
+            .filter(|a| a.device == device && (!has_time || (a.time_us >= t0 && a.time_us <= t1)))
+            .map(|a| AnnotationView { name: m.snap.str(a.name).to_string(), start: a.start, time_us: a.time_us })
+            .collect();
+        let ooms = (first..last.min(d.len))
+            .filter(|&e| t.action[d.row(e)] == Action::Oom)
+            .map(|e| Marker { position: e, time_us: t.time_us[d.row(e)], bytes: t.size[d.row(e)] })
+            .collect();
+        Ok(TimelineResponse {
+            device,
+            axis,
+            timeline: tl,
+            allocations,
+            stacks,
+            annotations,
+            ooms,
+            first_time_us: time(0),
+            last_time_us: time(d.len),
+        })
+    })
+    .await?;
+    Ok(Json(r).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+struct PositionQuery {
+    device: Option<i32>,
+    /// Position in the device's trace (after that many events); default: the end (state) or
+    /// the peak (stacks).
+    position: Option<u32>,
+}
+
+async fn state_at(State(s): State<AppState>, Path(id): Path<String>, Query(q): Query<PositionQuery>) -> ApiResult<Response> {
+    let r = query(&s, &id, move |m| {
+        let device = match device_of(m, q.device) {
+            Ok(d) => d,
+            // Segments-only snapshots still have a state: the snapshot's own.
+            Err(_) => m.snap.segments.first().map_or(0, |s| s.device),
+        };
+        let len = m.index.device(device).map_or(0, |d| d.len);
+        Ok(analysis::state_at(&m.snap, &m.index, device, q.position.unwrap_or(len).min(len)))
+    })
+    .await?;
+    Ok(Json(r).into_response())
+}
+
+async fn stacks(State(s): State<AppState>, Path(id): Path<String>, Query(q): Query<PositionQuery>) -> ApiResult<Response> {
+    let r = query(&s, &id, move |m| {
+        let device = device_of(m, q.device)?;
+        analysis::stacks_at(&m.snap, &m.index, device, q.position, 200).ok_or_else(|| ApiError::BadRequest("no trace".into()))
+    })
+    .await?;
+    Ok(Json(r).into_response())
+}
+
+async fn frames(State(s): State<AppState>, Path((id, stack)): Path<(String, u32)>) -> ApiResult<Response> {
+    let r = query(&s, &id, move |m| {
+        if stack as usize >= m.snap.stacks.len() {
+            return Err(ApiError::BadRequest(format!("no stack {stack}")));
+        }
+        Ok(m.index.frames.display(&m.snap, StackId(stack)))
+    })
+    .await?;
+    Ok(Json(r).into_response())
+}
+
+#[allow(dead_code)]
+fn _assert_send(s: Arc<Loaded>) -> impl Send {
+    s
+}

@@ -1,0 +1,134 @@
+//! Uploads: the body is streamed to a temporary file (hashed on the way, never held whole in
+//! memory), deduplicated by content hash, parsed and analysed on a blocking thread (the async
+//! runtime keeps serving), and committed by inserting the library row last. Any failure removes
+//! the temporary files, so a bad or interrupted upload leaves nothing behind.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Body;
+use futures_util::StreamExt;
+use sha2::{Digest, Sha256};
+use tokio::io::AsyncWriteExt;
+
+use crate::error::{ApiError, ApiResult};
+use crate::library::{SnapshotInfo, Tag};
+use crate::models::Loaded;
+use crate::state::AppState;
+
+/// Deletes a temporary file when dropped (every early return and error path).
+struct TempFile(PathBuf);
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn unique_name(prefix: &str) -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{prefix}-{}-{n}", std::process::id())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Writes a model file atomically: to a sibling `.part`, fsync, rename.
+pub fn write_model_file(snap: &snapshot::Snapshot, path: &Path) -> std::io::Result<()> {
+    let part = path.with_extension("part");
+    {
+        let mut f = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&part)?);
+        snapshot::store::write(snap, &mut f)?;
+        f.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+    }
+    std::fs::rename(&part, path)
+}
+
+/// Result of an upload.
+#[derive(Debug, serde::Serialize)]
+pub struct Uploaded {
+    pub id: String,
+    /// False when the same bytes were uploaded before (the existing snapshot is returned).
+    pub created: bool,
+    pub snapshot: SnapshotInfo,
+}
+
+pub async fn ingest(state: &AppState, name: String, tags: Vec<Tag>, body: Body) -> ApiResult<Uploaded> {
+    let lib = &state.library;
+    let tmp = TempFile(lib.tmp_path(&unique_name("upload")));
+    let mut file = tokio::fs::File::create(&tmp.0).await?;
+    let mut hasher = Sha256::new();
+    let mut size = 0u64;
+    let mut stream = body.into_data_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| ApiError::BadRequest(format!("upload interrupted: {e}")))?;
+        size += chunk.len() as u64;
+        if size > state.config.max_upload_bytes {
+            return Err(ApiError::TooLarge { limit_bytes: state.config.max_upload_bytes });
+        }
+        hasher.update(&chunk);
+        file.write_all(&chunk).await?;
+    }
+    file.sync_all().await?;
+    drop(file);
+    if size == 0 {
+        return Err(ApiError::Unreadable("the upload is empty".into()));
+    }
+    let sha = hex(&hasher.finalize());
+    if let Some(existing) = lib.find_by_sha(&sha).await? {
+        return Ok(Uploaded { id: existing.id.clone(), created: false, snapshot: existing });
+    }
+
+    let _slot = state.index_slots.acquire().await.map_err(|e| ApiError::Internal(e.into()))?;
+    let model_tmp = TempFile(lib.tmp_path(&format!("{}.msmodel", unique_name("model"))));
+    let (upload_path, model_path) = (tmp.0.clone(), model_tmp.0.clone());
+    let started = Instant::now();
+    let (snap, index, report) = tokio::task::spawn_blocking(move || -> ApiResult<_> {
+        let f = std::fs::File::open(&upload_path)?;
+        let snap = snapshot::read_sized(f, size).map_err(|e| ApiError::Unreadable(e.to_string()))?;
+        let (index, report) = snapshot::analysis::analyze(&snap, &Default::default());
+        write_model_file(&snap, &model_path)?;
+        Ok((snap, index, report))
+    })
+    .await
+    .map_err(|e| ApiError::Internal(e.into()))??;
+    let index_ms = started.elapsed().as_millis() as u64;
+
+    let id = sha[..16].to_string();
+    let s = &report.summary;
+    let info = SnapshotInfo {
+        id: id.clone(),
+        sha256: sha.clone(),
+        name,
+        uploaded_at_ms: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64),
+        size_bytes: size,
+        decoded_bytes: snap.format.decoded_bytes,
+        encoding: snap.format.encoding.to_string(),
+        compression: snap.format.compression.to_string(),
+        devices: s.devices.keys().filter_map(|d| d.parse().ok()).collect(),
+        entries: snap.trace.len() as u64,
+        peak_bytes: s.devices.values().map(|d| d.peak_live_bytes).max().unwrap_or(s.allocated_bytes),
+        reserved_bytes: s.reserved_bytes,
+        allocated_bytes: s.allocated_bytes,
+        leak_suspects: report.leak_suspects.len() as u64,
+        ooms: report.ooms.len() as u64,
+        warnings: report.warnings.len() as u64,
+        index_ms,
+        tags,
+    };
+    let report_json = serde_json::to_string(&report).map_err(|e| ApiError::Internal(e.into()))?;
+    // Files into place, then the row: the row is the commit point.
+    std::fs::rename(&model_tmp.0, lib.model_path(&sha))?;
+    std::fs::rename(&tmp.0, lib.original_path(&sha))?;
+    if !lib.insert(&info, &report_json).await? {
+        // The same bytes were committed by a concurrent upload; theirs stands.
+        let existing = lib.find_by_sha(&sha).await?.ok_or_else(|| ApiError::Internal(anyhow::anyhow!("snapshot vanished")))?;
+        return Ok(Uploaded { id: existing.id.clone(), created: false, snapshot: existing });
+    }
+    tracing::info!(id, size, entries = info.entries, index_ms, "snapshot ingested");
+    state.models.insert(&id, Arc::new(Loaded { snap, index }));
+    Ok(Uploaded { id, created: true, snapshot: info })
+}

@@ -1,0 +1,305 @@
+//! The snapshot library on disk: the SQLite database (through sqlx, migrations applied at start)
+//! and the data folder's files. Only this module talks to the database.
+//!
+//! Layout of the data folder:
+//! - `memscope.db`: the `snapshots` and `snapshot_tags` tables (`migrations/`).
+//! - `originals/SHA256`: each upload exactly as received (the source of truth).
+//! - `models/SHA256.msmodel`: the parsed tables (`snapshot::store`), so opening never re-parses.
+//! - `tmp/`: uploads and models being written; emptied at start.
+//!
+//! An upload becomes visible only when its row is inserted, after both files were renamed into
+//! place. Files without a row (a crash between rename and insert) are removed at start.
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{FromRow, SqlitePool};
+
+/// A tag on a snapshot: `job=…`, `rank=…`, `host=…`, or free text (empty key).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, FromRow)]
+pub struct Tag {
+    #[serde(default)]
+    pub key: String,
+    pub value: String,
+}
+
+#[derive(Debug, Clone, FromRow)]
+struct Row {
+    id: String,
+    sha256: String,
+    name: String,
+    uploaded_at_ms: i64,
+    size_bytes: i64,
+    decoded_bytes: i64,
+    encoding: String,
+    compression: String,
+    devices: String,
+    entries: i64,
+    peak_bytes: i64,
+    reserved_bytes: i64,
+    allocated_bytes: i64,
+    leak_suspects: i64,
+    ooms: i64,
+    warnings: i64,
+    index_ms: i64,
+}
+
+/// A library entry as the API lists it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SnapshotInfo {
+    pub id: String,
+    pub sha256: String,
+    pub name: String,
+    pub uploaded_at_ms: i64,
+    pub size_bytes: u64,
+    pub decoded_bytes: u64,
+    pub encoding: String,
+    pub compression: String,
+    pub devices: Vec<i32>,
+    pub entries: u64,
+    pub peak_bytes: u64,
+    pub reserved_bytes: u64,
+    pub allocated_bytes: u64,
+    pub leak_suspects: u64,
+    pub ooms: u64,
+    pub warnings: u64,
+    pub index_ms: u64,
+    pub tags: Vec<Tag>,
+}
+
+impl SnapshotInfo {
+    fn from_row(r: Row, tags: Vec<Tag>) -> SnapshotInfo {
+        SnapshotInfo {
+            id: r.id,
+            sha256: r.sha256,
+            name: r.name,
+            uploaded_at_ms: r.uploaded_at_ms,
+            size_bytes: r.size_bytes as u64,
+            decoded_bytes: r.decoded_bytes as u64,
+            encoding: r.encoding,
+            compression: r.compression,
+            devices: serde_json::from_str(&r.devices).unwrap_or_default(),
+            entries: r.entries as u64,
+            peak_bytes: r.peak_bytes as u64,
+            reserved_bytes: r.reserved_bytes as u64,
+            allocated_bytes: r.allocated_bytes as u64,
+            leak_suspects: r.leak_suspects as u64,
+            ooms: r.ooms as u64,
+            warnings: r.warnings as u64,
+            index_ms: r.index_ms as u64,
+            tags,
+        }
+    }
+}
+
+/// The columns of [`Row`], for `concat!` (sqlx takes only static SQL).
+macro_rules! columns {
+    () => {
+        "id, sha256, name, uploaded_at_ms, size_bytes, decoded_bytes, encoding, compression, devices, \
+         entries, peak_bytes, reserved_bytes, allocated_bytes, leak_suspects, ooms, warnings, index_ms"
+    };
+}
+
+/// The data folder and its database.
+#[derive(Debug, Clone)]
+pub struct Library {
+    pub db: SqlitePool,
+    dir: PathBuf,
+}
+
+impl Library {
+    /// Opens (creating if needed) the library in `dir`, applies migrations and removes leftovers
+    /// of interrupted uploads.
+    pub async fn open(dir: &Path) -> anyhow::Result<Library> {
+        for sub in ["originals", "models", "tmp"] {
+            std::fs::create_dir_all(dir.join(sub)).with_context(|| format!("cannot create {}", dir.join(sub).display()))?;
+        }
+        for e in std::fs::read_dir(dir.join("tmp"))? {
+            let _ = std::fs::remove_file(e?.path());
+        }
+        let options = SqliteConnectOptions::from_str("sqlite:")?
+            .filename(dir.join("memscope.db"))
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            // An acknowledged upload survives a crash or power loss.
+            .synchronous(SqliteSynchronous::Full)
+            .foreign_keys(true);
+        let db = SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(options)
+            .await
+            .with_context(|| format!("cannot open the database in {}", dir.display()))?;
+        sqlx::migrate!("../migrations").run(&db).await.context("cannot apply database migrations")?;
+        let lib = Library { db, dir: dir.to_path_buf() };
+        lib.remove_orphans().await?;
+        Ok(lib)
+    }
+
+    async fn remove_orphans(&self) -> anyhow::Result<()> {
+        let known: std::collections::HashSet<String> =
+            sqlx::query_scalar::<_, String>("SELECT sha256 FROM snapshots").fetch_all(&self.db).await?.into_iter().collect();
+        for sub in ["originals", "models"] {
+            for e in std::fs::read_dir(self.dir.join(sub))? {
+                let path = e?.path();
+                let stem = path.file_name().and_then(|n| n.to_str()).unwrap_or("").split('.').next().unwrap_or("").to_string();
+                if !known.contains(&stem) {
+                    tracing::warn!(path = %path.display(), "removing a file left by an interrupted upload");
+                    let _ = std::fs::remove_file(&path);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn tmp_path(&self, name: &str) -> PathBuf {
+        self.dir.join("tmp").join(name)
+    }
+    pub fn original_path(&self, sha256: &str) -> PathBuf {
+        self.dir.join("originals").join(sha256)
+    }
+    pub fn model_path(&self, sha256: &str) -> PathBuf {
+        self.dir.join("models").join(format!("{sha256}.msmodel"))
+    }
+
+    async fn tags(&self, id: &str) -> sqlx::Result<Vec<Tag>> {
+        sqlx::query_as::<_, Tag>("SELECT key, value FROM snapshot_tags WHERE snapshot_id = ? ORDER BY key, value")
+            .bind(id)
+            .fetch_all(&self.db)
+            .await
+    }
+
+    pub async fn get(&self, id: &str) -> sqlx::Result<Option<SnapshotInfo>> {
+        let row = sqlx::query_as::<_, Row>(concat!("SELECT ", columns!(), " FROM snapshots WHERE id = ?"))
+            .bind(id)
+            .fetch_optional(&self.db)
+            .await?;
+        Ok(match row {
+            Some(r) => {
+                let tags = self.tags(&r.id).await?;
+                Some(SnapshotInfo::from_row(r, tags))
+            }
+            None => None,
+        })
+    }
+
+    pub async fn find_by_sha(&self, sha256: &str) -> sqlx::Result<Option<SnapshotInfo>> {
+        let id: Option<String> =
+            sqlx::query_scalar("SELECT id FROM snapshots WHERE sha256 = ?").bind(sha256).fetch_optional(&self.db).await?;
+        match id {
+            Some(id) => self.get(&id).await,
+            None => Ok(None),
+        }
+    }
+
+    /// Every snapshot, newest first; `query` matches name, id or any tag (case-insensitive).
+    pub async fn list(&self, query: Option<&str>) -> sqlx::Result<Vec<SnapshotInfo>> {
+        let pattern = format!("%{}%", query.unwrap_or("").to_lowercase());
+        let rows = sqlx::query_as::<_, Row>(concat!(
+            "SELECT ",
+            columns!(),
+            " FROM snapshots s WHERE ?1 = '%%' OR lower(s.name) LIKE ?1 OR s.id LIKE ?1 \
+             OR EXISTS (SELECT 1 FROM snapshot_tags t WHERE t.snapshot_id = s.id \
+                        AND (lower(t.value) LIKE ?1 OR lower(t.key || '=' || t.value) LIKE ?1)) \
+             ORDER BY uploaded_at_ms DESC, id"
+        ))
+        .bind(&pattern)
+        .fetch_all(&self.db)
+        .await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in rows {
+            let tags = self.tags(&r.id).await?;
+            out.push(SnapshotInfo::from_row(r, tags));
+        }
+        Ok(out)
+    }
+
+    /// Inserts a fully ingested snapshot (the commit point of an upload). Returns false if a
+    /// snapshot with the same content was inserted first.
+    pub async fn insert(&self, info: &SnapshotInfo, report_json: &str) -> sqlx::Result<bool> {
+        let mut tx = self.db.begin().await?;
+        let done = sqlx::query(
+            "INSERT INTO snapshots (id, sha256, name, uploaded_at_ms, size_bytes, decoded_bytes, encoding, compression, \
+             devices, entries, peak_bytes, reserved_bytes, allocated_bytes, leak_suspects, ooms, warnings, index_ms, report_json) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+        )
+        .bind(&info.id)
+        .bind(&info.sha256)
+        .bind(&info.name)
+        .bind(info.uploaded_at_ms)
+        .bind(info.size_bytes as i64)
+        .bind(info.decoded_bytes as i64)
+        .bind(&info.encoding)
+        .bind(&info.compression)
+        .bind(serde_json::to_string(&info.devices).unwrap_or_else(|_| "[]".into()))
+        .bind(info.entries as i64)
+        .bind(info.peak_bytes as i64)
+        .bind(info.reserved_bytes as i64)
+        .bind(info.allocated_bytes as i64)
+        .bind(info.leak_suspects as i64)
+        .bind(info.ooms as i64)
+        .bind(info.warnings as i64)
+        .bind(info.index_ms as i64)
+        .bind(report_json)
+        .execute(&mut *tx)
+        .await?;
+        if done.rows_affected() == 0 {
+            return Ok(false);
+        }
+        for t in &info.tags {
+            sqlx::query("INSERT OR IGNORE INTO snapshot_tags (snapshot_id, key, value) VALUES (?, ?, ?)")
+                .bind(&info.id)
+                .bind(&t.key)
+                .bind(&t.value)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    pub async fn report_json(&self, id: &str) -> sqlx::Result<Option<String>> {
+        sqlx::query_scalar("SELECT report_json FROM snapshots WHERE id = ?").bind(id).fetch_optional(&self.db).await
+    }
+
+    /// Renames and/or replaces the tags of a snapshot; false if there is none with that id.
+    pub async fn update(&self, id: &str, name: Option<&str>, tags: Option<&[Tag]>) -> sqlx::Result<bool> {
+        let mut tx = self.db.begin().await?;
+        let exists: Option<i64> = sqlx::query_scalar("SELECT 1 FROM snapshots WHERE id = ?").bind(id).fetch_optional(&mut *tx).await?;
+        if exists.is_none() {
+            return Ok(false);
+        }
+        if let Some(name) = name {
+            sqlx::query("UPDATE snapshots SET name = ? WHERE id = ?").bind(name).bind(id).execute(&mut *tx).await?;
+        }
+        if let Some(tags) = tags {
+            sqlx::query("DELETE FROM snapshot_tags WHERE snapshot_id = ?").bind(id).execute(&mut *tx).await?;
+            for t in tags {
+                sqlx::query("INSERT OR IGNORE INTO snapshot_tags (snapshot_id, key, value) VALUES (?, ?, ?)")
+                    .bind(id)
+                    .bind(&t.key)
+                    .bind(&t.value)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+        }
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// Removes a snapshot: the row first (it disappears at once), then its files.
+    pub async fn delete(&self, id: &str) -> sqlx::Result<bool> {
+        let sha: Option<String> =
+            sqlx::query_scalar("DELETE FROM snapshots WHERE id = ? RETURNING sha256").bind(id).fetch_optional(&self.db).await?;
+        match sha {
+            Some(sha) => {
+                let _ = std::fs::remove_file(self.original_path(&sha));
+                let _ = std::fs::remove_file(self.model_path(&sha));
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+}

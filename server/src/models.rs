@@ -1,0 +1,94 @@
+//! Parsed snapshots kept in memory for queries, least recently used dropped first. A snapshot not
+//! in memory is loaded from its model file (never from the pickle); if that file is missing or
+//! damaged it is rebuilt once from the original upload.
+
+use std::sync::{Arc, Mutex};
+
+use anyhow::Context;
+use snapshot::Snapshot;
+use snapshot::analysis::Index;
+
+use crate::error::{ApiError, ApiResult};
+use crate::library::Library;
+
+/// A snapshot ready for queries.
+#[derive(Debug)]
+pub struct Loaded {
+    pub snap: Snapshot,
+    pub index: Index,
+}
+
+#[derive(Debug)]
+pub struct Models {
+    capacity: usize,
+    /// (id, model, last use); small, so a Vec.
+    entries: Mutex<Vec<(String, Arc<Loaded>, u64)>>,
+    clock: std::sync::atomic::AtomicU64,
+}
+
+impl Models {
+    pub fn new(capacity: usize) -> Models {
+        Models { capacity: capacity.max(1), entries: Mutex::new(Vec::new()), clock: Default::default() }
+    }
+
+    fn tick(&self) -> u64 {
+        self.clock.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub fn cached(&self, id: &str) -> Option<Arc<Loaded>> {
+        let now = self.tick();
+        let mut e = self.entries.lock().expect("cache lock");
+        e.iter_mut().find(|(i, _, _)| i == id).map(|(_, m, t)| {
+            *t = now;
+            m.clone()
+        })
+    }
+
+    pub fn insert(&self, id: &str, model: Arc<Loaded>) {
+        let now = self.tick();
+        let mut e = self.entries.lock().expect("cache lock");
+        e.retain(|(i, _, _)| i != id);
+        if e.len() >= self.capacity
+            && let Some(oldest) = e.iter().enumerate().min_by_key(|(_, (_, _, t))| *t).map(|(i, _)| i)
+        {
+            e.swap_remove(oldest);
+        }
+        e.push((id.to_string(), model, now));
+    }
+
+    pub fn remove(&self, id: &str) {
+        self.entries.lock().expect("cache lock").retain(|(i, _, _)| i != id);
+    }
+
+    /// The snapshot `id`, from memory or its model file.
+    pub async fn get(&self, lib: &Library, id: &str) -> ApiResult<Arc<Loaded>> {
+        if let Some(m) = self.cached(id) {
+            return Ok(m);
+        }
+        let info = lib.get(id).await?.ok_or_else(|| ApiError::NotFound(id.to_string()))?;
+        let model_path = lib.model_path(&info.sha256);
+        let original = lib.original_path(&info.sha256);
+        let loaded = tokio::task::spawn_blocking(move || -> anyhow::Result<Loaded> {
+            let snap = match std::fs::File::open(&model_path).map_err(anyhow::Error::from).and_then(|f| {
+                snapshot::store::read(std::io::BufReader::with_capacity(1 << 20, f)).map_err(anyhow::Error::from)
+            }) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, path = %model_path.display(), "model file unusable; rebuilding it from the original upload");
+                    let f = std::fs::File::open(&original).with_context(|| format!("original upload {} is missing", original.display()))?;
+                    let size = f.metadata().map(|m| m.len()).unwrap_or(0);
+                    let snap = snapshot::read_sized(f, size)?;
+                    crate::ingest::write_model_file(&snap, &model_path)?;
+                    snap
+                }
+            };
+            let index = Index::new(&snap);
+            Ok(Loaded { snap, index })
+        })
+        .await
+        .map_err(|e| ApiError::Internal(e.into()))??;
+        let loaded = Arc::new(loaded);
+        self.insert(id, loaded.clone());
+        Ok(loaded)
+    }
+}

@@ -1,0 +1,54 @@
+//! The model file round-trips every fixture exactly, and a damaged one is refused, not misread.
+
+mod common;
+
+#[test]
+fn model_file_round_trips_every_fixture() {
+    for name in [
+        "leak_detached_cache.pickle",
+        "steady_train.pickle",
+        "fragmentation.pickle",
+        "oom_fraction.pickle",
+        "multistream.pickle",
+        "segments_only.pickle",
+        "big_python.pickle.xz",
+        "variants/legacy_2_0.pickle",
+        "variants/big_ints.pickle",
+    ] {
+        let snap = common::read(name);
+        let mut bytes = Vec::new();
+        snapshot::store::write(&snap, &mut bytes).unwrap();
+        let back = snapshot::store::read(bytes.as_slice()).unwrap();
+        let (_, a) = snapshot::analysis::analyze(&snap, &Default::default());
+        let (_, b) = snapshot::analysis::analyze(&back, &Default::default());
+        assert_eq!(serde_json::to_value(&a).unwrap(), serde_json::to_value(&b).unwrap(), "{name}");
+        assert_eq!(snap.trace.stack, back.trace.stack, "{name}");
+        assert_eq!(snap.trace.time_us, back.trace.time_us, "{name}");
+    }
+}
+
+#[test]
+fn damaged_model_files_are_refused() {
+    let snap = common::read("multistream.pickle");
+    let mut bytes = Vec::new();
+    snapshot::store::write(&snap, &mut bytes).unwrap();
+    for cut in (0..bytes.len()).step_by(97).chain([bytes.len() - 1]) {
+        assert!(snapshot::store::read(&bytes[..cut]).is_err(), "cut at {cut}");
+    }
+    let mut wrong = bytes.clone();
+    wrong[8] = 99; // version
+    assert!(snapshot::store::read(wrong.as_slice()).unwrap_err().to_string().contains("older version"));
+    // Random corruption never panics.
+    let mut x = 0x1234_5678_9abc_def0u64;
+    for _ in 0..500 {
+        let mut b = bytes.clone();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let i = (x % b.len() as u64) as usize;
+        b[i] ^= (x >> 32) as u8 | 1;
+        if let Ok(s) = snapshot::store::read(b.as_slice()) {
+            let _ = snapshot::analysis::analyze(&s, &Default::default());
+        }
+    }
+}
