@@ -32,6 +32,7 @@ pub fn app(state: AppState) -> Router {
         .route("/api/snapshots/{id}/state", get(state_at))
         .route("/api/snapshots/{id}/stacks", get(stacks))
         .route("/api/snapshots/{id}/frames/{stack}", get(frames))
+        .merge(crate::assets::router())
         .fallback(not_found)
         // Uploads are streamed to disk and bounded by --max-upload-bytes instead.
         .layer(DefaultBodyLimit::disable())

@@ -2,6 +2,7 @@
 //! and the snapshot library (SQLite + data folder). The snapshot engine itself is the `snapshot`
 //! crate; this crate does the IO around it.
 
+pub mod assets;
 pub mod cli;
 pub mod config;
 pub mod error;

@@ -32,9 +32,13 @@ const NOISE_FILES: [&str; 10] = [
     "cpython/abstract.h",
 ];
 
-/// True for frames viewers hide (unwinder, interpreter and dispatcher plumbing).
+/// True for frames viewers hide (unwinder, interpreter and dispatcher plumbing). Beyond the names
+/// MemoryViz hides, the CPython interpreter's own C frames (`Py_RunMain`, `_PyRun_…`,
+/// `PyMethod_New`…) and libc start-up are noise too: they sit at the bottom of every stack.
 pub fn is_noise(filename: &str, name: &str) -> bool {
-    NOISE_NAMES.iter().any(|n| name.contains(n)) || NOISE_FILES.iter().any(|f| filename.contains(f))
+    NOISE_NAMES.iter().any(|n| name.contains(n))
+        || NOISE_FILES.iter().any(|f| filename.contains(f))
+        || (is_cpp(filename) && (name.starts_with("Py") || name.starts_with("_Py") || name.starts_with("__libc") || name == "main"))
 }
 
 /// True for C++ frames: `??` or a C/C++/CUDA source, or no Python file at all.

@@ -1,0 +1,296 @@
+//! The library page: drop or pick snapshots to upload (progress, then indexing, then a link), and
+//! every stored snapshot with its figures, editable name and tags, search, delete and permalink.
+
+use leptos::prelude::*;
+use leptos::task::spawn_local;
+use serde::Deserialize;
+use wasm_bindgen::JsCast;
+
+use crate::{api, fmt};
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct Tag {
+    pub key: String,
+    pub value: String,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct Info {
+    pub id: String,
+    pub name: String,
+    pub uploaded_at_ms: f64,
+    pub size_bytes: f64,
+    pub devices: Vec<i32>,
+    pub entries: u64,
+    pub peak_bytes: f64,
+    pub reserved_bytes: f64,
+    pub leak_suspects: u64,
+    pub ooms: u64,
+    pub tags: Vec<Tag>,
+}
+
+/// One upload in progress or done.
+#[derive(Debug, Clone, PartialEq)]
+struct Upload {
+    key: u32,
+    name: String,
+    /// 0..1 while sending; 1 while the server indexes.
+    sent: f64,
+    state: UploadState,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum UploadState {
+    Sending,
+    Indexing,
+    Done(String),
+    Failed(String),
+}
+
+fn tags_text(tags: &[Tag]) -> String {
+    tags.iter()
+        .map(|t| if t.key.is_empty() { t.value.clone() } else { format!("{}={}", t.key, t.value) })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn parse_tags(s: &str) -> serde_json::Value {
+    let tags: Vec<serde_json::Value> = s
+        .split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(|t| match t.split_once('=') {
+            Some((k, v)) => serde_json::json!({"key": k.trim(), "value": v.trim()}),
+            None => serde_json::json!({"key": "", "value": t}),
+        })
+        .collect();
+    serde_json::Value::Array(tags)
+}
+
+#[component]
+pub fn Library() -> impl IntoView {
+    let query = RwSignal::new(String::new());
+    let refresh = RwSignal::new(0u32);
+    let items = LocalResource::new(move || {
+        refresh.track();
+        let q = query.get();
+        async move { api::get::<Vec<Info>>(&format!("/api/snapshots?q={}", js_sys::encode_uri_component(&q))).await }
+    });
+    let uploads = RwSignal::new(Vec::<Upload>::new());
+    let next_key = StoredValue::new(0u32);
+    let dragging = RwSignal::new(false);
+
+    let start_upload = move |file: web_sys::File| {
+        let key = next_key.get_value();
+        next_key.set_value(key + 1);
+        uploads.update(|u| u.push(Upload { key, name: file.name(), sent: 0.0, state: UploadState::Sending }));
+        let set = move |f: &dyn Fn(&mut Upload)| {
+            uploads.update(|u| {
+                if let Some(x) = u.iter_mut().find(|x| x.key == key) {
+                    f(x)
+                }
+            })
+        };
+        spawn_local(async move {
+            let progress = move |sent: f64, total: f64| {
+                set(&|u: &mut Upload| {
+                    u.sent = if total > 0.0 { sent / total } else { 0.0 };
+                    if u.sent >= 1.0 {
+                        u.state = UploadState::Indexing;
+                    }
+                })
+            };
+            match api::upload(file, progress).await {
+                Ok(v) => {
+                    let id = v["id"].as_str().unwrap_or_default().to_string();
+                    set(&|u: &mut Upload| u.state = UploadState::Done(id.clone()));
+                    refresh.update(|r| *r += 1);
+                }
+                Err(e) => set(&|u: &mut Upload| u.state = UploadState::Failed(e.clone())),
+            }
+        });
+    };
+    let take_files = move |files: Option<web_sys::FileList>| {
+        if let Some(files) = files {
+            for i in 0..files.length() {
+                if let Some(f) = files.get(i) {
+                    start_upload(f);
+                }
+            }
+        }
+    };
+
+    view! {
+        <section
+            class="dropzone"
+            class:dragging=move || dragging.get()
+            on:dragover=move |ev: web_sys::DragEvent| {
+                ev.prevent_default();
+                dragging.set(true);
+            }
+            on:dragleave=move |_| dragging.set(false)
+            on:drop=move |ev: web_sys::DragEvent| {
+                ev.prevent_default();
+                dragging.set(false);
+                take_files(ev.data_transfer().and_then(|d| d.files()));
+            }
+        >
+            <p>
+                "Drop PyTorch memory snapshots here ("
+                <code>"torch.cuda.memory._dump_snapshot"</code>
+                " pickles, .gz/.zst/.xz, or JSON), or "
+                <label class="button">
+                    "choose files"
+                    <input
+                        id="file-input"
+                        type="file"
+                        multiple=true
+                        class="file-input"
+                        on:change=move |ev| {
+                            let input: web_sys::HtmlInputElement = event_target(&ev);
+                            take_files(input.files());
+                            input.set_value("");
+                        }
+                    />
+                </label>
+            </p>
+            <ul class="uploads">
+                {move || {
+                    uploads
+                        .get()
+                        .into_iter()
+                        .map(|u| {
+                            let status = match &u.state {
+                                UploadState::Sending => {
+                                    view! { <span>{format!("uploading {:.0}%", u.sent * 100.0)}</span> }.into_any()
+                                }
+                                UploadState::Indexing => view! { <span>"indexing…"</span> }.into_any(),
+                                UploadState::Done(id) => {
+                                    view! { <a class="open" href=format!("/s/{id}")>"open"</a> }.into_any()
+                                }
+                                UploadState::Failed(e) => view! { <span class="error upload-error">{e.clone()}</span> }.into_any(),
+                            };
+                            view! {
+                                <li>
+                                    <progress max="1" value=u.sent></progress>
+                                    <span class="name">{u.name.clone()}</span>
+                                    {status}
+                                </li>
+                            }
+                        })
+                        .collect_view()
+                }}
+            </ul>
+        </section>
+        <section class="library">
+            <div class="toolbar">
+                <h2>"Library"</h2>
+                <input
+                    class="search"
+                    type="search"
+                    placeholder="filter by name, id or tag (job=…, rank=…)"
+                    prop:value=move || query.get()
+                    on:input=move |ev| query.set(event_target_value(&ev))
+                />
+            </div>
+            {move || match items.get() {
+                None => view! { <p>"loading…"</p> }.into_any(),
+                Some(Err(e)) => view! { <p class="error">{e}</p> }.into_any(),
+                Some(Ok(list)) if list.is_empty() => {
+                    view! { <p class="empty">"No snapshots yet: drop one above."</p> }.into_any()
+                }
+                Some(Ok(list)) => view! { <LibraryTable list=list refresh=refresh/> }.into_any(),
+            }}
+        </section>
+    }
+}
+
+#[component]
+fn LibraryTable(list: Vec<Info>, refresh: RwSignal<u32>) -> impl IntoView {
+    let rows = list
+        .into_iter()
+        .map(|s| {
+            let id = s.id.clone();
+            let (id2, id3) = (id.clone(), id.clone());
+            let rename = move |ev: web_sys::Event| {
+                let name = event_target_value(&ev);
+                let id = id2.clone();
+                spawn_local(async move {
+                    let _ = api::patch(&format!("/api/snapshots/{id}"), serde_json::json!({ "name": name })).await;
+                    refresh.update(|r| *r += 1);
+                });
+            };
+            let retag = move |ev: web_sys::Event| {
+                let tags = parse_tags(&event_target_value(&ev));
+                let id = id3.clone();
+                spawn_local(async move {
+                    let _ = api::patch(&format!("/api/snapshots/{id}"), serde_json::json!({ "tags": tags })).await;
+                    refresh.update(|r| *r += 1);
+                });
+            };
+            let remove = {
+                let id = id.clone();
+                move |_| {
+                    let id = id.clone();
+                    let ok = web_sys::window().and_then(|w| w.confirm_with_message("Delete this snapshot?").ok()).unwrap_or(false);
+                    if ok {
+                        spawn_local(async move {
+                            let _ = api::delete(&format!("/api/snapshots/{id}")).await;
+                            refresh.update(|r| *r += 1);
+                        });
+                    }
+                }
+            };
+            view! {
+                <tr data-id=id.clone()>
+                    <td>
+                        <a class="permalink" href=format!("/s/{id}")>"open"</a>
+                    </td>
+                    <td>
+                        <input class="name" value=s.name.clone() on:change=rename/>
+                    </td>
+                    <td>{fmt::date(s.uploaded_at_ms)}</td>
+                    <td class="num">{fmt::bytes(s.size_bytes)}</td>
+                    <td>{s.devices.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")}</td>
+                    <td class="num">{fmt::count(s.entries)}</td>
+                    <td class="num">{fmt::bytes(s.peak_bytes)}</td>
+                    <td class="num">{fmt::bytes(s.reserved_bytes)}</td>
+                    <td class="num" class:alert={s.leak_suspects > 0}>{s.leak_suspects}</td>
+                    <td class="num" class:alert={s.ooms > 0}>{s.ooms}</td>
+                    <td>
+                        <input class="tags" value=tags_text(&s.tags) placeholder="job=…, rank=…" on:change=retag/>
+                    </td>
+                    <td>
+                        <button class="delete" on:click=remove>"delete"</button>
+                    </td>
+                </tr>
+            }
+        })
+        .collect_view();
+    view! {
+        <table class="snapshots">
+            <thead>
+                <tr>
+                    <th></th>
+                    <th>"name"</th>
+                    <th>"uploaded"</th>
+                    <th>"size"</th>
+                    <th>"devices"</th>
+                    <th>"events"</th>
+                    <th>"peak"</th>
+                    <th>"reserved"</th>
+                    <th>"leak suspects"</th>
+                    <th>"OOMs"</th>
+                    <th>"tags"</th>
+                    <th></th>
+                </tr>
+            </thead>
+            <tbody>{rows}</tbody>
+        </table>
+    }
+}
+
+/// The element an event came from, as `T`.
+pub fn event_target<T: JsCast>(ev: &web_sys::Event) -> T {
+    ev.target().expect("event target").unchecked_into::<T>()
+}

@@ -1,0 +1,482 @@
+//! A snapshot's page: tabs for each view; the view, device, window and position live in the URL
+//! query, so a shared link opens the same view.
+
+use leptos::prelude::*;
+use leptos_router::NavigateOptions;
+use leptos_router::hooks::{use_navigate, use_params_map, use_query_map};
+use serde_json::Value;
+
+use crate::{api, fmt};
+
+pub const TABS: [(&str, &str); 6] =
+    [("overview", "Overview"), ("timeline", "Timeline"), ("segments", "Segments"), ("stacks", "Stacks"), ("leaks", "Leaks"), ("oom", "OOM")];
+
+/// Reads and writes the page's URL query.
+#[derive(Clone, Copy)]
+pub struct UrlState {
+    pub id: Memo<String>,
+    query: Memo<leptos_router::params::ParamsMap>,
+}
+
+impl UrlState {
+    pub fn get(&self, key: &str) -> Option<String> {
+        self.query.get().get(key)
+    }
+    pub fn get_f64(&self, key: &str) -> Option<f64> {
+        self.get(key).and_then(|v| v.parse().ok())
+    }
+    /// Replaces some query keys (None removes) and navigates, keeping the others.
+    pub fn set(&self, changes: &[(&str, Option<String>)]) {
+        let mut pairs: Vec<(String, String)> = Vec::new();
+        let q = self.query.get_untracked();
+        for key in ["view", "device", "from", "to", "axis", "pos", "filter"] {
+            let v = match changes.iter().find(|(k, _)| *k == key) {
+                Some((_, v)) => v.clone(),
+                None => q.get(key),
+            };
+            if let Some(v) = v {
+                pairs.push((key.to_string(), v));
+            }
+        }
+        let qs: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={}", js_sys::encode_uri_component(v))).collect();
+        let url = format!("/s/{}?{}", self.id.get_untracked(), qs.join("&"));
+        use_navigate()(&url, NavigateOptions { replace: true, scroll: false, ..Default::default() });
+    }
+}
+
+#[component]
+pub fn SnapshotPage() -> impl IntoView {
+    let params = use_params_map();
+    let query = use_query_map();
+    let id = Memo::new(move |_| params.get().get("id").unwrap_or_default());
+    let url = UrlState { id, query: Memo::new(move |_| query.get()) };
+    let view_name = Memo::new(move |_| url.get("view").unwrap_or_else(|| "overview".into()));
+    let report = LocalResource::new(move || {
+        let id = id.get();
+        async move { api::get::<Value>(&format!("/api/snapshots/{id}")).await }
+    });
+    let info = LocalResource::new(move || {
+        let id = id.get();
+        async move { api::get::<Value>(&format!("/api/snapshots/{id}/info")).await }
+    });
+    provide_context(url);
+
+    view! {
+        <div class="snapshot-head">
+            <h1>{move || info.get().and_then(|r| r.ok()).map(|i| i["name"].as_str().unwrap_or("").to_string())}</h1>
+            <nav class="tabs">
+                {TABS
+                    .iter()
+                    .map(|(key, label)| {
+                        let key = *key;
+                        view! {
+                            <button
+                                class="tab"
+                                data-tab=key
+                                class:active=move || view_name.get() == key
+                                on:click=move |_| url.set(&[("view", Some(key.to_string()))])
+                            >
+                                {*label}
+                            </button>
+                        }
+                    })
+                    .collect_view()}
+            </nav>
+        </div>
+        {move || match report.get() {
+            None => view! { <p>"loading…"</p> }.into_any(),
+            Some(Err(e)) => view! { <p class="error">{e}</p> }.into_any(),
+            Some(Ok(r)) => {
+                match view_name.get().as_str() {
+                    "timeline" => view! { <crate::timeline::TimelineView report=r/> }.into_any(),
+                    "segments" => view! { <Segments report=r/> }.into_any(),
+                    "stacks" => view! { <Stacks/> }.into_any(),
+                    "leaks" => view! { <Leaks report=r/> }.into_any(),
+                    "oom" => view! { <Ooms report=r/> }.into_any(),
+                    _ => view! { <Overview report=r/> }.into_any(),
+                }
+            }
+        }}
+    }
+}
+
+fn kv(label: &'static str, value: String) -> impl IntoView {
+    view! {
+        <div class="kv">
+            <span class="k">{label}</span>
+            <span class="v">{value}</span>
+        </div>
+    }
+}
+
+#[component]
+fn Overview(report: Value) -> impl IntoView {
+    let r = &report;
+    let devices = r["devices"].as_object().cloned().unwrap_or_default();
+    let warnings = r["warnings"].as_array().cloned().unwrap_or_default();
+    let settings = r["allocator_settings"].clone();
+    view! {
+        <section class="overview">
+            <div class="figures">
+                {kv("segments", fmt::count(r["segments"].as_u64().unwrap_or(0)))}
+                {kv("blocks", fmt::count(r["blocks"].as_u64().unwrap_or(0)))}
+                {kv("reserved", fmt::bytes_of(&r["reserved_bytes"]))}
+                {kv("allocated", fmt::bytes_of(&r["allocated_bytes"]))}
+                {kv("requested", fmt::bytes_of(&r["requested_bytes"]))}
+                {kv("pending free", fmt::bytes_of(&r["pending_free_bytes"]))}
+                {kv("leak suspects", r["leak_suspects"].as_array().map_or(0, |a| a.len()).to_string())}
+                {kv("OOMs", r["ooms"].as_array().map_or(0, |a| a.len()).to_string())}
+                {kv("format", format!("{} {} ({})", r["format"]["encoding"].as_str().unwrap_or(""), r["format"]["layout"].as_str().unwrap_or(""), r["format"]["compression"].as_str().unwrap_or("")))}
+            </div>
+            <h3>"Warnings"</h3>
+            {if warnings.is_empty() {
+                view! { <p class="ok">"none"</p> }.into_any()
+            } else {
+                view! {
+                    <ul class="warnings">
+                        {warnings
+                            .iter()
+                            .map(|w| view! { <li>{w["message"].as_str().unwrap_or("").to_string()}</li> })
+                            .collect_view()}
+                    </ul>
+                }
+                    .into_any()
+            }}
+            <h3>"Devices"</h3>
+            <table class="devices">
+                <tr>
+                    <th>"device"</th>
+                    <th>"events"</th>
+                    <th>"peak live"</th>
+                    <th>"actions"</th>
+                </tr>
+                {devices
+                    .iter()
+                    .map(|(d, v)| {
+                        let actions = v["actions"]
+                            .as_object()
+                            .map(|a| a.iter().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>().join(", "))
+                            .unwrap_or_default();
+                        view! {
+                            <tr>
+                                <td>{d.clone()}</td>
+                                <td class="num">{fmt::count(v["entries"].as_u64().unwrap_or(0))}</td>
+                                <td class="num">{fmt::bytes_of(&v["peak_live_bytes"])}</td>
+                                <td>{actions}</td>
+                            </tr>
+                        }
+                    })
+                    .collect_view()}
+            </table>
+            <h3>"Allocator settings"</h3>
+            <pre class="settings">
+                {if settings.is_null() { "not recorded (before PyTorch 2.3)".to_string() } else { serde_json::to_string_pretty(&settings).unwrap_or_default() }}
+            </pre>
+        </section>
+    }
+}
+
+fn frames_list(frames: &Value, max: usize) -> impl IntoView + use<> {
+    let items: Vec<String> = frames.as_array().map(|a| a.iter().take(max).map(fmt::frame).collect()).unwrap_or_default();
+    view! { <ol class="frames">{items.into_iter().map(|f| view! { <li>{f}</li> }).collect_view()}</ol> }
+}
+
+/// A tiny line chart (SVG) of a series of numbers.
+fn sparkline(values: &[f64]) -> impl IntoView + use<> {
+    let max = values.iter().cloned().fold(1.0, f64::max);
+    let n = values.len().max(2) as f64 - 1.0;
+    let points: Vec<String> =
+        values.iter().enumerate().map(|(i, v)| format!("{:.1},{:.1}", i as f64 / n * 200.0, 40.0 - v / max * 38.0)).collect();
+    view! {
+        <svg class="spark" viewBox="0 0 200 40" width="200" height="40">
+            <polyline points=points.join(" ") fill="none" stroke="#d9480f" stroke-width="1.5"></polyline>
+        </svg>
+    }
+}
+
+#[component]
+fn Leaks(report: Value) -> impl IntoView {
+    let suspects = report["leak_suspects"].as_array().cloned().unwrap_or_default();
+    if suspects.is_empty() {
+        return view! {
+            <p class="ok">"No leak suspects: no call stack keeps allocations alive that were made throughout the trace."</p>
+        }
+            .into_any();
+    }
+    view! {
+        <section class="leaks">
+            {suspects
+                .iter()
+                .enumerate()
+                .map(|(i, l)| {
+                    let series: Vec<f64> = l["series"].as_array().map(|a| a.iter().map(|p| p["live_bytes"].as_f64().unwrap_or(0.0)).collect()).unwrap_or_default();
+                    let site = if l["site"].is_null() { "(no frames)".to_string() } else { fmt::frame(&l["site"]) };
+                    view! {
+                        <article class="suspect">
+                            <h3>
+                                <span class="rank">{format!("#{}", i + 1)}</span>
+                                <span class="site">{site}</span>
+                            </h3>
+                            <p>
+                                {format!(
+                                    "{} alive at the end in {} allocations, made across {:.0}% of the trace ({} allocations from this stack in all)",
+                                    fmt::bytes_of(&l["bytes"]),
+                                    l["count"],
+                                    l["spread"].as_f64().unwrap_or(0.0) * 100.0,
+                                    l["total_allocations"],
+                                )}
+                            </p>
+                            {sparkline(&series)}
+                            <details>
+                                <summary>"stack"</summary>
+                                {frames_list(&l["frames"], 60)}
+                            </details>
+                        </article>
+                    }
+                })
+                .collect_view()}
+        </section>
+    }
+        .into_any()
+}
+
+#[component]
+fn Ooms(report: Value) -> impl IntoView {
+    let ooms = report["ooms"].as_array().cloned().unwrap_or_default();
+    if ooms.is_empty() {
+        return view! { <p class="ok">"No out-of-memory events in this trace."</p> }.into_any();
+    }
+    view! {
+        <section class="ooms">
+            {ooms
+                .iter()
+                .map(|o| {
+                    view! {
+                        <article class="oom">
+                            <h3>
+                                {format!("device {} at event {}: ", o["device"], o["position"])}
+                                <span class="verdict">{o["verdict"].as_str().unwrap_or("").replace('_', " ")}</span>
+                            </h3>
+                            <p>{o["explanation"].as_str().unwrap_or("").to_string()}</p>
+                            <div class="figures">
+                                {kv("requested", fmt::bytes_of(&o["requested_bytes"]))}
+                                {kv("driver free", if o["device_free_bytes"].is_null() { "unknown".into() } else { fmt::bytes_of(&o["device_free_bytes"]) })}
+                                {kv("reserved", fmt::bytes_of(&o["reserved_bytes"]))}
+                                {kv("allocated", fmt::bytes_of(&o["allocated_bytes"]))}
+                                {kv("cached free", fmt::bytes_of(&o["cached_free_bytes"]))}
+                                {kv("largest free block", fmt::bytes_of(&o["largest_free_block_bytes"]))}
+                            </div>
+                            <h4>"Largest call sites at the OOM"</h4>
+                            <ul>
+                                {o["largest_sites"]
+                                    .as_array()
+                                    .cloned()
+                                    .unwrap_or_default()
+                                    .iter()
+                                    .map(|s| view! { <li>{format!("{}  {}", fmt::bytes_of(&s["bytes"]), if s["site"].is_null() { "(no frames)".into() } else { fmt::frame(&s["site"]) })}</li> })
+                                    .collect_view()}
+                            </ul>
+                        </article>
+                    }
+                })
+                .collect_view()}
+        </section>
+    }
+        .into_any()
+}
+
+#[component]
+fn Stacks() -> impl IntoView {
+    let url: UrlState = expect_context();
+    let data = LocalResource::new(move || {
+        let (id, pos) = (url.id.get(), url.get("pos"));
+        async move {
+            let q = pos.map(|p| format!("?position={p}")).unwrap_or_default();
+            api::get::<Value>(&format!("/api/snapshots/{id}/stacks{q}")).await
+        }
+    });
+    view! {
+        {move || match data.get() {
+            None => view! { <p>"loading…"</p> }.into_any(),
+            Some(Err(e)) => view! { <p class="error">{e}</p> }.into_any(),
+            Some(Ok(s)) => {
+                let total = s["total_bytes"].as_f64().unwrap_or(1.0).max(1.0);
+                view! {
+                    <section class="stacks">
+                        <p>{format!("{} live in {} allocations after event {} (default: the peak)", fmt::bytes_of(&s["total_bytes"]), s["count"], s["position"])}</p>
+                        <div class="icicle">{icicle(&s["flame"], total, 0)}</div>
+                        <table class="sites">
+                            <tr>
+                                <th>"bytes"</th>
+                                <th>"%"</th>
+                                <th>"allocations"</th>
+                                <th>"call site"</th>
+                            </tr>
+                            {s["sites"]
+                                .as_array()
+                                .cloned()
+                                .unwrap_or_default()
+                                .iter()
+                                .map(|c| {
+                                    view! {
+                                        <tr>
+                                            <td class="num">{fmt::bytes_of(&c["bytes"])}</td>
+                                            <td class="num">{format!("{:.1}", c["bytes"].as_f64().unwrap_or(0.0) / total * 100.0)}</td>
+                                            <td class="num">{c["count"].to_string()}</td>
+                                            <td>
+                                                <details>
+                                                    <summary>{if c["site"].is_null() { "(no frames)".into() } else { fmt::frame(&c["site"]) }}</summary>
+                                                    {frames_list(&c["frames"], 40)}
+                                                </details>
+                                            </td>
+                                        </tr>
+                                    }
+                                })
+                                .collect_view()}
+                        </table>
+                    </section>
+                }
+                    .into_any()
+            }
+        }}
+    }
+}
+
+/// An icicle chart: the outermost frames on top, width proportional to bytes.
+fn icicle(node: &Value, total: f64, depth: usize) -> AnyView {
+    let children = node["children"].as_array().cloned().unwrap_or_default();
+    if depth > 24 {
+        return ().into_any();
+    }
+    let kids = children
+        .iter()
+        .filter(|c| c["bytes"].as_f64().unwrap_or(0.0) / total > 0.002)
+        .map(|c| {
+            let w = c["bytes"].as_f64().unwrap_or(0.0) / total * 100.0;
+            let label = format!("{} ({})", c["name"].as_str().unwrap_or(""), fmt::bytes_of(&c["bytes"]));
+            let title = format!("{}:{} {}", c["filename"].as_str().unwrap_or(""), c["line"], label);
+            view! {
+                <div class="ice" style=format!("width:{w:.3}%") title=title>
+                    <div class="ice-label">{label}</div>
+                    <div class="ice-kids">{icicle(c, c["bytes"].as_f64().unwrap_or(1.0).max(1.0), depth + 1)}</div>
+                </div>
+            }
+        })
+        .collect_view();
+    kids.into_any()
+}
+
+#[component]
+fn Segments(report: Value) -> impl IntoView {
+    let url: UrlState = expect_context();
+    let events: u64 = report["devices"].as_object().and_then(|d| d.values().next()).and_then(|d| d["entries"].as_u64()).unwrap_or(0);
+    let pos = Memo::new(move |_| url.get("pos").and_then(|p| p.parse::<u64>().ok()).unwrap_or(events).min(events));
+    let data = LocalResource::new(move || {
+        let (id, p) = (url.id.get(), pos.get());
+        async move { api::get::<Value>(&format!("/api/snapshots/{id}/state?position={p}")).await }
+    });
+    let step = move |d: i64| {
+        let p = (pos.get_untracked() as i64 + d).clamp(0, events as i64);
+        url.set(&[("pos", Some(p.to_string()))]);
+    };
+    let hovered = RwSignal::new(String::new());
+    view! {
+        <section
+            class="segments"
+            tabindex="0"
+            on:keydown=move |ev: web_sys::KeyboardEvent| match ev.key().as_str() {
+                "ArrowLeft" => step(if ev.shift_key() { -100 } else { -1 }),
+                "ArrowRight" => step(if ev.shift_key() { 100 } else { 1 }),
+                _ => {}
+            }
+        >
+            <div class="toolbar">
+                <button on:click=move |_| step(-1)>"◀"</button>
+                <input
+                    type="range"
+                    min="0"
+                    max=events.to_string()
+                    prop:value=move || pos.get().to_string()
+                    on:change=move |ev| url.set(&[("pos", Some(event_target_value(&ev)))])
+                />
+                <button on:click=move |_| step(1)>"▶"</button>
+                <span>{move || format!("after event {} of {} (←/→ steps, shift: ×100)", pos.get(), events)}</span>
+            </div>
+            <p class="hover">{move || hovered.get()}</p>
+            {move || match data.get() {
+                None => view! { <p>"loading…"</p> }.into_any(),
+                Some(Err(e)) => view! { <p class="error">{e}</p> }.into_any(),
+                Some(Ok(st)) => {
+                    let segs = st["segments"].as_array().cloned().unwrap_or_default();
+                    let largest = segs.iter().map(|s| s["total_size"].as_f64().unwrap_or(0.0)).fold(1.0, f64::max);
+                    view! {
+                        <p>{format!(
+                            "{} segments, reserved {}, allocated {}, rounding waste {}, cached free {} in {} blocks (largest {}){}",
+                            segs.len(),
+                            fmt::bytes_of(&st["total"]["reserved_bytes"]),
+                            fmt::bytes_of(&st["total"]["allocated_bytes"]),
+                            fmt::bytes_of(&st["total"]["internal_bytes"]),
+                            fmt::bytes_of(&st["total"]["external_bytes"]),
+                            st["total"]["inactive_blocks"],
+                            fmt::bytes_of(&st["total"]["largest_free_bytes"]),
+                            if st["exact"].as_bool().unwrap_or(false) { ", as recorded at the snapshot" } else { ", rebuilt from the trace" }
+                        )}</p>
+                        <div class="segmap">
+                            {segs
+                                .iter()
+                                .map(|s| {
+                                    let total = s["total_size"].as_f64().unwrap_or(1.0).max(1.0);
+                                    let width = (total / largest * 100.0).max(0.5);
+                                    let blocks = s["blocks"].as_array().cloned().unwrap_or_default();
+                                    let title = format!("segment {:#x}: {} {} stream {}", s["address"].as_u64().unwrap_or(0), fmt::bytes(total), s["segment_type"].as_str().unwrap_or(""), s["stream"]);
+                                    view! {
+                                        <div class="segrow" title=title>
+                                            <div class="seg" style=format!("width:{width:.2}%")>
+                                                {blocks
+                                                    .iter()
+                                                    .map(|b| {
+                                                        let w = b["size"].as_f64().unwrap_or(0.0) / total * 100.0;
+                                                        let waste = b["size"].as_f64().unwrap_or(0.0) - b["requested_size"].as_f64().unwrap_or(0.0);
+                                                        let info = format!(
+                                                            "{} block {} (requested {}, rounding waste {})",
+                                                            b["state"].as_str().unwrap_or(""),
+                                                            fmt::bytes_of(&b["size"]),
+                                                            fmt::bytes_of(&b["requested_size"]),
+                                                            fmt::bytes(waste.max(0.0))
+                                                        );
+                                                        let (id, stack) = (url.id.get_untracked(), b["stack"].as_u64().unwrap_or(0));
+                                                        let info2 = info.clone();
+                                                        view! {
+                                                            <div
+                                                                class=format!("block {}", b["state"].as_str().unwrap_or(""))
+                                                                style=format!("width:{w:.3}%")
+                                                                title=info
+                                                                on:mouseenter=move |_| {
+                                                                    let (id, info) = (id.clone(), info2.clone());
+                                                                    hovered.set(info.clone());
+                                                                    if stack > 0 {
+                                                                        leptos::task::spawn_local(async move {
+                                                                            if let Ok(frames) = api::get::<Value>(&format!("/api/snapshots/{id}/frames/{stack}")).await {
+                                                                                let f: Vec<String> = frames.as_array().map(|a| a.iter().take(4).map(fmt::frame).collect()).unwrap_or_default();
+                                                                                hovered.set(format!("{info}: {}", f.join(" ← ")));
+                                                                            }
+                                                                        });
+                                                                    }
+                                                                }
+                                                            ></div>
+                                                        }
+                                                    })
+                                                    .collect_view()}
+                                            </div>
+                                        </div>
+                                    }
+                                })
+                                .collect_view()}
+                        </div>
+                    }
+                        .into_any()
+                }
+            }}
+        </section>
+    }
+}

@@ -1,0 +1,25 @@
+//! The dashboard, embedded: index.html for every page route (the app routes in the browser),
+//! the stylesheet, and the wasm app with its JS glue built by `build.rs`.
+
+use axum::Router;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::routing::get;
+
+const INDEX_HTML: &str = include_str!("../../frontend/index.html");
+const STYLE_CSS: &str = include_str!("../../frontend/style.css");
+const APP_JS: &str = include_str!(concat!(env!("OUT_DIR"), "/frontend.js"));
+const APP_WASM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/frontend_bg.wasm"));
+
+pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
+    Router::new()
+        .route("/", get(index))
+        .route("/s/{id}", get(index))
+        .route("/style.css", get(|| async { ([(header::CONTENT_TYPE, "text/css")], STYLE_CSS) }))
+        .route("/pkg/frontend.js", get(|| async { ([(header::CONTENT_TYPE, "text/javascript")], APP_JS) }))
+        .route("/pkg/frontend_bg.wasm", get(|| async { ([(header::CONTENT_TYPE, "application/wasm")], APP_WASM) }))
+}
+
+async fn index() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "text/html; charset=utf-8"), (header::CACHE_CONTROL, "no-cache")], INDEX_HTML)
+}

@@ -1,0 +1,213 @@
+//! End to end in a real browser: Debian's headless Chromium through chromedriver, against the
+//! server started in-process on a free port with a temporary library. Uploads through the page,
+//! checks what a person would see, and saves a screenshot of every view under
+//! `target/e2e-screenshots/` (test artefacts).
+//!
+//! Needs `chromium` and `chromium-driver` (./scripts/test installs them).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use server::config::ServeArgs;
+use server::state::AppState;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+struct Driver(Child);
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_chromedriver() -> (Driver, u16) {
+    let port = free_port();
+    let child = Command::new("chromedriver")
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("chromedriver not found: install Debian's chromium and chromium-driver (./scripts/test does)");
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return (Driver(child), port);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("chromedriver did not start");
+}
+
+async fn browser(driver_port: u16, profile: &Path) -> Client {
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".into(),
+        serde_json::json!({
+            "binary": "/usr/bin/chromium",
+            "args": [
+                "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--disable-dev-shm-usage", "--window-size=1300,1000",
+                format!("--user-data-dir={}", profile.display()),
+            ]
+        }),
+    );
+    ClientBuilder::new(hyper_util_connector()).capabilities(caps).connect(&format!("http://127.0.0.1:{driver_port}")).await.expect("connect to chromedriver")
+}
+
+fn hyper_util_connector() -> hyper_util::client::legacy::connect::HttpConnector {
+    hyper_util::client::legacy::connect::HttpConnector::new()
+}
+
+/// Polls a JS expression until it is truthy; returns its value.
+async fn wait_js(c: &Client, expr: &str, what: &str) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let v = c.execute(&format!("return ({expr});"), vec![]).await.unwrap();
+        let truthy = match &v {
+            serde_json::Value::Null | serde_json::Value::Bool(false) => false,
+            serde_json::Value::Number(n) => n.as_f64() != Some(0.0),
+            serde_json::Value::String(s) => !s.is_empty(),
+            _ => true,
+        };
+        if truthy {
+            return v;
+        }
+        if Instant::now() > deadline {
+            let text = c.execute("return document.body.innerText", vec![]).await.unwrap_or_default();
+            panic!("timed out waiting for {what}; page text: {text}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn screenshot(c: &Client, name: &str) {
+    let dir = root().join("target").join("e2e-screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    let png = c.screenshot().await.unwrap();
+    std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
+}
+
+async fn upload(c: &Client, path: &Path) {
+    let input = c.find(Locator::Css("#file-input")).await.unwrap();
+    input.send_keys(&path.canonicalize().unwrap().display().to_string()).await.unwrap();
+}
+
+async fn open_tab(c: &Client, tab: &str) {
+    c.find(Locator::Css(&format!("button.tab[data-tab='{tab}']"))).await.unwrap().click().await.unwrap();
+    wait_js(c, &format!("location.search.includes('view={tab}')"), tab).await;
+}
+
+const CANVAS_PIXELS: &str = "(() => { const c = document.getElementById('timeline-canvas'); if (!c) return 0; \
+    const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let n = 0; \
+    for (let i = 0; i < d.length; i += 4) { if (d[i] < 200 || d[i+1] < 200 || d[i+2] < 200) n++; } return n; })()";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboard_end_to_end() {
+    let data = std::env::temp_dir().join(format!("memscope-e2e-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data);
+    let state = AppState::open(ServeArgs::for_data_dir(data.join("lib"))).await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, server::http::app(state)).await.unwrap() });
+
+    let (_driver, driver_port) = start_chromedriver();
+    let c = browser(driver_port, &data.join("profile1")).await;
+    c.goto(&base).await.unwrap();
+    wait_js(&c, "document.querySelector('.dropzone')", "the library page").await;
+
+    // Upload two fixtures through the page; each shows progress, then a link.
+    upload(&c, &root().join("tests/fixtures/leak_detached_cache.pickle")).await;
+    wait_js(&c, "document.querySelectorAll('.uploads a.open').length == 1", "the first upload").await;
+    upload(&c, &root().join("tests/fixtures/oom_fraction.pickle")).await;
+    wait_js(&c, "document.querySelectorAll('.uploads a.open').length == 2", "the second upload").await;
+    wait_js(&c, "document.querySelectorAll('table.snapshots tbody tr').length == 2", "the library table").await;
+    screenshot(&c, "library").await;
+
+    // A garbage file is rejected with the engine's message, and nothing is added.
+    let garbage = data.join("garbage.pickle");
+    std::fs::write(&garbage, b"this is not a pickle, it is a text file").unwrap();
+    upload(&c, &garbage).await;
+    let msg = wait_js(&c, "document.querySelector('.upload-error') && document.querySelector('.upload-error').innerText", "the error").await;
+    assert!(msg.as_str().unwrap().contains("not a memory snapshot"), "{msg}");
+    screenshot(&c, "upload-error").await;
+    assert_eq!(wait_js(&c, "document.querySelectorAll('table.snapshots tbody tr').length", "rows").await, 2);
+
+    // Open the leak snapshot (first upload's link) and walk its views.
+    let href = wait_js(&c, "document.querySelectorAll('.uploads a.open')[0].getAttribute('href')", "link").await;
+    c.goto(&format!("{base}{}", href.as_str().unwrap())).await.unwrap();
+    wait_js(&c, "document.querySelector('.overview .figures')", "the overview").await;
+    screenshot(&c, "overview").await;
+
+    open_tab(&c, "timeline").await;
+    let pixels = wait_js(&c, &format!("{CANVAS_PIXELS} > 5000 && {CANVAS_PIXELS}"), "the timeline drawn").await;
+    assert!(pixels.as_f64().unwrap() > 5000.0);
+    screenshot(&c, "timeline").await;
+    // Hover shows the figures and a stack.
+    c.execute(
+        "const c = document.getElementById('timeline-canvas'); const r = c.getBoundingClientRect(); \
+         c.dispatchEvent(new MouseEvent('mousemove', {clientX: r.left + r.width * 0.97, clientY: r.top + 200, bubbles: true}));",
+        vec![],
+    )
+    .await
+    .unwrap();
+    wait_js(&c, "document.querySelector('.tooltip') && document.querySelector('.tooltip').innerText.includes('live')", "the tooltip").await;
+    screenshot(&c, "timeline-hover").await;
+    // Wheel zoom narrows the window and puts it in the URL.
+    c.execute(
+        "const c = document.getElementById('timeline-canvas'); const r = c.getBoundingClientRect(); \
+         c.dispatchEvent(new WheelEvent('wheel', {clientX: r.left + r.width * 0.9, clientY: r.top + 100, deltaY: -100, bubbles: true, cancelable: true}));",
+        vec![],
+    )
+    .await
+    .unwrap();
+    wait_js(&c, "location.search.includes('from=') && location.search.includes('to=')", "the zoomed window in the URL").await;
+
+    open_tab(&c, "segments").await;
+    wait_js(&c, "document.querySelectorAll('.segmap .block').length > 5", "the segment map").await;
+    screenshot(&c, "segments").await;
+
+    open_tab(&c, "stacks").await;
+    wait_js(&c, "document.querySelectorAll('table.sites tr').length > 2", "the stacks table").await;
+    screenshot(&c, "stacks").await;
+
+    open_tab(&c, "leaks").await;
+    let text = wait_js(&c, "document.querySelector('.leaks') && document.querySelector('.leaks').innerText", "the leaks").await;
+    assert!(text.as_str().unwrap().contains("gen_snapshots.py:126"), "{text}");
+    screenshot(&c, "leaks").await;
+    let permalink = c.current_url().await.unwrap().to_string();
+    c.close().await.unwrap();
+
+    // The permalink in a fresh browser opens the same view.
+    let c = browser(driver_port, &data.join("profile2")).await;
+    c.goto(&permalink).await.unwrap();
+    let text = wait_js(&c, "document.querySelector('.leaks') && document.querySelector('.leaks').innerText", "the leaks via permalink").await;
+    assert!(text.as_str().unwrap().contains("gen_snapshots.py:126"));
+    assert!(wait_js(&c, "document.querySelector('button.tab.active').dataset.tab", "active tab").await == "leaks");
+
+    // The OOM view of the other snapshot.
+    c.goto(&base).await.unwrap();
+    let oom_href = wait_js(
+        &c,
+        "[...document.querySelectorAll('table.snapshots tbody tr')].filter(r => r.innerText.includes('oom_fraction') || r.querySelector('input.name').value.includes('oom'))\
+         .map(r => r.querySelector('a.permalink').getAttribute('href'))[0]",
+        "the OOM snapshot row",
+    )
+    .await;
+    c.goto(&format!("{base}{}?view=oom", oom_href.as_str().unwrap())).await.unwrap();
+    let text = wait_js(&c, "document.querySelector('.ooms') && document.querySelector('.ooms').innerText", "the OOM report").await;
+    let text = text.as_str().unwrap().to_lowercase();
+    assert!(text.contains("fragmentation") && text.contains("24.0 mib"), "{text}");
+    screenshot(&c, "oom").await;
+    c.close().await.unwrap();
+    let _ = std::fs::remove_dir_all(&data);
+}
