@@ -5,120 +5,16 @@
 //!
 //! Needs `chromium` and `chromium-driver` (./scripts/test installs them).
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
 
-use fantoccini::{Client, ClientBuilder, Locator};
-use server::config::ServeArgs;
-use server::state::AppState;
+use common::{CANVAS_PIXELS, browser, open_tab, root, screenshot, start_chromedriver, upload, wait_js};
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-struct Driver(Child);
-
-impl Drop for Driver {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_chromedriver() -> (Driver, u16) {
-    let port = free_port();
-    let child = Command::new("chromedriver")
-        .arg(format!("--port={port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("chromedriver not found: install Debian's chromium and chromium-driver (./scripts/test does)");
-    for _ in 0..100 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return (Driver(child), port);
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("chromedriver did not start");
-}
-
-async fn browser(driver_port: u16, profile: &Path) -> Client {
-    let mut caps = serde_json::Map::new();
-    caps.insert(
-        "goog:chromeOptions".into(),
-        serde_json::json!({
-            "binary": "/usr/bin/chromium",
-            "args": [
-                "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--disable-dev-shm-usage", "--window-size=1300,1000",
-                format!("--user-data-dir={}", profile.display()),
-            ]
-        }),
-    );
-    ClientBuilder::new(hyper_util_connector()).capabilities(caps).connect(&format!("http://127.0.0.1:{driver_port}")).await.expect("connect to chromedriver")
-}
-
-fn hyper_util_connector() -> hyper_util::client::legacy::connect::HttpConnector {
-    hyper_util::client::legacy::connect::HttpConnector::new()
-}
-
-/// Polls a JS expression until it is truthy; returns its value.
-async fn wait_js(c: &Client, expr: &str, what: &str) -> serde_json::Value {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let v = c.execute(&format!("return ({expr});"), vec![]).await.unwrap();
-        let truthy = match &v {
-            serde_json::Value::Null | serde_json::Value::Bool(false) => false,
-            serde_json::Value::Number(n) => n.as_f64() != Some(0.0),
-            serde_json::Value::String(s) => !s.is_empty(),
-            _ => true,
-        };
-        if truthy {
-            return v;
-        }
-        if Instant::now() > deadline {
-            let text = c.execute("return document.body.innerText", vec![]).await.unwrap_or_default();
-            panic!("timed out waiting for {what}; page text: {text}");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-async fn screenshot(c: &Client, name: &str) {
-    let dir = root().join("target").join("e2e-screenshots");
-    std::fs::create_dir_all(&dir).unwrap();
-    let png = c.screenshot().await.unwrap();
-    std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
-}
-
-async fn upload(c: &Client, path: &Path) {
-    let input = c.find(Locator::Css("#file-input")).await.unwrap();
-    input.send_keys(&path.canonicalize().unwrap().display().to_string()).await.unwrap();
-}
-
-async fn open_tab(c: &Client, tab: &str) {
-    c.find(Locator::Css(&format!("button.tab[data-tab='{tab}']"))).await.unwrap().click().await.unwrap();
-    wait_js(c, &format!("location.search.includes('view={tab}')"), tab).await;
-}
-
-const CANVAS_PIXELS: &str = "(() => { const c = document.getElementById('timeline-canvas'); if (!c) return 0; \
-    const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let n = 0; \
-    for (let i = 0; i < d.length; i += 4) { if (d[i] < 200 || d[i+1] < 200 || d[i+2] < 200) n++; } return n; })()";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dashboard_end_to_end() {
     let data = std::env::temp_dir().join(format!("memscope-e2e-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&data);
-    let state = AppState::open(ServeArgs::for_data_dir(data.join("lib"))).await.unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, server::http::app(state)).await.unwrap() });
+    let base = common::start_server(&data.join("lib")).await;
 
     let (_driver, driver_port) = start_chromedriver();
     let c = browser(driver_port, &data.join("profile1")).await;

@@ -1,0 +1,187 @@
+//! Dashboard benchmark (issue 3), in headless Chromium on this machine. Ignored by default; run
+//!
+//!     MEMSCOPE_BENCH_FILES=/path/big_cpp.pickle,tests/fixtures/big_python.pickle \
+//!         cargo test --release -p server --test dashboard_bench -- --ignored --nocapture
+//!
+//! For each file: choosing the file to a drawn timeline (upload + indexing + page + draw);
+//! reopening it in a fresh browser against a fresh server process state (cold cache: model file
+//! load) to a drawn timeline; the segment view at an event and stepping; the page's renderer peak
+//! RSS; and latencies of timeline/state/stacks queries over loopback HTTP while zooming and
+//! stepping. Prints a table; writes target/bench-dashboard.json.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+use common::{CANVAS_PIXELS, browser, root, start_chromedriver, start_server, upload, wait_js};
+
+/// Peak RSS (VmHWM) of the largest Chromium renderer process, in bytes.
+fn renderer_peak_rss() -> u64 {
+    let mut best = 0;
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let p = e.path();
+        let Ok(cmd) = std::fs::read(p.join("cmdline")) else { continue };
+        let cmd = String::from_utf8_lossy(&cmd);
+        if !cmd.contains("chrom") || !cmd.contains("--type=renderer") {
+            continue;
+        }
+        if let Ok(status) = std::fs::read_to_string(p.join("status"))
+            && let Some(kb) = status.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        {
+            best = best.max(kb * 1024);
+        }
+    }
+    best
+}
+
+fn http_get(base: &str, path: &str) -> (u16, usize) {
+    let addr = base.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).unwrap();
+    let status = String::from_utf8_lossy(&out[9..12]).parse().unwrap_or(0);
+    (status, out.len())
+}
+
+fn percentile(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark: run with --ignored and MEMSCOPE_BENCH_FILES"]
+async fn dashboard_benchmark() {
+    let files = std::env::var("MEMSCOPE_BENCH_FILES").expect("set MEMSCOPE_BENCH_FILES=file[,file]");
+    let (_driver, driver_port) = start_chromedriver();
+    let mut results = Vec::new();
+    for (n, file) in files.split(',').enumerate() {
+        let path = root().join(file.trim());
+        let path = if path.exists() { path } else { std::path::PathBuf::from(file.trim()) };
+        let size = std::fs::metadata(&path).unwrap().len();
+        let data = std::env::temp_dir().join(format!("memscope-bench-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&data);
+        let base = start_server(&data.join("lib")).await;
+
+        // 1. Choose the file → drawn timeline.
+        let c = browser(driver_port, &data.join("p1")).await;
+        c.goto(&base).await.unwrap();
+        wait_js(&c, "document.querySelector('#file-input')", "library").await;
+        let t0 = Instant::now();
+        upload(&c, &path).await;
+        let href = wait_js(&c, "document.querySelector('.uploads a.open') && document.querySelector('.uploads a.open').getAttribute('href')", "upload").await;
+        let uploaded_s = t0.elapsed().as_secs_f64();
+        let href = href.as_str().unwrap().to_string();
+        c.goto(&format!("{base}{href}?view=timeline")).await.unwrap();
+        wait_js(&c, &format!("{CANVAS_PIXELS} > 5000"), "timeline").await;
+        let choose_to_drawn_s = t0.elapsed().as_secs_f64();
+        let id = href.trim_start_matches("/s/").to_string();
+        c.close().await.unwrap();
+
+        // 2. Reopen: a second server on the same library (cold cache), a fresh browser.
+        let base2 = start_server(&data.join("lib")).await;
+        let c = browser(driver_port, &data.join("p2")).await;
+        let t0 = Instant::now();
+        c.goto(&format!("{base2}/s/{id}?view=timeline")).await.unwrap();
+        wait_js(&c, &format!("{CANVAS_PIXELS} > 5000"), "timeline (reopen)").await;
+        let reopen_s = t0.elapsed().as_secs_f64();
+        // Renderer memory with the timeline drawn, then after zooming a few times.
+        for _ in 0..5 {
+            c.execute(
+                "const c = document.getElementById('timeline-canvas'); const r = c.getBoundingClientRect(); \
+                 c.dispatchEvent(new WheelEvent('wheel', {clientX: r.left + r.width * 0.5, clientY: r.top + 100, deltaY: -100, bubbles: true, cancelable: true}));",
+                vec![],
+            )
+            .await
+            .unwrap();
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
+        let events: u64 = {
+            let (_, _) = http_get(&base2, &format!("/api/snapshots/{id}/info"));
+            let info = c.execute(&format!("return fetch('/api/snapshots/{id}/info').then(r => r.json()).then(j => j.entries)"), vec![]).await.unwrap();
+            info.as_u64().unwrap_or(0)
+        };
+
+        // 3. Segment view at an event, and stepping with the keyboard.
+        let mid = events / 2;
+        let t0 = Instant::now();
+        c.goto(&format!("{base2}/s/{id}?view=segments&pos={mid}")).await.unwrap();
+        wait_js(&c, "document.querySelectorAll('.segmap .block').length > 0", "segments").await;
+        let segments_s = t0.elapsed().as_secs_f64();
+        let mut steps = Vec::new();
+        for k in 1..=10u64 {
+            let t0 = Instant::now();
+            c.execute("document.querySelector('section.segments').dispatchEvent(new KeyboardEvent('keydown', {key: 'ArrowRight', bubbles: true}));", vec![]).await.unwrap();
+            wait_js(&c, &format!("location.search.includes('pos={}') && document.querySelector('.segmap .block') && !document.body.innerText.includes('loading')", mid + k), "step").await;
+            steps.push(t0.elapsed().as_secs_f64());
+        }
+        let renderer_rss = renderer_peak_rss();
+        c.close().await.unwrap();
+
+        // 4. Query latencies over loopback HTTP (the server is warm): zoom windows, steps, stacks.
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ n as u64);
+        let (mut tl, mut st, mut sk) = (Vec::new(), Vec::new(), Vec::new());
+        let base_c = base2.clone();
+        let id_c = id.clone();
+        tokio::task::spawn_blocking(move || {
+            for i in 0..100 {
+                let width = (events >> (i % 12)).max(10);
+                let from = rng.next() % (events - width.min(events) + 1);
+                let t = Instant::now();
+                let (code, _) = http_get(&base_c, &format!("/api/snapshots/{id_c}/timeline?axis=event&from={from}&to={}&buckets=1130&allocations=3000", from + width));
+                assert_eq!(code, 200);
+                tl.push(t.elapsed().as_secs_f64() * 1e3);
+                let pos = rng.next() % (events + 1);
+                let t = Instant::now();
+                let (code, _) = http_get(&base_c, &format!("/api/snapshots/{id_c}/state?position={pos}"));
+                assert_eq!(code, 200);
+                st.push(t.elapsed().as_secs_f64() * 1e3);
+                if i % 3 == 0 {
+                    let t = Instant::now();
+                    let (code, _) = http_get(&base_c, &format!("/api/snapshots/{id_c}/stacks?position={pos}"));
+                    assert_eq!(code, 200);
+                    sk.push(t.elapsed().as_secs_f64() * 1e3);
+                }
+            }
+            let r = serde_json::json!({
+                "timeline_ms_p50": percentile(&mut tl.clone(), 0.5), "timeline_ms_p95": percentile(&mut tl, 0.95),
+                "state_ms_p50": percentile(&mut st.clone(), 0.5), "state_ms_p95": percentile(&mut st, 0.95),
+                "stacks_ms_p50": percentile(&mut sk.clone(), 0.5), "stacks_ms_p95": percentile(&mut sk, 0.95),
+            });
+            r
+        })
+        .await
+        .map(|q| {
+            let mut steps_sorted = steps.clone();
+            let row = serde_json::json!({
+                "file": path.file_name().unwrap().to_string_lossy(),
+                "file_mb": size as f64 / 1e6,
+                "events": events,
+                "upload_and_index_s": uploaded_s,
+                "choose_to_drawn_timeline_s": choose_to_drawn_s,
+                "reopen_to_drawn_timeline_s": reopen_s,
+                "segments_view_s": segments_s,
+                "segments_step_s_p50": percentile(&mut steps_sorted.clone(), 0.5),
+                "segments_step_s_max": percentile(&mut steps_sorted, 1.0),
+                "renderer_peak_rss_mb": renderer_rss as f64 / 1e6,
+                "queries": q,
+            });
+            println!("{}", serde_json::to_string_pretty(&row).unwrap());
+            results.push(row);
+        })
+        .unwrap();
+        let _ = std::fs::remove_dir_all(&data);
+    }
+    std::fs::write(root().join("target/bench-dashboard.json"), serde_json::to_string_pretty(&results).unwrap()).unwrap();
+}
