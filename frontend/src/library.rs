@@ -79,6 +79,7 @@ pub fn Library() -> impl IntoView {
     let uploads = RwSignal::new(Vec::<Upload>::new());
     let next_key = StoredValue::new(0u32);
     let dragging = RwSignal::new(false);
+    let navigate = StoredValue::new_local(leptos_router::hooks::use_navigate());
 
     let start_upload = move |file: web_sys::File| {
         let key = next_key.get_value();
@@ -105,6 +106,11 @@ pub fn Library() -> impl IntoView {
                     let id = v["id"].as_str().unwrap_or_default().to_string();
                     set(&|u: &mut Upload| u.state = UploadState::Done(id.clone()));
                     refresh.update(|r| *r += 1);
+                    // A single upload opens its snapshot once it is indexed.
+                    let all = uploads.get_untracked();
+                    if all.len() == 1 {
+                        navigate.with_value(|n| n(&format!("/s/{id}?view=timeline"), Default::default()));
+                    }
                 }
                 Err(e) => set(&|u: &mut Upload| u.state = UploadState::Failed(e.clone())),
             }

@@ -305,40 +305,68 @@ fn Stacks() -> impl IntoView {
                     <section class="stacks">
                         <p>{format!("{} live in {} allocations after event {} (default: the peak)", fmt::bytes_of(&s["total_bytes"]), s["count"], s["position"])}</p>
                         <div class="icicle">{icicle(&s["flame"], total, 0)}</div>
-                        <table class="sites">
-                            <tr>
-                                <th>"bytes"</th>
-                                <th>"%"</th>
-                                <th>"allocations"</th>
-                                <th>"call site"</th>
-                            </tr>
-                            {s["sites"]
-                                .as_array()
-                                .cloned()
-                                .unwrap_or_default()
-                                .iter()
-                                .map(|c| {
-                                    view! {
-                                        <tr>
-                                            <td class="num">{fmt::bytes_of(&c["bytes"])}</td>
-                                            <td class="num">{format!("{:.1}", c["bytes"].as_f64().unwrap_or(0.0) / total * 100.0)}</td>
-                                            <td class="num">{c["count"].to_string()}</td>
-                                            <td>
-                                                <details>
-                                                    <summary>{if c["site"].is_null() { "(no frames)".into() } else { fmt::frame(&c["site"]) }}</summary>
-                                                    {frames_list(&c["frames"], 40)}
-                                                </details>
-                                            </td>
-                                        </tr>
-                                    }
-                                })
-                                .collect_view()}
-                        </table>
+                        <SitesTable sites=s["sites"].as_array().cloned().unwrap_or_default() total=total/>
                     </section>
                 }
                     .into_any()
             }
         }}
+    }
+}
+
+/// Call sites, sortable by bytes, count or name (click a column header).
+#[component]
+fn SitesTable(sites: Vec<Value>, total: f64) -> impl IntoView {
+    let sort = RwSignal::new(("bytes", true));
+    let header = move |key: &'static str, label: &'static str| {
+        view! {
+            <th class="sortable" on:click=move |_| sort.update(|s| *s = (key, if s.0 == key { !s.1 } else { true }))>
+                {move || {
+                    let (k, desc) = sort.get();
+                    format!("{label}{}", if k == key { if desc { " ▼" } else { " ▲" } } else { "" })
+                }}
+            </th>
+        }
+    };
+    let site_name = |c: &Value| if c["site"].is_null() { "(no frames)".to_string() } else { fmt::frame(&c["site"]) };
+    view! {
+        <table class="sites">
+            <tr>
+                {header("bytes", "bytes")}
+                <th>"%"</th>
+                {header("count", "allocations")}
+                {header("site", "call site")}
+            </tr>
+            {move || {
+                let (key, desc) = sort.get();
+                let mut rows = sites.clone();
+                rows.sort_by(|a, b| {
+                    let o = match key {
+                        "count" => a["count"].as_u64().cmp(&b["count"].as_u64()),
+                        "site" => site_name(a).cmp(&site_name(b)),
+                        _ => a["bytes"].as_u64().cmp(&b["bytes"].as_u64()),
+                    };
+                    if desc { o.reverse() } else { o }
+                });
+                rows.iter()
+                    .map(|c| {
+                        view! {
+                            <tr>
+                                <td class="num">{fmt::bytes_of(&c["bytes"])}</td>
+                                <td class="num">{format!("{:.1}", c["bytes"].as_f64().unwrap_or(0.0) / total * 100.0)}</td>
+                                <td class="num">{c["count"].to_string()}</td>
+                                <td>
+                                    <details>
+                                        <summary>{site_name(c)}</summary>
+                                        {frames_list(&c["frames"], 40)}
+                                    </details>
+                                </td>
+                            </tr>
+                        }
+                    })
+                    .collect_view()
+            }}
+        </table>
     }
 }
 

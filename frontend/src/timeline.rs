@@ -371,6 +371,16 @@ pub fn TimelineView(report: Value) -> impl IntoView {
             {move || pinned.get().map(|a| view! {
                 <div class="pinned">
                     <b>{format!("pinned allocation #{}: {}", a.id, fmt::bytes(a.size))}</b>
+                    " "
+                    <button
+                        class="to-segments"
+                        on:click=move |_| {
+                            let pos = hover.get_untracked().map(|h| h.1.last).or(a.start.map(|s| s + 1)).unwrap_or(0);
+                            url.set(&[("view", Some("segments".into())), ("pos", Some(pos.to_string()))]);
+                        }
+                    >
+                        "allocator state at this moment"
+                    </button>
                     <ol class="frames">{stack_text(&a).into_iter().map(|f| view! { <li>{f}</li> }).collect_view()}</ol>
                 </div>
             })}

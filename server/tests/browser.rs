@@ -21,15 +21,19 @@ async fn dashboard_end_to_end() {
     c.goto(&base).await.unwrap();
     wait_js(&c, "document.querySelector('.dropzone')", "the library page").await;
 
-    // Upload two fixtures through the page; each shows progress, then a link.
+    // Upload a fixture through the page: progress, indexing, then its timeline opens.
     upload(&c, &root().join("tests/fixtures/leak_detached_cache.pickle")).await;
-    wait_js(&c, "document.querySelectorAll('.uploads a.open').length == 1", "the first upload").await;
+    wait_js(&c, "location.pathname.startsWith('/s/') && location.search.includes('view=timeline')", "the snapshot to open").await;
+    wait_js(&c, &format!("{CANVAS_PIXELS} > 5000"), "the timeline drawn after upload").await;
+    let leak_url = c.current_url().await.unwrap().to_string();
+    c.goto(&base).await.unwrap();
     upload(&c, &root().join("tests/fixtures/oom_fraction.pickle")).await;
-    wait_js(&c, "document.querySelectorAll('.uploads a.open').length == 2", "the second upload").await;
-    wait_js(&c, "document.querySelectorAll('table.snapshots tbody tr').length == 2", "the library table").await;
-    screenshot(&c, "library").await;
+    wait_js(&c, "location.pathname.startsWith('/s/')", "the second snapshot to open").await;
+    let oom_path = wait_js(&c, "location.pathname", "path").await.as_str().unwrap().to_string();
 
     // A garbage file is rejected with the engine's message, and nothing is added.
+    c.goto(&base).await.unwrap();
+    wait_js(&c, "document.querySelectorAll('table.snapshots tbody tr').length == 2", "the library table").await;
     let garbage = data.join("garbage.pickle");
     std::fs::write(&garbage, b"this is not a pickle, it is a text file").unwrap();
     upload(&c, &garbage).await;
@@ -37,10 +41,10 @@ async fn dashboard_end_to_end() {
     assert!(msg.as_str().unwrap().contains("not a memory snapshot"), "{msg}");
     screenshot(&c, "upload-error").await;
     assert_eq!(wait_js(&c, "document.querySelectorAll('table.snapshots tbody tr').length", "rows").await, 2);
+    screenshot(&c, "library").await;
 
-    // Open the leak snapshot (first upload's link) and walk its views.
-    let href = wait_js(&c, "document.querySelectorAll('.uploads a.open')[0].getAttribute('href')", "link").await;
-    c.goto(&format!("{base}{}", href.as_str().unwrap())).await.unwrap();
+    // Walk the leak snapshot's views.
+    c.goto(leak_url.split('?').next().unwrap()).await.unwrap();
     wait_js(&c, "document.querySelector('.overview .figures')", "the overview").await;
     screenshot(&c, "overview").await;
 
@@ -75,6 +79,9 @@ async fn dashboard_end_to_end() {
     open_tab(&c, "stacks").await;
     wait_js(&c, "document.querySelectorAll('table.sites tr').length > 2", "the stacks table").await;
     screenshot(&c, "stacks").await;
+    // Sorting by call site name puts the header arrow there.
+    c.execute("[...document.querySelectorAll('th.sortable')].find(t => t.innerText.startsWith('call site')).click()", vec![]).await.unwrap();
+    wait_js(&c, "[...document.querySelectorAll('th.sortable')].some(t => t.innerText.includes('call site ▼'))", "sorted by site").await;
 
     open_tab(&c, "leaks").await;
     let text = wait_js(&c, "document.querySelector('.leaks') && document.querySelector('.leaks').innerText", "the leaks").await;
@@ -91,15 +98,7 @@ async fn dashboard_end_to_end() {
     assert!(wait_js(&c, "document.querySelector('button.tab.active').dataset.tab", "active tab").await == "leaks");
 
     // The OOM view of the other snapshot.
-    c.goto(&base).await.unwrap();
-    let oom_href = wait_js(
-        &c,
-        "[...document.querySelectorAll('table.snapshots tbody tr')].filter(r => r.innerText.includes('oom_fraction') || r.querySelector('input.name').value.includes('oom'))\
-         .map(r => r.querySelector('a.permalink').getAttribute('href'))[0]",
-        "the OOM snapshot row",
-    )
-    .await;
-    c.goto(&format!("{base}{}?view=oom", oom_href.as_str().unwrap())).await.unwrap();
+    c.goto(&format!("{base}{oom_path}?view=oom")).await.unwrap();
     let text = wait_js(&c, "document.querySelector('.ooms') && document.querySelector('.ooms').innerText", "the OOM report").await;
     let text = text.as_str().unwrap().to_lowercase();
     assert!(text.contains("fragmentation") && text.contains("24.0 mib"), "{text}");

@@ -105,6 +105,7 @@ pub async fn start_server(dir: &Path) -> String {
 }
 
 pub async fn upload(c: &Client, path: &Path) {
+    wait_js(c, "document.querySelector('#file-input')", "the file input").await;
     let input = c.find(Locator::Css("#file-input")).await.unwrap();
     input.send_keys(&path.canonicalize().unwrap().display().to_string()).await.unwrap();
 }
