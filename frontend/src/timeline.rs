@@ -63,6 +63,7 @@ struct Resp {
     timeline: Tl,
     allocations: Vec<Alloc>,
     stacks: std::collections::BTreeMap<String, Vec<Value>>,
+    sites: std::collections::BTreeMap<String, Value>,
     annotations: Vec<Annotation>,
     ooms: Vec<Marker>,
     first_time_us: f64,
@@ -74,6 +75,55 @@ const H: f64 = 360.0;
 const MINI_H: f64 = 60.0;
 const LEFT: f64 = 70.0;
 
+/// Every allocation in the response (the largest in the window, up to the server's limit) is
+/// drawn as a band; bands stack in allocation order, oldest at the bottom, like PyTorch's Active
+/// Memory Timeline. An allocation is alive over one contiguous run of buckets, so each band keeps
+/// its lower edges for that run only.
+struct Band {
+    alloc: usize,
+    first: usize,
+    lower: Vec<f32>,
+}
+
+/// Bands of one response; compared by identity so a Memo recomputes only on new data.
+#[derive(Clone)]
+struct Layout(std::sync::Arc<Vec<Band>>);
+
+impl PartialEq for Layout {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+fn layout(r: &Resp) -> Layout {
+    let buckets = &r.timeline.buckets;
+    let mut order: Vec<usize> = (0..r.allocations.len()).collect();
+    order.sort_by_key(|&i| (r.allocations[i].start.map_or(0, |s| s as i64 + 1), r.allocations[i].id));
+    let mut acc = vec![0f64; buckets.len()];
+    let mut bands = Vec::with_capacity(order.len());
+    for i in order {
+        let a = &r.allocations[i];
+        // Alive in bucket b when start < b.last <= end.
+        let first = a.start.map_or(0, |s| buckets.partition_point(|b| b.last <= s));
+        let end = a.end.map_or(buckets.len(), |e| buckets.partition_point(|b| b.last <= e));
+        if first >= end {
+            continue;
+        }
+        let lower = acc[first..end].iter().map(|&x| x as f32).collect();
+        for x in &mut acc[first..end] {
+            *x += a.size;
+        }
+        bands.push(Band { alloc: i, first, lower });
+    }
+    Layout(std::sync::Arc::new(bands))
+}
+
+/// A stable colour per stack.
+fn colour(stack: u32) -> String {
+    let h = (stack.wrapping_mul(2_654_435_761) >> 8) % 360;
+    format!("hsl({h}, 60%, 62%)")
+}
+
 fn ctx(c: &web_sys::HtmlCanvasElement) -> web_sys::CanvasRenderingContext2d {
     c.get_context("2d").ok().flatten().expect("2d context").unchecked_into()
 }
@@ -83,7 +133,16 @@ fn bucket_x(r: &Resp, b: &Bucket) -> f64 {
     if r.axis == "time" { b.time_us } else { b.first as f64 }
 }
 
-fn draw(c: &web_sys::HtmlCanvasElement, r: &Resp, height: f64, with_axes: bool, brush: Option<(f64, f64)>, highlight: Option<&Alloc>) {
+#[allow(clippy::too_many_arguments)]
+fn draw(
+    c: &web_sys::HtmlCanvasElement,
+    r: &Resp,
+    bands: Option<&Layout>,
+    height: f64,
+    with_axes: bool,
+    brush: Option<(f64, f64)>,
+    highlight: Option<&Alloc>,
+) {
     let g = ctx(c);
     let (w, h) = (c.width() as f64, height);
     g.set_fill_style_str("#ffffff");
@@ -125,8 +184,31 @@ fn draw(c: &web_sys::HtmlCanvasElement, r: &Resp, height: f64, with_axes: bool, 
     }
     g.line_to(left + plot_w, ys(0.0));
     g.close_path();
-    g.set_fill_style_str("#4c6ef5");
+    g.set_fill_style_str(if with_axes { "#d0d7f7" } else { "#4c6ef5" });
     g.fill();
+    // Allocations as stacked bands on top of the envelope.
+    if let Some(lay) = bands {
+        let xe = |j: usize| if j < b.len() { xs(bucket_x(r, &b[j])) } else { left + plot_w };
+        for band in lay.0.iter() {
+            let a = &r.allocations[band.alloc];
+            g.set_fill_style_str(&colour(a.stack));
+            let last = band.first + band.lower.len();
+            g.begin_path();
+            g.move_to(xe(band.first), ys(band.lower[0] as f64));
+            for j in band.first..last {
+                let lo = band.lower[j - band.first] as f64;
+                g.line_to(xe(j), ys(lo + a.size));
+                g.line_to(xe(j + 1), ys(lo + a.size));
+            }
+            for j in (band.first..last).rev() {
+                let lo = band.lower[j - band.first] as f64;
+                g.line_to(xe(j + 1), ys(lo));
+                g.line_to(xe(j), ys(lo));
+            }
+            g.close_path();
+            g.fill();
+        }
+    }
     // Reserved: a line.
     g.begin_path();
     for (i, k) in b.iter().enumerate() {
@@ -176,11 +258,11 @@ fn draw(c: &web_sys::HtmlCanvasElement, r: &Resp, height: f64, with_axes: bool, 
         g.set_fill_style_str("#4c6ef5");
         g.fill_rect(left, 4.0, 10.0, 10.0);
         g.set_fill_style_str("#333");
-        let _ = g.fill_text("live (allocated)", left + 14.0, 13.0);
+        let _ = g.fill_text("live: allocations stacked by age (the largest in view), the rest shaded", left + 14.0, 13.0);
         g.set_fill_style_str("#e8590c");
-        g.fill_rect(left + 130.0, 4.0, 10.0, 10.0);
+        g.fill_rect(left + 440.0, 4.0, 10.0, 10.0);
         g.set_fill_style_str("#333");
-        let _ = g.fill_text("reserved", left + 144.0, 13.0);
+        let _ = g.fill_text("reserved", left + 454.0, 13.0);
     }
     if let Some((a, bx)) = brush {
         g.set_fill_style_str("rgba(0,0,0,0.15)");
@@ -220,11 +302,12 @@ pub fn TimelineView(report: Value) -> impl IntoView {
     let drag = StoredValue::new(None::<f64>);
     let filter = RwSignal::new(url.get("filter").unwrap_or_default());
 
+    let bands = Memo::new(move |_| data.get().and_then(|d| d.ok()).map(|d| layout(&d)));
     // Draw whenever data, hover or pin change.
     Effect::new(move |_| {
         let (Some(Ok(r)), Some(c)) = (data.get(), canvas.get()) else { return };
         let hl = pinned.get().or_else(|| hover.get().and_then(|h| h.2));
-        draw(&c, &r, H, true, None, hl.as_ref());
+        draw(&c, &r, bands.get().as_ref(), H, true, None, hl.as_ref());
     });
     Effect::new(move |_| {
         let (Some(Ok(o)), Some(c)) = (overview.get(), mini.get()) else { return };
@@ -235,7 +318,7 @@ pub fn TimelineView(report: Value) -> impl IntoView {
                 _ => (0.0, 0.0),
             }
         });
-        draw(&c, &o, MINI_H, false, brush, None);
+        draw(&c, &o, None, MINI_H, false, brush, None);
     });
 
     // Canvas x (css px) → fraction of the plot.
@@ -270,12 +353,28 @@ pub fn TimelineView(report: Value) -> impl IntoView {
         let i = ((f * b.len() as f64) as usize).min(b.len() - 1);
         let bucket = b[i].clone();
         let p = bucket.last;
-        let top = d
-            .allocations
-            .iter()
-            .filter(|a| a.start.is_none_or(|s| s < p) && a.end.is_none_or(|e| e >= p))
-            .max_by(|x, y| x.size.total_cmp(&y.size))
-            .cloned();
+        // The band under the cursor, else the largest allocation alive there.
+        let value = canvas.get_untracked().map(|c| {
+            let rect = c.get_bounding_client_rect();
+            let y = (ev.client_y() as f64 - rect.top()) * (c.height() as f64 / rect.height());
+            let ymax = b.iter().map(|x| x.reserved_max.max(x.live_max)).fold(1.0, f64::max) * 1.05;
+            let (top, plot_h) = (20.0, H - 44.0);
+            (top + plot_h - y) / plot_h * ymax
+        });
+        let under = value.zip(bands.get_untracked()).and_then(|(v, lay)| {
+            lay.0.iter().find_map(|band| {
+                let lo = *band.lower.get(i.checked_sub(band.first)?)? as f64;
+                let a = &d.allocations[band.alloc];
+                (v >= lo && v < lo + a.size).then(|| a.clone())
+            })
+        });
+        let top = under.or_else(|| {
+            d.allocations
+                .iter()
+                .filter(|a| a.start.is_none_or(|s| s < p) && a.end.is_none_or(|e| e >= p))
+                .max_by(|x, y| x.size.total_cmp(&y.size))
+                .cloned()
+        });
         let x = ev.offset_x() as f64;
         hover.set(Some((x, bucket, top)));
     };
@@ -359,7 +458,13 @@ pub fn TimelineView(report: Value) -> impl IntoView {
                             <div>{format!("reserved {}", fmt::bytes(b.reserved_max))}</div>
                             {top.map(|a| view! {
                                 <div class="alloc">
-                                    <b>{format!("largest live: {}", fmt::bytes(a.size))}</b>
+                                    <b>{format!(
+                                        "allocation #{}: {}, {} → {}",
+                                        a.id,
+                                        fmt::bytes(a.size),
+                                        a.start.map_or("before the trace".into(), |s| format!("event {s}")),
+                                        a.end.map_or("alive at the end".into(), |e| format!("freed at event {e}")),
+                                    )}</b>
                                     <ol class="frames">{stack_text(&a).into_iter().map(|f| view! { <li>{f}</li> }).collect_view()}</ol>
                                 </div>
                             })}
@@ -399,7 +504,7 @@ pub fn TimelineView(report: Value) -> impl IntoView {
                         })
                         .take(50)
                         .map(|a| {
-                            let site = d.stacks.get(&a.stack.to_string()).and_then(|fr| fr.first()).map(fmt::frame).unwrap_or_else(|| "(no frames)".into());
+                            let site = d.sites.get(&a.stack.to_string()).filter(|f| !f.is_null()).map(fmt::frame).unwrap_or_else(|| "(no frames)".into());
                             view! {
                                 <tr>
                                     <td class="num">{fmt::bytes(a.size)}</td>
@@ -416,7 +521,7 @@ pub fn TimelineView(report: Value) -> impl IntoView {
                                 <th>"size"</th>
                                 <th>"alloc event"</th>
                                 <th>"free event"</th>
-                                <th>"first user frame"</th>
+                                <th>"call site"</th>
                             </tr>
                             {rows}
                         </table>

@@ -233,6 +233,8 @@ struct TimelineResponse {
     allocations: Vec<analysis::timeline::AllocationView>,
     /// Frames of every stack the allocations refer to, by stack id.
     stacks: BTreeMap<u32, Vec<FrameView>>,
+    /// The frame each of those stacks is labelled by (first user frame, …).
+    sites: BTreeMap<u32, Option<FrameView>>,
     annotations: Vec<AnnotationView>,
     ooms: Vec<Marker>,
     first_time_us: i64,
@@ -253,9 +255,10 @@ async fn timeline(State(s): State<AppState>, Path(id): Path<String>, Query(q): Q
         let tl = analysis::timeline(&m.snap, &m.index, device, first, last, q.buckets.unwrap_or(1000).min(10_000))
             .ok_or_else(|| ApiError::BadRequest("empty trace".into()))?;
         let allocations = analysis::allocations_in_window(&m.snap, &m.index, device, first, last, q.allocations.unwrap_or(2000).min(20_000));
-        let mut stacks = BTreeMap::new();
+        let (mut stacks, mut sites) = (BTreeMap::new(), BTreeMap::new());
         for a in &allocations {
             stacks.entry(a.stack.0).or_insert_with(|| m.index.frames.display(&m.snap, a.stack));
+            sites.entry(a.stack.0).or_insert_with(|| m.index.frames.label(&m.snap, a.stack).map(|f| snapshot::frames::view(&m.snap, f)));
         }
         let time = |p: u32| analysis::timeline::time_at(&m.snap, d, p);
         let (t0, t1) = (time(first), time(last));
@@ -276,6 +279,7 @@ async fn timeline(State(s): State<AppState>, Path(id): Path<String>, Query(q): Q
             timeline: tl,
             allocations,
             stacks,
+            sites,
             annotations,
             ooms,
             first_time_us: time(0),
