@@ -83,7 +83,8 @@ async fn upload(State(s): State<AppState>, Query(q): Query<UploadQuery>, headers
         .filter(|n| !n.trim().is_empty())
         .unwrap_or_else(|| "snapshot".into());
     let tags = q.tags.as_deref().map(parse_tags).unwrap_or_default();
-    let up = crate::ingest::ingest(&s, name, tags, body).await?;
+    let size_hint = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok()).unwrap_or(0);
+    let up = crate::ingest::ingest(&s, name, tags, body, size_hint).await?;
     let report = s.library.report_json(&up.id).await?.unwrap_or_default();
     let summary: serde_json::Value = serde_json::from_str(&report).unwrap_or_default();
     let status = if up.created { StatusCode::CREATED } else { StatusCode::OK };

@@ -1,6 +1,7 @@
 //! Uploads: the body is streamed to a temporary file (hashed on the way, never held whole in
-//! memory), deduplicated by content hash, parsed and analysed on a blocking thread (the async
-//! runtime keeps serving), and committed by inserting the library row last. Any failure removes
+//! memory) and, at the same time, parsed and analysed on a blocking thread (the async runtime
+//! keeps serving; indexing overlaps the transfer), deduplicated by content hash, and committed by
+//! inserting the library row last. Any failure removes
 //! the temporary files, so a bad or interrupted upload leaves nothing behind.
 
 use std::path::{Path, PathBuf};
@@ -56,13 +57,83 @@ pub struct Uploaded {
     pub snapshot: SnapshotInfo,
 }
 
-pub async fn ingest(state: &AppState, name: String, tags: Vec<Tag>, body: Body) -> ApiResult<Uploaded> {
+/// Feeds upload chunks from the async side to the parser thread.
+struct ChannelReader {
+    rx: tokio::sync::mpsc::Receiver<axum::body::Bytes>,
+    current: axum::body::Bytes,
+}
+
+impl std::io::Read for ChannelReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.current.is_empty() {
+            match self.rx.blocking_recv() {
+                Some(b) => self.current = b,
+                None => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.current.len());
+        buf[..n].copy_from_slice(&self.current[..n]);
+        self.current = self.current.slice(n..);
+        Ok(n)
+    }
+}
+
+/// Stores, parses and commits one upload. The body goes to a temporary file (hashed on the way)
+/// and, at the same time, to the parser on a blocking thread, so indexing overlaps the transfer;
+/// a file the parser rejects ends the upload at once.
+pub async fn ingest(state: &AppState, name: String, tags: Vec<Tag>, body: Body, size_hint: u64) -> ApiResult<Uploaded> {
     let lib = &state.library;
+    let started = Instant::now();
+    let _slot = state.index_slots.acquire().await.map_err(|e| ApiError::Internal(e.into()))?;
     let tmp = TempFile(lib.tmp_path(&unique_name("upload")));
-    let mut file = tokio::fs::File::create(&tmp.0).await?;
+    let model_tmp = TempFile(lib.tmp_path(&format!("{}.msmodel", unique_name("model"))));
+    let model_path = model_tmp.0.clone();
+    let (tx, rx) = tokio::sync::mpsc::channel::<axum::body::Bytes>(64);
+    let parser = tokio::task::spawn_blocking(move || -> ApiResult<_> {
+        let reader = ChannelReader { rx, current: axum::body::Bytes::new() };
+        let snap = snapshot::read_sized(reader, size_hint).map_err(|e| ApiError::Unreadable(e.to_string()))?;
+        let (index, report) = snapshot::analysis::analyze(&snap, &Default::default());
+        write_model_file(&snap, &model_path)?;
+        Ok((snap, index, report))
+    });
+
     let mut hasher = Sha256::new();
     let mut size = 0u64;
     let mut stream = body.into_data_stream();
+    // Receive until the end or the parser stops; the parser is joined on every path, so its
+    // files are never written after the guards removed them.
+    let received: ApiResult<tokio::fs::File> = async {
+        let mut file = tokio::fs::File::create(&tmp.0).await?;
+        let mut tx = Some(tx);
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| ApiError::BadRequest(format!("upload interrupted: {e}")))?;
+            size += chunk.len() as u64;
+            if size > state.config.max_upload_bytes {
+                return Err(ApiError::TooLarge { limit_bytes: state.config.max_upload_bytes });
+            }
+            hasher.update(&chunk);
+            file.write_all(&chunk).await?;
+            if let Some(t) = &tx
+                && t.send(chunk).await.is_err()
+            {
+                // The parser stopped: either it failed (reject now) or the pickle ended early.
+                tx = None;
+                if parser.is_finished() {
+                    break;
+                }
+            }
+        }
+        Ok(file)
+    }
+    .await;
+    let parsed = parser.await.map_err(|e| ApiError::Internal(e.into()))?;
+    let mut file = received?;
+    let receive_ms = started.elapsed().as_millis() as u64;
+    if size == 0 {
+        return Err(ApiError::Unreadable("the upload is empty".into()));
+    }
+    let (snap, index, report) = parsed?;
+    // Drain what the parser did not need (trailing bytes after the pickle's STOP).
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(|e| ApiError::BadRequest(format!("upload interrupted: {e}")))?;
         size += chunk.len() as u64;
@@ -74,28 +145,12 @@ pub async fn ingest(state: &AppState, name: String, tags: Vec<Tag>, body: Body) 
     }
     file.sync_all().await?;
     drop(file);
-    if size == 0 {
-        return Err(ApiError::Unreadable("the upload is empty".into()));
-    }
     let sha = hex(&hasher.finalize());
     if let Some(existing) = lib.find_by_sha(&sha).await? {
         return Ok(Uploaded { id: existing.id.clone(), created: false, snapshot: existing });
     }
-
-    let _slot = state.index_slots.acquire().await.map_err(|e| ApiError::Internal(e.into()))?;
-    let model_tmp = TempFile(lib.tmp_path(&format!("{}.msmodel", unique_name("model"))));
-    let (upload_path, model_path) = (tmp.0.clone(), model_tmp.0.clone());
-    let started = Instant::now();
-    let (snap, index, report) = tokio::task::spawn_blocking(move || -> ApiResult<_> {
-        let f = std::fs::File::open(&upload_path)?;
-        let snap = snapshot::read_sized(f, size).map_err(|e| ApiError::Unreadable(e.to_string()))?;
-        let (index, report) = snapshot::analysis::analyze(&snap, &Default::default());
-        write_model_file(&snap, &model_path)?;
-        Ok((snap, index, report))
-    })
-    .await
-    .map_err(|e| ApiError::Internal(e.into()))??;
     let index_ms = started.elapsed().as_millis() as u64;
+    let committed = Instant::now();
 
     let id = sha[..16].to_string();
     let s = &report.summary;
@@ -128,7 +183,8 @@ pub async fn ingest(state: &AppState, name: String, tags: Vec<Tag>, body: Body) 
         let existing = lib.find_by_sha(&sha).await?.ok_or_else(|| ApiError::Internal(anyhow::anyhow!("snapshot vanished")))?;
         return Ok(Uploaded { id: existing.id.clone(), created: false, snapshot: existing });
     }
-    tracing::info!(id, size, entries = info.entries, index_ms, "snapshot ingested");
+    let commit_ms = committed.elapsed().as_millis() as u64;
+    tracing::info!(id, size, entries = info.entries, receive_ms, index_ms, commit_ms, "snapshot ingested (index_ms counts from the first byte)");
     state.models.insert(&id, Arc::new(Loaded { snap, index }));
     Ok(Uploaded { id, created: true, snapshot: info })
 }

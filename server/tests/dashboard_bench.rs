@@ -16,17 +16,43 @@ use std::time::{Duration, Instant};
 
 use common::{CANVAS_PIXELS, browser, root, start_chromedriver, start_server, upload, wait_js};
 
-/// Peak RSS (VmHWM) of the largest Chromium renderer process, in bytes.
-fn renderer_peak_rss() -> u64 {
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit(')').next()?.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn cmdline(pid: u32) -> String {
+    String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default()).replace('\0', " ")
+}
+
+/// Peak RSS (VmHWM) of the largest renderer process of the browser started with `profile`
+/// (so renderers of other Chromium instances on the machine do not count), in bytes.
+fn renderer_peak_rss(profile: &std::path::Path) -> u64 {
+    let profile = profile.display().to_string();
     let mut best = 0;
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let p = e.path();
-        let Ok(cmd) = std::fs::read(p.join("cmdline")) else { continue };
-        let cmd = String::from_utf8_lossy(&cmd);
-        if !cmd.contains("chrom") || !cmd.contains("--type=renderer") {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        if !cmdline(pid).contains("--type=renderer") {
             continue;
         }
-        if let Ok(status) = std::fs::read_to_string(p.join("status"))
+        // Walk up to the browser process and check it is ours.
+        let (mut p, mut ours) = (pid, false);
+        for _ in 0..6 {
+            match parent_of(p) {
+                Some(pp) if pp > 1 => {
+                    if cmdline(pp).contains(&profile) {
+                        ours = true;
+                        break;
+                    }
+                    p = pp;
+                }
+                _ => break,
+            }
+        }
+        if !ours {
+            continue;
+        }
+        if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status"))
             && let Some(kb) = status.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
         {
             best = best.max(kb * 1024);
@@ -125,7 +151,14 @@ async fn dashboard_benchmark() {
             wait_js(&c, &format!("location.search.includes('pos={}') && document.querySelector('.segmap .block') && !document.body.innerText.includes('loading')", mid + k), "step").await;
             steps.push(t0.elapsed().as_secs_f64());
         }
-        let renderer_rss = renderer_peak_rss();
+        let renderer_rss = renderer_peak_rss(&data.join("p2"));
+        c.close().await.unwrap();
+
+        // The same browser's renderer with a blank page, for scale.
+        let c = browser(driver_port, &data.join("p3")).await;
+        c.goto("about:blank").await.unwrap();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let blank_rss = renderer_peak_rss(&data.join("p3"));
         c.close().await.unwrap();
 
         // 4. Query latencies over loopback HTTP (the server is warm): zoom windows, steps, stacks.
@@ -174,6 +207,7 @@ async fn dashboard_benchmark() {
                 "segments_step_s_p50": percentile(&mut steps_sorted.clone(), 0.5),
                 "segments_step_s_max": percentile(&mut steps_sorted, 1.0),
                 "renderer_peak_rss_mb": renderer_rss as f64 / 1e6,
+                "blank_page_renderer_rss_mb": blank_rss as f64 / 1e6,
                 "queries": q,
             });
             println!("{}", serde_json::to_string_pretty(&row).unwrap());
