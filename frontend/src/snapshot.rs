@@ -314,6 +314,48 @@ fn Stacks() -> impl IntoView {
     }
 }
 
+/// The cached-segment timeline: each segment a row (by address), a bar from its cudaMalloc to its
+/// cudaFree; the chosen position as a line. Click to choose a position.
+#[component]
+fn SegmentTimeline(pos: Memo<u64>, events: u64) -> impl IntoView {
+    let url: UrlState = expect_context();
+    let canvas = NodeRef::<leptos::html::Canvas>::new();
+    let spans = LocalResource::new(move || {
+        let id = url.id.get();
+        async move { api::get::<Value>(&format!("/api/snapshots/{id}/segments")).await }
+    });
+    Effect::new(move |_| {
+        let (Some(Ok(d)), Some(c)) = (spans.get(), canvas.get()) else { return };
+        use wasm_bindgen::JsCast;
+        let g: web_sys::CanvasRenderingContext2d = c.get_context("2d").ok().flatten().expect("2d").unchecked_into();
+        let (w, h) = (c.width() as f64, c.height() as f64);
+        g.set_fill_style_str("#fff");
+        g.fill_rect(0.0, 0.0, w, h);
+        let segs = d["segments"].as_array().cloned().unwrap_or_default();
+        let n = segs.len().max(1) as f64;
+        let ev = (events.max(1)) as f64;
+        let row = (h / n).clamp(1.0, 10.0);
+        for (i, s) in segs.iter().enumerate() {
+            let start = s["start"].as_u64().filter(|&x| x != u32::MAX as u64).unwrap_or(0) as f64;
+            let end = s["end"].as_u64().filter(|&x| x != u32::MAX as u64).map_or(ev, |e| e as f64);
+            g.set_fill_style_str(if s["segment_type"].as_str() == Some("small") { "#74c0fc" } else { "#4c6ef5" });
+            g.fill_rect(start / ev * w, i as f64 * row, ((end - start) / ev * w).max(1.0), (row - 1.0).max(1.0));
+        }
+        g.set_fill_style_str("#c92a2a");
+        g.fill_rect(pos.get() as f64 / ev * w - 1.0, 0.0, 2.0, h);
+    });
+    let on_click = move |e: web_sys::MouseEvent| {
+        let Some(c) = canvas.get() else { return };
+        let rect = c.get_bounding_client_rect();
+        let f = ((e.client_x() as f64 - rect.left()) / rect.width()).clamp(0.0, 1.0);
+        url.set(&[("pos", Some(((f * events as f64).round() as u64).to_string()))]);
+    };
+    view! {
+        <h3>"Cached segments over the trace (click to choose a moment)"</h3>
+        <canvas id="segment-timeline" node_ref=canvas width="1200" height="120" on:click=on_click></canvas>
+    }
+}
+
 /// Call sites, sortable by bytes, count or name (click a column header).
 #[component]
 fn SitesTable(sites: Vec<Value>, total: f64) -> impl IntoView {
@@ -430,6 +472,7 @@ fn Segments(report: Value) -> impl IntoView {
                 <button on:click=move |_| step(1)>"▶"</button>
                 <span>{move || format!("after event {} of {} (←/→ steps, shift: ×100)", pos.get(), events)}</span>
             </div>
+            <SegmentTimeline pos=pos events=events/>
             <p class="hover">{move || hovered.get()}</p>
             {move || match data.get() {
                 None => view! { <p>"loading…"</p> }.into_any(),
@@ -456,7 +499,20 @@ fn Segments(report: Value) -> impl IntoView {
                                     let total = s["total_size"].as_f64().unwrap_or(1.0).max(1.0);
                                     let width = (total / largest * 100.0).max(0.5);
                                     let blocks = s["blocks"].as_array().cloned().unwrap_or_default();
-                                    let title = format!("segment {:#x}: {} {} stream {}", s["address"].as_u64().unwrap_or(0), fmt::bytes(total), s["segment_type"].as_str().unwrap_or(""), s["stream"]);
+                                    let fr = &s["fragmentation"];
+                                    let title = format!(
+                                        "segment {:#x}: {} {} pool, stream {}{}: allocated {}, rounding waste {}, cached free {} in {} blocks (largest {})",
+                                        s["address"].as_u64().unwrap_or(0),
+                                        fmt::bytes(total),
+                                        s["segment_type"].as_str().unwrap_or(""),
+                                        s["stream"],
+                                        if s["is_expandable"].as_bool().unwrap_or(false) { ", expandable" } else { "" },
+                                        fmt::bytes_of(&fr["allocated_bytes"]),
+                                        fmt::bytes_of(&fr["internal_bytes"]),
+                                        fmt::bytes_of(&fr["external_bytes"]),
+                                        fr["inactive_blocks"],
+                                        fmt::bytes_of(&fr["largest_free_bytes"]),
+                                    );
                                     view! {
                                         <div class="segrow" title=title>
                                             <div class="seg" style=format!("width:{width:.2}%")>
@@ -477,7 +533,10 @@ fn Segments(report: Value) -> impl IntoView {
                                                         view! {
                                                             <div
                                                                 class=format!("block {}", b["state"].as_str().unwrap_or(""))
-                                                                style=format!("width:{w:.3}%")
+                                                                style=format!(
+                                                                    "width:{w:.3}%;--waste:{:.2}%",
+                                                                    (waste.max(0.0) / b["size"].as_f64().unwrap_or(1.0).max(1.0) * 100.0).min(100.0)
+                                                                )
                                                                 title=info
                                                                 on:mouseenter=move |_| {
                                                                     let (id, info) = (id.clone(), info2.clone());

@@ -142,6 +142,7 @@ fn draw(
     with_axes: bool,
     brush: Option<(f64, f64)>,
     highlight: Option<&Alloc>,
+    filter: &str,
 ) {
     let g = ctx(c);
     let (w, h) = (c.width() as f64, height);
@@ -191,7 +192,9 @@ fn draw(
         let xe = |j: usize| if j < b.len() { xs(bucket_x(r, &b[j])) } else { left + plot_w };
         for band in lay.0.iter() {
             let a = &r.allocations[band.alloc];
-            g.set_fill_style_str(&colour(a.stack));
+            let matches = filter.is_empty()
+                || r.stacks.get(&a.stack.to_string()).is_some_and(|fr| fr.iter().any(|f| fmt::frame(f).to_lowercase().contains(filter)));
+            g.set_fill_style_str(&if matches { colour(a.stack) } else { "#e9ecef".to_string() });
             let last = band.first + band.lower.len();
             g.begin_path();
             g.move_to(xe(band.first), ys(band.lower[0] as f64));
@@ -307,7 +310,8 @@ pub fn TimelineView(report: Value) -> impl IntoView {
     Effect::new(move |_| {
         let (Some(Ok(r)), Some(c)) = (data.get(), canvas.get()) else { return };
         let hl = pinned.get().or_else(|| hover.get().and_then(|h| h.2));
-        draw(&c, &r, bands.get().as_ref(), H, true, None, hl.as_ref());
+        let needle = filter.get().to_lowercase();
+        draw(&c, &r, bands.get().as_ref(), H, true, None, hl.as_ref(), &needle);
     });
     Effect::new(move |_| {
         let (Some(Ok(o)), Some(c)) = (overview.get(), mini.get()) else { return };
@@ -318,7 +322,7 @@ pub fn TimelineView(report: Value) -> impl IntoView {
                 _ => (0.0, 0.0),
             }
         });
-        draw(&c, &o, None, MINI_H, false, brush, None);
+        draw(&c, &o, None, MINI_H, false, brush, None, "");
     });
 
     // Canvas x (css px) → fraction of the plot.

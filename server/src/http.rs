@@ -31,6 +31,7 @@ pub fn app(state: AppState) -> Router {
         .route("/api/snapshots/{id}/timeline", get(timeline))
         .route("/api/snapshots/{id}/state", get(state_at))
         .route("/api/snapshots/{id}/stacks", get(stacks))
+        .route("/api/snapshots/{id}/segments", get(segment_spans))
         .route("/api/snapshots/{id}/frames/{stack}", get(frames))
         .merge(crate::assets::router())
         .fallback(not_found)
@@ -317,6 +318,23 @@ async fn stacks(State(s): State<AppState>, Path(id): Path<String>, Query(q): Que
     let r = query(&s, &id, move |m| {
         let device = device_of(m, q.device)?;
         analysis::stacks_at(&m.snap, &m.index, device, q.position, 200).ok_or_else(|| ApiError::BadRequest("no trace".into()))
+    })
+    .await?;
+    Ok(Json(r).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+struct DeviceQuery {
+    device: Option<i32>,
+}
+
+/// Every segment's lifetime on a device (cudaMalloc → cudaFree, in event positions), for the
+/// cached-segment timeline.
+async fn segment_spans(State(s): State<AppState>, Path(id): Path<String>, Query(q): Query<DeviceQuery>) -> ApiResult<Response> {
+    let r = query(&s, &id, move |m| {
+        let device = device_of(m, q.device)?;
+        let d = m.index.device(device).ok_or_else(|| ApiError::BadRequest(format!("no device {device}")))?;
+        Ok(serde_json::json!({ "device": device, "events": d.len, "segments": d.segments }))
     })
     .await?;
     Ok(Json(r).into_response())

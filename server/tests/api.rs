@@ -156,6 +156,11 @@ async fn queries_answer_from_the_model() {
     assert_eq!(s["position"], 600);
     assert!(!s["segments"].as_array().unwrap().is_empty());
 
+    let (st, spans) = call(&state, "GET", &format!("/api/snapshots/{id}/segments"), vec![]).await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(spans["segments"].as_array().unwrap().len(), 266);
+    assert_eq!(spans["events"], 1328);
+
     let (_, k) = call(&state, "GET", &format!("/api/snapshots/{id}/stacks"), vec![]).await;
     assert_eq!(k["sites"][0]["site"]["line"], 181);
 

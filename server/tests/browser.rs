@@ -74,6 +74,14 @@ async fn dashboard_end_to_end() {
 
     open_tab(&c, "segments").await;
     wait_js(&c, "document.querySelectorAll('.segmap .block').length > 5", "the segment map").await;
+    wait_js(
+        &c,
+        "(() => { const c = document.getElementById('segment-timeline'); if (!c) return 0; \
+         const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let n = 0; \
+         for (let i = 0; i < d.length; i += 4) { if (d[i] < 200) n++; } return n > 100; })()",
+        "the cached-segment timeline",
+    )
+    .await;
     screenshot(&c, "segments").await;
 
     open_tab(&c, "stacks").await;
