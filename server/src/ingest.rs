@@ -48,6 +48,27 @@ pub fn write_model_file(snap: &snapshot::Snapshot, path: &Path) -> std::io::Resu
     std::fs::rename(&part, path)
 }
 
+/// Where upload bytes go: the temporary file and the hash, with the size limit checked.
+struct Sink {
+    file: Option<tokio::fs::File>,
+    hasher: Sha256,
+    size: u64,
+    limit: u64,
+}
+
+impl Sink {
+    async fn take(&mut self, chunk: Result<axum::body::Bytes, axum::Error>) -> ApiResult<axum::body::Bytes> {
+        let chunk = chunk.map_err(|e| ApiError::BadRequest(format!("upload interrupted: {e}")))?;
+        self.size += chunk.len() as u64;
+        if self.size > self.limit {
+            return Err(ApiError::TooLarge { limit_bytes: self.limit });
+        }
+        self.hasher.update(&chunk);
+        self.file.as_mut().expect("file created before receiving").write_all(&chunk).await?;
+        Ok(chunk)
+    }
+}
+
 /// Result of an upload.
 #[derive(Debug, serde::Serialize)]
 pub struct Uploaded {
@@ -97,22 +118,15 @@ pub async fn ingest(state: &AppState, name: String, tags: Vec<Tag>, body: Body, 
         Ok((snap, index, report))
     });
 
-    let mut hasher = Sha256::new();
-    let mut size = 0u64;
     let mut stream = body.into_data_stream();
+    let mut sink = Sink { file: None, hasher: Sha256::new(), size: 0, limit: state.config.max_upload_bytes };
     // Receive until the end or the parser stops; the parser is joined on every path, so its
     // files are never written after the guards removed them.
-    let received: ApiResult<tokio::fs::File> = async {
-        let mut file = tokio::fs::File::create(&tmp.0).await?;
+    let received: ApiResult<()> = async {
+        sink.file = Some(tokio::fs::File::create(&tmp.0).await?);
         let mut tx = Some(tx);
         while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| ApiError::BadRequest(format!("upload interrupted: {e}")))?;
-            size += chunk.len() as u64;
-            if size > state.config.max_upload_bytes {
-                return Err(ApiError::TooLarge { limit_bytes: state.config.max_upload_bytes });
-            }
-            hasher.update(&chunk);
-            file.write_all(&chunk).await?;
+            let chunk = sink.take(chunk).await?;
             if let Some(t) = &tx
                 && t.send(chunk).await.is_err()
             {
@@ -123,26 +137,22 @@ pub async fn ingest(state: &AppState, name: String, tags: Vec<Tag>, body: Body, 
                 }
             }
         }
-        Ok(file)
+        Ok(())
     }
     .await;
     let parsed = parser.await.map_err(|e| ApiError::Internal(e.into()))?;
-    let mut file = received?;
+    received?;
     let receive_ms = started.elapsed().as_millis() as u64;
-    if size == 0 {
+    if sink.size == 0 {
         return Err(ApiError::Unreadable("the upload is empty".into()));
     }
     let (snap, index, report) = parsed?;
-    // Drain what the parser did not need (trailing bytes after the pickle's STOP).
+    // Store what the parser did not need (trailing bytes after the pickle's STOP).
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| ApiError::BadRequest(format!("upload interrupted: {e}")))?;
-        size += chunk.len() as u64;
-        if size > state.config.max_upload_bytes {
-            return Err(ApiError::TooLarge { limit_bytes: state.config.max_upload_bytes });
-        }
-        hasher.update(&chunk);
-        file.write_all(&chunk).await?;
+        sink.take(chunk).await?;
     }
+    let Sink { file, hasher, size, .. } = sink;
+    let file = file.expect("created above");
     file.sync_all().await?;
     drop(file);
     let sha = hex(&hasher.finalize());

@@ -95,6 +95,18 @@ impl SnapshotInfo {
     }
 }
 
+async fn insert_tags(tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>, id: &str, tags: &[Tag]) -> sqlx::Result<()> {
+    for t in tags {
+        sqlx::query("INSERT OR IGNORE INTO snapshot_tags (snapshot_id, key, value) VALUES (?, ?, ?)")
+            .bind(id)
+            .bind(&t.key)
+            .bind(&t.value)
+            .execute(&mut **tx)
+            .await?;
+    }
+    Ok(())
+}
+
 /// The columns of [`Row`], for `concat!` (sqlx takes only static SQL).
 macro_rules! columns {
     () => {
@@ -248,14 +260,7 @@ impl Library {
         if done.rows_affected() == 0 {
             return Ok(false);
         }
-        for t in &info.tags {
-            sqlx::query("INSERT OR IGNORE INTO snapshot_tags (snapshot_id, key, value) VALUES (?, ?, ?)")
-                .bind(&info.id)
-                .bind(&t.key)
-                .bind(&t.value)
-                .execute(&mut *tx)
-                .await?;
-        }
+        insert_tags(&mut tx, &info.id, &info.tags).await?;
         tx.commit().await?;
         Ok(true)
     }
@@ -276,14 +281,7 @@ impl Library {
         }
         if let Some(tags) = tags {
             sqlx::query("DELETE FROM snapshot_tags WHERE snapshot_id = ?").bind(id).execute(&mut *tx).await?;
-            for t in tags {
-                sqlx::query("INSERT OR IGNORE INTO snapshot_tags (snapshot_id, key, value) VALUES (?, ?, ?)")
-                    .bind(id)
-                    .bind(&t.key)
-                    .bind(&t.value)
-                    .execute(&mut *tx)
-                    .await?;
-            }
+            insert_tags(&mut tx, id, tags).await?;
         }
         tx.commit().await?;
         Ok(true)

@@ -106,20 +106,7 @@ fn unknown_keys_and_missing_keys_are_tolerated() {
 /// The trace-entry fast path (`fast.rs`) and the general pickle machine give identical tables.
 #[test]
 fn fast_path_equals_general_machine() {
-    for name in [
-        "leak_detached_cache.pickle",
-        "steady_train.pickle",
-        "fragmentation.pickle",
-        "oom_fraction.pickle",
-        "multistream.pickle",
-        "segments_only.pickle",
-        "big_python.pickle.xz",
-        "variants/multistream.proto0.pickle",
-        "variants/multistream.proto2.pickle",
-        "variants/multistream.proto5.pickle",
-        "variants/legacy_2_0.pickle",
-        "variants/big_ints.pickle",
-    ] {
+    for name in common::REAL_AND_VARIANTS {
         let path = common::fixture(name);
         let fast = snapshot::read_sized(std::fs::File::open(&path).unwrap(), std::fs::metadata(&path).unwrap().len()).unwrap();
         let general = snapshot::read_general(std::fs::File::open(&path).unwrap()).unwrap();

@@ -4,17 +4,7 @@ mod common;
 
 #[test]
 fn model_file_round_trips_every_fixture() {
-    for name in [
-        "leak_detached_cache.pickle",
-        "steady_train.pickle",
-        "fragmentation.pickle",
-        "oom_fraction.pickle",
-        "multistream.pickle",
-        "segments_only.pickle",
-        "big_python.pickle.xz",
-        "variants/legacy_2_0.pickle",
-        "variants/big_ints.pickle",
-    ] {
+    for name in common::REAL_AND_VARIANTS {
         let snap = common::read(name);
         let mut bytes = Vec::new();
         snapshot::store::write(&snap, &mut bytes).unwrap();

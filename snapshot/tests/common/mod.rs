@@ -3,6 +3,22 @@
 
 use std::path::PathBuf;
 
+/// Every real fixture and the derived variants that tests round-trip or compare.
+pub const REAL_AND_VARIANTS: [&str; 12] = [
+    "leak_detached_cache.pickle",
+    "steady_train.pickle",
+    "fragmentation.pickle",
+    "oom_fraction.pickle",
+    "multistream.pickle",
+    "segments_only.pickle",
+    "big_python.pickle.xz",
+    "variants/multistream.proto0.pickle",
+    "variants/multistream.proto2.pickle",
+    "variants/multistream.proto5.pickle",
+    "variants/legacy_2_0.pickle",
+    "variants/big_ints.pickle",
+];
+
 pub fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures")
 }
