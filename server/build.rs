@@ -9,7 +9,13 @@ use std::process::Command;
 
 fn main() {
     println!("cargo:rerun-if-changed=../migrations");
-    for p in ["../frontend/src", "../frontend/Cargo.toml", "../frontend/Cargo.lock", "../frontend/index.html", "../frontend/style.css"] {
+    for p in [
+        "../frontend/src",
+        "../frontend/Cargo.toml",
+        "../frontend/Cargo.lock",
+        "../frontend/index.html",
+        "../frontend/style.css",
+    ] {
         println!("cargo:rerun-if-changed={p}");
     }
     let out = PathBuf::from(env::var("OUT_DIR").expect("OUT_DIR"));
@@ -18,10 +24,17 @@ fn main() {
     let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
 
     let mut cmd = Command::new(cargo);
-    cmd.args(["build", "--release", "--locked", "--target", "wasm32-unknown-unknown", "--manifest-path"])
-        .arg(root.join("frontend").join("Cargo.toml"))
-        .arg("--target-dir")
-        .arg(&target_dir);
+    cmd.args([
+        "build",
+        "--release",
+        "--locked",
+        "--target",
+        "wasm32-unknown-unknown",
+        "--manifest-path",
+    ])
+    .arg(root.join("frontend").join("Cargo.toml"))
+    .arg("--target-dir")
+    .arg(&target_dir);
     // The outer build's settings must not leak into the nested one (keep CARGO_MAKEFLAGS: jobserver).
     for (key, _) in env::vars() {
         let strip = key.starts_with("CARGO_FEATURE_")
@@ -49,7 +62,9 @@ fn main() {
             cmd.env_remove(&key);
         }
     }
-    println!("cargo:warning=building the dashboard (frontend/, wasm32); a clean build takes a few minutes");
+    println!(
+        "cargo:warning=building the dashboard (frontend/, wasm32); a clean build takes a few minutes"
+    );
     let status = cmd.status().expect("could not run cargo for the frontend");
     if !status.success() {
         panic!(
@@ -57,7 +72,10 @@ fn main() {
              `rustup target add wasm32-unknown-unknown` (./scripts/test does it)."
         );
     }
-    let wasm = target_dir.join("wasm32-unknown-unknown").join("release").join("frontend.wasm");
+    let wasm = target_dir
+        .join("wasm32-unknown-unknown")
+        .join("release")
+        .join("frontend.wasm");
     wasm_bindgen_cli_support::Bindgen::new()
         .input_path(&wasm)
         .web(true)

@@ -21,12 +21,18 @@ pub fn bytes_of(v: &serde_json::Value) -> String {
 /// Seconds relative to a start, for the time axis.
 pub fn seconds(us: f64) -> String {
     let s = us / 1e6;
-    if s.abs() < 1.0 { format!("{:.1} ms", s * 1e3) } else { format!("{s:.2} s") }
+    if s.abs() < 1.0 {
+        format!("{:.1} ms", s * 1e3)
+    } else {
+        format!("{s:.2} s")
+    }
 }
 
 pub fn date(ms: f64) -> String {
     let d = js_sys::Date::new(&wasm_bindgen::JsValue::from_f64(ms));
-    d.to_locale_string("en-GB", &wasm_bindgen::JsValue::UNDEFINED).as_string().unwrap_or_default()
+    d.to_locale_string("en-GB", &wasm_bindgen::JsValue::UNDEFINED)
+        .as_string()
+        .unwrap_or_default()
 }
 
 pub fn count(n: u64) -> String {
@@ -44,7 +50,12 @@ pub fn count(n: u64) -> String {
 pub fn frame(f: &serde_json::Value) -> String {
     format!(
         "{}:{} {}",
-        f["filename"].as_str().unwrap_or("?").rsplit('/').next().unwrap_or("?"),
+        f["filename"]
+            .as_str()
+            .unwrap_or("?")
+            .rsplit('/')
+            .next()
+            .unwrap_or("?"),
         f["line"].as_u64().unwrap_or(0),
         f["name"].as_str().unwrap_or("")
     )

@@ -49,7 +49,13 @@ enum UploadState {
 
 fn tags_text(tags: &[Tag]) -> String {
     tags.iter()
-        .map(|t| if t.key.is_empty() { t.value.clone() } else { format!("{}={}", t.key, t.value) })
+        .map(|t| {
+            if t.key.is_empty() {
+                t.value.clone()
+            } else {
+                format!("{}={}", t.key, t.value)
+            }
+        })
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -74,7 +80,13 @@ pub fn Library() -> impl IntoView {
     let items = LocalResource::new(move || {
         refresh.track();
         let q = query.get();
-        async move { api::get::<Vec<Info>>(&format!("/api/snapshots?q={}", js_sys::encode_uri_component(&q))).await }
+        async move {
+            api::get::<Vec<Info>>(&format!(
+                "/api/snapshots?q={}",
+                js_sys::encode_uri_component(&q)
+            ))
+            .await
+        }
     });
     let uploads = RwSignal::new(Vec::<Upload>::new());
     let next_key = StoredValue::new(0u32);
@@ -84,7 +96,14 @@ pub fn Library() -> impl IntoView {
     let start_upload = move |file: web_sys::File| {
         let key = next_key.get_value();
         next_key.set_value(key + 1);
-        uploads.update(|u| u.push(Upload { key, name: file.name(), sent: 0.0, state: UploadState::Sending }));
+        uploads.update(|u| {
+            u.push(Upload {
+                key,
+                name: file.name(),
+                sent: 0.0,
+                state: UploadState::Sending,
+            })
+        });
         let set = move |f: &dyn Fn(&mut Upload)| {
             uploads.update(|u| {
                 if let Some(x) = u.iter_mut().find(|x| x.key == key) {
@@ -109,7 +128,9 @@ pub fn Library() -> impl IntoView {
                     // A single upload opens its snapshot once it is indexed.
                     let all = uploads.get_untracked();
                     if all.len() == 1 {
-                        navigate.with_value(|n| n(&format!("/s/{id}?view=timeline"), Default::default()));
+                        navigate.with_value(|n| {
+                            n(&format!("/s/{id}?view=timeline"), Default::default())
+                        });
                     }
                 }
                 Err(e) => set(&|u: &mut Upload| u.state = UploadState::Failed(e.clone())),

@@ -8,8 +8,14 @@ use serde_json::Value;
 
 use crate::{api, fmt};
 
-pub const TABS: [(&str, &str); 6] =
-    [("overview", "Overview"), ("timeline", "Timeline"), ("segments", "Segments"), ("stacks", "Stacks"), ("leaks", "Leaks"), ("oom", "OOM")];
+pub const TABS: [(&str, &str); 6] = [
+    ("overview", "Overview"),
+    ("timeline", "Timeline"),
+    ("segments", "Segments"),
+    ("stacks", "Stacks"),
+    ("leaks", "Leaks"),
+    ("oom", "OOM"),
+];
 
 /// Reads and writes the page's URL query.
 #[derive(Clone, Copy)]
@@ -38,9 +44,19 @@ impl UrlState {
                 pairs.push((key.to_string(), v));
             }
         }
-        let qs: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={}", js_sys::encode_uri_component(v))).collect();
+        let qs: Vec<String> = pairs
+            .iter()
+            .map(|(k, v)| format!("{k}={}", js_sys::encode_uri_component(v)))
+            .collect();
         let url = format!("/s/{}?{}", self.id.get_untracked(), qs.join("&"));
-        use_navigate()(&url, NavigateOptions { replace: true, scroll: false, ..Default::default() });
+        use_navigate()(
+            &url,
+            NavigateOptions {
+                replace: true,
+                scroll: false,
+                ..Default::default()
+            },
+        );
     }
 }
 
@@ -49,7 +65,10 @@ pub fn SnapshotPage() -> impl IntoView {
     let params = use_params_map();
     let query = use_query_map();
     let id = Memo::new(move |_| params.get().get("id").unwrap_or_default());
-    let url = UrlState { id, query: Memo::new(move |_| query.get()) };
+    let url = UrlState {
+        id,
+        query: Memo::new(move |_| query.get()),
+    };
     let view_name = Memo::new(move |_| url.get("view").unwrap_or_else(|| "overview".into()));
     let report = LocalResource::new(move || {
         let id = id.get();
@@ -177,7 +196,10 @@ fn Overview(report: Value) -> impl IntoView {
 }
 
 fn frames_list(frames: &Value, max: usize) -> impl IntoView + use<> {
-    let items: Vec<String> = frames.as_array().map(|a| a.iter().take(max).map(fmt::frame).collect()).unwrap_or_default();
+    let items: Vec<String> = frames
+        .as_array()
+        .map(|a| a.iter().take(max).map(fmt::frame).collect())
+        .unwrap_or_default();
     view! { <ol class="frames">{items.into_iter().map(|f| view! { <li>{f}</li> }).collect_view()}</ol> }
 }
 
@@ -185,8 +207,11 @@ fn frames_list(frames: &Value, max: usize) -> impl IntoView + use<> {
 fn sparkline(values: &[f64]) -> impl IntoView + use<> {
     let max = values.iter().cloned().fold(1.0, f64::max);
     let n = values.len().max(2) as f64 - 1.0;
-    let points: Vec<String> =
-        values.iter().enumerate().map(|(i, v)| format!("{:.1},{:.1}", i as f64 / n * 200.0, 40.0 - v / max * 38.0)).collect();
+    let points: Vec<String> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| format!("{:.1},{:.1}", i as f64 / n * 200.0, 40.0 - v / max * 38.0))
+        .collect();
     view! {
         <svg class="spark" viewBox="0 0 200 40" width="200" height="40">
             <polyline points=points.join(" ") fill="none" stroke="#d9480f" stroke-width="1.5"></polyline>
@@ -196,7 +221,10 @@ fn sparkline(values: &[f64]) -> impl IntoView + use<> {
 
 #[component]
 fn Leaks(report: Value) -> impl IntoView {
-    let suspects = report["leak_suspects"].as_array().cloned().unwrap_or_default();
+    let suspects = report["leak_suspects"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     if suspects.is_empty() {
         return view! {
             <p class="ok">"No leak suspects: no call stack keeps allocations alive that were made throughout the trace."</p>
@@ -325,9 +353,16 @@ fn SegmentTimeline(pos: Memo<u64>, events: u64) -> impl IntoView {
         async move { api::get::<Value>(&format!("/api/snapshots/{id}/segments")).await }
     });
     Effect::new(move |_| {
-        let (Some(Ok(d)), Some(c)) = (spans.get(), canvas.get()) else { return };
+        let (Some(Ok(d)), Some(c)) = (spans.get(), canvas.get()) else {
+            return;
+        };
         use wasm_bindgen::JsCast;
-        let g: web_sys::CanvasRenderingContext2d = c.get_context("2d").ok().flatten().expect("2d").unchecked_into();
+        let g: web_sys::CanvasRenderingContext2d = c
+            .get_context("2d")
+            .ok()
+            .flatten()
+            .expect("2d")
+            .unchecked_into();
         let (w, h) = (c.width() as f64, c.height() as f64);
         g.set_fill_style_str("#fff");
         g.fill_rect(0.0, 0.0, w, h);
@@ -336,10 +371,25 @@ fn SegmentTimeline(pos: Memo<u64>, events: u64) -> impl IntoView {
         let ev = (events.max(1)) as f64;
         let row = (h / n).clamp(1.0, 10.0);
         for (i, s) in segs.iter().enumerate() {
-            let start = s["start"].as_u64().filter(|&x| x != u32::MAX as u64).unwrap_or(0) as f64;
-            let end = s["end"].as_u64().filter(|&x| x != u32::MAX as u64).map_or(ev, |e| e as f64);
-            g.set_fill_style_str(if s["segment_type"].as_str() == Some("small") { "#74c0fc" } else { "#4c6ef5" });
-            g.fill_rect(start / ev * w, i as f64 * row, ((end - start) / ev * w).max(1.0), (row - 1.0).max(1.0));
+            let start = s["start"]
+                .as_u64()
+                .filter(|&x| x != u32::MAX as u64)
+                .unwrap_or(0) as f64;
+            let end = s["end"]
+                .as_u64()
+                .filter(|&x| x != u32::MAX as u64)
+                .map_or(ev, |e| e as f64);
+            g.set_fill_style_str(if s["segment_type"].as_str() == Some("small") {
+                "#74c0fc"
+            } else {
+                "#4c6ef5"
+            });
+            g.fill_rect(
+                start / ev * w,
+                i as f64 * row,
+                ((end - start) / ev * w).max(1.0),
+                (row - 1.0).max(1.0),
+            );
         }
         g.set_fill_style_str("#c92a2a");
         g.fill_rect(pos.get() as f64 / ev * w - 1.0, 0.0, 2.0, h);
@@ -348,7 +398,10 @@ fn SegmentTimeline(pos: Memo<u64>, events: u64) -> impl IntoView {
         let Some(c) = canvas.get() else { return };
         let rect = c.get_bounding_client_rect();
         let f = ((e.client_x() as f64 - rect.left()) / rect.width()).clamp(0.0, 1.0);
-        url.set(&[("pos", Some(((f * events as f64).round() as u64).to_string()))]);
+        url.set(&[(
+            "pos",
+            Some(((f * events as f64).round() as u64).to_string()),
+        )]);
     };
     view! {
         <h3>"Cached segments over the trace (click to choose a moment)"</h3>
@@ -370,7 +423,13 @@ fn SitesTable(sites: Vec<Value>, total: f64) -> impl IntoView {
             </th>
         }
     };
-    let site_name = |c: &Value| if c["site"].is_null() { "(no frames)".to_string() } else { fmt::frame(&c["site"]) };
+    let site_name = |c: &Value| {
+        if c["site"].is_null() {
+            "(no frames)".to_string()
+        } else {
+            fmt::frame(&c["site"])
+        }
+    };
     view! {
         <table class="sites">
             <tr>
@@ -439,8 +498,17 @@ fn icicle(node: &Value, total: f64, depth: usize) -> AnyView {
 #[component]
 fn Segments(report: Value) -> impl IntoView {
     let url: UrlState = expect_context();
-    let events: u64 = report["devices"].as_object().and_then(|d| d.values().next()).and_then(|d| d["entries"].as_u64()).unwrap_or(0);
-    let pos = Memo::new(move |_| url.get("pos").and_then(|p| p.parse::<u64>().ok()).unwrap_or(events).min(events));
+    let events: u64 = report["devices"]
+        .as_object()
+        .and_then(|d| d.values().next())
+        .and_then(|d| d["entries"].as_u64())
+        .unwrap_or(0);
+    let pos = Memo::new(move |_| {
+        url.get("pos")
+            .and_then(|p| p.parse::<u64>().ok())
+            .unwrap_or(events)
+            .min(events)
+    });
     let data = LocalResource::new(move || {
         let (id, p) = (url.id.get(), pos.get());
         async move { api::get::<Value>(&format!("/api/snapshots/{id}/state?position={p}")).await }

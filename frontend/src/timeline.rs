@@ -98,14 +98,23 @@ impl PartialEq for Layout {
 fn layout(r: &Resp) -> Layout {
     let buckets = &r.timeline.buckets;
     let mut order: Vec<usize> = (0..r.allocations.len()).collect();
-    order.sort_by_key(|&i| (r.allocations[i].start.map_or(0, |s| s as i64 + 1), r.allocations[i].id));
+    order.sort_by_key(|&i| {
+        (
+            r.allocations[i].start.map_or(0, |s| s as i64 + 1),
+            r.allocations[i].id,
+        )
+    });
     let mut acc = vec![0f64; buckets.len()];
     let mut bands = Vec::with_capacity(order.len());
     for i in order {
         let a = &r.allocations[i];
         // Alive in bucket b when start < b.last <= end.
-        let first = a.start.map_or(0, |s| buckets.partition_point(|b| b.last <= s));
-        let end = a.end.map_or(buckets.len(), |e| buckets.partition_point(|b| b.last <= e));
+        let first = a
+            .start
+            .map_or(0, |s| buckets.partition_point(|b| b.last <= s));
+        let end = a
+            .end
+            .map_or(buckets.len(), |e| buckets.partition_point(|b| b.last <= e));
         if first >= end {
             continue;
         }
@@ -113,7 +122,11 @@ fn layout(r: &Resp) -> Layout {
         for x in &mut acc[first..end] {
             *x += a.size;
         }
-        bands.push(Band { alloc: i, first, lower });
+        bands.push(Band {
+            alloc: i,
+            first,
+            lower,
+        });
     }
     Layout(std::sync::Arc::new(bands))
 }
@@ -125,12 +138,20 @@ fn colour(stack: u32) -> String {
 }
 
 fn ctx(c: &web_sys::HtmlCanvasElement) -> web_sys::CanvasRenderingContext2d {
-    c.get_context("2d").ok().flatten().expect("2d context").unchecked_into()
+    c.get_context("2d")
+        .ok()
+        .flatten()
+        .expect("2d context")
+        .unchecked_into()
 }
 
 /// x of a bucket's start on the chosen axis.
 fn bucket_x(r: &Resp, b: &Bucket) -> f64 {
-    if r.axis == "time" { b.time_us } else { b.first as f64 }
+    if r.axis == "time" {
+        b.time_us
+    } else {
+        b.first as f64
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -156,8 +177,15 @@ fn draw(
     let plot_w = w - left - 10.0;
     let top = if with_axes { 20.0 } else { 2.0 };
     let plot_h = h - top - if with_axes { 24.0 } else { 2.0 };
-    let ymax = b.iter().map(|x| x.reserved_max.max(x.live_max)).fold(1.0, f64::max) * 1.05;
-    let (x0, x1) = (bucket_x(r, &b[0]), bucket_x(r, &b[b.len() - 1]).max(bucket_x(r, &b[0]) + 1.0));
+    let ymax = b
+        .iter()
+        .map(|x| x.reserved_max.max(x.live_max))
+        .fold(1.0, f64::max)
+        * 1.05;
+    let (x0, x1) = (
+        bucket_x(r, &b[0]),
+        bucket_x(r, &b[b.len() - 1]).max(bucket_x(r, &b[0]) + 1.0),
+    );
     let xs = |x: f64| left + (x - x0) / (x1 - x0) * plot_w;
     let ys = |y: f64| top + plot_h - y / ymax * plot_h;
 
@@ -179,7 +207,11 @@ fn draw(
     g.move_to(xs(bucket_x(r, &b[0])), ys(0.0));
     for (i, k) in b.iter().enumerate() {
         let x = xs(bucket_x(r, k));
-        let xn = if i + 1 < b.len() { xs(bucket_x(r, &b[i + 1])) } else { left + plot_w };
+        let xn = if i + 1 < b.len() {
+            xs(bucket_x(r, &b[i + 1]))
+        } else {
+            left + plot_w
+        };
         g.line_to(x, ys(k.live_max));
         g.line_to(xn, ys(k.live_max));
     }
@@ -189,12 +221,25 @@ fn draw(
     g.fill();
     // Allocations as stacked bands on top of the envelope.
     if let Some(lay) = bands {
-        let xe = |j: usize| if j < b.len() { xs(bucket_x(r, &b[j])) } else { left + plot_w };
+        let xe = |j: usize| {
+            if j < b.len() {
+                xs(bucket_x(r, &b[j]))
+            } else {
+                left + plot_w
+            }
+        };
         for band in lay.0.iter() {
             let a = &r.allocations[band.alloc];
             let matches = filter.is_empty()
-                || r.stacks.get(&a.stack.to_string()).is_some_and(|fr| fr.iter().any(|f| fmt::frame(f).to_lowercase().contains(filter)));
-            g.set_fill_style_str(&if matches { colour(a.stack) } else { "#e9ecef".to_string() });
+                || r.stacks.get(&a.stack.to_string()).is_some_and(|fr| {
+                    fr.iter()
+                        .any(|f| fmt::frame(f).to_lowercase().contains(filter))
+                });
+            g.set_fill_style_str(&if matches {
+                colour(a.stack)
+            } else {
+                "#e9ecef".to_string()
+            });
             let last = band.first + band.lower.len();
             g.begin_path();
             g.move_to(xe(band.first), ys(band.lower[0] as f64));
@@ -227,7 +272,11 @@ fn draw(
     g.stroke();
     // OOM markers.
     for m in &r.ooms {
-        let x = xs(if r.axis == "time" { m.time_us } else { m.position as f64 });
+        let x = xs(if r.axis == "time" {
+            m.time_us
+        } else {
+            m.position as f64
+        });
         g.set_fill_style_str("#c92a2a");
         g.fill_rect(x - 1.0, top, 3.0, plot_h);
         if with_axes {
@@ -238,10 +287,18 @@ fn draw(
         let (s, e) = if r.axis == "time" {
             (a.start_time_us.unwrap_or(x0), a.end_time_us.unwrap_or(x1))
         } else {
-            (a.start.map_or(x0, |v| v as f64), a.end.map_or(x1, |v| v as f64))
+            (
+                a.start.map_or(x0, |v| v as f64),
+                a.end.map_or(x1, |v| v as f64),
+            )
         };
         g.set_fill_style_str("rgba(250, 176, 5, 0.45)");
-        g.fill_rect(xs(s), ys(a.size), (xs(e) - xs(s)).max(2.0), ys(0.0) - ys(a.size));
+        g.fill_rect(
+            xs(s),
+            ys(a.size),
+            (xs(e) - xs(s)).max(2.0),
+            ys(0.0) - ys(a.size),
+        );
     }
     if with_axes {
         g.set_fill_style_str("#333");
@@ -255,13 +312,21 @@ fn draw(
         }
         for i in 0..=6 {
             let x = x0 + (x1 - x0) * i as f64 / 6.0;
-            let label = if r.axis == "time" { fmt::seconds(x - r.first_time_us) } else { format!("event {}", x as u64) };
+            let label = if r.axis == "time" {
+                fmt::seconds(x - r.first_time_us)
+            } else {
+                format!("event {}", x as u64)
+            };
             let _ = g.fill_text(&label, xs(x) - 20.0, h - 6.0);
         }
         g.set_fill_style_str("#4c6ef5");
         g.fill_rect(left, 4.0, 10.0, 10.0);
         g.set_fill_style_str("#333");
-        let _ = g.fill_text("live: allocations stacked by age (the largest in view), the rest shaded", left + 14.0, 13.0);
+        let _ = g.fill_text(
+            "live: allocations stacked by age (the largest in view), the rest shaded",
+            left + 14.0,
+            13.0,
+        );
         g.set_fill_style_str("#e8590c");
         g.fill_rect(left + 440.0, 4.0, 10.0, 10.0);
         g.set_fill_style_str("#333");
@@ -297,7 +362,10 @@ pub fn TimelineView(report: Value) -> impl IntoView {
         let (id, axis) = (url.id.get(), url.get("axis"));
         async move {
             let q = axis.map(|a| format!("&axis={a}")).unwrap_or_default();
-            api::get::<Resp>(&format!("/api/snapshots/{id}/timeline?buckets=600&allocations=0{q}")).await
+            api::get::<Resp>(&format!(
+                "/api/snapshots/{id}/timeline?buckets=600&allocations=0{q}"
+            ))
+            .await
         }
     });
     let hover = RwSignal::new(None::<(f64, Bucket, Option<Alloc>)>);
@@ -308,13 +376,26 @@ pub fn TimelineView(report: Value) -> impl IntoView {
     let bands = Memo::new(move |_| data.get().and_then(|d| d.ok()).map(|d| layout(&d)));
     // Draw whenever data, hover or pin change.
     Effect::new(move |_| {
-        let (Some(Ok(r)), Some(c)) = (data.get(), canvas.get()) else { return };
+        let (Some(Ok(r)), Some(c)) = (data.get(), canvas.get()) else {
+            return;
+        };
         let hl = pinned.get().or_else(|| hover.get().and_then(|h| h.2));
         let needle = filter.get().to_lowercase();
-        draw(&c, &r, bands.get().as_ref(), H, true, None, hl.as_ref(), &needle);
+        draw(
+            &c,
+            &r,
+            bands.get().as_ref(),
+            H,
+            true,
+            None,
+            hl.as_ref(),
+            &needle,
+        );
     });
     Effect::new(move |_| {
-        let (Some(Ok(o)), Some(c)) = (overview.get(), mini.get()) else { return };
+        let (Some(Ok(o)), Some(c)) = (overview.get(), mini.get()) else {
+            return;
+        };
         let brush = data.get().and_then(|d| d.ok()).map(|d| {
             let b = &d.timeline.buckets;
             match (b.first(), b.last()) {
@@ -335,21 +416,33 @@ pub fn TimelineView(report: Value) -> impl IntoView {
     let span = move || -> Option<(f64, f64, String)> {
         let d = data.get_untracked()?.ok()?;
         let b = &d.timeline.buckets;
-        Some((bucket_x(&d, b.first()?), bucket_x(&d, b.last()?), d.axis.clone()))
+        Some((
+            bucket_x(&d, b.first()?),
+            bucket_x(&d, b.last()?),
+            d.axis.clone(),
+        ))
     };
     let set_window = move |a: f64, b: f64, axis: String| {
-        url.set(&[("from", Some(format!("{a:.0}"))), ("to", Some(format!("{b:.0}"))), ("axis", Some(axis))]);
+        url.set(&[
+            ("from", Some(format!("{a:.0}"))),
+            ("to", Some(format!("{b:.0}"))),
+            ("axis", Some(axis)),
+        ]);
     };
     let on_wheel = move |ev: web_sys::WheelEvent| {
         ev.prevent_default();
-        let (Some(f), Some((x0, x1, axis))) = (frac(&ev), span()) else { return };
+        let (Some(f), Some((x0, x1, axis))) = (frac(&ev), span()) else {
+            return;
+        };
         let scale = if ev.delta_y() < 0.0 { 0.7 } else { 1.0 / 0.7 };
         let at = x0 + (x1 - x0) * f;
         let (a, b) = (at - (at - x0) * scale, at + (x1 - at) * scale);
         set_window(a, b.max(a + 2.0), axis);
     };
     let on_move = move |ev: web_sys::MouseEvent| {
-        let (Some(f), Some(Ok(d))) = (frac(&ev), data.get_untracked()) else { return };
+        let (Some(f), Some(Ok(d))) = (frac(&ev), data.get_untracked()) else {
+            return;
+        };
         let b = &d.timeline.buckets;
         if b.is_empty() {
             return;
@@ -361,7 +454,11 @@ pub fn TimelineView(report: Value) -> impl IntoView {
         let value = canvas.get_untracked().map(|c| {
             let rect = c.get_bounding_client_rect();
             let y = (ev.client_y() as f64 - rect.top()) * (c.height() as f64 / rect.height());
-            let ymax = b.iter().map(|x| x.reserved_max.max(x.live_max)).fold(1.0, f64::max) * 1.05;
+            let ymax = b
+                .iter()
+                .map(|x| x.reserved_max.max(x.live_max))
+                .fold(1.0, f64::max)
+                * 1.05;
             let (top, plot_h) = (20.0, H - 44.0);
             (top + plot_h - y) / plot_h * ymax
         });
@@ -384,22 +481,35 @@ pub fn TimelineView(report: Value) -> impl IntoView {
     };
     let on_down = move |ev: web_sys::MouseEvent| drag.set_value(frac(&ev));
     let on_up = move |ev: web_sys::MouseEvent| {
-        let (Some(start), Some(end), Some((x0, x1, axis))) = (drag.get_value(), frac(&ev), span()) else { return };
+        let (Some(start), Some(end), Some((x0, x1, axis))) = (drag.get_value(), frac(&ev), span())
+        else {
+            return;
+        };
         drag.set_value(None);
         if (end - start).abs() < 0.005 {
             // A click: pin (or unpin) the allocation under the cursor.
-            pinned.set(if pinned.get_untracked().is_some() { None } else { hover.get_untracked().and_then(|h| h.2) });
+            pinned.set(if pinned.get_untracked().is_some() {
+                None
+            } else {
+                hover.get_untracked().and_then(|h| h.2)
+            });
             return;
         }
         let shift = (start - end) * (x1 - x0);
         set_window(x0 + shift, x1 + shift, axis);
     };
     let on_mini = move |ev: web_sys::MouseEvent| {
-        let (Some(c), Some(Ok(o)), Some((x0, x1, axis))) = (mini.get(), overview.get_untracked(), span()) else { return };
+        let (Some(c), Some(Ok(o)), Some((x0, x1, axis))) =
+            (mini.get(), overview.get_untracked(), span())
+        else {
+            return;
+        };
         let rect = c.get_bounding_client_rect();
         let f = ((ev.client_x() as f64 - rect.left()) / rect.width()).clamp(0.0, 1.0);
         let b = &o.timeline.buckets;
-        let (Some(first), Some(last)) = (b.first(), b.last()) else { return };
+        let (Some(first), Some(last)) = (b.first(), b.last()) else {
+            return;
+        };
         let (o0, o1) = (bucket_x(&o, first), bucket_x(&o, last));
         let at = o0 + (o1 - o0) * f;
         let half = (x1 - x0) / 2.0;

@@ -15,11 +15,26 @@ pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
     Router::new()
         .route("/", get(index))
         .route("/s/{id}", get(index))
-        .route("/style.css", get(|| async { ([(header::CONTENT_TYPE, "text/css")], STYLE_CSS) }))
-        .route("/pkg/frontend.js", get(|| async { ([(header::CONTENT_TYPE, "text/javascript")], APP_JS) }))
-        .route("/pkg/frontend_bg.wasm", get(|| async { ([(header::CONTENT_TYPE, "application/wasm")], APP_WASM) }))
+        .route(
+            "/style.css",
+            get(|| async { ([(header::CONTENT_TYPE, "text/css")], STYLE_CSS) }),
+        )
+        .route(
+            "/pkg/frontend.js",
+            get(|| async { ([(header::CONTENT_TYPE, "text/javascript")], APP_JS) }),
+        )
+        .route(
+            "/pkg/frontend_bg.wasm",
+            get(|| async { ([(header::CONTENT_TYPE, "application/wasm")], APP_WASM) }),
+        )
 }
 
 async fn index() -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, "text/html; charset=utf-8"), (header::CACHE_CONTROL, "no-cache")], INDEX_HTML)
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        INDEX_HTML,
+    )
 }

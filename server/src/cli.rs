@@ -46,10 +46,14 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve(args) => {
             tracing_subscriber::fmt()
                 .with_env_filter(
-                    tracing_subscriber::EnvFilter::try_from_env("MEMSCOPE_LOG").unwrap_or_else(|_| "info".into()),
+                    tracing_subscriber::EnvFilter::try_from_env("MEMSCOPE_LOG")
+                        .unwrap_or_else(|_| "info".into()),
                 )
                 .init();
-            tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(crate::serve::serve(args))
+            tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?
+                .block_on(crate::serve::serve(args))
         }
     }
 }
@@ -64,7 +68,9 @@ fn analyze(args: AnalyzeArgs) -> anyhow::Result<()> {
         (Box::new(file), size)
     };
     let snap = snapshot::read_sized(reader, size).with_context(|| format!("cannot read {name}"))?;
-    let options = snapshot::analysis::Options { device_total_bytes: args.device_total_bytes };
+    let options = snapshot::analysis::Options {
+        device_total_bytes: args.device_total_bytes,
+    };
     let (_index, report) = snapshot::analysis::analyze(&snap, &options);
     let mut out = std::io::stdout().lock();
     if args.json {

@@ -11,7 +11,9 @@ pub enum ApiError {
     NotFound(String),
     #[error("{0}")]
     BadRequest(String),
-    #[error("upload is larger than the limit of {limit_bytes} bytes; raise --max-upload-bytes (MEMSCOPE_MAX_UPLOAD_BYTES) to accept it")]
+    #[error(
+        "upload is larger than the limit of {limit_bytes} bytes; raise --max-upload-bytes (MEMSCOPE_MAX_UPLOAD_BYTES) to accept it"
+    )]
     TooLarge { limit_bytes: u64 },
     /// The upload is not a snapshot memscope can read: the engine's message, for the user.
     #[error("{0}")]

@@ -25,7 +25,10 @@ pub fn app(state: AppState) -> Router {
     Router::new()
         .route("/api/health", get(health))
         .route("/api/snapshots", get(list).post(upload))
-        .route("/api/snapshots/{id}", get(report).patch(update).delete(remove))
+        .route(
+            "/api/snapshots/{id}",
+            get(report).patch(update).delete(remove),
+        )
         .route("/api/snapshots/{id}/info", get(info))
         .route("/api/snapshots/{id}/original", get(original))
         .route("/api/snapshots/{id}/timeline", get(timeline))
@@ -54,7 +57,10 @@ struct ListQuery {
 }
 
 async fn list(State(s): State<AppState>, Query(q): Query<ListQuery>) -> ApiResult<Response> {
-    let items = s.library.list(q.q.as_deref().filter(|q| !q.is_empty())).await?;
+    let items = s
+        .library
+        .list(q.q.as_deref().filter(|q| !q.is_empty()))
+        .await?;
     Ok(Json(items).into_response())
 }
 
@@ -71,24 +77,47 @@ fn parse_tags(s: &str) -> Vec<Tag> {
         .map(str::trim)
         .filter(|t| !t.is_empty())
         .map(|t| match t.split_once('=') {
-            Some((k, v)) => Tag { key: k.trim().to_string(), value: v.trim().to_string() },
-            None => Tag { key: String::new(), value: t.to_string() },
+            Some((k, v)) => Tag {
+                key: k.trim().to_string(),
+                value: v.trim().to_string(),
+            },
+            None => Tag {
+                key: String::new(),
+                value: t.to_string(),
+            },
         })
         .collect()
 }
 
-async fn upload(State(s): State<AppState>, Query(q): Query<UploadQuery>, headers: HeaderMap, body: Body) -> ApiResult<Response> {
+async fn upload(
+    State(s): State<AppState>,
+    Query(q): Query<UploadQuery>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
     let name = q
         .name
-        .or_else(|| headers.get("x-filename").and_then(|v| v.to_str().ok()).map(str::to_string))
+        .or_else(|| {
+            headers
+                .get("x-filename")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        })
         .filter(|n| !n.trim().is_empty())
         .unwrap_or_else(|| "snapshot".into());
     let tags = q.tags.as_deref().map(parse_tags).unwrap_or_default();
-    let size_hint = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok()).unwrap_or(0);
+    let size_hint = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse().ok())
+        .unwrap_or(0);
     let up = crate::ingest::ingest(&s, name, tags, body, size_hint).await?;
     let report = s.library.report_json(&up.id).await?.unwrap_or_default();
     let summary: serde_json::Value = serde_json::from_str(&report).unwrap_or_default();
-    let status = if up.created { StatusCode::CREATED } else { StatusCode::OK };
+    let status = if up.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
     let mut body = serde_json::to_value(&up).map_err(|e| ApiError::Internal(e.into()))?;
     body["summary"] = summary_subset(&summary);
     Ok((status, Json(body)).into_response())
@@ -97,19 +126,41 @@ async fn upload(State(s): State<AppState>, Query(q): Query<UploadQuery>, headers
 /// The report's headline figures (what the library page and an upload answer show).
 fn summary_subset(report: &serde_json::Value) -> serde_json::Value {
     let mut out = serde_json::Map::new();
-    for k in ["segments", "blocks", "reserved_bytes", "allocated_bytes", "requested_bytes", "block_states", "devices", "warnings"] {
+    for k in [
+        "segments",
+        "blocks",
+        "reserved_bytes",
+        "allocated_bytes",
+        "requested_bytes",
+        "block_states",
+        "devices",
+        "warnings",
+    ] {
         if let Some(v) = report.get(k) {
             out.insert(k.to_string(), v.clone());
         }
     }
-    out.insert("leak_suspects".into(), report["leak_suspects"].as_array().map_or(0, |a| a.len()).into());
-    out.insert("ooms".into(), report["ooms"].as_array().map_or(0, |a| a.len()).into());
+    out.insert(
+        "leak_suspects".into(),
+        report["leak_suspects"]
+            .as_array()
+            .map_or(0, |a| a.len())
+            .into(),
+    );
+    out.insert(
+        "ooms".into(),
+        report["ooms"].as_array().map_or(0, |a| a.len()).into(),
+    );
     serde_json::Value::Object(out)
 }
 
 /// The same object `memscope analyze --json` prints, stored at upload.
 async fn report(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
-    let json = s.library.report_json(&id).await?.ok_or(ApiError::NotFound(id))?;
+    let json = s
+        .library
+        .report_json(&id)
+        .await?
+        .ok_or(ApiError::NotFound(id))?;
     Ok(([(header::CONTENT_TYPE, "application/json")], json).into_response())
 }
 
@@ -124,13 +175,21 @@ struct Update {
     tags: Option<Vec<Tag>>,
 }
 
-async fn update(State(s): State<AppState>, Path(id): Path<String>, Json(u): Json<Update>) -> ApiResult<Response> {
+async fn update(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    Json(u): Json<Update>,
+) -> ApiResult<Response> {
     if let Some(n) = &u.name
         && n.trim().is_empty()
     {
         return Err(ApiError::BadRequest("name must not be empty".into()));
     }
-    if !s.library.update(&id, u.name.as_deref(), u.tags.as_deref()).await? {
+    if !s
+        .library
+        .update(&id, u.name.as_deref(), u.tags.as_deref())
+        .await?
+    {
         return Err(ApiError::NotFound(id));
     }
     let info = s.library.get(&id).await?.ok_or(ApiError::NotFound(id))?;
@@ -146,13 +205,20 @@ async fn remove(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult<
 }
 
 async fn original(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
-    let info = s.library.get(&id).await?.ok_or_else(|| ApiError::NotFound(id.clone()))?;
+    let info = s
+        .library
+        .get(&id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(id.clone()))?;
     let file = tokio::fs::File::open(s.library.original_path(&info.sha256)).await?;
     let stream = tokio_util_stream(file);
     Ok((
         [
             (header::CONTENT_TYPE, "application/octet-stream".to_string()),
-            (header::CONTENT_DISPOSITION, format!("attachment; filename=\"{}\"", info.name.replace('"', ""))),
+            (
+                header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"{}\"", info.name.replace('"', "")),
+            ),
         ],
         Body::from_stream(stream),
     )
@@ -160,7 +226,9 @@ async fn original(State(s): State<AppState>, Path(id): Path<String>) -> ApiResul
 }
 
 /// Streams a file in 256 KiB chunks.
-fn tokio_util_stream(file: tokio::fs::File) -> impl futures_util::Stream<Item = std::io::Result<Vec<u8>>> {
+fn tokio_util_stream(
+    file: tokio::fs::File,
+) -> impl futures_util::Stream<Item = std::io::Result<Vec<u8>>> {
     futures_util::stream::unfold(file, |mut f| async move {
         use tokio::io::AsyncReadExt;
         let mut buf = vec![0u8; 256 << 10];
@@ -182,13 +250,17 @@ async fn query<T: Send + 'static>(
     f: impl FnOnce(&Loaded) -> ApiResult<T> + Send + 'static,
 ) -> ApiResult<T> {
     let model = s.models.get(&s.library, id).await?;
-    tokio::task::spawn_blocking(move || f(&model)).await.map_err(|e| ApiError::Internal(e.into()))?
+    tokio::task::spawn_blocking(move || f(&model))
+        .await
+        .map_err(|e| ApiError::Internal(e.into()))?
 }
 
 fn device_of(m: &Loaded, device: Option<i32>) -> ApiResult<i32> {
     match device {
         Some(d) if m.index.device(d).is_some() => Ok(d),
-        Some(d) => Err(ApiError::BadRequest(format!("snapshot has no trace for device {d}"))),
+        Some(d) => Err(ApiError::BadRequest(format!(
+            "snapshot has no trace for device {d}"
+        ))),
         None => m
             .index
             .devices
@@ -196,7 +268,11 @@ fn device_of(m: &Loaded, device: Option<i32>) -> ApiResult<i32> {
             .find(|d| d.len > 0)
             .or(m.index.devices.first())
             .map(|d| d.device)
-            .ok_or_else(|| ApiError::BadRequest("snapshot has no device traces (history was not recorded)".into())),
+            .ok_or_else(|| {
+                ApiError::BadRequest(
+                    "snapshot has no device traces (history was not recorded)".into(),
+                )
+            }),
     }
 }
 
@@ -243,24 +319,54 @@ struct TimelineResponse {
     last_time_us: i64,
 }
 
-async fn timeline(State(s): State<AppState>, Path(id): Path<String>, Query(q): Query<TimelineQuery>) -> ApiResult<Response> {
+async fn timeline(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    Query(q): Query<TimelineQuery>,
+) -> ApiResult<Response> {
     let r = query(&s, &id, move |m| {
         let device = device_of(m, q.device)?;
-        let d = m.index.device(device).ok_or_else(|| ApiError::BadRequest(format!("no device {device}")))?;
+        let d = m
+            .index
+            .device(device)
+            .ok_or_else(|| ApiError::BadRequest(format!("no device {device}")))?;
         let t = &m.snap.trace;
         let has_time = d.len > 0 && t.time_us[d.row(0)] != 0;
-        let axis = q.axis.unwrap_or(if has_time { Axis::Time } else { Axis::Event });
+        let axis = q
+            .axis
+            .unwrap_or(if has_time { Axis::Time } else { Axis::Event });
         let (first, last) = match (q.from, q.to) {
             (Some(a), Some(b)) => analysis::timeline::window_positions(&m.snap, d, axis, a, b),
             _ => (0, d.len),
         };
-        let tl = analysis::timeline(&m.snap, &m.index, device, first, last, q.buckets.unwrap_or(1000).min(10_000))
-            .ok_or_else(|| ApiError::BadRequest("empty trace".into()))?;
-        let allocations = analysis::allocations_in_window(&m.snap, &m.index, device, first, last, q.allocations.unwrap_or(2000).min(20_000));
+        let tl = analysis::timeline(
+            &m.snap,
+            &m.index,
+            device,
+            first,
+            last,
+            q.buckets.unwrap_or(1000).min(10_000),
+        )
+        .ok_or_else(|| ApiError::BadRequest("empty trace".into()))?;
+        let allocations = analysis::allocations_in_window(
+            &m.snap,
+            &m.index,
+            device,
+            first,
+            last,
+            q.allocations.unwrap_or(2000).min(20_000),
+        );
         let (mut stacks, mut sites) = (BTreeMap::new(), BTreeMap::new());
         for a in &allocations {
-            stacks.entry(a.stack.0).or_insert_with(|| m.index.frames.display(&m.snap, a.stack));
-            sites.entry(a.stack.0).or_insert_with(|| m.index.frames.label(&m.snap, a.stack).map(|f| snapshot::frames::view(&m.snap, f)));
+            stacks
+                .entry(a.stack.0)
+                .or_insert_with(|| m.index.frames.display(&m.snap, a.stack));
+            sites.entry(a.stack.0).or_insert_with(|| {
+                m.index
+                    .frames
+                    .label(&m.snap, a.stack)
+                    .map(|f| snapshot::frames::view(&m.snap, f))
+            });
         }
         let time = |p: u32| analysis::timeline::time_at(&m.snap, d, p);
         let (t0, t1) = (time(first), time(last));
@@ -269,11 +375,19 @@ async fn timeline(State(s): State<AppState>, Path(id): Path<String>, Query(q): Q
             .annotations
             .iter()
             .filter(|a| a.device == device && (!has_time || (a.time_us >= t0 && a.time_us <= t1)))
-            .map(|a| AnnotationView { name: m.snap.str(a.name).to_string(), start: a.start, time_us: a.time_us })
+            .map(|a| AnnotationView {
+                name: m.snap.str(a.name).to_string(),
+                start: a.start,
+                time_us: a.time_us,
+            })
             .collect();
         let ooms = (first..last.min(d.len))
             .filter(|&e| t.action[d.row(e)] == Action::Oom)
-            .map(|e| Marker { position: e, time_us: t.time_us[d.row(e)], bytes: t.size[d.row(e)] })
+            .map(|e| Marker {
+                position: e,
+                time_us: t.time_us[d.row(e)],
+                bytes: t.size[d.row(e)],
+            })
             .collect();
         Ok(TimelineResponse {
             device,
@@ -300,7 +414,11 @@ struct PositionQuery {
     position: Option<u32>,
 }
 
-async fn state_at(State(s): State<AppState>, Path(id): Path<String>, Query(q): Query<PositionQuery>) -> ApiResult<Response> {
+async fn state_at(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    Query(q): Query<PositionQuery>,
+) -> ApiResult<Response> {
     let r = query(&s, &id, move |m| {
         let device = match device_of(m, q.device) {
             Ok(d) => d,
@@ -308,16 +426,26 @@ async fn state_at(State(s): State<AppState>, Path(id): Path<String>, Query(q): Q
             Err(_) => m.snap.segments.first().map_or(0, |s| s.device),
         };
         let len = m.index.device(device).map_or(0, |d| d.len);
-        Ok(analysis::state_at(&m.snap, &m.index, device, q.position.unwrap_or(len).min(len)))
+        Ok(analysis::state_at(
+            &m.snap,
+            &m.index,
+            device,
+            q.position.unwrap_or(len).min(len),
+        ))
     })
     .await?;
     Ok(Json(r).into_response())
 }
 
-async fn stacks(State(s): State<AppState>, Path(id): Path<String>, Query(q): Query<PositionQuery>) -> ApiResult<Response> {
+async fn stacks(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    Query(q): Query<PositionQuery>,
+) -> ApiResult<Response> {
     let r = query(&s, &id, move |m| {
         let device = device_of(m, q.device)?;
-        analysis::stacks_at(&m.snap, &m.index, device, q.position, 200).ok_or_else(|| ApiError::BadRequest("no trace".into()))
+        analysis::stacks_at(&m.snap, &m.index, device, q.position, 200)
+            .ok_or_else(|| ApiError::BadRequest("no trace".into()))
     })
     .await?;
     Ok(Json(r).into_response())
@@ -330,17 +458,27 @@ struct DeviceQuery {
 
 /// Every segment's lifetime on a device (cudaMalloc → cudaFree, in event positions), for the
 /// cached-segment timeline.
-async fn segment_spans(State(s): State<AppState>, Path(id): Path<String>, Query(q): Query<DeviceQuery>) -> ApiResult<Response> {
+async fn segment_spans(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    Query(q): Query<DeviceQuery>,
+) -> ApiResult<Response> {
     let r = query(&s, &id, move |m| {
         let device = device_of(m, q.device)?;
-        let d = m.index.device(device).ok_or_else(|| ApiError::BadRequest(format!("no device {device}")))?;
+        let d = m
+            .index
+            .device(device)
+            .ok_or_else(|| ApiError::BadRequest(format!("no device {device}")))?;
         Ok(serde_json::json!({ "device": device, "events": d.len, "segments": d.segments }))
     })
     .await?;
     Ok(Json(r).into_response())
 }
 
-async fn frames(State(s): State<AppState>, Path((id, stack)): Path<(String, u32)>) -> ApiResult<Response> {
+async fn frames(
+    State(s): State<AppState>,
+    Path((id, stack)): Path<(String, u32)>,
+) -> ApiResult<Response> {
     let r = query(&s, &id, move |m| {
         if stack as usize >= m.snap.stacks.len() {
             return Err(ApiError::BadRequest(format!("no stack {stack}")));

@@ -57,14 +57,23 @@ struct Sink {
 }
 
 impl Sink {
-    async fn take(&mut self, chunk: Result<axum::body::Bytes, axum::Error>) -> ApiResult<axum::body::Bytes> {
+    async fn take(
+        &mut self,
+        chunk: Result<axum::body::Bytes, axum::Error>,
+    ) -> ApiResult<axum::body::Bytes> {
         let chunk = chunk.map_err(|e| ApiError::BadRequest(format!("upload interrupted: {e}")))?;
         self.size += chunk.len() as u64;
         if self.size > self.limit {
-            return Err(ApiError::TooLarge { limit_bytes: self.limit });
+            return Err(ApiError::TooLarge {
+                limit_bytes: self.limit,
+            });
         }
         self.hasher.update(&chunk);
-        self.file.as_mut().expect("file created before receiving").write_all(&chunk).await?;
+        self.file
+            .as_mut()
+            .expect("file created before receiving")
+            .write_all(&chunk)
+            .await?;
         Ok(chunk)
     }
 }
@@ -102,24 +111,43 @@ impl std::io::Read for ChannelReader {
 /// Stores, parses and commits one upload. The body goes to a temporary file (hashed on the way)
 /// and, at the same time, to the parser on a blocking thread, so indexing overlaps the transfer;
 /// a file the parser rejects ends the upload at once.
-pub async fn ingest(state: &AppState, name: String, tags: Vec<Tag>, body: Body, size_hint: u64) -> ApiResult<Uploaded> {
+pub async fn ingest(
+    state: &AppState,
+    name: String,
+    tags: Vec<Tag>,
+    body: Body,
+    size_hint: u64,
+) -> ApiResult<Uploaded> {
     let lib = &state.library;
     let started = Instant::now();
-    let _slot = state.index_slots.acquire().await.map_err(|e| ApiError::Internal(e.into()))?;
+    let _slot = state
+        .index_slots
+        .acquire()
+        .await
+        .map_err(|e| ApiError::Internal(e.into()))?;
     let tmp = TempFile(lib.tmp_path(&unique_name("upload")));
     let model_tmp = TempFile(lib.tmp_path(&format!("{}.msmodel", unique_name("model"))));
     let model_path = model_tmp.0.clone();
     let (tx, rx) = tokio::sync::mpsc::channel::<axum::body::Bytes>(64);
     let parser = tokio::task::spawn_blocking(move || -> ApiResult<_> {
-        let reader = ChannelReader { rx, current: axum::body::Bytes::new() };
-        let snap = snapshot::read_sized(reader, size_hint).map_err(|e| ApiError::Unreadable(e.to_string()))?;
+        let reader = ChannelReader {
+            rx,
+            current: axum::body::Bytes::new(),
+        };
+        let snap = snapshot::read_sized(reader, size_hint)
+            .map_err(|e| ApiError::Unreadable(e.to_string()))?;
         let (index, report) = snapshot::analysis::analyze(&snap, &Default::default());
         write_model_file(&snap, &model_path)?;
         Ok((snap, index, report))
     });
 
     let mut stream = body.into_data_stream();
-    let mut sink = Sink { file: None, hasher: Sha256::new(), size: 0, limit: state.config.max_upload_bytes };
+    let mut sink = Sink {
+        file: None,
+        hasher: Sha256::new(),
+        size: 0,
+        limit: state.config.max_upload_bytes,
+    };
     // Receive until the end or the parser stops; the parser is joined on every path, so its
     // files are never written after the guards removed them.
     let received: ApiResult<()> = async {
@@ -151,13 +179,19 @@ pub async fn ingest(state: &AppState, name: String, tags: Vec<Tag>, body: Body, 
     while let Some(chunk) = stream.next().await {
         sink.take(chunk).await?;
     }
-    let Sink { file, hasher, size, .. } = sink;
+    let Sink {
+        file, hasher, size, ..
+    } = sink;
     let file = file.expect("created above");
     file.sync_all().await?;
     drop(file);
     let sha = hex(&hasher.finalize());
     if let Some(existing) = lib.find_by_sha(&sha).await? {
-        return Ok(Uploaded { id: existing.id.clone(), created: false, snapshot: existing });
+        return Ok(Uploaded {
+            id: existing.id.clone(),
+            created: false,
+            snapshot: existing,
+        });
     }
     let index_ms = started.elapsed().as_millis() as u64;
     let committed = Instant::now();
@@ -168,14 +202,21 @@ pub async fn ingest(state: &AppState, name: String, tags: Vec<Tag>, body: Body, 
         id: id.clone(),
         sha256: sha.clone(),
         name,
-        uploaded_at_ms: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64),
+        uploaded_at_ms: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64),
         size_bytes: size,
         decoded_bytes: snap.format.decoded_bytes,
         encoding: snap.format.encoding.to_string(),
         compression: snap.format.compression.to_string(),
         devices: s.devices.keys().filter_map(|d| d.parse().ok()).collect(),
         entries: snap.trace.len() as u64,
-        peak_bytes: s.devices.values().map(|d| d.peak_live_bytes).max().unwrap_or(s.allocated_bytes),
+        peak_bytes: s
+            .devices
+            .values()
+            .map(|d| d.peak_live_bytes)
+            .max()
+            .unwrap_or(s.allocated_bytes),
         reserved_bytes: s.reserved_bytes,
         allocated_bytes: s.allocated_bytes,
         leak_suspects: report.leak_suspects.len() as u64,
@@ -190,11 +231,30 @@ pub async fn ingest(state: &AppState, name: String, tags: Vec<Tag>, body: Body, 
     std::fs::rename(&tmp.0, lib.original_path(&sha))?;
     if !lib.insert(&info, &report_json).await? {
         // The same bytes were committed by a concurrent upload; theirs stands.
-        let existing = lib.find_by_sha(&sha).await?.ok_or_else(|| ApiError::Internal(anyhow::anyhow!("snapshot vanished")))?;
-        return Ok(Uploaded { id: existing.id.clone(), created: false, snapshot: existing });
+        let existing = lib
+            .find_by_sha(&sha)
+            .await?
+            .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("snapshot vanished")))?;
+        return Ok(Uploaded {
+            id: existing.id.clone(),
+            created: false,
+            snapshot: existing,
+        });
     }
     let commit_ms = committed.elapsed().as_millis() as u64;
-    tracing::info!(id, size, entries = info.entries, receive_ms, index_ms, commit_ms, "snapshot ingested (index_ms counts from the first byte)");
+    tracing::info!(
+        id,
+        size,
+        entries = info.entries,
+        receive_ms,
+        index_ms,
+        commit_ms,
+        "snapshot ingested (index_ms counts from the first byte)"
+    );
     state.models.insert(&id, Arc::new(Loaded { snap, index }));
-    Ok(Uploaded { id, created: true, snapshot: info })
+    Ok(Uploaded {
+        id,
+        created: true,
+        snapshot: info,
+    })
 }

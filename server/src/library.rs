@@ -95,14 +95,20 @@ impl SnapshotInfo {
     }
 }
 
-async fn insert_tags(tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>, id: &str, tags: &[Tag]) -> sqlx::Result<()> {
+async fn insert_tags(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    id: &str,
+    tags: &[Tag],
+) -> sqlx::Result<()> {
     for t in tags {
-        sqlx::query("INSERT OR IGNORE INTO snapshot_tags (snapshot_id, key, value) VALUES (?, ?, ?)")
-            .bind(id)
-            .bind(&t.key)
-            .bind(&t.value)
-            .execute(&mut **tx)
-            .await?;
+        sqlx::query(
+            "INSERT OR IGNORE INTO snapshot_tags (snapshot_id, key, value) VALUES (?, ?, ?)",
+        )
+        .bind(id)
+        .bind(&t.key)
+        .bind(&t.value)
+        .execute(&mut **tx)
+        .await?;
     }
     Ok(())
 }
@@ -127,7 +133,8 @@ impl Library {
     /// of interrupted uploads.
     pub async fn open(dir: &Path) -> anyhow::Result<Library> {
         for sub in ["originals", "models", "tmp"] {
-            std::fs::create_dir_all(dir.join(sub)).with_context(|| format!("cannot create {}", dir.join(sub).display()))?;
+            std::fs::create_dir_all(dir.join(sub))
+                .with_context(|| format!("cannot create {}", dir.join(sub).display()))?;
         }
         for e in std::fs::read_dir(dir.join("tmp"))? {
             let _ = std::fs::remove_file(e?.path());
@@ -144,19 +151,36 @@ impl Library {
             .connect_with(options)
             .await
             .with_context(|| format!("cannot open the database in {}", dir.display()))?;
-        sqlx::migrate!("../migrations").run(&db).await.context("cannot apply database migrations")?;
-        let lib = Library { db, dir: dir.to_path_buf() };
+        sqlx::migrate!("../migrations")
+            .run(&db)
+            .await
+            .context("cannot apply database migrations")?;
+        let lib = Library {
+            db,
+            dir: dir.to_path_buf(),
+        };
         lib.remove_orphans().await?;
         Ok(lib)
     }
 
     async fn remove_orphans(&self) -> anyhow::Result<()> {
         let known: std::collections::HashSet<String> =
-            sqlx::query_scalar::<_, String>("SELECT sha256 FROM snapshots").fetch_all(&self.db).await?.into_iter().collect();
+            sqlx::query_scalar::<_, String>("SELECT sha256 FROM snapshots")
+                .fetch_all(&self.db)
+                .await?
+                .into_iter()
+                .collect();
         for sub in ["originals", "models"] {
             for e in std::fs::read_dir(self.dir.join(sub))? {
                 let path = e?.path();
-                let stem = path.file_name().and_then(|n| n.to_str()).unwrap_or("").split('.').next().unwrap_or("").to_string();
+                let stem = path
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .unwrap_or("")
+                    .split('.')
+                    .next()
+                    .unwrap_or("")
+                    .to_string();
                 if !known.contains(&stem) {
                     tracing::warn!(path = %path.display(), "removing a file left by an interrupted upload");
                     let _ = std::fs::remove_file(&path);
@@ -177,17 +201,23 @@ impl Library {
     }
 
     async fn tags(&self, id: &str) -> sqlx::Result<Vec<Tag>> {
-        sqlx::query_as::<_, Tag>("SELECT key, value FROM snapshot_tags WHERE snapshot_id = ? ORDER BY key, value")
-            .bind(id)
-            .fetch_all(&self.db)
-            .await
+        sqlx::query_as::<_, Tag>(
+            "SELECT key, value FROM snapshot_tags WHERE snapshot_id = ? ORDER BY key, value",
+        )
+        .bind(id)
+        .fetch_all(&self.db)
+        .await
     }
 
     pub async fn get(&self, id: &str) -> sqlx::Result<Option<SnapshotInfo>> {
-        let row = sqlx::query_as::<_, Row>(concat!("SELECT ", columns!(), " FROM snapshots WHERE id = ?"))
-            .bind(id)
-            .fetch_optional(&self.db)
-            .await?;
+        let row = sqlx::query_as::<_, Row>(concat!(
+            "SELECT ",
+            columns!(),
+            " FROM snapshots WHERE id = ?"
+        ))
+        .bind(id)
+        .fetch_optional(&self.db)
+        .await?;
         Ok(match row {
             Some(r) => {
                 let tags = self.tags(&r.id).await?;
@@ -198,8 +228,10 @@ impl Library {
     }
 
     pub async fn find_by_sha(&self, sha256: &str) -> sqlx::Result<Option<SnapshotInfo>> {
-        let id: Option<String> =
-            sqlx::query_scalar("SELECT id FROM snapshots WHERE sha256 = ?").bind(sha256).fetch_optional(&self.db).await?;
+        let id: Option<String> = sqlx::query_scalar("SELECT id FROM snapshots WHERE sha256 = ?")
+            .bind(sha256)
+            .fetch_optional(&self.db)
+            .await?;
         match id {
             Some(id) => self.get(&id).await,
             None => Ok(None),
@@ -266,21 +298,39 @@ impl Library {
     }
 
     pub async fn report_json(&self, id: &str) -> sqlx::Result<Option<String>> {
-        sqlx::query_scalar("SELECT report_json FROM snapshots WHERE id = ?").bind(id).fetch_optional(&self.db).await
+        sqlx::query_scalar("SELECT report_json FROM snapshots WHERE id = ?")
+            .bind(id)
+            .fetch_optional(&self.db)
+            .await
     }
 
     /// Renames and/or replaces the tags of a snapshot; false if there is none with that id.
-    pub async fn update(&self, id: &str, name: Option<&str>, tags: Option<&[Tag]>) -> sqlx::Result<bool> {
+    pub async fn update(
+        &self,
+        id: &str,
+        name: Option<&str>,
+        tags: Option<&[Tag]>,
+    ) -> sqlx::Result<bool> {
         let mut tx = self.db.begin().await?;
-        let exists: Option<i64> = sqlx::query_scalar("SELECT 1 FROM snapshots WHERE id = ?").bind(id).fetch_optional(&mut *tx).await?;
+        let exists: Option<i64> = sqlx::query_scalar("SELECT 1 FROM snapshots WHERE id = ?")
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?;
         if exists.is_none() {
             return Ok(false);
         }
         if let Some(name) = name {
-            sqlx::query("UPDATE snapshots SET name = ? WHERE id = ?").bind(name).bind(id).execute(&mut *tx).await?;
+            sqlx::query("UPDATE snapshots SET name = ? WHERE id = ?")
+                .bind(name)
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
         }
         if let Some(tags) = tags {
-            sqlx::query("DELETE FROM snapshot_tags WHERE snapshot_id = ?").bind(id).execute(&mut *tx).await?;
+            sqlx::query("DELETE FROM snapshot_tags WHERE snapshot_id = ?")
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
             insert_tags(&mut tx, id, tags).await?;
         }
         tx.commit().await?;
@@ -290,7 +340,10 @@ impl Library {
     /// Removes a snapshot: the row first (it disappears at once), then its files.
     pub async fn delete(&self, id: &str) -> sqlx::Result<bool> {
         let sha: Option<String> =
-            sqlx::query_scalar("DELETE FROM snapshots WHERE id = ? RETURNING sha256").bind(id).fetch_optional(&self.db).await?;
+            sqlx::query_scalar("DELETE FROM snapshots WHERE id = ? RETURNING sha256")
+                .bind(id)
+                .fetch_optional(&self.db)
+                .await?;
         match sha {
             Some(sha) => {
                 let _ = std::fs::remove_file(self.original_path(&sha));

@@ -28,11 +28,16 @@ pub struct Models {
 
 impl Models {
     pub fn new(capacity: usize) -> Models {
-        Models { capacity: capacity.max(1), entries: Mutex::new(Vec::new()), clock: Default::default() }
+        Models {
+            capacity: capacity.max(1),
+            entries: Mutex::new(Vec::new()),
+            clock: Default::default(),
+        }
     }
 
     fn tick(&self) -> u64 {
-        self.clock.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        self.clock
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     }
 
     pub fn cached(&self, id: &str) -> Option<Arc<Loaded>> {
@@ -49,7 +54,11 @@ impl Models {
         let mut e = self.entries.lock().expect("cache lock");
         e.retain(|(i, _, _)| i != id);
         if e.len() >= self.capacity
-            && let Some(oldest) = e.iter().enumerate().min_by_key(|(_, (_, _, t))| *t).map(|(i, _)| i)
+            && let Some(oldest) = e
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, (_, _, t))| *t)
+                .map(|(i, _)| i)
         {
             e.swap_remove(oldest);
         }
@@ -57,7 +66,10 @@ impl Models {
     }
 
     pub fn remove(&self, id: &str) {
-        self.entries.lock().expect("cache lock").retain(|(i, _, _)| i != id);
+        self.entries
+            .lock()
+            .expect("cache lock")
+            .retain(|(i, _, _)| i != id);
     }
 
     /// The snapshot `id`, from memory or its model file.
@@ -65,7 +77,10 @@ impl Models {
         if let Some(m) = self.cached(id) {
             return Ok(m);
         }
-        let info = lib.get(id).await?.ok_or_else(|| ApiError::NotFound(id.to_string()))?;
+        let info = lib
+            .get(id)
+            .await?
+            .ok_or_else(|| ApiError::NotFound(id.to_string()))?;
         let model_path = lib.model_path(&info.sha256);
         let original = lib.original_path(&info.sha256);
         let loaded = tokio::task::spawn_blocking(move || -> anyhow::Result<Loaded> {

@@ -9,9 +9,13 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let addr = args.addr;
     let data_dir = args.data_dir.clone();
     let state = AppState::open(args).await?;
-    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
     tracing::info!(addr = %listener.local_addr()?, data_dir = %data_dir.display(), "memscope is serving; open http://{}/", listener.local_addr()?);
-    axum::serve(listener, crate::http::app(state)).with_graceful_shutdown(shutdown_signal()).await?;
+    axum::serve(listener, crate::http::app(state))
+        .with_graceful_shutdown(shutdown_signal())
+        .await?;
     tracing::info!("stopped");
     Ok(())
 }
@@ -22,7 +26,8 @@ async fn shutdown_signal() {
     };
     #[cfg(unix)]
     let term = async {
-        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        {
             s.recv().await;
         }
     };

@@ -17,7 +17,7 @@ fn thousands(n: u64) -> String {
     let s = n.to_string();
     let mut out = String::new();
     for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
@@ -33,15 +33,42 @@ pub fn render(name: &str, r: &Report, top: usize) -> String {
         o,
         "{name}: {} snapshot{}, {} layout, {} decoded",
         f.encoding,
-        if f.encoding == "pickle" { format!(" (protocol {})", f.protocol) } else { String::new() },
+        if f.encoding == "pickle" {
+            format!(" (protocol {})", f.protocol)
+        } else {
+            String::new()
+        },
         f.layout.replace('_', " "),
         hb(f.decoded_bytes)
     );
     let _ = writeln!(o);
-    let _ = writeln!(o, "  segments   {:>10}    reserved   {:>10}", thousands(s.segments), hb(s.reserved_bytes));
-    let _ = writeln!(o, "  blocks     {:>10}    allocated  {:>10}    requested {:>10}", thousands(s.blocks), hb(s.allocated_bytes), hb(s.requested_bytes));
-    let states: Vec<String> = s.block_states.iter().map(|(k, v)| format!("{k} {v}")).collect();
-    let _ = writeln!(o, "  block states: {}", if states.is_empty() { "none".into() } else { states.join(", ") });
+    let _ = writeln!(
+        o,
+        "  segments   {:>10}    reserved   {:>10}",
+        thousands(s.segments),
+        hb(s.reserved_bytes)
+    );
+    let _ = writeln!(
+        o,
+        "  blocks     {:>10}    allocated  {:>10}    requested {:>10}",
+        thousands(s.blocks),
+        hb(s.allocated_bytes),
+        hb(s.requested_bytes)
+    );
+    let states: Vec<String> = s
+        .block_states
+        .iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
+    let _ = writeln!(
+        o,
+        "  block states: {}",
+        if states.is_empty() {
+            "none".into()
+        } else {
+            states.join(", ")
+        }
+    );
     if s.pending_free_blocks > 0 {
         let _ = writeln!(
             o,
@@ -62,7 +89,11 @@ pub fn render(name: &str, r: &Report, top: usize) -> String {
             hb(d.peak_live_bytes),
             thousands(d.peak_position as u64)
         );
-        let acts: Vec<String> = d.actions.iter().map(|(k, v)| format!("{k} {}", thousands(*v))).collect();
+        let acts: Vec<String> = d
+            .actions
+            .iter()
+            .map(|(k, v)| format!("{k} {}", thousands(*v)))
+            .collect();
         let _ = writeln!(o, "    {}", acts.join(", "));
     }
 
@@ -75,14 +106,33 @@ pub fn render(name: &str, r: &Report, top: usize) -> String {
 
     let _ = writeln!(o, "\nLeak suspects");
     if r.leak_suspects.is_empty() {
-        let _ = writeln!(o, "  none: no stack keeps allocations alive that were made throughout the trace");
+        let _ = writeln!(
+            o,
+            "  none: no stack keeps allocations alive that were made throughout the trace"
+        );
     } else {
-        let _ = writeln!(o, "  {:>3}  {:>10}  {:>6}  {:>6}  site", "#", "alive", "count", "spread");
+        let _ = writeln!(
+            o,
+            "  {:>3}  {:>10}  {:>6}  {:>6}  site",
+            "#", "alive", "count", "spread"
+        );
         for (i, l) in r.leak_suspects.iter().take(top).enumerate() {
-            let _ = writeln!(o, "  {:>3}  {:>10}  {:>6}  {:>5.0}%  {}", i + 1, hb(l.bytes), l.count, l.spread * 100.0, site(&l.site));
+            let _ = writeln!(
+                o,
+                "  {:>3}  {:>10}  {:>6}  {:>5.0}%  {}",
+                i + 1,
+                hb(l.bytes),
+                l.count,
+                l.spread * 100.0,
+                site(&l.site)
+            );
         }
         if r.leak_suspects.len() > top {
-            let _ = writeln!(o, "  … {} more (--top N, or --json)", r.leak_suspects.len() - top);
+            let _ = writeln!(
+                o,
+                "  … {} more (--top N, or --json)",
+                r.leak_suspects.len() - top
+            );
         }
     }
 
@@ -95,7 +145,9 @@ pub fn render(name: &str, r: &Report, top: usize) -> String {
                 m.device,
                 thousands(m.position as u64),
                 hb(m.requested_bytes),
-                m.device_free_bytes.map(hb).unwrap_or_else(|| "unknown".into()),
+                m.device_free_bytes
+                    .map(hb)
+                    .unwrap_or_else(|| "unknown".into()),
                 hb(m.reserved_bytes),
                 hb(m.allocated_bytes),
                 hb(m.largest_free_block_bytes)

@@ -5,23 +5,42 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 
 fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures")
+        .join(name)
 }
 
 fn memscope(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_memscope")).args(args).output().unwrap()
+    Command::new(env!("CARGO_BIN_EXE_memscope"))
+        .args(args)
+        .output()
+        .unwrap()
 }
 
 fn analyze_json(name: &str) -> serde_json::Value {
     let out = memscope(&["analyze", "--json", fixture(name).to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
 #[test]
 fn json_has_the_promised_keys_and_values() {
     let v = analyze_json("leak_detached_cache.pickle");
-    for key in ["segments", "blocks", "reserved_bytes", "allocated_bytes", "requested_bytes", "block_states", "devices", "leak_suspects", "ooms"] {
+    for key in [
+        "segments",
+        "blocks",
+        "reserved_bytes",
+        "allocated_bytes",
+        "requested_bytes",
+        "block_states",
+        "devices",
+        "leak_suspects",
+        "ooms",
+    ] {
         assert!(v.get(key).is_some(), "missing {key}");
     }
     assert_eq!(v["segments"], 11);
@@ -31,8 +50,16 @@ fn json_has_the_promised_keys_and_values() {
     let top = &v["leak_suspects"][0];
     assert!(top["bytes"].as_u64().unwrap() > 0 && top["count"] == 60);
     let frames = top["frames"].as_array().unwrap();
-    assert!(frames.iter().all(|f| f.get("filename").is_some() && f.get("line").is_some() && f.get("name").is_some()));
-    assert!(frames.iter().any(|f| f["filename"].as_str().unwrap().ends_with("gen_snapshots.py") && f["line"] == 126));
+    assert!(frames.iter().all(|f| f.get("filename").is_some()
+        && f.get("line").is_some()
+        && f.get("name").is_some()));
+    assert!(frames.iter().any(|f| {
+        f["filename"]
+            .as_str()
+            .unwrap()
+            .ends_with("gen_snapshots.py")
+            && f["line"] == 126
+    }));
 }
 
 #[test]
@@ -52,8 +79,14 @@ fn human_report_reads_well() {
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("reserved      5.6 GiB"), "{text}");
-    assert!(text.contains("Leak suspects") && text.contains("gen_snapshots.py:181"), "{text}");
-    assert!(text.contains("requested 24.0 MiB") && text.contains("verdict: Fragmentation"), "{text}");
+    assert!(
+        text.contains("Leak suspects") && text.contains("gen_snapshots.py:181"),
+        "{text}"
+    );
+    assert!(
+        text.contains("requested 24.0 MiB") && text.contains("verdict: Fragmentation"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -75,13 +108,24 @@ fn errors_go_to_stderr_with_nonzero_exit() {
     let dir = std::env::temp_dir().join(format!("memscope-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let evil = dir.join("evil.pickle");
-    std::fs::write(&evil, b"\x80\x04\x95\x10\x00\x00\x00\x00\x00\x00\x00\x8c\x02os\x8c\x06system\x93.").unwrap();
+    std::fs::write(
+        &evil,
+        b"\x80\x04\x95\x10\x00\x00\x00\x00\x00\x00\x00\x8c\x02os\x8c\x06system\x93.",
+    )
+    .unwrap();
     let out = memscope(&["analyze", evil.to_str().unwrap()]);
     assert!(!out.status.success());
     assert!(out.stdout.is_empty());
     let err = String::from_utf8(out.stderr).unwrap();
-    assert!(err.contains("not a memory snapshot: pickle opcode STACK_GLOBAL at offset 23"), "{err}");
+    assert!(
+        err.contains("not a memory snapshot: pickle opcode STACK_GLOBAL at offset 23"),
+        "{err}"
+    );
     let out = memscope(&["analyze", dir.join("missing.pickle").to_str().unwrap()]);
     assert!(!out.status.success());
-    assert!(String::from_utf8(out.stderr).unwrap().contains("cannot open"));
+    assert!(
+        String::from_utf8(out.stderr)
+            .unwrap()
+            .contains("cannot open")
+    );
 }

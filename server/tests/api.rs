@@ -11,7 +11,12 @@ use server::state::AppState;
 use tower::ServiceExt;
 
 fn fixture(name: &str) -> Vec<u8> {
-    std::fs::read(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures").join(name)).unwrap()
+    std::fs::read(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures")
+            .join(name),
+    )
+    .unwrap()
 }
 
 fn temp_dir(tag: &str) -> PathBuf {
@@ -22,25 +27,50 @@ fn temp_dir(tag: &str) -> PathBuf {
     d
 }
 
-async fn call(state: &AppState, method: &str, uri: &str, body: Vec<u8>) -> (StatusCode, serde_json::Value) {
-    let req = Request::builder().method(method).uri(uri).header("content-type", "application/json").body(Body::from(body)).unwrap();
+async fn call(
+    state: &AppState,
+    method: &str,
+    uri: &str,
+    body: Vec<u8>,
+) -> (StatusCode, serde_json::Value) {
+    let req = Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("content-type", "application/json")
+        .body(Body::from(body))
+        .unwrap();
     let res = server::http::app(state.clone()).oneshot(req).await.unwrap();
     let status = res.status();
     let bytes = res.into_body().collect().await.unwrap().to_bytes();
-    let json = if bytes.is_empty() { serde_json::Value::Null } else { serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null) };
+    let json = if bytes.is_empty() {
+        serde_json::Value::Null
+    } else {
+        serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null)
+    };
     (status, json)
 }
 
 fn files_in(dir: &std::path::Path) -> usize {
-    ["originals", "models", "tmp"].iter().map(|s| std::fs::read_dir(dir.join(s)).map_or(0, |d| d.count())).sum()
+    ["originals", "models", "tmp"]
+        .iter()
+        .map(|s| std::fs::read_dir(dir.join(s)).map_or(0, |d| d.count()))
+        .sum()
 }
 
 #[tokio::test]
 async fn upload_list_get_update_delete() {
     let dir = temp_dir("crud");
-    let state = AppState::open(ServeArgs::for_data_dir(dir.clone())).await.unwrap();
+    let state = AppState::open(ServeArgs::for_data_dir(dir.clone()))
+        .await
+        .unwrap();
 
-    let (st, up) = call(&state, "POST", "/api/snapshots?name=leak.pickle&tags=job=bert,rank=0,nightly", fixture("leak_detached_cache.pickle")).await;
+    let (st, up) = call(
+        &state,
+        "POST",
+        "/api/snapshots?name=leak.pickle&tags=job=bert,rank=0,nightly",
+        fixture("leak_detached_cache.pickle"),
+    )
+    .await;
     assert_eq!(st, StatusCode::CREATED, "{up}");
     let id = up["id"].as_str().unwrap().to_string();
     assert_eq!(id.len(), 16);
@@ -50,12 +80,30 @@ async fn upload_list_get_update_delete() {
     assert_eq!(up["snapshot"]["tags"].as_array().unwrap().len(), 3);
 
     // Same bytes again: deduplicated.
-    let (st, again) = call(&state, "POST", "/api/snapshots?name=other", fixture("leak_detached_cache.pickle")).await;
+    let (st, again) = call(
+        &state,
+        "POST",
+        "/api/snapshots?name=other",
+        fixture("leak_detached_cache.pickle"),
+    )
+    .await;
     assert_eq!(st, StatusCode::OK);
-    assert_eq!((again["id"].as_str().unwrap(), again["created"].as_bool().unwrap()), (id.as_str(), false));
+    assert_eq!(
+        (
+            again["id"].as_str().unwrap(),
+            again["created"].as_bool().unwrap()
+        ),
+        (id.as_str(), false)
+    );
 
     // A compressed upload of another snapshot.
-    let (st, xz) = call(&state, "POST", "/api/snapshots?name=big.xz", fixture("big_python.pickle.xz")).await;
+    let (st, xz) = call(
+        &state,
+        "POST",
+        "/api/snapshots?name=big.xz",
+        fixture("big_python.pickle.xz"),
+    )
+    .await;
     assert_eq!(st, StatusCode::CREATED);
     assert_eq!(xz["snapshot"]["compression"], "xz");
     assert_eq!(xz["snapshot"]["entries"], 250_021);
@@ -73,17 +121,29 @@ async fn upload_list_get_update_delete() {
     assert_eq!(st, StatusCode::OK);
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_memscope"))
         .args(["analyze", "--json"])
-        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/leak_detached_cache.pickle"))
+        .arg(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../tests/fixtures/leak_detached_cache.pickle"),
+        )
         .output()
         .unwrap();
     let cli: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report, cli);
 
     // Rename and retag.
-    let (st, upd) = call(&state, "PATCH", &format!("/api/snapshots/{id}"), br#"{"name":"renamed","tags":[{"key":"host","value":"gpu7"}]}"#.to_vec()).await;
+    let (st, upd) = call(
+        &state,
+        "PATCH",
+        &format!("/api/snapshots/{id}"),
+        br#"{"name":"renamed","tags":[{"key":"host","value":"gpu7"}]}"#.to_vec(),
+    )
+    .await;
     assert_eq!(st, StatusCode::OK);
     assert_eq!(upd["name"], "renamed");
-    assert_eq!(upd["tags"], serde_json::json!([{"key":"host","value":"gpu7"}]));
+    assert_eq!(
+        upd["tags"],
+        serde_json::json!([{"key":"host","value":"gpu7"}])
+    );
 
     // Delete removes the row and the files.
     let before = files_in(&dir);
@@ -102,23 +162,58 @@ async fn bad_uploads_are_rejected_and_leave_nothing() {
     args.max_upload_bytes = 100_000;
     let state = AppState::open(args).await.unwrap();
 
-    let (st, err) = call(&state, "POST", "/api/snapshots", b"this is not a snapshot at all".to_vec()).await;
+    let (st, err) = call(
+        &state,
+        "POST",
+        "/api/snapshots",
+        b"this is not a snapshot at all".to_vec(),
+    )
+    .await;
     assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY);
-    assert!(err["error"].as_str().unwrap().starts_with("not a memory snapshot"), "{err}");
+    assert!(
+        err["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("not a memory snapshot"),
+        "{err}"
+    );
 
     let mut evil = b"\x80\x04\x8c\x02os\x8c\x06system\x93.".to_vec();
     let (st, err) = call(&state, "POST", "/api/snapshots", std::mem::take(&mut evil)).await;
     assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY);
-    assert!(err["error"].as_str().unwrap().contains("pickle opcode STACK_GLOBAL at offset"), "{err}");
+    assert!(
+        err["error"]
+            .as_str()
+            .unwrap()
+            .contains("pickle opcode STACK_GLOBAL at offset"),
+        "{err}"
+    );
 
     let truncated = fixture("multistream.pickle")[..20_000].to_vec();
     let (st, err) = call(&state, "POST", "/api/snapshots", truncated).await;
     assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY);
-    assert!(err["error"].as_str().unwrap().starts_with("truncated snapshot"), "{err}");
+    assert!(
+        err["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("truncated snapshot"),
+        "{err}"
+    );
 
-    let (st, err) = call(&state, "POST", "/api/snapshots", fixture("leak_detached_cache.pickle")).await;
+    let (st, err) = call(
+        &state,
+        "POST",
+        "/api/snapshots",
+        fixture("leak_detached_cache.pickle"),
+    )
+    .await;
     assert_eq!(st, StatusCode::PAYLOAD_TOO_LARGE);
-    assert!(err["error"].as_str().unwrap().contains("--max-upload-bytes"));
+    assert!(
+        err["error"]
+            .as_str()
+            .unwrap()
+            .contains("--max-upload-bytes")
+    );
 
     let (st, _) = call(&state, "POST", "/api/snapshots", vec![]).await;
     assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY);
@@ -131,14 +226,34 @@ async fn bad_uploads_are_rejected_and_leave_nothing() {
 #[tokio::test]
 async fn queries_answer_from_the_model() {
     let dir = temp_dir("query");
-    let state = AppState::open(ServeArgs::for_data_dir(dir.clone())).await.unwrap();
-    let (_, up) = call(&state, "POST", "/api/snapshots", fixture("oom_fraction.pickle")).await;
+    let state = AppState::open(ServeArgs::for_data_dir(dir.clone()))
+        .await
+        .unwrap();
+    let (_, up) = call(
+        &state,
+        "POST",
+        "/api/snapshots",
+        fixture("oom_fraction.pickle"),
+    )
+    .await;
     let id = up["id"].as_str().unwrap().to_string();
 
     // A fresh state (as after a restart): queries load the model file, not the pickle.
-    std::fs::remove_file(dir.join("originals").join(up["snapshot"]["sha256"].as_str().unwrap())).unwrap();
-    let state = AppState::open(ServeArgs::for_data_dir(dir.clone())).await.unwrap();
-    let (st, tl) = call(&state, "GET", &format!("/api/snapshots/{id}/timeline?buckets=100&allocations=10"), vec![]).await;
+    std::fs::remove_file(
+        dir.join("originals")
+            .join(up["snapshot"]["sha256"].as_str().unwrap()),
+    )
+    .unwrap();
+    let state = AppState::open(ServeArgs::for_data_dir(dir.clone()))
+        .await
+        .unwrap();
+    let (st, tl) = call(
+        &state,
+        "GET",
+        &format!("/api/snapshots/{id}/timeline?buckets=100&allocations=10"),
+        vec![],
+    )
+    .await;
     assert_eq!(st, StatusCode::OK, "{tl}");
     assert_eq!(tl["axis"], "time");
     assert_eq!(tl["timeline"]["buckets"].as_array().unwrap().len(), 100);
@@ -148,44 +263,108 @@ async fn queries_answer_from_the_model() {
     assert_eq!(tl["ooms"].as_array().unwrap().len(), 1);
 
     // A window on the event axis.
-    let (_, w) = call(&state, "GET", &format!("/api/snapshots/{id}/timeline?axis=event&from=100&to=200&buckets=10"), vec![]).await;
-    assert_eq!((w["timeline"]["first_position"].as_u64(), w["timeline"]["last_position"].as_u64()), (Some(100), Some(200)));
+    let (_, w) = call(
+        &state,
+        "GET",
+        &format!("/api/snapshots/{id}/timeline?axis=event&from=100&to=200&buckets=10"),
+        vec![],
+    )
+    .await;
+    assert_eq!(
+        (
+            w["timeline"]["first_position"].as_u64(),
+            w["timeline"]["last_position"].as_u64()
+        ),
+        (Some(100), Some(200))
+    );
 
-    let (st, s) = call(&state, "GET", &format!("/api/snapshots/{id}/state?position=600"), vec![]).await;
+    let (st, s) = call(
+        &state,
+        "GET",
+        &format!("/api/snapshots/{id}/state?position=600"),
+        vec![],
+    )
+    .await;
     assert_eq!(st, StatusCode::OK);
     assert_eq!(s["position"], 600);
     assert!(!s["segments"].as_array().unwrap().is_empty());
 
-    let (st, spans) = call(&state, "GET", &format!("/api/snapshots/{id}/segments"), vec![]).await;
+    let (st, spans) = call(
+        &state,
+        "GET",
+        &format!("/api/snapshots/{id}/segments"),
+        vec![],
+    )
+    .await;
     assert_eq!(st, StatusCode::OK);
     assert_eq!(spans["segments"].as_array().unwrap().len(), 266);
     assert_eq!(spans["events"], 1328);
 
-    let (_, k) = call(&state, "GET", &format!("/api/snapshots/{id}/stacks"), vec![]).await;
+    let (_, k) = call(
+        &state,
+        "GET",
+        &format!("/api/snapshots/{id}/stacks"),
+        vec![],
+    )
+    .await;
     assert_eq!(k["sites"][0]["site"]["line"], 181);
 
-    let (_, f) = call(&state, "GET", &format!("/api/snapshots/{id}/frames/{stack}"), vec![]).await;
+    let (_, f) = call(
+        &state,
+        "GET",
+        &format!("/api/snapshots/{id}/frames/{stack}"),
+        vec![],
+    )
+    .await;
     assert!(f.as_array().is_some());
 
-    let (st, e) = call(&state, "GET", &format!("/api/snapshots/{id}/timeline?device=5"), vec![]).await;
+    let (st, e) = call(
+        &state,
+        "GET",
+        &format!("/api/snapshots/{id}/timeline?device=5"),
+        vec![],
+    )
+    .await;
     assert_eq!(st, StatusCode::BAD_REQUEST);
     assert!(e["error"].as_str().unwrap().contains("device 5"));
-    let (st, _) = call(&state, "GET", "/api/snapshots/0000000000000000/state", vec![]).await;
+    let (st, _) = call(
+        &state,
+        "GET",
+        "/api/snapshots/0000000000000000/state",
+        vec![],
+    )
+    .await;
     assert_eq!(st, StatusCode::NOT_FOUND);
 }
 
 #[tokio::test]
 async fn a_damaged_model_is_rebuilt_from_the_original() {
     let dir = temp_dir("rebuild");
-    let state = AppState::open(ServeArgs::for_data_dir(dir.clone())).await.unwrap();
-    let (_, up) = call(&state, "POST", "/api/snapshots", fixture("multistream.pickle")).await;
-    let (id, sha) = (up["id"].as_str().unwrap().to_string(), up["snapshot"]["sha256"].as_str().unwrap().to_string());
+    let state = AppState::open(ServeArgs::for_data_dir(dir.clone()))
+        .await
+        .unwrap();
+    let (_, up) = call(
+        &state,
+        "POST",
+        "/api/snapshots",
+        fixture("multistream.pickle"),
+    )
+    .await;
+    let (id, sha) = (
+        up["id"].as_str().unwrap().to_string(),
+        up["snapshot"]["sha256"].as_str().unwrap().to_string(),
+    );
     let model = dir.join("models").join(format!("{sha}.msmodel"));
     std::fs::write(&model, b"MSMODEL\0garbage").unwrap();
-    let state = AppState::open(ServeArgs::for_data_dir(dir.clone())).await.unwrap();
+    let state = AppState::open(ServeArgs::for_data_dir(dir.clone()))
+        .await
+        .unwrap();
     let (st, s) = call(&state, "GET", &format!("/api/snapshots/{id}/state"), vec![]).await;
     assert_eq!(st, StatusCode::OK, "{s}");
-    assert!(std::fs::metadata(&model).unwrap().len() > 1000, "model rewritten");
+    assert!(
+        std::fs::metadata(&model).unwrap().len() > 1000,
+        "model rewritten"
+    );
 }
 
 #[test]
@@ -197,7 +376,12 @@ fn serve_on_a_real_port_survives_a_restart() {
     };
     let start = || {
         std::process::Command::new(env!("CARGO_BIN_EXE_memscope"))
-            .args(["serve", "--addr", &format!("127.0.0.1:{port}"), "--data-dir"])
+            .args([
+                "serve",
+                "--addr",
+                &format!("127.0.0.1:{port}"),
+                "--data-dir",
+            ])
             .arg(&dir)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
@@ -228,7 +412,10 @@ fn serve_on_a_real_port_survives_a_restart() {
     child.wait().unwrap();
     let mut child = start();
     let res = http(b"GET /api/snapshots HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
-    assert!(res.starts_with("HTTP/1.1 200") && res.contains("\"name\":\"ms\""), "{res}");
+    assert!(
+        res.starts_with("HTTP/1.1 200") && res.contains("\"name\":\"ms\""),
+        "{res}"
+    );
     child.kill().unwrap();
     child.wait().unwrap();
 }

@@ -7,8 +7,9 @@
 
 mod common;
 
-use common::{CANVAS_PIXELS, browser, open_tab, root, screenshot, start_chromedriver, upload, wait_js};
-
+use common::{
+    CANVAS_PIXELS, browser, open_tab, root, screenshot, start_chromedriver, upload, wait_js,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dashboard_end_to_end() {
@@ -19,37 +20,91 @@ async fn dashboard_end_to_end() {
     let (_driver, driver_port) = start_chromedriver();
     let c = browser(driver_port, &data.join("profile1")).await;
     c.goto(&base).await.unwrap();
-    wait_js(&c, "document.querySelector('.dropzone')", "the library page").await;
+    wait_js(
+        &c,
+        "document.querySelector('.dropzone')",
+        "the library page",
+    )
+    .await;
 
     // Upload a fixture through the page: progress, indexing, then its timeline opens.
-    upload(&c, &root().join("tests/fixtures/leak_detached_cache.pickle")).await;
-    wait_js(&c, "location.pathname.startsWith('/s/') && location.search.includes('view=timeline')", "the snapshot to open").await;
-    wait_js(&c, &format!("{CANVAS_PIXELS} > 5000"), "the timeline drawn after upload").await;
+    upload(
+        &c,
+        &root().join("tests/fixtures/leak_detached_cache.pickle"),
+    )
+    .await;
+    wait_js(
+        &c,
+        "location.pathname.startsWith('/s/') && location.search.includes('view=timeline')",
+        "the snapshot to open",
+    )
+    .await;
+    wait_js(
+        &c,
+        &format!("{CANVAS_PIXELS} > 5000"),
+        "the timeline drawn after upload",
+    )
+    .await;
     let leak_url = c.current_url().await.unwrap().to_string();
     c.goto(&base).await.unwrap();
     upload(&c, &root().join("tests/fixtures/oom_fraction.pickle")).await;
-    wait_js(&c, "location.pathname.startsWith('/s/')", "the second snapshot to open").await;
-    let oom_path = wait_js(&c, "location.pathname", "path").await.as_str().unwrap().to_string();
+    wait_js(
+        &c,
+        "location.pathname.startsWith('/s/')",
+        "the second snapshot to open",
+    )
+    .await;
+    let oom_path = wait_js(&c, "location.pathname", "path")
+        .await
+        .as_str()
+        .unwrap()
+        .to_string();
 
     // A garbage file is rejected with the engine's message, and nothing is added.
     c.goto(&base).await.unwrap();
-    wait_js(&c, "document.querySelectorAll('table.snapshots tbody tr').length == 2", "the library table").await;
+    wait_js(
+        &c,
+        "document.querySelectorAll('table.snapshots tbody tr').length == 2",
+        "the library table",
+    )
+    .await;
     let garbage = data.join("garbage.pickle");
     std::fs::write(&garbage, b"this is not a pickle, it is a text file").unwrap();
     upload(&c, &garbage).await;
     let msg = wait_js(&c, "document.querySelector('.upload-error') && document.querySelector('.upload-error').innerText", "the error").await;
-    assert!(msg.as_str().unwrap().contains("not a memory snapshot"), "{msg}");
+    assert!(
+        msg.as_str().unwrap().contains("not a memory snapshot"),
+        "{msg}"
+    );
     screenshot(&c, "upload-error").await;
-    assert_eq!(wait_js(&c, "document.querySelectorAll('table.snapshots tbody tr').length", "rows").await, 2);
+    assert_eq!(
+        wait_js(
+            &c,
+            "document.querySelectorAll('table.snapshots tbody tr').length",
+            "rows"
+        )
+        .await,
+        2
+    );
     screenshot(&c, "library").await;
 
     // Walk the leak snapshot's views.
     c.goto(leak_url.split('?').next().unwrap()).await.unwrap();
-    wait_js(&c, "document.querySelector('.overview .figures')", "the overview").await;
+    wait_js(
+        &c,
+        "document.querySelector('.overview .figures')",
+        "the overview",
+    )
+    .await;
     screenshot(&c, "overview").await;
 
     open_tab(&c, "timeline").await;
-    let pixels = wait_js(&c, &format!("{CANVAS_PIXELS} > 5000 && {CANVAS_PIXELS}"), "the timeline drawn").await;
+    let pixels = wait_js(
+        &c,
+        &format!("{CANVAS_PIXELS} > 5000 && {CANVAS_PIXELS}"),
+        "the timeline drawn",
+    )
+    .await;
     assert!(pixels.as_f64().unwrap() > 5000.0);
     screenshot(&c, "timeline").await;
     // Hover shows the figures and a stack.
@@ -70,10 +125,20 @@ async fn dashboard_end_to_end() {
     )
     .await
     .unwrap();
-    wait_js(&c, "location.search.includes('from=') && location.search.includes('to=')", "the zoomed window in the URL").await;
+    wait_js(
+        &c,
+        "location.search.includes('from=') && location.search.includes('to=')",
+        "the zoomed window in the URL",
+    )
+    .await;
 
     open_tab(&c, "segments").await;
-    wait_js(&c, "document.querySelectorAll('.segmap .block').length > 5", "the segment map").await;
+    wait_js(
+        &c,
+        "document.querySelectorAll('.segmap .block').length > 5",
+        "the segment map",
+    )
+    .await;
     wait_js(
         &c,
         "(() => { const c = document.getElementById('segment-timeline'); if (!c) return 0; \
@@ -85,15 +150,28 @@ async fn dashboard_end_to_end() {
     screenshot(&c, "segments").await;
 
     open_tab(&c, "stacks").await;
-    wait_js(&c, "document.querySelectorAll('table.sites tr').length > 2", "the stacks table").await;
+    wait_js(
+        &c,
+        "document.querySelectorAll('table.sites tr').length > 2",
+        "the stacks table",
+    )
+    .await;
     screenshot(&c, "stacks").await;
     // Sorting by call site name puts the header arrow there.
     c.execute("[...document.querySelectorAll('th.sortable')].find(t => t.innerText.startsWith('call site')).click()", vec![]).await.unwrap();
     wait_js(&c, "[...document.querySelectorAll('th.sortable')].some(t => t.innerText.includes('call site ▼'))", "sorted by site").await;
 
     open_tab(&c, "leaks").await;
-    let text = wait_js(&c, "document.querySelector('.leaks') && document.querySelector('.leaks').innerText", "the leaks").await;
-    assert!(text.as_str().unwrap().contains("gen_snapshots.py:126"), "{text}");
+    let text = wait_js(
+        &c,
+        "document.querySelector('.leaks') && document.querySelector('.leaks').innerText",
+        "the leaks",
+    )
+    .await;
+    assert!(
+        text.as_str().unwrap().contains("gen_snapshots.py:126"),
+        "{text}"
+    );
     screenshot(&c, "leaks").await;
     let permalink = c.current_url().await.unwrap().to_string();
     c.close().await.unwrap();
@@ -101,15 +179,36 @@ async fn dashboard_end_to_end() {
     // The permalink in a fresh browser opens the same view.
     let c = browser(driver_port, &data.join("profile2")).await;
     c.goto(&permalink).await.unwrap();
-    let text = wait_js(&c, "document.querySelector('.leaks') && document.querySelector('.leaks').innerText", "the leaks via permalink").await;
+    let text = wait_js(
+        &c,
+        "document.querySelector('.leaks') && document.querySelector('.leaks').innerText",
+        "the leaks via permalink",
+    )
+    .await;
     assert!(text.as_str().unwrap().contains("gen_snapshots.py:126"));
-    assert!(wait_js(&c, "document.querySelector('button.tab.active').dataset.tab", "active tab").await == "leaks");
+    assert!(
+        wait_js(
+            &c,
+            "document.querySelector('button.tab.active').dataset.tab",
+            "active tab"
+        )
+        .await
+            == "leaks"
+    );
 
     // The OOM view of the other snapshot.
     c.goto(&format!("{base}{oom_path}?view=oom")).await.unwrap();
-    let text = wait_js(&c, "document.querySelector('.ooms') && document.querySelector('.ooms').innerText", "the OOM report").await;
+    let text = wait_js(
+        &c,
+        "document.querySelector('.ooms') && document.querySelector('.ooms').innerText",
+        "the OOM report",
+    )
+    .await;
     let text = text.as_str().unwrap().to_lowercase();
-    assert!(text.contains("fragmentation") && text.contains("24.0 mib"), "{text}");
+    assert!(
+        text.contains("fragmentation") && text.contains("24.0 mib"),
+        "{text}"
+    );
     screenshot(&c, "oom").await;
     c.close().await.unwrap();
     let _ = std::fs::remove_dir_all(&data);

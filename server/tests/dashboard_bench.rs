@@ -18,11 +18,17 @@ use common::{CANVAS_PIXELS, browser, root, start_chromedriver, start_server, upl
 
 fn parent_of(pid: u32) -> Option<u32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit(')').next()?.split_whitespace().nth(1)?.parse().ok()
+    stat.rsplit(')')
+        .next()?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 fn cmdline(pid: u32) -> String {
-    String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default()).replace('\0', " ")
+    String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default())
+        .replace('\0', " ")
 }
 
 /// Peak RSS (VmHWM) of the largest renderer process of the browser started with `profile`
@@ -31,7 +37,9 @@ fn renderer_peak_rss(profile: &std::path::Path) -> u64 {
     let profile = profile.display().to_string();
     let mut best = 0;
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
         if !cmdline(pid).contains("--type=renderer") {
             continue;
         }
@@ -53,7 +61,10 @@ fn renderer_peak_rss(profile: &std::path::Path) -> u64 {
             continue;
         }
         if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status"))
-            && let Some(kb) = status.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            && let Some(kb) = status
+                .lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
         {
             best = best.max(kb * 1024);
         }
@@ -64,7 +75,11 @@ fn renderer_peak_rss(profile: &std::path::Path) -> u64 {
 fn http_get(base: &str, path: &str) -> (u16, usize) {
     let addr = base.trim_start_matches("http://");
     let mut s = std::net::TcpStream::connect(addr).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut out = Vec::new();
     s.read_to_end(&mut out).unwrap();
     let status = String::from_utf8_lossy(&out[9..12]).parse().unwrap_or(0);
@@ -89,12 +104,17 @@ impl Rng {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark: run with --ignored and MEMSCOPE_BENCH_FILES"]
 async fn dashboard_benchmark() {
-    let files = std::env::var("MEMSCOPE_BENCH_FILES").expect("set MEMSCOPE_BENCH_FILES=file[,file]");
+    let files =
+        std::env::var("MEMSCOPE_BENCH_FILES").expect("set MEMSCOPE_BENCH_FILES=file[,file]");
     let (_driver, driver_port) = start_chromedriver();
     let mut results = Vec::new();
     for (n, file) in files.split(',').enumerate() {
         let path = root().join(file.trim());
-        let path = if path.exists() { path } else { std::path::PathBuf::from(file.trim()) };
+        let path = if path.exists() {
+            path
+        } else {
+            std::path::PathBuf::from(file.trim())
+        };
         let size = std::fs::metadata(&path).unwrap().len();
         let data = std::env::temp_dir().join(format!("memscope-bench-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&data);
@@ -111,14 +131,21 @@ async fn dashboard_benchmark() {
         let uploaded_s = t0.elapsed().as_secs_f64();
         wait_js(&c, &format!("{CANVAS_PIXELS} > 5000"), "timeline").await;
         let choose_to_drawn_s = t0.elapsed().as_secs_f64();
-        let id = wait_js(&c, "location.pathname", "path").await.as_str().unwrap().trim_start_matches("/s/").to_string();
+        let id = wait_js(&c, "location.pathname", "path")
+            .await
+            .as_str()
+            .unwrap()
+            .trim_start_matches("/s/")
+            .to_string();
         c.close().await.unwrap();
 
         // 2. Reopen: a second server on the same library (cold cache), a fresh browser.
         let base2 = start_server(&data.join("lib")).await;
         let c = browser(driver_port, &data.join("p2")).await;
         let t0 = Instant::now();
-        c.goto(&format!("{base2}/s/{id}?view=timeline")).await.unwrap();
+        c.goto(&format!("{base2}/s/{id}?view=timeline"))
+            .await
+            .unwrap();
         wait_js(&c, &format!("{CANVAS_PIXELS} > 5000"), "timeline (reopen)").await;
         let reopen_s = t0.elapsed().as_secs_f64();
         // Renderer memory with the timeline drawn, then after zooming a few times.
@@ -141,8 +168,15 @@ async fn dashboard_benchmark() {
         // 3. Segment view at an event, and stepping with the keyboard.
         let mid = events / 2;
         let t0 = Instant::now();
-        c.goto(&format!("{base2}/s/{id}?view=segments&pos={mid}")).await.unwrap();
-        wait_js(&c, "document.querySelectorAll('.segmap .block').length > 0", "segments").await;
+        c.goto(&format!("{base2}/s/{id}?view=segments&pos={mid}"))
+            .await
+            .unwrap();
+        wait_js(
+            &c,
+            "document.querySelectorAll('.segmap .block').length > 0",
+            "segments",
+        )
+        .await;
         let segments_s = t0.elapsed().as_secs_f64();
         let mut steps = Vec::new();
         for k in 1..=10u64 {
@@ -216,5 +250,9 @@ async fn dashboard_benchmark() {
         .unwrap();
         let _ = std::fs::remove_dir_all(&data);
     }
-    std::fs::write(root().join("target/bench-dashboard.json"), serde_json::to_string_pretty(&results).unwrap()).unwrap();
+    std::fs::write(
+        root().join("target/bench-dashboard.json"),
+        serde_json::to_string_pretty(&results).unwrap(),
+    )
+    .unwrap();
 }

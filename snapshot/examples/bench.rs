@@ -9,8 +9,16 @@ use std::time::Instant;
 fn peak_rss_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).map(|l| l.to_string()))
-        .and_then(|l| l.split_whitespace().nth(1).and_then(|kb| kb.parse::<u64>().ok()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .map(|l| l.to_string())
+        })
+        .and_then(|l| {
+            l.split_whitespace()
+                .nth(1)
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
         .map_or(0, |kb| kb * 1024)
 }
 
@@ -31,7 +39,9 @@ fn main() {
             let _ = snapshot::analysis::stacks_at(&snap, &index, d.device, None, 50);
             let _ = snapshot::analysis::state_at(&snap, &index, d.device, d.len / 2);
             let _ = snapshot::analysis::timeline(&snap, &index, d.device, 0, d.len, 1000);
-            let _ = snapshot::analysis::allocations_in_window(&snap, &index, d.device, 0, d.len, 15_000);
+            let _ = snapshot::analysis::allocations_in_window(
+                &snap, &index, d.device, 0, d.len, 15_000,
+            );
         }
         let total_s = t0.elapsed().as_secs_f64();
         if total_s < best.0 {

@@ -47,7 +47,10 @@ struct Named<R> {
 impl<R: Read> Read for Named<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         self.inner.read(buf).map_err(|e| {
-            std::io::Error::new(e.kind(), format!("{} data is corrupt or truncated: {e}", self.format))
+            std::io::Error::new(
+                e.kind(),
+                format!("{} data is corrupt or truncated: {e}", self.format),
+            )
         })
     }
 }
@@ -55,20 +58,36 @@ impl<R: Read> Read for Named<R> {
 /// Wraps `reader` in the decoder its magic bytes call for.
 pub fn open<'a, R: Read + 'a>(reader: R) -> Result<(Box<dyn Read + 'a>, Compression)> {
     let mut buffered = BufReader::with_capacity(64 << 10, reader);
-    let head = buffered.fill_buf().map_err(|e| Error::Io { offset: 0, source: e })?;
+    let head = buffered.fill_buf().map_err(|e| Error::Io {
+        offset: 0,
+        source: e,
+    })?;
     let kind = Compression::sniff(head);
     let boxed: Box<dyn Read + 'a> = match kind {
         Compression::None => Box::new(buffered),
         #[cfg(feature = "compression")]
-        Compression::Gzip => Box::new(Named { inner: flate2::bufread::MultiGzDecoder::new(buffered), format: "gzip" }),
+        Compression::Gzip => Box::new(Named {
+            inner: flate2::bufread::MultiGzDecoder::new(buffered),
+            format: "gzip",
+        }),
         #[cfg(feature = "compression")]
         Compression::Zstd => {
-            let decoder = ruzstd::decoding::StreamingDecoder::new(buffered)
-                .map_err(|e| Error::Decompress { format: "zstd", message: e.to_string() })?;
-            Box::new(Named { inner: decoder, format: "zstd" })
+            let decoder = ruzstd::decoding::StreamingDecoder::new(buffered).map_err(|e| {
+                Error::Decompress {
+                    format: "zstd",
+                    message: e.to_string(),
+                }
+            })?;
+            Box::new(Named {
+                inner: decoder,
+                format: "zstd",
+            })
         }
         #[cfg(feature = "compression")]
-        Compression::Xz => Box::new(Named { inner: lzma_rust2::XzReader::new(buffered, true), format: "xz" }),
+        Compression::Xz => Box::new(Named {
+            inner: lzma_rust2::XzReader::new(buffered, true),
+            format: "xz",
+        }),
         #[cfg(not(feature = "compression"))]
         other => {
             return Err(Error::Decompress {

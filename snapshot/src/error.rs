@@ -10,14 +10,22 @@ use std::fmt;
 pub enum Error {
     /// The pickle asked for something that would run code, or is otherwise not plain data.
     #[error("not a memory snapshot: pickle opcode {opcode} at offset {offset} {why}")]
-    ForbiddenOpcode { opcode: &'static str, offset: u64, why: &'static str },
+    ForbiddenOpcode {
+        opcode: &'static str,
+        offset: u64,
+        why: &'static str,
+    },
 
     /// A byte that is no pickle opcode at all.
-    #[error("not a memory snapshot: unknown pickle opcode 0x{byte:02x} at offset {offset}; is this a pickle file?")]
+    #[error(
+        "not a memory snapshot: unknown pickle opcode 0x{byte:02x} at offset {offset}; is this a pickle file?"
+    )]
     UnknownOpcode { byte: u8, offset: u64 },
 
     /// The file ended before the pickle's STOP opcode.
-    #[error("truncated snapshot: the file ends at offset {offset} inside {context}; was the upload or the dump interrupted?")]
+    #[error(
+        "truncated snapshot: the file ends at offset {offset} inside {context}; was the upload or the dump interrupted?"
+    )]
     Truncated { offset: u64, context: &'static str },
 
     /// The pickle is well formed opcode by opcode but makes no sense as data.
@@ -26,7 +34,11 @@ pub enum Error {
 
     /// A limit that keeps hostile input from taking unbounded memory or time was reached.
     #[error("snapshot rejected at offset {offset}: {what} exceeds the limit of {limit}")]
-    LimitExceeded { offset: u64, what: &'static str, limit: u64 },
+    LimitExceeded {
+        offset: u64,
+        what: &'static str,
+        limit: u64,
+    },
 
     /// The data is a valid pickle (or JSON document) but not shaped like a memory snapshot.
     #[error("not a memory snapshot: {0}")]
@@ -38,7 +50,10 @@ pub enum Error {
 
     /// A compressed input could not be decompressed.
     #[error("could not decompress {format} input: {message}")]
-    Decompress { format: &'static str, message: String },
+    Decompress {
+        format: &'static str,
+        message: String,
+    },
 
     /// Reading the underlying stream failed.
     #[error("reading the snapshot failed at offset {offset}: {source}")]
@@ -47,7 +62,10 @@ pub enum Error {
 
 impl Error {
     pub(crate) fn malformed(offset: u64, message: impl fmt::Display) -> Self {
-        Error::Malformed { offset, message: message.to_string() }
+        Error::Malformed {
+            offset,
+            message: message.to_string(),
+        }
     }
 }
 

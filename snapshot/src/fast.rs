@@ -16,7 +16,11 @@ use crate::values::{EntryFields, Heap, Value, key};
 
 /// Reads one entry dict from `buf` (which starts at its `EMPTY_DICT`). Returns the bytes used and
 /// the value to push, or `None` to let the general machine read it.
-pub(crate) fn try_entry(buf: &[u8], heap: &mut Heap, frames: &mut Vec<FrameId>) -> Option<(usize, Value)> {
+pub(crate) fn try_entry(
+    buf: &[u8],
+    heap: &mut Heap,
+    frames: &mut Vec<FrameId>,
+) -> Option<(usize, Value)> {
     let mark = heap.memo_mark()?;
     let mut c = Cursor { buf, pos: 1 };
     match entry(&mut c, heap, frames) {
@@ -82,7 +86,11 @@ impl Cursor<'_> {
 
     #[inline]
     fn memo_get(&mut self, heap: &Heap, op: u8) -> Option<Value> {
-        let key = if op == b'h' { self.byte()? as usize } else { self.u32()? as usize };
+        let key = if op == b'h' {
+            self.byte()? as usize
+        } else {
+            self.u32()? as usize
+        };
         match heap.memo_peek(key)? {
             Value::Obj(_) => None,
             v => Some(v),
@@ -126,7 +134,11 @@ impl Cursor<'_> {
                     return None;
                 }
                 let bytes = self.take(n)?;
-                let mut buf = [if bytes.last().is_some_and(|b| b & 0x80 != 0) { 0xff } else { 0 }; 8];
+                let mut buf = [if bytes.last().is_some_and(|b| b & 0x80 != 0) {
+                    0xff
+                } else {
+                    0
+                }; 8];
                 buf[..n].copy_from_slice(bytes);
                 Value::Int(i64::from_le_bytes(buf))
             }
@@ -190,7 +202,11 @@ impl Cursor<'_> {
         if matches!(self.peek(), Some(b'(' | b'a' | b'e')) {
             return None;
         }
-        let v = if frames.is_empty() { Value::EmptyList } else { Value::Stack(heap.intern_stack(frames)) };
+        let v = if frames.is_empty() {
+            Value::EmptyList
+        } else {
+            Value::Stack(heap.intern_stack(frames))
+        };
         if let Some(slot) = slot {
             heap.memo_set(slot, v);
         }

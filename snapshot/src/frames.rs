@@ -38,13 +38,19 @@ const NOISE_FILES: [&str; 10] = [
 pub fn is_noise(filename: &str, name: &str) -> bool {
     NOISE_NAMES.iter().any(|n| name.contains(n))
         || NOISE_FILES.iter().any(|f| filename.contains(f))
-        || (is_cpp(filename) && (name.starts_with("Py") || name.starts_with("_Py") || name.starts_with("__libc") || name == "main"))
+        || (is_cpp(filename)
+            && (name.starts_with("Py")
+                || name.starts_with("_Py")
+                || name.starts_with("__libc")
+                || name == "main"))
 }
 
 /// True for C++ frames: `??` or a C/C++/CUDA source, or no Python file at all.
 pub fn is_cpp(filename: &str) -> bool {
     filename == "??"
-        || [".cpp", ".cc", ".cxx", ".c", ".h", ".hpp", ".cu", ".cuh"].iter().any(|e| filename.ends_with(e))
+        || [".cpp", ".cc", ".cxx", ".c", ".h", ".hpp", ".cu", ".cuh"]
+            .iter()
+            .any(|e| filename.ends_with(e))
         || filename.is_empty()
 }
 
@@ -103,7 +109,11 @@ impl FrameClass {
 
     /// The stack without noise, innermost first.
     pub fn filtered(&self, snap: &Snapshot, stack: StackId) -> Vec<FrameId> {
-        snap.stack(stack).iter().copied().filter(|&f| !self.is_noise(f)).collect()
+        snap.stack(stack)
+            .iter()
+            .copied()
+            .filter(|&f| !self.is_noise(f))
+            .collect()
     }
 
     /// The frame a stack is labelled by: the first user frame, else the first Python frame (inside
@@ -111,7 +121,12 @@ impl FrameClass {
     pub fn label(&self, snap: &Snapshot, stack: StackId) -> Option<FrameId> {
         let frames = snap.stack(stack);
         self.first_user_frame(snap, stack)
-            .or_else(|| frames.iter().copied().find(|&f| !self.is_noise(f) && !is_cpp(snap.str(snap.frame(f).filename))))
+            .or_else(|| {
+                frames
+                    .iter()
+                    .copied()
+                    .find(|&f| !self.is_noise(f) && !is_cpp(snap.str(snap.frame(f).filename)))
+            })
             .or_else(|| {
                 frames.iter().copied().find(|&f| {
                     let fr = snap.frame(f);
@@ -126,14 +141,26 @@ impl FrameClass {
     /// The stack for display: user frames first, then the rest without noise.
     pub fn display(&self, snap: &Snapshot, stack: StackId) -> Vec<FrameView> {
         let filtered = self.filtered(snap, stack);
-        let (user, other): (Vec<FrameId>, Vec<FrameId>) = filtered.into_iter().partition(|&f| self.is_user(f));
-        user.into_iter().chain(other).map(|f| view(snap, f)).collect()
+        let (user, other): (Vec<FrameId>, Vec<FrameId>) =
+            filtered.into_iter().partition(|&f| self.is_user(f));
+        user.into_iter()
+            .chain(other)
+            .map(|f| view(snap, f))
+            .collect()
     }
 }
 
 pub fn view(snap: &Snapshot, f: FrameId) -> FrameView {
-    let Frame { filename, name, line } = snap.frame(f);
-    FrameView { filename: snap.str(filename).to_string(), line, name: snap.str(name).to_string() }
+    let Frame {
+        filename,
+        name,
+        line,
+    } = snap.frame(f);
+    FrameView {
+        filename: snap.str(filename).to_string(),
+        line,
+        name: snap.str(name).to_string(),
+    }
 }
 
 /// The full stack, innermost first, noise included (what `--json` reports as `frames`).

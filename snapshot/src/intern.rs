@@ -26,7 +26,11 @@ pub struct StringPool {
 
 impl Default for StringPool {
     fn default() -> Self {
-        let mut pool = StringPool { strings: Vec::new(), index: FxHashMap::default(), bytes: 0 };
+        let mut pool = StringPool {
+            strings: Vec::new(),
+            index: FxHashMap::default(),
+            bytes: 0,
+        };
         pool.intern("");
         pool
     }

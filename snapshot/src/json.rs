@@ -7,9 +7,14 @@ use crate::error::{Error, Result};
 use crate::values::{Heap, HeapErr, Kind, Value};
 
 pub(crate) fn read<R: Read>(reader: R, heap: &mut Heap) -> Result<Value> {
-    let doc: serde_json::Value = serde_json::from_reader(reader).map_err(|e| Error::Json(e.to_string()))?;
+    let doc: serde_json::Value =
+        serde_json::from_reader(reader).map_err(|e| Error::Json(e.to_string()))?;
     convert(&doc, heap, 0).map_err(|e| match e {
-        HeapErr::Limit { what, limit } => Error::LimitExceeded { offset: 0, what, limit },
+        HeapErr::Limit { what, limit } => Error::LimitExceeded {
+            offset: 0,
+            what,
+            limit,
+        },
         HeapErr::Bad(m) => Error::Json(m),
     })
 }
@@ -17,7 +22,10 @@ pub(crate) fn read<R: Read>(reader: R, heap: &mut Heap) -> Result<Value> {
 fn convert(v: &serde_json::Value, heap: &mut Heap, depth: usize) -> Result<Value, HeapErr> {
     use serde_json::Value as J;
     if depth > heap.limits.max_depth {
-        return Err(HeapErr::Limit { what: "nesting depth", limit: heap.limits.max_depth as u64 });
+        return Err(HeapErr::Limit {
+            what: "nesting depth",
+            limit: heap.limits.max_depth as u64,
+        });
     }
     Ok(match v {
         J::Null => Value::None,

@@ -18,8 +18,8 @@ pub mod intern;
 mod json;
 mod lower;
 pub mod model;
-pub mod store;
 mod pickle;
+pub mod store;
 mod values;
 
 use std::io::Read;
@@ -45,9 +45,14 @@ pub fn read_with_limits<R: Read>(reader: R, limits: Limits) -> Result<Snapshot> 
 /// reserved up front so they never grow by copying (a growing column briefly holds its old and
 /// new buffers). Reserved but untouched capacity costs address space, not memory.
 pub fn read_sized<R: Read>(reader: R, size_hint_bytes: u64) -> Result<Snapshot> {
-    let mut limits = Limits::default();
-    limits.size_hint_bytes = size_hint_bytes;
-    read_impl(reader, limits, true)
+    read_impl(
+        reader,
+        Limits {
+            size_hint_bytes,
+            ..Limits::default()
+        },
+        true,
+    )
 }
 
 /// Reads without the trace-entry fast path (`fast.rs`): the reference the fast path is tested
@@ -64,16 +69,28 @@ fn read_impl<R: Read>(reader: R, limits: Limits, fast_path: bool) -> Result<Snap
     heap.fast_path = fast_path;
     if heap.limits.size_hint_bytes > 0 {
         // The smallest trace entries take about 40 bytes of pickle.
-        heap.trace.reserve((heap.limits.size_hint_bytes / 40).min(1 << 28) as usize);
+        heap.trace
+            .reserve((heap.limits.size_hint_bytes / 40).min(1 << 28) as usize);
     }
     let first = input.peek_byte()?;
     let input_head = input.head(16);
-    let mut format = Format { compression: compression.as_str(), ..Format::default() };
+    let mut format = Format {
+        compression: compression.as_str(),
+        ..Format::default()
+    };
     let root = match first {
-        None => return Err(Error::Truncated { offset: 0, context: "an empty file" }),
+        None => {
+            return Err(Error::Truncated {
+                offset: 0,
+                context: "an empty file",
+            });
+        }
         Some(b'{' | b'[' | b' ' | b'\n' | b'\r' | b'\t') => {
             format.encoding = "json";
-            let mut counted = CountingReader { inner: &mut input, count: 0 };
+            let mut counted = CountingReader {
+                inner: &mut input,
+                count: 0,
+            };
             let root = json::read(&mut counted, &mut heap)?;
             format.decoded_bytes = counted.count;
             root

@@ -7,7 +7,9 @@
 //! are tolerated and unknown keys ignored.
 
 use crate::error::{Error, Result};
-use crate::model::{Annotation, Block, BlockState, DeviceTrace, Format, Segment, SegmentType, Snapshot, StackId};
+use crate::model::{
+    Annotation, Block, BlockState, DeviceTrace, Format, Segment, SegmentType, Snapshot, StackId,
+};
 use crate::values::{Heap, Items, Kind, Value};
 
 fn list(heap: &Heap, v: Value) -> Vec<Value> {
@@ -55,11 +57,17 @@ pub(crate) fn build(mut heap: Heap, root: Value, mut format: Format) -> Result<S
                 )));
             };
             segments = list(&heap, segs);
-            traces = get("device_traces").map(|v| list(&heap, v)).unwrap_or_default();
-            host_segments = get("host_segments").map(|v| list(&heap, v)).unwrap_or_default();
+            traces = get("device_traces")
+                .map(|v| list(&heap, v))
+                .unwrap_or_default();
+            host_segments = get("host_segments")
+                .map(|v| list(&heap, v))
+                .unwrap_or_default();
             host_traces = get("host_traces");
             settings = get("allocator_settings");
-            annotations = get("external_annotations").map(|v| list(&heap, v)).unwrap_or_default();
+            annotations = get("external_annotations")
+                .map(|v| list(&heap, v))
+                .unwrap_or_default();
             format.layout = "modern";
         }
         Value::Obj(_) | Value::EmptyList => {
@@ -72,11 +80,17 @@ pub(crate) fn build(mut heap: Heap, root: Value, mut format: Format) -> Result<S
                 annotations = Vec::new();
                 format.layout = "legacy_segment_list";
             } else {
-                return Err(Error::NotASnapshot(format!("the file holds {}, not a dict with 'segments'", describe(&heap, root))));
+                return Err(Error::NotASnapshot(format!(
+                    "the file holds {}, not a dict with 'segments'",
+                    describe(&heap, root)
+                )));
             }
         }
         other => {
-            return Err(Error::NotASnapshot(format!("the file holds {}, not a dict with 'segments'", describe(&heap, other))));
+            return Err(Error::NotASnapshot(format!(
+                "the file holds {}, not a dict with 'segments'",
+                describe(&heap, other)
+            )));
         }
     }
 
@@ -128,21 +142,33 @@ pub(crate) fn build(mut heap: Heap, root: Value, mut format: Format) -> Result<S
                 }
                 _ => 0..0,
             };
-            snap.devices.push(DeviceTrace { device: *device, rows: r });
+            snap.devices.push(DeviceTrace {
+                device: *device,
+                rows: r,
+            });
         }
     } else {
-        let all: Vec<u32> = per_device.iter().flat_map(|(_, r)| r.iter().copied()).collect();
+        let all: Vec<u32> = per_device
+            .iter()
+            .flat_map(|(_, r)| r.iter().copied())
+            .collect();
         snap.trace = heap.trace.gather(&all);
         let mut start = 0u32;
         for (device, rows) in &per_device {
             let end = start + rows.len() as u32;
-            snap.devices.push(DeviceTrace { device: *device, rows: start..end });
+            snap.devices.push(DeviceTrace {
+                device: *device,
+                rows: start..end,
+            });
             start = end;
         }
     }
 
     if let Some(s) = settings {
-        snap.allocator_settings = Some(heap.to_json(s, 0).map_err(|e| Error::NotASnapshot(format!("allocator_settings: {e:?}")))?);
+        snap.allocator_settings = Some(
+            heap.to_json(s, 0)
+                .map_err(|e| Error::NotASnapshot(format!("allocator_settings: {e:?}")))?,
+        );
     }
     for a in annotations {
         let pairs = heap.dict_pairs(a);
@@ -168,7 +194,9 @@ pub(crate) fn build(mut heap: Heap, root: Value, mut format: Format) -> Result<S
 
 /// If `rows` is a permutation of `base..base + len`, its `base`.
 fn permutation_base(rows: &[u32]) -> Option<u32> {
-    let (Some(&lo), Some(&hi)) = (rows.iter().min(), rows.iter().max()) else { return Some(0) };
+    let (Some(&lo), Some(&hi)) = (rows.iter().min(), rows.iter().max()) else {
+        return Some(0);
+    };
     if (hi - lo) as usize + 1 != rows.len() {
         return None;
     }
@@ -184,7 +212,9 @@ fn permutation_base(rows: &[u32]) -> Option<u32> {
 
 /// Rows of a trace list (compact entry run or a plain list of lowered entries).
 fn entry_rows(heap: &Heap, v: Value) -> Vec<u32> {
-    let Value::Obj(cid) = v else { return Vec::new() };
+    let Value::Obj(cid) = v else {
+        return Vec::new();
+    };
     match heap.items(cid) {
         Ok(Items::Entries { start, len }) => (*start..start + len).collect(),
         Ok(Items::Rows(rows)) => rows.clone(),
@@ -199,8 +229,18 @@ fn entry_rows(heap: &Heap, v: Value) -> Vec<u32> {
     }
 }
 
-fn add_segment(heap: &mut Heap, snap: &mut Snapshot, v: Value, device: Option<i32>, format: &mut Format) -> Result<()> {
-    let pairs: Vec<(String, Value)> = heap.dict_pairs(v).into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+fn add_segment(
+    heap: &mut Heap,
+    snap: &mut Snapshot,
+    v: Value,
+    device: Option<i32>,
+    format: &mut Format,
+) -> Result<()> {
+    let pairs: Vec<(String, Value)> = heap
+        .dict_pairs(v)
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
     if pairs.is_empty() {
         return Err(Error::NotASnapshot(format!(
             "a segment is {} instead of a dict; was the file written by torch.cuda.memory._dump_snapshot?",
@@ -216,41 +256,61 @@ fn add_segment(heap: &mut Heap, snap: &mut Snapshot, v: Value, device: Option<i3
         Some("large") => SegmentType::Large,
         _ => SegmentType::Unknown,
     };
-    let pool = get("segment_pool_id").map(|v| list(heap, v)).unwrap_or_default();
+    let pool = get("segment_pool_id")
+        .map(|v| list(heap, v))
+        .unwrap_or_default();
     let pool_id = (
         pool.first().and_then(|v| heap.int(*v)).unwrap_or(0) as i64,
         pool.get(1).and_then(|v| heap.int(*v)).unwrap_or(0) as i64,
     );
-    let stack = get("frames").map(|v| heap.stack_of(v)).unwrap_or(StackId::EMPTY);
+    let stack = get("frames")
+        .map(|v| heap.stack_of(v))
+        .unwrap_or(StackId::EMPTY);
     let seg_index = snap.segments.len() as u32;
     let first_block = snap.blocks.len() as u32;
     let mut next_addr = address;
     let (mut sum_alloc, mut sum_active, mut sum_req) = (0, 0, 0);
     for b in get("blocks").map(|v| list(heap, v)).unwrap_or_default() {
-        let bp: Vec<(String, Value)> = heap.dict_pairs(b).into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        let bp: Vec<(String, Value)> = heap
+            .dict_pairs(b)
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
         let bget = |k: &str| bp.iter().find(|(key, _)| key == k).map(|(_, v)| *v);
         let size = bget("size").and_then(|v| heap.u64(v)).unwrap_or(0);
         let state = BlockState::parse(bget("state").and_then(|v| heap.str_of(v)).unwrap_or(""));
-        let addr = bget("address").and_then(|v| heap.u64(v)).unwrap_or(next_addr);
+        let addr = bget("address")
+            .and_then(|v| heap.u64(v))
+            .unwrap_or(next_addr);
         next_addr = addr.wrapping_add(size);
         let mut requested = bget("requested_size").and_then(|v| heap.u64(v));
-        let mut stack = bget("frames").map(|v| heap.stack_of(v)).unwrap_or(StackId::EMPTY);
+        let mut stack = bget("frames")
+            .map(|v| heap.stack_of(v))
+            .unwrap_or(StackId::EMPTY);
         if let Some(history) = bget("history") {
             // PyTorch 2.0: the allocation that made the block is the last history item.
             if format.layout == "modern" {
                 format.layout = "block_history";
             }
             if let Some(&last) = list(heap, history).last() {
-                let hp: Vec<(String, Value)> = heap.dict_pairs(last).into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+                let hp: Vec<(String, Value)> = heap
+                    .dict_pairs(last)
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v))
+                    .collect();
                 let hget = |k: &str| hp.iter().find(|(key, _)| key == k).map(|(_, v)| *v);
                 if requested.is_none() {
                     requested = hget("real_size").and_then(|v| heap.u64(v));
                 }
                 if stack == StackId::EMPTY {
-                    stack = hget("frames").map(|v| heap.stack_of(v)).unwrap_or(StackId::EMPTY);
+                    stack = hget("frames")
+                        .map(|v| heap.stack_of(v))
+                        .unwrap_or(StackId::EMPTY);
                 }
                 if stack == StackId::EMPTY {
-                    stack = hget("cpp_frames").map(|v| heap.stack_of(v)).unwrap_or(StackId::EMPTY);
+                    stack = hget("cpp_frames")
+                        .map(|v| heap.stack_of(v))
+                        .unwrap_or(StackId::EMPTY);
                 }
             }
         }
@@ -262,16 +322,30 @@ fn add_segment(heap: &mut Heap, snap: &mut Snapshot, v: Value, device: Option<i3
             sum_active += size;
             sum_req += requested_size;
         }
-        snap.blocks.push(Block { segment: seg_index, address: addr, size, requested_size, state, stack });
+        snap.blocks.push(Block {
+            segment: seg_index,
+            address: addr,
+            size,
+            requested_size,
+            state,
+            stack,
+        });
     }
     let last_block = snap.blocks.len() as u32;
     snap.segments.push(Segment {
-        device: device.unwrap_or_else(|| get("device").and_then(|v| heap.int(v)).unwrap_or(0) as i32),
+        device: device
+            .unwrap_or_else(|| get("device").and_then(|v| heap.int(v)).unwrap_or(0) as i32),
         address,
         total_size,
-        allocated_size: get("allocated_size").and_then(|v| heap.u64(v)).unwrap_or(sum_alloc),
-        active_size: get("active_size").and_then(|v| heap.u64(v)).unwrap_or(sum_active),
-        requested_size: get("requested_size").and_then(|v| heap.u64(v)).unwrap_or(sum_req),
+        allocated_size: get("allocated_size")
+            .and_then(|v| heap.u64(v))
+            .unwrap_or(sum_alloc),
+        active_size: get("active_size")
+            .and_then(|v| heap.u64(v))
+            .unwrap_or(sum_active),
+        requested_size: get("requested_size")
+            .and_then(|v| heap.u64(v))
+            .unwrap_or(sum_req),
         stream: num(heap, "stream"),
         segment_type,
         pool_id,

@@ -74,7 +74,11 @@ pub struct Stacks {
 
 impl Default for Stacks {
     fn default() -> Self {
-        let mut s = Stacks { offsets: vec![0], items: Vec::new(), index: FxHashMap::default() };
+        let mut s = Stacks {
+            offsets: vec![0],
+            items: Vec::new(),
+            index: FxHashMap::default(),
+        };
         s.intern(&[]);
         s
     }
@@ -156,7 +160,10 @@ impl Action {
     }
 
     pub fn parse(s: &str) -> Action {
-        Action::KNOWN.into_iter().find(|a| a.as_str() == s).unwrap_or(Action::Other)
+        Action::KNOWN
+            .into_iter()
+            .find(|a| a.as_str() == s)
+            .unwrap_or(Action::Other)
     }
 }
 
@@ -190,7 +197,11 @@ impl TraceTable {
     }
     pub fn heap_bytes(&self) -> usize {
         self.action.capacity()
-            + (self.addr.capacity() + self.size.capacity() + self.stream.capacity() + self.time_us.capacity()) * 8
+            + (self.addr.capacity()
+                + self.size.capacity()
+                + self.stream.capacity()
+                + self.time_us.capacity())
+                * 8
             + self.stack.capacity() * 4
             + (self.device_free.capacity() + self.compile_context.capacity()) * 16
             + (self.user_metadata.capacity() + self.other_action.capacity()) * 8
@@ -217,15 +228,23 @@ impl TraceTable {
 
     /// Looks up a sparse column value for `row`.
     pub fn sparse<T: Copy>(col: &[(u32, T)], row: u32) -> Option<T> {
-        col.binary_search_by_key(&row, |&(r, _)| r).ok().map(|i| col[i].1)
+        col.binary_search_by_key(&row, |&(r, _)| r)
+            .ok()
+            .map(|i| col[i].1)
     }
 
     /// Puts row `order[k]` at position `base + k`, where `order` is a permutation of
     /// `base..base + order.len()`. Only the window that is out of place is copied.
     pub(crate) fn reorder_within(&mut self, base: u32, order: &[u32]) {
         let misplaced = |(k, &r): (usize, &u32)| r != base + k as u32;
-        let Some(first) = order.iter().enumerate().position(misplaced) else { return };
-        let last = order.iter().enumerate().rposition(misplaced).unwrap_or(first);
+        let Some(first) = order.iter().enumerate().position(misplaced) else {
+            return;
+        };
+        let last = order
+            .iter()
+            .enumerate()
+            .rposition(misplaced)
+            .unwrap_or(first);
         let window = &order[first..=last];
         let (lo, hi) = ((base as usize + first), (base as usize + last));
         fn apply<T: Copy>(col: &mut [T], window: &[u32], lo: usize) {
@@ -238,8 +257,17 @@ impl TraceTable {
         apply(&mut self.stream, window, lo);
         apply(&mut self.time_us, window, lo);
         apply(&mut self.stack, window, lo);
-        let new_pos: FxHashMap<u32, u32> = window.iter().enumerate().map(|(k, &r)| (r, (lo + k) as u32)).collect();
-        fn remap<T: Copy>(col: &mut [(u32, T)], new_pos: &FxHashMap<u32, u32>, lo: usize, hi: usize) {
+        let new_pos: FxHashMap<u32, u32> = window
+            .iter()
+            .enumerate()
+            .map(|(k, &r)| (r, (lo + k) as u32))
+            .collect();
+        fn remap<T: Copy>(
+            col: &mut [(u32, T)],
+            new_pos: &FxHashMap<u32, u32>,
+            lo: usize,
+            hi: usize,
+        ) {
             for (r, _) in col.iter_mut() {
                 if (lo..=hi).contains(&(*r as usize)) {
                     *r = new_pos[r];
@@ -260,7 +288,10 @@ impl TraceTable {
             pos.insert(old, new as u32);
         }
         fn remap<T: Copy>(pos: &FxHashMap<u32, u32>, col: &[(u32, T)]) -> Vec<(u32, T)> {
-            let mut v: Vec<_> = col.iter().filter_map(|&(r, x)| pos.get(&r).map(|&n| (n, x))).collect();
+            let mut v: Vec<_> = col
+                .iter()
+                .filter_map(|&(r, x)| pos.get(&r).map(|&n| (n, x)))
+                .collect();
             v.sort_by_key(|&(r, _)| r);
             v
         }
@@ -343,7 +374,10 @@ impl BlockState {
         }
     }
     pub fn is_active(self) -> bool {
-        matches!(self, BlockState::ActiveAllocated | BlockState::ActivePendingFree)
+        matches!(
+            self,
+            BlockState::ActiveAllocated | BlockState::ActivePendingFree
+        )
     }
 }
 

@@ -28,7 +28,14 @@ pub(crate) struct Input<R> {
 
 impl<R: Read> Input<R> {
     pub fn new(inner: R) -> Self {
-        Input { inner, buf: vec![0; BUF_BYTES].into_boxed_slice(), pos: 0, end: 0, base: 0, scratch: Vec::new() }
+        Input {
+            inner,
+            buf: vec![0; BUF_BYTES].into_boxed_slice(),
+            pos: 0,
+            end: 0,
+            base: 0,
+            scratch: Vec::new(),
+        }
     }
 
     #[inline]
@@ -52,7 +59,12 @@ impl<R: Read> Input<R> {
                     return Ok(true);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(Error::Io { offset: self.base + self.end as u64, source: e }),
+                Err(e) => {
+                    return Err(Error::Io {
+                        offset: self.base + self.end as u64,
+                        source: e,
+                    });
+                }
             }
         }
     }
@@ -70,7 +82,10 @@ impl<R: Read> Input<R> {
     #[cold]
     fn byte_slow(&mut self, context: &'static str) -> Result<u8> {
         if !self.fill()? {
-            return Err(Error::Truncated { offset: self.offset(), context });
+            return Err(Error::Truncated {
+                offset: self.offset(),
+                context,
+            });
         }
         self.byte(context)
     }
@@ -89,7 +104,12 @@ impl<R: Read> Input<R> {
                     Ok(0) => break,
                     Ok(n) => self.end += n,
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                    Err(e) => return Err(Error::Io { offset: self.base + self.end as u64, source: e }),
+                    Err(e) => {
+                        return Err(Error::Io {
+                            offset: self.base + self.end as u64,
+                            source: e,
+                        });
+                    }
                 }
             }
         }
@@ -134,7 +154,10 @@ impl<R: Read> Input<R> {
         if n <= (self.buf.len() / 2) as u64 {
             if !self.peek_available(n as usize)? {
                 self.pos = self.end;
-                return Err(Error::Truncated { offset: self.offset(), context });
+                return Err(Error::Truncated {
+                    offset: self.offset(),
+                    context,
+                });
             }
             let s = &self.buf[self.pos..self.pos + n as usize];
             self.pos += n as usize;
@@ -144,10 +167,14 @@ impl<R: Read> Input<R> {
         let mut left = n;
         while left > 0 {
             if self.pos == self.end && !self.fill()? {
-                return Err(Error::Truncated { offset: self.offset(), context });
+                return Err(Error::Truncated {
+                    offset: self.offset(),
+                    context,
+                });
             }
             let take = left.min((self.end - self.pos) as u64) as usize;
-            self.scratch.extend_from_slice(&self.buf[self.pos..self.pos + take]);
+            self.scratch
+                .extend_from_slice(&self.buf[self.pos..self.pos + take]);
             self.pos += take;
             left -= take as u64;
         }
@@ -160,11 +187,18 @@ impl<R: Read> Input<R> {
         loop {
             if self.pos + n == self.end {
                 if self.end - self.pos >= 64 << 10 {
-                    return Err(Error::LimitExceeded { offset: self.offset(), what: "a text opcode argument", limit: 64 << 10 });
+                    return Err(Error::LimitExceeded {
+                        offset: self.offset(),
+                        what: "a text opcode argument",
+                        limit: 64 << 10,
+                    });
                 }
                 if !self.fill()? {
                     self.pos = self.end;
-                    return Err(Error::Truncated { offset: self.offset(), context });
+                    return Err(Error::Truncated {
+                        offset: self.offset(),
+                        context,
+                    });
                 }
             }
             if self.buf[self.pos + n] == b'\n' {
@@ -195,13 +229,34 @@ fn forbidden(op: u8) -> Option<(&'static str, &'static str)> {
         b'o' => ("OBJ", CODE),
         0x81 => ("NEWOBJ", CODE),
         0x92 => ("NEWOBJ_EX", CODE),
-        b'P' => ("PERSID", "(persistent ids need the writer's own loader; memory snapshots never contain them)"),
-        b'Q' => ("BINPERSID", "(persistent ids need the writer's own loader; memory snapshots never contain them)"),
-        0x82 => ("EXT1", "(extension registry objects would be imported; memory snapshots never contain them)"),
-        0x83 => ("EXT2", "(extension registry objects would be imported; memory snapshots never contain them)"),
-        0x84 => ("EXT4", "(extension registry objects would be imported; memory snapshots never contain them)"),
-        0x97 => ("NEXT_BUFFER", "(out-of-band buffers are not part of the file)"),
-        0x98 => ("READONLY_BUFFER", "(out-of-band buffers are not part of the file)"),
+        b'P' => (
+            "PERSID",
+            "(persistent ids need the writer's own loader; memory snapshots never contain them)",
+        ),
+        b'Q' => (
+            "BINPERSID",
+            "(persistent ids need the writer's own loader; memory snapshots never contain them)",
+        ),
+        0x82 => (
+            "EXT1",
+            "(extension registry objects would be imported; memory snapshots never contain them)",
+        ),
+        0x83 => (
+            "EXT2",
+            "(extension registry objects would be imported; memory snapshots never contain them)",
+        ),
+        0x84 => (
+            "EXT4",
+            "(extension registry objects would be imported; memory snapshots never contain them)",
+        ),
+        0x97 => (
+            "NEXT_BUFFER",
+            "(out-of-band buffers are not part of the file)",
+        ),
+        0x98 => (
+            "READONLY_BUFFER",
+            "(out-of-band buffers are not part of the file)",
+        ),
         _ => return None,
     })
 }
@@ -243,7 +298,13 @@ pub(crate) fn run<R: Read>(input: &mut Input<R>, heap: &mut Heap) -> Result<(Val
         ($off:expr, $e:expr) => {
             match $e {
                 Ok(v) => v,
-                Err(HeapErr::Limit { what, limit }) => return Err(Error::LimitExceeded { offset: $off, what, limit }),
+                Err(HeapErr::Limit { what, limit }) => {
+                    return Err(Error::LimitExceeded {
+                        offset: $off,
+                        what,
+                        limit,
+                    })
+                }
                 Err(HeapErr::Bad(m)) => return Err(Error::malformed($off, m)),
             }
         };
@@ -259,7 +320,11 @@ pub(crate) fn run<R: Read>(input: &mut Input<R>, heap: &mut Heap) -> Result<(Val
     macro_rules! push {
         ($off:expr, $v:expr) => {{
             if stack.len() >= max_stack {
-                return Err(Error::LimitExceeded { offset: $off, what: "the pickle stack", limit: max_stack as u64 });
+                return Err(Error::LimitExceeded {
+                    offset: $off,
+                    what: "the pickle stack",
+                    limit: max_stack as u64,
+                });
             }
             stack.push($v);
         }};
@@ -284,7 +349,11 @@ pub(crate) fn run<R: Read>(input: &mut Input<R>, heap: &mut Heap) -> Result<(Val
         ($off:expr, $len:expr, $ctx:expr) => {{
             let len: u64 = $len;
             if len > max_str {
-                return Err(Error::LimitExceeded { offset: $off, what: "a string's declared length", limit: max_str });
+                return Err(Error::LimitExceeded {
+                    offset: $off,
+                    what: "a string's declared length",
+                    limit: max_str,
+                });
             }
             let raw = input.bytes(len, $ctx)?;
             if raw == last_str.as_slice() {
@@ -307,7 +376,11 @@ pub(crate) fn run<R: Read>(input: &mut Input<R>, heap: &mut Heap) -> Result<(Val
         ($off:expr, $len:expr, $ctx:expr) => {{
             let len: u64 = $len;
             if len > max_str {
-                return Err(Error::LimitExceeded { offset: $off, what: "a bytes object's declared length", limit: max_str });
+                return Err(Error::LimitExceeded {
+                    offset: $off,
+                    what: "a bytes object's declared length",
+                    limit: max_str,
+                });
             }
             input.bytes(len, $ctx)?;
             Value::Bytes
@@ -322,20 +395,37 @@ pub(crate) fn run<R: Read>(input: &mut Input<R>, heap: &mut Heap) -> Result<(Val
             b'}' => {
                 if fast {
                     let window = input.window_from_previous(FAST_WINDOW)?;
-                    if let Some((used, v)) = crate::fast::try_entry(window, heap, &mut fast_frames) {
+                    if let Some((used, v)) = crate::fast::try_entry(window, heap, &mut fast_frames)
+                    {
                         input.skip(used - 1);
                         push!(off, v);
                         continue;
                     }
                 }
-                push!(off, heap_err!(off, heap.new_container(Kind::Dict, Vec::new())))
+                push!(
+                    off,
+                    heap_err!(off, heap.new_container(Kind::Dict, Vec::new()))
+                )
             }
-            b']' => push!(off, heap_err!(off, heap.new_container(Kind::List, Vec::new()))),
-            b')' => push!(off, heap_err!(off, heap.new_container(Kind::Tuple, Vec::new()))),
-            0x8f => push!(off, heap_err!(off, heap.new_container(Kind::Set, Vec::new()))),
+            b']' => push!(
+                off,
+                heap_err!(off, heap.new_container(Kind::List, Vec::new()))
+            ),
+            b')' => push!(
+                off,
+                heap_err!(off, heap.new_container(Kind::Tuple, Vec::new()))
+            ),
+            0x8f => push!(
+                off,
+                heap_err!(off, heap.new_container(Kind::Set, Vec::new()))
+            ),
             b'(' => {
                 if marks.len() >= max_stack {
-                    return Err(Error::LimitExceeded { offset: off, what: "nested MARKs", limit: max_stack as u64 });
+                    return Err(Error::LimitExceeded {
+                        offset: off,
+                        what: "nested MARKs",
+                        limit: max_stack as u64,
+                    });
                 }
                 marks.push(stack.len())
             }
@@ -421,8 +511,14 @@ pub(crate) fn run<R: Read>(input: &mut Input<R>, heap: &mut Heap) -> Result<(Val
             }
             // Scalars.
             b'K' => push!(off, Value::Int(input.byte("BININT1")? as i64)),
-            b'M' => push!(off, Value::Int(u16::from_le_bytes(input.array("BININT2")?) as i64)),
-            b'J' => push!(off, Value::Int(i32::from_le_bytes(input.array("BININT")?) as i64)),
+            b'M' => push!(
+                off,
+                Value::Int(u16::from_le_bytes(input.array("BININT2")?) as i64)
+            ),
+            b'J' => push!(
+                off,
+                Value::Int(i32::from_le_bytes(input.array("BININT")?) as i64)
+            ),
             0x8a | 0x8b => {
                 let n = if op == 0x8a {
                     input.byte("LONG1")? as u64
@@ -434,11 +530,19 @@ pub(crate) fn run<R: Read>(input: &mut Input<R>, heap: &mut Heap) -> Result<(Val
                     n as u64
                 };
                 if n > max_str {
-                    return Err(Error::LimitExceeded { offset: off, what: "an integer's declared length", limit: max_str });
+                    return Err(Error::LimitExceeded {
+                        offset: off,
+                        what: "an integer's declared length",
+                        limit: max_str,
+                    });
                 }
                 let bytes = input.bytes(n, "LONG1")?;
                 let v = if n <= 8 {
-                    let mut buf = [if bytes.last().is_some_and(|b| b & 0x80 != 0) { 0xff } else { 0 }; 8];
+                    let mut buf = [if bytes.last().is_some_and(|b| b & 0x80 != 0) {
+                        0xff
+                    } else {
+                        0
+                    }; 8];
                     buf[..bytes.len()].copy_from_slice(bytes);
                     Value::Int(i64::from_le_bytes(buf))
                 } else {
@@ -455,7 +559,10 @@ pub(crate) fn run<R: Read>(input: &mut Input<R>, heap: &mut Heap) -> Result<(Val
                 };
                 push!(off, v);
             }
-            b'G' => push!(off, Value::Float(f64::from_be_bytes(input.array("BINFLOAT")?))),
+            b'G' => push!(
+                off,
+                Value::Float(f64::from_be_bytes(input.array("BINFLOAT")?))
+            ),
             0x88 => push!(off, Value::Bool(true)),
             0x89 => push!(off, Value::Bool(false)),
             b'N' => push!(off, Value::None),
@@ -479,9 +586,17 @@ pub(crate) fn run<R: Read>(input: &mut Input<R>, heap: &mut Heap) -> Result<(Val
                     u32::from_le_bytes(input.array("BINSTRING")?) as u64
                 };
                 if n > max_str {
-                    return Err(Error::LimitExceeded { offset: off, what: "a string's declared length", limit: max_str });
+                    return Err(Error::LimitExceeded {
+                        offset: off,
+                        what: "a string's declared length",
+                        limit: max_str,
+                    });
                 }
-                let s: String = input.bytes(n, "BINSTRING")?.iter().map(|&b| b as char).collect();
+                let s: String = input
+                    .bytes(n, "BINSTRING")?
+                    .iter()
+                    .map(|&b| b as char)
+                    .collect();
                 push!(off, Value::Str(heap_err!(off, heap.intern(&s))));
             }
             b'C' => {
@@ -517,7 +632,10 @@ pub(crate) fn run<R: Read>(input: &mut Input<R>, heap: &mut Heap) -> Result<(Val
             0x80 => {
                 let p = input.byte("PROTO")?;
                 if p > 5 {
-                    bad!(off, "pickle protocol {p} is newer than any Python writes (0-5)");
+                    bad!(
+                        off,
+                        "pickle protocol {p} is newer than any Python writes (0-5)"
+                    );
                 }
                 info.protocol = p;
             }
@@ -528,7 +646,9 @@ pub(crate) fn run<R: Read>(input: &mut Input<R>, heap: &mut Heap) -> Result<(Val
             // Protocol 0 text opcodes.
             b'I' | b'L' => {
                 let line = input.line("INT")?;
-                let text = std::str::from_utf8(line).unwrap_or("").trim_end_matches('L');
+                let text = std::str::from_utf8(line)
+                    .unwrap_or("")
+                    .trim_end_matches('L');
                 let v = match text {
                     "01" => Value::Bool(true),
                     "00" => Value::Bool(false),
@@ -540,21 +660,30 @@ pub(crate) fn run<R: Read>(input: &mut Input<R>, heap: &mut Heap) -> Result<(Val
                                 Value::Big((heap.bigs.len() - 1) as u32)
                             }
                         },
-                        Err(_) => bad!(off, "INT/LONG argument {t:?} is not an integer that fits in 128 bits"),
+                        Err(_) => bad!(
+                            off,
+                            "INT/LONG argument {t:?} is not an integer that fits in 128 bits"
+                        ),
                     },
                 };
                 push!(off, v);
             }
             b'F' => {
                 let line = input.line("FLOAT")?;
-                match std::str::from_utf8(line).ok().and_then(|t| t.parse::<f64>().ok()) {
+                match std::str::from_utf8(line)
+                    .ok()
+                    .and_then(|t| t.parse::<f64>().ok())
+                {
                     Some(f) => push!(off, Value::Float(f)),
                     None => bad!(off, "FLOAT argument is not a number"),
                 }
             }
             b'g' | b'p' => {
                 let line = input.line("GET/PUT")?;
-                let Some(key) = std::str::from_utf8(line).ok().and_then(|t| t.parse::<u64>().ok()) else {
+                let Some(key) = std::str::from_utf8(line)
+                    .ok()
+                    .and_then(|t| t.parse::<u64>().ok())
+                else {
                     bad!(off, "GET/PUT argument is not a memo index");
                 };
                 if op == b'g' {
@@ -582,9 +711,16 @@ pub(crate) fn run<R: Read>(input: &mut Input<R>, heap: &mut Heap) -> Result<(Val
             }
             op => {
                 if let Some((name, why)) = forbidden(op) {
-                    return Err(Error::ForbiddenOpcode { opcode: name, offset: off, why });
+                    return Err(Error::ForbiddenOpcode {
+                        opcode: name,
+                        offset: off,
+                        why,
+                    });
                 }
-                return Err(Error::UnknownOpcode { byte: op, offset: off });
+                return Err(Error::UnknownOpcode {
+                    byte: op,
+                    offset: off,
+                });
             }
         }
     }
@@ -592,7 +728,11 @@ pub(crate) fn run<R: Read>(input: &mut Input<R>, heap: &mut Heap) -> Result<(Val
     if stack.len() != 1 || !marks.is_empty() {
         return Err(Error::malformed(
             info.bytes - 1,
-            format!("STOP with {} values and {} marks on the stack (expected one value)", stack.len(), marks.len()),
+            format!(
+                "STOP with {} values and {} marks on the stack (expected one value)",
+                stack.len(),
+                marks.len()
+            ),
         ));
     }
     let root = stack[0];
@@ -663,7 +803,10 @@ mod tests {
         assert_eq!(decode_long(&[0xff]), Some(-1));
         assert_eq!(decode_long(&[0x00, 0x80]), Some(-32768));
         // 2^63 takes 9 bytes in CPython's minimal encoding.
-        assert_eq!(decode_long(&[0, 0, 0, 0, 0, 0, 0, 0x80, 0]), Some(1i128 << 63));
+        assert_eq!(
+            decode_long(&[0, 0, 0, 0, 0, 0, 0, 0x80, 0]),
+            Some(1i128 << 63)
+        );
         assert_eq!(decode_long(&[0xff; 9]), Some(u64::MAX as i128 * 0 - 1));
         // Non-minimal encodings of small numbers are fine; real 129-bit numbers are not.
         let mut twenty = vec![5u8];
@@ -684,7 +827,11 @@ impl<R: Read> Input<R> {
 
     /// The next byte without consuming it; `None` at end of stream.
     pub fn peek_byte(&mut self) -> Result<Option<u8>> {
-        Ok(if self.peek_available(1)? { Some(self.buf[self.pos]) } else { None })
+        Ok(if self.peek_available(1)? {
+            Some(self.buf[self.pos])
+        } else {
+            None
+        })
     }
 }
 

@@ -58,7 +58,10 @@ impl<T: Write> W<'_, T> {
 
 /// Writes `snap` as a model file.
 pub fn write<T: Write>(snap: &Snapshot, out: &mut T) -> io::Result<()> {
-    let mut w = W { w: out, buf: Vec::with_capacity(1 << 17) };
+    let mut w = W {
+        w: out,
+        buf: Vec::with_capacity(1 << 17),
+    };
     w.buf.extend_from_slice(MAGIC);
     w.u32(VERSION)?;
     let f = &snap.format;
@@ -90,7 +93,14 @@ pub fn write<T: Write>(snap: &Snapshot, out: &mut T) -> io::Result<()> {
     w.len(snap.segments.len())?;
     for s in &snap.segments {
         w.i64(s.device as i64)?;
-        for v in [s.address, s.total_size, s.allocated_size, s.active_size, s.requested_size, s.stream] {
+        for v in [
+            s.address,
+            s.total_size,
+            s.allocated_size,
+            s.active_size,
+            s.requested_size,
+            s.stream,
+        ] {
             w.u64(v)?;
         }
         w.u8(match s.segment_type {
@@ -155,7 +165,11 @@ pub fn write<T: Write>(snap: &Snapshot, out: &mut T) -> io::Result<()> {
         w.i64(a.device as i64)?;
         w.i64(a.time_us)?;
     }
-    let settings = snap.allocator_settings.as_ref().map(|v| v.to_string()).unwrap_or_default();
+    let settings = snap
+        .allocator_settings
+        .as_ref()
+        .map(|v| v.to_string())
+        .unwrap_or_default();
     w.bytes(settings.as_bytes())?;
     w.buf.extend_from_slice(MAGIC);
     w.w.write_all(&w.buf)?;
@@ -169,11 +183,16 @@ struct R<T: Read> {
 
 impl<T: Read> R<T> {
     fn bad(&self, what: &str) -> Error {
-        Error::Malformed { offset: self.offset, message: format!("model file: {what}; it will be rebuilt from the original") }
+        Error::Malformed {
+            offset: self.offset,
+            message: format!("model file: {what}; it will be rebuilt from the original"),
+        }
     }
     fn exact<const N: usize>(&mut self) -> Result<[u8; N]> {
         let mut b = [0; N];
-        self.r.read_exact(&mut b).map_err(|_| self.bad("ends early"))?;
+        self.r
+            .read_exact(&mut b)
+            .map_err(|_| self.bad("ends early"))?;
         self.offset += N as u64;
         Ok(b)
     }
@@ -192,7 +211,10 @@ impl<T: Read> R<T> {
     fn string(&mut self) -> Result<String> {
         let n = self.u32()? as u64;
         let mut s = Vec::new();
-        (&mut self.r).take(n).read_to_end(&mut s).map_err(|_| self.bad("ends early"))?;
+        (&mut self.r)
+            .take(n)
+            .read_to_end(&mut s)
+            .map_err(|_| self.bad("ends early"))?;
         if s.len() as u64 != n {
             return Err(self.bad("ends early"));
         }
@@ -200,15 +222,25 @@ impl<T: Read> R<T> {
         String::from_utf8(s).map_err(|_| self.bad("string is not UTF-8"))
     }
     /// `n` little-endian values of `N` bytes each, read in blocks.
-    fn column<const N: usize, V>(&mut self, n: usize, mut conv: impl FnMut([u8; N]) -> V) -> Result<Vec<V>> {
+    fn column<const N: usize, V>(
+        &mut self,
+        n: usize,
+        mut conv: impl FnMut([u8; N]) -> V,
+    ) -> Result<Vec<V>> {
         let mut out = Vec::with_capacity(n);
         let mut buf = vec![0u8; (1 << 16) * N];
         let mut left = n;
         while left > 0 {
             let k = left.min(1 << 16);
-            self.r.read_exact(&mut buf[..k * N]).map_err(|_| self.bad("ends early"))?;
+            self.r
+                .read_exact(&mut buf[..k * N])
+                .map_err(|_| self.bad("ends early"))?;
             self.offset += (k * N) as u64;
-            out.extend(buf[..k * N].chunks_exact(N).map(|c| conv(c.try_into().expect("chunk of N"))));
+            out.extend(
+                buf[..k * N]
+                    .chunks_exact(N)
+                    .map(|c| conv(c.try_into().expect("chunk of N"))),
+            );
             left -= k;
         }
         Ok(out)
@@ -221,7 +253,10 @@ fn static_str(s: &str, known: &[&'static str]) -> &'static str {
 
 /// Reads a model file written by [`write`].
 pub fn read<T: Read>(input: T) -> Result<Snapshot> {
-    let mut r = R { r: input, offset: 0 };
+    let mut r = R {
+        r: input,
+        offset: 0,
+    };
     if &r.exact::<8>()? != MAGIC {
         return Err(r.bad("wrong magic"));
     }
@@ -231,7 +266,10 @@ pub fn read<T: Read>(input: T) -> Result<Snapshot> {
     let mut snap = Snapshot::default();
     snap.format.encoding = static_str(&r.string()?, &["pickle", "json"]);
     snap.format.compression = static_str(&r.string()?, &["none", "gzip", "zstd", "xz"]);
-    snap.format.layout = static_str(&r.string()?, &["modern", "block_history", "legacy_segment_list"]);
+    snap.format.layout = static_str(
+        &r.string()?,
+        &["modern", "block_history", "legacy_segment_list"],
+    );
     snap.format.protocol = r.u8()?;
     snap.format.decoded_bytes = r.u64()?;
 
@@ -243,11 +281,21 @@ pub fn read<T: Read>(input: T) -> Result<Snapshot> {
         }
     }
     let n_strings = n as u32;
-    let str_id = |r: &R<T>, v: u32| if v < n_strings { Ok(StrId(v)) } else { Err(r.bad("string id out of range")) };
+    let str_id = |r: &R<T>, v: u32| {
+        if v < n_strings {
+            Ok(StrId(v))
+        } else {
+            Err(r.bad("string id out of range"))
+        }
+    };
     let n = r.u32()? as usize;
     for i in 0..n {
         let (filename, name, line) = (r.u32()?, r.u32()?, r.u32()?);
-        let f = Frame { filename: str_id(&r, filename)?, name: str_id(&r, name)?, line };
+        let f = Frame {
+            filename: str_id(&r, filename)?,
+            name: str_id(&r, name)?,
+            line,
+        };
         if snap.frames.intern(f).0 as usize != i {
             return Err(r.bad("duplicate frame"));
         }
@@ -270,7 +318,13 @@ pub fn read<T: Read>(input: T) -> Result<Snapshot> {
         }
     }
     let n_stacks = n as u32;
-    let stack_id = |r: &R<T>, v: u32| if v < n_stacks.max(1) { Ok(StackId(v)) } else { Err(r.bad("stack id out of range")) };
+    let stack_id = |r: &R<T>, v: u32| {
+        if v < n_stacks.max(1) {
+            Ok(StackId(v))
+        } else {
+            Err(r.bad("stack id out of range"))
+        }
+    };
     let n = r.u32()? as usize;
     for _ in 0..n {
         let device = r.i64()? as i32;
@@ -285,7 +339,10 @@ pub fn read<T: Read>(input: T) -> Result<Snapshot> {
         };
         let pool_id = (r.i64()?, r.i64()?);
         let is_expandable = r.u8()? != 0;
-        let stack = { let v = r.u32()?; stack_id(&r, v)? };
+        let stack = {
+            let v = r.u32()?;
+            stack_id(&r, v)?
+        };
         let blocks = r.u32()?..r.u32()?;
         snap.segments.push(Segment {
             device,
@@ -312,11 +369,25 @@ pub fn read<T: Read>(input: T) -> Result<Snapshot> {
             2 => BlockState::Inactive,
             _ => BlockState::Unknown,
         };
-        let stack = { let v = r.u32()?; stack_id(&r, v)? };
-        snap.blocks.push(Block { segment, address, size, requested_size, state, stack });
+        let stack = {
+            let v = r.u32()?;
+            stack_id(&r, v)?
+        };
+        snap.blocks.push(Block {
+            segment,
+            address,
+            size,
+            requested_size,
+            state,
+            stack,
+        });
     }
     let n_blocks = snap.blocks.len() as u32;
-    if snap.segments.iter().any(|s| s.blocks.start > s.blocks.end || s.blocks.end > n_blocks) {
+    if snap
+        .segments
+        .iter()
+        .any(|s| s.blocks.start > s.blocks.end || s.blocks.end > n_blocks)
+    {
         return Err(r.bad("block range out of range"));
     }
     let n = r.u32()? as usize;
@@ -348,7 +419,10 @@ pub fn read<T: Read>(input: T) -> Result<Snapshot> {
         let mut col = Vec::with_capacity(k.min(1 << 20));
         for _ in 0..k {
             let row = r.u32()?;
-            col.push((row, { let v = r.u32()?; str_id(&r, v)? }));
+            col.push((row, {
+                let v = r.u32()?;
+                str_id(&r, v)?
+            }));
         }
         match which {
             0 => snap.trace.compile_context = col,
@@ -364,19 +438,31 @@ pub fn read<T: Read>(input: T) -> Result<Snapshot> {
         if range.start > range.end || range.end > rows {
             return Err(r.bad("device rows out of range"));
         }
-        snap.devices.push(DeviceTrace { device, rows: range });
+        snap.devices.push(DeviceTrace {
+            device,
+            rows: range,
+        });
     }
     let n = r.u32()? as usize;
     for _ in 0..n {
-        let name = { let v = r.u32()?; str_id(&r, v)? };
+        let name = {
+            let v = r.u32()?;
+            str_id(&r, v)?
+        };
         let start = r.u8()? != 0;
         let device = r.i64()? as i32;
         let time_us = r.i64()?;
-        snap.annotations.push(Annotation { name, start, device, time_us });
+        snap.annotations.push(Annotation {
+            name,
+            start,
+            device,
+            time_us,
+        });
     }
     let settings = r.string()?;
     if !settings.is_empty() {
-        snap.allocator_settings = Some(serde_json::from_str(&settings).map_err(|_| r.bad("settings are not JSON"))?);
+        snap.allocator_settings =
+            Some(serde_json::from_str(&settings).map_err(|_| r.bad("settings are not JSON"))?);
     }
     if &r.exact::<8>()? != MAGIC {
         return Err(r.bad("no end marker"));

@@ -67,16 +67,25 @@ impl Memo {
     }
     #[inline]
     fn get(&self, i: usize) -> Option<&Value> {
-        if i < self.len { Some(&self.chunks[i / MEMO_CHUNK][i % MEMO_CHUNK]) } else { None }
+        if i < self.len {
+            Some(&self.chunks[i / MEMO_CHUNK][i % MEMO_CHUNK])
+        } else {
+            None
+        }
     }
     #[inline]
     fn get_mut(&mut self, i: usize) -> Option<&mut Value> {
-        if i < self.len { Some(&mut self.chunks[i / MEMO_CHUNK][i % MEMO_CHUNK]) } else { None }
+        if i < self.len {
+            Some(&mut self.chunks[i / MEMO_CHUNK][i % MEMO_CHUNK])
+        } else {
+            None
+        }
     }
     #[inline]
     fn push(&mut self, v: Value) {
-        if self.len % MEMO_CHUNK == 0 && self.len / MEMO_CHUNK == self.chunks.len() {
-            self.chunks.push(vec![Value::None; MEMO_CHUNK].into_boxed_slice());
+        if self.len.is_multiple_of(MEMO_CHUNK) && self.len / MEMO_CHUNK == self.chunks.len() {
+            self.chunks
+                .push(vec![Value::None; MEMO_CHUNK].into_boxed_slice());
         }
         let i = self.len;
         self.chunks[i / MEMO_CHUNK][i % MEMO_CHUNK] = v;
@@ -310,7 +319,10 @@ impl Heap {
     pub fn intern(&mut self, s: &str) -> Result<StrId, HeapErr> {
         let id = self.strings.intern(s);
         if self.strings.heap_bytes() as u64 / 2 > self.limits.max_string_pool_bytes {
-            return Err(HeapErr::Limit { what: "interned string bytes", limit: self.limits.max_string_pool_bytes });
+            return Err(HeapErr::Limit {
+                what: "interned string bytes",
+                limit: self.limits.max_string_pool_bytes,
+            });
         }
         Ok(id)
     }
@@ -322,11 +334,22 @@ impl Heap {
             items = spare;
         }
         if self.live_containers >= self.limits.max_live_containers {
-            return Err(HeapErr::Limit { what: "live containers", limit: self.limits.max_live_containers as u64 });
+            return Err(HeapErr::Limit {
+                what: "live containers",
+                limit: self.limits.max_live_containers as u64,
+            });
         }
         self.add_items(items.len() as u64)?;
         self.live_containers += 1;
-        let c = Container { generation: 0, kind, live: true, refs: 1, lowered: None, memo: NO_MEMO, items: Items::Vals(items) };
+        let c = Container {
+            generation: 0,
+            kind,
+            live: true,
+            refs: 1,
+            lowered: None,
+            memo: NO_MEMO,
+            items: Items::Vals(items),
+        };
         let idx = match self.free.pop() {
             Some(idx) => {
                 let slot = &mut self.containers[idx as usize];
@@ -339,13 +362,19 @@ impl Heap {
                 (self.containers.len() - 1) as u32
             }
         };
-        Ok(Value::Obj(Cid { idx, generation: self.containers[idx as usize].generation }))
+        Ok(Value::Obj(Cid {
+            idx,
+            generation: self.containers[idx as usize].generation,
+        }))
     }
 
     fn add_items(&mut self, n: u64) -> Result<(), HeapErr> {
         self.container_items += n;
         if self.container_items > self.limits.max_container_items {
-            return Err(HeapErr::Limit { what: "values held in containers", limit: self.limits.max_container_items });
+            return Err(HeapErr::Limit {
+                what: "values held in containers",
+                limit: self.limits.max_container_items,
+            });
         }
         Ok(())
     }
@@ -379,13 +408,17 @@ impl Heap {
 
     /// Appends consumed values to a list, tuple or set.
     pub fn extend(&mut self, target: Value, values: &[Value]) -> Result<(), HeapErr> {
-        let Value::Obj(cid) = target else { return Err("APPEND to something that is not a list".into()) };
+        let Value::Obj(cid) = target else {
+            return Err("APPEND to something that is not a list".into());
+        };
         let c = self.slot_mut(cid)?;
         if c.kind == Kind::Dict {
             return Err("APPEND to something that is not a list".into());
         }
         if let Items::Vals(vals) = &mut c.items
-            && !values.iter().any(|v| matches!(v, Value::Obj(_) | Value::Entry(_)))
+            && !values
+                .iter()
+                .any(|v| matches!(v, Value::Obj(_) | Value::Entry(_)))
         {
             // Plain values (frames of a stack, numbers): nothing to consume.
             vals.extend_from_slice(values);
@@ -394,9 +427,15 @@ impl Heap {
         // Taken out while appending (consuming may lower other containers); put back below.
         let mut items = std::mem::replace(&mut c.items, Items::Vals(Vec::new()));
         for &v in values {
-            let v = if matches!(v, Value::Obj(_)) { self.consume(v)? } else { v };
+            let v = if matches!(v, Value::Obj(_)) {
+                self.consume(v)?
+            } else {
+                v
+            };
             match (&mut items, v) {
-                (Items::Vals(vals), Value::Entry(e)) if vals.is_empty() => items = Items::Entries { start: e, len: 1 },
+                (Items::Vals(vals), Value::Entry(e)) if vals.is_empty() => {
+                    items = Items::Entries { start: e, len: 1 }
+                }
                 (Items::Entries { start, len }, Value::Entry(e)) if e == *start + *len => *len += 1,
                 (Items::Entries { start, len }, Value::Entry(e)) => {
                     let mut rows: Vec<u32> = (*start..*start + *len).collect();
@@ -418,16 +457,20 @@ impl Heap {
 
     /// Sets consumed key/value pairs in a dict.
     pub fn set_items(&mut self, target: Value, pairs: &[Value]) -> Result<(), HeapErr> {
-        let Value::Obj(cid) = target else { return Err("SETITEM on something that is not a dict".into()) };
+        let Value::Obj(cid) = target else {
+            return Err("SETITEM on something that is not a dict".into());
+        };
         let c = self.slot_mut(cid)?;
         if c.kind != Kind::Dict {
             return Err("SETITEM on something that is not a dict".into());
         }
-        if pairs.len() % 2 != 0 {
+        if !pairs.len().is_multiple_of(2) {
             return Err("SETITEMS with an odd number of items".into());
         }
         let mut items = std::mem::replace(&mut c.items, Items::Vals(Vec::new()));
-        let Items::Vals(vals) = &mut items else { unreachable!("dicts never hold entry runs") };
+        let Items::Vals(vals) = &mut items else {
+            unreachable!("dicts never hold entry runs")
+        };
         let start = vals.len();
         vals.extend_from_slice(pairs);
         // Only containers need consuming (usually just the `frames` list of an entry).
@@ -451,7 +494,10 @@ impl Heap {
             self.memo.push(v);
         } else {
             if self.memo_sparse.len() >= self.limits.max_memo {
-                return Err(HeapErr::Limit { what: "memo entries", limit: self.limits.max_memo as u64 });
+                return Err(HeapErr::Limit {
+                    what: "memo entries",
+                    limit: self.limits.max_memo as u64,
+                });
             }
             self.memo_sparse.insert(key, v);
         }
@@ -624,7 +670,11 @@ impl Heap {
             return self.lower_entry(vals).map(Some);
         }
         if !other_keys && frame_keys >= 2 {
-            let mut f = Frame { filename: StrId::EMPTY, name: StrId::EMPTY, line: 0 };
+            let mut f = Frame {
+                filename: StrId::EMPTY,
+                name: StrId::EMPTY,
+                line: 0,
+            };
             for pair in vals.chunks_exact(2) {
                 match (pair[0], pair[1]) {
                     (Value::Str(StrId(key::LINE)), v) => {
@@ -645,7 +695,9 @@ impl Heap {
         match v {
             Value::Stack(s) => s,
             Value::Obj(cid) => {
-                let Ok(Items::Vals(vals)) = self.items(cid) else { return StackId::EMPTY };
+                let Ok(Items::Vals(vals)) = self.items(cid) else {
+                    return StackId::EMPTY;
+                };
                 let vals = vals.clone();
                 let mut frames = Vec::with_capacity(vals.len());
                 for v in vals {
@@ -769,7 +821,9 @@ impl Heap {
 
     /// Dict pairs of a generic container, with keys as strings (non-string keys skipped).
     pub fn dict_pairs(&self, v: Value) -> Vec<(&str, Value)> {
-        let Value::Obj(cid) = v else { return Vec::new() };
+        let Value::Obj(cid) = v else {
+            return Vec::new();
+        };
         match (self.slot(cid).map(|c| (c.kind, &c.items)), ()) {
             (Ok((Kind::Dict, Items::Vals(vals))), ()) => vals
                 .chunks_exact(2)
@@ -783,7 +837,10 @@ impl Heap {
     pub fn to_json(&self, v: Value, depth: usize) -> Result<serde_json::Value, HeapErr> {
         use serde_json::Value as J;
         if depth > self.limits.max_depth {
-            return Err(HeapErr::Limit { what: "nesting depth", limit: self.limits.max_depth as u64 });
+            return Err(HeapErr::Limit {
+                what: "nesting depth",
+                limit: self.limits.max_depth as u64,
+            });
         }
         Ok(match v {
             Value::None => J::Null,
@@ -796,10 +853,14 @@ impl Heap {
                     Err(_) => J::String(i.to_string()),
                 }
             }
-            Value::Float(f) => serde_json::Number::from_f64(f).map(J::Number).unwrap_or(J::Null),
+            Value::Float(f) => serde_json::Number::from_f64(f)
+                .map(J::Number)
+                .unwrap_or(J::Null),
             Value::Str(s) => J::String(self.strings.get(s).to_string()),
             Value::Bytes => J::Null,
-            Value::EmptyList | Value::Stack(_) | Value::Entry(_) | Value::Frame(_) => J::Array(Vec::new()),
+            Value::EmptyList | Value::Stack(_) | Value::Entry(_) | Value::Frame(_) => {
+                J::Array(Vec::new())
+            }
             Value::Obj(cid) => match (self.kind(cid)?, self.items(cid)?) {
                 (Kind::Dict, Items::Vals(vals)) => {
                     let mut m = serde_json::Map::new();
@@ -812,9 +873,11 @@ impl Heap {
                     }
                     J::Object(m)
                 }
-                (_, Items::Vals(vals)) => {
-                    J::Array(vals.iter().map(|x| self.to_json(*x, depth + 1)).collect::<Result<_, _>>()?)
-                }
+                (_, Items::Vals(vals)) => J::Array(
+                    vals.iter()
+                        .map(|x| self.to_json(*x, depth + 1))
+                        .collect::<Result<_, _>>()?,
+                ),
                 (_, Items::Entries { .. } | Items::Rows(_)) => J::Array(Vec::new()),
             },
         })

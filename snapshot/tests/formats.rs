@@ -26,16 +26,38 @@ fn other_protocols_and_compressions_read_the_same() {
     ] {
         assert_eq!(figures(name), want, "{name}");
     }
-    assert_eq!(common::read("variants/multistream.proto2.pickle").format.protocol, 2);
-    assert_eq!(common::read("variants/multistream.proto5.pickle").format.protocol, 5);
-    assert_eq!(common::read("variants/multistream.pickle.zst").format.compression, "zstd");
-    assert_eq!(common::read("variants/multistream.json").format.encoding, "json");
+    assert_eq!(
+        common::read("variants/multistream.proto2.pickle")
+            .format
+            .protocol,
+        2
+    );
+    assert_eq!(
+        common::read("variants/multistream.proto5.pickle")
+            .format
+            .protocol,
+        5
+    );
+    assert_eq!(
+        common::read("variants/multistream.pickle.zst")
+            .format
+            .compression,
+        "zstd"
+    );
+    assert_eq!(
+        common::read("variants/multistream.json").format.encoding,
+        "json"
+    );
 }
 
 #[test]
 fn stacks_survive_every_encoding() {
     let base = common::read("multistream.pickle");
-    for name in ["variants/multistream.proto0.pickle", "variants/multistream.proto2.pickle", "variants/multistream.json"] {
+    for name in [
+        "variants/multistream.proto0.pickle",
+        "variants/multistream.proto2.pickle",
+        "variants/multistream.json",
+    ] {
         let other = common::read(name);
         assert_eq!(other.trace.len(), base.trace.len());
         for r in [0usize, 17, 100, base.trace.len() - 1] {
@@ -57,7 +79,11 @@ fn pytorch_2_0_layout_with_block_history() {
     let base = common::read("multistream.pickle");
     let addrs = |s: &snapshot::Snapshot| s.blocks.iter().map(|b| b.address).collect::<Vec<_>>();
     assert_eq!(addrs(&snap), addrs(&base));
-    let pending = snap.blocks.iter().find(|b| b.state == snapshot::BlockState::ActivePendingFree).unwrap();
+    let pending = snap
+        .blocks
+        .iter()
+        .find(|b| b.state == snapshot::BlockState::ActivePendingFree)
+        .unwrap();
     assert!(!snap.stack(pending.stack).is_empty());
     assert!(report.summary.devices["0"].first_time_us.is_none());
 }
@@ -108,18 +134,34 @@ fn unknown_keys_and_missing_keys_are_tolerated() {
 fn fast_path_equals_general_machine() {
     for name in common::REAL_AND_VARIANTS {
         let path = common::fixture(name);
-        let fast = snapshot::read_sized(std::fs::File::open(&path).unwrap(), std::fs::metadata(&path).unwrap().len()).unwrap();
+        let fast = snapshot::read_sized(
+            std::fs::File::open(&path).unwrap(),
+            std::fs::metadata(&path).unwrap().len(),
+        )
+        .unwrap();
         let general = snapshot::read_general(std::fs::File::open(&path).unwrap()).unwrap();
         let (a, b) = (&fast.trace, &general.trace);
         assert_eq!(a.action, b.action, "{name}");
-        assert_eq!((&a.addr, &a.size, &a.stream, &a.time_us), (&b.addr, &b.size, &b.stream, &b.time_us), "{name}");
-        assert_eq!((&a.device_free, &a.compile_context, &a.user_metadata), (&b.device_free, &b.compile_context, &b.user_metadata), "{name}");
+        assert_eq!(
+            (&a.addr, &a.size, &a.stream, &a.time_us),
+            (&b.addr, &b.size, &b.stream, &b.time_us),
+            "{name}"
+        );
+        assert_eq!(
+            (&a.device_free, &a.compile_context, &a.user_metadata),
+            (&b.device_free, &b.compile_context, &b.user_metadata),
+            "{name}"
+        );
         for r in 0..a.len() {
             let fa = snapshot::frames::full_stack(&fast, a.stack[r]);
             let fb = snapshot::frames::full_stack(&general, b.stack[r]);
             assert_eq!(fa, fb, "{name} row {r}");
         }
-        assert_eq!(format!("{:?}", fast.devices), format!("{:?}", general.devices), "{name}");
+        assert_eq!(
+            format!("{:?}", fast.devices),
+            format!("{:?}", general.devices),
+            "{name}"
+        );
         assert_eq!(fast.blocks.len(), general.blocks.len(), "{name}");
     }
 }

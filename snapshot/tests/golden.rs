@@ -9,11 +9,22 @@ use std::fmt::Write;
 
 use snapshot::analysis::{self, Verdict};
 
-const SCENARIOS: [&str; 7] =
-    ["leak_detached_cache", "steady_train", "fragmentation", "oom_fraction", "segments_only", "multistream", "big_python"];
+const SCENARIOS: [&str; 7] = [
+    "leak_detached_cache",
+    "steady_train",
+    "fragmentation",
+    "oom_fraction",
+    "segments_only",
+    "multistream",
+    "big_python",
+];
 
 fn file_of(scenario: &str) -> String {
-    if scenario == "big_python" { "big_python.pickle.xz".into() } else { format!("{scenario}.pickle") }
+    if scenario == "big_python" {
+        "big_python.pickle.xz".into()
+    } else {
+        format!("{scenario}.pickle")
+    }
 }
 
 #[test]
@@ -22,7 +33,10 @@ fn figures_equal_python_reference() {
         let (_, _, report) = common::analyze(&file_of(scenario));
         let reference = common::reference_figures(scenario);
         let ours = common::our_figures(&report, &reference);
-        assert_eq!(ours, reference, "{scenario}: figures differ from figures.json");
+        assert_eq!(
+            ours, reference,
+            "{scenario}: figures differ from figures.json"
+        );
     }
 }
 
@@ -31,19 +45,42 @@ fn digest(scenario: &str) -> String {
     let (snap, index, report) = common::analyze(&file_of(scenario));
     let mut o = String::new();
     let _ = writeln!(o, "format: {:?}", report.format);
-    let _ = writeln!(o, "tables: strings={} frames={} stacks={} entries={}", snap.strings.len(), snap.frames.len(), snap.stacks.len(), snap.trace.len());
+    let _ = writeln!(
+        o,
+        "tables: strings={} frames={} stacks={} entries={}",
+        snap.strings.len(),
+        snap.frames.len(),
+        snap.stacks.len(),
+        snap.trace.len()
+    );
     for w in &report.warnings {
         let _ = writeln!(o, "warning: {}", w.code);
     }
     for l in &report.leak_suspects {
-        let site = l.site.as_ref().map(|s| format!("{}:{}", s.filename.rsplit('/').next().unwrap(), s.line));
-        let _ = writeln!(o, "leak: {site:?} bytes={} count={} spread={} series_end={}", l.bytes, l.count, l.spread, l.series.last().unwrap().live_bytes);
+        let site = l
+            .site
+            .as_ref()
+            .map(|s| format!("{}:{}", s.filename.rsplit('/').next().unwrap(), s.line));
+        let _ = writeln!(
+            o,
+            "leak: {site:?} bytes={} count={} spread={} series_end={}",
+            l.bytes,
+            l.count,
+            l.spread,
+            l.series.last().unwrap().live_bytes
+        );
     }
     for m in &report.ooms {
         let _ = writeln!(
             o,
             "oom: requested={} block={} free={:?} reserved={} allocated={} largest_free={} verdict={:?}",
-            m.requested_bytes, m.block_bytes, m.device_free_bytes, m.reserved_bytes, m.allocated_bytes, m.largest_free_block_bytes, m.verdict
+            m.requested_bytes,
+            m.block_bytes,
+            m.device_free_bytes,
+            m.reserved_bytes,
+            m.allocated_bytes,
+            m.largest_free_block_bytes,
+            m.verdict
         );
     }
     for f in &report.fragmentation {
@@ -53,16 +90,41 @@ fn digest(scenario: &str) -> String {
         let _ = writeln!(
             o,
             "device {}: events={} allocations={} segments={} checkpoints={} peak={}@{} live_at_start={} reserved_at_start={}",
-            d.device, d.len, d.allocations.len(), d.segments.len(), d.checkpoints.len(), d.peak_live_bytes, d.peak_position, d.live_at_start, d.reserved_at_start
+            d.device,
+            d.len,
+            d.allocations.len(),
+            d.segments.len(),
+            d.checkpoints.len(),
+            d.peak_live_bytes,
+            d.peak_position,
+            d.live_at_start,
+            d.reserved_at_start
         );
         if let Some(st) = analysis::stacks_at(&snap, &index, d.device, None, 3) {
             for s in &st.sites {
-                let site = s.site.as_ref().map(|f| format!("{}:{} {}", f.filename.rsplit('/').next().unwrap(), f.line, f.name));
-                let _ = writeln!(o, "  peak site: {site:?} bytes={} count={}", s.bytes, s.count);
+                let site = s.site.as_ref().map(|f| {
+                    format!(
+                        "{}:{} {}",
+                        f.filename.rsplit('/').next().unwrap(),
+                        f.line,
+                        f.name
+                    )
+                });
+                let _ = writeln!(
+                    o,
+                    "  peak site: {site:?} bytes={} count={}",
+                    s.bytes, s.count
+                );
             }
         }
         let mid = analysis::state_at(&snap, &index, d.device, d.len / 2);
-        let _ = writeln!(o, "  state@{}: segments={} {:?}", d.len / 2, mid.segments.len(), mid.total);
+        let _ = writeln!(
+            o,
+            "  state@{}: segments={} {:?}",
+            d.len / 2,
+            mid.segments.len(),
+            mid.total
+        );
     }
     o
 }
@@ -81,10 +143,17 @@ fn analyses_match_golden_digests() {
         }
         let want = std::fs::read_to_string(&path).unwrap_or_default();
         if got != want {
-            failures.push(format!("{scenario}:\n--- expected ({})\n{want}\n--- got\n{got}", path.display()));
+            failures.push(format!(
+                "{scenario}:\n--- expected ({})\n{want}\n--- got\n{got}",
+                path.display()
+            ));
         }
     }
-    assert!(failures.is_empty(), "golden digests differ (UPDATE_GOLDEN=1 rewrites them):\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "golden digests differ (UPDATE_GOLDEN=1 rewrites them):\n{}",
+        failures.join("\n")
+    );
 }
 
 #[test]
@@ -92,20 +161,38 @@ fn leak_detached_cache_leads_with_planted_line() {
     let (_, _, report) = common::analyze("leak_detached_cache.pickle");
     let top = &report.leak_suspects[0];
     let site = top.site.as_ref().unwrap();
-    assert!(site.filename.ends_with("gen_snapshots.py") && site.line == 126, "top suspect is {site:?}");
-    assert!(top.frames.iter().any(|f| f.filename.ends_with("gen_snapshots.py") && f.line == 126));
+    assert!(
+        site.filename.ends_with("gen_snapshots.py") && site.line == 126,
+        "top suspect is {site:?}"
+    );
+    assert!(
+        top.frames
+            .iter()
+            .any(|f| f.filename.ends_with("gen_snapshots.py") && f.line == 126)
+    );
     // 60 iterations, about 2 MiB each.
     assert_eq!(top.count, 60);
     assert_eq!(top.bytes, 60 * 2 * 1024 * 1024);
     // The evidence grows.
     let s = &top.series;
-    assert!(s.last().unwrap().live_bytes > s[s.len() / 2].live_bytes && s[s.len() / 2].live_bytes > s[0].live_bytes);
+    assert!(
+        s.last().unwrap().live_bytes > s[s.len() / 2].live_bytes
+            && s[s.len() / 2].live_bytes > s[0].live_bytes
+    );
 }
 
 #[test]
 fn steady_train_has_no_leak_suspects() {
     let (_, _, report) = common::analyze("steady_train.pickle");
-    assert!(report.leak_suspects.is_empty(), "{:#?}", report.leak_suspects.iter().map(|l| &l.site).collect::<Vec<_>>());
+    assert!(
+        report.leak_suspects.is_empty(),
+        "{:#?}",
+        report
+            .leak_suspects
+            .iter()
+            .map(|l| &l.site)
+            .collect::<Vec<_>>()
+    );
 }
 
 #[test]
@@ -120,7 +207,10 @@ fn oom_fraction_reports_one_fragmentation_oom_of_24_mib() {
     assert!(oom.largest_free_block_bytes < oom.block_bytes);
     // The growing list at line 181 is both the leak suspect and the largest site at the OOM.
     let site = report.leak_suspects[0].site.as_ref().unwrap();
-    assert_eq!((site.filename.rsplit('/').next().unwrap(), site.line), ("gen_snapshots.py", 181));
+    assert_eq!(
+        (site.filename.rsplit('/').next().unwrap(), site.line),
+        ("gen_snapshots.py", 181)
+    );
     let largest = oom.largest_sites[0].site.as_ref().unwrap();
     assert_eq!(largest.line, 181);
 }
@@ -132,10 +222,19 @@ fn multistream_shows_the_pending_free() {
     assert_eq!(report.summary.pending_free_bytes, 16 << 20);
     // The trace agrees: one allocation has free_requested without free_completed.
     let d = index.device(0).unwrap();
-    let pending: Vec<_> = d.allocations.iter().filter(|a| a.free_requested != analysis::index::NONE && a.end == analysis::index::NONE).collect();
+    let pending: Vec<_> = d
+        .allocations
+        .iter()
+        .filter(|a| a.free_requested != analysis::index::NONE && a.end == analysis::index::NONE)
+        .collect();
     assert_eq!(pending.len(), 1);
     let end = analysis::state_at(&snap, &index, 0, d.len);
-    assert!(end.segments.iter().flat_map(|s| &s.blocks).any(|b| b.state == snapshot::BlockState::ActivePendingFree));
+    assert!(
+        end.segments
+            .iter()
+            .flat_map(|s| &s.blocks)
+            .any(|b| b.state == snapshot::BlockState::ActivePendingFree)
+    );
 }
 
 #[test]
@@ -151,7 +250,12 @@ fn segments_only_analyses_without_traces() {
 
 #[test]
 fn state_at_end_matches_snapshot_and_rebuilt_states_are_consistent() {
-    for scenario in ["leak_detached_cache", "fragmentation", "multistream", "steady_train"] {
+    for scenario in [
+        "leak_detached_cache",
+        "fragmentation",
+        "multistream",
+        "steady_train",
+    ] {
         let (snap, index, _) = common::analyze(&file_of(scenario));
         let d = &index.devices[0];
         for p in [0, d.len / 3, d.len / 2, d.len - 1] {
@@ -161,10 +265,16 @@ fn state_at_end_matches_snapshot_and_rebuilt_states_are_consistent() {
             for s in &st.segments {
                 let sum: u64 = s.blocks.iter().map(|b| b.size).sum();
                 assert_eq!(sum, s.total_size, "{scenario}@{p}: blocks tile the segment");
-                assert!(s.blocks.windows(2).all(|w| w[0].address + w[0].size <= w[1].address));
+                assert!(
+                    s.blocks
+                        .windows(2)
+                        .all(|w| w[0].address + w[0].size <= w[1].address)
+                );
             }
             // Checkpoint answer equals a brute-force scan of the intervals.
-            let mut brute: Vec<u32> = (0..d.allocations.len() as u32).filter(|&a| d.allocations[a as usize].alive_at(p)).collect();
+            let mut brute: Vec<u32> = (0..d.allocations.len() as u32)
+                .filter(|&a| d.allocations[a as usize].alive_at(p))
+                .collect();
             brute.sort_unstable();
             assert_eq!(d.alive_at(p), brute, "{scenario}@{p}");
         }
@@ -177,7 +287,10 @@ fn timeline_buckets_keep_the_peak() {
     let d = &index.devices[0];
     let tl = analysis::timeline(&snap, &index, 0, 0, d.len, 500).unwrap();
     assert_eq!(tl.buckets.len(), 500);
-    assert_eq!(tl.buckets.iter().map(|b| b.live_max).max().unwrap(), d.peak_live_bytes);
+    assert_eq!(
+        tl.buckets.iter().map(|b| b.live_max).max().unwrap(),
+        d.peak_live_bytes
+    );
     // A time window maps to the positions inside it.
     let t0 = snap.trace.time_us[d.row(1000)] as f64;
     let t1 = snap.trace.time_us[d.row(2000)] as f64;

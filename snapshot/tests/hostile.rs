@@ -35,11 +35,20 @@ fn code_executing_opcodes_are_rejected_with_name_and_offset() {
         bytes.push(b'.');
         let err = read(&bytes).expect_err(name);
         let msg = err.to_string();
-        assert!(msg.starts_with(&format!("not a memory snapshot: pickle opcode {name} at offset ")), "{name}: {msg}");
+        assert!(
+            msg.starts_with(&format!(
+                "not a memory snapshot: pickle opcode {name} at offset "
+            )),
+            "{name}: {msg}"
+        );
         match err {
             Error::ForbiddenOpcode { opcode, offset, .. } => {
                 assert_eq!(opcode, *name);
-                assert_eq!(bytes[offset as usize], body[body.len() - 1 - trailing_args(name)], "{name} offset {offset}");
+                assert_eq!(
+                    bytes[offset as usize],
+                    body[body.len() - 1 - trailing_args(name)],
+                    "{name} offset {offset}"
+                );
             }
             other => panic!("{name}: {other:?}"),
         }
@@ -67,7 +76,10 @@ fn forbidden_opcode_inside_a_real_snapshot_names_its_offset() {
     assert_eq!(bytes[at], 0x94);
     bytes[at] = b'c';
     let msg = read(&bytes).unwrap_err().to_string();
-    assert!(msg.contains("not a memory snapshot: pickle opcode GLOBAL at offset 1839"), "{msg}");
+    assert!(
+        msg.contains("not a memory snapshot: pickle opcode GLOBAL at offset 1839"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -118,11 +130,11 @@ fn deep_nesting_needs_no_native_stack() {
 #[test]
 fn huge_declared_lengths_are_refused_without_allocating() {
     let cases: &[&[u8]] = &[
-        b"\x80\x04\x8d\xff\xff\xff\xff\xff\xff\xff\x7f",  // BINUNICODE8 of 2^63 bytes
-        b"\x80\x04X\xff\xff\xff\x7f",                      // BINUNICODE of 2 GiB
-        b"\x80\x04\x8e\x00\x00\x00\x00\x00\x01\x00\x00",  // BINBYTES8 of 2^40
-        b"\x80\x04\x8b\xff\xff\xff\x7f",                  // LONG4 of 2 GiB
-        b"\x80\x04\x96\x00\x00\x00\x00\x10\x00\x00\x00",  // BYTEARRAY8
+        b"\x80\x04\x8d\xff\xff\xff\xff\xff\xff\xff\x7f", // BINUNICODE8 of 2^63 bytes
+        b"\x80\x04X\xff\xff\xff\x7f",                    // BINUNICODE of 2 GiB
+        b"\x80\x04\x8e\x00\x00\x00\x00\x00\x01\x00\x00", // BINBYTES8 of 2^40
+        b"\x80\x04\x8b\xff\xff\xff\x7f",                 // LONG4 of 2 GiB
+        b"\x80\x04\x96\x00\x00\x00\x00\x10\x00\x00\x00", // BYTEARRAY8
     ];
     for bytes in cases {
         match read(bytes) {
@@ -141,21 +153,38 @@ fn huge_declared_lengths_are_refused_without_allocating() {
 
 #[test]
 fn limits_bound_memory() {
-    let limits = Limits { max_stack: 1000, max_live_containers: 100, ..Limits::default() };
+    let limits = Limits {
+        max_stack: 1000,
+        max_live_containers: 100,
+        ..Limits::default()
+    };
     let many_nones = [b"\x80\x04".as_slice(), &[b'N'; 5000], b"."].concat();
-    assert!(matches!(snapshot::read_with_limits(many_nones.as_slice(), limits.clone()), Err(Error::LimitExceeded { .. })));
+    assert!(matches!(
+        snapshot::read_with_limits(many_nones.as_slice(), limits.clone()),
+        Err(Error::LimitExceeded { .. })
+    ));
     let many_lists = [b"\x80\x04".as_slice(), &[b']'; 500], b"."].concat();
-    assert!(matches!(snapshot::read_with_limits(many_lists.as_slice(), limits), Err(Error::LimitExceeded { .. })));
+    assert!(matches!(
+        snapshot::read_with_limits(many_lists.as_slice(), limits),
+        Err(Error::LimitExceeded { .. })
+    ));
 }
 
 #[test]
 fn garbage_and_wrong_shapes_get_clear_errors() {
-    let e = read(b"hello world, this is not a pickle").unwrap_err().to_string();
-    assert!(e.contains("not a memory snapshot") || e.contains("malformed") || e.contains("JSON"), "{e}");
+    let e = read(b"hello world, this is not a pickle")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("not a memory snapshot") || e.contains("malformed") || e.contains("JSON"),
+        "{e}"
+    );
     assert!(read(b"").unwrap_err().to_string().contains("empty"));
     let e = read(b"\x80\x04K\x05.").unwrap_err().to_string();
     assert!(e.contains("holds an integer"), "{e}");
-    let e = read(b"\x80\x04}\x8c\x01a\x8c\x01bs.").unwrap_err().to_string();
+    let e = read(b"\x80\x04}\x8c\x01a\x8c\x01bs.")
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("without a 'segments' key"), "{e}");
     let e = read(b"\x80\x09N.").unwrap_err().to_string();
     assert!(e.contains("protocol 9"), "{e}");

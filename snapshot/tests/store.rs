@@ -11,7 +11,11 @@ fn model_file_round_trips_every_fixture() {
         let back = snapshot::store::read(bytes.as_slice()).unwrap();
         let (_, a) = snapshot::analysis::analyze(&snap, &Default::default());
         let (_, b) = snapshot::analysis::analyze(&back, &Default::default());
-        assert_eq!(serde_json::to_value(&a).unwrap(), serde_json::to_value(&b).unwrap(), "{name}");
+        assert_eq!(
+            serde_json::to_value(&a).unwrap(),
+            serde_json::to_value(&b).unwrap(),
+            "{name}"
+        );
         assert_eq!(snap.trace.stack, back.trace.stack, "{name}");
         assert_eq!(snap.trace.time_us, back.trace.time_us, "{name}");
     }
@@ -23,11 +27,19 @@ fn damaged_model_files_are_refused() {
     let mut bytes = Vec::new();
     snapshot::store::write(&snap, &mut bytes).unwrap();
     for cut in (0..bytes.len()).step_by(97).chain([bytes.len() - 1]) {
-        assert!(snapshot::store::read(&bytes[..cut]).is_err(), "cut at {cut}");
+        assert!(
+            snapshot::store::read(&bytes[..cut]).is_err(),
+            "cut at {cut}"
+        );
     }
     let mut wrong = bytes.clone();
     wrong[8] = 99; // version
-    assert!(snapshot::store::read(wrong.as_slice()).unwrap_err().to_string().contains("older version"));
+    assert!(
+        snapshot::store::read(wrong.as_slice())
+            .unwrap_err()
+            .to_string()
+            .contains("older version")
+    );
     // Random corruption never panics.
     let mut x = 0x1234_5678_9abc_def0u64;
     for _ in 0..500 {

@@ -15,7 +15,11 @@ pub fn root() -> PathBuf {
 }
 
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 pub struct Driver(pub Child);
@@ -58,7 +62,11 @@ pub async fn browser(driver_port: u16, profile: &Path) -> Client {
             ]
         }),
     );
-    ClientBuilder::new(hyper_util_connector()).capabilities(caps).connect(&format!("http://127.0.0.1:{driver_port}")).await.expect("connect to chromedriver")
+    ClientBuilder::new(hyper_util_connector())
+        .capabilities(caps)
+        .connect(&format!("http://127.0.0.1:{driver_port}"))
+        .await
+        .expect("connect to chromedriver")
 }
 
 pub fn hyper_util_connector() -> hyper_util::client::legacy::connect::HttpConnector {
@@ -69,7 +77,10 @@ pub fn hyper_util_connector() -> hyper_util::client::legacy::connect::HttpConnec
 pub async fn wait_js(c: &Client, expr: &str, what: &str) -> serde_json::Value {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let v = c.execute(&format!("return ({expr});"), vec![]).await.unwrap();
+        let v = c
+            .execute(&format!("return ({expr});"), vec![])
+            .await
+            .unwrap();
         let truthy = match &v {
             serde_json::Value::Null | serde_json::Value::Bool(false) => false,
             serde_json::Value::Number(n) => n.as_f64() != Some(0.0),
@@ -80,7 +91,10 @@ pub async fn wait_js(c: &Client, expr: &str, what: &str) -> serde_json::Value {
             return v;
         }
         if Instant::now() > deadline {
-            let text = c.execute("return document.body.innerText", vec![]).await.unwrap_or_default();
+            let text = c
+                .execute("return document.body.innerText", vec![])
+                .await
+                .unwrap_or_default();
             panic!("timed out waiting for {what}; page text: {text}");
         }
         // Short, so timings measured with it (the dashboard benchmark) are not quantised much.
@@ -95,24 +109,37 @@ pub async fn screenshot(c: &Client, name: &str) {
     std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
 }
 
-
 /// Starts the server in-process on a free port with a library in `dir`; returns its base URL.
 pub async fn start_server(dir: &Path) -> String {
-    let state = AppState::open(ServeArgs::for_data_dir(dir.to_path_buf())).await.unwrap();
+    let state = AppState::open(ServeArgs::for_data_dir(dir.to_path_buf()))
+        .await
+        .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, server::http::app(state)).await.unwrap() });
+    tokio::spawn(async move {
+        axum::serve(listener, server::http::app(state))
+            .await
+            .unwrap()
+    });
     base
 }
 
 pub async fn upload(c: &Client, path: &Path) {
     wait_js(c, "document.querySelector('#file-input')", "the file input").await;
     let input = c.find(Locator::Css("#file-input")).await.unwrap();
-    input.send_keys(&path.canonicalize().unwrap().display().to_string()).await.unwrap();
+    input
+        .send_keys(&path.canonicalize().unwrap().display().to_string())
+        .await
+        .unwrap();
 }
 
 pub async fn open_tab(c: &Client, tab: &str) {
-    c.find(Locator::Css(&format!("button.tab[data-tab='{tab}']"))).await.unwrap().click().await.unwrap();
+    c.find(Locator::Css(&format!("button.tab[data-tab='{tab}']")))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
     wait_js(c, &format!("location.search.includes('view={tab}')"), tab).await;
 }
 

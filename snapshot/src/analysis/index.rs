@@ -106,17 +106,28 @@ impl DeviceIndex {
 
     /// Live bytes at position `p`.
     pub fn live_at(&self, p: u32) -> u64 {
-        if p == 0 { self.live_at_start } else { self.live_bytes[(p - 1) as usize] }
+        if p == 0 {
+            self.live_at_start
+        } else {
+            self.live_bytes[(p - 1) as usize]
+        }
     }
 
     pub fn reserved_at(&self, p: u32) -> u64 {
-        if p == 0 { self.reserved_at_start } else { self.reserved_bytes[(p - 1) as usize] }
+        if p == 0 {
+            self.reserved_at_start
+        } else {
+            self.reserved_bytes[(p - 1) as usize]
+        }
     }
 
     /// Ids of allocations alive at position `p`, from the nearest checkpoint at or before it.
     pub fn alive_at(&self, p: u32) -> Vec<u32> {
         let p = p.min(self.len);
-        let ci = self.checkpoints.partition_point(|c| c.position <= p).saturating_sub(1);
+        let ci = self
+            .checkpoints
+            .partition_point(|c| c.position <= p)
+            .saturating_sub(1);
         let cp = &self.checkpoints[ci];
         let mut alive: rustc_hash::FxHashSet<u32> = cp.alive.iter().copied().collect();
         for e in cp.position..p {
@@ -142,7 +153,11 @@ impl DeviceIndex {
             + self.allocations.capacity() * std::mem::size_of::<Allocation>()
             + self.event_allocation.capacity() * 4
             + self.segments.capacity() * std::mem::size_of::<SegmentSpan>()
-            + self.checkpoints.iter().map(|c| c.alive.capacity() * 4 + 32).sum::<usize>()
+            + self
+                .checkpoints
+                .iter()
+                .map(|c| c.alive.capacity() * 4 + 32)
+                .sum::<usize>()
     }
 }
 
@@ -155,8 +170,15 @@ pub struct Index {
 
 impl Index {
     pub fn new(snap: &Snapshot) -> Index {
-        let devices = snap.devices.iter().map(|d| build_device(snap, d.device, d.rows.clone())).collect();
-        Index { devices, frames: FrameClass::new(snap) }
+        let devices = snap
+            .devices
+            .iter()
+            .map(|d| build_device(snap, d.device, d.rows.clone()))
+            .collect();
+        Index {
+            devices,
+            frames: FrameClass::new(snap),
+        }
     }
 
     pub fn device(&self, device: i32) -> Option<&DeviceIndex> {
@@ -168,6 +190,8 @@ impl Index {
     }
 }
 
+// Event loops index several columns (and `event_allocation`) by the same row.
+#[allow(clippy::needless_range_loop)]
 fn build_device(snap: &Snapshot, device: i32, rows: std::ops::Range<u32>) -> DeviceIndex {
     let t: &TraceTable = &snap.trace;
     let n = rows.len();
@@ -220,7 +244,10 @@ fn build_device(snap: &Snapshot, device: i32, rows: std::ops::Range<u32>) -> Dev
                     None => {
                         // Made before the trace started.
                         let id = allocations.len() as u32;
-                        allocations.push(Allocation { free_requested: e, ..allocation(r, StackId::EMPTY, NONE) });
+                        allocations.push(Allocation {
+                            free_requested: e,
+                            ..allocation(r, StackId::EMPTY, NONE)
+                        });
                         open.insert(t.addr[r], id);
                         id
                     }
@@ -292,10 +319,10 @@ fn build_device(snap: &Snapshot, device: i32, rows: std::ops::Range<u32>) -> Dev
             if !b.state.is_active() {
                 continue;
             }
-            if let Some(&id) = open.get(&b.address) {
-                if allocations[id as usize].end == NONE {
-                    continue;
-                }
+            if let Some(&id) = open.get(&b.address)
+                && allocations[id as usize].end == NONE
+            {
+                continue;
             }
             predating_alive += 1;
             allocations.push(Allocation {
@@ -304,7 +331,11 @@ fn build_device(snap: &Snapshot, device: i32, rows: std::ops::Range<u32>) -> Dev
                 stream: seg.stream,
                 stack: b.stack,
                 start: NONE,
-                free_requested: if b.state == BlockState::ActivePendingFree { 0 } else { NONE },
+                free_requested: if b.state == BlockState::ActivePendingFree {
+                    0
+                } else {
+                    NONE
+                },
                 end: NONE,
             });
         }
@@ -312,7 +343,11 @@ fn build_device(snap: &Snapshot, device: i32, rows: std::ops::Range<u32>) -> Dev
     segs.sort_by_key(|s| s.address);
 
     // Series: live and reserved bytes after every event.
-    let live_at_start: u64 = allocations.iter().filter(|a| a.start == NONE).map(|a| a.size).sum();
+    let live_at_start: u64 = allocations
+        .iter()
+        .filter(|a| a.start == NONE)
+        .map(|a| a.size)
+        .sum();
     let reserved_at_start = (reserved_end as i128 - reserved_delta).max(0) as u64;
     let mut live_bytes = Vec::with_capacity(n);
     let mut reserved_bytes = Vec::with_capacity(n);
@@ -341,13 +376,20 @@ fn build_device(snap: &Snapshot, device: i32, rows: std::ops::Range<u32>) -> Dev
 
     // Checkpoints of the live set.
     let mut checkpoints = Vec::new();
-    let mut alive: rustc_hash::FxHashSet<u32> =
-        allocations.iter().enumerate().filter(|(_, a)| a.start == NONE).map(|(i, _)| i as u32).collect();
+    let mut alive: rustc_hash::FxHashSet<u32> = allocations
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| a.start == NONE)
+        .map(|(i, _)| i as u32)
+        .collect();
     for i in 0..=n {
-        if i as u32 % CHECKPOINT_EVERY == 0 {
+        if (i as u32).is_multiple_of(CHECKPOINT_EVERY) {
             let mut v: Vec<u32> = alive.iter().copied().collect();
             v.sort_unstable();
-            checkpoints.push(Checkpoint { position: i as u32, alive: v });
+            checkpoints.push(Checkpoint {
+                position: i as u32,
+                alive: v,
+            });
         }
         if i == n {
             break;

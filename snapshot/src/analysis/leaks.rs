@@ -75,7 +75,14 @@ fn device_suspects(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Vec<LeakS
         if a.start == NONE || a.stack == StackId::EMPTY {
             continue;
         }
-        let acc = by.entry(a.stack).or_insert(Acc { bytes: 0, count: 0, total: 0, tenths: 0, first: u32::MAX, last: 0 });
+        let acc = by.entry(a.stack).or_insert(Acc {
+            bytes: 0,
+            count: 0,
+            total: 0,
+            tenths: 0,
+            first: u32::MAX,
+            last: 0,
+        });
         acc.total += 1;
         if a.end == NONE {
             acc.bytes += a.size;
@@ -103,7 +110,10 @@ fn device_suspects(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Vec<LeakS
             first_position: acc.first + 1,
             last_position: acc.last + 1,
             site: fc.label(snap, stack).map(|f| view(snap, f)),
-            frames: full_stack(snap, stack).into_iter().filter(|f| !crate::frames::is_noise(&f.filename, &f.name)).collect(),
+            frames: full_stack(snap, stack)
+                .into_iter()
+                .filter(|f| !crate::frames::is_noise(&f.filename, &f.name))
+                .collect(),
             series: stack_series(snap, d, stack, SERIES_POINTS),
         });
     }
@@ -111,15 +121,28 @@ fn device_suspects(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Vec<LeakS
 }
 
 /// Live bytes of one stack's allocations at `points` evenly spaced positions.
-pub fn stack_series(snap: &Snapshot, d: &DeviceIndex, stack: StackId, points: usize) -> Vec<SeriesPoint> {
+pub fn stack_series(
+    snap: &Snapshot,
+    d: &DeviceIndex,
+    stack: StackId,
+    points: usize,
+) -> Vec<SeriesPoint> {
     let n = d.len.max(1);
     let points = points.max(2);
     let pos = |k: usize| (n as u64 * k as u64 / (points - 1) as u64) as u32;
     let mut delta = vec![0i128; points + 1];
     for a in d.allocations.iter().filter(|a| a.stack == stack) {
         // Alive at position p iff start < p <= end: first sample k with pos(k) > start.
-        let from = if a.start == NONE { 0 } else { (0..points).find(|&k| pos(k) > a.start).unwrap_or(points) };
-        let to = if a.end == NONE { points } else { (0..points).find(|&k| pos(k) > a.end).unwrap_or(points) };
+        let from = if a.start == NONE {
+            0
+        } else {
+            (0..points).find(|&k| pos(k) > a.start).unwrap_or(points)
+        };
+        let to = if a.end == NONE {
+            points
+        } else {
+            (0..points).find(|&k| pos(k) > a.end).unwrap_or(points)
+        };
         if from < to {
             delta[from] += a.size as i128;
             delta[to] -= a.size as i128;
@@ -130,7 +153,11 @@ pub fn stack_series(snap: &Snapshot, d: &DeviceIndex, stack: StackId, points: us
         .map(|k| {
             live += delta[k];
             let p = pos(k);
-            SeriesPoint { position: p, time_us: super::timeline::time_at(snap, d, p), live_bytes: live.max(0) as u64 }
+            SeriesPoint {
+                position: p,
+                time_us: super::timeline::time_at(snap, d, p),
+                live_bytes: live.max(0) as u64,
+            }
         })
         .collect()
 }

@@ -62,14 +62,23 @@ pub fn analyze(snap: &Snapshot, options: &Options) -> (Index, Report) {
 }
 
 pub fn report(snap: &Snapshot, index: &Index, options: &Options) -> Report {
-    let mut devices: Vec<i32> = snap.segments.iter().map(|s| s.device).filter(|&d| d >= 0).collect();
+    let mut devices: Vec<i32> = snap
+        .segments
+        .iter()
+        .map(|s| s.device)
+        .filter(|&d| d >= 0)
+        .collect();
     devices.sort_unstable();
     devices.dedup();
     let fragmentation = devices
         .into_iter()
         .map(|device| {
             let st = final_state(snap, device, 0);
-            DeviceFragmentation { device, total: st.total, pools: st.pools }
+            DeviceFragmentation {
+                device,
+                total: st.total,
+                pools: st.pools,
+            }
         })
         .collect();
     Report {

@@ -56,7 +56,11 @@ fn gib(b: u64) -> String {
 
 /// One report per `oom` entry. `device_total_bytes` (from NVML, when known) lets the report tell
 /// memory held outside PyTorch apart from PyTorch's own exhaustion.
-pub fn oom_reports(snap: &Snapshot, index: &Index, device_total_bytes: Option<u64>) -> Vec<OomReport> {
+pub fn oom_reports(
+    snap: &Snapshot,
+    index: &Index,
+    device_total_bytes: Option<u64>,
+) -> Vec<OomReport> {
     let mut out = Vec::new();
     for d in &index.devices {
         for e in 0..d.len {
@@ -79,7 +83,9 @@ pub fn oom_reports(snap: &Snapshot, index: &Index, device_total_bytes: Option<u6
             let largest_free = state.largest_free_for(block, stream);
             let cached_free = reserved.saturating_sub(allocated);
             let outside = match (device_total_bytes, device_free) {
-                (Some(total), Some(free)) => Some(total.saturating_sub(free).saturating_sub(reserved)),
+                (Some(total), Some(free)) => {
+                    Some(total.saturating_sub(free).saturating_sub(reserved))
+                }
                 _ => None,
             };
             let (verdict, explanation) = if cached_free >= block && largest_free < block {
@@ -87,7 +93,9 @@ pub fn oom_reports(snap: &Snapshot, index: &Index, device_total_bytes: Option<u6
                     Verdict::Fragmentation,
                     format!(
                         "PyTorch had {} cached but unallocated, more than the {} block needed, yet its largest free block in that pool was {}: the cache is fragmented. Try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.",
-                        gib(cached_free), gib(block), gib(largest_free)
+                        gib(cached_free),
+                        gib(block),
+                        gib(largest_free)
                     ),
                 )
             } else if device_free.is_some_and(|f| f >= requested) {
@@ -95,7 +103,8 @@ pub fn oom_reports(snap: &Snapshot, index: &Index, device_total_bytes: Option<u6
                     Verdict::ProcessLimit,
                     format!(
                         "the driver still had {} free, but PyTorch did not take it: a per-process limit (set_per_process_memory_fraction) was reached with {} reserved.",
-                        gib(device_free.unwrap_or(0)), gib(reserved)
+                        gib(device_free.unwrap_or(0)),
+                        gib(reserved)
                     ),
                 )
             } else if outside.is_some_and(|o| o > reserved) {
@@ -103,7 +112,8 @@ pub fn oom_reports(snap: &Snapshot, index: &Index, device_total_bytes: Option<u6
                     Verdict::OutsidePytorch,
                     format!(
                         "the device was full and {} of it was held outside PyTorch's allocator (PyTorch reserved {}).",
-                        gib(outside.unwrap_or(0)), gib(reserved)
+                        gib(outside.unwrap_or(0)),
+                        gib(reserved)
                     ),
                 )
             } else {
@@ -111,11 +121,14 @@ pub fn oom_reports(snap: &Snapshot, index: &Index, device_total_bytes: Option<u6
                     Verdict::Exhaustion,
                     format!(
                         "the device was full: PyTorch had {} allocated of {} reserved; reduce what is alive (see the largest sites).",
-                        gib(allocated), gib(reserved)
+                        gib(allocated),
+                        gib(reserved)
                     ),
                 )
             };
-            let largest_sites = stacks_at(snap, index, d.device, Some(p), 5).map(|s| s.sites).unwrap_or_default();
+            let largest_sites = stacks_at(snap, index, d.device, Some(p), 5)
+                .map(|s| s.sites)
+                .unwrap_or_default();
             out.push(OomReport {
                 device: d.device,
                 position: p,

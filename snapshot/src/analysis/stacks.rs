@@ -41,7 +41,9 @@ pub struct StackReport {
 
 /// Live bytes and counts per stack at position `p`.
 pub fn live_by_stack(index: &Index, device: i32, p: u32) -> Vec<(StackId, u64, u32)> {
-    let Some(d) = index.device(device) else { return Vec::new() };
+    let Some(d) = index.device(device) else {
+        return Vec::new();
+    };
     let mut by: FxHashMap<StackId, (u64, u32)> = FxHashMap::default();
     for a in d.alive_at(p) {
         let al = &d.allocations[a as usize];
@@ -55,7 +57,13 @@ pub fn live_by_stack(index: &Index, device: i32, p: u32) -> Vec<(StackId, u64, u
 }
 
 /// Memory by call site at position `p` (`None`: the device's peak).
-pub fn stacks_at(snap: &Snapshot, index: &Index, device: i32, p: Option<u32>, max_sites: usize) -> Option<StackReport> {
+pub fn stacks_at(
+    snap: &Snapshot,
+    index: &Index,
+    device: i32,
+    p: Option<u32>,
+    max_sites: usize,
+) -> Option<StackReport> {
     let d = index.device(device)?;
     let p = p.unwrap_or(d.peak_position).min(d.len);
     let per_stack = live_by_stack(index, device, p);
@@ -63,7 +71,14 @@ pub fn stacks_at(snap: &Snapshot, index: &Index, device: i32, p: Option<u32>, ma
 
     let mut sites: FxHashMap<Option<FrameId>, CallSite> = FxHashMap::default();
     let mut largest: FxHashMap<Option<FrameId>, u64> = FxHashMap::default();
-    let mut root = FlameNode { name: "all".into(), filename: String::new(), line: 0, bytes: 0, count: 0, children: Vec::new() };
+    let mut root = FlameNode {
+        name: "all".into(),
+        filename: String::new(),
+        line: 0,
+        bytes: 0,
+        count: 0,
+        children: Vec::new(),
+    };
     for &(stack, bytes, count) in &per_stack {
         let label = fc.label(snap, stack);
         let site = sites.entry(label).or_insert_with(|| CallSite {
@@ -88,7 +103,11 @@ pub fn stacks_at(snap: &Snapshot, index: &Index, device: i32, p: Option<u32>, ma
         for f in fc.filtered(snap, stack).into_iter().rev() {
             let fv = snap.frame(f);
             let (name, file) = (snap.str(fv.name), snap.str(fv.filename));
-            let i = match node.children.iter().position(|c| c.name == name && c.filename == file && c.line == fv.line) {
+            let i = match node
+                .children
+                .iter()
+                .position(|c| c.name == name && c.filename == file && c.line == fv.line)
+            {
                 Some(i) => i,
                 None => {
                     node.children.push(FlameNode {
@@ -109,9 +128,23 @@ pub fn stacks_at(snap: &Snapshot, index: &Index, device: i32, p: Option<u32>, ma
     }
     sort_flame(&mut root);
     let mut sites: Vec<CallSite> = sites.into_values().collect();
-    sites.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.site.as_ref().map(|s| (&s.filename, s.line)).cmp(&b.site.as_ref().map(|s| (&s.filename, s.line)))));
+    sites.sort_by(|a, b| {
+        b.bytes.cmp(&a.bytes).then_with(|| {
+            a.site
+                .as_ref()
+                .map(|s| (&s.filename, s.line))
+                .cmp(&b.site.as_ref().map(|s| (&s.filename, s.line)))
+        })
+    });
     sites.truncate(max_sites);
-    Some(StackReport { device, position: p, total_bytes: root.bytes, count: root.count, sites, flame: root })
+    Some(StackReport {
+        device,
+        position: p,
+        total_bytes: root.bytes,
+        count: root.count,
+        sites,
+        flame: root,
+    })
 }
 
 fn sort_flame(node: &mut FlameNode) {

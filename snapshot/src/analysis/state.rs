@@ -91,7 +91,11 @@ impl Fragmentation {
     }
 
     fn of_blocks(total: u64, blocks: &[BlockView]) -> Fragmentation {
-        let mut f = Fragmentation { segments: 1, reserved_bytes: total, ..Default::default() };
+        let mut f = Fragmentation {
+            segments: 1,
+            reserved_bytes: total,
+            ..Default::default()
+        };
         for b in blocks {
             if b.state.is_active() {
                 f.allocated_bytes += b.size;
@@ -165,7 +169,9 @@ pub fn final_state(snap: &Snapshot, device: i32, position: u32) -> AllocatorStat
 
 /// State at position `p` of a device trace.
 pub fn state_at(snap: &Snapshot, index: &Index, device: i32, p: u32) -> AllocatorState {
-    let Some(d) = index.device(device) else { return final_state(snap, device, 0) };
+    let Some(d) = index.device(device) else {
+        return final_state(snap, device, 0);
+    };
     if p >= d.len {
         let mut s = final_state(snap, device, d.len);
         attach_allocations(d, &mut s);
@@ -196,7 +202,11 @@ fn rebuilt_state(d: &DeviceIndex, device: i32, p: u32) -> AllocatorState {
                 address: al.addr,
                 size,
                 requested_size: al.size,
-                state: if al.pending_free_at(p) { BlockState::ActivePendingFree } else { BlockState::ActiveAllocated },
+                state: if al.pending_free_at(p) {
+                    BlockState::ActivePendingFree
+                } else {
+                    BlockState::ActiveAllocated
+                },
                 allocation: Some(a),
                 stack: al.stack,
             });
@@ -210,7 +220,11 @@ fn rebuilt_state(d: &DeviceIndex, device: i32, p: u32) -> AllocatorState {
             total_size: s.size,
             stream: s.stream,
             segment_type: if s.segment_type == SegmentType::Unknown {
-                if s.size <= 2 << 20 { SegmentType::Small } else { SegmentType::Large }
+                if s.size <= 2 << 20 {
+                    SegmentType::Small
+                } else {
+                    SegmentType::Large
+                }
             } else {
                 s.segment_type
             },
@@ -224,7 +238,14 @@ fn rebuilt_state(d: &DeviceIndex, device: i32, p: u32) -> AllocatorState {
 }
 
 fn inactive(address: u64, size: u64) -> BlockView {
-    BlockView { address, size, requested_size: 0, state: BlockState::Inactive, allocation: None, stack: StackId::EMPTY }
+    BlockView {
+        address,
+        size,
+        requested_size: 0,
+        state: BlockState::Inactive,
+        allocation: None,
+        stack: StackId::EMPTY,
+    }
 }
 
 /// Links the exact final blocks to their allocations, for stacks and times.
@@ -250,7 +271,9 @@ fn finish(device: i32, position: u32, exact: bool, segments: Vec<SegmentView>) -
     let mut pools: Vec<PoolFragmentation> = Vec::new();
     for s in &segments {
         total.add(&s.fragmentation);
-        match pools.iter_mut().find(|p| p.pool_id == s.pool_id && p.segment_type == s.segment_type && p.stream == s.stream) {
+        match pools.iter_mut().find(|p| {
+            p.pool_id == s.pool_id && p.segment_type == s.segment_type && p.stream == s.stream
+        }) {
             Some(p) => p.figures.add(&s.fragmentation),
             None => pools.push(PoolFragmentation {
                 pool_id: s.pool_id,
@@ -261,16 +284,30 @@ fn finish(device: i32, position: u32, exact: bool, segments: Vec<SegmentView>) -
         }
     }
     pools.sort_by_key(|p| std::cmp::Reverse(p.figures.reserved_bytes));
-    AllocatorState { device, position, exact, segments, total, pools }
+    AllocatorState {
+        device,
+        position,
+        exact,
+        segments,
+        total,
+        pools,
+    }
 }
 
 impl AllocatorState {
     /// The largest inactive block that a request of `size` on `stream` could use.
     pub fn largest_free_for(&self, size: u64, stream: u64) -> u64 {
-        let want = if size <= SMALL_REQUEST_BYTES { SegmentType::Small } else { SegmentType::Large };
+        let want = if size <= SMALL_REQUEST_BYTES {
+            SegmentType::Small
+        } else {
+            SegmentType::Large
+        };
         self.segments
             .iter()
-            .filter(|s| s.stream == stream && (s.segment_type == want || s.segment_type == SegmentType::Unknown))
+            .filter(|s| {
+                s.stream == stream
+                    && (s.segment_type == want || s.segment_type == SegmentType::Unknown)
+            })
             .filter(|s| s.pool_id == (0, 0))
             .map(|s| s.fragmentation.largest_free_bytes)
             .max()

@@ -73,7 +73,9 @@ pub fn summary(snap: &Snapshot, index: &Index) -> Summary {
         s.reserved_bytes += seg.total_size;
         for b in snap.blocks_of(seg) {
             s.blocks += 1;
-            *s.block_states.entry(b.state.as_str().to_string()).or_default() += 1;
+            *s.block_states
+                .entry(b.state.as_str().to_string())
+                .or_default() += 1;
             match b.state {
                 BlockState::ActiveAllocated => {
                     s.allocated_bytes += b.size;
@@ -162,9 +164,10 @@ pub fn warnings(snap: &Snapshot, index: &Index) -> Vec<Warning> {
     if entries == 0 {
         w.push(Warning {
             code: "history_not_enabled",
-            message: "snapshot has no trace entries, so there is no timeline, leak or OOM analysis; was \
+            message:
+                "snapshot has no trace entries, so there is no timeline, leak or OOM analysis; was \
                       `torch.cuda.memory._record_memory_history()` enabled before the run?"
-                .into(),
+                    .into(),
         });
     } else if snap.trace.stack.iter().all(|&s| s == StackId::EMPTY) {
         w.push(Warning {
@@ -190,8 +193,15 @@ pub fn warnings(snap: &Snapshot, index: &Index) -> Vec<Warning> {
             });
         }
     }
-    let frameless_blocks = snap.blocks.iter().filter(|b| b.state.is_active() && b.stack == StackId::EMPTY).count();
-    if entries > 0 && frameless_blocks > 0 && frameless_blocks == snap.blocks.iter().filter(|b| b.state.is_active()).count() {
+    let frameless_blocks = snap
+        .blocks
+        .iter()
+        .filter(|b| b.state.is_active() && b.stack == StackId::EMPTY)
+        .count();
+    if entries > 0
+        && frameless_blocks > 0
+        && frameless_blocks == snap.blocks.iter().filter(|b| b.state.is_active()).count()
+    {
         w.push(Warning {
             code: "blocks_without_frames",
             message: format!("none of the {frameless_blocks} live blocks has a stack; block attribution uses the trace only."),

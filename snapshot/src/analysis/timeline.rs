@@ -42,7 +42,13 @@ pub struct Timeline {
 }
 
 /// Position range `[first, last]` for a window given on `axis` (inclusive, clamped).
-pub fn window_positions(snap: &Snapshot, d: &DeviceIndex, axis: Axis, from: f64, to: f64) -> (u32, u32) {
+pub fn window_positions(
+    snap: &Snapshot,
+    d: &DeviceIndex,
+    axis: Axis,
+    from: f64,
+    to: f64,
+) -> (u32, u32) {
     let (lo, hi) = (from.min(to), from.max(to));
     match axis {
         Axis::Event => {
@@ -68,7 +74,14 @@ pub fn time_at(snap: &Snapshot, d: &DeviceIndex, p: u32) -> i64 {
 }
 
 /// Live and reserved bytes over positions `first..=last`, reduced to at most `buckets` buckets.
-pub fn timeline(snap: &Snapshot, index: &Index, device: i32, first: u32, last: u32, buckets: usize) -> Option<Timeline> {
+pub fn timeline(
+    snap: &Snapshot,
+    index: &Index,
+    device: i32,
+    first: u32,
+    last: u32,
+    buckets: usize,
+) -> Option<Timeline> {
     let d = index.device(device)?;
     let last = last.min(d.len);
     let first = first.min(last);
@@ -130,8 +143,17 @@ pub fn stack_frames(snap: &Snapshot, index: &Index, stack: StackId) -> Vec<Frame
 }
 
 /// Allocations alive at some position in `first..=last`, largest first, at most `limit`.
-pub fn allocations_in_window(snap: &Snapshot, index: &Index, device: i32, first: u32, last: u32, limit: usize) -> Vec<AllocationView> {
-    let Some(d) = index.device(device) else { return Vec::new() };
+pub fn allocations_in_window(
+    snap: &Snapshot,
+    index: &Index,
+    device: i32,
+    first: u32,
+    last: u32,
+    limit: usize,
+) -> Vec<AllocationView> {
+    let Some(d) = index.device(device) else {
+        return Vec::new();
+    };
     let mut hits: Vec<u32> = d
         .allocations
         .iter()
@@ -149,7 +171,9 @@ pub fn allocations_in_window(snap: &Snapshot, index: &Index, device: i32, first:
         hits.truncate(limit);
     }
     hits.sort_by_key(key);
-    hits.into_iter().map(|i| allocation_view(snap, d, i)).collect()
+    hits.into_iter()
+        .map(|i| allocation_view(snap, d, i))
+        .collect()
 }
 
 pub fn allocation_view(snap: &Snapshot, d: &DeviceIndex, id: u32) -> AllocationView {

@@ -33,7 +33,13 @@ pub fn read(name: &str) -> snapshot::Snapshot {
     snapshot::read(f).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-pub fn analyze(name: &str) -> (snapshot::Snapshot, snapshot::analysis::Index, snapshot::analysis::Report) {
+pub fn analyze(
+    name: &str,
+) -> (
+    snapshot::Snapshot,
+    snapshot::analysis::Index,
+    snapshot::analysis::Report,
+) {
     let snap = read(name);
     let (index, report) = snapshot::analysis::analyze(&snap, &Default::default());
     (snap, index, report)
@@ -48,7 +54,10 @@ pub fn reference_figures(scenario: &str) -> serde_json::Value {
 }
 
 /// Our report's figures, restricted to the keys the reference has.
-pub fn our_figures(report: &snapshot::analysis::Report, reference: &serde_json::Value) -> serde_json::Value {
+pub fn our_figures(
+    report: &snapshot::analysis::Report,
+    reference: &serde_json::Value,
+) -> serde_json::Value {
     let ours = serde_json::to_value(report).unwrap();
     restrict(&ours, reference)
 }
@@ -59,7 +68,14 @@ fn restrict(ours: &serde_json::Value, reference: &serde_json::Value) -> serde_js
             let mut out = serde_json::Map::new();
             for (k, rv) in r {
                 let ov = o.get(k).cloned().unwrap_or(serde_json::Value::Null);
-                out.insert(k.clone(), if rv.is_object() { restrict(&ov, rv) } else { ov });
+                out.insert(
+                    k.clone(),
+                    if rv.is_object() {
+                        restrict(&ov, rv)
+                    } else {
+                        ov
+                    },
+                );
             }
             serde_json::Value::Object(out)
         }
