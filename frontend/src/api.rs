@@ -61,11 +61,12 @@ pub async fn delete(url: &str) -> Result<(), String> {
 /// to the server's answer (after it has indexed the file) or its error message.
 pub async fn upload(
     file: web_sys::File,
+    token: &str,
     progress: impl Fn(f64, f64) + 'static,
 ) -> Result<serde_json::Value, String> {
     let xhr = web_sys::XmlHttpRequest::new().map_err(|e| format!("{e:?}"))?;
     let url = format!(
-        "/api/snapshots?name={}",
+        "/api/snapshots?name={}&token={token}",
         js_sys::encode_uri_component(&file.name())
     );
     xhr.open("POST", &url).map_err(|e| format!("{e:?}"))?;

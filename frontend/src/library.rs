@@ -36,6 +36,8 @@ struct Upload {
     name: String,
     /// 0..1 while sending; 1 while the server indexes.
     sent: f64,
+    /// 0..1 of the file the server has parsed (parsing overlaps the upload).
+    indexed: f64,
     state: UploadState,
 }
 
@@ -101,9 +103,11 @@ pub fn Library() -> impl IntoView {
                 key,
                 name: file.name(),
                 sent: 0.0,
+                indexed: 0.0,
                 state: UploadState::Sending,
             })
         });
+        let token = format!("u{}{}", key, (js_sys::Math::random() * 1e12) as u64);
         let set = move |f: &dyn Fn(&mut Upload)| {
             uploads.update(|u| {
                 if let Some(x) = u.iter_mut().find(|x| x.key == key) {
@@ -111,6 +115,35 @@ pub fn Library() -> impl IntoView {
                 }
             })
         };
+        // Poll the server's parse progress while this upload runs.
+        {
+            let token = token.clone();
+            spawn_local(async move {
+                loop {
+                    let running = uploads.with_untracked(|u| {
+                        u.iter().any(|x| {
+                            x.key == key
+                                && matches!(x.state, UploadState::Sending | UploadState::Indexing)
+                        })
+                    });
+                    if !running {
+                        break;
+                    }
+                    if let Ok(p) =
+                        api::get::<serde_json::Value>(&format!("/api/uploads/{token}")).await
+                    {
+                        let (parsed, total) = (
+                            p["parsed_bytes"].as_f64().unwrap_or(0.0),
+                            p["total_bytes"].as_f64().unwrap_or(0.0),
+                        );
+                        if total > 0.0 {
+                            set(&|u: &mut Upload| u.indexed = (parsed / total).min(1.0));
+                        }
+                    }
+                    sleep_ms(250).await;
+                }
+            });
+        }
         spawn_local(async move {
             let progress = move |sent: f64, total: f64| {
                 set(&|u: &mut Upload| {
@@ -120,7 +153,7 @@ pub fn Library() -> impl IntoView {
                     }
                 })
             };
-            match api::upload(file, progress).await {
+            match api::upload(file, &token, progress).await {
                 Ok(v) => {
                     let id = v["id"].as_str().unwrap_or_default().to_string();
                     set(&|u: &mut Upload| u.state = UploadState::Done(id.clone()));
@@ -188,10 +221,13 @@ pub fn Library() -> impl IntoView {
                         .into_iter()
                         .map(|u| {
                             let status = match &u.state {
-                                UploadState::Sending => {
-                                    view! { <span>{format!("uploading {:.0}%", u.sent * 100.0)}</span> }.into_any()
+                                UploadState::Sending => view! {
+                                    <span>{format!("uploading {:.0}% · indexed {:.0}%", u.sent * 100.0, u.indexed * 100.0)}</span>
                                 }
-                                UploadState::Indexing => view! { <span>"indexing…"</span> }.into_any(),
+                                    .into_any(),
+                                UploadState::Indexing => {
+                                    view! { <span>{format!("indexing {:.0}%…", u.indexed * 100.0)}</span> }.into_any()
+                                }
                                 UploadState::Done(id) => {
                                     view! { <a class="open" href=format!("/s/{id}")>"open"</a> }.into_any()
                                 }
@@ -315,6 +351,16 @@ fn LibraryTable(list: Vec<Info>, refresh: RwSignal<u32>) -> impl IntoView {
             <tbody>{rows}</tbody>
         </table>
     }
+}
+
+/// Resolves after `ms` milliseconds.
+async fn sleep_ms(ms: i32) {
+    let p = js_sys::Promise::new(&mut |resolve, _| {
+        if let Some(w) = web_sys::window() {
+            let _ = w.set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, ms);
+        }
+    });
+    let _ = wasm_bindgen_futures::JsFuture::from(p).await;
 }
 
 /// The element an event came from, as `T`.

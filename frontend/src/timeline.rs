@@ -373,6 +373,7 @@ pub fn TimelineView(report: Value) -> impl IntoView {
     let drag = StoredValue::new(None::<f64>);
     let filter = RwSignal::new(url.get("filter").unwrap_or_default());
 
+    let mini_drag = RwSignal::new(None::<f64>);
     let bands = Memo::new(move |_| data.get().and_then(|d| d.ok()).map(|d| layout(&d)));
     // Draw whenever data, hover or pin change.
     Effect::new(move |_| {
@@ -398,9 +399,22 @@ pub fn TimelineView(report: Value) -> impl IntoView {
         };
         let brush = data.get().and_then(|d| d.ok()).map(|d| {
             let b = &d.timeline.buckets;
-            match (b.first(), b.last()) {
+            let (a, z) = match (b.first(), b.last()) {
                 (Some(f), Some(l)) => (bucket_x(&d, f), bucket_x(&d, l)),
                 _ => (0.0, 0.0),
+            };
+            // While the brush is dragged, draw it where the pointer is.
+            match (
+                mini_drag.get(),
+                o.timeline.buckets.first(),
+                o.timeline.buckets.last(),
+            ) {
+                (Some(f), Some(first), Some(last)) => {
+                    let (o0, o1) = (bucket_x(&o, first), bucket_x(&o, last));
+                    let at = o0 + (o1 - o0) * f;
+                    (at - (z - a) / 2.0, at + (z - a) / 2.0)
+                }
+                _ => (a, z),
             }
         });
         draw(&c, &o, None, MINI_H, false, brush, None, "");
@@ -498,14 +512,24 @@ pub fn TimelineView(report: Value) -> impl IntoView {
         let shift = (start - end) * (x1 - x0);
         set_window(x0 + shift, x1 + shift, axis);
     };
+    let mini_frac = move |ev: &web_sys::MouseEvent| -> Option<f64> {
+        let rect = mini.get()?.get_bounding_client_rect();
+        Some(((ev.client_x() as f64 - rect.left()) / rect.width()).clamp(0.0, 1.0))
+    };
+    // Press, drag and release the brush (a click moves it too): the window follows on release.
+    let on_mini_down = move |ev: web_sys::MouseEvent| mini_drag.set(mini_frac(&ev));
+    let on_mini_move = move |ev: web_sys::MouseEvent| {
+        if mini_drag.get_untracked().is_some() {
+            mini_drag.set(mini_frac(&ev));
+        }
+    };
     let on_mini = move |ev: web_sys::MouseEvent| {
-        let (Some(c), Some(Ok(o)), Some((x0, x1, axis))) =
-            (mini.get(), overview.get_untracked(), span())
+        mini_drag.set(None);
+        let (Some(f), Some(Ok(o)), Some((x0, x1, axis))) =
+            (mini_frac(&ev), overview.get_untracked(), span())
         else {
             return;
         };
-        let rect = c.get_bounding_client_rect();
-        let f = ((ev.client_x() as f64 - rect.left()) / rect.width()).clamp(0.0, 1.0);
         let b = &o.timeline.buckets;
         let (Some(first), Some(last)) = (b.first(), b.last()) else {
             return;
@@ -586,7 +610,7 @@ pub fn TimelineView(report: Value) -> impl IntoView {
                     }
                 })}
             </div>
-            <canvas id="minimap" class="minimap" node_ref=mini width=W as u32 height=MINI_H as u32 on:click=on_mini></canvas>
+            <canvas id="minimap" class="minimap" node_ref=mini width=W as u32 height=MINI_H as u32 on:mousedown=on_mini_down on:mousemove=on_mini_move on:mouseup=on_mini on:mouseleave=move |_| mini_drag.set(None)></canvas>
             {move || pinned.get().map(|a| view! {
                 <div class="pinned">
                     <b>{format!("pinned allocation #{}: {}", a.id, fmt::bytes(a.size))}</b>

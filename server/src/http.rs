@@ -35,6 +35,7 @@ pub fn app(state: AppState) -> Router {
         .route("/api/snapshots/{id}/state", get(state_at))
         .route("/api/snapshots/{id}/stacks", get(stacks))
         .route("/api/snapshots/{id}/segments", get(segment_spans))
+        .route("/api/uploads/{token}", get(upload_progress))
         .route("/api/snapshots/{id}/frames/{stack}", get(frames))
         .merge(crate::assets::router())
         .fallback(not_found)
@@ -70,6 +71,8 @@ struct UploadQuery {
     name: Option<String>,
     /// Comma-separated tags, `key=value` or free text: `job=bert,rank=0,nightly`.
     tags: Option<String>,
+    /// A client-chosen token; `GET /api/uploads/{token}` reports progress while this runs.
+    token: Option<String>,
 }
 
 fn parse_tags(s: &str) -> Vec<Tag> {
@@ -106,11 +109,26 @@ async fn upload(
         .filter(|n| !n.trim().is_empty())
         .unwrap_or_else(|| "snapshot".into());
     let tags = q.tags.as_deref().map(parse_tags).unwrap_or_default();
-    let size_hint = headers
+    let total_bytes = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok()?.parse().ok())
         .unwrap_or(0);
-    let up = crate::ingest::ingest(&s, name, tags, body, size_hint).await?;
+    let progress = Arc::new(crate::state::UploadProgress {
+        total_bytes,
+        ..Default::default()
+    });
+    let token = q.token.filter(|t| !t.is_empty() && t.len() <= 64);
+    if let Some(t) = &token {
+        s.uploads
+            .lock()
+            .expect("uploads lock")
+            .insert(t.clone(), progress.clone());
+    }
+    let result = crate::ingest::ingest(&s, name, tags, body, progress).await;
+    if let Some(t) = &token {
+        s.uploads.lock().expect("uploads lock").remove(t);
+    }
+    let up = result?;
     let report = s.library.report_json(&up.id).await?.unwrap_or_default();
     let summary: serde_json::Value = serde_json::from_str(&report).unwrap_or_default();
     let status = if up.created {
@@ -152,6 +170,27 @@ fn summary_subset(report: &serde_json::Value) -> serde_json::Value {
         report["ooms"].as_array().map_or(0, |a| a.len()).into(),
     );
     serde_json::Value::Object(out)
+}
+
+/// Progress of an upload in flight (404 once it has finished or failed).
+async fn upload_progress(
+    State(s): State<AppState>,
+    Path(token): Path<String>,
+) -> ApiResult<Response> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let p = s
+        .uploads
+        .lock()
+        .expect("uploads lock")
+        .get(&token)
+        .cloned()
+        .ok_or(ApiError::NotFound(token))?;
+    Ok(Json(serde_json::json!({
+        "received_bytes": p.received_bytes.load(Relaxed),
+        "parsed_bytes": p.parsed_bytes.load(Relaxed),
+        "total_bytes": p.total_bytes,
+    }))
+    .into_response())
 }
 
 /// The same object `memscope analyze --json` prints, stored at upload.

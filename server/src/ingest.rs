@@ -16,7 +16,7 @@ use tokio::io::AsyncWriteExt;
 use crate::error::{ApiError, ApiResult};
 use crate::library::{SnapshotInfo, Tag};
 use crate::models::Loaded;
-use crate::state::AppState;
+use crate::state::{AppState, UploadProgress};
 
 /// Deletes a temporary file when dropped (every early return and error path).
 struct TempFile(PathBuf);
@@ -54,6 +54,7 @@ struct Sink {
     hasher: Sha256,
     size: u64,
     limit: u64,
+    progress: Arc<UploadProgress>,
 }
 
 impl Sink {
@@ -63,6 +64,9 @@ impl Sink {
     ) -> ApiResult<axum::body::Bytes> {
         let chunk = chunk.map_err(|e| ApiError::BadRequest(format!("upload interrupted: {e}")))?;
         self.size += chunk.len() as u64;
+        self.progress
+            .received_bytes
+            .store(self.size, std::sync::atomic::Ordering::Relaxed);
         if self.size > self.limit {
             return Err(ApiError::TooLarge {
                 limit_bytes: self.limit,
@@ -91,6 +95,7 @@ pub struct Uploaded {
 struct ChannelReader {
     rx: tokio::sync::mpsc::Receiver<axum::body::Bytes>,
     current: axum::body::Bytes,
+    progress: Arc<UploadProgress>,
 }
 
 impl std::io::Read for ChannelReader {
@@ -104,6 +109,9 @@ impl std::io::Read for ChannelReader {
         let n = buf.len().min(self.current.len());
         buf[..n].copy_from_slice(&self.current[..n]);
         self.current = self.current.slice(n..);
+        self.progress
+            .parsed_bytes
+            .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
         Ok(n)
     }
 }
@@ -116,8 +124,9 @@ pub async fn ingest(
     name: String,
     tags: Vec<Tag>,
     body: Body,
-    size_hint: u64,
+    progress: Arc<UploadProgress>,
 ) -> ApiResult<Uploaded> {
+    let size_hint = progress.total_bytes;
     let lib = &state.library;
     let started = Instant::now();
     let _slot = state
@@ -129,10 +138,12 @@ pub async fn ingest(
     let model_tmp = TempFile(lib.tmp_path(&format!("{}.msmodel", unique_name("model"))));
     let model_path = model_tmp.0.clone();
     let (tx, rx) = tokio::sync::mpsc::channel::<axum::body::Bytes>(64);
+    let parse_progress = progress.clone();
     let parser = tokio::task::spawn_blocking(move || -> ApiResult<_> {
         let reader = ChannelReader {
             rx,
             current: axum::body::Bytes::new(),
+            progress: parse_progress,
         };
         let snap = snapshot::read_sized(reader, size_hint)
             .map_err(|e| ApiError::Unreadable(e.to_string()))?;
@@ -141,12 +152,14 @@ pub async fn ingest(
         Ok((snap, index, report))
     });
 
-    let mut stream = body.into_data_stream();
+    // Fused: the drain loop below may poll again after the end.
+    let mut stream = body.into_data_stream().fuse();
     let mut sink = Sink {
         file: None,
         hasher: Sha256::new(),
         size: 0,
         limit: state.config.max_upload_bytes,
+        progress,
     };
     // Receive until the end or the parser stops; the parser is joined on every path, so its
     // files are never written after the guards removed them.

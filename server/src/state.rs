@@ -13,6 +13,17 @@ pub struct AppState {
     pub config: Arc<ServeArgs>,
     /// Bounds how many uploads are parsed at once.
     pub index_slots: Arc<tokio::sync::Semaphore>,
+    /// Progress of uploads in flight, by the token the client chose.
+    pub uploads: Arc<std::sync::Mutex<std::collections::HashMap<String, Arc<UploadProgress>>>>,
+}
+
+/// How far an upload has got: bytes received, bytes the parser has consumed, and the total the
+/// client announced (Content-Length; 0 if unknown).
+#[derive(Debug, Default)]
+pub struct UploadProgress {
+    pub received_bytes: std::sync::atomic::AtomicU64,
+    pub parsed_bytes: std::sync::atomic::AtomicU64,
+    pub total_bytes: u64,
 }
 
 impl AppState {
@@ -22,6 +33,7 @@ impl AppState {
             library,
             models: Arc::new(Models::new(config.cached_snapshots)),
             index_slots: Arc::new(tokio::sync::Semaphore::new(config.index_workers.max(1))),
+            uploads: Default::default(),
             config: Arc::new(config),
         })
     }

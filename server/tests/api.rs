@@ -419,3 +419,50 @@ fn serve_on_a_real_port_survives_a_restart() {
     child.kill().unwrap();
     child.wait().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upload_progress_is_reported_while_the_body_arrives() {
+    let dir = temp_dir("progress");
+    let state = AppState::open(ServeArgs::for_data_dir(dir.clone()))
+        .await
+        .unwrap();
+    let bytes = fixture("leak_detached_cache.pickle");
+    let half = bytes.len() / 2;
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(4);
+    let body = Body::from_stream(futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|x| (x, rx))
+    }));
+    let req = Request::builder()
+        .method("POST")
+        .uri("/api/snapshots?name=slow&token=t123")
+        .header("content-length", bytes.len())
+        .body(body)
+        .unwrap();
+    let app = server::http::app(state.clone());
+    let upload = tokio::spawn(async move { app.oneshot(req).await.unwrap().status() });
+    tx.send(Ok(bytes[..half].to_vec())).await.unwrap();
+    // Wait until the first half has been received and (partly) parsed.
+    let mut seen = serde_json::Value::Null;
+    for _ in 0..200 {
+        let (st, p) = call(&state, "GET", "/api/uploads/t123", vec![]).await;
+        if st == StatusCode::OK
+            && p["received_bytes"].as_u64() == Some(half as u64)
+            && p["parsed_bytes"].as_u64().unwrap_or(0) > 0
+        {
+            seen = p;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        seen["total_bytes"].as_u64(),
+        Some(bytes.len() as u64),
+        "progress while uploading: {seen}"
+    );
+    assert!(seen["parsed_bytes"].as_u64().unwrap() <= half as u64);
+    tx.send(Ok(bytes[half..].to_vec())).await.unwrap();
+    drop(tx);
+    assert_eq!(upload.await.unwrap(), StatusCode::CREATED);
+    let (st, _) = call(&state, "GET", "/api/uploads/t123", vec![]).await;
+    assert_eq!(st, StatusCode::NOT_FOUND, "finished uploads are forgotten");
+}
