@@ -17,12 +17,29 @@ pub struct ServeArgs {
     /// Parsed snapshots kept in memory for queries (least recently used are dropped).
     #[arg(long, env = "MEMSCOPE_CACHED_SNAPSHOTS", default_value_t = 4)]
     pub cached_snapshots: usize,
+    /// Collector tokens, `NAME=TOKEN` (repeat the flag, or comma-separate in the variable). A
+    /// collector authenticates with `Authorization: Bearer TOKEN` and may only send batches under
+    /// its NAME; any other token gets 401 and nothing is stored.
+    #[arg(
+        long = "collector-token",
+        env = "MEMSCOPE_COLLECTOR_TOKENS",
+        value_delimiter = ','
+    )]
+    pub collector_tokens: Vec<String>,
     /// Snapshots indexed at the same time (each takes one core while it runs).
     #[arg(long, env = "MEMSCOPE_INDEX_WORKERS", default_value_t = 2)]
     pub index_workers: usize,
 }
 
 impl ServeArgs {
+    /// The collector name a bearer token belongs to.
+    pub fn collector_for_token(&self, token: &str) -> Option<&str> {
+        self.collector_tokens.iter().find_map(|entry| {
+            let (name, t) = entry.split_once('=')?;
+            (!t.is_empty() && t == token).then_some(name)
+        })
+    }
+
     /// Settings for tests: a given data dir, defaults otherwise.
     pub fn for_data_dir(data_dir: PathBuf) -> ServeArgs {
         ServeArgs {
@@ -30,6 +47,7 @@ impl ServeArgs {
             data_dir,
             max_upload_bytes: 8 << 30,
             cached_snapshots: 4,
+            collector_tokens: Vec::new(),
             index_workers: 2,
         }
     }

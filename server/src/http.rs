@@ -36,6 +36,7 @@ pub fn app(state: AppState) -> Router {
         .route("/api/snapshots/{id}/stacks", get(stacks))
         .route("/api/snapshots/{id}/segments", get(segment_spans))
         .route("/api/uploads/{token}", get(upload_progress))
+        .route("/api/ingest", axum::routing::post(ingest_batch))
         .route("/api/snapshots/{id}/frames/{stack}", get(frames))
         .merge(crate::assets::router())
         .fallback(not_found)
@@ -170,6 +171,70 @@ fn summary_subset(report: &serde_json::Value) -> serde_json::Value {
         report["ooms"].as_array().map_or(0, |a| a.len()).into(),
     );
     serde_json::Value::Object(out)
+}
+
+/// Largest ingest batch accepted (decompressed).
+const MAX_BATCH_BYTES: usize = 64 << 20;
+
+/// `POST /api/ingest`: one collector batch (`wire::Batch`, JSON, optionally gzip). Authenticated
+/// by the collector's bearer token; idempotent by `(collector, seq)`.
+async fn ingest_batch(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> ApiResult<Response> {
+    let token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .ok_or_else(|| {
+            ApiError::Unauthorized("missing `Authorization: Bearer <collector token>`".into())
+        })?;
+    let collector = s
+        .config
+        .collector_for_token(token.trim())
+        .ok_or_else(|| {
+            ApiError::Unauthorized(
+                "unknown collector token; add it with --collector-token NAME=TOKEN".into(),
+            )
+        })?
+        .to_string();
+    let gzip = headers
+        .get(header::CONTENT_ENCODING)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"gzip"));
+    let json = if gzip {
+        use std::io::Read;
+        let mut out = Vec::new();
+        flate2::read::GzDecoder::new(&body[..])
+            .take(MAX_BATCH_BYTES as u64 + 1)
+            .read_to_end(&mut out)
+            .map_err(|e| ApiError::BadRequest(format!("batch is not valid gzip: {e}")))?;
+        out
+    } else {
+        body.to_vec()
+    };
+    if json.len() > MAX_BATCH_BYTES {
+        return Err(ApiError::BadRequest(format!(
+            "batch is larger than {MAX_BATCH_BYTES} bytes; send smaller batches"
+        )));
+    }
+    let batch: wire::Batch = serde_json::from_slice(&json)
+        .map_err(|e| ApiError::BadRequest(format!("malformed batch: {e}")))?;
+    if batch.version > wire::VERSION {
+        return Err(ApiError::BadRequest(format!(
+            "batch version {} is newer than this server's {}; upgrade the server",
+            batch.version,
+            wire::VERSION
+        )));
+    }
+    if batch.collector != collector {
+        return Err(ApiError::Unauthorized(format!(
+            "this token belongs to collector {collector:?}, not {:?}",
+            batch.collector
+        )));
+    }
+    let ack = s.library.ingest_batch(&batch).await?;
+    Ok(Json(ack).into_response())
 }
 
 /// Progress of an upload in flight (404 once it has finished or failed).

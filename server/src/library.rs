@@ -353,4 +353,142 @@ impl Library {
             None => Ok(false),
         }
     }
+
+    /// Stores one collector batch in one transaction, once per `(collector, seq)`.
+    pub async fn ingest_batch(&self, b: &wire::Batch) -> sqlx::Result<wire::Ack> {
+        let mut tx = self.db.begin().await?;
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let rows = (b.gpus.len() + b.processes.len() + b.allocator.len() + b.events.len()) as i64;
+        let fresh = sqlx::query(
+            "INSERT INTO ingested_batches (collector, seq, received_at_ms, rows, dropped) VALUES (?, ?, ?, ?, ?) \
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(&b.collector)
+        .bind(b.seq as i64)
+        .bind(now_ms)
+        .bind(rows)
+        .bind(b.dropped_samples as i64)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            == 1;
+        if !fresh {
+            return Ok(wire::Ack {
+                seq: b.seq,
+                duplicate: true,
+                stored: 0,
+            });
+        }
+        for g in &b.gpus {
+            sqlx::query(
+                "INSERT INTO gpus (uuid, host, idx, name, total_bytes, last_seen_ms) VALUES (?, ?, ?, ?, ?, ?) \
+                 ON CONFLICT (uuid) DO UPDATE SET host = excluded.host, idx = excluded.idx, \
+                 name = coalesce(excluded.name, gpus.name), total_bytes = coalesce(excluded.total_bytes, gpus.total_bytes), \
+                 last_seen_ms = max(gpus.last_seen_ms, excluded.last_seen_ms)",
+            )
+            .bind(&g.uuid)
+            .bind(&b.host)
+            .bind(g.index as i64)
+            .bind(&g.name)
+            .bind(g.memory_total_bytes.map(|v| v as i64))
+            .bind(g.time_ms)
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query(
+                "INSERT INTO gpu_samples (gpu_uuid, time_ms, used_bytes, free_bytes, reserved_bytes, gpu_util, mem_util, \
+                 temperature_c, power_mw) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&g.uuid)
+            .bind(g.time_ms)
+            .bind(g.memory_used_bytes.map(|v| v as i64))
+            .bind(g.memory_free_bytes.map(|v| v as i64))
+            .bind(g.memory_reserved_bytes.map(|v| v as i64))
+            .bind(g.gpu_util_percent.map(|v| v as i64))
+            .bind(g.mem_util_percent.map(|v| v as i64))
+            .bind(g.temperature_c)
+            .bind(g.power_mw.map(|v| v as i64))
+            .execute(&mut *tx)
+            .await?;
+        }
+        for p in &b.processes {
+            sqlx::query(
+                "INSERT INTO process_samples (host, gpu_uuid, pid, start_time_ms, time_ms, name, cgroup, used_bytes) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&b.host)
+            .bind(&p.gpu_uuid)
+            .bind(p.pid as i64)
+            .bind(p.start_time_ms)
+            .bind(p.time_ms)
+            .bind(&p.name)
+            .bind(&p.cgroup)
+            .bind(p.used_bytes as i64)
+            .execute(&mut *tx)
+            .await?;
+        }
+        for a in &b.allocator {
+            sqlx::query(
+                "INSERT INTO allocator_samples (host, pid, start_time_ms, device, time_ms, step, allocated_bytes, \
+                 reserved_bytes, active_bytes, inactive_split_bytes, requested_bytes, alloc_retries, ooms) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&b.host)
+            .bind(a.pid as i64)
+            .bind(a.start_time_ms)
+            .bind(a.device)
+            .bind(a.time_ms)
+            .bind(a.step.map(|v| v as i64))
+            .bind(a.allocated_bytes as i64)
+            .bind(a.reserved_bytes as i64)
+            .bind(a.active_bytes.map(|v| v as i64))
+            .bind(a.inactive_split_bytes.map(|v| v as i64))
+            .bind(a.requested_bytes.map(|v| v as i64))
+            .bind(a.alloc_retries.map(|v| v as i64))
+            .bind(a.ooms.map(|v| v as i64))
+            .execute(&mut *tx)
+            .await?;
+        }
+        for e in &b.events {
+            sqlx::query(
+                "INSERT INTO events (host, time_ms, kind, pid, device, message, snapshot_id) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&b.host)
+            .bind(e.time_ms)
+            .bind(&e.kind)
+            .bind(e.pid.map(|v| v as i64))
+            .bind(e.device)
+            .bind(&e.message)
+            .bind(&e.snapshot_id)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(wire::Ack {
+            seq: b.seq,
+            duplicate: false,
+            stored: rows as u64,
+        })
+    }
+
+    /// Row counts of the live tables (for tests and the status page).
+    pub async fn live_counts(&self) -> sqlx::Result<[i64; 5]> {
+        let mut out = [0i64; 5];
+        for (i, q) in [
+            "SELECT count(*) FROM gpu_samples",
+            "SELECT count(*) FROM process_samples",
+            "SELECT count(*) FROM allocator_samples",
+            "SELECT count(*) FROM events",
+            "SELECT count(*) FROM ingested_batches",
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            out[i] = sqlx::query_scalar(sqlx::AssertSqlSafe(q))
+                .fetch_one(&self.db)
+                .await?;
+        }
+        Ok(out)
+    }
 }

@@ -1,0 +1,196 @@
+//! Live ingest (`POST /api/ingest`): authenticated by collector token, idempotent by
+//! (collector, seq), gzip accepted, malformed batches refused; fed with the recorded NVML readings
+//! of a real fixture.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use http_body_util::BodyExt;
+use server::config::ServeArgs;
+use server::state::AppState;
+use tower::ServiceExt;
+
+async fn state(tag: &str) -> AppState {
+    let dir = std::env::temp_dir().join(format!("memscope-ingest-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut args = ServeArgs::for_data_dir(dir);
+    args.collector_tokens = vec!["gpu7=s3cret".into(), "gpu8=other".into()];
+    AppState::open(args).await.unwrap()
+}
+
+/// A batch from the recorded NVML readings of `leak_detached_cache` (same fields as live NVML).
+fn recorded_batch(seq: u64) -> wire::Batch {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/leak_detached_cache.nvml.json");
+    let readings: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut b = wire::Batch {
+        version: wire::VERSION,
+        collector: "gpu7".into(),
+        seq,
+        host: "gpu7".into(),
+        gpus: vec![],
+        processes: vec![],
+        allocator: vec![],
+        events: vec![],
+        dropped_samples: 0,
+    };
+    for r in &readings {
+        let time_ms = (r["t"].as_f64().unwrap() * 1000.0) as i64;
+        b.gpus.push(wire::GpuSample {
+            time_ms,
+            uuid: "GPU-recorded-0".into(),
+            index: 0,
+            name: Some("NVIDIA H200".into()),
+            memory_used_bytes: r["used"].as_u64(),
+            memory_free_bytes: r["free"].as_u64(),
+            memory_total_bytes: r["total"].as_u64(),
+            memory_reserved_bytes: None,
+            gpu_util_percent: r["gpu_util"].as_u64().map(|v| v as u32),
+            mem_util_percent: r["mem_util"].as_u64().map(|v| v as u32),
+            temperature_c: r["temp_c"].as_i64().map(|v| v as i32),
+            power_mw: r["power_mw"].as_u64().map(|v| v as u32),
+        });
+        for p in r["procs"].as_array().unwrap() {
+            b.processes.push(wire::ProcessSample {
+                time_ms,
+                gpu_uuid: "GPU-recorded-0".into(),
+                pid: p["pid"].as_u64().unwrap() as u32,
+                start_time_ms: None,
+                name: None,
+                cgroup: None,
+                used_bytes: p["used"].as_u64().unwrap(),
+            });
+        }
+    }
+    b
+}
+
+async fn post(
+    state: &AppState,
+    token: Option<&str>,
+    body: Vec<u8>,
+    gzip: bool,
+) -> (StatusCode, serde_json::Value) {
+    let mut req = Request::builder()
+        .method("POST")
+        .uri("/api/ingest")
+        .header("content-type", "application/json");
+    if let Some(t) = token {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    if gzip {
+        req = req.header("content-encoding", "gzip");
+    }
+    let res = server::http::app(state.clone())
+        .oneshot(req.body(Body::from(body)).unwrap())
+        .await
+        .unwrap();
+    let status = res.status();
+    let bytes = res.into_body().collect().await.unwrap().to_bytes();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null),
+    )
+}
+
+fn gz(bytes: &[u8]) -> Vec<u8> {
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    e.write_all(bytes).unwrap();
+    e.finish().unwrap()
+}
+
+#[tokio::test]
+async fn batches_are_stored_once_and_only_with_the_right_token() {
+    let s = state("auth").await;
+    let batch = recorded_batch(1);
+    let json = serde_json::to_vec(&batch).unwrap();
+    let rows = (batch.gpus.len() + batch.processes.len()) as u64;
+    assert!(batch.gpus.len() == 84 && !batch.processes.is_empty());
+
+    // No token, an unknown token, another collector's token: 401 and nothing stored.
+    for token in [None, Some("wrong"), Some("other")] {
+        let (st, err) = post(&s, token, json.clone(), false).await;
+        assert_eq!(st, StatusCode::UNAUTHORIZED, "{token:?}: {err}");
+        assert!(err["error"].as_str().unwrap().len() > 10);
+    }
+    assert_eq!(s.library.live_counts().await.unwrap(), [0, 0, 0, 0, 0]);
+
+    // The right token, gzip-compressed: stored.
+    let (st, ack) = post(&s, Some("s3cret"), gz(&json), true).await;
+    assert_eq!(st, StatusCode::OK, "{ack}");
+    assert_eq!(
+        ack,
+        serde_json::json!({"seq": 1, "duplicate": false, "stored": rows})
+    );
+    let counts = s.library.live_counts().await.unwrap();
+    assert_eq!(counts, [84, batch.processes.len() as i64, 0, 0, 1]);
+
+    // The same batch again (a resend after a lost acknowledgement): acknowledged, not stored twice.
+    let (st, ack) = post(&s, Some("s3cret"), json.clone(), false).await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(
+        ack,
+        serde_json::json!({"seq": 1, "duplicate": true, "stored": 0})
+    );
+    assert_eq!(s.library.live_counts().await.unwrap(), counts);
+
+    // The next batch is stored.
+    let (st, ack) = post(
+        &s,
+        Some("s3cret"),
+        serde_json::to_vec(&recorded_batch(2)).unwrap(),
+        false,
+    )
+    .await;
+    assert_eq!(
+        (st, ack["duplicate"].as_bool()),
+        (StatusCode::OK, Some(false))
+    );
+    assert_eq!(s.library.live_counts().await.unwrap()[0], 168);
+}
+
+#[tokio::test]
+async fn malformed_batches_are_refused() {
+    let s = state("bad").await;
+    let (st, err) = post(&s, Some("s3cret"), b"{not json".to_vec(), false).await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
+    assert!(
+        err["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("malformed batch"),
+        "{err}"
+    );
+    let (st, err) = post(
+        &s,
+        Some("s3cret"),
+        b"\x1f\x8bnot really gzip".to_vec(),
+        true,
+    )
+    .await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
+    assert!(err["error"].as_str().unwrap().contains("gzip"), "{err}");
+    let mut future = recorded_batch(1);
+    future.version = wire::VERSION + 1;
+    let (st, err) = post(
+        &s,
+        Some("s3cret"),
+        serde_json::to_vec(&future).unwrap(),
+        false,
+    )
+    .await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
+    assert!(err["error"].as_str().unwrap().contains("newer"), "{err}");
+    let (st, _) = post(
+        &s,
+        Some("s3cret"),
+        br#"{"version":1,"collector":"gpu7","seq":"x","host":"h"}"#.to_vec(),
+        false,
+    )
+    .await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
+    assert_eq!(s.library.live_counts().await.unwrap(), [0, 0, 0, 0, 0]);
+}

@@ -1,0 +1,177 @@
+//! The wire format between collectors (and the in-process agent) and the server.
+//!
+//! A collector sends [`Batch`]es as JSON (optionally gzip-compressed, `Content-Encoding: gzip`) to
+//! `POST /api/ingest` with `Authorization: Bearer <token>`. Batches are numbered per collector
+//! (`seq`, increasing); the server stores each `(collector, seq)` once and acknowledges it, so a
+//! collector may resend until it sees the acknowledgement and then delete it from its spool.
+//!
+//! Units are in the names: `_bytes`, `_ms` (Unix epoch milliseconds), `_percent`, `_mw`, `_c`.
+//! Every reading an NVML call might not provide is optional. Version changes are additive; a
+//! server refuses a `version` newer than it knows.
+
+use serde::{Deserialize, Serialize};
+
+/// The version this crate writes and reads.
+pub const VERSION: u32 = 1;
+
+/// One upload from a collector.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Batch {
+    pub version: u32,
+    /// The collector's name (what its token was issued for; usually the host name).
+    pub collector: String,
+    /// Increasing per collector; the idempotency key with `collector`.
+    pub seq: u64,
+    pub host: String,
+    #[serde(default)]
+    pub gpus: Vec<GpuSample>,
+    #[serde(default)]
+    pub processes: Vec<ProcessSample>,
+    #[serde(default)]
+    pub allocator: Vec<AllocatorSample>,
+    #[serde(default)]
+    pub events: Vec<Event>,
+    /// Samples the collector dropped since its previous batch (spool full), so loss is visible.
+    #[serde(default)]
+    pub dropped_samples: u64,
+}
+
+/// One NVML reading of one GPU.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuSample {
+    pub time_ms: i64,
+    /// NVML UUID (`GPU-…` or `MIG-…`): GPUs are keyed by it, not by index.
+    pub uuid: String,
+    pub index: u32,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub memory_used_bytes: Option<u64>,
+    #[serde(default)]
+    pub memory_free_bytes: Option<u64>,
+    #[serde(default)]
+    pub memory_total_bytes: Option<u64>,
+    /// Firmware-reserved memory (NVML memory_info v2), recorded apart from `used`.
+    #[serde(default)]
+    pub memory_reserved_bytes: Option<u64>,
+    #[serde(default)]
+    pub gpu_util_percent: Option<u32>,
+    #[serde(default)]
+    pub mem_util_percent: Option<u32>,
+    #[serde(default)]
+    pub temperature_c: Option<i32>,
+    #[serde(default)]
+    pub power_mw: Option<u32>,
+}
+
+/// GPU memory one process holds, as NVML reports it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProcessSample {
+    pub time_ms: i64,
+    pub gpu_uuid: String,
+    /// In the host's PID namespace.
+    pub pid: u32,
+    /// Process start time: PIDs are reused, (host, pid, start) is the key.
+    #[serde(default)]
+    pub start_time_ms: Option<i64>,
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Container or job, from `/proc/<pid>/cgroup`, where visible.
+    #[serde(default)]
+    pub cgroup: Option<String>,
+    pub used_bytes: u64,
+}
+
+/// `torch.cuda.memory_stats()` of one device in one process (from the in-process agent).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AllocatorSample {
+    pub time_ms: i64,
+    pub pid: u32,
+    #[serde(default)]
+    pub start_time_ms: Option<i64>,
+    pub device: i32,
+    /// Training step (`memscope_agent.step(n)`), if the job marks them.
+    #[serde(default)]
+    pub step: Option<u64>,
+    pub allocated_bytes: u64,
+    pub reserved_bytes: u64,
+    #[serde(default)]
+    pub active_bytes: Option<u64>,
+    #[serde(default)]
+    pub inactive_split_bytes: Option<u64>,
+    #[serde(default)]
+    pub requested_bytes: Option<u64>,
+    #[serde(default)]
+    pub alloc_retries: Option<u64>,
+    #[serde(default)]
+    pub ooms: Option<u64>,
+}
+
+/// Something that happened: an OOM, allocation retries, a collector message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    pub time_ms: i64,
+    /// `oom`, `alloc_retry`, `collector`, …
+    pub kind: String,
+    #[serde(default)]
+    pub pid: Option<u32>,
+    #[serde(default)]
+    pub device: Option<i32>,
+    #[serde(default)]
+    pub message: String,
+    /// The uploaded snapshot for an OOM, once the agent has uploaded it.
+    #[serde(default)]
+    pub snapshot_id: Option<String>,
+}
+
+/// The server's answer to a batch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Ack {
+    pub seq: u64,
+    /// True when this `(collector, seq)` had been stored before (nothing stored again).
+    pub duplicate: bool,
+    /// Rows stored from this batch.
+    pub stored: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_minimal_batch_parses_and_optional_readings_stay_none() {
+        let b: Batch = serde_json::from_str(
+            r#"{"version":1,"collector":"c","seq":7,"host":"h",
+                "gpus":[{"time_ms":1,"uuid":"GPU-x","index":0}]}"#,
+        )
+        .unwrap();
+        assert_eq!((b.seq, b.gpus.len(), b.processes.len()), (7, 1, 0));
+        assert_eq!(b.gpus[0].memory_used_bytes, None);
+        assert_eq!(b.dropped_samples, 0);
+    }
+
+    #[test]
+    fn round_trips() {
+        let b = Batch {
+            version: VERSION,
+            collector: "gpu7".into(),
+            seq: 3,
+            host: "gpu7".into(),
+            gpus: vec![],
+            processes: vec![ProcessSample {
+                time_ms: 5,
+                gpu_uuid: "GPU-a".into(),
+                pid: 42,
+                start_time_ms: Some(1),
+                name: Some("python".into()),
+                cgroup: None,
+                used_bytes: 1 << 30,
+            }],
+            allocator: vec![],
+            events: vec![],
+            dropped_samples: 2,
+        };
+        let back: Batch = serde_json::from_str(&serde_json::to_string(&b).unwrap()).unwrap();
+        assert_eq!(back, b);
+    }
+}
