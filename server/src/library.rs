@@ -113,6 +113,9 @@ async fn insert_tags(
     Ok(())
 }
 
+/// Rows per multi-row INSERT (13 columns at most: well under SQLite's 32,766 variables).
+const ROWS_PER_INSERT: usize = 1000;
+
 /// The columns of [`Row`], for `concat!` (sqlx takes only static SQL).
 macro_rules! columns {
     () => {
@@ -381,7 +384,16 @@ impl Library {
                 stored: 0,
             });
         }
+        // Each GPU once per batch (its latest reading), then the samples in multi-row inserts.
+        let mut latest: Vec<&wire::GpuSample> = Vec::new();
         for g in &b.gpus {
+            match latest.iter_mut().find(|x| x.uuid == g.uuid) {
+                Some(x) if x.time_ms <= g.time_ms => *x = g,
+                Some(_) => {}
+                None => latest.push(g),
+            }
+        }
+        for g in latest {
             sqlx::query(
                 "INSERT INTO gpus (uuid, host, idx, name, total_bytes, last_seen_ms) VALUES (?, ?, ?, ?, ?, ?) \
                  ON CONFLICT (uuid) DO UPDATE SET host = excluded.host, idx = excluded.idx, \
@@ -396,59 +408,63 @@ impl Library {
             .bind(g.time_ms)
             .execute(&mut *tx)
             .await?;
-            sqlx::query(
+        }
+        let opt = |v: Option<u64>| v.map(|v| v as i64);
+        for chunk in b.gpus.chunks(ROWS_PER_INSERT) {
+            let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
                 "INSERT INTO gpu_samples (gpu_uuid, time_ms, used_bytes, free_bytes, reserved_bytes, gpu_util, mem_util, \
-                 temperature_c, power_mw) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            )
-            .bind(&g.uuid)
-            .bind(g.time_ms)
-            .bind(g.memory_used_bytes.map(|v| v as i64))
-            .bind(g.memory_free_bytes.map(|v| v as i64))
-            .bind(g.memory_reserved_bytes.map(|v| v as i64))
-            .bind(g.gpu_util_percent.map(|v| v as i64))
-            .bind(g.mem_util_percent.map(|v| v as i64))
-            .bind(g.temperature_c)
-            .bind(g.power_mw.map(|v| v as i64))
-            .execute(&mut *tx)
-            .await?;
+                 temperature_c, power_mw) ",
+            );
+            q.push_values(chunk, |mut row, g| {
+                row.push_bind(&g.uuid)
+                    .push_bind(g.time_ms)
+                    .push_bind(opt(g.memory_used_bytes))
+                    .push_bind(opt(g.memory_free_bytes))
+                    .push_bind(opt(g.memory_reserved_bytes))
+                    .push_bind(g.gpu_util_percent.map(|v| v as i64))
+                    .push_bind(g.mem_util_percent.map(|v| v as i64))
+                    .push_bind(g.temperature_c)
+                    .push_bind(g.power_mw.map(|v| v as i64));
+            });
+            q.build().execute(&mut *tx).await?;
         }
-        for p in &b.processes {
-            sqlx::query(
-                "INSERT INTO process_samples (host, gpu_uuid, pid, start_time_ms, time_ms, name, cgroup, used_bytes) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            )
-            .bind(&b.host)
-            .bind(&p.gpu_uuid)
-            .bind(p.pid as i64)
-            .bind(p.start_time_ms)
-            .bind(p.time_ms)
-            .bind(&p.name)
-            .bind(&p.cgroup)
-            .bind(p.used_bytes as i64)
-            .execute(&mut *tx)
-            .await?;
+        for chunk in b.processes.chunks(ROWS_PER_INSERT) {
+            let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+                "INSERT INTO process_samples (host, gpu_uuid, pid, start_time_ms, time_ms, name, cgroup, used_bytes) ",
+            );
+            q.push_values(chunk, |mut row, p| {
+                row.push_bind(&b.host)
+                    .push_bind(&p.gpu_uuid)
+                    .push_bind(p.pid as i64)
+                    .push_bind(p.start_time_ms)
+                    .push_bind(p.time_ms)
+                    .push_bind(&p.name)
+                    .push_bind(&p.cgroup)
+                    .push_bind(p.used_bytes as i64);
+            });
+            q.build().execute(&mut *tx).await?;
         }
-        for a in &b.allocator {
-            sqlx::query(
+        for chunk in b.allocator.chunks(ROWS_PER_INSERT) {
+            let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
                 "INSERT INTO allocator_samples (host, pid, start_time_ms, device, time_ms, step, allocated_bytes, \
-                 reserved_bytes, active_bytes, inactive_split_bytes, requested_bytes, alloc_retries, ooms) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            )
-            .bind(&b.host)
-            .bind(a.pid as i64)
-            .bind(a.start_time_ms)
-            .bind(a.device)
-            .bind(a.time_ms)
-            .bind(a.step.map(|v| v as i64))
-            .bind(a.allocated_bytes as i64)
-            .bind(a.reserved_bytes as i64)
-            .bind(a.active_bytes.map(|v| v as i64))
-            .bind(a.inactive_split_bytes.map(|v| v as i64))
-            .bind(a.requested_bytes.map(|v| v as i64))
-            .bind(a.alloc_retries.map(|v| v as i64))
-            .bind(a.ooms.map(|v| v as i64))
-            .execute(&mut *tx)
-            .await?;
+                 reserved_bytes, active_bytes, inactive_split_bytes, requested_bytes, alloc_retries, ooms) ",
+            );
+            q.push_values(chunk, |mut row, a| {
+                row.push_bind(&b.host)
+                    .push_bind(a.pid as i64)
+                    .push_bind(a.start_time_ms)
+                    .push_bind(a.device)
+                    .push_bind(a.time_ms)
+                    .push_bind(opt(a.step))
+                    .push_bind(a.allocated_bytes as i64)
+                    .push_bind(a.reserved_bytes as i64)
+                    .push_bind(opt(a.active_bytes))
+                    .push_bind(opt(a.inactive_split_bytes))
+                    .push_bind(opt(a.requested_bytes))
+                    .push_bind(opt(a.alloc_retries))
+                    .push_bind(opt(a.ooms));
+            });
+            q.build().execute(&mut *tx).await?;
         }
         for e in &b.events {
             sqlx::query(
