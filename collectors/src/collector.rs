@@ -1,0 +1,153 @@
+//! The collector's loops: the sampler (source → batch → spool) and the shipper (spool → server).
+//! They share only the spool, so sampling never waits on the network.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::sender::{SendError, Sender, backoff};
+use crate::source::{Reading, Source};
+use crate::spool::Spool;
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Settings of a running collector.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub name: String,
+    pub host: String,
+    pub interval: Duration,
+    /// Readings per batch.
+    pub readings_per_batch: usize,
+}
+
+/// Takes `readings` readings (all of them if `None`) at `interval`, spooling a batch every
+/// `readings_per_batch`; returns how many samples were spooled.
+pub fn sample(
+    cfg: &Config,
+    source: &mut dyn Source,
+    spool: &Mutex<Spool>,
+    readings: Option<u64>,
+    stop: &AtomicBool,
+) -> std::io::Result<u64> {
+    let mut pending = Reading::default();
+    let (mut taken, mut in_batch, mut spooled) = (0u64, 0usize, 0u64);
+    let mut next = Instant::now();
+    while readings.is_none_or(|n| taken < n) && !stop.load(Ordering::Relaxed) {
+        let r = source.read(now_ms());
+        pending.gpus.extend(r.gpus);
+        pending.processes.extend(r.processes);
+        taken += 1;
+        in_batch += 1;
+        if in_batch >= cfg.readings_per_batch || readings.is_some_and(|n| taken == n) {
+            spooled += flush(cfg, spool, &mut pending)?;
+            in_batch = 0;
+        }
+        next += cfg.interval;
+        if let Some(wait) = next.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        } else {
+            next = Instant::now();
+        }
+    }
+    if in_batch > 0 {
+        spooled += flush(cfg, spool, &mut pending)?;
+    }
+    Ok(spooled)
+}
+
+fn flush(cfg: &Config, spool: &Mutex<Spool>, pending: &mut Reading) -> std::io::Result<u64> {
+    let mut s = spool.lock().expect("spool lock");
+    let batch = wire::Batch {
+        version: wire::VERSION,
+        collector: cfg.name.clone(),
+        seq: s.take_seq()?,
+        host: cfg.host.clone(),
+        gpus: std::mem::take(&mut pending.gpus),
+        processes: std::mem::take(&mut pending.processes),
+        allocator: Vec::new(),
+        events: Vec::new(),
+        dropped_samples: std::mem::take(&mut s.dropped_samples),
+    };
+    s.push(&batch)?;
+    Ok((batch.gpus.len() + batch.processes.len()) as u64)
+}
+
+/// Sends everything in the spool until it is empty and `stop` is set, retrying with backoff while
+/// the server is away. Returns the number of batches acknowledged.
+pub fn ship(spool: &Mutex<Spool>, sender: &Sender, stop: &AtomicBool, log: &dyn Fn(&str)) -> u64 {
+    let (mut acked, mut attempt, mut seed) = (0u64, 0u32, 0x2545_f491_4f6c_dd1du64);
+    loop {
+        let pending = spool
+            .lock()
+            .expect("spool lock")
+            .pending()
+            .unwrap_or_default();
+        if pending.is_empty() {
+            if stop.load(Ordering::Relaxed) {
+                return acked;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        }
+        let (seq, path) = &pending[0];
+        match sender.send(path) {
+            Ok(ack) if ack.seq == *seq => {
+                let _ = spool.lock().expect("spool lock").ack(*seq);
+                acked += 1;
+                attempt = 0;
+            }
+            Ok(ack) => log(&format!(
+                "server acknowledged seq {} for batch {seq}; keeping it",
+                ack.seq
+            )),
+            Err(SendError::Refused { status, message }) => {
+                // Resending cannot succeed; keep the batch and slow down, so nothing is lost
+                // silently while an operator fixes the token.
+                log(&format!("server refused batch {seq} ({status}): {message}"));
+                std::thread::sleep(backoff(6, seed));
+            }
+            Err(e) => {
+                if attempt == 0 {
+                    log(&format!("{e}; spooling until it is back"));
+                }
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                std::thread::sleep(backoff(attempt, seed));
+                attempt += 1;
+            }
+        }
+    }
+}
+
+/// Runs sampler and shipper until `stop` (or `readings` readings), then drains the spool.
+pub fn run(
+    cfg: Config,
+    mut source: Box<dyn Source>,
+    spool: Spool,
+    sender: Sender,
+    readings: Option<u64>,
+    stop: Arc<AtomicBool>,
+) -> anyhow::Result<(u64, u64)> {
+    let spool = Arc::new(Mutex::new(spool));
+    let ship_stop = Arc::new(AtomicBool::new(false));
+    let shipper = {
+        let (spool, ship_stop) = (spool.clone(), ship_stop.clone());
+        std::thread::spawn(move || {
+            ship(&spool, &sender, &ship_stop, &|m| {
+                eprintln!("memscope-collector: {m}")
+            })
+        })
+    };
+    let spooled = sample(&cfg, source.as_mut(), &spool, readings, &stop)?;
+    ship_stop.store(true, Ordering::Relaxed);
+    let acked = shipper
+        .join()
+        .map_err(|_| anyhow::anyhow!("shipper thread panicked"))?;
+    Ok((spooled, acked))
+}

@@ -1,0 +1,96 @@
+//! `memscope-collector`: flags, then `collector::run`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use clap::Parser;
+use collectors::{collector, sender, source, spool};
+
+/// Collects GPU memory readings on this host and ships them to a memscope server.
+#[derive(Debug, Parser)]
+#[command(name = "memscope-collector", version)]
+struct Args {
+    /// The memscope server, e.g. http://127.0.0.1:8080.
+    #[arg(long, env = "MEMSCOPE_SERVER")]
+    server: String,
+    /// This collector's token (the server's --collector-token NAME=TOKEN).
+    #[arg(long, env = "MEMSCOPE_COLLECTOR_TOKEN")]
+    token: String,
+    /// This collector's name (the NAME of its token); default: the host name.
+    #[arg(long, env = "MEMSCOPE_COLLECTOR_NAME")]
+    name: Option<String>,
+    /// Sampling interval in milliseconds (100 works).
+    #[arg(long, env = "MEMSCOPE_INTERVAL_MS", default_value_t = 1000)]
+    interval_ms: u64,
+    /// Readings per batch.
+    #[arg(long, default_value_t = 10)]
+    readings_per_batch: usize,
+    /// Spool folder (unsent batches survive restarts here).
+    #[arg(long, env = "MEMSCOPE_SPOOL_DIR", default_value = "./memscope-spool")]
+    spool_dir: PathBuf,
+    /// Spool size cap in bytes; the oldest batches are dropped (and counted) beyond it.
+    #[arg(long, default_value_t = 256 << 20)]
+    spool_max_bytes: u64,
+    /// Replay recorded NVML readings (a `*.nvml.json`) instead of reading NVML.
+    #[arg(long)]
+    replay: Option<PathBuf>,
+    /// Stop after this many readings (default: run until killed).
+    #[arg(long)]
+    readings: Option<u64>,
+}
+
+fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    let src: Box<dyn source::Source> = match &args.replay {
+        Some(p) => match source::Recorded::open(p) {
+            Ok(r) => Box::new(r),
+            Err(e) => {
+                eprintln!("memscope-collector: {e:#}");
+                return std::process::ExitCode::FAILURE;
+            }
+        },
+        None => match source::Nvml::open() {
+            Ok(n) => Box::new(n),
+            Err(why) => {
+                eprintln!("memscope-collector: {why}");
+                return std::process::ExitCode::FAILURE;
+            }
+        },
+    };
+    eprintln!("memscope-collector: {}", src.describe());
+    let host = std::fs::read_to_string("/etc/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into());
+    let cfg = collector::Config {
+        name: args.name.clone().unwrap_or_else(|| host.clone()),
+        host,
+        interval: Duration::from_millis(args.interval_ms.max(10)),
+        readings_per_batch: args.readings_per_batch.max(1),
+    };
+    let result = spool::Spool::open(&args.spool_dir, args.spool_max_bytes)
+        .map_err(anyhow::Error::from)
+        .and_then(|sp| {
+            collector::run(
+                cfg,
+                src,
+                sp,
+                sender::Sender::new(&args.server, &args.token),
+                args.readings,
+                Arc::new(AtomicBool::new(false)),
+            )
+        });
+    match result {
+        Ok((spooled, acked)) => {
+            eprintln!(
+                "memscope-collector: {spooled} samples spooled, {acked} batches acknowledged"
+            );
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("memscope-collector: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

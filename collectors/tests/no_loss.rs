@@ -1,0 +1,236 @@
+//! The collector loses nothing: it keeps sampling while the server is down (batches wait in the
+//! spool), and once the server is back every sample is stored exactly once. Readings come from a
+//! fixture's recorded NVML data through the same path as live NVML readings.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use collectors::collector::{self, Config};
+use collectors::source::{Recorded, Source};
+use collectors::{sender::Sender, spool::Spool};
+
+fn fixture() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/leak_detached_cache.nvml.json")
+}
+
+struct Server {
+    rt: tokio::runtime::Runtime,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+fn start_server(dir: &std::path::Path, port: u16) -> Server {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let mut args = server::config::ServeArgs::for_data_dir(dir.to_path_buf());
+    args.collector_tokens = vec!["c1=t1".into()];
+    rt.spawn(async move {
+        let state = server::state::AppState::open(args).await.unwrap();
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+            .await
+            .unwrap();
+        axum::serve(listener, server::http::app(state))
+            .with_graceful_shutdown(async {
+                rx.await.ok();
+            })
+            .await
+            .unwrap();
+    });
+    for _ in 0..200 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Server { rt, stop: Some(tx) }
+}
+
+impl Server {
+    fn stop(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        self.rt.shutdown_timeout(Duration::from_secs(2));
+    }
+}
+
+#[test]
+fn server_outage_loses_nothing_and_stores_nothing_twice() {
+    let base = std::env::temp_dir().join(format!("memscope-noloss-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    const READINGS: u64 = 240;
+
+    // What the source will produce.
+    let mut check = Recorded::open(&fixture()).unwrap();
+    let (mut want_gpus, mut want_procs) = (0i64, 0i64);
+    for _ in 0..READINGS {
+        let r = check.read(0);
+        want_gpus += r.gpus.len() as i64;
+        want_procs += r.processes.len() as i64;
+    }
+
+    let server = start_server(&base.join("lib"), port);
+    let cfg = Config {
+        name: "c1".into(),
+        host: "h1".into(),
+        interval: Duration::from_millis(5),
+        readings_per_batch: 4,
+    };
+    let spool = Spool::open(&base.join("spool"), 64 << 20).unwrap();
+    let sender = Sender::new(&format!("http://127.0.0.1:{port}"), "t1");
+    let src = Box::new(Recorded::open(&fixture()).unwrap());
+    let collecting = std::thread::spawn(move || {
+        collector::run(
+            cfg,
+            src,
+            spool,
+            sender,
+            Some(READINGS),
+            Arc::new(AtomicBool::new(false)),
+        )
+    });
+
+    // Let some batches through, then take the server away while sampling goes on.
+    std::thread::sleep(Duration::from_millis(300));
+    server.stop();
+    std::thread::sleep(Duration::from_millis(700));
+    let spooled_while_down = std::fs::read_dir(base.join("spool"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .to_string_lossy()
+                .ends_with(".json.gz")
+        })
+        .count();
+    assert!(
+        spooled_while_down > 0,
+        "batches wait in the spool while the server is down"
+    );
+    let server = start_server(&base.join("lib"), port);
+
+    let (spooled, acked) = collecting.join().unwrap().unwrap();
+    assert_eq!(spooled as i64, want_gpus + want_procs);
+    assert_eq!(acked, READINGS / 4);
+
+    // Every sample exactly once.
+    let counts = server.rt.block_on(async {
+        let lib = server::library::Library::open(&base.join("lib"))
+            .await
+            .unwrap();
+        lib.live_counts().await.unwrap()
+    });
+    assert_eq!(counts, [want_gpus, want_procs, 0, 0, (READINGS / 4) as i64]);
+    assert_eq!(
+        std::fs::read_dir(base.join("spool"))
+            .unwrap()
+            .filter(|e| e
+                .as_ref()
+                .unwrap()
+                .path()
+                .to_string_lossy()
+                .ends_with(".json.gz"))
+            .count(),
+        0
+    );
+    server.stop();
+}
+
+#[test]
+fn a_wrong_token_keeps_batches_in_the_spool() {
+    let base = std::env::temp_dir().join(format!("memscope-badtoken-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let server = start_server(&base.join("lib"), port);
+    let mut spool = Spool::open(&base.join("spool"), 64 << 20).unwrap();
+    let mut src = Recorded::open(&fixture()).unwrap();
+    let r = src.read(1);
+    let batch = wire::Batch {
+        version: wire::VERSION,
+        collector: "c1".into(),
+        seq: spool.take_seq().unwrap(),
+        host: "h1".into(),
+        gpus: r.gpus,
+        processes: r.processes,
+        allocator: vec![],
+        events: vec![],
+        dropped_samples: 0,
+    };
+    spool.push(&batch).unwrap();
+    let (seq, path) = spool.pending().unwrap()[0].clone();
+    let err = Sender::new(&format!("http://127.0.0.1:{port}"), "nope")
+        .send(&path)
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            collectors::sender::SendError::Refused { status: 401, .. }
+        ),
+        "{err}"
+    );
+    assert_eq!(
+        spool.pending().unwrap().len(),
+        1,
+        "refused batches are kept"
+    );
+    let ack = Sender::new(&format!("http://127.0.0.1:{port}"), "t1")
+        .send(&path)
+        .unwrap();
+    assert_eq!((ack.seq, ack.duplicate), (seq, false));
+    server.stop();
+}
+
+#[test]
+fn spool_survives_restarts_and_bounds_itself() {
+    let dir = std::env::temp_dir().join(format!("memscope-spool-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut src = Recorded::open(&fixture()).unwrap();
+    let mut batch = |spool: &mut Spool| {
+        let r = src.read(1);
+        wire::Batch {
+            version: wire::VERSION,
+            collector: "c".into(),
+            seq: spool.take_seq().unwrap(),
+            host: "h".into(),
+            gpus: r.gpus,
+            processes: r.processes,
+            allocator: vec![],
+            events: vec![],
+            dropped_samples: 0,
+        }
+    };
+    {
+        let mut s = Spool::open(&dir, 1 << 20).unwrap();
+        for _ in 0..3 {
+            let b = batch(&mut s);
+            s.push(&b).unwrap();
+        }
+    }
+    // A half-written file from a crash is removed; numbering continues after a restart.
+    collectors::spool::write_raw(&dir.join("00000000000000000099.part"), b"half").unwrap();
+    let mut s = Spool::open(&dir, 1 << 20).unwrap();
+    assert!(!dir.join("00000000000000000099.part").exists());
+    let seqs: Vec<u64> = s.pending().unwrap().iter().map(|(q, _)| *q).collect();
+    assert_eq!(seqs, vec![3, 2, 1], "newest first");
+    assert_eq!(batch(&mut s).seq, 4);
+    // Over the cap, the oldest go and are counted.
+    let mut tiny = Spool::open(&dir, 1).unwrap();
+    let b = batch(&mut tiny);
+    tiny.push(&b).unwrap();
+    assert_eq!(tiny.pending().unwrap().len(), 1);
+    assert!(tiny.dropped_samples >= 3);
+}
