@@ -113,6 +113,28 @@ async fn insert_tags(
     Ok(())
 }
 
+/// The latest NVML reading of one GPU.
+#[derive(Debug, Clone, FromRow)]
+pub struct GpuLatest {
+    pub host: String,
+    pub uuid: String,
+    pub idx: i64,
+    pub used_bytes: Option<i64>,
+    pub total_bytes: Option<i64>,
+    pub reserved_bytes: Option<i64>,
+}
+
+/// PyTorch allocator figures of one device, summed over its processes' latest samples.
+#[derive(Debug, Clone, FromRow)]
+pub struct DeviceAllocator {
+    pub host: String,
+    pub device: i64,
+    pub allocated_bytes: i64,
+    pub reserved_bytes: i64,
+    pub alloc_retries: i64,
+    pub ooms: i64,
+}
+
 /// Rows per multi-row INSERT (13 columns at most: well under SQLite's 32,766 variables).
 const ROWS_PER_INSERT: usize = 1000;
 
@@ -506,5 +528,47 @@ impl Library {
                 .await?;
         }
         Ok(out)
+    }
+
+    /// The latest reading of every GPU.
+    pub async fn latest_gpu_readings(&self) -> sqlx::Result<Vec<GpuLatest>> {
+        sqlx::query_as(
+            "SELECT g.host, g.uuid, g.idx, s.used_bytes, g.total_bytes, s.reserved_bytes FROM gpus g \
+             JOIN gpu_samples s ON s.gpu_uuid = g.uuid \
+             AND s.time_ms = (SELECT max(time_ms) FROM gpu_samples WHERE gpu_uuid = g.uuid) \
+             GROUP BY g.uuid ORDER BY g.host, g.idx",
+        )
+        .fetch_all(&self.db)
+        .await
+    }
+
+    /// PyTorch allocator figures summed per host and device over each process's latest sample
+    /// (no per-process labels).
+    pub async fn latest_allocator_by_device(&self) -> sqlx::Result<Vec<DeviceAllocator>> {
+        sqlx::query_as(
+            "SELECT a.host, a.device, sum(a.allocated_bytes) AS allocated_bytes, sum(a.reserved_bytes) AS reserved_bytes, \
+             coalesce(sum(a.alloc_retries), 0) AS alloc_retries, coalesce(sum(a.ooms), 0) AS ooms FROM allocator_samples a \
+             WHERE a.time_ms = (SELECT max(time_ms) FROM allocator_samples b WHERE b.host = a.host AND b.pid = a.pid \
+             AND b.device = a.device AND b.start_time_ms IS a.start_time_ms) \
+             GROUP BY a.host, a.device ORDER BY a.host, a.device",
+        )
+        .fetch_all(&self.db)
+        .await
+    }
+
+    /// (batches, samples stored, samples collectors dropped, snapshots, events by kind).
+    pub async fn counters(&self) -> sqlx::Result<(i64, i64, i64, i64, Vec<(String, i64)>)> {
+        let (batches, rows, dropped): (i64, i64, i64) =
+            sqlx::query_as("SELECT count(*), coalesce(sum(rows), 0), coalesce(sum(dropped), 0) FROM ingested_batches")
+                .fetch_one(&self.db)
+                .await?;
+        let snapshots: i64 = sqlx::query_scalar("SELECT count(*) FROM snapshots")
+            .fetch_one(&self.db)
+            .await?;
+        let events =
+            sqlx::query_as("SELECT kind, count(*) FROM events GROUP BY kind ORDER BY kind")
+                .fetch_all(&self.db)
+                .await?;
+        Ok((batches, rows, dropped, snapshots, events))
     }
 }

@@ -194,3 +194,115 @@ async fn malformed_batches_are_refused() {
     assert_eq!(st, StatusCode::BAD_REQUEST);
     assert_eq!(s.library.live_counts().await.unwrap(), [0, 0, 0, 0, 0]);
 }
+
+#[tokio::test]
+async fn prometheus_metrics_follow_the_conventions() {
+    let s = state("metrics").await;
+    let mut batch = recorded_batch(1);
+    let last = batch.gpus.iter().max_by_key(|g| g.time_ms).unwrap().clone();
+    // Two processes on device 0; the second sample of process 1 replaces its first.
+    let alloc = |pid, time_ms, allocated_bytes, reserved_bytes| wire::AllocatorSample {
+        time_ms,
+        pid,
+        start_time_ms: Some(1),
+        device: 0,
+        step: None,
+        allocated_bytes,
+        reserved_bytes,
+        active_bytes: None,
+        inactive_split_bytes: None,
+        requested_bytes: None,
+        alloc_retries: Some(2),
+        ooms: Some(0),
+    };
+    batch.allocator = vec![
+        alloc(1, 10, 100, 200),
+        alloc(1, 20, 300, 400),
+        alloc(2, 15, 1000, 2000),
+    ];
+    batch.events = vec![wire::Event {
+        time_ms: 5,
+        kind: "oom".into(),
+        pid: Some(1),
+        device: Some(0),
+        message: "x".into(),
+        snapshot_id: None,
+    }];
+    let (st, _) = post(
+        &s,
+        Some("s3cret"),
+        serde_json::to_vec(&batch).unwrap(),
+        false,
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK);
+
+    let res = server::http::app(s.clone())
+        .oneshot(
+            Request::builder()
+                .uri("/metrics")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert!(
+        res.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain")
+    );
+    let text =
+        String::from_utf8(res.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap();
+    let line = |prefix: &str| {
+        text.lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix} in\n{text}"))
+            .to_string()
+    };
+    assert_eq!(
+        line("memscope_gpu_memory_used_bytes{"),
+        format!(
+            "memscope_gpu_memory_used_bytes{{host=\"gpu7\",gpu=\"GPU-recorded-0\",index=\"0\"}} {}",
+            last.memory_used_bytes.unwrap()
+        )
+    );
+    assert!(
+        line("memscope_gpu_memory_total_bytes{")
+            .ends_with(&format!(" {}", last.memory_total_bytes.unwrap()))
+    );
+    assert_eq!(
+        line("memscope_pytorch_allocated_bytes{"),
+        "memscope_pytorch_allocated_bytes{host=\"gpu7\",device=\"0\"} 1300"
+    );
+    assert_eq!(
+        line("memscope_pytorch_reserved_bytes{"),
+        "memscope_pytorch_reserved_bytes{host=\"gpu7\",device=\"0\"} 2400"
+    );
+    assert_eq!(
+        line("memscope_pytorch_alloc_retries_total{"),
+        "memscope_pytorch_alloc_retries_total{host=\"gpu7\",device=\"0\"} 4"
+    );
+    assert_eq!(
+        line("memscope_ingest_batches_total"),
+        "memscope_ingest_batches_total 1"
+    );
+    assert_eq!(
+        line("memscope_events_total{"),
+        "memscope_events_total{kind=\"oom\"} 1"
+    );
+    assert!(!text.contains("pid"), "no per-process labels");
+    for l in text.lines().filter(|l| !l.starts_with('#')) {
+        assert!(l.starts_with("memscope_"), "{l}");
+    }
+    for l in text
+        .lines()
+        .filter(|l| l.starts_with("# TYPE") && l.ends_with("counter"))
+    {
+        assert!(
+            l.split_whitespace().nth(2).unwrap().ends_with("_total"),
+            "{l}"
+        );
+    }
+}
