@@ -703,8 +703,3 @@ async fn frames(
     .await?;
     Ok(Json(r).into_response())
 }
-
-#[allow(dead_code)]
-fn _assert_send(s: Arc<Loaded>) -> impl Send {
-    s
-}
