@@ -470,19 +470,22 @@ async fn query<T: Send + 'static>(
         .map_err(|e| ApiError::Internal(e.into()))?
 }
 
-fn device_of(m: &Loaded, device: Option<i32>) -> ApiResult<i32> {
+/// The requested device's trace index (default: the first device with a trace).
+fn device_of(
+    m: &Loaded,
+    device: Option<i32>,
+) -> ApiResult<&snapshot::analysis::index::DeviceIndex> {
     match device {
-        Some(d) if m.index.device(d).is_some() => Ok(d),
-        Some(d) => Err(ApiError::BadRequest(format!(
-            "snapshot has no trace for device {d}"
-        ))),
+        Some(d) => m
+            .index
+            .device(d)
+            .ok_or_else(|| ApiError::BadRequest(format!("snapshot has no trace for device {d}"))),
         None => m
             .index
             .devices
             .iter()
             .find(|d| d.len > 0)
             .or(m.index.devices.first())
-            .map(|d| d.device)
             .ok_or_else(|| {
                 ApiError::BadRequest(
                     "snapshot has no device traces (history was not recorded)".into(),
@@ -540,11 +543,8 @@ async fn timeline(
     Query(q): Query<TimelineQuery>,
 ) -> ApiResult<Response> {
     let r = query(&s, &id, move |m| {
-        let device = device_of(m, q.device)?;
-        let d = m
-            .index
-            .device(device)
-            .ok_or_else(|| ApiError::BadRequest(format!("no device {device}")))?;
+        let d = device_of(m, q.device)?;
+        let device = d.device;
         let t = &m.snap.trace;
         let has_time = d.len > 0 && t.time_us[d.row(0)] != 0;
         let axis = q
@@ -636,7 +636,7 @@ async fn state_at(
 ) -> ApiResult<Response> {
     let r = query(&s, &id, move |m| {
         let device = match device_of(m, q.device) {
-            Ok(d) => d,
+            Ok(d) => d.device,
             // Segments-only snapshots still have a state: the snapshot's own.
             Err(_) => m.snap.segments.first().map_or(0, |s| s.device),
         };
@@ -658,7 +658,7 @@ async fn stacks(
     Query(q): Query<PositionQuery>,
 ) -> ApiResult<Response> {
     let r = query(&s, &id, move |m| {
-        let device = device_of(m, q.device)?;
+        let device = device_of(m, q.device)?.device;
         analysis::stacks_at(&m.snap, &m.index, device, q.position, 200)
             .ok_or_else(|| ApiError::BadRequest("no trace".into()))
     })
@@ -679,12 +679,8 @@ async fn segment_spans(
     Query(q): Query<DeviceQuery>,
 ) -> ApiResult<Response> {
     let r = query(&s, &id, move |m| {
-        let device = device_of(m, q.device)?;
-        let d = m
-            .index
-            .device(device)
-            .ok_or_else(|| ApiError::BadRequest(format!("no device {device}")))?;
-        Ok(serde_json::json!({ "device": device, "events": d.len, "segments": d.segments }))
+        let d = device_of(m, q.device)?;
+        Ok(serde_json::json!({ "device": d.device, "events": d.len, "segments": d.segments }))
     })
     .await?;
     Ok(Json(r).into_response())
