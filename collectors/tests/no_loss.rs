@@ -16,6 +16,18 @@ fn fixture() -> PathBuf {
         .join("../tests/fixtures/leak_detached_cache.nvml.json")
 }
 
+/// A fresh scratch folder and a free local port.
+fn scratch(tag: &str) -> (PathBuf, u16) {
+    let base = std::env::temp_dir().join(format!("memscope-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    (base, port)
+}
+
 struct Server {
     rt: tokio::runtime::Runtime,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -60,13 +72,7 @@ impl Server {
 
 #[test]
 fn server_outage_loses_nothing_and_stores_nothing_twice() {
-    let base = std::env::temp_dir().join(format!("memscope-noloss-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&base);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let (base, port) = scratch("noloss");
     const READINGS: u64 = 240;
 
     // What the source will produce.
@@ -148,13 +154,7 @@ fn server_outage_loses_nothing_and_stores_nothing_twice() {
 
 #[test]
 fn a_wrong_token_keeps_batches_in_the_spool() {
-    let base = std::env::temp_dir().join(format!("memscope-badtoken-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&base);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let (base, port) = scratch("badtoken");
     let server = start_server(&base.join("lib"), port);
     let mut spool = Spool::open(&base.join("spool"), 64 << 20).unwrap();
     let mut src = Recorded::open(&fixture()).unwrap();

@@ -50,6 +50,20 @@ async fn call(
     (status, json)
 }
 
+/// A fresh library in a temporary folder.
+async fn open_state(tag: &str) -> (PathBuf, AppState) {
+    let dir = temp_dir(tag);
+    let state = AppState::open(ServeArgs::for_data_dir(dir.clone()))
+        .await
+        .unwrap();
+    (dir, state)
+}
+
+/// Uploads a fixture; returns the server's answer.
+async fn upload_fixture(state: &AppState, name: &str) -> serde_json::Value {
+    call(state, "POST", "/api/snapshots", fixture(name)).await.1
+}
+
 fn files_in(dir: &std::path::Path) -> usize {
     ["originals", "models", "tmp"]
         .iter()
@@ -59,10 +73,7 @@ fn files_in(dir: &std::path::Path) -> usize {
 
 #[tokio::test]
 async fn upload_list_get_update_delete() {
-    let dir = temp_dir("crud");
-    let state = AppState::open(ServeArgs::for_data_dir(dir.clone()))
-        .await
-        .unwrap();
+    let (dir, state) = open_state("crud").await;
 
     let (st, up) = call(
         &state,
@@ -225,17 +236,8 @@ async fn bad_uploads_are_rejected_and_leave_nothing() {
 
 #[tokio::test]
 async fn queries_answer_from_the_model() {
-    let dir = temp_dir("query");
-    let state = AppState::open(ServeArgs::for_data_dir(dir.clone()))
-        .await
-        .unwrap();
-    let (_, up) = call(
-        &state,
-        "POST",
-        "/api/snapshots",
-        fixture("oom_fraction.pickle"),
-    )
-    .await;
+    let (dir, state) = open_state("query").await;
+    let up = upload_fixture(&state, "oom_fraction.pickle").await;
     let id = up["id"].as_str().unwrap().to_string();
 
     // A fresh state (as after a restart): queries load the model file, not the pickle.
@@ -339,17 +341,8 @@ async fn queries_answer_from_the_model() {
 
 #[tokio::test]
 async fn a_damaged_model_is_rebuilt_from_the_original() {
-    let dir = temp_dir("rebuild");
-    let state = AppState::open(ServeArgs::for_data_dir(dir.clone()))
-        .await
-        .unwrap();
-    let (_, up) = call(
-        &state,
-        "POST",
-        "/api/snapshots",
-        fixture("multistream.pickle"),
-    )
-    .await;
+    let (dir, state) = open_state("rebuild").await;
+    let up = upload_fixture(&state, "multistream.pickle").await;
     let (id, sha) = (
         up["id"].as_str().unwrap().to_string(),
         up["snapshot"]["sha256"].as_str().unwrap().to_string(),
@@ -422,10 +415,7 @@ fn serve_on_a_real_port_survives_a_restart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upload_progress_is_reported_while_the_body_arrives() {
-    let dir = temp_dir("progress");
-    let state = AppState::open(ServeArgs::for_data_dir(dir.clone()))
-        .await
-        .unwrap();
+    let (_dir, state) = open_state("progress").await;
     let bytes = fixture("leak_detached_cache.pickle");
     let half = bytes.len() / 2;
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(4);
