@@ -33,15 +33,16 @@ impl Drop for Driver {
 
 pub fn start_chromedriver() -> (Driver, u16) {
     let port = free_port();
-    let child = Command::new("chromedriver")
+    // In its guard at once, so it is killed even if it never starts listening.
+    let driver = Driver(Command::new("chromedriver")
         .arg(format!("--port={port}"))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .expect("chromedriver not found: install Debian's chromium and chromium-driver (./scripts/test does)");
+        .expect("chromedriver not found: install Debian's chromium and chromium-driver (./scripts/test does)"));
     for _ in 0..100 {
         if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return (Driver(child), port);
+            return (driver, port);
         }
         std::thread::sleep(Duration::from_millis(50));
     }
