@@ -793,31 +793,6 @@ fn python_string_literal(line: &[u8]) -> Option<String> {
     Some(out)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::decode_long;
-
-    #[test]
-    fn long_decoding() {
-        assert_eq!(decode_long(&[]), Some(0));
-        assert_eq!(decode_long(&[0xff]), Some(-1));
-        assert_eq!(decode_long(&[0x00, 0x80]), Some(-32768));
-        // 2^63 takes 9 bytes in CPython's minimal encoding.
-        assert_eq!(
-            decode_long(&[0, 0, 0, 0, 0, 0, 0, 0x80, 0]),
-            Some(1i128 << 63)
-        );
-        assert_eq!(decode_long(&[0xff; 9]), Some(u64::MAX as i128 * 0 - 1));
-        // Non-minimal encodings of small numbers are fine; real 129-bit numbers are not.
-        let mut twenty = vec![5u8];
-        twenty.resize(20, 0);
-        assert_eq!(decode_long(&twenty), Some(5));
-        let mut wide = vec![0u8; 17];
-        wide[16] = 1;
-        assert_eq!(decode_long(&wide), None);
-    }
-}
-
 impl<R: Read> Input<R> {
     /// Up to `n` bytes from the read position, copied, for messages.
     pub fn head(&mut self, n: usize) -> Vec<u8> {
@@ -850,5 +825,30 @@ impl<R: Read> Read for Input<R> {
         out[..n].copy_from_slice(&self.buf[self.pos..self.pos + n]);
         self.pos += n;
         Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::decode_long;
+
+    #[test]
+    fn long_decoding() {
+        assert_eq!(decode_long(&[]), Some(0));
+        assert_eq!(decode_long(&[0xff]), Some(-1));
+        assert_eq!(decode_long(&[0x00, 0x80]), Some(-32768));
+        // 2^63 takes 9 bytes in CPython's minimal encoding.
+        assert_eq!(
+            decode_long(&[0, 0, 0, 0, 0, 0, 0, 0x80, 0]),
+            Some(1i128 << 63)
+        );
+        assert_eq!(decode_long(&[0xff; 9]), Some(-1));
+        // Non-minimal encodings of small numbers are fine; real 129-bit numbers are not.
+        let mut twenty = vec![5u8];
+        twenty.resize(20, 0);
+        assert_eq!(decode_long(&twenty), Some(5));
+        let mut wide = vec![0u8; 17];
+        wide[16] = 1;
+        assert_eq!(decode_long(&wide), None);
     }
 }
