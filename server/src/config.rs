@@ -26,6 +26,12 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     pub collector_tokens: Vec<String>,
+    /// Raw live samples are kept this long, then rolled up into one-minute min/max/mean rows.
+    #[arg(long, env = "MEMSCOPE_RAW_RETENTION_HOURS", default_value_t = 48.0)]
+    pub raw_retention_hours: f64,
+    /// One-minute roll-ups (and live events) are kept this long.
+    #[arg(long, env = "MEMSCOPE_ROLLUP_RETENTION_DAYS", default_value_t = 30.0)]
+    pub rollup_retention_days: f64,
     /// Snapshots indexed at the same time (each takes one core while it runs).
     #[arg(long, env = "MEMSCOPE_INDEX_WORKERS", default_value_t = 2)]
     pub index_workers: usize,
@@ -49,6 +55,8 @@ impl ServeArgs {
             cached_snapshots: 4,
             collector_tokens: Vec::new(),
             index_workers: 2,
+            raw_retention_hours: 48.0,
+            rollup_retention_days: 30.0,
         }
     }
 }

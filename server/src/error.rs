@@ -9,6 +9,9 @@ use axum::response::{IntoResponse, Response};
 pub enum ApiError {
     #[error("no snapshot with id {0}")]
     NotFound(String),
+    /// Something other than a snapshot is missing; the message names it.
+    #[error("{0}")]
+    Missing(String),
     #[error("{0}")]
     BadRequest(String),
     #[error("{0}")]
@@ -27,7 +30,7 @@ pub enum ApiError {
 impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
-            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::NotFound(_) | ApiError::Missing(_) => StatusCode::NOT_FOUND,
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,

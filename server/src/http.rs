@@ -39,6 +39,7 @@ pub fn app(state: AppState) -> Router {
         .route("/api/ingest", axum::routing::post(ingest_batch))
         .route("/metrics", get(metrics))
         .route("/api/snapshots/{id}/frames/{stack}", get(frames))
+        .merge(crate::http_live::router())
         .merge(crate::assets::router())
         .fallback(not_found)
         // Uploads are streamed to disk and bounded by --max-upload-bytes instead.
@@ -185,7 +186,7 @@ async fn metrics(State(s): State<AppState>) -> ApiResult<Response> {
     let lib = &s.library;
     let mut o = String::new();
     let gpus = lib.latest_gpu_readings().await?;
-    type GpuField = fn(&crate::library::GpuLatest) -> Option<i64>;
+    type GpuField = fn(&crate::live::GpuLatest) -> Option<i64>;
     let gauges: [(&str, &str, GpuField); 3] = [
         (
             "memscope_gpu_memory_used_bytes",
@@ -218,7 +219,7 @@ async fn metrics(State(s): State<AppState>) -> ApiResult<Response> {
         }
     }
     let alloc = lib.latest_allocator_by_device().await?;
-    type DeviceField = fn(&crate::library::DeviceAllocator) -> i64;
+    type DeviceField = fn(&crate::live::DeviceAllocator) -> i64;
     let series: [(&str, &str, &str, DeviceField); 4] = [
         (
             "memscope_pytorch_allocated_bytes",
@@ -338,13 +339,29 @@ async fn ingest_batch(
             wire::VERSION
         )));
     }
-    if batch.collector != collector {
+    // A token for NAME covers NAME and NAME/… (the agents a collector's owner runs with it, each
+    // with its own sequence space).
+    let covered = batch.collector == collector
+        || batch
+            .collector
+            .strip_prefix(collector.as_str())
+            .is_some_and(|rest| rest.starts_with('/'));
+    if !covered {
         return Err(ApiError::Unauthorized(format!(
             "this token belongs to collector {collector:?}, not {:?}",
             batch.collector
         )));
     }
     let ack = s.library.ingest_batch(&batch).await?;
+    if !ack.duplicate {
+        // Nobody listening is fine.
+        let _ = s.live.send(crate::state::LiveNotice {
+            host: batch.host.clone(),
+            time_ms: crate::http_live::now_ms(),
+            rows: ack.stored,
+            events: batch.events.len(),
+        });
+    }
     Ok(Json(ack).into_response())
 }
 

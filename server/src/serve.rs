@@ -9,12 +9,18 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let addr = args.addr;
     let data_dir = args.data_dir.clone();
     let state = AppState::open(args).await?;
+    tokio::spawn(roll_up_forever(state.clone()));
+    let shutdown = state.shutdown.clone();
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
     tracing::info!(addr = %listener.local_addr()?, data_dir = %data_dir.display(), "memscope is serving; open http://{}/", listener.local_addr()?);
     axum::serve(listener, crate::http::app(state))
-        .with_graceful_shutdown(shutdown_signal())
+        .with_graceful_shutdown(async move {
+            shutdown_signal().await;
+            // Live event streams never end on their own: end them so shutdown can finish.
+            let _ = shutdown.send(true);
+        })
         .await?;
     tracing::info!("stopped");
     Ok(())
@@ -36,5 +42,24 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = ctrl_c => {},
         _ = term => {},
+    }
+}
+
+/// Every minute: roll raw live samples older than the raw retention into one-minute rows, and
+/// drop roll-ups older than theirs.
+async fn roll_up_forever(state: AppState) {
+    let raw_ms = (state.config.raw_retention_hours * 3_600_000.0) as i64;
+    let rollup_ms = (state.config.rollup_retention_days * 86_400_000.0) as i64;
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(60));
+    loop {
+        tick.tick().await;
+        let now = crate::http_live::now_ms();
+        match state.library.roll_up(now - raw_ms, now - rollup_ms).await {
+            Ok(r) if r.rolled_rows + r.expired_rows > 0 => {
+                tracing::info!(rolled = r.rolled_rows, expired = r.expired_rows, "live data rolled up")
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!("roll-up failed (will retry in a minute): {e}"),
+        }
     }
 }

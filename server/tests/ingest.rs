@@ -206,6 +206,7 @@ async fn prometheus_metrics_follow_the_conventions() {
         pid,
         start_time_ms: Some(1),
         device: 0,
+        gpu_uuid: None,
         step: None,
         allocated_bytes,
         reserved_bytes,
@@ -214,6 +215,8 @@ async fn prometheus_metrics_follow_the_conventions() {
         requested_bytes: None,
         alloc_retries: Some(2),
         ooms: Some(0),
+        segments: None,
+        largest_free_block_bytes: None,
     };
     batch.allocator = vec![
         alloc(1, 10, 100, 200),

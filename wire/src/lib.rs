@@ -90,6 +90,10 @@ pub struct AllocatorSample {
     #[serde(default)]
     pub start_time_ms: Option<i64>,
     pub device: i32,
+    /// The device's UUID as NVML spells it (`GPU-…`), so the server can join it with NVML's
+    /// per-process readings; CUDA's device index differs from NVML's.
+    #[serde(default)]
+    pub gpu_uuid: Option<String>,
     /// Training step (`memscope_agent.step(n)`), if the job marks them.
     #[serde(default)]
     pub step: Option<u64>,
@@ -105,6 +109,33 @@ pub struct AllocatorSample {
     pub alloc_retries: Option<u64>,
     #[serde(default)]
     pub ooms: Option<u64>,
+    /// Segments the allocator holds (from the last segment-only snapshot).
+    #[serde(default)]
+    pub segments: Option<u64>,
+    /// The largest free block inside the allocator's segments (last segment-only snapshot): the
+    /// largest request that can be served without asking CUDA for more.
+    #[serde(default)]
+    pub largest_free_block_bytes: Option<u64>,
+}
+
+/// What an in-process agent leaves for the host collector to relay: one JSON file per flush in
+/// the collector's agent folder (`--agent-dir`), written to `NAME.tmp` and renamed to
+/// `NAME.json`. The collector folds it into its next batch (joining the pid with NVML's) and
+/// deletes the file once that batch is in its spool.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentFile {
+    pub version: u32,
+    /// The agent's pid as it sees it (inside a container this is not the host's pid).
+    pub pid: u32,
+    #[serde(default)]
+    pub start_time_ms: Option<i64>,
+    #[serde(default)]
+    pub allocator: Vec<AllocatorSample>,
+    #[serde(default)]
+    pub events: Vec<Event>,
+    /// Samples the agent dropped (its queue was full).
+    #[serde(default)]
+    pub dropped_samples: u64,
 }
 
 /// Something that happened: an OOM, allocation retries, a collector message.
