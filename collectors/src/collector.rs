@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::relay::Relay;
 use crate::sender::{SendError, Sender, backoff};
 use crate::source::{Reading, Source};
 use crate::spool::Spool;
@@ -23,6 +24,8 @@ pub struct Config {
     pub interval: Duration,
     /// Readings per batch.
     pub readings_per_batch: usize,
+    /// The agent folder to relay in-process agents' data from.
+    pub relay: Option<Relay>,
 }
 
 /// Takes `readings` readings (all of them if `None`) at `interval`, spooling a batch every
@@ -35,16 +38,19 @@ pub fn sample(
     stop: &AtomicBool,
 ) -> std::io::Result<u64> {
     let mut pending = Reading::default();
+    let mut nvml_pids: Vec<u32> = Vec::new();
     let (mut taken, mut in_batch, mut spooled) = (0u64, 0usize, 0u64);
     let mut next = Instant::now();
     while readings.is_none_or(|n| taken < n) && !stop.load(Ordering::Relaxed) {
         let r = source.read(now_ms());
+        nvml_pids.clear();
+        nvml_pids.extend(r.processes.iter().map(|p| p.pid));
         pending.gpus.extend(r.gpus);
         pending.processes.extend(r.processes);
         taken += 1;
         in_batch += 1;
         if in_batch >= cfg.readings_per_batch || readings.is_some_and(|n| taken == n) {
-            spooled += flush(cfg, spool, &mut pending)?;
+            spooled += flush(cfg, spool, &mut pending, &nvml_pids)?;
             in_batch = 0;
         }
         next += cfg.interval;
@@ -55,13 +61,30 @@ pub fn sample(
         }
     }
     if in_batch > 0 {
-        spooled += flush(cfg, spool, &mut pending)?;
+        spooled += flush(cfg, spool, &mut pending, &nvml_pids)?;
     }
     Ok(spooled)
 }
 
-fn flush(cfg: &Config, spool: &Mutex<Spool>, pending: &mut Reading) -> std::io::Result<u64> {
+fn flush(
+    cfg: &Config,
+    spool: &Mutex<Spool>,
+    pending: &mut Reading,
+    nvml_pids: &[u32],
+) -> std::io::Result<u64> {
+    let agents = cfg
+        .relay
+        .as_ref()
+        .map(|r| r.take(nvml_pids))
+        .unwrap_or_default();
     let mut s = spool.lock().expect("spool lock");
+    if pending.gpus.is_empty()
+        && pending.processes.is_empty()
+        && agents.files.is_empty()
+        && s.dropped_samples == 0
+    {
+        return Ok(0); // nothing to say (a host without NVML and no agent running)
+    }
     let batch = wire::Batch {
         version: wire::VERSION,
         collector: cfg.name.clone(),
@@ -69,12 +92,16 @@ fn flush(cfg: &Config, spool: &Mutex<Spool>, pending: &mut Reading) -> std::io::
         host: cfg.host.clone(),
         gpus: std::mem::take(&mut pending.gpus),
         processes: std::mem::take(&mut pending.processes),
-        allocator: Vec::new(),
-        events: Vec::new(),
-        dropped_samples: std::mem::take(&mut s.dropped_samples),
+        allocator: agents.allocator,
+        events: agents.events,
+        dropped_samples: std::mem::take(&mut s.dropped_samples) + agents.dropped_samples,
     };
     s.push(&batch)?;
-    Ok((batch.gpus.len() + batch.processes.len()) as u64)
+    // Only now, with the batch durable in the spool, may the agents' files go.
+    if let Some(r) = &cfg.relay {
+        r.done(&agents.files);
+    }
+    Ok((batch.gpus.len() + batch.processes.len() + batch.allocator.len()) as u64)
 }
 
 /// Sends everything in the spool until it is empty and `stop` is set, retrying with backoff while

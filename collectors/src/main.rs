@@ -6,7 +6,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use clap::Parser;
-use collectors::{collector, sender, source, spool};
+use collectors::{collector, relay, sender, source, spool};
 
 /// Collects GPU memory readings on this host and ships them to a memscope server.
 #[derive(Debug, Parser)]
@@ -36,6 +36,12 @@ struct Args {
     /// Replay recorded NVML readings (a `*.nvml.json`) instead of reading NVML.
     #[arg(long)]
     replay: Option<PathBuf>,
+    /// The folder in-process agents (`memscope_agent`, relay mode) leave their data in.
+    #[arg(long, env = "MEMSCOPE_AGENT_DIR", default_value = "/tmp/memscope-agent")]
+    agent_dir: PathBuf,
+    /// Exit when NVML is missing, instead of relaying agent data only.
+    #[arg(long)]
+    require_nvml: bool,
     /// Stop after this many readings (default: run until killed).
     #[arg(long)]
     readings: Option<u64>,
@@ -53,9 +59,16 @@ fn main() -> std::process::ExitCode {
         },
         None => match source::Nvml::open() {
             Ok(n) => Box::new(n),
-            Err(why) => {
+            Err(why) if args.require_nvml => {
                 eprintln!("memscope-collector: {why}");
                 return std::process::ExitCode::FAILURE;
+            }
+            Err(why) => {
+                eprintln!(
+                    "memscope-collector: {why}; relaying agent data from {} only",
+                    args.agent_dir.display()
+                );
+                Box::new(source::NoGpu)
             }
         },
     };
@@ -68,6 +81,7 @@ fn main() -> std::process::ExitCode {
         host,
         interval: Duration::from_millis(args.interval_ms.max(10)),
         readings_per_batch: args.readings_per_batch.max(1),
+        relay: Some(relay::Relay::new(&args.agent_dir)),
     };
     let result = spool::Spool::open(&args.spool_dir, args.spool_max_bytes)
         .map_err(anyhow::Error::from)

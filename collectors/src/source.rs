@@ -26,7 +26,8 @@ pub trait Source: Send {
 }
 
 /// Replays recorded NVML readings (`[{t, used, free, total, gpu_util, mem_util, power_mw,
-/// temp_c, procs: [{pid, used}]}]`), one per `read`, cycling at the end; times are the live clock.
+/// temp_c, procs: [{pid, used}], uuid?}]`), one per `read`, cycling at the end; times are the
+/// live clock. The GPU's UUID is the reading's `uuid`, else `GPU-recorded-<file name>`.
 #[derive(Debug)]
 pub struct Recorded {
     readings: Vec<serde_json::Value>,
@@ -66,6 +67,9 @@ impl Source for Recorded {
     fn read(&mut self, now_ms: i64) -> Reading {
         let r = &self.readings[self.next % self.readings.len()];
         self.next += 1;
+        if let Some(u) = r.get("uuid").and_then(|u| u.as_str()) {
+            self.uuid = u.to_string();
+        }
         let u = |k: &str| r.get(k).and_then(|v| v.as_u64());
         Reading {
             gpus: vec![wire::GpuSample {
@@ -179,7 +183,7 @@ impl Source for Nvml {
                         time_ms: now_ms,
                         gpu_uuid: uuid.clone(),
                         pid: p.pid,
-                        start_time_ms: process_start_ms(p.pid),
+                        start_time_ms: crate::relay::process_start_ms_in(std::path::Path::new("/proc"), p.pid),
                         name: std::fs::read_to_string(format!("/proc/{}/comm", p.pid))
                             .ok()
                             .map(|s| s.trim().to_string()),
@@ -203,26 +207,16 @@ impl Source for Nvml {
     }
 }
 
-/// A process's start time (ms since the epoch) from /proc, so reused PIDs are told apart.
-fn process_start_ms(pid: u32) -> Option<i64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let start_ticks: u64 = stat
-        .rsplit(')')
-        .next()?
-        .split_whitespace()
-        .nth(19)?
-        .parse()
-        .ok()?;
-    let uptime: f64 = std::fs::read_to_string("/proc/uptime")
-        .ok()?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()?;
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .ok()?
-        .as_millis() as i64;
-    let ticks_per_s = 100.0; // USER_HZ on Linux
-    Some(now_ms - ((uptime - start_ticks as f64 / ticks_per_s) * 1000.0) as i64)
+/// No GPU readings at all: a host without NVML still relays its agents' data.
+#[derive(Debug)]
+pub struct NoGpu;
+
+impl Source for NoGpu {
+    fn read(&mut self, _now_ms: i64) -> Reading {
+        Reading::default()
+    }
+
+    fn describe(&self) -> String {
+        "no GPU readings (relaying agent data only)".into()
+    }
 }

@@ -90,6 +90,7 @@ fn server_outage_loses_nothing_and_stores_nothing_twice() {
         host: "h1".into(),
         interval: Duration::from_millis(5),
         readings_per_batch: 4,
+        relay: None,
     };
     let spool = Spool::open(&base.join("spool"), 64 << 20).unwrap();
     let sender = Sender::new(&format!("http://127.0.0.1:{port}"), "t1");
