@@ -2,7 +2,6 @@
 //! spool), and once the server is back every sample is stored exactly once. Readings come from a
 //! fixture's recorded NVML data through the same path as live NVML readings.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
@@ -11,64 +10,8 @@ use collectors::collector::{self, Config};
 use collectors::source::{Recorded, Source};
 use collectors::{sender::Sender, spool::Spool};
 
-fn fixture() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures/leak_detached_cache.nvml.json")
-}
-
-/// A fresh scratch folder and a free local port.
-fn scratch(tag: &str) -> (PathBuf, u16) {
-    let base = std::env::temp_dir().join(format!("memscope-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&base);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    (base, port)
-}
-
-struct Server {
-    rt: tokio::runtime::Runtime,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-}
-
-fn start_server(dir: &std::path::Path, port: u16) -> Server {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let mut args = server::config::ServeArgs::for_data_dir(dir.to_path_buf());
-    args.collector_tokens = vec!["c1=t1".into()];
-    rt.spawn(async move {
-        let state = server::state::AppState::open(args).await.unwrap();
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
-            .await
-            .unwrap();
-        axum::serve(listener, server::http::app(state))
-            .with_graceful_shutdown(async {
-                rx.await.ok();
-            })
-            .await
-            .unwrap();
-    });
-    for _ in 0..200 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    Server { rt, stop: Some(tx) }
-}
-
-impl Server {
-    fn stop(mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        self.rt.shutdown_timeout(Duration::from_secs(2));
-    }
-}
+mod common;
+use common::{fixture, scratch, start_server};
 
 #[test]
 fn server_outage_loses_nothing_and_stores_nothing_twice() {
