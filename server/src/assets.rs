@@ -15,6 +15,8 @@ pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
     Router::new()
         .route("/", get(index))
         .route("/s/{id}", get(index))
+        .route("/live", get(index))
+        .route("/live/{*rest}", get(index))
         .route(
             "/style.css",
             get(|| async { ([(header::CONTENT_TYPE, "text/css")], STYLE_CSS) }),

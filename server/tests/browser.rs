@@ -213,3 +213,78 @@ async fn dashboard_end_to_end() {
     c.close().await.unwrap();
     let _ = std::fs::remove_dir_all(&data);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_pages_show_the_outside_pytorch_band_and_update_without_reload() {
+    use common::scenario::{GIB, MIB, alloc, batch, scenario};
+    let data = std::env::temp_dir().join(format!("memscope-e2e-live-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data);
+    let base = common::start_server(&data.join("lib")).await;
+    let now = server::http_live::now_ms();
+    let (nvml, agent) = scenario(now - 119_000);
+    assert_eq!(common::post_batch(&base, &nvml).await, 200);
+    assert_eq!(common::post_batch(&base, &agent).await, 200);
+
+    let (_driver, driver_port) = start_chromedriver();
+    let c = browser(driver_port, &data.join("profile")).await;
+    c.goto(&format!("{base}/live")).await.unwrap();
+    wait_js(
+        &c,
+        "[...document.querySelectorAll('table.gpus td')].some(td => td.textContent.includes('NVIDIA H200'))",
+        "the fleet's GPU row",
+    )
+    .await;
+    wait_js(
+        &c,
+        "document.querySelector('.alerts .snap-link') && document.querySelector('.alerts .snap-link').getAttribute('href') === '/s/abc123?view=oom'",
+        "the OOM alert linking its snapshot",
+    )
+    .await;
+    screenshot(&c, "live-fleet").await;
+
+    // New data arrives: the page shows it without a reload (server-sent events).
+    c.execute("window.__not_reloaded = true;", vec![]).await.unwrap();
+    let mut more = batch("gpu7/gpu7:100:42", 2);
+    // Same reserved memory as the last reading, so NVML's figure still exceeds it by 512 MiB.
+    more.allocator.push(alloc(now + 500, 777, GIB + 200 * MIB, 2 * GIB + 220 * MIB));
+    assert_eq!(common::post_batch(&base, &more).await, 200);
+    wait_js(
+        &c,
+        "window.__not_reloaded && [...document.querySelectorAll('table.procs td')].some(td => td.textContent === '777')",
+        "step 777 to appear without a reload",
+    )
+    .await;
+
+    c.goto(&format!("{base}/live/gpu/GPU-aaa?minutes=5")).await.unwrap();
+    wait_js(
+        &c,
+        &format!("{} > 20000", common::canvas_pixels("gpu-chart")),
+        "the GPU chart drawn",
+    )
+    .await;
+    let legend = wait_js(&c, "document.querySelector('.legend').textContent", "legend").await;
+    assert!(
+        legend.as_str().unwrap().contains("python 100 outside PyTorch"),
+        "{legend}"
+    );
+    let outside = wait_js(&c, "document.querySelector('td.outside').textContent", "outside").await;
+    assert_eq!(outside, "512.0 MiB");
+    screenshot(&c, "live-gpu").await;
+
+    c.goto(&format!("{base}/live/process/gpu7/100?minutes=5")).await.unwrap();
+    let signal = wait_js(
+        &c,
+        "document.querySelector('.leak-signal.rising') && document.querySelector('.leak-signal').textContent",
+        "the leak signal",
+    )
+    .await;
+    assert!(signal.as_str().unwrap().contains("1.0 MiB per step"), "{signal}");
+    wait_js(
+        &c,
+        &format!("{} > 5000", common::canvas_pixels("step-chart-0")),
+        "the per-step chart",
+    )
+    .await;
+    screenshot(&c, "live-process").await;
+    c.close().await.unwrap();
+}

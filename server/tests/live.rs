@@ -10,8 +10,8 @@ use server::config::ServeArgs;
 use server::state::AppState;
 use tower::ServiceExt;
 
-const MIB: u64 = 1 << 20;
-const GIB: u64 = 1 << 30;
+mod common;
+use common::scenario::{GIB, MIB, alloc, batch, scenario};
 
 async fn state(tag: &str) -> AppState {
     let dir = std::env::temp_dir().join(format!("memscope-live-{tag}-{}", std::process::id()));
@@ -43,88 +43,6 @@ async fn ingest(s: &AppState, b: &wire::Batch) -> StatusCode {
         .body(Body::from(serde_json::to_vec(b).unwrap()))
         .unwrap();
     call(s, req).await.0
-}
-
-fn batch(collector: &str, seq: u64) -> wire::Batch {
-    wire::Batch {
-        version: wire::VERSION,
-        collector: collector.into(),
-        seq,
-        host: "gpu7".into(),
-        gpus: vec![],
-        processes: vec![],
-        allocator: vec![],
-        events: vec![],
-        dropped_samples: 0,
-    }
-}
-
-fn alloc(time_ms: i64, step: u64, allocated: u64, reserved: u64) -> wire::AllocatorSample {
-    wire::AllocatorSample {
-        time_ms,
-        pid: 100,
-        start_time_ms: Some(42),
-        device: 0,
-        gpu_uuid: Some("GPU-aaa".into()),
-        step: Some(step),
-        allocated_bytes: allocated,
-        reserved_bytes: reserved,
-        active_bytes: Some(allocated),
-        inactive_split_bytes: Some(0),
-        requested_bytes: Some(allocated),
-        alloc_retries: Some(0),
-        ooms: Some(0),
-        segments: Some(3),
-        largest_free_block_bytes: Some(64 * MIB),
-    }
-}
-
-/// 120 one-second readings from `t0`: the collector's NVML batch and the agent's batch.
-fn scenario(t0: i64) -> (wire::Batch, wire::Batch) {
-    let mut nvml = batch("gpu7", 1);
-    let mut agent = batch("gpu7/gpu7:100:42", 1);
-    for i in 0..120u64 {
-        let t = t0 + i as i64 * 1000;
-        let reserved = 2 * GIB + (i / 10) * 20 * MIB;
-        let allocated = GIB + i * MIB; // 1 MiB more survives every step
-        let p100 = reserved + 512 * MIB; // CUDA context etc.
-        let p200 = 300 * MIB;
-        nvml.gpus.push(wire::GpuSample {
-            time_ms: t,
-            uuid: "GPU-aaa".into(),
-            index: 0,
-            name: Some("NVIDIA H200".into()),
-            memory_used_bytes: Some(p100 + p200),
-            memory_free_bytes: Some(80 * GIB - p100 - p200),
-            memory_total_bytes: Some(80 * GIB),
-            memory_reserved_bytes: Some(0),
-            gpu_util_percent: Some(90),
-            mem_util_percent: Some(40),
-            temperature_c: Some(50),
-            power_mw: Some(500_000),
-        });
-        for (pid, used) in [(100, p100), (200, p200)] {
-            nvml.processes.push(wire::ProcessSample {
-                time_ms: t,
-                gpu_uuid: "GPU-aaa".into(),
-                pid,
-                start_time_ms: Some(42),
-                name: Some(if pid == 100 { "python" } else { "other" }.into()),
-                cgroup: None,
-                used_bytes: used,
-            });
-        }
-        agent.allocator.push(alloc(t, i, allocated, reserved));
-    }
-    agent.events.push(wire::Event {
-        time_ms: t0 + 119_000,
-        kind: "oom".into(),
-        pid: Some(100),
-        device: Some(0),
-        message: "out of memory on device 0: requested 25165824 bytes".into(),
-        snapshot_id: Some("abc123".into()),
-    });
-    (nvml, agent)
 }
 
 fn now_ms() -> i64 {

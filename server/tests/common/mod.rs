@@ -2,6 +2,8 @@
 //! headless Chromium sessions, polling for page conditions, screenshots.
 #![allow(dead_code)]
 
+pub mod scenario;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -110,11 +112,42 @@ pub async fn screenshot(c: &Client, name: &str) {
     std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
 }
 
+/// The token of collector `gpu7` (the live scenario's) on servers from [`start_server`].
+pub const COLLECTOR_TOKEN: &str = "e2e-token";
+
+/// Posts a collector batch to a running server (plain HTTP/1.1 over a socket); returns the status.
+pub async fn post_batch(base: &str, batch: &wire::Batch) -> u16 {
+    use std::io::{Read, Write};
+    let addr = base.trim_start_matches("http://").to_string();
+    let body = serde_json::to_vec(batch).unwrap();
+    tokio::task::spawn_blocking(move || {
+        let mut s = std::net::TcpStream::connect(&addr).unwrap();
+        write!(
+            s,
+            "POST /api/ingest HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {COLLECTOR_TOKEN}\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        )
+        .unwrap();
+        s.write_all(&body).unwrap();
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).unwrap();
+        answer[9..12].parse().unwrap()
+    })
+    .await
+    .unwrap()
+}
+
+/// Non-background pixels of the canvas with this id.
+pub fn canvas_pixels(id: &str) -> String {
+    CANVAS_PIXELS.replace("'timeline-canvas'", &format!("'{id}'"))
+}
+
 /// Starts the server in-process on a free port with a library in `dir`; returns its base URL.
 pub async fn start_server(dir: &Path) -> String {
-    let state = AppState::open(ServeArgs::for_data_dir(dir.to_path_buf()))
-        .await
-        .unwrap();
+    let mut args = ServeArgs::for_data_dir(dir.to_path_buf());
+    args.collector_tokens = vec![format!("gpu7={COLLECTOR_TOKEN}")];
+    let state = AppState::open(args).await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move {
