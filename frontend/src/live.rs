@@ -677,7 +677,7 @@ fn process_view(p: &Value, minutes: Memo<f64>, base: String) -> impl IntoView + 
             view! {
                 <h2>{format!("device {} {}", d["device"], d["gpu_uuid"].as_str().unwrap_or(""))}</h2>
                 <p class=if rising { "leak-signal rising" } else { "leak-signal" }>{signal}</p>
-                {(retries > 0.0).then(|| view! { <p class="alert">{format!("{retries:.0} allocation retries: cudaMalloc failed and PyTorch flushed its cache to retry. An OOM is near.")}</p> })}
+                {(retries > 0.0).then(|| view! { <p class="alert">{format!("{retries:.0} allocation {}: cudaMalloc failed and PyTorch flushed its cache to retry. An OOM is near.", if retries == 1.0 { "retry" } else { "retries" })}</p> })}
                 <Chart id=format!("proc-chart-{}", d["device"]) times=times.clone() all=all markers=markers.clone()/>
                 {(step_times.len() >= 2).then(|| view! {
                     <h3>"Per step"</h3>

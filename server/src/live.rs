@@ -296,7 +296,7 @@ pub struct LeakSignal {
     pub rising: bool,
     /// Least-squares slope of the step low points.
     pub bytes_per_step: f64,
-    /// Steps looked at (the latest 200 at most).
+    /// Steps with a sample looked at (the latest 200 at most).
     pub steps: usize,
     /// How far the floor rose: lowest point of the last quarter of the steps minus that of the
     /// first quarter.
@@ -308,8 +308,12 @@ pub struct LeakSignal {
 /// Steps needed before the signal says anything.
 pub const LEAK_MIN_STEPS: usize = 8;
 
-pub fn leak_signal(step_lows: &[i64]) -> LeakSignal {
-    let lows = &step_lows[step_lows.len().saturating_sub(200)..];
+/// `step_lows`: (step number, allocated bytes at that step's low point), oldest first. Not every
+/// step need be there (the agent samples at most once per interval): the slope is per step
+/// number, not per point.
+pub fn leak_signal(step_lows: &[(i64, i64)]) -> LeakSignal {
+    let points = &step_lows[step_lows.len().saturating_sub(200)..];
+    let lows: Vec<i64> = points.iter().map(|p| p.1).collect();
     let n = lows.len();
     let (mut ups, mut changes) = (0usize, 0usize);
     for w in lows.windows(2) {
@@ -319,15 +323,15 @@ pub fn leak_signal(step_lows: &[i64]) -> LeakSignal {
         }
     }
     let slope = if n >= 2 {
-        let mean_x = (n - 1) as f64 / 2.0;
+        let mean_x = points.iter().map(|p| p.0 as f64).sum::<f64>() / n as f64;
         let mean_y = lows.iter().map(|&v| v as f64).sum::<f64>() / n as f64;
         let (mut sxy, mut sxx) = (0.0, 0.0);
-        for (i, &v) in lows.iter().enumerate() {
-            let dx = i as f64 - mean_x;
+        for &(step, v) in points {
+            let dx = step as f64 - mean_x;
             sxy += dx * (v as f64 - mean_y);
             sxx += dx * dx;
         }
-        sxy / sxx
+        if sxx > 0.0 { sxy / sxx } else { 0.0 }
     } else {
         0.0
     };
@@ -446,8 +450,10 @@ pub fn outside(nvml: &[Option<i64>], reserved: &[Option<i64>]) -> Vec<Option<i64
         .collect()
 }
 
-/// Gaps shorter than this are filled with the previous value when series are aligned.
-const FILL_MS: i64 = 10_000;
+/// Gaps shorter than this are filled with the previous value when series are aligned: buckets
+/// can be finer than the sampling interval (1 s by default), but a process that has gone must
+/// not seem to linger.
+const FILL_MS: i64 = 2_500;
 
 impl Library {
     pub async fn fleet_gpus(&self) -> sqlx::Result<Vec<FleetGpu>> {
@@ -720,7 +726,7 @@ impl Library {
             .into_iter()
             .rev()
             .collect();
-            let lows: Vec<i64> = steps.iter().map(|s| s.allocated_min_bytes).collect();
+            let lows: Vec<(i64, i64)> = steps.iter().map(|s| (s.step, s.allocated_min_bytes)).collect();
             let [allocated, reserved, active, inactive_split, requested, alloc_retries] =
                 <[Vec<(i64, i64)>; 6]>::try_from(cols).expect("six columns");
             let reserved = align(w, &reserved, FILL_MS);
@@ -876,29 +882,34 @@ mod tests {
 
     #[test]
     fn a_steady_climb_is_a_leak_and_a_sawtooth_or_short_run_is_not() {
-        let climb: Vec<i64> = (0..50).map(|i| 1000 * MIB + i * MIB).collect();
+        let idx = |v: Vec<i64>| -> Vec<(i64, i64)> { v.into_iter().enumerate().map(|(i, v)| (i as i64, v)).collect() };
+        let climb = idx((0..50).map(|i| 1000 * MIB + i * MIB).collect());
         let s = leak_signal(&climb);
         assert!(s.rising);
         assert!((s.bytes_per_step - MIB as f64).abs() < 1e-6);
         assert_eq!((s.steps, s.growth_bytes), (50, 37 * MIB));
 
         // Caching makes memory go up and down around a level: not a leak.
-        let saw: Vec<i64> = (0..50).map(|i| 1000 * MIB + (i % 5) * 40 * MIB).collect();
+        let saw = idx((0..50).map(|i| 1000 * MIB + (i % 5) * 40 * MIB).collect());
         assert!(!leak_signal(&saw).rising);
         // Flat: not a leak.
-        assert!(!leak_signal(&[5 * MIB; 40]).rising);
+        assert!(!leak_signal(&idx(vec![5 * MIB; 40])).rising);
         // Too few steps to say.
         assert!(!leak_signal(&climb[..LEAK_MIN_STEPS - 1]).rising);
         // Rising by a few bytes (allocator noise): below 1 MiB in total, not a leak.
-        let tiny: Vec<i64> = (0..50).map(|i| 1000 * MIB + i * 512).collect();
+        let tiny = idx((0..50).map(|i| 1000 * MIB + i * 512).collect());
         assert!(!leak_signal(&tiny).rising);
         // One jump and then flat (a cache filled once): the floors stop rising, not a leak.
-        let jump: Vec<i64> = (0..40).map(|i| if i < 5 { MIB } else { 64 * MIB }).collect();
+        let jump = idx((0..40).map(|i| if i < 5 { MIB } else { 64 * MIB }).collect());
         assert!(!leak_signal(&jump).rising);
         // A noisy leak (up 2 MiB, down 1 MiB, ...) is still a leak.
-        let noisy: Vec<i64> = (0..60).map(|i| 100 * MIB + (i / 2) * MIB + (i % 2) * 2 * MIB).collect();
+        let noisy = idx((0..60).map(|i| 100 * MIB + (i / 2) * MIB + (i % 2) * 2 * MIB).collect());
         assert!(leak_signal(&noisy).rising);
         assert_eq!(leak_signal(&[]).steps, 0);
+        // Only every other step sampled (steps faster than the agent's interval): still 1 MiB
+        // per step, not 2 per sample.
+        let sparse: Vec<(i64, i64)> = (0..50).map(|i| (2 * i, 1000 * MIB + 2 * i * MIB)).collect();
+        assert!((leak_signal(&sparse).bytes_per_step - MIB as f64).abs() < 1e-6);
     }
 
     #[test]

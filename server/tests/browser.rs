@@ -288,3 +288,24 @@ async fn live_pages_show_the_outside_pytorch_band_and_update_without_reload() {
     screenshot(&c, "live-process").await;
     c.close().await.unwrap();
 }
+
+/// A tool more than a test: screenshots any dashboard URL once a JS condition holds (used for the
+/// GPU run's closing-note screenshots, taken from the data folder the device run brought back).
+/// `MEMSCOPE_SCREENSHOT_URL=… MEMSCOPE_SCREENSHOT_NAME=… [MEMSCOPE_SCREENSHOT_WAIT='js expr']
+/// cargo test --release -p server --test browser screenshot_url -- --ignored`
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn screenshot_url() {
+    let url = std::env::var("MEMSCOPE_SCREENSHOT_URL").expect("MEMSCOPE_SCREENSHOT_URL");
+    let name = std::env::var("MEMSCOPE_SCREENSHOT_NAME").unwrap_or_else(|_| "shot".into());
+    let wait = std::env::var("MEMSCOPE_SCREENSHOT_WAIT")
+        .unwrap_or_else(|_| "document.querySelector('canvas')".into());
+    let data = std::env::temp_dir().join(format!("memscope-shot-{}", std::process::id()));
+    let (_driver, driver_port) = start_chromedriver();
+    let c = browser(driver_port, &data.join("profile")).await;
+    c.goto(&url).await.unwrap();
+    wait_js(&c, &wait, "the page to be ready").await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    screenshot(&c, &name).await;
+    c.close().await.unwrap();
+}

@@ -54,6 +54,14 @@ def _now_ms():
     return int(time.time() * 1000)
 
 
+def _human(n):
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return ("%.0f %s" if unit == "B" else "%.2f %s") % (n, unit)
+        n /= 1024
+
+
 def process_start_ms(pid="self"):
     """The process's start time in ms since the epoch, computed exactly as the collector does
     (boot time + start ticks), so (host, pid, start) names the same process on both sides."""
@@ -220,8 +228,9 @@ class Agent:
             retries = int(st.get("num_alloc_retries", 0))
             if retries > self._retries.get(d, 0):
                 # cudaMalloc failed, the cache was flushed and the call retried: the early warning.
-                self._event("alloc_retry", t, d, "%d allocation retries on device %d (%d new): cudaMalloc failed, "
-                            "PyTorch freed its cache and retried" % (retries, d, retries - self._retries.get(d, 0)))
+                new = retries - self._retries.get(d, 0)
+                self._event("alloc_retry", t, d, "%d allocation %s on device %d (%d new): cudaMalloc failed, "
+                            "PyTorch freed its cache and retried" % (retries, "retry" if retries == 1 else "retries", d, new))
             self._retries[d] = retries
             out.append({
                 "time_ms": t,
@@ -283,14 +292,16 @@ class Agent:
         self.torch._C._cuda_attach_out_of_memory_observer(self._on_oom)
 
     def _on_oom(self, device, requested_bytes, limit_bytes, free_bytes):
+        # PyTorch calls this with (device, bytes requested, the most this process may use: the
+        # device's total or its set_per_process_memory_fraction share, bytes free on the device).
         try:
             now = time.monotonic()
             if now - self._last_incident < self.INCIDENT_GAP_S:
                 return  # the same incident (retries fire the observer again)
             self._last_incident = now
             t = _now_ms()
-            message = "out of memory on device %d: requested %d bytes, %d free of %d" % (
-                device, requested_bytes, free_bytes, limit_bytes)
+            message = "out of memory on device %d: requested %d bytes (%s); the process may use %s; %s free on the device" % (
+                device, requested_bytes, _human(requested_bytes), _human(limit_bytes), _human(free_bytes))
             path = os.path.join(self.s.snapshot_dir, "memscope-oom-%s-%d-%d.pickle" % (self.host, self.pid, t))
             self.torch.cuda.memory._dump_snapshot(path)
             tags = {"kind": "oom", "host": self.host, "pid": str(self.pid), "device": str(device)}

@@ -120,6 +120,7 @@ class RelayMode(unittest.TestCase):
         a.sample()
         self.assertEqual([e["kind"] for e in a._events], ["alloc_retry", "alloc_retry"])
         self.assertIn("3 allocation retries", a._events[0]["message"])
+        self.assertIn("4 allocation retries", a._events[1]["message"])
         self.assertIn("(1 new)", a._events[1]["message"])
 
     def test_a_process_that_never_used_cuda_sends_nothing(self):
@@ -198,7 +199,8 @@ class DirectMode(unittest.TestCase):
         self.assertEqual(len(events), 1)
         self.assertEqual(events[0]["kind"], "oom")
         self.assertEqual(events[0]["snapshot_id"], "snap1")
-        self.assertIn("requested 25165824 bytes", events[0]["message"])
+        self.assertIn("requested 25165824 bytes (24.00 MiB); the process may use 2.00 GiB; 8.00 MiB free",
+                      events[0]["message"])
         self.assertEqual(os.listdir(self.snapdir), [], "the uploaded dump is removed")
 
     def test_snapshot_on_request(self):
