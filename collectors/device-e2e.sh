@@ -8,9 +8,10 @@
 #   BIN=.devbin OUT=/tmp/out collectors/device-e2e.sh
 set -u
 BIN=${BIN:-.devbin}
-OUT=${OUT:-/tmp/memscope-device-out}
+FINAL=${OUT:-/tmp/memscope-device-out}
 W=$(mktemp -d)
-mkdir -p "$OUT"
+OUT=$W/out   # everything goes here, then into one tarball (the device tool brings back few files)
+mkdir -p "$OUT" "$FINAL"
 PORT=8080
 URL=http://127.0.0.1:$PORT
 export PYTHONPATH=$PWD/collectors/python
@@ -54,15 +55,17 @@ kill $COLLECTOR; wait $COLLECTOR 2>/dev/null
 kill $SERVER; wait $SERVER 2>/dev/null
 tar czf "$OUT/data.tar.gz" -C "$W" data
 
-# Collector cost on real NVML: 1 s and 100 ms, 30 s each (the server is gone: it spools).
-for ms in 1000 100; do
-    "$BIN/memscope-collector" --server http://127.0.0.1:9 --token x --interval-ms $ms \
-        --agent-dir "$W/agents2" --spool-dir "$W/spool-$ms" > /dev/null 2>&1 &
-    C=$!
+# Collector cost on real NVML, 30 s each (the server is gone: it spools): 1 s and 100 ms, and
+# at 1 s with NVML initialised without attaching GPUs / with one malloc arena (where the RSS goes).
+measure() {  # label, interval, env...
+    local label=$1 ms=$2; shift 2
+    env "$@" "$BIN/memscope-collector" --server http://127.0.0.1:9 --token x --interval-ms $ms \
+        --agent-dir "$W/agents2" --spool-dir "$W/spool-$label" > /dev/null 2>&1 &
+    local C=$!
     sleep 30
-    python3 - "$C" "$ms" >> "$OUT/collector-cost.txt" <<'PY'
+    python3 - "$C" "$label" >> "$OUT/collector-cost.txt" <<'PY'
 import os, sys
-pid, ms = sys.argv[1], sys.argv[2]
+pid, label = sys.argv[1], sys.argv[2]
 f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
 ticks = int(f[11]) + int(f[12])
 start = int(f[19])
@@ -70,11 +73,18 @@ up = float(open("/proc/uptime").read().split()[0])
 hz = os.sysconf("SC_CLK_TCK")
 alive = up - start / hz
 st = dict(l.split(":", 1) for l in open(f"/proc/{pid}/status"))
-print(f"interval {ms} ms: cpu {ticks / hz / alive * 100:.2f}% of a core over {alive:.1f} s, "
-      f"VmHWM {st['VmHWM'].strip()}, VmRSS {st['VmRSS'].strip()}, RssAnon {st['RssAnon'].strip()}")
+print(f"{label}: cpu {ticks / hz / alive * 100:.2f}% of a core over {alive:.1f} s, "
+      f"VmHWM {st['VmHWM'].strip()}, VmRSS {st['VmRSS'].strip()}, RssAnon {st['RssAnon'].strip()}, "
+      f"RssFile {st['RssFile'].strip()}, threads {st['Threads'].strip()}")
 PY
+    [ "$label" = "1s" ] && awk '/^[0-9a-f]/{name=$6} /^Rss:/{if($2>256) print $2" kB", name}' /proc/$C/smaps | sort -rn | head -12 > "$OUT/collector-smaps-1s.txt"
     kill $C
-done
+}
+measure 1s 1000
+measure 100ms 100
+measure 1s-no-attach 1000 MEMSCOPE_NVML_NO_ATTACH=1
+measure 1s-one-arena 1000 MALLOC_ARENA_MAX=1
 
 python3 collectors/python/bench_agent.py --steps 300 > "$OUT/agent-overhead.json" 2> "$OUT/agent-overhead.err"
+tar czf "$FINAL/all.tgz" -C "$W" out
 echo finished

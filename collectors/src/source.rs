@@ -130,7 +130,14 @@ impl std::fmt::Debug for Nvml {
 impl Nvml {
     /// Opens NVML, or says in one line why there is none here.
     pub fn open() -> Result<Nvml, String> {
-        let nvml = nvml_wrapper::Nvml::init().map_err(|e| match e {
+        // MEMSCOPE_NVML_NO_ATTACH=1: initialise without attaching GPUs up front (an experiment
+        // on NVML's own memory use; see bench/README.md).
+        let init = if std::env::var_os("MEMSCOPE_NVML_NO_ATTACH").is_some() {
+            nvml_wrapper::Nvml::init_with_flags(nvml_wrapper::bitmasks::InitFlags::NO_ATTACH)
+        } else {
+            nvml_wrapper::Nvml::init()
+        };
+        let nvml = init.map_err(|e| match e {
             nvml_wrapper::error::NvmlError::LibloadingError(_) => {
                 "no NVML on this machine (libnvidia-ml.so.1 not found): no NVIDIA driver, so no GPU readings".to_string()
             }

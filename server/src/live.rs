@@ -36,6 +36,7 @@ const ROWS_PER_INSERT: usize = 1000;
 impl Library {
     /// Stores one collector batch in one transaction, once per `(collector, seq)`.
     pub async fn ingest_batch(&self, b: &wire::Batch) -> sqlx::Result<wire::Ack> {
+        let _turn = self.live_writer.lock().await;
         let mut tx = self.db.begin().await?;
         let now_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -785,6 +786,7 @@ impl Library {
     /// One transaction: a crash leaves either the raw rows or their roll-up, never both or neither.
     pub async fn roll_up(&self, raw_before_ms: i64, rollup_before_ms: i64) -> sqlx::Result<RollUp> {
         let cut = raw_before_ms.div_euclid(60_000) * 60_000;
+        let _turn = self.live_writer.lock().await;
         let mut tx = self.db.begin().await?;
         let mut rolled = 0u64;
         sqlx::query(
