@@ -32,7 +32,7 @@ MEMSCOPE_SNAPSHOT_DIR="$W" \
     python3 collectors/python/examples/train_with_agent.py --steps 150 --leak-mib 8 --oom > "$OUT/train.log" 2>&1 &
 TRAIN=$!
 # nvidia-smi while it runs, to compare with what the collector stored.
-for i in $(seq 1 12); do
+while kill -0 $TRAIN 2>/dev/null; do
     sleep 1
     echo "$(date +%s%3N) $(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits) $(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits | tr '\n' ';')" >> "$OUT/nvidia-smi-during.txt"
 done

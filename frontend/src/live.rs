@@ -543,12 +543,14 @@ fn gpu_view(p: &Value, minutes: Memo<f64>, base: String) -> impl IntoView + use<
     let uuid = gpu["uuid"].as_str().unwrap_or("").to_string();
     let host = gpu["host"].as_str().unwrap_or("").to_string();
     let used_now = last_some(&p["used"]);
+    let used_peak = p["used"].as_array().and_then(|a| a.iter().filter_map(Value::as_f64).reduce(f64::max));
     let total = num(&gpu["total_bytes"]);
     view! {
         <h1>{title}</h1>
         <p class="muted">{uuid}</p>
         <div class="figures">
-            <div><b>{used_now.map(fmt::bytes)}</b><span>{format!("used of {}", fmt::bytes(total))}</span></div>
+            <div><b>{used_now.map(fmt::bytes)}</b><span>{format!("used now, of {}", fmt::bytes(total))}</span></div>
+            <div><b>{used_peak.map(fmt::bytes)}</b><span>"peak in this window"</span></div>
         </div>
         {span_picker(minutes, base)}
         <Chart id="gpu-chart" times=times all=all markers=markers/>
