@@ -245,13 +245,13 @@ async fn live_pages_show_the_outside_pytorch_band_and_update_without_reload() {
     // New data arrives: the page shows it without a reload (server-sent events).
     c.execute("window.__not_reloaded = true;", vec![]).await.unwrap();
     let mut more = batch("gpu7/gpu7:100:42", 2);
-    // Same reserved memory as the last reading, so NVML's figure still exceeds it by 512 MiB.
-    more.allocator.push(alloc(now + 500, 777, GIB + 200 * MIB, 2 * GIB + 220 * MIB));
+    // The next step (1 MiB more, as the scenario goes on); same reserved memory as the last reading, so NVML's figure still exceeds it by 512 MiB.
+    more.allocator.push(alloc(now + 500, 120, GIB + 120 * MIB, 2 * GIB + 220 * MIB));
     assert_eq!(common::post_batch(&base, &more).await, 200);
     wait_js(
         &c,
-        "window.__not_reloaded && [...document.querySelectorAll('table.procs td')].some(td => td.textContent === '777')",
-        "step 777 to appear without a reload",
+        "window.__not_reloaded && [...document.querySelectorAll('table.procs td')].some(td => td.textContent === '120')",
+        "step 120 to appear without a reload",
     )
     .await;
 
