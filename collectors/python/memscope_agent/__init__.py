@@ -78,7 +78,7 @@ class Settings:
 
     def __init__(self, server=None, token=None, name=None, agent_dir=None, interval_s=None,
                  segments_interval_s=None, record_history=None, max_entries=None,
-                 oom_snapshots=None, snapshot_dir=None, job=None, rank=None):
+                 oom_snapshots=None, snapshot_dir=None, job=None, rank=None, tags=None):
         self.server = (server or _env("MEMSCOPE_SERVER") or "").rstrip("/") or None
         self.token = token or _env("MEMSCOPE_TOKEN") or _env("MEMSCOPE_COLLECTOR_TOKEN")
         self.name = name or _env("MEMSCOPE_NAME") or _env("MEMSCOPE_COLLECTOR_NAME") or socket.gethostname()
@@ -92,8 +92,15 @@ class Settings:
         self.oom_snapshots = (oom_snapshots if oom_snapshots is not None
                               else _env_bool("MEMSCOPE_OOM_SNAPSHOT", True))
         self.snapshot_dir = snapshot_dir or _env("MEMSCOPE_SNAPSHOT_DIR") or tempfile.gettempdir()
+        # Keep OOM dumps on disk after uploading them (the harness turns them into fixtures).
+        self.keep_snapshots = _env_bool("MEMSCOPE_KEEP_SNAPSHOTS", False)
         self.job = job or _env("MEMSCOPE_JOB")
         self.rank = rank if rank is not None else _env("MEMSCOPE_RANK", _env("RANK"))
+        # Extra tags on every snapshot this process uploads: a dict, or "k=v,k2=v2".
+        tags = tags if tags is not None else _env("MEMSCOPE_TAGS", "")
+        if isinstance(tags, str):
+            tags = dict(t.split("=", 1) if "=" in t else ("", t) for t in tags.split(",") if t.strip())
+        self.tags = {k.strip(): str(v).strip() for k, v in tags.items()}
         # Where live statistics go: the collector's folder, else the server, else the default folder.
         if self.agent_dir:
             self.mode = "relay"
@@ -316,7 +323,7 @@ class Agent:
         snapshot_id = None
         if self.s.server:
             snapshot_id = self._guard("upload", self.upload, path, "oom %s pid %d" % (self.host, self.pid), tags)
-        if snapshot_id:
+        if snapshot_id and not self.s.keep_snapshots:
             try:
                 os.remove(path)
             except OSError:
@@ -331,7 +338,8 @@ class Agent:
                                  "message": message, "snapshot_id": snapshot_id})
 
     def _tags(self, extra):
-        tags = dict(extra)
+        tags = dict(self.s.tags)
+        tags.update(extra)
         if self.s.job:
             tags["job"] = self.s.job
         if self.s.rank is not None:

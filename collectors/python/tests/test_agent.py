@@ -164,7 +164,7 @@ class DirectMode(unittest.TestCase):
 
     def agent(self, **kw):
         s = Settings(server=self.srv.url, token="tok", name="gpu7", interval_s=0.05,
-                     snapshot_dir=self.snapdir, job="llama", rank=3, **kw)
+                     snapshot_dir=self.snapdir, job="llama", rank=3, tags="scenario=leak,team=ml", **kw)
         return Agent(s, torch_module=torch).start()
 
     def test_batches_are_numbered_under_the_tokens_name_and_nothing_is_lost_while_the_server_is_away(self):
@@ -194,6 +194,8 @@ class DirectMode(unittest.TestCase):
         self.assertIn("kind%3Doom", path)
         self.assertIn("job%3Dllama", path)
         self.assertIn("rank%3D3", path)
+        self.assertIn("scenario%3Dleak", path)
+        self.assertIn("team%3Dml", path)
         self.assertTrue(body.startswith(b"\x80"), "a pickle")
         events = [e for b in self.srv.batches for e in b["events"]]
         self.assertEqual(len(events), 1)

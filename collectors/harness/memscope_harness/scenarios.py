@@ -1,0 +1,286 @@
+"""The planted memory behaviours. Each runs in its own process (``python -m
+memscope_harness.scenarios NAME --out DIR``) with the agent attached, uploads its snapshot(s)
+tagged ``scenario=NAME`` and writes ``DIR/NAME.truth.json``: what was planted (file, line, bytes,
+expected verdicts) and the facts the verifier needs (pid, start time, timestamps).
+
+Planted lines are marked ``# PLANT: <name>`` and found by scanning this file, so the truth
+stays right when the code moves.
+"""
+
+import argparse
+import ctypes
+import json
+import os
+import socket
+import sys
+import time
+
+import torch
+
+import memscope_agent
+
+MIB = 1 << 20
+HERE = os.path.abspath(__file__)
+
+
+def planted_line(name):
+    with open(HERE) as f:
+        for i, line in enumerate(f, 1):
+            if line.rstrip().endswith("# PLANT: " + name):
+                return i
+    raise LookupError(name)
+
+
+def now_ms():
+    return int(time.time() * 1000)
+
+
+class Run:
+    """What a scenario records: truth, facts, and the snapshot it uploads."""
+
+    def __init__(self, name, out):
+        self.name, self.out = name, out
+        self.truth = {"scenario": name, "file": os.path.basename(HERE), "host": socket.gethostname(),
+                      "pid": os.getpid(), "torch": torch.__version__,
+                      "gpu": torch.cuda.get_device_name(0), "started_ms": now_ms()}
+        self.agent = memscope_agent._agent
+
+    def step(self, n):
+        memscope_agent.step(n)
+
+    def upload(self, kind="harness"):
+        """Dumps and uploads the snapshot now; keeps a copy next to the truth (a fixture)."""
+        path = os.path.join(self.out, "%s%s.pickle" % (self.name, self.suffix()))
+        torch.cuda.memory._dump_snapshot(path)
+        sid = self.agent.upload(path, "harness %s%s" % (self.name, self.suffix()), {"kind": kind})
+        self.truth.setdefault("snapshots", []).append({"id": sid, "kind": kind, "file": os.path.basename(path)})
+        return sid
+
+    def suffix(self):
+        r = os.environ.get("RANK")
+        return ".rank%s" % r if r is not None and self.name == "ranks" else ""
+
+    def finish(self, **truth):
+        memscope_agent.stop()  # waits for OOM uploads, sends the last samples
+        self.truth.update(truth)
+        # OOM snapshots the agent dumped (kept next to the truth: MEMSCOPE_KEEP_SNAPSHOTS=1).
+        for f in sorted(os.listdir(self.out)):
+            if f.startswith("memscope-oom-") and "-%d-" % os.getpid() in f:
+                name = "%s%s.oom.pickle" % (self.name, self.suffix())
+                os.replace(os.path.join(self.out, f), os.path.join(self.out, name))
+                self.truth.setdefault("snapshots", []).append({"id": None, "kind": "oom", "file": name})
+        self.truth["finished_ms"] = now_ms()
+        self.truth["start_time_ms"] = self.agent.start_ms
+        with open(os.path.join(self.out, "%s%s.truth.json" % (self.name, self.suffix())), "w") as f:
+            json.dump(self.truth, f, indent=1)
+
+
+class Mlp(torch.nn.Module):
+    def __init__(self, width=2048, depth=4):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(width, width) for _ in range(depth))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.relu(layer(x))  # PLANT: forward
+        return x
+
+
+def train_steps(run, steps, keep=None, graph_leak=False, sleep_s=0.05):
+    """A small training loop; `keep` collects what a leaking job holds on to."""
+    model = Mlp().cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    total = torch.zeros((), device="cuda")
+    allocated = []
+    for i in range(steps):
+        run.step(i)
+        x = torch.randn(256, 2048, device="cuda")
+        loss = model(x).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if keep is not None:
+            keep.append(torch.empty(4 * MIB, dtype=torch.uint8, device="cuda"))  # PLANT: leak_list
+        if graph_leak:
+            # An evaluation pass outside no_grad whose loss is summed for logging: the sum keeps
+            # every pass's graph, and with it the activations the forward saved.
+            total = total + model(torch.randn(256, 2048, device="cuda")).square().mean()  # PLANT: graph_leak
+        torch.cuda.synchronize()
+        allocated.append(torch.cuda.memory_allocated())
+        time.sleep(sleep_s)
+    return allocated
+
+
+def steady(run):
+    allocated = train_steps(run, 60)
+    run.upload()
+    run.finish(expect={"leak": False}, allocated_first_last=[allocated[10], allocated[-1]])
+
+
+def leak_list(run):
+    kept = []
+    allocated = train_steps(run, 60, keep=kept)
+    run.upload()
+    run.finish(expect={"leak": True, "line": planted_line("leak_list"), "bytes": 60 * 4 * MIB,
+                       "bytes_per_step": 4 * MIB})
+
+
+def leak_graph(run):
+    allocated = train_steps(run, 60, graph_leak=True)
+    # Ground truth from the allocator itself: what each step leaves behind.
+    per_step = (allocated[-1] - allocated[10]) / (len(allocated) - 11)
+    run.upload()
+    run.finish(expect={"leak": True, "cause_line": planted_line("graph_leak"),
+                       "allocating_line": planted_line("forward"), "bytes_per_step": per_step})
+
+
+def fill_and_punch(block_mib, limit_bytes):
+    """Fills memory with `block_mib` tensors up to `limit_bytes` and frees two of every three, so
+    each 20 MiB segment keeps one: plenty of cached free memory, none of it contiguous."""
+    blocks = []
+    while torch.cuda.memory_reserved() + 20 * MIB <= limit_bytes:
+        blocks.append(torch.empty(block_mib * MIB, dtype=torch.uint8, device="cuda"))  # PLANT: fragment
+    kept = [b for i, b in enumerate(blocks) if i % 3 == 1]
+    del blocks
+    return kept
+
+
+def fragmentation(run):
+    kept = fill_and_punch(6, 2 << 30)
+    torch.cuda.synchronize()
+    reserved, allocated = torch.cuda.memory_reserved(), torch.cuda.memory_allocated()
+    run.upload()
+    run.finish(expect={"line": planted_line("fragment"), "reserved_bytes": reserved, "allocated_bytes": allocated,
+                       "free_in_segments_bytes": reserved - allocated, "largest_free_below_bytes": 20 * MIB},
+               kept=len(kept))
+
+
+def oom_fragmentation(run):
+    total = torch.cuda.get_device_properties(0).total_memory
+    limit = 2 << 30
+    torch.cuda.set_per_process_memory_fraction(limit / total)
+    kept = fill_and_punch(6, limit)
+    reserved, allocated = torch.cuda.memory_reserved(), torch.cuda.memory_allocated()
+    oom = False
+    try:
+        big = torch.empty(24 * MIB, dtype=torch.uint8, device="cuda")  # PLANT: oom_request
+        del big
+    except torch.OutOfMemoryError:
+        oom = True
+    torch.cuda.set_per_process_memory_fraction(1.0)
+    run.finish(expect={"oom": True, "verdict": "fragmentation", "requested_bytes": 24 * MIB,
+                       "line": planted_line("oom_request")},
+               raised=oom, reserved_bytes=reserved, allocated_bytes=allocated, kept=len(kept))
+
+
+def expandable_segments(run):
+    # The same pattern and request as oom_fragmentation, with expandable segments (set in the
+    # environment before CUDA starts): freed pages are mapped where they are needed, so no OOM.
+    assert "expandable_segments:True" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
+    total = torch.cuda.get_device_properties(0).total_memory
+    limit = 2 << 30
+    torch.cuda.set_per_process_memory_fraction(limit / total)
+    kept = fill_and_punch(6, limit)
+    oom = False
+    try:
+        big = torch.empty(24 * MIB, dtype=torch.uint8, device="cuda")
+    except torch.OutOfMemoryError:
+        oom = True
+    torch.cuda.set_per_process_memory_fraction(1.0)
+    run.upload()
+    run.finish(expect={"oom": False, "expandable": True}, raised=oom, kept=len(kept))
+
+
+def side_stream(run):
+    side = torch.cuda.Stream()
+    x = torch.empty(64 * MIB, dtype=torch.uint8, device="cuda")  # PLANT: record_stream
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(2_000_000_000)  # keep the side stream busy for about a second
+        x.add_(1)
+    x.record_stream(side)
+    del x  # freed, but its block waits for the side stream: pending
+    run.upload()
+    torch.cuda.synchronize()
+    run.finish(expect={"pending_free_bytes": 64 * MIB, "line": planted_line("record_stream")})
+
+
+def outside_pytorch(run):
+    torch.empty(1, device="cuda")  # CUDA context and the allocator are up
+    cuda = ctypes.CDLL("libcuda.so.1")
+    size = 1 << 30
+    time.sleep(3)  # a few readings before
+    before_ms = now_ms()
+    time.sleep(0.5)
+    ptr = ctypes.c_uint64()
+    rc = cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(size))  # PLANT: cuda_malloc
+    after_ms = now_ms()
+    time.sleep(3)  # a few readings after
+    run.step(1)
+    run.upload()
+    cuda.cuMemFree_v2(ptr)
+    run.finish(expect={"outside_pytorch_growth_bytes": size, "line": planted_line("cuda_malloc")},
+               cu_mem_alloc_rc=rc, before_ms=before_ms, after_ms=after_ms)
+
+
+def cuda_graph(run):
+    static_in = torch.randn(1024, 4096, device="cuda")
+    layer = torch.nn.Linear(4096, 4096).cuda()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            layer(static_in)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        static_out = layer(static_in)  # PLANT: graph_capture
+    g.replay()
+    torch.cuda.synchronize()
+    out_bytes = static_out.numel() * static_out.element_size()
+    run.upload()
+    run.finish(expect={"private_pool_min_bytes": out_bytes, "line": planted_line("graph_capture")})
+
+
+def ranks(run):
+    rank = int(os.environ.get("RANK", "0"))
+    peak = (rank + 1) << 30
+    x = torch.empty(peak, dtype=torch.uint8, device="cuda")  # PLANT: rank_peak
+    torch.cuda.synchronize()
+    time.sleep(2)
+    run.upload()
+    del x
+    run.finish(expect={"rank": rank, "peak_bytes": peak, "line": planted_line("rank_peak")},
+               device=torch.cuda.current_device())
+
+
+SCENARIOS = {
+    "steady": steady,
+    "leak_list": leak_list,
+    "leak_graph": leak_graph,
+    "fragmentation": fragmentation,
+    "oom_fragmentation": oom_fragmentation,
+    "expandable_segments": expandable_segments,
+    "side_stream": side_stream,
+    "outside_pytorch": outside_pytorch,
+    "cuda_graph": cuda_graph,
+    "ranks": ranks,
+}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("name", choices=sorted(SCENARIOS))
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    if args.name == "ranks":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", "0"))))
+    else:
+        torch.cuda.set_device(0)
+    memscope_agent.start(record_history=True, max_entries=200_000)
+    if memscope_agent._agent is None:
+        sys.exit("memscope_agent did not start (see the log above)")
+    SCENARIOS[args.name](Run(args.name, args.out))
+
+
+if __name__ == "__main__":
+    main()
