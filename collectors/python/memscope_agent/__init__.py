@@ -182,7 +182,11 @@ class Agent:
             now = time.monotonic()
             if now - self._last_sample >= self.s.interval_s * 0.9:
                 self._guard("sample", self.sample)
-            if self.s.segments_interval_s > 0 and now >= next_segments:
+            # A segment snapshot needs PyTorch to symbolise the recorded stacks when history is
+            # on: the first one imports ~900 modules (6 s on an H100 host) and, from this
+            # thread, can race the training thread's own imports (seen: a circular-import error
+            # in torch.optim). So with history on, segments come from memory_stats only.
+            if self.s.segments_interval_s > 0 and not self.s.record_history and now >= next_segments:
                 self._guard("segments", self._summarise_segments)
                 next_segments = now + self.s.segments_interval_s
             self._guard("flush", self.flush)
@@ -231,7 +235,7 @@ class Agent:
             st = self.torch.cuda.memory_stats(d)
             if not st or not st.get("reserved_bytes.all.peak"):
                 continue  # a device this process never allocated on
-            seg = self._segments.get(d, (None, None))
+            seg = self._segments.get(d, (st.get("segment.all.current"), None))
             retries = int(st.get("num_alloc_retries", 0))
             if retries > self._retries.get(d, 0):
                 # cudaMalloc failed, the cache was flushed and the call retried: the early warning.

@@ -123,6 +123,19 @@ class RelayMode(unittest.TestCase):
         self.assertIn("4 allocation retries", a._events[1]["message"])
         self.assertIn("(1 new)", a._events[1]["message"])
 
+    def test_with_history_recorded_segments_come_from_stats_not_snapshots(self):
+        # A snapshot would make PyTorch symbolise recorded stacks from the agent's thread (a
+        # 6 s first call that raced the training thread's imports on the GPU host).
+        a = Agent(Settings(agent_dir=self.dir, interval_s=0.02, segments_interval_s=0.02, record_history=True),
+                  torch_module=torch).start()
+        time.sleep(0.2)
+        a.stop()
+        self.assertEqual(torch.cuda.fake.snapshots_taken, 0)
+        samples = [s for f in sorted(glob.glob(os.path.join(self.dir, "*.json"))) for s in load(f)["allocator"]]
+        self.assertTrue(samples)
+        self.assertEqual({s["segments"] for s in samples}, {2})
+        self.assertEqual({s["largest_free_block_bytes"] for s in samples}, {None})
+
     def test_a_process_that_never_used_cuda_sends_nothing(self):
         torch.cuda.fake.initialized = False
         a = Agent(Settings(agent_dir=self.dir, interval_s=0.02), torch_module=torch).start()

@@ -15,6 +15,7 @@ class _Fake:
         self.fail_stats = False
         self.history = None
         self.dumps = []
+        self.snapshots_taken = 0
 
     def fire_oom(self, device=0, requested=24 << 20, limit=1 << 31, free=8 << 20):
         self.ooms += 1
@@ -53,6 +54,7 @@ def memory_stats(device=None):
         "requested_bytes.all.current": a - 1000,
         "num_alloc_retries": fake.retries,
         "num_ooms": fake.ooms,
+        "segment.all.current": 2,
     }
 
 

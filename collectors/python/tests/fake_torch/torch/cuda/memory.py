@@ -8,6 +8,7 @@ def _fake():
 
 def memory_snapshot(include_traces=True):
     f = _fake()
+    f.snapshots_taken += 1
     segs = []
     for d, r in f.reserved.items():
         a = f.allocated[d]
