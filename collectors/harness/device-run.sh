@@ -22,4 +22,4 @@ echo "exit ${PIPESTATUS[0]}" >> "$W/out/harness.txt"
 cd - > /dev/null
 kill $COLLECTOR $SERVER; wait 2>/dev/null
 nvidia-smi -L > "$W/out/gpus.txt"
-tar czf "$FINAL/harness.tgz" -C "$W" out
+tar czf "$FINAL/harness.tgz" -C "$W" out data
