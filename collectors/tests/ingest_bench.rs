@@ -49,17 +49,7 @@ fn proc_sample(time_ms: i64, i: u32) -> wire::ProcessSample {
 
 /// A gzip JSON batch of `n` samples (GPU and process readings, half each).
 fn body(collector: &str, seq: u64, n: usize, t0: i64) -> Vec<u8> {
-    let mut b = wire::Batch {
-        version: wire::VERSION,
-        collector: collector.into(),
-        seq,
-        host: collector.into(),
-        gpus: vec![],
-        processes: vec![],
-        allocator: vec![],
-        events: vec![],
-        dropped_samples: 0,
-    };
+    let mut b = wire::Batch::new(collector, seq, collector);
     for k in 0..n {
         let t = t0 + (k / 16) as i64 * 1000;
         if k % 2 == 0 {

@@ -104,15 +104,9 @@ fn a_wrong_token_keeps_batches_in_the_spool() {
     let mut src = Recorded::open(&fixture()).unwrap();
     let r = src.read(1);
     let batch = wire::Batch {
-        version: wire::VERSION,
-        collector: "c1".into(),
-        seq: spool.take_seq().unwrap(),
-        host: "h1".into(),
         gpus: r.gpus,
         processes: r.processes,
-        allocator: vec![],
-        events: vec![],
-        dropped_samples: 0,
+        ..wire::Batch::new("c1", spool.take_seq().unwrap(), "h1")
     };
     spool.push(&batch).unwrap();
     let (seq, path) = spool.pending().unwrap()[0].clone();
@@ -146,15 +140,9 @@ fn spool_survives_restarts_and_bounds_itself() {
     let mut batch = |spool: &mut Spool| {
         let r = src.read(1);
         wire::Batch {
-            version: wire::VERSION,
-            collector: "c".into(),
-            seq: spool.take_seq().unwrap(),
-            host: "h".into(),
             gpus: r.gpus,
             processes: r.processes,
-            allocator: vec![],
-            events: vec![],
-            dropped_samples: 0,
+            ..wire::Batch::new("c", spool.take_seq().unwrap(), "h")
         }
     };
     {

@@ -11,6 +11,7 @@ use serde_json::Value;
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 
+use crate::timeline::ctx;
 use crate::{api, fmt};
 
 /// A counter that goes up (at most once a second) whenever the server stores live data.
@@ -232,14 +233,6 @@ const CW: f64 = 1200.0;
 const CH: f64 = 320.0;
 const CL: f64 = 80.0;
 
-fn ctx(c: &web_sys::HtmlCanvasElement) -> web_sys::CanvasRenderingContext2d {
-    c.get_context("2d")
-        .ok()
-        .flatten()
-        .expect("2d context")
-        .unchecked_into()
-}
-
 /// Draws stacked bands and lines over `times` (ms), a byte y axis and event markers.
 fn draw_chart(
     c: &web_sys::HtmlCanvasElement,
@@ -429,6 +422,35 @@ fn span_picker(minutes: Memo<f64>, base: String) -> impl IntoView {
     }
 }
 
+/// The window's span in minutes (`?minutes=`, default 10).
+fn minutes_param(query: Memo<leptos_router::params::ParamsMap>) -> Memo<f64> {
+    Memo::new(move |_| {
+        query
+            .get()
+            .get("minutes")
+            .and_then(|m| m.parse().ok())
+            .unwrap_or(10.0)
+    })
+}
+
+/// A live page's frame: the way back to the fleet, then the answer (or its error) drawn by `body`.
+fn live_frame(
+    data: LocalResource<Result<Value, String>>,
+    body: impl Fn(&Value) -> AnyView + Send + Sync + 'static,
+) -> impl IntoView {
+    view! {
+        <section class="live">
+            <p><a href="/live">"← fleet"</a></p>
+            <Suspense fallback=|| view! { <p class="muted">"Loading…"</p> }>
+                {move || data.get().map(|r| match r {
+                    Err(e) => view! { <p class="error">{e}</p> }.into_any(),
+                    Ok(p) => body(&p),
+                })}
+            </Suspense>
+        </section>
+    }
+}
+
 /// A fixed window from the URL (`?from=MS&to=MS`, a permalink to a past incident); otherwise the
 /// page follows the last `minutes`.
 fn fixed_window(query: Memo<leptos_router::params::ParamsMap>) -> Memo<Option<(i64, i64)>> {
@@ -457,13 +479,7 @@ pub fn GpuPage() -> impl IntoView {
     let params = use_params_map();
     let query = use_query_map();
     let uuid = Memo::new(move |_| params.get().get("uuid").unwrap_or_default());
-    let minutes = Memo::new(move |_| {
-        query
-            .get()
-            .get("minutes")
-            .and_then(|m| m.parse().ok())
-            .unwrap_or(10.0)
-    });
+    let minutes = minutes_param(query);
     let fixed = fixed_window(query);
     let tick = live_ticks();
     let data = LocalResource::new(move || {
@@ -478,17 +494,9 @@ pub fn GpuPage() -> impl IntoView {
             .await
         }
     });
-    view! {
-        <section class="live">
-            <p><a href="/live">"← fleet"</a></p>
-            <Suspense fallback=|| view! { <p class="muted">"Loading…"</p> }>
-                {move || data.get().map(|r| match r {
-                    Err(e) => view! { <p class="error">{e}</p> }.into_any(),
-                    Ok(p) => gpu_view(&p, minutes, format!("/live/gpu/{}", uuid.get_untracked())).into_any(),
-                })}
-            </Suspense>
-        </section>
-    }
+    live_frame(data, move |p| {
+        gpu_view(p, minutes, format!("/live/gpu/{}", uuid.get_untracked())).into_any()
+    })
 }
 
 fn last_some(v: &Value) -> Option<f64> {
@@ -583,13 +591,7 @@ pub fn ProcessPage() -> impl IntoView {
         let p = params.get();
         (p.get("host").unwrap_or_default(), p.get("pid").unwrap_or_default())
     });
-    let minutes = Memo::new(move |_| {
-        query
-            .get()
-            .get("minutes")
-            .and_then(|m| m.parse().ok())
-            .unwrap_or(10.0)
-    });
+    let minutes = minutes_param(query);
     let start = Memo::new(move |_| query.get().get("start"));
     let fixed = fixed_window(query);
     let tick = live_ticks();
@@ -606,22 +608,15 @@ pub fn ProcessPage() -> impl IntoView {
             .await
         }
     });
-    view! {
-        <section class="live">
-            <p><a href="/live">"← fleet"</a></p>
-            <Suspense fallback=|| view! { <p class="muted">"Loading…"</p> }>
-                {move || data.get().map(|r| match r {
-                    Err(e) => view! { <p class="error">{e}</p> }.into_any(),
-                    Ok(p) => {
-                        let (h, pid) = key.get_untracked();
-                        let base = format!("/live/process/{}/{pid}{}", js_sys::encode_uri_component(&h),
-                            start.get_untracked().map(|s| format!("?start={s}")).unwrap_or_default());
-                        process_view(&p, minutes, base).into_any()
-                    }
-                })}
-            </Suspense>
-        </section>
-    }
+    live_frame(data, move |p| {
+        let (h, pid) = key.get_untracked();
+        let base = format!(
+            "/live/process/{}/{pid}{}",
+            js_sys::encode_uri_component(&h),
+            start.get_untracked().map(|s| format!("?start={s}")).unwrap_or_default()
+        );
+        process_view(p, minutes, base).into_any()
+    })
 }
 
 fn process_view(p: &Value, minutes: Memo<f64>, base: String) -> impl IntoView + use<> {

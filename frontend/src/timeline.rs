@@ -137,7 +137,8 @@ fn colour(stack: u32) -> String {
     format!("hsl({h}, 60%, 62%)")
 }
 
-fn ctx(c: &web_sys::HtmlCanvasElement) -> web_sys::CanvasRenderingContext2d {
+/// A canvas's 2D context (every canvas here has one).
+pub(crate) fn ctx(c: &web_sys::HtmlCanvasElement) -> web_sys::CanvasRenderingContext2d {
     c.get_context("2d")
         .ok()
         .flatten()

@@ -26,17 +26,7 @@ fn recorded_batch(seq: u64) -> wire::Batch {
         .join("../tests/fixtures/leak_detached_cache.nvml.json");
     let readings: Vec<serde_json::Value> =
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let mut b = wire::Batch {
-        version: wire::VERSION,
-        collector: "gpu7".into(),
-        seq,
-        host: "gpu7".into(),
-        gpus: vec![],
-        processes: vec![],
-        allocator: vec![],
-        events: vec![],
-        dropped_samples: 0,
-    };
+    let mut b = wire::Batch::new("gpu7", seq, "gpu7");
     for r in &readings {
         let time_ms = (r["t"].as_f64().unwrap() * 1000.0) as i64;
         b.gpus.push(wire::GpuSample {

@@ -36,6 +36,23 @@ pub struct Batch {
     pub dropped_samples: u64,
 }
 
+impl Batch {
+    /// A batch with nothing in it yet, at this crate's version.
+    pub fn new(collector: &str, seq: u64, host: &str) -> Batch {
+        Batch {
+            version: VERSION,
+            collector: collector.to_string(),
+            seq,
+            host: host.to_string(),
+            gpus: Vec::new(),
+            processes: Vec::new(),
+            allocator: Vec::new(),
+            events: Vec::new(),
+            dropped_samples: 0,
+        }
+    }
+}
+
 /// One NVML reading of one GPU.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GpuSample {

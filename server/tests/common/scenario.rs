@@ -7,17 +7,7 @@ pub const MIB: u64 = 1 << 20;
 pub const GIB: u64 = 1 << 30;
 
 pub fn batch(collector: &str, seq: u64) -> wire::Batch {
-    wire::Batch {
-        version: wire::VERSION,
-        collector: collector.into(),
-        seq,
-        host: "gpu7".into(),
-        gpus: vec![],
-        processes: vec![],
-        allocator: vec![],
-        events: vec![],
-        dropped_samples: 0,
-    }
+    wire::Batch::new(collector, seq, "gpu7")
 }
 
 pub fn alloc(time_ms: i64, step: u64, allocated: u64, reserved: u64) -> wire::AllocatorSample {
