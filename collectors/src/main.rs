@@ -37,7 +37,11 @@ struct Args {
     #[arg(long)]
     replay: Option<PathBuf>,
     /// The folder in-process agents (`memscope_agent`, relay mode) leave their data in.
-    #[arg(long, env = "MEMSCOPE_AGENT_DIR", default_value = "/tmp/memscope-agent")]
+    #[arg(
+        long,
+        env = "MEMSCOPE_AGENT_DIR",
+        default_value = "/tmp/memscope-agent"
+    )]
     agent_dir: PathBuf,
     /// Exit when NVML is missing, instead of relaying agent data only.
     #[arg(long)]

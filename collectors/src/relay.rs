@@ -141,7 +141,11 @@ mod tests {
     fn fake_proc(root: &Path, pid: u32, nspid: &str, start_ticks: u64) {
         let d = root.join(pid.to_string());
         std::fs::create_dir_all(&d).unwrap();
-        std::fs::write(d.join("status"), format!("Name:\tpython\nNSpid:\t{nspid}\n")).unwrap();
+        std::fs::write(
+            d.join("status"),
+            format!("Name:\tpython\nNSpid:\t{nspid}\n"),
+        )
+        .unwrap();
         let mut fields = vec!["0"; 30];
         let t = start_ticks.to_string();
         fields[19] = &t;

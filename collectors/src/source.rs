@@ -190,7 +190,10 @@ impl Source for Nvml {
                         time_ms: now_ms,
                         gpu_uuid: uuid.clone(),
                         pid: p.pid,
-                        start_time_ms: crate::relay::process_start_ms_in(std::path::Path::new("/proc"), p.pid),
+                        start_time_ms: crate::relay::process_start_ms_in(
+                            std::path::Path::new("/proc"),
+                            p.pid,
+                        ),
                         name: std::fs::read_to_string(format!("/proc/{}/comm", p.pid))
                             .ok()
                             .map(|s| s.trim().to_string()),

@@ -106,8 +106,12 @@ fn relayed_agent_data_is_joined_with_nvml_and_its_leak_and_oom_are_found() {
     let src = Recorded::open(&recording(&base, pid)).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let collecting = {
-        let (stop, spool_dir, agent_dir, url) =
-            (stop.clone(), base.join("spool"), agent_dir.clone(), url.clone());
+        let (stop, spool_dir, agent_dir, url) = (
+            stop.clone(),
+            base.join("spool"),
+            agent_dir.clone(),
+            url.clone(),
+        );
         std::thread::spawn(move || {
             collector::run(
                 Config {
@@ -135,14 +139,20 @@ fn relayed_agent_data_is_joined_with_nvml_and_its_leak_and_oom_are_found() {
         "every agent file relayed and deleted"
     );
 
-    let page = api(port, &format!("/api/live/processes/h1/{pid}?minutes=5&points=300"));
+    let page = api(
+        port,
+        &format!("/api/live/processes/h1/{pid}?minutes=5&points=300"),
+    );
     let d = &page["devices"][0];
     assert_eq!(d["gpu_uuid"], FAKE_UUID);
     let steps = d["steps"].as_array().unwrap();
     assert!(steps.len() >= 20, "{} steps", steps.len());
     assert_eq!(d["leak"]["rising"], true, "{}", d["leak"]);
     let slope = d["leak"]["bytes_per_step"].as_f64().unwrap();
-    assert!((slope - (1u64 << 20) as f64).abs() < 0.2 * (1u64 << 20) as f64, "{slope}");
+    assert!(
+        (slope - (1u64 << 20) as f64).abs() < 0.2 * (1u64 << 20) as f64,
+        "{slope}"
+    );
     // Joined with NVML's reading of the same pid: 1.5 GiB used, 1 GiB reserved → 512 MiB outside.
     let outside: Vec<u64> = d["outside_pytorch"]
         .as_array()
@@ -150,7 +160,10 @@ fn relayed_agent_data_is_joined_with_nvml_and_its_leak_and_oom_are_found() {
         .iter()
         .filter_map(|v| v.as_u64())
         .collect();
-    assert!(!outside.is_empty() && outside.iter().all(|&v| v == 512 << 20), "{outside:?}");
+    assert!(
+        !outside.is_empty() && outside.iter().all(|&v| v == 512 << 20),
+        "{outside:?}"
+    );
     // One OOM incident (the observer fired twice), its snapshot uploaded and tagged.
     let ooms: Vec<_> = page["events"]
         .as_array()
@@ -212,7 +225,12 @@ fn a_collector_without_nvml_says_so_and_still_relays() {
     });
     std::fs::write(agent_dir.join("4242-7-000000001.json"), file.to_string()).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_memscope-collector"))
-        .args(["--server", &format!("http://127.0.0.1:{port}"), "--token", "t1"])
+        .args([
+            "--server",
+            &format!("http://127.0.0.1:{port}"),
+            "--token",
+            "t1",
+        ])
         .args(["--name", "c1", "--readings", "2", "--interval-ms", "20"])
         .arg("--agent-dir")
         .arg(&agent_dir)

@@ -23,17 +23,27 @@ fn the_analyses_find_what_the_harness_planted() {
         .current_dir(root.join("collectors/harness"))
         .output()
         .expect("python3 runs");
-    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     println!("{text}");
     assert!(out.status.success(), "{text}");
     // Every scenario was checked, and every snapshot check passed.
     for scenario in [
-        "steady", "leak_list", "leak_graph", "fragmentation", "oom_fragmentation",
-        "expandable_segments", "side_stream", "outside_pytorch", "cuda_graph", "ranks.rank0",
+        "steady",
+        "leak_list",
+        "leak_graph",
+        "fragmentation",
+        "oom_fragmentation",
+        "expandable_segments",
+        "side_stream",
+        "outside_pytorch",
+        "cuda_graph",
+        "ranks.rank0",
         "ranks.rank1",
     ] {
         assert!(
-            text.lines().any(|l| l.starts_with(&format!("| {scenario} ")) && l.contains("| pass ")),
+            text.lines()
+                .any(|l| l.starts_with(&format!("| {scenario} ")) && l.contains("| pass ")),
             "no passing check for {scenario}:\n{text}"
         );
     }
@@ -67,7 +77,11 @@ fn the_verifier_fails_when_the_truth_is_not_found() {
         std::fs::write(&p, text.replacen(from, to, 1)).unwrap();
     };
     edit("leak_list", "\"line\": ", "\"line\": 1");
-    edit("side_stream", "\"pending_free_bytes\": 67108864", "\"pending_free_bytes\": 1");
+    edit(
+        "side_stream",
+        "\"pending_free_bytes\": 67108864",
+        "\"pending_free_bytes\": 1",
+    );
     let out = Command::new("python3")
         .args(["-m", "memscope_harness", "--server"])
         .arg(format!("http://127.0.0.1:{port}"))
@@ -80,6 +94,9 @@ fn the_verifier_fails_when_the_truth_is_not_found() {
     assert_eq!(out.status.code(), Some(1), "{text}");
     let fails: Vec<&str> = text.lines().filter(|l| l.contains("| FAIL")).collect();
     assert_eq!(fails.len(), 2, "{text}");
-    assert!(fails[0].contains("top leak suspect") && fails[1].contains("pending-free"), "{text}");
+    assert!(
+        fails[0].contains("top leak suspect") && fails[1].contains("pending-free"),
+        "{text}"
+    );
     server.stop();
 }

@@ -74,7 +74,12 @@ fn post(agent: &ureq::Agent, url: &str, body: &[u8]) {
         .header("content-encoding", "gzip")
         .send(body)
         .unwrap();
-    assert_eq!(r.status().as_u16(), 200, "{}", r.body_mut().read_to_string().unwrap());
+    assert_eq!(
+        r.status().as_u16(),
+        200,
+        "{}",
+        r.body_mut().read_to_string().unwrap()
+    );
     let _ = r.body_mut().read_to_string();
 }
 
@@ -111,7 +116,12 @@ fn latency(url: &str, collector: &str, secs: f64) -> Vec<f64> {
 #[test]
 #[ignore]
 fn ingest_rate_and_latency_over_http() {
-    let env = |k: &str, d: u64| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
+    let env = |k: &str, d: u64| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
     let secs = env("MEMSCOPE_BENCH_SECONDS", 20) as f64;
     let senders = env("MEMSCOPE_BENCH_SENDERS", 4) as usize;
     let per_batch = env("MEMSCOPE_BENCH_BATCH", 2000) as usize;
@@ -126,7 +136,14 @@ fn ingest_rate_and_latency_over_http() {
     let prepared: Vec<Vec<Vec<u8>>> = (0..senders)
         .map(|w| {
             (1..=PREPARED)
-                .map(|seq| body(&format!("c1/load-{w}"), seq, per_batch, 1_700_000_000_000 + seq as i64 * 60_000))
+                .map(|seq| {
+                    body(
+                        &format!("c1/load-{w}"),
+                        seq,
+                        per_batch,
+                        1_700_000_000_000 + seq as i64 * 60_000,
+                    )
+                })
                 .collect()
         })
         .collect();
@@ -146,7 +163,12 @@ fn ingest_rate_and_latency_over_http() {
                     let b = match bodies.get(seq as usize - 1) {
                         Some(b) => b,
                         None => {
-                            fresh = body(&format!("c1/load-{w}"), seq, per_batch, 1_700_000_000_000 + seq as i64 * 60_000);
+                            fresh = body(
+                                &format!("c1/load-{w}"),
+                                seq,
+                                per_batch,
+                                1_700_000_000_000 + seq as i64 * 60_000,
+                            );
                             &fresh
                         }
                     };
@@ -169,8 +191,14 @@ fn ingest_rate_and_latency_over_http() {
          ({senders} senders on the same machine, {per_batch} samples per gzip batch)",
         n as f64 / elapsed
     );
-    println!("latency of a 24-sample batch, idle server:   {}", percentiles(idle));
-    println!("latency of a 24-sample batch, under load:    {}", percentiles(loaded));
+    println!(
+        "latency of a 24-sample batch, idle server:   {}",
+        percentiles(idle)
+    );
+    println!(
+        "latency of a 24-sample batch, under load:    {}",
+        percentiles(loaded)
+    );
     let db = base.join("lib").join("memscope.db");
     println!(
         "database: {:.1} MB for {} samples ({:.0} B/sample incl. indexes)",

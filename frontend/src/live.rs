@@ -22,25 +22,29 @@ fn live_ticks() -> ReadSignal<u32> {
     };
     let last = StoredValue::new(0.0f64);
     let pending = StoredValue::new(false);
-    let on_ingest = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |_: web_sys::MessageEvent| {
-        let now = js_sys::Date::now();
-        if now - last.get_value() >= 1000.0 {
-            last.set_value(now);
-            set_tick.update(|t| *t += 1);
-        } else if !pending.get_value() {
-            // Coalesce a burst into one refetch at the end of the second.
-            pending.set_value(true);
-            let wait = (1000.0 - (now - last.get_value())) as i32;
-            let cb = Closure::once_into_js(move || {
-                pending.set_value(false);
-                last.set_value(js_sys::Date::now());
+    let on_ingest =
+        Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |_: web_sys::MessageEvent| {
+            let now = js_sys::Date::now();
+            if now - last.get_value() >= 1000.0 {
+                last.set_value(now);
                 set_tick.update(|t| *t += 1);
-            });
-            if let Some(w) = web_sys::window() {
-                let _ = w.set_timeout_with_callback_and_timeout_and_arguments_0(cb.unchecked_ref(), wait);
+            } else if !pending.get_value() {
+                // Coalesce a burst into one refetch at the end of the second.
+                pending.set_value(true);
+                let wait = (1000.0 - (now - last.get_value())) as i32;
+                let cb = Closure::once_into_js(move || {
+                    pending.set_value(false);
+                    last.set_value(js_sys::Date::now());
+                    set_tick.update(|t| *t += 1);
+                });
+                if let Some(w) = web_sys::window() {
+                    let _ = w.set_timeout_with_callback_and_timeout_and_arguments_0(
+                        cb.unchecked_ref(),
+                        wait,
+                    );
+                }
             }
-        }
-    });
+        });
     let _ = es.add_event_listener_with_callback("ingest", on_ingest.as_ref().unchecked_ref());
     on_ingest.forget();
     let es = StoredValue::new_local(es);
@@ -64,7 +68,11 @@ fn ago(now_ms: f64, t_ms: f64) -> String {
 }
 
 fn process_href(host: &str, pid: &Value, start: &Value) -> String {
-    let mut h = format!("/live/process/{}/{}", js_sys::encode_uri_component(host), pid);
+    let mut h = format!(
+        "/live/process/{}/{}",
+        js_sys::encode_uri_component(host),
+        pid
+    );
     if let Some(s) = start.as_i64() {
         h += &format!("?start={s}");
     }
@@ -364,7 +372,9 @@ fn Chart(
     let t1 = times.last().copied().unwrap_or(1.0);
     let tt = times.clone();
     let on_move = move |ev: web_sys::MouseEvent| {
-        let Some(c) = canvas.get_untracked() else { return };
+        let Some(c) = canvas.get_untracked() else {
+            return;
+        };
         let rect = c.get_bounding_client_rect();
         let px = (ev.client_x() as f64 - rect.left()) * CW / rect.width().max(1.0);
         if px < CL || n < 2 {
@@ -524,21 +534,63 @@ fn gpu_view(p: &Value, minutes: Memo<f64>, base: String) -> impl IntoView + use<
             }
         }
         if pr["has_agent"].as_bool().unwrap_or(false) {
-            let alloc: Vec<Option<f64>> = pr["allocated"].as_array().map(|a| a.iter().map(Value::as_f64).collect()).unwrap_or_default();
-            let res: Vec<Option<f64>> = pr["reserved"].as_array().map(|a| a.iter().map(Value::as_f64).collect()).unwrap_or_default();
-            let cached: Vec<Option<f64>> = alloc.iter().zip(&res).map(|(a, r)| Some(r.as_ref()? - a.as_ref()?)).collect();
-            all.push(series(format!("{label} allocated"), c_alloc, &pr["allocated"], true));
-            all.push(Series { label: format!("{label} cached"), colour: c_cache, values: cached, band: true });
-            all.push(series(format!("{label} outside PyTorch"), c_out, &pr["outside_pytorch"], true));
+            let alloc: Vec<Option<f64>> = pr["allocated"]
+                .as_array()
+                .map(|a| a.iter().map(Value::as_f64).collect())
+                .unwrap_or_default();
+            let res: Vec<Option<f64>> = pr["reserved"]
+                .as_array()
+                .map(|a| a.iter().map(Value::as_f64).collect())
+                .unwrap_or_default();
+            let cached: Vec<Option<f64>> = alloc
+                .iter()
+                .zip(&res)
+                .map(|(a, r)| Some(r.as_ref()? - a.as_ref()?))
+                .collect();
+            all.push(series(
+                format!("{label} allocated"),
+                c_alloc,
+                &pr["allocated"],
+                true,
+            ));
+            all.push(Series {
+                label: format!("{label} cached"),
+                colour: c_cache,
+                values: cached,
+                band: true,
+            });
+            all.push(series(
+                format!("{label} outside PyTorch"),
+                c_out,
+                &pr["outside_pytorch"],
+                true,
+            ));
         } else {
-            all.push(series(format!("{label} (no agent)"), "#bdc3c7", &pr["nvml_used"], true));
+            all.push(series(
+                format!("{label} (no agent)"),
+                "#bdc3c7",
+                &pr["nvml_used"],
+                true,
+            ));
         }
         rows.push(pr.clone());
     }
     // What NVML counts beyond every process (other contexts, driver): the gap to the used line.
-    let used: Vec<Option<f64>> = p["used"].as_array().map(|a| a.iter().map(Value::as_f64).collect()).unwrap_or_default();
-    let other: Vec<Option<f64>> = used.iter().zip(&sum_nvml).map(|(u, s)| u.map(|u| (u - s).max(0.0))).collect();
-    all.push(Series { label: "other (not in any process)".into(), colour: "#ecf0f1", values: other, band: true });
+    let used: Vec<Option<f64>> = p["used"]
+        .as_array()
+        .map(|a| a.iter().map(Value::as_f64).collect())
+        .unwrap_or_default();
+    let other: Vec<Option<f64>> = used
+        .iter()
+        .zip(&sum_nvml)
+        .map(|(u, s)| u.map(|u| (u - s).max(0.0)))
+        .collect();
+    all.push(Series {
+        label: "other (not in any process)".into(),
+        colour: "#ecf0f1",
+        values: other,
+        band: true,
+    });
     all.push(series("NVML used", "#111", &p["used"], false));
     let markers: Vec<(f64, String)> = p["events"]
         .as_array()
@@ -547,11 +599,18 @@ fn gpu_view(p: &Value, minutes: Memo<f64>, base: String) -> impl IntoView + use<
         .filter(|e| e["kind"] == "oom")
         .map(|e| (num(&e["time_ms"]), "OOM".to_string()))
         .collect();
-    let title = format!("{} · GPU #{} {}", gpu["host"].as_str().unwrap_or(""), gpu["idx"], gpu["name"].as_str().unwrap_or(""));
+    let title = format!(
+        "{} · GPU #{} {}",
+        gpu["host"].as_str().unwrap_or(""),
+        gpu["idx"],
+        gpu["name"].as_str().unwrap_or("")
+    );
     let uuid = gpu["uuid"].as_str().unwrap_or("").to_string();
     let host = gpu["host"].as_str().unwrap_or("").to_string();
     let used_now = last_some(&p["used"]);
-    let used_peak = p["used"].as_array().and_then(|a| a.iter().filter_map(Value::as_f64).reduce(f64::max));
+    let used_peak = p["used"]
+        .as_array()
+        .and_then(|a| a.iter().filter_map(Value::as_f64).reduce(f64::max));
     let total = num(&gpu["total_bytes"]);
     view! {
         <h1>{title}</h1>
@@ -589,7 +648,10 @@ pub fn ProcessPage() -> impl IntoView {
     let query = use_query_map();
     let key = Memo::new(move |_| {
         let p = params.get();
-        (p.get("host").unwrap_or_default(), p.get("pid").unwrap_or_default())
+        (
+            p.get("host").unwrap_or_default(),
+            p.get("pid").unwrap_or_default(),
+        )
     });
     let minutes = minutes_param(query);
     let start = Memo::new(move |_| query.get().get("start"));
@@ -599,7 +661,9 @@ pub fn ProcessPage() -> impl IntoView {
         tick.get();
         let ((host, pid), m, st, w) = (key.get(), minutes.get(), start.get(), fixed.get());
         async move {
-            let st = st.map(|s| format!("&start_time_ms={s}")).unwrap_or_default();
+            let st = st
+                .map(|s| format!("&start_time_ms={s}"))
+                .unwrap_or_default();
             api::get::<Value>(&format!(
                 "/api/live/processes/{}/{pid}?{}&points=600{st}",
                 js_sys::encode_uri_component(&host),
@@ -613,7 +677,10 @@ pub fn ProcessPage() -> impl IntoView {
         let base = format!(
             "/live/process/{}/{pid}{}",
             js_sys::encode_uri_component(&h),
-            start.get_untracked().map(|s| format!("?start={s}")).unwrap_or_default()
+            start
+                .get_untracked()
+                .map(|s| format!("?start={s}"))
+                .unwrap_or_default()
         );
         process_view(p, minutes, base).into_any()
     })

@@ -46,8 +46,8 @@ struct Alloc {
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 struct Annotation {
     name: String,
-    start: bool,
-    time_us: f64,
+    start_us: f64,
+    end_us: f64,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -190,17 +190,16 @@ fn draw(
     let xs = |x: f64| left + (x - x0) / (x1 - x0) * plot_w;
     let ys = |y: f64| top + plot_h - y / ymax * plot_h;
 
-    // Annotation bands (START/END pairs of the same name).
+    // Annotation bands (the server pairs START/END marks and merges what one bucket cannot tell apart).
     if r.axis == "time" {
-        let mut open: Vec<(&str, f64)> = Vec::new();
+        g.set_fill_style_str("rgba(120, 140, 255, 0.12)");
         for a in &r.annotations {
-            if a.start {
-                open.push((&a.name, a.time_us));
-            } else if let Some(i) = open.iter().rposition(|(n, _)| *n == a.name) {
-                let (_, t0) = open.remove(i);
-                g.set_fill_style_str("rgba(120, 140, 255, 0.12)");
-                g.fill_rect(xs(t0), top, (xs(a.time_us) - xs(t0)).max(1.0), plot_h);
-            }
+            g.fill_rect(
+                xs(a.start_us),
+                top,
+                (xs(a.end_us) - xs(a.start_us)).max(1.0),
+                plot_h,
+            );
         }
     }
     // Live memory: min/max envelope per bucket, one path.

@@ -531,11 +531,59 @@ struct Marker {
     bytes: u64,
 }
 
-#[derive(Debug, Serialize)]
+/// An annotated range (`external_annotations` START/END pairs of one name). Ranges of the same
+/// name closer than one bucket are merged (`count` says how many), so a window never carries more
+/// ranges per name than it has buckets: a 1M-entry trace has thousands of `Optimizer.step`s.
+#[derive(Debug, Serialize, PartialEq)]
 struct AnnotationView {
     name: String,
-    start: bool,
-    time_us: i64,
+    start_us: i64,
+    end_us: i64,
+    count: u32,
+}
+
+/// Pairs START/END marks by name (innermost first) within `[t0, t1]` and merges ranges of one
+/// name whose gap is below `merge_us`. A range open at either edge is cut at the window.
+fn annotation_ranges(
+    marks: impl Iterator<Item = (String, bool, i64)>,
+    t0: i64,
+    t1: i64,
+    merge_us: i64,
+) -> Vec<AnnotationView> {
+    let mut open: Vec<(String, i64)> = Vec::new();
+    let mut ranges: Vec<AnnotationView> = Vec::new();
+    let mut push = |name: String, start_us: i64, end_us: i64| {
+        if let Some(last) = ranges
+            .iter_mut()
+            .rev()
+            .find(|r| r.name == name)
+            .filter(|r| start_us - r.end_us < merge_us)
+        {
+            last.end_us = last.end_us.max(end_us);
+            last.count += 1;
+        } else {
+            ranges.push(AnnotationView {
+                name,
+                start_us,
+                end_us,
+                count: 1,
+            });
+        }
+    };
+    for (name, start, time_us) in marks {
+        if start {
+            open.push((name, time_us));
+        } else if let Some(i) = open.iter().rposition(|(n, _)| *n == name) {
+            let (name, from) = open.remove(i);
+            push(name, from.max(t0), time_us.min(t1));
+        } else {
+            push(name, t0, time_us.min(t1)); // began before the window
+        }
+    }
+    for (name, from) in open {
+        push(name, from.max(t0), t1); // still open at the window's end
+    }
+    ranges
 }
 
 #[derive(Debug, Serialize)]
@@ -552,6 +600,49 @@ struct TimelineResponse {
     ooms: Vec<Marker>,
     first_time_us: i64,
     last_time_us: i64,
+}
+
+#[cfg(test)]
+mod annotation_tests {
+    use super::*;
+
+    fn marks(v: &[(&str, bool, i64)]) -> impl Iterator<Item = (String, bool, i64)> {
+        v.iter()
+            .map(|(n, s, t)| (n.to_string(), *s, *t))
+            .collect::<Vec<_>>()
+            .into_iter()
+    }
+
+    #[test]
+    fn pairs_nest_merge_below_a_bucket_and_cut_at_the_window() {
+        let m = marks(&[
+            ("step", true, 10),
+            ("fwd", true, 11),
+            ("fwd", false, 20),
+            ("step", false, 30),
+            ("step", true, 32),
+            ("step", false, 40), // 2 µs after the last: merged
+            ("step", true, 100),
+            ("step", false, 110), // far: its own range
+            ("bwd", false, 5),
+            ("opt", true, 150), // began before / still open
+        ]);
+        let r = annotation_ranges(m, 0, 200, 5);
+        let got: Vec<(&str, i64, i64, u32)> = r
+            .iter()
+            .map(|a| (a.name.as_str(), a.start_us, a.end_us, a.count))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("fwd", 11, 20, 1),
+                ("step", 10, 40, 2),
+                ("step", 100, 110, 1),
+                ("bwd", 0, 5, 1),
+                ("opt", 150, 200, 1)
+            ]
+        );
+    }
 }
 
 async fn timeline(
@@ -602,17 +693,21 @@ async fn timeline(
         }
         let time = |p: u32| analysis::timeline::time_at(&m.snap, d, p);
         let (t0, t1) = (time(first), time(last));
-        let annotations = m
-            .snap
-            .annotations
-            .iter()
-            .filter(|a| a.device == device && (!has_time || (a.time_us >= t0 && a.time_us <= t1)))
-            .map(|a| AnnotationView {
-                name: m.snap.str(a.name).to_string(),
-                start: a.start,
-                time_us: a.time_us,
-            })
-            .collect();
+        let buckets = q.buckets.unwrap_or(1000).clamp(1, 10_000) as i64;
+        let annotations = if has_time {
+            annotation_ranges(
+                m.snap
+                    .annotations
+                    .iter()
+                    .filter(|a| a.device == device && a.time_us >= t0 && a.time_us <= t1)
+                    .map(|a| (m.snap.str(a.name).to_string(), a.start, a.time_us)),
+                t0,
+                t1,
+                ((t1 - t0) / buckets).max(1),
+            )
+        } else {
+            Vec::new() // annotations carry times only: nothing to place on the event axis
+        };
         let ooms = (first..last.min(d.len))
             .filter(|&e| t.action[d.row(e)] == Action::Oom)
             .map(|e| Marker {

@@ -70,16 +70,19 @@ async fn fleet(State(s): State<AppState>) -> ApiResult<Json<serde_json::Value>> 
             .filter(|a| a.gpu_uuid.as_deref() == Some(g.uuid.as_str()))
             .collect();
         let stale = now - g.last_seen_ms > 60_000;
-        hosts.entry(g.host.clone()).or_default().push(serde_json::json!({
-            "gpu": g,
-            "stale": stale,
-            "processes": on_gpu.len(),
-            "top_process": on_gpu.first(),
-            "pytorch_reserved_bytes": mine.iter().map(|a| a.reserved_bytes).sum::<i64>(),
-            "pytorch_allocated_bytes": mine.iter().map(|a| a.allocated_bytes).sum::<i64>(),
-            "alloc_retries": mine.iter().filter_map(|a| a.alloc_retries).sum::<i64>(),
-            "ooms": mine.iter().filter_map(|a| a.ooms).sum::<i64>(),
-        }));
+        hosts
+            .entry(g.host.clone())
+            .or_default()
+            .push(serde_json::json!({
+                "gpu": g,
+                "stale": stale,
+                "processes": on_gpu.len(),
+                "top_process": on_gpu.first(),
+                "pytorch_reserved_bytes": mine.iter().map(|a| a.reserved_bytes).sum::<i64>(),
+                "pytorch_allocated_bytes": mine.iter().map(|a| a.allocated_bytes).sum::<i64>(),
+                "alloc_retries": mine.iter().filter_map(|a| a.alloc_retries).sum::<i64>(),
+                "ooms": mine.iter().filter_map(|a| a.ooms).sum::<i64>(),
+            }));
     }
     // Alerts: OOMs and allocation retries the agents reported, newest first.
     let alerts: Vec<_> = events
@@ -94,24 +97,25 @@ async fn fleet(State(s): State<AppState>) -> ApiResult<Json<serde_json::Value>> 
             .find(|g| g.uuid == p.gpu_uuid)
             .map(|g| g.host.clone())
             .unwrap_or_default();
-        let e = processes
-            .entry((host.clone(), p.pid))
-            .or_insert_with(|| serde_json::json!({"host": host, "pid": p.pid, "nvml_used_bytes": 0}));
+        let e = processes.entry((host.clone(), p.pid)).or_insert_with(
+            || serde_json::json!({"host": host, "pid": p.pid, "nvml_used_bytes": 0}),
+        );
         e["name"] = serde_json::json!(p.name);
         e["start_time_ms"] = serde_json::json!(p.start_time_ms);
         e["nvml_used_bytes"] =
             serde_json::json!(e["nvml_used_bytes"].as_i64().unwrap_or(0) + p.used_bytes);
     }
     for a in &agents {
-        let e = processes
-            .entry((a.host.clone(), a.pid))
-            .or_insert_with(|| serde_json::json!({"host": a.host, "pid": a.pid, "nvml_used_bytes": 0}));
+        let e = processes.entry((a.host.clone(), a.pid)).or_insert_with(
+            || serde_json::json!({"host": a.host, "pid": a.pid, "nvml_used_bytes": 0}),
+        );
         let add = |e: &mut serde_json::Value, k: &str, v: i64| {
             e[k] = serde_json::json!(e[k].as_i64().unwrap_or(0) + v);
         };
         e["start_time_ms"] = serde_json::json!(a.start_time_ms);
         e["has_agent"] = serde_json::json!(true);
-        e["last_seen_ms"] = serde_json::json!(a.time_ms.max(e["last_seen_ms"].as_i64().unwrap_or(0)));
+        e["last_seen_ms"] =
+            serde_json::json!(a.time_ms.max(e["last_seen_ms"].as_i64().unwrap_or(0)));
         e["step"] = serde_json::json!(a.step);
         add(e, "reserved_bytes", a.reserved_bytes);
         add(e, "allocated_bytes", a.allocated_bytes);

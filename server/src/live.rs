@@ -505,7 +505,11 @@ impl Library {
     }
 
     pub async fn gpu(&self, uuid: &str) -> sqlx::Result<Option<FleetGpu>> {
-        Ok(self.fleet_gpus().await?.into_iter().find(|g| g.uuid == uuid))
+        Ok(self
+            .fleet_gpus()
+            .await?
+            .into_iter()
+            .find(|g| g.uuid == uuid))
     }
 
     /// NVML used memory of a GPU, bucketed (raw samples and roll-ups).
@@ -565,7 +569,11 @@ impl Library {
 
     /// The GPU page: NVML used, and per process NVML used, PyTorch reserved and allocated, and
     /// the memory it holds outside PyTorch, all aligned to the window's buckets.
-    pub async fn gpu_page(&self, uuid: &str, w: &Window) -> sqlx::Result<Option<serde_json::Value>> {
+    pub async fn gpu_page(
+        &self,
+        uuid: &str,
+        w: &Window,
+    ) -> sqlx::Result<Option<serde_json::Value>> {
         let Some(gpu) = self.gpu(uuid).await? else {
             return Ok(None);
         };
@@ -649,7 +657,17 @@ impl Library {
             .await?
             .flatten(),
         };
-        type Row = (i64, Option<String>, i64, i64, i64, Option<i64>, Option<i64>, Option<i64>, Option<i64>);
+        type Row = (
+            i64,
+            Option<String>,
+            i64,
+            i64,
+            i64,
+            Option<i64>,
+            Option<i64>,
+            Option<i64>,
+            Option<i64>,
+        );
         let rows: Vec<Row> = sqlx::query_as(
             "SELECT device, max(gpu_uuid), (t - ?1) / ?2 AS b, max(a), max(r), max(ac), max(isp), max(rq), max(rt) FROM ( \
                SELECT device, gpu_uuid, time_ms AS t, allocated_bytes AS a, reserved_bytes AS r, active_bytes AS ac, \
@@ -727,9 +745,18 @@ impl Library {
             .into_iter()
             .rev()
             .collect();
-            let lows: Vec<(i64, i64)> = steps.iter().map(|s| (s.step, s.allocated_min_bytes)).collect();
-            let [allocated, reserved, active, inactive_split, requested, alloc_retries] =
-                <[Vec<(i64, i64)>; 6]>::try_from(cols).expect("six columns");
+            let lows: Vec<(i64, i64)> = steps
+                .iter()
+                .map(|s| (s.step, s.allocated_min_bytes))
+                .collect();
+            let [
+                allocated,
+                reserved,
+                active,
+                inactive_split,
+                requested,
+                alloc_retries,
+            ] = <[Vec<(i64, i64)>; 6]>::try_from(cols).expect("six columns");
             let reserved = align(w, &reserved, FILL_MS);
             out.push(DeviceSeries {
                 device,
@@ -832,8 +859,14 @@ impl Library {
         let mut rolled = 0u64;
         for (insert, delete) in [
             (GPU_ROLL_UP, "DELETE FROM gpu_samples WHERE time_ms < ?"),
-            (PROCESS_ROLL_UP, "DELETE FROM process_samples WHERE time_ms < ?"),
-            (ALLOCATOR_ROLL_UP, "DELETE FROM allocator_samples WHERE time_ms < ?"),
+            (
+                PROCESS_ROLL_UP,
+                "DELETE FROM process_samples WHERE time_ms < ?",
+            ),
+            (
+                ALLOCATOR_ROLL_UP,
+                "DELETE FROM allocator_samples WHERE time_ms < ?",
+            ),
         ] {
             sqlx::query(insert).bind(cut).execute(&mut *tx).await?;
             rolled += sqlx::query(delete)
@@ -872,7 +905,12 @@ mod tests {
 
     #[test]
     fn a_steady_climb_is_a_leak_and_a_sawtooth_or_short_run_is_not() {
-        let idx = |v: Vec<i64>| -> Vec<(i64, i64)> { v.into_iter().enumerate().map(|(i, v)| (i as i64, v)).collect() };
+        let idx = |v: Vec<i64>| -> Vec<(i64, i64)> {
+            v.into_iter()
+                .enumerate()
+                .map(|(i, v)| (i as i64, v))
+                .collect()
+        };
         let climb = idx((0..50).map(|i| 1000 * MIB + i * MIB).collect());
         let s = leak_signal(&climb);
         assert!(s.rising);
@@ -890,10 +928,14 @@ mod tests {
         let tiny = idx((0..50).map(|i| 1000 * MIB + i * 512).collect());
         assert!(!leak_signal(&tiny).rising);
         // One jump and then flat (a cache filled once): the floors stop rising, not a leak.
-        let jump = idx((0..40).map(|i| if i < 5 { MIB } else { 64 * MIB }).collect());
+        let jump = idx((0..40)
+            .map(|i| if i < 5 { MIB } else { 64 * MIB })
+            .collect());
         assert!(!leak_signal(&jump).rising);
         // A noisy leak (up 2 MiB, down 1 MiB, ...) is still a leak.
-        let noisy = idx((0..60).map(|i| 100 * MIB + (i / 2) * MIB + (i % 2) * 2 * MIB).collect());
+        let noisy = idx((0..60)
+            .map(|i| 100 * MIB + (i / 2) * MIB + (i % 2) * 2 * MIB)
+            .collect());
         assert!(leak_signal(&noisy).rising);
         assert_eq!(leak_signal(&[]).steps, 0);
         // Only every other step sampled (steps faster than the agent's interval): still 1 MiB
@@ -909,7 +951,18 @@ mod tests {
         let a = align(&w, &[(0, 5), (0, 7), (2, 1), (9, 4)], 1000);
         assert_eq!(
             a,
-            vec![Some(7), Some(7), Some(1), Some(1), None, None, None, None, None, Some(4)]
+            vec![
+                Some(7),
+                Some(7),
+                Some(1),
+                Some(1),
+                None,
+                None,
+                None,
+                None,
+                None,
+                Some(4)
+            ]
         );
         assert_eq!(
             outside(&[Some(10), None, Some(3)], &[Some(4), Some(1), Some(5)]),

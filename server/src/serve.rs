@@ -56,7 +56,11 @@ async fn roll_up_forever(state: AppState) {
         let now = crate::http_live::now_ms();
         match state.library.roll_up(now - raw_ms, now - rollup_ms).await {
             Ok(r) if r.rolled_rows + r.expired_rows > 0 => {
-                tracing::info!(rolled = r.rolled_rows, expired = r.expired_rows, "live data rolled up")
+                tracing::info!(
+                    rolled = r.rolled_rows,
+                    expired = r.expired_rows,
+                    "live data rolled up"
+                )
             }
             Ok(_) => {}
             Err(e) => tracing::warn!("roll-up failed (will retry in a minute): {e}"),

@@ -243,10 +243,13 @@ async fn live_pages_show_the_outside_pytorch_band_and_update_without_reload() {
     screenshot(&c, "live-fleet").await;
 
     // New data arrives: the page shows it without a reload (server-sent events).
-    c.execute("window.__not_reloaded = true;", vec![]).await.unwrap();
+    c.execute("window.__not_reloaded = true;", vec![])
+        .await
+        .unwrap();
     let mut more = batch("gpu7/gpu7:100:42", 2);
     // The next step (1 MiB more, as the scenario goes on); same reserved memory as the last reading, so NVML's figure still exceeds it by 512 MiB.
-    more.allocator.push(alloc(now + 500, 120, GIB + 120 * MIB, 2 * GIB + 220 * MIB));
+    more.allocator
+        .push(alloc(now + 500, 120, GIB + 120 * MIB, 2 * GIB + 220 * MIB));
     assert_eq!(common::post_batch(&base, &more).await, 200);
     wait_js(
         &c,
@@ -255,30 +258,50 @@ async fn live_pages_show_the_outside_pytorch_band_and_update_without_reload() {
     )
     .await;
 
-    c.goto(&format!("{base}/live/gpu/GPU-aaa?minutes=5")).await.unwrap();
+    c.goto(&format!("{base}/live/gpu/GPU-aaa?minutes=5"))
+        .await
+        .unwrap();
     wait_js(
         &c,
         &format!("{} > 20000", common::canvas_pixels("gpu-chart")),
         "the GPU chart drawn",
     )
     .await;
-    let legend = wait_js(&c, "document.querySelector('.legend').textContent", "legend").await;
+    let legend = wait_js(
+        &c,
+        "document.querySelector('.legend').textContent",
+        "legend",
+    )
+    .await;
     assert!(
-        legend.as_str().unwrap().contains("python 100 outside PyTorch"),
+        legend
+            .as_str()
+            .unwrap()
+            .contains("python 100 outside PyTorch"),
         "{legend}"
     );
-    let outside = wait_js(&c, "document.querySelector('td.outside').textContent", "outside").await;
+    let outside = wait_js(
+        &c,
+        "document.querySelector('td.outside').textContent",
+        "outside",
+    )
+    .await;
     assert_eq!(outside, "512.0 MiB");
     screenshot(&c, "live-gpu").await;
 
-    c.goto(&format!("{base}/live/process/gpu7/100?minutes=5")).await.unwrap();
+    c.goto(&format!("{base}/live/process/gpu7/100?minutes=5"))
+        .await
+        .unwrap();
     let signal = wait_js(
         &c,
         "document.querySelector('.leak-signal.rising') && document.querySelector('.leak-signal').textContent",
         "the leak signal",
     )
     .await;
-    assert!(signal.as_str().unwrap().contains("1.0 MiB per step"), "{signal}");
+    assert!(
+        signal.as_str().unwrap().contains("1.0 MiB per step"),
+        "{signal}"
+    );
     wait_js(
         &c,
         &format!("{} > 5000", common::canvas_pixels("step-chart-0")),

@@ -67,7 +67,10 @@ async fn fleet_gpu_and_process_pages_show_the_planted_figures() {
     assert_eq!(host["host"], "gpu7");
     let g = &host["gpus"][0];
     let last_reserved = 2 * GIB + 11 * 20 * MIB;
-    assert_eq!(g["gpu"]["used_bytes"], last_reserved + 512 * MIB + 300 * MIB);
+    assert_eq!(
+        g["gpu"]["used_bytes"],
+        last_reserved + 512 * MIB + 300 * MIB
+    );
     assert_eq!(g["processes"], 2);
     assert_eq!(g["top_process"]["pid"], 100);
     assert_eq!(g["pytorch_reserved_bytes"], last_reserved);
@@ -76,13 +79,23 @@ async fn fleet_gpu_and_process_pages_show_the_planted_figures() {
     assert_eq!(fleet["alerts"][0]["snapshot_id"], "abc123");
     let procs = fleet["processes"].as_array().unwrap();
     let p100 = procs.iter().find(|p| p["pid"] == 100).unwrap();
-    assert_eq!((p100["has_agent"].clone(), p100["step"].clone()), (true.into(), 119.into()));
-    assert!(procs.iter().any(|p| p["pid"] == 200 && p["has_agent"].is_null()));
+    assert_eq!(
+        (p100["has_agent"].clone(), p100["step"].clone()),
+        (true.into(), 119.into())
+    );
+    assert!(
+        procs
+            .iter()
+            .any(|p| p["pid"] == 200 && p["has_agent"].is_null())
+    );
 
     // GPU page, one bucket per second: the outside-PyTorch band is exactly the 512 MiB.
     let page = get(
         &s,
-        &format!("/api/live/gpus/GPU-aaa?from_ms={t0}&to_ms={}&points=120", t0 + 119_999),
+        &format!(
+            "/api/live/gpus/GPU-aaa?from_ms={t0}&to_ms={}&points=120",
+            t0 + 119_999
+        ),
     )
     .await;
     assert_eq!(page["window"]["bucket_ms"], 1000);
@@ -96,14 +109,23 @@ async fn fleet_gpu_and_process_pages_show_the_planted_figures() {
     assert_eq!(p["allocated"][5].as_u64(), Some(GIB + 5 * MIB));
     let other = ps.iter().find(|p| p["pid"] == 200).unwrap();
     assert_eq!(other["has_agent"], false);
-    assert!(other["reserved"].as_array().unwrap().iter().all(|v| v.is_null()));
+    assert!(
+        other["reserved"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|v| v.is_null())
+    );
     assert_eq!(other["nvml_used"][0].as_u64(), Some(300 * MIB));
     assert_eq!(page["events"][0]["kind"], "oom");
 
     // Process page: 120 steps, the leak signal says 1 MiB per step, the OOM links its snapshot.
     let proc_page = get(
         &s,
-        &format!("/api/live/processes/gpu7/100?from_ms={t0}&to_ms={}&points=120", t0 + 119_999),
+        &format!(
+            "/api/live/processes/gpu7/100?from_ms={t0}&to_ms={}&points=120",
+            t0 + 119_999
+        ),
     )
     .await;
     let d = &proc_page["devices"][0];
@@ -117,7 +139,13 @@ async fn fleet_gpu_and_process_pages_show_the_planted_figures() {
     assert_eq!(proc_page["name"], "python");
 
     // Unknown GPU / process: 404 with a message that names it.
-    let (st, err) = call(&s, Request::get("/api/live/gpus/GPU-nope").body(Body::empty()).unwrap()).await;
+    let (st, err) = call(
+        &s,
+        Request::get("/api/live/gpus/GPU-nope")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
     assert_eq!(st, StatusCode::NOT_FOUND);
     assert!(err["error"].as_str().unwrap().contains("GPU-nope"), "{err}");
 }
@@ -147,7 +175,8 @@ async fn roll_ups_keep_min_max_mean_and_the_pages_still_draw_from_them() {
 
     // A late sample for the rolled-up minute is merged into its row, not lost.
     let mut late = batch("gpu7/gpu7:100:42", 2);
-    late.allocator.push(alloc(t0 + 30_500, 30, GIB - MIB, 2 * GIB));
+    late.allocator
+        .push(alloc(t0 + 30_500, 30, GIB - MIB, 2 * GIB));
     ingest(&s, &late).await;
     s.library.roll_up(t0 + 60_000, 0).await.unwrap();
     let (n, min): (i64, i64) =
@@ -160,12 +189,25 @@ async fn roll_ups_keep_min_max_mean_and_the_pages_still_draw_from_them() {
     // The GPU page over the whole window still has the first minute (from the roll-up).
     let page = get(
         &s,
-        &format!("/api/live/gpus/GPU-aaa?from_ms={t0}&to_ms={}&points=120", t0 + 119_999),
+        &format!(
+            "/api/live/gpus/GPU-aaa?from_ms={t0}&to_ms={}&points=120",
+            t0 + 119_999
+        ),
     )
     .await;
     assert!(page["used"][0].as_u64().is_some());
-    let p = page["processes"].as_array().unwrap().iter().find(|p| p["pid"] == 100).unwrap().clone();
-    assert_eq!(p["reserved"][0].as_u64(), Some(2 * GIB + 5 * 20 * MIB), "minute max");
+    let p = page["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pid"] == 100)
+        .unwrap()
+        .clone();
+    assert_eq!(
+        p["reserved"][0].as_u64(),
+        Some(2 * GIB + 5 * 20 * MIB),
+        "minute max"
+    );
 
     // Past the roll-up retention everything goes.
     let r = s.library.roll_up(now_ms(), now_ms()).await.unwrap();
@@ -177,7 +219,11 @@ async fn roll_ups_keep_min_max_mean_and_the_pages_still_draw_from_them() {
 async fn the_event_stream_announces_each_stored_batch() {
     let s = state("sse").await;
     let res = server::http::app(s.clone())
-        .oneshot(Request::get("/api/live/stream").body(Body::empty()).unwrap())
+        .oneshot(
+            Request::get("/api/live/stream")
+                .body(Body::empty())
+                .unwrap(),
+        )
         .await
         .unwrap();
     assert_eq!(res.headers()["content-type"], "text/event-stream");

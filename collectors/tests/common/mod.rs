@@ -63,4 +63,3 @@ impl Server {
         self.rt.shutdown_timeout(Duration::from_secs(2));
     }
 }
-

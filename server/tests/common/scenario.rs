@@ -77,4 +77,3 @@ pub fn scenario(t0: i64) -> (wire::Batch, wire::Batch) {
     });
     (nvml, agent)
 }
-
