@@ -141,6 +141,30 @@ async fn dashboard_benchmark() {
 
         // 2. Reopen: a second server on the same library (cold cache), a fresh browser.
         let base2 = start_server(&data.join("lib")).await;
+        // Reopening from the library in the app (a third server on the same library, so its model
+        // cache is cold too): a fresh browser to the library page, then a click on the snapshot.
+        // The library page alone is also what any dashboard page costs before its own data.
+        let base3 = start_server(&data.join("lib")).await;
+        let c = browser(driver_port, &data.join("p4")).await;
+        let t0 = Instant::now();
+        c.goto(&format!("{base3}/")).await.unwrap();
+        wait_js(&c, "document.querySelector('a.permalink')", "library page").await;
+        let library_ready_s = t0.elapsed().as_secs_f64();
+        let t0 = Instant::now();
+        // What a person does: open it (the overview), then the Timeline tab.
+        c.execute("document.querySelector('a.permalink').click();", vec![]).await.unwrap();
+        wait_js(&c, "document.querySelector(\"button.tab[data-tab='timeline']\")", "snapshot page").await;
+        c.execute("document.querySelector(\"button.tab[data-tab='timeline']\").click();", vec![]).await.unwrap();
+        wait_js(&c, &format!("{CANVAS_PIXELS} > 5000"), "timeline (reopen from the library)").await;
+        let reopen_in_app_s = t0.elapsed().as_secs_f64();
+        c.close().await.unwrap();
+        // And a fresh browser to a page with no script at all (`/api/health`): Chromium's own floor.
+        let c = browser(driver_port, &data.join("p5")).await;
+        let t0 = Instant::now();
+        c.goto(&format!("{base2}/api/health")).await.unwrap();
+        wait_js(&c, "document.body && document.body.innerText.includes('ok')", "health page").await;
+        let static_ready_s = t0.elapsed().as_secs_f64();
+        c.close().await.unwrap();
         let c = browser(driver_port, &data.join("p2")).await;
         let t0 = Instant::now();
         c.goto(&format!("{base2}/s/{id}?view=timeline"))
@@ -237,6 +261,9 @@ async fn dashboard_benchmark() {
                 "upload_and_index_s": uploaded_s,
                 "choose_to_drawn_timeline_s": choose_to_drawn_s,
                 "reopen_to_drawn_timeline_s": reopen_s,
+                "fresh_browser_library_page_s": library_ready_s,
+                "reopen_from_library_to_drawn_timeline_s": reopen_in_app_s,
+                "fresh_browser_static_page_s": static_ready_s,
                 "segments_view_s": segments_s,
                 "segments_step_s_p50": percentile(&mut steps_sorted.clone(), 0.5),
                 "segments_step_s_max": percentile(&mut steps_sorted, 1.0),
