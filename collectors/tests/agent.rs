@@ -219,7 +219,7 @@ fn a_collector_without_nvml_says_so_and_still_relays() {
     std::fs::create_dir_all(&agent_dir).unwrap();
     let file = serde_json::json!({
         "version": 1, "pid": 4242, "start_time_ms": 7,
-        "allocator": [{"time_ms": 1_700_000_000_000i64, "pid": 4242, "start_time_ms": 7, "device": 0,
+        "allocator": [{"time_ms": collectors::collector::now_ms(), "pid": 4242, "start_time_ms": 7, "device": 0,
                        "allocated_bytes": 1024, "reserved_bytes": 2048}],
         "events": []
     });
@@ -257,5 +257,21 @@ fn a_collector_without_nvml_says_so_and_still_relays() {
     });
     assert_eq!(counts[2], 1, "the agent sample was relayed: {counts:?}");
     assert_eq!(std::fs::read_dir(&agent_dir).unwrap().count(), 0);
+    // The host is on the fleet page even without GPU readings, and so is the agent's process.
+    let fleet = api(port, "/api/live/fleet");
+    let hosts = fleet["hosts"].as_array().unwrap();
+    assert_eq!(hosts.len(), 1, "{fleet}");
+    assert_eq!(hosts[0]["collector"], "c1");
+    if !has_nvml {
+        assert_eq!(hosts[0]["gpus"].as_array().unwrap().len(), 0);
+    }
+    let p = fleet["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pid"] == 4242)
+        .cloned()
+        .unwrap_or_else(|| panic!("{fleet}"));
+    assert_eq!(p["has_agent"], true);
     server.stop();
 }

@@ -189,7 +189,7 @@ fn fleet_view(f: &Value) -> impl IntoView + use<> {
         {(!procs.is_empty()).then(|| view! {
             <h2>"Processes"</h2>
             <table class="procs">
-                <thead><tr><th>"host"</th><th>"pid"</th><th>"name"</th><th>"NVML used"</th><th>"PyTorch reserved"</th>
+                <thead><tr><th>"host"</th><th>"pid"</th><th>"name"</th><th>"container"</th><th>"NVML used"</th><th>"PyTorch reserved"</th>
                 <th>"allocated"</th><th>"step"</th><th>"retries"</th><th>"OOMs"</th></tr></thead>
                 <tbody>
                 {procs.into_iter().map(|p| {
@@ -201,6 +201,7 @@ fn fleet_view(f: &Value) -> impl IntoView + use<> {
                             <td>{host}</td>
                             <td><a href=href>{p["pid"].to_string()}</a></td>
                             <td>{p["name"].as_str().map(str::to_string)}</td>
+                            <td class="muted">{p["cgroup"].as_str().map(str::to_string)}</td>
                             <td>{fmt::bytes_of(&p["nvml_used_bytes"])}</td>
                             <td>{if agent { fmt::bytes_of(&p["reserved_bytes"]) } else { "no agent".into() }}</td>
                             <td>{agent.then(|| fmt::bytes_of(&p["allocated_bytes"]))}</td>

@@ -61,6 +61,8 @@ async fn fleet(State(s): State<AppState>) -> ApiResult<Json<serde_json::Value>> 
     let procs = lib.current_gpu_processes().await?;
     let agents = lib.agents_since(now - FLEET_RECENT_MS).await?;
     let events = lib.events_since(now - 24 * 3_600_000, 100).await?;
+    let known = lib.processes_since(now - FLEET_RECENT_MS).await?;
+    let host_rows = lib.hosts().await?;
 
     let mut hosts: BTreeMap<String, Vec<serde_json::Value>> = BTreeMap::new();
     for g in &gpus {
@@ -83,6 +85,10 @@ async fn fleet(State(s): State<AppState>) -> ApiResult<Json<serde_json::Value>> 
                 "alloc_retries": mine.iter().filter_map(|a| a.alloc_retries).sum::<i64>(),
                 "ooms": mine.iter().filter_map(|a| a.ooms).sum::<i64>(),
             }));
+    }
+    // Hosts without GPU readings (no NVML there; agents relayed) are on the page too.
+    for h in &host_rows {
+        hosts.entry(h.host.clone()).or_default();
     }
     // Alerts: OOMs and allocation retries the agents reported, newest first.
     let alerts: Vec<_> = events
@@ -122,9 +128,37 @@ async fn fleet(State(s): State<AppState>) -> ApiResult<Json<serde_json::Value>> 
         add(e, "alloc_retries", a.alloc_retries.unwrap_or(0));
         add(e, "ooms", a.ooms.unwrap_or(0));
     }
+    // Names, containers and first/last sightings from the processes table.
+    for p in &known {
+        let e = processes.entry((p.host.clone(), p.pid)).or_insert_with(
+            || serde_json::json!({"host": p.host, "pid": p.pid, "nvml_used_bytes": 0}),
+        );
+        if e["name"].is_null() {
+            e["name"] = serde_json::json!(p.name);
+        }
+        e["cgroup"] = serde_json::json!(p.cgroup);
+        e["first_seen_ms"] = serde_json::json!(p.first_seen_ms);
+        e["last_seen_ms"] =
+            serde_json::json!(p.last_seen_ms.max(e["last_seen_ms"].as_i64().unwrap_or(0)));
+        if e["start_time_ms"].is_null() {
+            e["start_time_ms"] = serde_json::json!(p.start_time_ms);
+        }
+        if p.has_agent {
+            e["has_agent"] = serde_json::json!(true);
+        }
+    }
+    let host_info = |h: &str| host_rows.iter().find(|r| r.host == h);
     Ok(Json(serde_json::json!({
         "now_ms": now,
-        "hosts": hosts.into_iter().map(|(host, gpus)| serde_json::json!({"host": host, "gpus": gpus})).collect::<Vec<_>>(),
+        "hosts": hosts.into_iter().map(|(host, gpus)| {
+            let info = host_info(&host);
+            serde_json::json!({
+                "host": host,
+                "gpus": gpus,
+                "collector": info.map(|i| i.collector.clone()),
+                "last_seen_ms": info.map(|i| i.last_seen_ms),
+            })
+        }).collect::<Vec<_>>(),
         "processes": processes.into_values().collect::<Vec<_>>(),
         "alerts": alerts,
     })))

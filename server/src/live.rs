@@ -164,6 +164,54 @@ impl Library {
             .execute(&mut *tx)
             .await?;
         }
+        // The host and the processes this batch speaks of (one row each, kept current).
+        sqlx::query(
+            "INSERT INTO hosts (host, collector, first_seen_ms, last_seen_ms) VALUES (?1, ?2, ?3, ?3) \
+             ON CONFLICT (host) DO UPDATE SET collector = excluded.collector, \
+             last_seen_ms = max(last_seen_ms, excluded.last_seen_ms)",
+        )
+        .bind(&b.host)
+        .bind(&b.collector)
+        .bind(now_ms)
+        .execute(&mut *tx)
+        .await?;
+        type Seen<'a> = (Option<&'a str>, Option<&'a str>, bool, i64, i64);
+        let mut procs: std::collections::BTreeMap<(u32, Option<i64>), Seen> = Default::default();
+        for p in &b.processes {
+            let e = procs
+                .entry((p.pid, p.start_time_ms))
+                .or_insert((None, None, false, p.time_ms, p.time_ms));
+            e.0 = p.name.as_deref().or(e.0);
+            e.1 = p.cgroup.as_deref().or(e.1);
+            (e.3, e.4) = (e.3.min(p.time_ms), e.4.max(p.time_ms));
+        }
+        for a in &b.allocator {
+            let e = procs
+                .entry((a.pid, a.start_time_ms))
+                .or_insert((None, None, true, a.time_ms, a.time_ms));
+            e.2 = true;
+            (e.3, e.4) = (e.3.min(a.time_ms), e.4.max(a.time_ms));
+        }
+        for ((pid, start), (name, cgroup, agent, first, last)) in procs {
+            sqlx::query(
+                "INSERT INTO processes (host, pid, start_time_ms, name, cgroup, has_agent, first_seen_ms, last_seen_ms) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (host, pid, coalesce(start_time_ms, -1)) DO UPDATE SET \
+                 name = coalesce(excluded.name, name), cgroup = coalesce(excluded.cgroup, cgroup), \
+                 has_agent = max(has_agent, excluded.has_agent), \
+                 first_seen_ms = min(first_seen_ms, excluded.first_seen_ms), \
+                 last_seen_ms = max(last_seen_ms, excluded.last_seen_ms)",
+            )
+            .bind(&b.host)
+            .bind(pid as i64)
+            .bind(start)
+            .bind(name)
+            .bind(cgroup)
+            .bind(agent)
+            .bind(first)
+            .bind(last)
+            .execute(&mut *tx)
+            .await?;
+        }
         tx.commit().await?;
         Ok(wire::Ack {
             seq: b.seq,
@@ -406,6 +454,26 @@ pub struct AgentLatest {
 }
 
 #[derive(Debug, Clone, FromRow, Serialize)]
+pub struct ProcessRow {
+    pub host: String,
+    pub pid: i64,
+    pub start_time_ms: Option<i64>,
+    pub name: Option<String>,
+    pub cgroup: Option<String>,
+    pub has_agent: bool,
+    pub first_seen_ms: i64,
+    pub last_seen_ms: i64,
+}
+
+#[derive(Debug, Clone, FromRow, Serialize)]
+pub struct HostRow {
+    pub host: String,
+    pub collector: String,
+    pub first_seen_ms: i64,
+    pub last_seen_ms: i64,
+}
+
+#[derive(Debug, Clone, FromRow, Serialize)]
 pub struct EventRow {
     pub host: String,
     pub time_ms: i64,
@@ -489,6 +557,26 @@ impl Library {
              AND a.time_ms = l.t ORDER BY a.host, a.pid, a.device",
         )
         .bind(since_ms)
+        .fetch_all(&self.db)
+        .await
+    }
+
+    /// Processes heard of (NVML or an agent) since `since_ms`, most recent first.
+    pub async fn processes_since(&self, since_ms: i64) -> sqlx::Result<Vec<ProcessRow>> {
+        sqlx::query_as(
+            "SELECT host, pid, start_time_ms, name, cgroup, has_agent, first_seen_ms, last_seen_ms FROM processes \
+             WHERE last_seen_ms >= ? ORDER BY last_seen_ms DESC LIMIT 1000",
+        )
+        .bind(since_ms)
+        .fetch_all(&self.db)
+        .await
+    }
+
+    /// Every host with its collector and when it last reported.
+    pub async fn hosts(&self) -> sqlx::Result<Vec<HostRow>> {
+        sqlx::query_as(
+            "SELECT host, collector, first_seen_ms, last_seen_ms FROM hosts ORDER BY host",
+        )
         .fetch_all(&self.db)
         .await
     }
@@ -882,6 +970,8 @@ impl Library {
             "DELETE FROM allocator_samples_1m WHERE minute_ms < ?",
             "DELETE FROM events WHERE time_ms < ?",
             "DELETE FROM ingested_batches WHERE received_at_ms < ?",
+            "DELETE FROM processes WHERE last_seen_ms < ?",
+            "DELETE FROM hosts WHERE last_seen_ms < ?",
         ] {
             expired += sqlx::query(sqlx::AssertSqlSafe(q))
                 .bind(rollup_before_ms)

@@ -152,17 +152,39 @@ async fn dashboard_benchmark() {
         let library_ready_s = t0.elapsed().as_secs_f64();
         let t0 = Instant::now();
         // What a person does: open it (the overview), then the Timeline tab.
-        c.execute("document.querySelector('a.permalink').click();", vec![]).await.unwrap();
-        wait_js(&c, "document.querySelector(\"button.tab[data-tab='timeline']\")", "snapshot page").await;
-        c.execute("document.querySelector(\"button.tab[data-tab='timeline']\").click();", vec![]).await.unwrap();
-        wait_js(&c, &format!("{CANVAS_PIXELS} > 5000"), "timeline (reopen from the library)").await;
+        c.execute("document.querySelector('a.permalink').click();", vec![])
+            .await
+            .unwrap();
+        wait_js(
+            &c,
+            "document.querySelector(\"button.tab[data-tab='timeline']\")",
+            "snapshot page",
+        )
+        .await;
+        c.execute(
+            "document.querySelector(\"button.tab[data-tab='timeline']\").click();",
+            vec![],
+        )
+        .await
+        .unwrap();
+        wait_js(
+            &c,
+            &format!("{CANVAS_PIXELS} > 5000"),
+            "timeline (reopen from the library)",
+        )
+        .await;
         let reopen_in_app_s = t0.elapsed().as_secs_f64();
         c.close().await.unwrap();
         // And a fresh browser to a page with no script at all (`/api/health`): Chromium's own floor.
         let c = browser(driver_port, &data.join("p5")).await;
         let t0 = Instant::now();
         c.goto(&format!("{base2}/api/health")).await.unwrap();
-        wait_js(&c, "document.body && document.body.innerText.includes('ok')", "health page").await;
+        wait_js(
+            &c,
+            "document.body && document.body.innerText.includes('ok')",
+            "health page",
+        )
+        .await;
         let static_ready_s = t0.elapsed().as_secs_f64();
         c.close().await.unwrap();
         let c = browser(driver_port, &data.join("p2")).await;

@@ -89,6 +89,26 @@ async fn fleet_gpu_and_process_pages_show_the_planted_figures() {
             .any(|p| p["pid"] == 200 && p["has_agent"].is_null())
     );
 
+    // One row per host and per process, kept by every batch.
+    assert_eq!(
+        host["collector"], "gpu7/gpu7:100:42",
+        "the last batch was the agent's"
+    );
+    let (n, agent, name): (i64, bool, Option<String>) = sqlx::query_as(
+        "SELECT count(*), max(has_agent), max(name) FROM processes WHERE host = 'gpu7' AND pid = 100",
+    )
+    .fetch_one(&s.library.db)
+    .await
+    .unwrap();
+    assert_eq!((n, agent, name.as_deref()), (1, true, Some("python")));
+    let p200: (bool, i64, i64) = sqlx::query_as(
+        "SELECT has_agent, first_seen_ms, last_seen_ms FROM processes WHERE pid = 200",
+    )
+    .fetch_one(&s.library.db)
+    .await
+    .unwrap();
+    assert_eq!(p200, (false, t0, t0 + 119_000));
+
     // GPU page, one bucket per second: the outside-PyTorch band is exactly the 512 MiB.
     let page = get(
         &s,
