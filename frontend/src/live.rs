@@ -190,14 +190,15 @@ fn fleet_view(f: &Value) -> impl IntoView + use<> {
             <h2>"Processes"</h2>
             <table class="procs">
                 <thead><tr><th>"host"</th><th>"pid"</th><th>"name"</th><th>"container"</th><th>"NVML used"</th><th>"PyTorch reserved"</th>
-                <th>"allocated"</th><th>"step"</th><th>"retries"</th><th>"OOMs"</th></tr></thead>
+                <th>"allocated"</th><th>"step"</th><th>"retries"</th><th>"OOMs"</th><th>"seen"</th></tr></thead>
                 <tbody>
                 {procs.into_iter().map(|p| {
                     let host = p["host"].as_str().unwrap_or("").to_string();
                     let href = process_href(&host, &p["pid"], &p["start_time_ms"]);
                     let agent = p["has_agent"].as_bool().unwrap_or(false);
+                    let seen = p["last_seen_ms"].as_f64().map(|t| ago(now, t));
                     view! {
-                        <tr>
+                        <tr class:stale=p["stale"].as_bool().unwrap_or(false)>
                             <td>{host}</td>
                             <td><a href=href>{p["pid"].to_string()}</a></td>
                             <td>{p["name"].as_str().map(str::to_string)}</td>
@@ -208,6 +209,7 @@ fn fleet_view(f: &Value) -> impl IntoView + use<> {
                             <td>{p["step"].as_i64()}</td>
                             <td>{p["alloc_retries"].as_i64()}</td>
                             <td>{p["ooms"].as_i64()}</td>
+                            <td class="muted">{seen}</td>
                         </tr>
                     }
                 }).collect_view()}

@@ -53,6 +53,8 @@ impl WindowQuery {
 
 /// Processes and GPUs not heard from for this long are not on the fleet page.
 const FLEET_RECENT_MS: i64 = 3_600_000;
+/// Not heard from for this long: shown as stale, and not counted in what a GPU holds now.
+const STALE_MS: i64 = 60_000;
 
 async fn fleet(State(s): State<AppState>) -> ApiResult<Json<serde_json::Value>> {
     let now = now_ms();
@@ -67,11 +69,15 @@ async fn fleet(State(s): State<AppState>) -> ApiResult<Json<serde_json::Value>> 
     let mut hosts: BTreeMap<String, Vec<serde_json::Value>> = BTreeMap::new();
     for g in &gpus {
         let on_gpu: Vec<_> = procs.iter().filter(|p| p.gpu_uuid == g.uuid).collect();
+        // Only agents heard from lately count towards the GPU's figures: a finished job's last
+        // sample is history, not memory held now.
         let mine: Vec<_> = agents
             .iter()
-            .filter(|a| a.gpu_uuid.as_deref() == Some(g.uuid.as_str()))
+            .filter(|a| {
+                a.gpu_uuid.as_deref() == Some(g.uuid.as_str()) && now - a.time_ms <= STALE_MS
+            })
             .collect();
-        let stale = now - g.last_seen_ms > 60_000;
+        let stale = now - g.last_seen_ms > STALE_MS;
         hosts
             .entry(g.host.clone())
             .or_default()
@@ -146,6 +152,10 @@ async fn fleet(State(s): State<AppState>) -> ApiResult<Json<serde_json::Value>> 
         if p.has_agent {
             e["has_agent"] = serde_json::json!(true);
         }
+    }
+    for p in processes.values_mut() {
+        let seen = p["last_seen_ms"].as_i64().unwrap_or(0);
+        p["stale"] = serde_json::json!(now - seen > STALE_MS);
     }
     let host_info = |h: &str| host_rows.iter().find(|r| r.host == h);
     Ok(Json(serde_json::json!({
