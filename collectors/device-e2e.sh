@@ -7,7 +7,7 @@
 #
 #   BIN=.devbin OUT=/tmp/out collectors/device-e2e.sh
 set -u
-BIN=${BIN:-.devbin}
+BIN=${BIN:-target/release}   # where memscope and memscope-collector are (cargo build --release)
 FINAL=${OUT:-/tmp/memscope-device-out}
 W=$(mktemp -d)
 OUT=$W/out   # everything goes here, then into one tarball (the device tool brings back few files)

@@ -2,9 +2,9 @@
 # The harness on a GPU host, in one command (through the device tool): server + collector (NVML,
 # relaying the agents), every scenario, --verify. Leaves the table, the truth files and the
 # snapshots (future fixtures) in one tarball under $OUT.
-#   BIN=.devbin OUT=/tmp/out collectors/harness/device-run.sh
+#   collectors/harness/device-run.sh   (BIN=dir of the binaries, OUT=where the tarball goes)
 set -u
-BIN=${BIN:-.devbin}
+BIN=${BIN:-target/release}   # where memscope and memscope-collector are (cargo build --release)
 FINAL=${OUT:-/tmp/memscope-harness-out}
 W=$(mktemp -d)
 mkdir -p "$W/out" "$FINAL"
