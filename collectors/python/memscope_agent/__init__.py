@@ -469,6 +469,17 @@ _agent = None
 _agent_lock = threading.Lock()
 
 
+def _forget_in_child():
+    # A forked child (a DataLoader worker) inherits the module but not the sampling thread, and
+    # must not touch CUDA or resend the parent's buffers: it has no agent.
+    global _agent
+    _agent = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
+
+
 def start(**kwargs):
     """Starts the agent once per process (later calls return the running one). Keyword
     arguments are the fields of ``Settings``; unset ones come from ``MEMSCOPE_*`` variables.

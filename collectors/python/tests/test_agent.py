@@ -250,6 +250,19 @@ class ModuleApi(unittest.TestCase):
         memscope_agent.stop()
         self.assertIsNone(memscope_agent._agent)
 
+    def test_a_forked_child_has_no_agent(self):
+        reset_fake()
+        a = memscope_agent.start(agent_dir=tempfile.mkdtemp(), interval_s=10)
+        self.assertIsNotNone(a)
+        pid = os.fork()
+        if pid == 0:  # the child: no agent, step() is a no-op
+            memscope_agent.step(5)
+            os._exit(0 if memscope_agent._agent is None else 1)
+        _, status = os.waitpid(pid, 0)
+        memscope_agent.stop()
+        self.assertEqual(os.waitstatus_to_exitcode(status), 0)
+        self.assertEqual(a._step, None, "the child's step() did not reach the parent's agent")
+
     def test_settings_come_from_the_environment(self):
         env = {"MEMSCOPE_SERVER": "http://x:1/", "MEMSCOPE_TOKEN": "t", "MEMSCOPE_INTERVAL_S": "0.1",
                "MEMSCOPE_RECORD_HISTORY": "1", "RANK": "5", "MEMSCOPE_JOB": "j"}
