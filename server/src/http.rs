@@ -357,7 +357,7 @@ async fn ingest_batch(
         // Nobody listening is fine.
         let _ = s.live.send(crate::state::LiveNotice {
             host: batch.host.clone(),
-            time_ms: crate::http_live::now_ms(),
+            time_ms: crate::now_ms(),
             rows: ack.stored,
             events: batch.events.len(),
         });

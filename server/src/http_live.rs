@@ -16,13 +16,8 @@ use serde::Deserialize;
 
 use crate::error::{ApiError, ApiResult};
 use crate::live::Window;
+use crate::now_ms;
 use crate::state::AppState;
-
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
 
 pub fn router() -> Router<AppState> {
     Router::new()

@@ -215,9 +215,7 @@ pub async fn ingest(
         id: id.clone(),
         sha256: sha.clone(),
         name,
-        uploaded_at_ms: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64),
+        uploaded_at_ms: crate::now_ms(),
         size_bytes: size,
         decoded_bytes: snap.format.decoded_bytes,
         encoding: snap.format.encoding.to_string(),

@@ -15,3 +15,10 @@ pub mod models;
 pub mod serve;
 pub mod state;
 pub mod text;
+
+/// Now, in Unix epoch milliseconds (the unit every stored time uses).
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}

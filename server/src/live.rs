@@ -38,9 +38,7 @@ impl Library {
     pub async fn ingest_batch(&self, b: &wire::Batch) -> sqlx::Result<wire::Ack> {
         let _turn = self.live_writer.lock().await;
         let mut tx = self.db.begin().await?;
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
+        let now_ms = crate::now_ms();
         let rows = (b.gpus.len() + b.processes.len() + b.allocator.len() + b.events.len()) as i64;
         let fresh = sqlx::query(
             "INSERT INTO ingested_batches (collector, seq, received_at_ms, rows, dropped) VALUES (?, ?, ?, ?, ?) \

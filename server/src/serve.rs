@@ -53,7 +53,7 @@ async fn roll_up_forever(state: AppState) {
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(60));
     loop {
         tick.tick().await;
-        let now = crate::http_live::now_ms();
+        let now = crate::now_ms();
         match state.library.roll_up(now - raw_ms, now - rollup_ms).await {
             Ok(r) if r.rolled_rows + r.expired_rows > 0 => {
                 tracing::info!(

@@ -220,7 +220,7 @@ async fn live_pages_show_the_outside_pytorch_band_and_update_without_reload() {
     let data = std::env::temp_dir().join(format!("memscope-e2e-live-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&data);
     let base = common::start_server(&data.join("lib")).await;
-    let now = server::http_live::now_ms();
+    let now = server::now_ms();
     let (nvml, agent) = scenario(now - 119_000);
     assert_eq!(common::post_batch(&base, &nvml).await, 200);
     assert_eq!(common::post_batch(&base, &agent).await, 200);

@@ -7,6 +7,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use server::config::ServeArgs;
+use server::now_ms;
 use server::state::AppState;
 use tower::ServiceExt;
 
@@ -43,10 +44,6 @@ async fn ingest(s: &AppState, b: &wire::Batch) -> StatusCode {
         .body(Body::from(serde_json::to_vec(b).unwrap()))
         .unwrap();
     call(s, req).await.0
-}
-
-fn now_ms() -> i64 {
-    server::http_live::now_ms()
 }
 
 #[tokio::test]
