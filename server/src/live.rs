@@ -524,12 +524,18 @@ const FILL_MS: i64 = 2_500;
 
 impl Library {
     pub async fn fleet_gpus(&self) -> sqlx::Result<Vec<FleetGpu>> {
+        self.gpus_with_latest(None).await
+    }
+
+    /// Every GPU (or the one with `uuid`) with its latest reading.
+    async fn gpus_with_latest(&self, uuid: Option<&str>) -> sqlx::Result<Vec<FleetGpu>> {
         sqlx::query_as(
             "SELECT g.host, g.uuid, g.idx, g.name, g.total_bytes, g.last_seen_ms, s.used_bytes, s.reserved_bytes, \
              s.gpu_util, s.temperature_c, s.power_mw FROM gpus g \
              LEFT JOIN gpu_samples s ON s.gpu_uuid = g.uuid AND s.time_ms = g.last_seen_ms \
-             GROUP BY g.uuid ORDER BY g.host, g.idx",
+             WHERE ?1 IS NULL OR g.uuid = ?1 GROUP BY g.uuid ORDER BY g.host, g.idx",
         )
+        .bind(uuid)
         .fetch_all(&self.db)
         .await
     }
@@ -591,44 +597,55 @@ impl Library {
     }
 
     pub async fn gpu(&self, uuid: &str) -> sqlx::Result<Option<FleetGpu>> {
-        Ok(self
-            .fleet_gpus()
-            .await?
-            .into_iter()
-            .find(|g| g.uuid == uuid))
+        Ok(self.gpus_with_latest(Some(uuid)).await?.pop())
+    }
+
+    /// Rows of one GPU's series over a window: `sql` takes ?1 = window start, ?2 = bucket width,
+    /// ?3 = the GPU's UUID, ?4 = window end (raw rows and roll-ups alike).
+    async fn gpu_window_rows<T>(
+        &self,
+        sql: &'static str,
+        uuid: &str,
+        w: &Window,
+    ) -> sqlx::Result<Vec<T>>
+    where
+        T: for<'r> FromRow<'r, sqlx::sqlite::SqliteRow> + Send + Unpin,
+    {
+        sqlx::query_as(sql)
+            .bind(w.from_ms)
+            .bind(w.bucket_ms)
+            .bind(uuid)
+            .bind(w.to_ms)
+            .fetch_all(&self.db)
+            .await
     }
 
     /// NVML used memory of a GPU, bucketed (raw samples and roll-ups).
     pub async fn gpu_used_series(&self, uuid: &str, w: &Window) -> sqlx::Result<Vec<Option<i64>>> {
-        let rows: Vec<(i64, i64)> = sqlx::query_as(
-            "SELECT (t - ?1) / ?2 AS b, max(v) FROM ( \
-               SELECT time_ms AS t, used_bytes AS v FROM gpu_samples WHERE gpu_uuid = ?3 AND time_ms BETWEEN ?1 AND ?4 \
-               UNION ALL SELECT minute_ms, used_max_bytes FROM gpu_samples_1m WHERE gpu_uuid = ?3 AND minute_ms BETWEEN ?1 AND ?4) \
-             WHERE v IS NOT NULL GROUP BY b",
-        )
-        .bind(w.from_ms)
-        .bind(w.bucket_ms)
-        .bind(uuid)
-        .bind(w.to_ms)
-        .fetch_all(&self.db)
-        .await?;
+        let rows: Vec<(i64, i64)> = self
+            .gpu_window_rows(
+                "SELECT (t - ?1) / ?2 AS b, max(v) FROM ( \
+                   SELECT time_ms AS t, used_bytes AS v FROM gpu_samples WHERE gpu_uuid = ?3 AND time_ms BETWEEN ?1 AND ?4 \
+                   UNION ALL SELECT minute_ms, used_max_bytes FROM gpu_samples_1m WHERE gpu_uuid = ?3 AND minute_ms BETWEEN ?1 AND ?4) \
+                 WHERE v IS NOT NULL GROUP BY b",
+                uuid,
+                w,
+            )
+            .await?;
         Ok(align(w, &rows, FILL_MS))
     }
 
     /// Per-process NVML used memory on a GPU: (pid, start, name, bucket, used).
     async fn gpu_process_rows(&self, uuid: &str, w: &Window) -> sqlx::Result<Vec<Bucketed>> {
-        sqlx::query_as(
+        self.gpu_window_rows(
             "SELECT pid, (t - ?1) / ?2 AS b, max(v), max(st), max(name) FROM ( \
                SELECT pid, start_time_ms AS st, name, time_ms AS t, used_bytes AS v FROM process_samples \
                WHERE gpu_uuid = ?3 AND time_ms BETWEEN ?1 AND ?4 \
                UNION ALL SELECT pid, start_time_ms, name, minute_ms, used_max_bytes FROM process_samples_1m \
                WHERE gpu_uuid = ?3 AND minute_ms BETWEEN ?1 AND ?4) GROUP BY pid, b",
+            uuid,
+            w,
         )
-        .bind(w.from_ms)
-        .bind(w.bucket_ms)
-        .bind(uuid)
-        .bind(w.to_ms)
-        .fetch_all(&self.db)
         .await
     }
 
@@ -638,18 +655,15 @@ impl Library {
         uuid: &str,
         w: &Window,
     ) -> sqlx::Result<Vec<(i64, i64, i64, i64, Option<i64>)>> {
-        sqlx::query_as(
+        self.gpu_window_rows(
             "SELECT pid, (t - ?1) / ?2 AS b, max(r), max(a), max(st) FROM ( \
                SELECT pid, start_time_ms AS st, time_ms AS t, reserved_bytes AS r, allocated_bytes AS a FROM allocator_samples \
                WHERE gpu_uuid = ?3 AND time_ms BETWEEN ?1 AND ?4 \
                UNION ALL SELECT pid, start_time_ms, minute_ms, reserved_max_bytes, allocated_max_bytes FROM allocator_samples_1m \
                WHERE gpu_uuid = ?3 AND minute_ms BETWEEN ?1 AND ?4) GROUP BY pid, b",
+            uuid,
+            w,
         )
-        .bind(w.from_ms)
-        .bind(w.bucket_ms)
-        .bind(uuid)
-        .bind(w.to_ms)
-        .fetch_all(&self.db)
         .await
     }
 
