@@ -12,7 +12,7 @@ use axum::Router;
 use axum::extract::{Path, Query, State};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::routing::get;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::{ApiError, ApiResult};
 use crate::live::Window;
@@ -50,6 +50,49 @@ impl WindowQuery {
 const FLEET_RECENT_MS: i64 = 3_600_000;
 /// Not heard from for this long: shown as stale, and not counted in what a GPU holds now.
 const STALE_MS: i64 = 60_000;
+
+/// A process on the fleet page: what NVML, its agent and the processes table say of it.
+#[derive(Debug, Default, Serialize)]
+struct FleetProcess {
+    host: String,
+    pid: i64,
+    name: Option<String>,
+    cgroup: Option<String>,
+    start_time_ms: Option<i64>,
+    first_seen_ms: Option<i64>,
+    last_seen_ms: Option<i64>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    has_agent: bool,
+    /// NVML's reading, summed over the GPUs the process is on.
+    nvml_used_bytes: i64,
+    /// The agent's latest figures, summed over the process's devices.
+    step: Option<i64>,
+    reserved_bytes: Option<i64>,
+    allocated_bytes: Option<i64>,
+    alloc_retries: Option<i64>,
+    ooms: Option<i64>,
+    stale: bool,
+}
+
+/// The page's entry for (host, pid), made on first mention.
+fn fleet_process<'a>(
+    all: &'a mut BTreeMap<(String, i64), FleetProcess>,
+    host: &str,
+    pid: i64,
+) -> &'a mut FleetProcess {
+    all.entry((host.to_string(), pid))
+        .or_insert_with(|| FleetProcess {
+            host: host.to_string(),
+            pid,
+            ..Default::default()
+        })
+}
+
+impl FleetProcess {
+    fn seen(&mut self, time_ms: i64) {
+        self.last_seen_ms = Some(self.last_seen_ms.map_or(time_ms, |t| t.max(time_ms)));
+    }
+}
 
 async fn fleet(State(s): State<AppState>) -> ApiResult<Json<serde_json::Value>> {
     let now = now_ms();
@@ -96,61 +139,45 @@ async fn fleet(State(s): State<AppState>) -> ApiResult<Json<serde_json::Value>> 
         .iter()
         .filter(|e| matches!(e.kind.as_str(), "oom" | "alloc_retry"))
         .collect();
-    // Every process we know of: NVML's current ones and the agents heard from recently.
-    let mut processes: BTreeMap<(String, i64), serde_json::Value> = BTreeMap::new();
+    // Every process we know of: NVML's current ones, the agents heard from recently, and the
+    // processes table's names, containers and sightings.
+    let mut processes: BTreeMap<(String, i64), FleetProcess> = BTreeMap::new();
     for p in &procs {
         let host = gpus
             .iter()
             .find(|g| g.uuid == p.gpu_uuid)
-            .map(|g| g.host.clone())
-            .unwrap_or_default();
-        let e = processes.entry((host.clone(), p.pid)).or_insert_with(
-            || serde_json::json!({"host": host, "pid": p.pid, "nvml_used_bytes": 0}),
-        );
-        e["name"] = serde_json::json!(p.name);
-        e["start_time_ms"] = serde_json::json!(p.start_time_ms);
-        e["nvml_used_bytes"] =
-            serde_json::json!(e["nvml_used_bytes"].as_i64().unwrap_or(0) + p.used_bytes);
+            .map_or("", |g| g.host.as_str());
+        let e = fleet_process(&mut processes, host, p.pid);
+        e.name = p.name.clone();
+        e.start_time_ms = p.start_time_ms;
+        e.nvml_used_bytes += p.used_bytes;
     }
     for a in &agents {
-        let e = processes.entry((a.host.clone(), a.pid)).or_insert_with(
-            || serde_json::json!({"host": a.host, "pid": a.pid, "nvml_used_bytes": 0}),
-        );
-        let add = |e: &mut serde_json::Value, k: &str, v: i64| {
-            e[k] = serde_json::json!(e[k].as_i64().unwrap_or(0) + v);
-        };
-        e["start_time_ms"] = serde_json::json!(a.start_time_ms);
-        e["has_agent"] = serde_json::json!(true);
-        e["last_seen_ms"] =
-            serde_json::json!(a.time_ms.max(e["last_seen_ms"].as_i64().unwrap_or(0)));
-        e["step"] = serde_json::json!(a.step);
-        add(e, "reserved_bytes", a.reserved_bytes);
-        add(e, "allocated_bytes", a.allocated_bytes);
-        add(e, "alloc_retries", a.alloc_retries.unwrap_or(0));
-        add(e, "ooms", a.ooms.unwrap_or(0));
+        let e = fleet_process(&mut processes, &a.host, a.pid);
+        e.start_time_ms = a.start_time_ms;
+        e.has_agent = true;
+        e.seen(a.time_ms);
+        e.step = a.step;
+        for (sum, v) in [
+            (&mut e.reserved_bytes, a.reserved_bytes),
+            (&mut e.allocated_bytes, a.allocated_bytes),
+            (&mut e.alloc_retries, a.alloc_retries.unwrap_or(0)),
+            (&mut e.ooms, a.ooms.unwrap_or(0)),
+        ] {
+            *sum.get_or_insert(0) += v;
+        }
     }
-    // Names, containers and first/last sightings from the processes table.
     for p in &known {
-        let e = processes.entry((p.host.clone(), p.pid)).or_insert_with(
-            || serde_json::json!({"host": p.host, "pid": p.pid, "nvml_used_bytes": 0}),
-        );
-        if e["name"].is_null() {
-            e["name"] = serde_json::json!(p.name);
-        }
-        e["cgroup"] = serde_json::json!(p.cgroup);
-        e["first_seen_ms"] = serde_json::json!(p.first_seen_ms);
-        e["last_seen_ms"] =
-            serde_json::json!(p.last_seen_ms.max(e["last_seen_ms"].as_i64().unwrap_or(0)));
-        if e["start_time_ms"].is_null() {
-            e["start_time_ms"] = serde_json::json!(p.start_time_ms);
-        }
-        if p.has_agent {
-            e["has_agent"] = serde_json::json!(true);
-        }
+        let e = fleet_process(&mut processes, &p.host, p.pid);
+        e.name = e.name.take().or_else(|| p.name.clone());
+        e.cgroup = p.cgroup.clone();
+        e.first_seen_ms = Some(p.first_seen_ms);
+        e.seen(p.last_seen_ms);
+        e.start_time_ms = e.start_time_ms.or(p.start_time_ms);
+        e.has_agent |= p.has_agent;
     }
     for p in processes.values_mut() {
-        let seen = p["last_seen_ms"].as_i64().unwrap_or(0);
-        p["stale"] = serde_json::json!(now - seen > STALE_MS);
+        p.stale = now - p.last_seen_ms.unwrap_or(0) > STALE_MS;
     }
     let host_info = |h: &str| host_rows.iter().find(|r| r.host == h);
     Ok(Json(serde_json::json!({
