@@ -602,49 +602,6 @@ struct TimelineResponse {
     last_time_us: i64,
 }
 
-#[cfg(test)]
-mod annotation_tests {
-    use super::*;
-
-    fn marks(v: &[(&str, bool, i64)]) -> impl Iterator<Item = (String, bool, i64)> {
-        v.iter()
-            .map(|(n, s, t)| (n.to_string(), *s, *t))
-            .collect::<Vec<_>>()
-            .into_iter()
-    }
-
-    #[test]
-    fn pairs_nest_merge_below_a_bucket_and_cut_at_the_window() {
-        let m = marks(&[
-            ("step", true, 10),
-            ("fwd", true, 11),
-            ("fwd", false, 20),
-            ("step", false, 30),
-            ("step", true, 32),
-            ("step", false, 40), // 2 µs after the last: merged
-            ("step", true, 100),
-            ("step", false, 110), // far: its own range
-            ("bwd", false, 5),
-            ("opt", true, 150), // began before / still open
-        ]);
-        let r = annotation_ranges(m, 0, 200, 5);
-        let got: Vec<(&str, i64, i64, u32)> = r
-            .iter()
-            .map(|a| (a.name.as_str(), a.start_us, a.end_us, a.count))
-            .collect();
-        assert_eq!(
-            got,
-            vec![
-                ("fwd", 11, 20, 1),
-                ("step", 10, 40, 2),
-                ("step", 100, 110, 1),
-                ("bwd", 0, 5, 1),
-                ("opt", 150, 200, 1)
-            ]
-        );
-    }
-}
-
 async fn timeline(
     State(s): State<AppState>,
     Path(id): Path<String>,
@@ -810,4 +767,47 @@ async fn frames(
     })
     .await?;
     Ok(Json(r).into_response())
+}
+
+#[cfg(test)]
+mod annotation_tests {
+    use super::*;
+
+    fn marks(v: &[(&str, bool, i64)]) -> impl Iterator<Item = (String, bool, i64)> {
+        v.iter()
+            .map(|(n, s, t)| (n.to_string(), *s, *t))
+            .collect::<Vec<_>>()
+            .into_iter()
+    }
+
+    #[test]
+    fn pairs_nest_merge_below_a_bucket_and_cut_at_the_window() {
+        let m = marks(&[
+            ("step", true, 10),
+            ("fwd", true, 11),
+            ("fwd", false, 20),
+            ("step", false, 30),
+            ("step", true, 32),
+            ("step", false, 40), // 2 µs after the last: merged
+            ("step", true, 100),
+            ("step", false, 110), // far: its own range
+            ("bwd", false, 5),
+            ("opt", true, 150), // began before / still open
+        ]);
+        let r = annotation_ranges(m, 0, 200, 5);
+        let got: Vec<(&str, i64, i64, u32)> = r
+            .iter()
+            .map(|a| (a.name.as_str(), a.start_us, a.end_us, a.count))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("fwd", 11, 20, 1),
+                ("step", 10, 40, 2),
+                ("step", 100, 110, 1),
+                ("bwd", 0, 5, 1),
+                ("opt", 150, 200, 1)
+            ]
+        );
+    }
 }
