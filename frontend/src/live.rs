@@ -304,8 +304,8 @@ fn draw_chart(
         g.set_fill_style_str(s.colour);
         g.begin_path();
         g.move_to(x(0), y(hi[0]));
-        for i in 1..n {
-            g.line_to(x(i), y(hi[i]));
+        for (i, v) in hi.iter().enumerate().take(n).skip(1) {
+            g.line_to(x(i), y(*v));
         }
         for i in (0..n).rev() {
             g.line_to(x(i), y(lo[i]));

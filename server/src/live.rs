@@ -794,8 +794,9 @@ impl Library {
         .fetch_optional(&self.db)
         .await?
         .flatten();
-        let mut devices: std::collections::BTreeMap<i64, (Option<String>, Vec<Vec<(i64, i64)>>)> =
-            Default::default();
+        // Per device: its GPU's UUID and one (bucket, value) series per allocator column.
+        type UuidAndColumns = (Option<String>, Vec<Vec<(i64, i64)>>);
+        let mut devices: std::collections::BTreeMap<i64, UuidAndColumns> = Default::default();
         for (device, uuid, b, a, r, ac, isp, rq, rt) in rows {
             let d = devices
                 .entry(device)
