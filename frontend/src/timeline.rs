@@ -71,6 +71,19 @@ struct Resp {
 }
 
 const W: f64 = 1200.0;
+/// The hover tooltip's width in CSS pixels (`.tooltip` in style.css) and how many frames it lists.
+const TOOLTIP_W: f64 = 340.0;
+const TOOLTIP_FRAMES: usize = 8;
+
+/// Where the tooltip starts for a pointer at `x` on a canvas shown `width` CSS pixels wide: to the
+/// right of the pointer where it fits, else to its left.
+fn tooltip_left(x: f64, width: f64) -> f64 {
+    if x + 16.0 + TOOLTIP_W <= width {
+        x + 16.0
+    } else {
+        (x - 16.0 - TOOLTIP_W).max(0.0)
+    }
+}
 const H: f64 = 360.0;
 const MINI_H: f64 = 60.0;
 const LEFT: f64 = 70.0;
@@ -540,12 +553,29 @@ pub fn TimelineView(report: Value) -> impl IntoView {
         set_window(at - half, at + half, axis);
     };
 
+    // The allocation's stack as sent (user frames first, noise already left out).
     let stack_text = move |a: &Alloc| -> Vec<String> {
         data.get_untracked()
             .and_then(|d| d.ok())
             .and_then(|d| d.stacks.get(&a.stack.to_string()).cloned())
-            .map(|fr| fr.iter().take(12).map(fmt::frame).collect())
+            .map(|fr| fr.iter().map(fmt::frame).collect())
             .unwrap_or_default()
+    };
+    let shown_width = move || {
+        canvas
+            .get_untracked()
+            .map_or(W, |c| c.get_bounding_client_rect().width())
+    };
+    // Hovering shows the first frames, one line each; clicking pins the whole stack below.
+    let hover_frames = move |a: &Alloc| {
+        let frames = stack_text(a);
+        let more = frames.len().saturating_sub(TOOLTIP_FRAMES);
+        view! {
+            <ol class="frames">
+                {frames.into_iter().take(TOOLTIP_FRAMES).map(|f| { let title = f.clone(); view! { <li title=title>{f}</li> } }).collect_view()}
+            </ol>
+            {(more > 0).then(|| view! { <div class="more">{format!("+{more} more frames: click to pin")}</div> })}
+        }
     };
 
     view! {
@@ -590,7 +620,8 @@ pub fn TimelineView(report: Value) -> impl IntoView {
                     let d = data.get_untracked().and_then(|d| d.ok());
                     let t0 = d.as_ref().map_or(0.0, |d| d.first_time_us);
                     view! {
-                        <div class="tooltip" style=format!("left:{}px", (x + 16.0).min(W - 260.0))>
+                        // Beside the pointer, on the side with room, so it never hides what is hovered.
+                        <div class="tooltip" style=format!("left:{}px", tooltip_left(x, shown_width()))>
                             <div>{format!("t = {}  (events {}–{})", fmt::seconds(b.time_us - t0), b.first, b.last)}</div>
                             <div>{format!("live {} – {}", fmt::bytes(b.live_min), fmt::bytes(b.live_max))}</div>
                             <div>{format!("reserved {}", fmt::bytes(b.reserved_max))}</div>
@@ -603,7 +634,7 @@ pub fn TimelineView(report: Value) -> impl IntoView {
                                         a.start.map_or("before the trace".into(), |s| format!("event {s}")),
                                         a.end.map_or("alive at the end".into(), |e| format!("freed at event {e}")),
                                     )}</b>
-                                    <ol class="frames">{stack_text(&a).into_iter().map(|f| view! { <li>{f}</li> }).collect_view()}</ol>
+                                    {hover_frames(&a)}
                                 </div>
                             })}
                         </div>
