@@ -312,9 +312,9 @@ fn LibraryTable(list: Vec<Info>, refresh: RwSignal<u32>) -> impl IntoView {
                     <td>
                         <input class="name" value=s.name.clone() on:change=rename/>
                     </td>
-                    <td>{fmt::date(s.uploaded_at_ms)}</td>
+                    <td class="date">{fmt::date(s.uploaded_at_ms)}</td>
                     <td class="num">{fmt::bytes(s.size_bytes)}</td>
-                    <td>{s.devices.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")}</td>
+                    <td>{s.devices.iter().map(|d| format!("cuda:{d}")).collect::<Vec<_>>().join(", ")}</td>
                     <td class="num">{fmt::count(s.entries)}</td>
                     <td class="num">{fmt::bytes(s.peak_bytes)}</td>
                     <td class="num">{fmt::bytes(s.reserved_bytes)}</td>
@@ -337,13 +337,13 @@ fn LibraryTable(list: Vec<Info>, refresh: RwSignal<u32>) -> impl IntoView {
                     <th></th>
                     <th>"name"</th>
                     <th>"uploaded"</th>
-                    <th>"size"</th>
+                    <th class="num">"size"</th>
                     <th>"devices"</th>
-                    <th>"events"</th>
-                    <th>"peak"</th>
-                    <th>"reserved"</th>
-                    <th>"leak suspects"</th>
-                    <th>"OOMs"</th>
+                    <th class="num">"events"</th>
+                    <th class="num">"peak"</th>
+                    <th class="num">"reserved"</th>
+                    <th class="num">"leak suspects"</th>
+                    <th class="num">"OOMs"</th>
                     <th>"tags"</th>
                     <th></th>
                 </tr>
