@@ -297,7 +297,10 @@ fn draw_chart(
             .to_locale_time_string("en-GB")
             .as_string()
             .unwrap_or_default();
-        let _ = g.fill_text(&label, x(i) - 24.0, CH - 6.0);
+        // Centred under its time, kept inside the canvas at both ends.
+        let w = g.measure_text(&label).map_or(48.0, |m| m.width());
+        let at = (x(i) - w / 2.0).clamp(CL, CW - w - 2.0);
+        let _ = g.fill_text(&label, at, CH - 6.0);
     }
     for (k, lo, hi) in &stacked {
         let s = &all[*k];
