@@ -117,6 +117,23 @@ async fn dashboard_end_to_end() {
     .unwrap();
     wait_js(&c, "document.querySelector('.tooltip') && document.querySelector('.tooltip').innerText.includes('live')", "the tooltip").await;
     screenshot(&c, "timeline-hover").await;
+    // Near the right edge the tooltip opens to the pointer's left, inside the chart, and the page
+    // does not grow sideways (long C++ frames used to push it out).
+    let placement = c
+        .execute(
+            "const t = document.querySelector('.tooltip').getBoundingClientRect(); \
+             const r = document.getElementById('timeline-canvas').getBoundingClientRect(); \
+             return [t.left >= r.left, t.right <= r.right, t.right <= r.left + r.width * 0.97, \
+                     document.documentElement.scrollWidth <= document.documentElement.clientWidth];",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        placement,
+        serde_json::json!([true, true, true, true]),
+        "tooltip placement"
+    );
     // Wheel zoom narrows the window and puts it in the URL.
     c.execute(
         "const c = document.getElementById('timeline-canvas'); const r = c.getBoundingClientRect(); \
