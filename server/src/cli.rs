@@ -20,8 +20,25 @@ pub enum Command {
     /// Analyse a PyTorch memory snapshot (`torch.cuda.memory._dump_snapshot` pickle, plain or
     /// gzip/zstd/xz compressed, or its JSON form) and print a report.
     Analyze(AnalyzeArgs),
+    /// Compare two snapshots (B against A): headline figures, memory by call site at each peak,
+    /// leak suspects new or gone. Call sites are matched by file, line and function.
+    Diff(DiffArgs),
     /// Run the dashboard server: the JSON API under /api, with an embedded SQLite library.
     Serve(crate::config::ServeArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct DiffArgs {
+    /// The baseline snapshot (A).
+    pub a: PathBuf,
+    /// The snapshot compared with it (B).
+    pub b: PathBuf,
+    /// Print one JSON object (the same as `GET /api/diff/A/B`, without names) instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Call sites to list.
+    #[arg(long, default_value_t = 10)]
+    pub top: usize,
 }
 
 #[derive(Debug, clap::Args)]
@@ -43,6 +60,7 @@ pub struct AnalyzeArgs {
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Analyze(args) => analyze(args),
+        Command::Diff(args) => diff(args),
         Command::Serve(args) => {
             tracing_subscriber::fmt()
                 .with_env_filter(
@@ -58,16 +76,64 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-fn analyze(args: AnalyzeArgs) -> anyhow::Result<()> {
-    let name = args.file.display().to_string();
+/// Reads a snapshot file (`-`: standard input).
+fn read(path: &std::path::Path) -> anyhow::Result<snapshot::Snapshot> {
+    let name = path.display().to_string();
     let (reader, size): (Box<dyn Read>, u64) = if name == "-" {
         (Box::new(std::io::stdin().lock()), 0)
     } else {
-        let file = File::open(&args.file).with_context(|| format!("cannot open {name}"))?;
+        let file = File::open(path).with_context(|| format!("cannot open {name}"))?;
         let size = file.metadata().map(|m| m.len()).unwrap_or(0);
         (Box::new(file), size)
     };
-    let snap = snapshot::read_sized(reader, size).with_context(|| format!("cannot read {name}"))?;
+    snapshot::read_sized(reader, size).with_context(|| format!("cannot read {name}"))
+}
+
+fn diff(args: DiffArgs) -> anyhow::Result<()> {
+    let (a, b) = (read(&args.a)?, read(&args.b)?);
+    let (ia, ib) = (
+        snapshot::analysis::Index::new(&a),
+        snapshot::analysis::Index::new(&b),
+    );
+    let device = |index: &snapshot::analysis::Index, path: &std::path::Path| {
+        index
+            .devices
+            .iter()
+            .find(|d| d.len > 0)
+            .map(|d| d.device)
+            .with_context(|| {
+                format!(
+                    "{} has no device trace (record history with torch.cuda.memory._record_memory_history)",
+                    path.display()
+                )
+            })
+    };
+    let side = |snap, index, path| -> anyhow::Result<snapshot::analysis::Side> {
+        Ok(snapshot::analysis::Side {
+            snap,
+            index,
+            device: device(index, path)?,
+        })
+    };
+    let d = snapshot::analysis::compare(
+        side(&a, &ia, &args.a)?,
+        side(&b, &ib, &args.b)?,
+        if args.json { 200 } else { args.top },
+    );
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer(&mut out, &d)?;
+        writeln!(out)?;
+    } else {
+        let names = (args.a.display().to_string(), args.b.display().to_string());
+        out.write_all(crate::text::render_diff(&names.0, &names.1, &d).as_bytes())?;
+    }
+    Ok(())
+}
+
+fn analyze(args: AnalyzeArgs) -> anyhow::Result<()> {
+    let name = args.file.display().to_string();
+    let snap = read(&args.file)?;
     let options = snapshot::analysis::Options {
         device_total_bytes: args.device_total_bytes,
     };

@@ -39,6 +39,7 @@ pub fn app(state: AppState) -> Router {
         .route("/api/ingest", axum::routing::post(ingest_batch))
         .route("/metrics", get(metrics))
         .route("/api/snapshots/{id}/frames/{stack}", get(frames))
+        .route("/api/diff/{a}/{b}", get(diff))
         .merge(crate::http_live::router())
         .merge(crate::assets::router())
         .fallback(not_found)
@@ -732,6 +733,54 @@ async fn stacks(
             .ok_or_else(|| ApiError::BadRequest("no trace".into()))
     })
     .await?;
+    Ok(Json(r).into_response())
+}
+
+fn diff_side(m: &Loaded, device: Option<i32>) -> ApiResult<analysis::Side<'_>> {
+    Ok(analysis::Side {
+        snap: &m.snap,
+        index: &m.index,
+        device: device_of(m, device)?.device,
+    })
+}
+
+#[derive(Debug, Deserialize)]
+struct DiffQuery {
+    device_a: Option<i32>,
+    device_b: Option<i32>,
+}
+
+/// Snapshot `b` against snapshot `a`: headline figures, memory by call site at each peak and leak
+/// suspects, matched by call site (`snapshot::analysis::diff`).
+async fn diff(
+    State(s): State<AppState>,
+    Path((a, b)): Path<(String, String)>,
+    Query(q): Query<DiffQuery>,
+) -> ApiResult<Response> {
+    let mut sides = Vec::new();
+    for id in [&a, &b] {
+        let info = s
+            .library
+            .get(id)
+            .await?
+            .ok_or_else(|| ApiError::NotFound(id.to_string()))?;
+        sides.push((info, s.models.get(&s.library, id).await?));
+    }
+    let (info_b, model_b) = sides.pop().expect("two sides");
+    let (info_a, model_a) = sides.pop().expect("two sides");
+    let r = tokio::task::spawn_blocking(move || -> ApiResult<serde_json::Value> {
+        let d = analysis::compare(
+            diff_side(&model_a, q.device_a)?,
+            diff_side(&model_b, q.device_b)?,
+            200,
+        );
+        let mut v = serde_json::to_value(d).map_err(|e| ApiError::Internal(e.into()))?;
+        v["a"] = serde_json::json!({ "id": info_a.id, "name": info_a.name });
+        v["b"] = serde_json::json!({ "id": info_b.id, "name": info_b.name });
+        Ok(v)
+    })
+    .await
+    .map_err(|e| ApiError::Internal(e.into()))??;
     Ok(Json(r).into_response())
 }
 

@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use snapshot::analysis::{Report, human_bytes as hb};
+use snapshot::analysis::{Diff, Report, human_bytes as hb};
 use snapshot::frames::FrameView;
 
 fn site(f: &Option<FrameView>) -> String {
@@ -173,6 +173,79 @@ pub fn render(name: &str, r: &Report, top: usize) -> String {
             t.inactive_blocks,
             hb(t.largest_free_bytes)
         );
+    }
+    o
+}
+
+fn signed_bytes(d: i64) -> String {
+    match d.signum() {
+        1 => format!("+{}", hb(d.unsigned_abs())),
+        -1 => format!("-{}", hb(d.unsigned_abs())),
+        _ => "0".into(),
+    }
+}
+
+/// The human report of `memscope diff`: figures A, B and the change, then leak suspects new or
+/// gone, then the call sites whose memory at the peak changed most.
+pub fn render_diff(a: &str, b: &str, d: &Diff) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "A = {a} (cuda:{})", d.device_a);
+    let _ = writeln!(o, "B = {b} (cuda:{})", d.device_b);
+    let _ = writeln!(o);
+    let _ = writeln!(o, "  {:<26} {:>12} {:>12} {:>12}", "", "A", "B", "B - A");
+    for f in &d.figures {
+        let (va, vb, dv) = if f.bytes {
+            (hb(f.a), hb(f.b), signed_bytes(f.delta))
+        } else {
+            let sign = if f.delta > 0 { "+" } else { "" };
+            (thousands(f.a), thousands(f.b), format!("{sign}{}", f.delta))
+        };
+        let _ = writeln!(o, "  {:<26} {va:>12} {vb:>12} {dv:>12}", f.name);
+    }
+    let _ = writeln!(o);
+    if d.leaks.is_empty() {
+        let _ = writeln!(o, "Leak suspects: none in either snapshot.");
+    } else {
+        let _ = writeln!(o, "Leak suspects (bytes alive at the end):");
+        for l in &d.leaks {
+            let status = match (l.a_bytes, l.b_bytes) {
+                (None, Some(_)) => "new in B ",
+                (Some(_), None) => "gone in B",
+                _ => "in both  ",
+            };
+            let show = |v: Option<u64>| v.map_or("-".to_string(), hb);
+            let _ = writeln!(
+                o,
+                "  {status}  A {:>10}  B {:>10}  {}",
+                show(l.a_bytes),
+                show(l.b_bytes),
+                site(&l.site)
+            );
+        }
+    }
+    let _ = writeln!(o);
+    if d.sites_at_peak.is_empty() {
+        let _ = writeln!(
+            o,
+            "Memory by call site at the peak: no change ({} sites the same).",
+            d.unchanged_sites
+        );
+    } else {
+        let _ = writeln!(
+            o,
+            "Memory by call site at each peak, largest change first ({} sites the same, not listed):",
+            d.unchanged_sites
+        );
+        for s in &d.sites_at_peak {
+            let _ = writeln!(
+                o,
+                "  {:>12}  A {:>10}  B {:>10}  {}",
+                signed_bytes(s.delta_bytes),
+                hb(s.a_bytes),
+                hb(s.b_bytes),
+                site(&s.site)
+            );
+        }
     }
     o
 }

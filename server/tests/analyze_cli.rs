@@ -129,3 +129,50 @@ fn errors_go_to_stderr_with_nonzero_exit() {
             .contains("cannot open")
     );
 }
+
+#[test]
+fn diff_of_two_runs_names_the_new_leak() {
+    let (a, b) = (
+        fixture("harness/steady.pickle"),
+        fixture("harness/leak_list.pickle"),
+    );
+    let out = memscope(&["diff", a.to_str().unwrap(), b.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let leak_line = text
+        .lines()
+        .find(|l| l.contains("new in B"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(leak_line.contains("scenarios.py:103"), "{text}");
+    assert!(
+        text.contains("leak suspects") && text.contains("+236.0 MiB"),
+        "{text}"
+    );
+
+    let out = memscope(&["diff", "--json", b.to_str().unwrap(), a.to_str().unwrap()]);
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["leaks"][0]["site"]["line"], 103);
+    assert!(
+        v["leaks"][0]["b_bytes"].is_null(),
+        "gone in B: {}",
+        v["leaks"][0]
+    );
+
+    // A snapshot without a trace cannot be compared by call site: a clear error.
+    let out = memscope(&[
+        "diff",
+        a.to_str().unwrap(),
+        fixture("segments_only.pickle").to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("segments_only.pickle has no device trace"),
+        "{err}"
+    );
+}

@@ -340,6 +340,69 @@ async fn queries_answer_from_the_model() {
 }
 
 #[tokio::test]
+async fn diff_finds_what_changed_between_two_runs() {
+    let (dir, state) = open_state("diff").await;
+    let a = upload_fixture(&state, "harness/steady.pickle").await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let b = call(
+        &state,
+        "POST",
+        "/api/snapshots?name=leak_list.pickle",
+        fixture("harness/leak_list.pickle"),
+    )
+    .await
+    .1["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (st, d) = call(&state, "GET", &format!("/api/diff/{a}/{b}"), vec![]).await;
+    assert_eq!(st, StatusCode::OK, "{d}");
+    assert_eq!(d["a"]["id"], a.as_str());
+    assert_eq!(d["b"]["name"], "leak_list.pickle");
+    // The planted leak (scenarios.py:103) is a suspect only in b, and the largest change at peak.
+    assert_eq!(d["leaks"][0]["site"]["line"], 103);
+    assert!(d["leaks"][0]["a_bytes"].is_null());
+    assert!(d["leaks"][0]["b_bytes"].as_u64().unwrap() > 200 << 20);
+    assert_eq!(d["sites_at_peak"][0]["site"]["line"], 103);
+    assert!(d["sites_at_peak"][0]["delta_bytes"].as_i64().unwrap() > 200 << 20);
+    let suspects = d["figures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "leak suspects")
+        .unwrap();
+    assert_eq!(
+        (suspects["a"].as_u64(), suspects["b"].as_u64()),
+        (Some(0), Some(1))
+    );
+    // The other way round, the leak is gone.
+    let (_, back) = call(&state, "GET", &format!("/api/diff/{b}/{a}"), vec![]).await;
+    assert!(back["leaks"][0]["b_bytes"].is_null());
+    assert!(back["sites_at_peak"][0]["delta_bytes"].as_i64().unwrap() < 0);
+    // Unknown snapshots and devices are clear errors.
+    let (st, e) = call(
+        &state,
+        "GET",
+        &format!("/api/diff/{a}/0000000000000000"),
+        vec![],
+    )
+    .await;
+    assert_eq!(st, StatusCode::NOT_FOUND, "{e}");
+    let (st, e) = call(
+        &state,
+        "GET",
+        &format!("/api/diff/{a}/{b}?device_b=7"),
+        vec![],
+    )
+    .await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
+    assert!(e["error"].as_str().unwrap().contains("device 7"), "{e}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
 async fn a_damaged_model_is_rebuilt_from_the_original() {
     let (dir, state) = open_state("rebuild").await;
     let up = upload_fixture(&state, "multistream.pickle").await;

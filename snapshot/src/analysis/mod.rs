@@ -3,6 +3,7 @@
 //! [`analyze`] runs the whole set and returns the report `memscope analyze --json` prints and
 //! `GET /api/snapshots/{id}` serves.
 
+pub mod diff;
 pub mod index;
 pub mod leaks;
 pub mod oom;
@@ -13,6 +14,7 @@ pub mod timeline;
 
 use serde::Serialize;
 
+pub use diff::{Diff, Side, compare};
 pub use index::Index;
 pub use leaks::{LeakSuspect, leak_suspects};
 pub use oom::{OomReport, Verdict, oom_reports};

@@ -1,0 +1,231 @@
+//! Two snapshots side by side: what changed from one run to the next (a fix, a larger batch, a
+//! new PyTorch). Call sites are matched by their label frame (file, line, function): that survives
+//! across runs of the same code, where addresses, stack ids and event positions do not.
+
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+
+use super::index::Index;
+use super::{leak_suspects, oom_reports, stacks_at, summary};
+use crate::frames::FrameView;
+use crate::model::Snapshot;
+
+/// One snapshot of the pair: its tables, its index and the device to compare.
+#[derive(Clone, Copy)]
+pub struct Side<'a> {
+    pub snap: &'a Snapshot,
+    pub index: &'a Index,
+    pub device: i32,
+}
+
+/// A headline figure in both snapshots.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct FigureDelta {
+    pub name: &'static str,
+    pub a: u64,
+    pub b: u64,
+    /// `b - a`.
+    pub delta: i64,
+    /// Bytes (true) or a count.
+    pub bytes: bool,
+}
+
+/// Memory one call site holds at each snapshot's peak.
+#[derive(Clone, Debug, Serialize)]
+pub struct SiteDelta {
+    pub site: Option<FrameView>,
+    pub a_bytes: u64,
+    pub b_bytes: u64,
+    /// `b_bytes - a_bytes`.
+    pub delta_bytes: i64,
+    pub a_count: u32,
+    pub b_count: u32,
+    /// The largest stack of the site, from the side that holds more.
+    pub frames: Vec<FrameView>,
+}
+
+/// A leak suspect's call site and what each snapshot says of it.
+#[derive(Clone, Debug, Serialize)]
+pub struct LeakDelta {
+    pub site: Option<FrameView>,
+    /// Bytes still alive at the end from this site, where it is a suspect in that snapshot.
+    pub a_bytes: Option<u64>,
+    pub b_bytes: Option<u64>,
+    pub frames: Vec<FrameView>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Diff {
+    pub device_a: i32,
+    pub device_b: i32,
+    pub figures: Vec<FigureDelta>,
+    /// Call sites at each side's peak, the largest change first; sites equal in both left out.
+    pub sites_at_peak: Vec<SiteDelta>,
+    /// Sites that hold the same bytes in both (not listed in `sites_at_peak`).
+    pub unchanged_sites: usize,
+    /// Leak suspects of either side: new in B, gone in B, or in both.
+    pub leaks: Vec<LeakDelta>,
+}
+
+type SiteKey = Option<(String, u32, String)>;
+
+fn key(site: &Option<FrameView>) -> SiteKey {
+    site.as_ref()
+        .map(|f| (f.filename.clone(), f.line, f.name.clone()))
+}
+
+fn figure(name: &'static str, a: u64, b: u64, bytes: bool) -> FigureDelta {
+    FigureDelta {
+        name,
+        a,
+        b,
+        delta: b as i64 - a as i64,
+        bytes,
+    }
+}
+
+/// Compares `b` against `a`; at most `max_sites` call sites are listed.
+pub fn compare(a: Side, b: Side, max_sites: usize) -> Diff {
+    let (sa, sb) = (summary(a.snap, a.index), summary(b.snap, b.index));
+    let peak = |s: &super::Summary, d: i32| {
+        s.devices
+            .get(&d.to_string())
+            .map_or(0, |d| d.peak_live_bytes)
+    };
+    let entries = |side: Side| side.index.device(side.device).map_or(0, |d| d.len as u64);
+    let (la, lb) = (
+        leak_suspects(a.snap, a.index, usize::MAX),
+        leak_suspects(b.snap, b.index, usize::MAX),
+    );
+    let (oa, ob) = (
+        oom_reports(a.snap, a.index, None),
+        oom_reports(b.snap, b.index, None),
+    );
+    let figures = vec![
+        figure(
+            "peak live bytes",
+            peak(&sa, a.device),
+            peak(&sb, b.device),
+            true,
+        ),
+        figure(
+            "reserved at the snapshot",
+            sa.reserved_bytes,
+            sb.reserved_bytes,
+            true,
+        ),
+        figure(
+            "allocated at the snapshot",
+            sa.allocated_bytes,
+            sb.allocated_bytes,
+            true,
+        ),
+        figure("segments", sa.segments, sb.segments, false),
+        figure("trace events", entries(a), entries(b), false),
+        figure(
+            "leak suspects",
+            la.iter().filter(|l| l.device == a.device).count() as u64,
+            lb.iter().filter(|l| l.device == b.device).count() as u64,
+            false,
+        ),
+        figure("OOMs", oa.len() as u64, ob.len() as u64, false),
+    ];
+
+    // Call sites at each side's peak, joined by label frame.
+    let sites_of = |side: Side| {
+        stacks_at(side.snap, side.index, side.device, None, usize::MAX)
+            .map(|r| r.sites)
+            .unwrap_or_default()
+    };
+    let mut joined: FxHashMap<SiteKey, SiteDelta> = FxHashMap::default();
+    let mut order: Vec<SiteKey> = Vec::new();
+    for (is_b, sites) in [(false, sites_of(a)), (true, sites_of(b))] {
+        for s in sites {
+            let k = key(&s.site);
+            let d = joined.entry(k.clone()).or_insert_with(|| {
+                order.push(k);
+                SiteDelta {
+                    site: s.site.clone(),
+                    a_bytes: 0,
+                    b_bytes: 0,
+                    delta_bytes: 0,
+                    a_count: 0,
+                    b_count: 0,
+                    frames: Vec::new(),
+                }
+            });
+            let larger = if is_b {
+                d.b_bytes += s.bytes;
+                d.b_count += s.count;
+                d.b_bytes > d.a_bytes
+            } else {
+                d.a_bytes += s.bytes;
+                d.a_count += s.count;
+                true
+            };
+            if larger {
+                d.frames = s.frames;
+            }
+        }
+    }
+    let mut sites: Vec<SiteDelta> = order
+        .into_iter()
+        .filter_map(|k| joined.remove(&k))
+        .map(|mut d| {
+            d.delta_bytes = d.b_bytes as i64 - d.a_bytes as i64;
+            d
+        })
+        .collect();
+    let total = sites.len();
+    sites.retain(|d| d.delta_bytes != 0 || d.a_count != d.b_count);
+    let unchanged_sites = total - sites.len();
+    sites.sort_by(|x, y| {
+        y.delta_bytes
+            .unsigned_abs()
+            .cmp(&x.delta_bytes.unsigned_abs())
+            .then(y.b_bytes.max(y.a_bytes).cmp(&x.b_bytes.max(x.a_bytes)))
+    });
+    sites.truncate(max_sites);
+
+    // Leak suspects of either side, by site.
+    let mut leaks: Vec<LeakDelta> = Vec::new();
+    for (is_b, list, device) in [(false, &la, a.device), (true, &lb, b.device)] {
+        for l in list.iter().filter(|l| l.device == device) {
+            let k = key(&l.site);
+            let i = match leaks.iter().position(|d| key(&d.site) == k) {
+                Some(i) => i,
+                None => {
+                    leaks.push(LeakDelta {
+                        site: l.site.clone(),
+                        a_bytes: None,
+                        b_bytes: None,
+                        frames: l.frames.clone(),
+                    });
+                    leaks.len() - 1
+                }
+            };
+            let slot = if is_b {
+                &mut leaks[i].b_bytes
+            } else {
+                &mut leaks[i].a_bytes
+            };
+            *slot = Some(slot.unwrap_or(0) + l.bytes);
+        }
+    }
+    // New in B first, then the largest.
+    leaks.sort_by_key(|l| {
+        (
+            l.a_bytes.is_some(),
+            std::cmp::Reverse(l.b_bytes.unwrap_or(0).max(l.a_bytes.unwrap_or(0))),
+        )
+    });
+
+    Diff {
+        device_a: a.device,
+        device_b: b.device,
+        figures,
+        sites_at_peak: sites,
+        unchanged_sites,
+        leaks,
+    }
+}
