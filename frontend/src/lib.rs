@@ -4,6 +4,7 @@
 //! draws them on canvases.
 
 mod api;
+mod diff;
 mod fmt;
 mod library;
 mod live;
@@ -33,6 +34,7 @@ fn App() -> impl IntoView {
                 <Routes fallback=|| view! { <p class="error">"No such page."</p> }>
                     <Route path=path!("/") view=library::Library/>
                     <Route path=path!("/s/:id") view=snapshot::SnapshotPage/>
+                    <Route path=path!("/diff/:a/:b") view=diff::DiffPage/>
                     <Route path=path!("/live") view=live::FleetPage/>
                     <Route path=path!("/live/gpu/:uuid") view=live::GpuPage/>
                     <Route path=path!("/live/process/:host/:pid") view=live::ProcessPage/>

@@ -270,6 +270,8 @@ pub fn Library() -> impl IntoView {
 
 #[component]
 fn LibraryTable(list: Vec<Info>, refresh: RwSignal<u32>) -> impl IntoView {
+    // Snapshots ticked for comparing: (id, upload time); two make a diff, older one first.
+    let picked: RwSignal<Vec<(String, f64)>> = RwSignal::new(Vec::new());
     let rows = list
         .into_iter()
         .map(|s| {
@@ -304,9 +306,23 @@ fn LibraryTable(list: Vec<Info>, refresh: RwSignal<u32>) -> impl IntoView {
                     }
                 }
             };
+            let pick = {
+                let (id, at) = (id.clone(), s.uploaded_at_ms);
+                move |ev: web_sys::Event| {
+                    let on = event_target::<web_sys::HtmlInputElement>(&ev).checked();
+                    picked.update(|p| {
+                        p.retain(|(i, _)| *i != id);
+                        if on {
+                            p.push((id.clone(), at));
+                        }
+                    });
+                }
+            };
             view! {
                 <tr data-id=id.clone()>
-                    <td>
+                    <td class="nowrap">
+                        <input type="checkbox" class="pick" title="compare" on:change=pick/>
+                        " "
                         <a class="permalink" href=format!("/s/{id}")>"open"</a>
                     </td>
                     <td>
@@ -330,7 +346,26 @@ fn LibraryTable(list: Vec<Info>, refresh: RwSignal<u32>) -> impl IntoView {
             }
         })
         .collect_view();
+    let compare = move || {
+        let mut p = picked.get();
+        (p.len() == 2).then(|| {
+            p.sort_by(|a, b| a.1.total_cmp(&b.1));
+            format!("/diff/{}/{}", p[0].0, p[1].0)
+        })
+    };
     view! {
+        <p class="compare-bar">
+            {move || match compare() {
+                Some(href) => view! {
+                    <a class="compare" href=href>"compare the two ticked snapshots (older → newer)"</a>
+                }
+                .into_any(),
+                None => view! {
+                    <span class="hint">"Tick two snapshots to compare them."</span>
+                }
+                .into_any(),
+            }}
+        </p>
         <table class="snapshots">
             <thead>
                 <tr>

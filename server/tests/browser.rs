@@ -232,6 +232,107 @@ async fn dashboard_end_to_end() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_runs_compared_from_the_library() {
+    let data = std::env::temp_dir().join(format!("memscope-e2e-diff-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data);
+    let base = common::start_server(&data.join("lib")).await;
+    let (_driver, driver_port) = start_chromedriver();
+    let c = browser(driver_port, &data.join("profile")).await;
+    // The harness's steady run first, then the run with a leak planted at scenarios.py:103.
+    for name in ["steady.pickle", "leak_list.pickle"] {
+        c.goto(&base).await.unwrap();
+        upload(&c, &root().join("tests/fixtures/harness").join(name)).await;
+        wait_js(&c, "location.pathname.startsWith('/s/')", name).await;
+    }
+    c.goto(&base).await.unwrap();
+    wait_js(
+        &c,
+        "document.querySelectorAll('input.pick').length == 2",
+        "two rows",
+    )
+    .await;
+    assert!(
+        wait_js(
+            &c,
+            "document.querySelector('.compare-bar').innerText",
+            "hint"
+        )
+        .await
+        .as_str()
+        .unwrap()
+        .contains("Tick two")
+    );
+    c.execute(
+        "document.querySelectorAll('input.pick').forEach(b => b.click());",
+        vec![],
+    )
+    .await
+    .unwrap();
+    wait_js(
+        &c,
+        "document.querySelector('a.compare')",
+        "the compare link",
+    )
+    .await;
+    c.execute("document.querySelector('a.compare').click();", vec![])
+        .await
+        .unwrap();
+    wait_js(
+        &c,
+        "location.pathname.startsWith('/diff/')",
+        "the diff page",
+    )
+    .await;
+    wait_js(&c, "document.querySelector('tr.leak-row')", "the leak rows").await;
+    // Older run is A: the planted leak is new in B, and the largest change at the peak.
+    let leak = wait_js(
+        &c,
+        "document.querySelector('tr.leak-row').innerText",
+        "leak row",
+    )
+    .await;
+    let leak = leak.as_str().unwrap();
+    assert!(
+        leak.contains("scenarios.py:103") && leak.contains("new in B"),
+        "{leak}"
+    );
+    let site = wait_js(
+        &c,
+        "document.querySelector('tr.site-row').innerText",
+        "site row",
+    )
+    .await;
+    let site = site.as_str().unwrap();
+    assert!(
+        site.contains("scenarios.py:103") && site.contains("+"),
+        "{site}"
+    );
+    let figures = wait_js(
+        &c,
+        "document.querySelector('table.diff-figures').innerText",
+        "figures",
+    )
+    .await;
+    assert!(
+        figures.as_str().unwrap().contains("leak suspects"),
+        "{figures}"
+    );
+    screenshot(&c, "diff").await;
+    // Swapping makes the leak gone in B.
+    c.execute("document.querySelector('a.swap').click();", vec![])
+        .await
+        .unwrap();
+    wait_js(
+        &c,
+        "document.querySelector('tr.leak-row') && document.querySelector('tr.leak-row').innerText.includes('gone in B')",
+        "the swapped diff",
+    )
+    .await;
+    c.close().await.unwrap();
+    let _ = std::fs::remove_dir_all(&data);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn live_pages_show_the_outside_pytorch_band_and_update_without_reload() {
     use common::scenario::{GIB, MIB, alloc, batch, scenario};
     let data = std::env::temp_dir().join(format!("memscope-e2e-live-{}", std::process::id()));
