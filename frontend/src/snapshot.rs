@@ -35,7 +35,9 @@ impl UrlState {
     pub fn set(&self, changes: &[(&str, Option<String>)]) {
         let mut pairs: Vec<(String, String)> = Vec::new();
         let q = self.query.get_untracked();
-        for key in ["view", "device", "from", "to", "axis", "pos", "filter"] {
+        for key in [
+            "view", "device", "from", "to", "axis", "pos", "filter", "frames",
+        ] {
             let v = match changes.iter().find(|(k, _)| *k == key) {
                 Some((_, v)) => v.clone(),
                 None => q.get(key),
@@ -316,14 +318,32 @@ fn Ooms(report: Value) -> impl IntoView {
 #[component]
 fn Stacks() -> impl IntoView {
     let url: UrlState = expect_context();
+    let python_only = Memo::new(move |_| url.get("frames").as_deref() == Some("python"));
     let data = LocalResource::new(move || {
-        let (id, pos) = (url.id.get(), url.get("pos"));
+        let (id, pos, py) = (url.id.get(), url.get("pos"), python_only.get());
         async move {
-            let q = pos.map(|p| format!("?position={p}")).unwrap_or_default();
-            api::get::<Value>(&format!("/api/snapshots/{id}/stacks{q}")).await
+            let mut q = vec![];
+            if let Some(p) = pos {
+                q.push(format!("position={p}"));
+            }
+            if py {
+                q.push("frames=python".to_string());
+            }
+            api::get::<Value>(&format!("/api/snapshots/{id}/stacks?{}", q.join("&"))).await
         }
     });
     view! {
+        <label class="python-only">
+            <input
+                type="checkbox"
+                prop:checked=move || python_only.get()
+                on:change=move |ev| {
+                    let on = event_target_checked(&ev);
+                    url.set(&[("frames", on.then(|| "python".to_string()))]);
+                }
+            />
+            " Python frames only (hide C++ frames in the tree)"
+        </label>
         {move || match data.get() {
             None => view! { <p>"loading…"</p> }.into_any(),
             Some(Err(e)) => view! { <p class="error">{e}</p> }.into_any(),

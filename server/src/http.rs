@@ -697,6 +697,8 @@ struct PositionQuery {
     /// Position in the device's trace (after that many events); default: the end (state) or
     /// the peak (stacks).
     position: Option<u32>,
+    /// Stacks only: `python` builds the flame tree from Python frames only.
+    frames: Option<String>,
 }
 
 async fn state_at(
@@ -729,7 +731,16 @@ async fn stacks(
 ) -> ApiResult<Response> {
     let r = query(&s, &id, move |m| {
         let device = device_of(m, q.device)?.device;
-        analysis::stacks_at(&m.snap, &m.index, device, q.position, 200)
+        let frames = match q.frames.as_deref() {
+            None | Some("all") => analysis::FlameFrames::All,
+            Some("python") => analysis::FlameFrames::PythonOnly,
+            Some(other) => {
+                return Err(ApiError::BadRequest(format!(
+                    "frames={other}: use all or python"
+                )));
+            }
+        };
+        analysis::stacks_at_with(&m.snap, &m.index, device, q.position, 200, frames)
             .ok_or_else(|| ApiError::BadRequest("no trace".into()))
     })
     .await?;

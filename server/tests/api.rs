@@ -310,6 +310,30 @@ async fn queries_answer_from_the_model() {
     )
     .await;
     assert_eq!(k["sites"][0]["site"]["line"], 181);
+    // The flame tree from Python frames only: same total, no C++ frame.
+    let (st, py) = call(
+        &state,
+        "GET",
+        &format!("/api/snapshots/{id}/stacks?frames=python"),
+        vec![],
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(py["flame"]["bytes"], k["flame"]["bytes"]);
+    assert!(k["flame"].to_string().contains(".cpp\""));
+    let text = py["flame"].to_string();
+    assert!(
+        !text.contains(".cpp\"") && text.contains("gen_snapshots.py"),
+        "{text}"
+    );
+    let (st, _) = call(
+        &state,
+        "GET",
+        &format!("/api/snapshots/{id}/stacks?frames=rust"),
+        vec![],
+    )
+    .await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
 
     let (_, f) = call(
         &state,

@@ -174,6 +174,30 @@ async fn dashboard_end_to_end() {
     )
     .await;
     screenshot(&c, "stacks").await;
+    // Python frames only: the icicle loses its C++ frames, keeps the planted line, and the choice
+    // is in the URL.
+    assert!(
+        wait_js(&c, "document.querySelector('.icicle').innerText", "icicle")
+            .await
+            .as_str()
+            .unwrap()
+            .contains("at::")
+    );
+    c.execute(
+        "document.querySelector('label.python-only input').click();",
+        vec![],
+    )
+    .await
+    .unwrap();
+    wait_js(
+        &c,
+        "location.search.includes('frames=python') && document.querySelector('.icicle') && !document.querySelector('.icicle').innerText.includes('at::')",
+        "the Python-only icicle",
+    )
+    .await;
+    let icicle = wait_js(&c, "document.querySelector('.icicle').innerText", "icicle").await;
+    assert!(icicle.as_str().unwrap().contains("run"), "{icicle}");
+    screenshot(&c, "stacks-python").await;
     // Sorting by call site name puts the header arrow there.
     c.execute("[...document.querySelectorAll('th.sortable')].find(t => t.innerText.startsWith('call site')).click()", vec![]).await.unwrap();
     wait_js(&c, "[...document.querySelectorAll('th.sortable')].some(t => t.innerText.includes('call site ▼'))", "sorted by site").await;

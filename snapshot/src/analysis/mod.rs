@@ -18,7 +18,7 @@ pub use diff::{Diff, Side, compare};
 pub use index::Index;
 pub use leaks::{LeakSuspect, leak_suspects};
 pub use oom::{OomReport, Verdict, oom_reports};
-pub use stacks::{StackReport, stacks_at};
+pub use stacks::{FlameFrames, StackReport, stacks_at, stacks_at_with};
 pub use state::{AllocatorState, Fragmentation, PoolFragmentation, final_state, state_at};
 pub use summary::{DeviceSummary, Summary, Warning, summary, warnings};
 pub use timeline::{Axis, Timeline, allocations_in_window, timeline};

@@ -64,6 +64,28 @@ pub fn stacks_at(
     p: Option<u32>,
     max_sites: usize,
 ) -> Option<StackReport> {
+    stacks_at_with(snap, index, device, p, max_sites, FlameFrames::All)
+}
+
+/// Which frames the flame tree is built from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlameFrames {
+    /// Every frame but noise (C++ included, when the snapshot recorded it).
+    All,
+    /// Python frames only: the tree a Python user reads. Allocations with no Python frame at all
+    /// (a library's workspace, say) sit under one node, `(no Python frames)`.
+    PythonOnly,
+}
+
+/// [`stacks_at`], choosing the flame tree's frames.
+pub fn stacks_at_with(
+    snap: &Snapshot,
+    index: &Index,
+    device: i32,
+    p: Option<u32>,
+    max_sites: usize,
+    frames: FlameFrames,
+) -> Option<StackReport> {
     let d = index.device(device)?;
     let p = p.unwrap_or(d.peak_position).min(d.len);
     let per_stack = live_by_stack(index, device, p);
@@ -100,20 +122,33 @@ pub fn stacks_at(
         let mut node = &mut root;
         node.bytes += bytes;
         node.count += count;
-        for f in fc.filtered(snap, stack).into_iter().rev() {
-            let fv = snap.frame(f);
-            let (name, file) = (snap.str(fv.name), snap.str(fv.filename));
+        let mut path: Vec<(&str, &str, u32)> = fc
+            .filtered(snap, stack)
+            .into_iter()
+            .rev()
+            .map(|f| {
+                let fv = snap.frame(f);
+                (snap.str(fv.name), snap.str(fv.filename), fv.line)
+            })
+            .collect();
+        if frames == FlameFrames::PythonOnly {
+            path.retain(|&(_, file, _)| !crate::frames::is_cpp(file));
+            if path.is_empty() {
+                path.push(("(no Python frames)", "", 0));
+            }
+        }
+        for (name, file, line) in path {
             let i = match node
                 .children
                 .iter()
-                .position(|c| c.name == name && c.filename == file && c.line == fv.line)
+                .position(|c| c.name == name && c.filename == file && c.line == line)
             {
                 Some(i) => i,
                 None => {
                     node.children.push(FlameNode {
                         name: name.to_string(),
                         filename: file.to_string(),
-                        line: fv.line,
+                        line,
                         bytes: 0,
                         count: 0,
                         children: Vec::new(),
