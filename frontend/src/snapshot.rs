@@ -149,6 +149,7 @@ fn Overview(report: Value) -> impl IntoView {
                 {kv("OOMs", r["ooms"].as_array().map_or(0, |a| a.len()).to_string())}
                 {kv("format", format!("{} {} ({})", r["format"]["encoding"].as_str().unwrap_or(""), r["format"]["layout"].as_str().unwrap_or(""), r["format"]["compression"].as_str().unwrap_or("")))}
             </div>
+            <CompareWith/>
             <h3>"Warnings"</h3>
             {if warnings.is_empty() {
                 view! { <p class="ok">"none"</p> }.into_any()
@@ -194,6 +195,46 @@ fn Overview(report: Value) -> impl IntoView {
                 {if settings.is_null() { "not recorded (before PyTorch 2.3)".to_string() } else { serde_json::to_string_pretty(&settings).unwrap_or_default() }}
             </pre>
         </section>
+    }
+}
+
+/// "Compare with …": another snapshot of the library as A, this one as B (`/diff/A/B`).
+#[component]
+fn CompareWith() -> impl IntoView {
+    let url: UrlState = expect_context();
+    let others = LocalResource::new(move || {
+        let id = url.id.get();
+        async move {
+            api::get::<Vec<crate::library::Info>>("/api/snapshots")
+                .await
+                .map(|l| l.into_iter().filter(|s| s.id != id).collect::<Vec<_>>())
+        }
+    });
+    let chosen = RwSignal::new(String::new());
+    view! {
+        {move || match others.get() {
+            Some(Ok(list)) if !list.is_empty() => {
+                if chosen.get_untracked().is_empty() {
+                    chosen.set(list[0].id.clone());
+                }
+                view! {
+                    <p class="compare-with">
+                        "Compare with "
+                        <select on:change=move |ev| chosen.set(event_target_value(&ev))>
+                            {list.into_iter().map(|s| view! {
+                                <option value=s.id.clone()>{format!("{} ({})", s.name, fmt::date(s.uploaded_at_ms))}</option>
+                            }).collect_view()}
+                        </select>
+                        " "
+                        <a class="compare" href=move || format!("/diff/{}/{}", chosen.get(), url.id.get())>
+                            "compare (that one as A, this one as B)"
+                        </a>
+                    </p>
+                }
+                .into_any()
+            }
+            _ => ().into_any(),
+        }}
     }
 }
 

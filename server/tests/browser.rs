@@ -96,6 +96,25 @@ async fn dashboard_end_to_end() {
         "the overview",
     )
     .await;
+    // The overview offers the other snapshot as A for a comparison with this one as B.
+    let leak_id = leak_url
+        .split('?')
+        .next()
+        .unwrap()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .to_string();
+    let href = wait_js(
+        &c,
+        "document.querySelector('.compare-with a.compare') && document.querySelector('.compare-with a.compare').getAttribute('href')",
+        "the compare-with link",
+    )
+    .await;
+    assert_eq!(
+        href.as_str().unwrap(),
+        format!("{}/{leak_id}", oom_path.replace("/s/", "/diff/"))
+    );
     screenshot(&c, "overview").await;
 
     open_tab(&c, "timeline").await;
