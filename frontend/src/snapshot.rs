@@ -264,6 +264,7 @@ fn sparkline(values: &[f64]) -> impl IntoView + use<> {
 
 #[component]
 fn Leaks(report: Value) -> impl IntoView {
+    let url: UrlState = expect_context();
     let suspects = report["leak_suspects"]
         .as_array()
         .cloned()
@@ -282,6 +283,17 @@ fn Leaks(report: Value) -> impl IntoView {
                 .map(|(i, l)| {
                     let series: Vec<f64> = l["series"].as_array().map(|a| a.iter().map(|p| p["live_bytes"].as_f64().unwrap_or(0.0)).collect()).unwrap_or_default();
                     let site = if l["site"].is_null() { "(no frames)".to_string() } else { fmt::frame(&l["site"]) };
+                    // The timeline greys every allocation whose stack does not contain this text.
+                    let needle = format!(
+                        "{}:{}",
+                        l["site"]["filename"].as_str().unwrap_or("").rsplit('/').next().unwrap_or(""),
+                        l["site"]["line"]
+                    );
+                    let on_timeline = format!(
+                        "/s/{}?view=timeline&filter={}",
+                        url.id.get_untracked(),
+                        js_sys::encode_uri_component(&needle)
+                    );
                     view! {
                         <article class="suspect">
                             <h3>
@@ -298,6 +310,12 @@ fn Leaks(report: Value) -> impl IntoView {
                                 )}
                             </p>
                             {sparkline(&series)}
+                            <p class="leak-links">
+                                {format!("made between events {} and {}. ", l["first_position"], l["last_position"])}
+                                {(!l["site"].is_null()).then(|| view! {
+                                    <a class="on-timeline" href=on_timeline>"show its allocations on the timeline"</a>
+                                })}
+                            </p>
                             <details>
                                 <summary>"stack"</summary>
                                 {frames_list(&l["frames"], 60)}

@@ -255,6 +255,23 @@ async fn dashboard_end_to_end() {
         .await
             == "leaks"
     );
+    // From the suspect to its allocations on the timeline: the filter is set to its line.
+    c.execute("document.querySelector('a.on-timeline').click();", vec![])
+        .await
+        .unwrap();
+    wait_js(
+        &c,
+        "location.search.includes('view=timeline') && document.querySelector('input.filter') && document.querySelector('input.filter').value == 'gen_snapshots.py:126'",
+        "the timeline filtered to the suspect",
+    )
+    .await;
+    wait_js(
+        &c,
+        &format!("{CANVAS_PIXELS} > 5000"),
+        "the filtered timeline drawn",
+    )
+    .await;
+    screenshot(&c, "leak-on-timeline").await;
 
     // The OOM view of the other snapshot.
     c.goto(&format!("{base}{oom_path}?view=oom")).await.unwrap();
