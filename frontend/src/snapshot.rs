@@ -31,6 +31,16 @@ impl UrlState {
     pub fn get_f64(&self, key: &str) -> Option<f64> {
         self.get(key).and_then(|v| v.parse().ok())
     }
+    /// The device chosen in the URL (none: the server's default, the first with a trace).
+    pub fn device(&self) -> Option<i32> {
+        self.get("device").and_then(|v| v.parse().ok())
+    }
+    /// `&device=N` for API queries when a device is chosen, else nothing.
+    pub fn device_query(&self) -> String {
+        self.device()
+            .map(|d| format!("&device={d}"))
+            .unwrap_or_default()
+    }
     /// Replaces some query keys (None removes) and navigates, keeping the others.
     pub fn set(&self, changes: &[(&str, Option<String>)]) {
         let mut pairs: Vec<(String, String)> = Vec::new();
@@ -72,6 +82,7 @@ pub fn SnapshotPage() -> impl IntoView {
         query: Memo::new(move |_| query.get()),
     };
     let view_name = Memo::new(move |_| url.get("view").unwrap_or_else(|| "overview".into()));
+    let device = Memo::new(move |_| url.device());
     let report = LocalResource::new(move || {
         let id = id.get();
         async move { api::get::<Value>(&format!("/api/snapshots/{id}")).await }
@@ -103,11 +114,14 @@ pub fn SnapshotPage() -> impl IntoView {
                     })
                     .collect_view()}
             </nav>
+            {move || report.get().and_then(|r| r.ok()).map(|r| device_picker(&r, url))}
         </div>
         {move || match report.get() {
             None => view! { <p>"loading…"</p> }.into_any(),
             Some(Err(e)) => view! { <p class="error">{e}</p> }.into_any(),
             Some(Ok(r)) => {
+                // A new device mounts the view afresh (its event count, its positions).
+                let _ = device.get();
                 match view_name.get().as_str() {
                     "timeline" => view! { <crate::timeline::TimelineView report=r/> }.into_any(),
                     "segments" => view! { <Segments report=r/> }.into_any(),
@@ -119,6 +133,59 @@ pub fn SnapshotPage() -> impl IntoView {
             }
         }}
     }
+}
+
+/// Devices with a trace, in order.
+pub fn traced_devices(report: &Value) -> Vec<(i32, u64)> {
+    let mut v: Vec<(i32, u64)> = report["devices"]
+        .as_object()
+        .map(|d| {
+            d.iter()
+                .filter_map(|(k, v)| Some((k.parse().ok()?, v["entries"].as_u64().unwrap_or(0))))
+                .filter(|&(_, n)| n > 0)
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort_unstable();
+    v
+}
+
+/// The device whose views are shown: the URL's, else the first with a trace.
+pub fn shown_device(report: &Value, url: UrlState) -> Option<i32> {
+    url.device()
+        .or_else(|| traced_devices(report).first().map(|d| d.0))
+}
+
+/// A choice of device when the snapshot traced more than one; the views follow it.
+fn device_picker(report: &Value, url: UrlState) -> impl IntoView + use<> {
+    let devices = traced_devices(report);
+    let shown = shown_device(report, url);
+    (devices.len() > 1).then(|| {
+        view! {
+            <label class="device-picker">
+                "device "
+                <select on:change=move |ev| {
+                    url.set(&[
+                        ("device", Some(event_target_value(&ev))),
+                        ("from", None),
+                        ("to", None),
+                        ("pos", None),
+                    ])
+                }>
+                    {devices
+                        .into_iter()
+                        .map(|(d, n)| {
+                            view! {
+                                <option value=d.to_string() selected=Some(d) == shown>
+                                    {format!("cuda:{d} ({} events)", fmt::count(n))}
+                                </option>
+                            }
+                        })
+                        .collect_view()}
+                </select>
+            </label>
+        }
+    })
 }
 
 fn kv(label: &'static str, value: String) -> impl IntoView {
@@ -290,8 +357,9 @@ fn Leaks(report: Value) -> impl IntoView {
                         l["site"]["line"]
                     );
                     let on_timeline = format!(
-                        "/s/{}?view=timeline&filter={}",
+                        "/s/{}?view=timeline&device={}&filter={}",
                         url.id.get_untracked(),
+                        l["device"],
                         js_sys::encode_uri_component(&needle)
                     );
                     view! {
@@ -331,6 +399,7 @@ fn Leaks(report: Value) -> impl IntoView {
 
 #[component]
 fn Ooms(report: Value) -> impl IntoView {
+    let url: UrlState = expect_context();
     let ooms = report["ooms"].as_array().cloned().unwrap_or_default();
     if ooms.is_empty() {
         return view! { <p class="ok">"No out-of-memory events in this trace."</p> }.into_any();
@@ -355,6 +424,22 @@ fn Ooms(report: Value) -> impl IntoView {
                                 {kv("cached free", fmt::bytes_of(&o["cached_free_bytes"]))}
                                 {kv("largest free block", fmt::bytes_of(&o["largest_free_block_bytes"]))}
                             </div>
+                            <p class="oom-links">
+                                "At this moment: "
+                                <a
+                                    class="oom-segments"
+                                    href=format!("/s/{}?view=segments&device={}&pos={}", url.id.get_untracked(), o["device"], o["position"])
+                                >
+                                    "the allocator's segments"
+                                </a>
+                                " · "
+                                <a
+                                    class="oom-stacks"
+                                    href=format!("/s/{}?view=stacks&device={}&pos={}", url.id.get_untracked(), o["device"], o["position"])
+                                >
+                                    "memory by stack"
+                                </a>
+                            </p>
                             <h4>"Largest call sites at the OOM"</h4>
                             <ul>
                                 {o["largest_sites"]
@@ -379,7 +464,12 @@ fn Stacks() -> impl IntoView {
     let url: UrlState = expect_context();
     let python_only = Memo::new(move |_| url.get("frames").as_deref() == Some("python"));
     let data = LocalResource::new(move || {
-        let (id, pos, py) = (url.id.get(), url.get("pos"), python_only.get());
+        let (id, pos, py, device) = (
+            url.id.get(),
+            url.get("pos"),
+            python_only.get(),
+            url.device(),
+        );
         async move {
             let mut q = vec![];
             if let Some(p) = pos {
@@ -387,6 +477,9 @@ fn Stacks() -> impl IntoView {
             }
             if py {
                 q.push("frames=python".to_string());
+            }
+            if let Some(d) = device {
+                q.push(format!("device={d}"));
             }
             api::get::<Value>(&format!("/api/snapshots/{id}/stacks?{}", q.join("&"))).await
         }
@@ -429,7 +522,8 @@ fn SegmentTimeline(pos: Memo<u64>, events: u64) -> impl IntoView {
     let canvas = NodeRef::<leptos::html::Canvas>::new();
     let spans = LocalResource::new(move || {
         let id = url.id.get();
-        async move { api::get::<Value>(&format!("/api/snapshots/{id}/segments")).await }
+        let dq = url.device_query();
+        async move { api::get::<Value>(&format!("/api/snapshots/{id}/segments?{dq}")).await }
     });
     Effect::new(move |_| {
         let (Some(Ok(d)), Some(c)) = (spans.get(), canvas.get()) else {
@@ -577,11 +671,11 @@ fn icicle(node: &Value, total: f64, depth: usize) -> AnyView {
 #[component]
 fn Segments(report: Value) -> impl IntoView {
     let url: UrlState = expect_context();
-    let events: u64 = report["devices"]
-        .as_object()
-        .and_then(|d| d.values().next())
-        .and_then(|d| d["entries"].as_u64())
-        .unwrap_or(0);
+    let device = shown_device(&report, url);
+    let events: u64 = traced_devices(&report)
+        .into_iter()
+        .find(|d| Some(d.0) == device)
+        .map_or(0, |d| d.1);
     let pos = Memo::new(move |_| {
         url.get("pos")
             .and_then(|p| p.parse::<u64>().ok())
@@ -590,7 +684,8 @@ fn Segments(report: Value) -> impl IntoView {
     });
     let data = LocalResource::new(move || {
         let (id, p) = (url.id.get(), pos.get());
-        async move { api::get::<Value>(&format!("/api/snapshots/{id}/state?position={p}")).await }
+        let dq = url.device_query();
+        async move { api::get::<Value>(&format!("/api/snapshots/{id}/state?position={p}{dq}")).await }
     });
     let step = move |d: i64| {
         let p = (pos.get_untracked() as i64 + d).clamp(0, events as i64);

@@ -359,7 +359,7 @@ pub fn TimelineView(report: Value) -> impl IntoView {
     let mini = NodeRef::<Canvas>::new();
     let window = Memo::new(move |_| (url.get_f64("from"), url.get_f64("to"), url.get("axis")));
     let data = LocalResource::new(move || {
-        let (id, (from, to, axis)) = (url.id.get(), window.get());
+        let (id, (from, to, axis), dq) = (url.id.get(), window.get(), url.device_query());
         async move {
             let mut q = format!("buckets={}&allocations=3000", (W - LEFT) as u32);
             if let (Some(a), Some(b)) = (from, to) {
@@ -368,13 +368,14 @@ pub fn TimelineView(report: Value) -> impl IntoView {
             if let Some(ax) = axis {
                 q += &format!("&axis={ax}");
             }
+            q += &dq;
             api::get::<Resp>(&format!("/api/snapshots/{id}/timeline?{q}")).await
         }
     });
     let overview = LocalResource::new(move || {
-        let (id, axis) = (url.id.get(), url.get("axis"));
+        let (id, axis, dq) = (url.id.get(), url.get("axis"), url.device_query());
         async move {
-            let q = axis.map(|a| format!("&axis={a}")).unwrap_or_default();
+            let q = axis.map(|a| format!("&axis={a}")).unwrap_or_default() + &dq;
             api::get::<Resp>(&format!(
                 "/api/snapshots/{id}/timeline?buckets=600&allocations=0{q}"
             ))

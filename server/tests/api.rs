@@ -427,6 +427,41 @@ async fn diff_finds_what_changed_between_two_runs() {
 }
 
 #[tokio::test]
+async fn each_device_of_a_snapshot_is_queried_on_its_own() {
+    // steady_train on device 0, leak_detached_cache on device 1 (tests/fixtures/make_variants.py).
+    let (dir, state) = open_state("devices").await;
+    let id = upload_fixture(&state, "variants/two_devices.pickle").await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let get = |q: String| {
+        let state = state.clone();
+        async move { call(&state, "GET", &q, vec![]).await }
+    };
+    let (_, t0) = get(format!("/api/snapshots/{id}/timeline?buckets=10")).await;
+    let (_, t1) = get(format!("/api/snapshots/{id}/timeline?buckets=10&device=1")).await;
+    assert_eq!(
+        (
+            t0["timeline"]["events"].as_u64(),
+            t1["timeline"]["events"].as_u64()
+        ),
+        (Some(5356), Some(4936))
+    );
+    let (_, r) = get(format!("/api/snapshots/{id}")).await;
+    let (_, k1) = get(format!("/api/snapshots/{id}/stacks?device=1")).await;
+    assert_eq!(k1["device"], 1);
+    assert_eq!(k1["total_bytes"], r["devices"]["1"]["peak_live_bytes"]);
+    assert_ne!(k1["total_bytes"], r["devices"]["0"]["peak_live_bytes"]);
+    let (_, s1) = get(format!("/api/snapshots/{id}/state?device=1")).await;
+    assert_eq!(s1["segments"].as_array().unwrap().len(), 11);
+    let (_, spans) = get(format!("/api/snapshots/{id}/segments?device=1")).await;
+    assert_eq!(spans["events"], 4936);
+    // The planted leak lives on device 1.
+    assert_eq!(r["leak_suspects"][0]["device"], 1);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
 async fn a_damaged_model_is_rebuilt_from_the_original() {
     let (dir, state) = open_state("rebuild").await;
     let up = upload_fixture(&state, "multistream.pickle").await;

@@ -292,6 +292,73 @@ async fn dashboard_end_to_end() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_of_two_devices_shows_either() {
+    let data = std::env::temp_dir().join(format!("memscope-e2e-dev-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data);
+    let base = common::start_server(&data.join("lib")).await;
+    let (_driver, driver_port) = start_chromedriver();
+    let c = browser(driver_port, &data.join("profile")).await;
+    c.goto(&base).await.unwrap();
+    // steady_train on cuda:0 (5,356 events), leak_detached_cache on cuda:1 (4,936 events).
+    upload(
+        &c,
+        &root().join("tests/fixtures/variants/two_devices.pickle"),
+    )
+    .await;
+    wait_js(
+        &c,
+        "location.search.includes('view=timeline')",
+        "the timeline",
+    )
+    .await;
+    let events = "document.querySelector('section.timeline') && document.querySelector('section.timeline').innerText";
+    wait_js(
+        &c,
+        &format!("{events}.includes('of 5356')"),
+        "device 0 by default",
+    )
+    .await;
+    let options = wait_js(
+        &c,
+        "[...document.querySelectorAll('.device-picker option')].map(o => o.innerText).join('|')",
+        "the device picker",
+    )
+    .await;
+    assert_eq!(options, "cuda:0 (5,356 events)|cuda:1 (4,936 events)");
+    c.execute(
+        "const s = document.querySelector('.device-picker select'); s.value = '1'; s.dispatchEvent(new Event('change'));",
+        vec![],
+    )
+    .await
+    .unwrap();
+    wait_js(
+        &c,
+        &format!("location.search.includes('device=1') && {events}.includes('of 4936')"),
+        "device 1's timeline",
+    )
+    .await;
+    wait_js(&c, &format!("{CANVAS_PIXELS} > 5000"), "device 1 drawn").await;
+    screenshot(&c, "device-1-timeline").await;
+    // The other views follow the device: memory by stack at device 1's peak.
+    open_tab(&c, "stacks").await;
+    wait_js(
+        &c,
+        "document.querySelector('section.stacks') && document.querySelector('section.stacks').innerText.includes('219.0 MiB live')",
+        "device 1's stacks",
+    )
+    .await;
+    open_tab(&c, "segments").await;
+    wait_js(
+        &c,
+        "document.querySelector('section.segments') && document.querySelector('section.segments').innerText.includes('of 4936')",
+        "device 1's segments",
+    )
+    .await;
+    c.close().await.unwrap();
+    let _ = std::fs::remove_dir_all(&data);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_runs_compared_from_the_library() {
     let data = std::env::temp_dir().join(format!("memscope-e2e-diff-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&data);
