@@ -125,7 +125,7 @@ pub fn SnapshotPage() -> impl IntoView {
                 match view_name.get().as_str() {
                     "timeline" => view! { <crate::timeline::TimelineView report=r/> }.into_any(),
                     "segments" => view! { <Segments report=r/> }.into_any(),
-                    "stacks" => view! { <Stacks/> }.into_any(),
+                    "stacks" => view! { <Stacks report=r/> }.into_any(),
                     "leaks" => view! { <Leaks report=r/> }.into_any(),
                     "oom" => view! { <Ooms report=r/> }.into_any(),
                     _ => view! { <Overview report=r/> }.into_any(),
@@ -460,8 +460,13 @@ fn Ooms(report: Value) -> impl IntoView {
 }
 
 #[component]
-fn Stacks() -> impl IntoView {
+fn Stacks(report: Value) -> impl IntoView {
     let url: UrlState = expect_context();
+    let device = shown_device(&report, url);
+    let events: u64 = traced_devices(&report)
+        .into_iter()
+        .find(|d| Some(d.0) == device)
+        .map_or(0, |d| d.1);
     let python_only = Memo::new(move |_| url.get("frames").as_deref() == Some("python"));
     let data = LocalResource::new(move || {
         let (id, pos, py, device) = (
@@ -485,6 +490,23 @@ fn Stacks() -> impl IntoView {
         }
     });
     view! {
+        // The moment: any event (the slider), or back to the peak.
+        <div class="toolbar">
+            <input
+                type="range"
+                class="stacks-pos"
+                min="0"
+                max=events.to_string()
+                prop:value=move || {
+                    data.get()
+                        .and_then(|d| d.ok())
+                        .map(|d| d["position"].to_string())
+                        .unwrap_or_default()
+                }
+                on:change=move |ev| url.set(&[("pos", Some(event_target_value(&ev)))])
+            />
+            <button class="at-peak" on:click=move |_| url.set(&[("pos", None)])>"at the peak"</button>
+        </div>
         <label class="python-only">
             <input
                 type="checkbox"
@@ -503,7 +525,15 @@ fn Stacks() -> impl IntoView {
                 let total = s["total_bytes"].as_f64().unwrap_or(1.0).max(1.0);
                 view! {
                     <section class="stacks">
-                        <p>{format!("{} live in {} allocations after event {} (default: the peak)", fmt::bytes_of(&s["total_bytes"]), s["count"], s["position"])}</p>
+                        <p>
+                            {format!(
+                                "{} live in {} allocations after event {} of {events}{}",
+                                fmt::bytes_of(&s["total_bytes"]),
+                                s["count"],
+                                s["position"],
+                                if url.get("pos").is_none() { " (the peak)" } else { "" },
+                            )}
+                        </p>
                         <div class="icicle">{icicle(&s["flame"], total, 0)}</div>
                         <SitesTable sites=s["sites"].as_array().cloned().unwrap_or_default() total=total/>
                     </section>

@@ -217,6 +217,28 @@ async fn dashboard_end_to_end() {
     let icicle = wait_js(&c, "document.querySelector('.icicle').innerText", "icicle").await;
     assert!(icicle.as_str().unwrap().contains("run"), "{icicle}");
     screenshot(&c, "stacks-python").await;
+    // Another moment from the slider, then back to the peak.
+    c.execute(
+        "const s = document.querySelector('input.stacks-pos'); s.value = '100'; s.dispatchEvent(new Event('change'));",
+        vec![],
+    )
+    .await
+    .unwrap();
+    wait_js(
+        &c,
+        "location.search.includes('pos=100') && document.querySelector('section.stacks') && document.querySelector('section.stacks').innerText.includes('after event 100 of 4936')",
+        "the stacks at event 100",
+    )
+    .await;
+    c.execute("document.querySelector('button.at-peak').click();", vec![])
+        .await
+        .unwrap();
+    wait_js(
+        &c,
+        "!location.search.includes('pos=') && document.querySelector('section.stacks') && document.querySelector('section.stacks').innerText.includes('(the peak)')",
+        "the stacks at the peak again",
+    )
+    .await;
     // Sorting by call site name puts the header arrow there.
     c.execute("[...document.querySelectorAll('th.sortable')].find(t => t.innerText.startsWith('call site')).click()", vec![]).await.unwrap();
     wait_js(&c, "[...document.querySelectorAll('th.sortable')].some(t => t.innerText.includes('call site ▼'))", "sorted by site").await;
