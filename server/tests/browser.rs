@@ -309,6 +309,16 @@ async fn dashboard_end_to_end() {
         "{text}"
     );
     screenshot(&c, "oom").await;
+    // From the OOM to the allocator's segments at that event.
+    c.execute("document.querySelector('a.oom-segments').click();", vec![])
+        .await
+        .unwrap();
+    wait_js(
+        &c,
+        "location.search.includes('view=segments') && location.search.includes('pos=1327') && document.querySelector('section.segments') && document.querySelector('section.segments').innerText.includes('after event 1327 of 1328')",
+        "the segments at the OOM",
+    )
+    .await;
     c.close().await.unwrap();
     let _ = std::fs::remove_dir_all(&data);
 }
