@@ -3,7 +3,7 @@
 //! does the matching (`GET /api/diff/A/B`); this page lays it out.
 
 use leptos::prelude::*;
-use leptos_router::hooks::use_params_map;
+use leptos_router::hooks::{use_params_map, use_query_map};
 use serde_json::Value;
 
 use crate::{api, fmt};
@@ -18,9 +18,22 @@ pub fn DiffPage() -> impl IntoView {
             p.get("b").unwrap_or_default(),
         )
     });
+    // `?device_a=&device_b=` pass through to the API (default: each one's first traced device).
+    let query = use_query_map();
+    let devices = Memo::new(move |_| {
+        let q = query.get();
+        ["device_a", "device_b"]
+            .into_iter()
+            .filter_map(|k| {
+                q.get(k)
+                    .map(|v| format!("{k}={}", js_sys::encode_uri_component(&v)))
+            })
+            .collect::<Vec<_>>()
+            .join("&")
+    });
     let data = LocalResource::new(move || {
-        let (a, b) = ids.get();
-        async move { api::get::<Value>(&format!("/api/diff/{a}/{b}")).await }
+        let ((a, b), dq) = (ids.get(), devices.get());
+        async move { api::get::<Value>(&format!("/api/diff/{a}/{b}?{dq}")).await }
     });
     view! {
         <section class="diff">

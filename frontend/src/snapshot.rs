@@ -293,7 +293,16 @@ fn CompareWith() -> impl IntoView {
                             }).collect_view()}
                         </select>
                         " "
-                        <a class="compare" href=move || format!("/diff/{}/{}", chosen.get(), url.id.get())>
+                        <a
+                            class="compare"
+                            href=move || {
+                                let device = url
+                                    .device()
+                                    .map(|d| format!("?device_b={d}"))
+                                    .unwrap_or_default();
+                                format!("/diff/{}/{}{device}", chosen.get(), url.id.get())
+                            }
+                        >
                             "compare (that one as A, this one as B)"
                         </a>
                     </p>

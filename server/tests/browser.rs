@@ -386,6 +386,49 @@ async fn a_snapshot_of_two_devices_shows_either() {
         "device 1's segments",
     )
     .await;
+    // Compared with leak_detached_cache itself (cuda:0 of its own snapshot), cuda:1 of this one
+    // is the same run: the diff keeps the device and finds nothing changed.
+    let here = c.current_url().await.unwrap().to_string();
+    c.goto(&base).await.unwrap();
+    upload(
+        &c,
+        &root().join("tests/fixtures/leak_detached_cache.pickle"),
+    )
+    .await;
+    wait_js(
+        &c,
+        "location.pathname.startsWith('/s/')",
+        "the second upload",
+    )
+    .await;
+    c.goto(&here.replace("view=segments", "view=overview"))
+        .await
+        .unwrap();
+    let href = wait_js(
+        &c,
+        "document.querySelector('.compare-with a.compare') && document.querySelector('.compare-with a.compare').getAttribute('href')",
+        "the compare-with link",
+    )
+    .await;
+    assert!(href.as_str().unwrap().ends_with("?device_b=1"), "{href}");
+    c.execute(
+        "document.querySelector('.compare-with a.compare').click();",
+        vec![],
+    )
+    .await
+    .unwrap();
+    let page = wait_js(
+        &c,
+        "document.querySelector('section.diff table.diff-figures') && document.querySelector('section.diff').innerText",
+        "the diff",
+    )
+    .await;
+    let page = page.as_str().unwrap();
+    assert!(
+        page.contains("No call site holds different memory at the peak")
+            && page.contains("(cuda:1)"),
+        "{page}"
+    );
     c.close().await.unwrap();
     let _ = std::fs::remove_dir_all(&data);
 }
