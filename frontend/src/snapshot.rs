@@ -341,6 +341,7 @@ fn sparkline(values: &[f64]) -> impl IntoView + use<> {
 #[component]
 fn Leaks(report: Value) -> impl IntoView {
     let url: UrlState = expect_context();
+    let several_devices = traced_devices(&report).len() > 1;
     let suspects = report["leak_suspects"]
         .as_array()
         .cloned()
@@ -375,6 +376,7 @@ fn Leaks(report: Value) -> impl IntoView {
                         <article class="suspect">
                             <h3>
                                 <span class="rank">{format!("#{}", i + 1)}</span>
+                                {several_devices.then(|| view! { <span class="device">{format!("cuda:{} ", l["device"])}</span> })}
                                 <span class="site">{site}</span>
                             </h3>
                             <p>

@@ -39,6 +39,12 @@ pub struct DiffArgs {
     /// Call sites to list.
     #[arg(long, default_value_t = 10)]
     pub top: usize,
+    /// The device of A to compare (default: its first device with a trace).
+    #[arg(long)]
+    pub device_a: Option<i32>,
+    /// The device of B to compare (default: its first device with a trace).
+    #[arg(long)]
+    pub device_b: Option<i32>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -95,29 +101,37 @@ fn diff(args: DiffArgs) -> anyhow::Result<()> {
         snapshot::analysis::Index::new(&a),
         snapshot::analysis::Index::new(&b),
     );
-    let device = |index: &snapshot::analysis::Index, path: &std::path::Path| {
-        index
-            .devices
-            .iter()
-            .find(|d| d.len > 0)
-            .map(|d| d.device)
-            .with_context(|| {
+    let device = |index: &snapshot::analysis::Index,
+                  path: &std::path::Path,
+                  chosen: Option<i32>| {
+        let traced = || index.devices.iter().filter(|d| d.len > 0);
+        match chosen {
+            Some(c) => traced().find(|d| d.device == c).map(|d| d.device).with_context(|| {
+                let have: Vec<String> = traced().map(|d| d.device.to_string()).collect();
+                format!(
+                    "{} has no trace for device {c} (devices with a trace: {})",
+                    path.display(),
+                    if have.is_empty() { "none".to_string() } else { have.join(", ") }
+                )
+            }),
+            None => traced().next().map(|d| d.device).with_context(|| {
                 format!(
                     "{} has no device trace (record history with torch.cuda.memory._record_memory_history)",
                     path.display()
                 )
-            })
+            }),
+        }
     };
-    let side = |snap, index, path| -> anyhow::Result<snapshot::analysis::Side> {
+    let side = |snap, index, path, chosen| -> anyhow::Result<snapshot::analysis::Side> {
         Ok(snapshot::analysis::Side {
             snap,
             index,
-            device: device(index, path)?,
+            device: device(index, path, chosen)?,
         })
     };
     let d = snapshot::analysis::compare(
-        side(&a, &ia, &args.a)?,
-        side(&b, &ib, &args.b)?,
+        side(&a, &ia, &args.a, args.device_a)?,
+        side(&b, &ib, &args.b, args.device_b)?,
         if args.json { 200 } else { args.top },
     );
     let mut out = std::io::stdout().lock();

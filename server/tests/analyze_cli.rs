@@ -175,4 +175,37 @@ fn diff_of_two_runs_names_the_new_leak() {
         err.contains("segments_only.pickle has no device trace"),
         "{err}"
     );
+
+    // Devices chosen: cuda:1 of the two-device variant is leak_detached_cache itself.
+    let two = fixture("variants/two_devices.pickle");
+    let leak = fixture("leak_detached_cache.pickle");
+    let out = memscope(&[
+        "diff",
+        "--json",
+        "--device-b",
+        "1",
+        leak.to_str().unwrap(),
+        two.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["device_b"], 1);
+    assert!(v["sites_at_peak"].as_array().unwrap().is_empty(), "{v}");
+    let out = memscope(&[
+        "diff",
+        "--device-a",
+        "3",
+        two.to_str().unwrap(),
+        leak.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no trace for device 3 (devices with a trace: 0, 1)"),
+        "{err}"
+    );
 }

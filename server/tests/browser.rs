@@ -386,6 +386,21 @@ async fn a_snapshot_of_two_devices_shows_either() {
         "device 1's segments",
     )
     .await;
+    // The leak suspect names its device.
+    open_tab(&c, "leaks").await;
+    let leaks = wait_js(
+        &c,
+        "document.querySelector('.suspect h3') && document.querySelector('.suspect h3').innerText",
+        "the suspect",
+    )
+    .await;
+    assert!(
+        leaks
+            .as_str()
+            .unwrap()
+            .contains("cuda:1 gen_snapshots.py:126"),
+        "{leaks}"
+    );
     // Compared with leak_detached_cache itself (cuda:0 of its own snapshot), cuda:1 of this one
     // is the same run: the diff keeps the device and finds nothing changed.
     let here = c.current_url().await.unwrap().to_string();
@@ -401,7 +416,7 @@ async fn a_snapshot_of_two_devices_shows_either() {
         "the second upload",
     )
     .await;
-    c.goto(&here.replace("view=segments", "view=overview"))
+    c.goto(&here.replace("view=leaks", "view=overview"))
         .await
         .unwrap();
     let href = wait_js(
