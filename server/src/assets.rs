@@ -15,6 +15,7 @@ pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
     Router::new()
         .route("/", get(index))
         .route("/s/{id}", get(index))
+        .route("/diff/{a}/{b}", get(index))
         .route("/live", get(index))
         .route("/live/{*rest}", get(index))
         .route(

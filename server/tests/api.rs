@@ -462,6 +462,28 @@ async fn each_device_of_a_snapshot_is_queried_on_its_own() {
 }
 
 #[tokio::test]
+async fn every_page_route_serves_the_dashboard() {
+    // A shared link is loaded straight from the server: each page the app routes must answer
+    // with the app, not with the API's "no such endpoint".
+    let (dir, state) = open_state("pages").await;
+    for path in [
+        "/",
+        "/s/0123456789abcdef?view=timeline",
+        "/diff/0123456789abcdef/fedcba9876543210?device_b=1",
+        "/live",
+        "/live/gpu/GPU-aaa",
+        "/live/process/host/42",
+    ] {
+        let req = Request::builder().uri(path).body(Body::empty()).unwrap();
+        let res = server::http::app(state.clone()).oneshot(req).await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK, "{path}");
+        let body = res.into_body().collect().await.unwrap().to_bytes();
+        assert!(body.starts_with(b"<!doctype html>"), "{path}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
 async fn a_damaged_model_is_rebuilt_from_the_original() {
     let (dir, state) = open_state("rebuild").await;
     let up = upload_fixture(&state, "multistream.pickle").await;

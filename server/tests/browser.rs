@@ -587,6 +587,17 @@ async fn two_runs_compared_from_the_library() {
         "the swapped diff",
     )
     .await;
+    // The diff's address is a permalink: loaded straight from the server, it shows the same.
+    let link = c.current_url().await.unwrap().to_string();
+    let c2 = browser(driver_port, &data.join("profile2")).await;
+    c2.goto(&link).await.unwrap();
+    wait_js(
+        &c2,
+        "document.querySelector('tr.leak-row') && document.querySelector('tr.leak-row').innerText.includes('gone in B')",
+        "the diff from its permalink",
+    )
+    .await;
+    c2.close().await.unwrap();
     c.close().await.unwrap();
     let _ = std::fs::remove_dir_all(&data);
 }
