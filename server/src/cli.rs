@@ -104,17 +104,16 @@ fn diff(args: DiffArgs) -> anyhow::Result<()> {
     let device = |index: &snapshot::analysis::Index,
                   path: &std::path::Path,
                   chosen: Option<i32>| {
-        let traced = || index.devices.iter().filter(|d| d.len > 0);
         match chosen {
-            Some(c) => traced().find(|d| d.device == c).map(|d| d.device).with_context(|| {
-                let have: Vec<String> = traced().map(|d| d.device.to_string()).collect();
+            Some(c) => index.traced().find(|d| d.device == c).map(|d| d.device).with_context(|| {
+                let have: Vec<String> = index.traced().map(|d| d.device.to_string()).collect();
                 format!(
                     "{} has no trace for device {c} (devices with a trace: {})",
                     path.display(),
                     if have.is_empty() { "none".to_string() } else { have.join(", ") }
                 )
             }),
-            None => traced().next().map(|d| d.device).with_context(|| {
+            None => index.traced().next().map(|d| d.device).with_context(|| {
                 format!(
                     "{} has no device trace (record history with torch.cuda.memory._record_memory_history)",
                     path.display()

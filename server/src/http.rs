@@ -500,9 +500,8 @@ fn device_of(
             .ok_or_else(|| ApiError::BadRequest(format!("snapshot has no trace for device {d}"))),
         None => m
             .index
-            .devices
-            .iter()
-            .find(|d| d.len > 0)
+            .traced()
+            .next()
             .or(m.index.devices.first())
             .ok_or_else(|| {
                 ApiError::BadRequest(

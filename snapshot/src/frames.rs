@@ -78,6 +78,7 @@ pub struct FrameView {
 pub struct FrameClass {
     noise: Vec<bool>,
     user: Vec<bool>,
+    cpp: Vec<bool>,
 }
 
 impl FrameClass {
@@ -85,13 +86,15 @@ impl FrameClass {
         let n = snap.frames.len();
         let mut noise = Vec::with_capacity(n);
         let mut user = Vec::with_capacity(n);
+        let mut cpp = Vec::with_capacity(n);
         for i in 0..n {
             let f = snap.frame(FrameId(i as u32));
             let (file, name) = (snap.str(f.filename), snap.str(f.name));
             noise.push(is_noise(file, name));
             user.push(is_user(file));
+            cpp.push(is_cpp(file));
         }
-        FrameClass { noise, user }
+        FrameClass { noise, user, cpp }
     }
 
     pub fn is_noise(&self, f: FrameId) -> bool {
@@ -100,6 +103,10 @@ impl FrameClass {
 
     pub fn is_user(&self, f: FrameId) -> bool {
         self.user[f.0 as usize]
+    }
+
+    pub fn is_cpp(&self, f: FrameId) -> bool {
+        self.cpp[f.0 as usize]
     }
 
     /// The innermost user frame of a stack.
@@ -125,7 +132,7 @@ impl FrameClass {
                 frames
                     .iter()
                     .copied()
-                    .find(|&f| !self.is_noise(f) && !is_cpp(snap.str(snap.frame(f).filename)))
+                    .find(|&f| !self.is_noise(f) && !self.is_cpp(f))
             })
             .or_else(|| {
                 frames.iter().copied().find(|&f| {

@@ -13,7 +13,7 @@ fn load(name: &str) -> (snapshot::Snapshot, Index) {
 }
 
 fn first_device(index: &Index) -> i32 {
-    index.devices.iter().find(|d| d.len > 0).unwrap().device
+    index.traced().next().unwrap().device
 }
 
 fn side<'a>(x: &'a (snapshot::Snapshot, Index)) -> Side<'a> {

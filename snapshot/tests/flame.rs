@@ -16,7 +16,7 @@ fn walk<'a>(n: &'a FlameNode, out: &mut Vec<&'a FlameNode>) {
 fn python_only_flame_keeps_every_byte_and_no_cpp_frame() {
     let snap = common::read("leak_detached_cache.pickle");
     let index = Index::new(&snap);
-    let device = index.devices.iter().find(|d| d.len > 0).unwrap().device;
+    let device = index.traced().next().unwrap().device;
     let all = stacks_at_with(&snap, &index, device, None, 10, FlameFrames::All).unwrap();
     let py = stacks_at_with(&snap, &index, device, None, 10, FlameFrames::PythonOnly).unwrap();
 

@@ -185,6 +185,11 @@ impl Index {
         self.devices.iter().find(|d| d.device == device)
     }
 
+    /// The devices with a trace, in order; the first is what views show by default.
+    pub fn traced(&self) -> impl Iterator<Item = &DeviceIndex> {
+        self.devices.iter().filter(|d| d.len > 0)
+    }
+
     pub fn heap_bytes(&self) -> usize {
         self.devices.iter().map(DeviceIndex::heap_bytes).sum()
     }

@@ -126,16 +126,14 @@ pub fn stacks_at_with(
             .filtered(snap, stack)
             .into_iter()
             .rev()
+            .filter(|&f| frames == FlameFrames::All || !fc.is_cpp(f))
             .map(|f| {
                 let fv = snap.frame(f);
                 (snap.str(fv.name), snap.str(fv.filename), fv.line)
             })
             .collect();
-        if frames == FlameFrames::PythonOnly {
-            path.retain(|&(_, file, _)| !crate::frames::is_cpp(file));
-            if path.is_empty() {
-                path.push(("(no Python frames)", "", 0));
-            }
+        if path.is_empty() && frames == FlameFrames::PythonOnly {
+            path.push(("(no Python frames)", "", 0));
         }
         for (name, file, line) in path {
             let i = match node
