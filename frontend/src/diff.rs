@@ -65,23 +65,11 @@ fn delta_cell(delta: i64, bytes: bool) -> impl IntoView {
     view! { <td class="num" class:up=up class:down=down>{signed(delta, bytes)}</td> }
 }
 
-fn site_text(site: &Value) -> String {
-    if site.is_null() {
-        "(no user frame)".into()
-    } else {
-        fmt::frame(site)
-    }
-}
-
-fn frames_list(frames: &Value) -> impl IntoView + use<> {
-    let items: Vec<String> = frames
-        .as_array()
-        .map(|f| f.iter().map(fmt::frame).collect())
-        .unwrap_or_default();
+fn stack(frames: &Value) -> impl IntoView + use<> {
     view! {
         <details>
             <summary>"stack"</summary>
-            <ol class="frames">{items.into_iter().map(|f| view! { <li>{f}</li> }).collect_view()}</ol>
+            {crate::snapshot::frames_list(frames, usize::MAX)}
         </details>
     }
 }
@@ -148,7 +136,7 @@ fn diff_view(d: &Value) -> impl IntoView {
                             };
                             view! {
                                 <tr class="leak-row">
-                                    <td><span class="site">{site_text(&l["site"])}</span>{frames_list(&l["frames"])}</td>
+                                    <td><span class="site">{fmt::site(&l["site"])}</span>{stack(&l["frames"])}</td>
                                     <td><span class=class>{label}</span></td>
                                     <td class="num">{la.map_or("–".into(), |v| fmt::bytes(v as f64))}</td>
                                     <td class="num">{lb.map_or("–".into(), |v| fmt::bytes(v as f64))}</td>
@@ -171,7 +159,7 @@ fn diff_view(d: &Value) -> impl IntoView {
                     <tbody>
                         {sites.into_iter().map(|s| view! {
                             <tr class="site-row">
-                                <td><span class="site">{site_text(&s["site"])}</span>{frames_list(&s["frames"])}</td>
+                                <td><span class="site">{fmt::site(&s["site"])}</span>{stack(&s["frames"])}</td>
                                 <td class="num">{fmt::bytes(s["a_bytes"].as_f64().unwrap_or(0.0))}</td>
                                 <td class="num">{fmt::bytes(s["b_bytes"].as_f64().unwrap_or(0.0))}</td>
                                 {delta_cell(s["delta_bytes"].as_i64().unwrap_or(0), true)}

@@ -47,6 +47,15 @@ pub fn count(n: u64) -> String {
     out
 }
 
+/// A call site's frame as `frame` writes it, or `(no frames)` where the stack had none.
+pub fn site(f: &serde_json::Value) -> String {
+    if f.is_null() {
+        "(no frames)".into()
+    } else {
+        frame(f)
+    }
+}
+
 pub fn frame(f: &serde_json::Value) -> String {
     format!(
         "{}:{} {}",

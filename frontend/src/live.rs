@@ -228,14 +228,18 @@ struct Series {
     band: bool,
 }
 
+/// A JSON array of numbers and nulls (a series as the API sends it).
+fn values(v: &Value) -> Vec<Option<f64>> {
+    v.as_array()
+        .map(|a| a.iter().map(Value::as_f64).collect())
+        .unwrap_or_default()
+}
+
 fn series(label: impl Into<String>, colour: &'static str, v: &Value, band: bool) -> Series {
     Series {
         label: label.into(),
         colour,
-        values: v
-            .as_array()
-            .map(|a| a.iter().map(Value::as_f64).collect())
-            .unwrap_or_default(),
+        values: values(v),
         band,
     }
 }
@@ -540,14 +544,8 @@ fn gpu_view(p: &Value, minutes: Memo<f64>, base: String) -> impl IntoView + use<
             }
         }
         if pr["has_agent"].as_bool().unwrap_or(false) {
-            let alloc: Vec<Option<f64>> = pr["allocated"]
-                .as_array()
-                .map(|a| a.iter().map(Value::as_f64).collect())
-                .unwrap_or_default();
-            let res: Vec<Option<f64>> = pr["reserved"]
-                .as_array()
-                .map(|a| a.iter().map(Value::as_f64).collect())
-                .unwrap_or_default();
+            let alloc = values(&pr["allocated"]);
+            let res = values(&pr["reserved"]);
             let cached: Vec<Option<f64>> = alloc
                 .iter()
                 .zip(&res)
@@ -582,10 +580,7 @@ fn gpu_view(p: &Value, minutes: Memo<f64>, base: String) -> impl IntoView + use<
         rows.push(pr.clone());
     }
     // What NVML counts beyond every process (other contexts, driver): the gap to the used line.
-    let used: Vec<Option<f64>> = p["used"]
-        .as_array()
-        .map(|a| a.iter().map(Value::as_f64).collect())
-        .unwrap_or_default();
+    let used = values(&p["used"]);
     let other: Vec<Option<f64>> = used
         .iter()
         .zip(&sum_nvml)

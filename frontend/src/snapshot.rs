@@ -41,6 +41,14 @@ impl UrlState {
             .map(|d| format!("&device={d}"))
             .unwrap_or_default()
     }
+    /// This snapshot's page with exactly these query keys (a link to another view or moment).
+    pub fn href<K: AsRef<str>>(&self, pairs: &[(K, String)]) -> String {
+        let qs: Vec<String> = pairs
+            .iter()
+            .map(|(k, v)| format!("{}={}", k.as_ref(), js_sys::encode_uri_component(v)))
+            .collect();
+        format!("/s/{}?{}", self.id.get_untracked(), qs.join("&"))
+    }
     /// Replaces some query keys (None removes) and navigates, keeping the others.
     pub fn set(&self, changes: &[(&str, Option<String>)]) {
         let mut pairs: Vec<(String, String)> = Vec::new();
@@ -56,11 +64,7 @@ impl UrlState {
                 pairs.push((key.to_string(), v));
             }
         }
-        let qs: Vec<String> = pairs
-            .iter()
-            .map(|(k, v)| format!("{k}={}", js_sys::encode_uri_component(v)))
-            .collect();
-        let url = format!("/s/{}?{}", self.id.get_untracked(), qs.join("&"));
+        let url = self.href(&pairs);
         use_navigate()(
             &url,
             NavigateOptions {
@@ -154,6 +158,15 @@ pub fn traced_devices(report: &Value) -> Vec<(i32, u64)> {
 pub fn shown_device(report: &Value, url: UrlState) -> Option<i32> {
     url.device()
         .or_else(|| traced_devices(report).first().map(|d| d.0))
+}
+
+/// How many events the shown device's trace has.
+fn shown_events(report: &Value, url: UrlState) -> u64 {
+    let device = shown_device(report, url);
+    traced_devices(report)
+        .into_iter()
+        .find(|d| Some(d.0) == device)
+        .map_or(0, |d| d.1)
 }
 
 /// A choice of device when the snapshot traced more than one; the views follow it.
@@ -314,7 +327,7 @@ fn CompareWith() -> impl IntoView {
     }
 }
 
-fn frames_list(frames: &Value, max: usize) -> impl IntoView + use<> {
+pub(crate) fn frames_list(frames: &Value, max: usize) -> impl IntoView + use<> {
     let items: Vec<String> = frames
         .as_array()
         .map(|a| a.iter().take(max).map(fmt::frame).collect())
@@ -359,19 +372,18 @@ fn Leaks(report: Value) -> impl IntoView {
                 .enumerate()
                 .map(|(i, l)| {
                     let series: Vec<f64> = l["series"].as_array().map(|a| a.iter().map(|p| p["live_bytes"].as_f64().unwrap_or(0.0)).collect()).unwrap_or_default();
-                    let site = if l["site"].is_null() { "(no frames)".to_string() } else { fmt::frame(&l["site"]) };
+                    let site = fmt::site(&l["site"]);
                     // The timeline greys every allocation whose stack does not contain this text.
                     let needle = format!(
                         "{}:{}",
                         l["site"]["filename"].as_str().unwrap_or("").rsplit('/').next().unwrap_or(""),
                         l["site"]["line"]
                     );
-                    let on_timeline = format!(
-                        "/s/{}?view=timeline&device={}&filter={}",
-                        url.id.get_untracked(),
-                        l["device"],
-                        js_sys::encode_uri_component(&needle)
-                    );
+                    let on_timeline = url.href(&[
+                        ("view", "timeline".into()),
+                        ("device", l["device"].to_string()),
+                        ("filter", needle),
+                    ]);
                     view! {
                         <article class="suspect">
                             <h3>
@@ -420,6 +432,13 @@ fn Ooms(report: Value) -> impl IntoView {
             {ooms
                 .iter()
                 .map(|o| {
+                    let at_oom = |view: &str| {
+                        url.href(&[
+                            ("view", view.to_string()),
+                            ("device", o["device"].to_string()),
+                            ("pos", o["position"].to_string()),
+                        ])
+                    };
                     view! {
                         <article class="oom">
                             <h3>
@@ -437,17 +456,11 @@ fn Ooms(report: Value) -> impl IntoView {
                             </div>
                             <p class="oom-links">
                                 "At this moment: "
-                                <a
-                                    class="oom-segments"
-                                    href=format!("/s/{}?view=segments&device={}&pos={}", url.id.get_untracked(), o["device"], o["position"])
-                                >
+                                <a class="oom-segments" href=at_oom("segments")>
                                     "the allocator's segments"
                                 </a>
                                 " · "
-                                <a
-                                    class="oom-stacks"
-                                    href=format!("/s/{}?view=stacks&device={}&pos={}", url.id.get_untracked(), o["device"], o["position"])
-                                >
+                                <a class="oom-stacks" href=at_oom("stacks")>
                                     "memory by stack"
                                 </a>
                             </p>
@@ -458,7 +471,7 @@ fn Ooms(report: Value) -> impl IntoView {
                                     .cloned()
                                     .unwrap_or_default()
                                     .iter()
-                                    .map(|s| view! { <li>{format!("{}  {}", fmt::bytes_of(&s["bytes"]), if s["site"].is_null() { "(no frames)".into() } else { fmt::frame(&s["site"]) })}</li> })
+                                    .map(|s| view! { <li>{format!("{}  {}", fmt::bytes_of(&s["bytes"]), fmt::site(&s["site"]))}</li> })
                                     .collect_view()}
                             </ul>
                         </article>
@@ -473,18 +486,14 @@ fn Ooms(report: Value) -> impl IntoView {
 #[component]
 fn Stacks(report: Value) -> impl IntoView {
     let url: UrlState = expect_context();
-    let device = shown_device(&report, url);
-    let events: u64 = traced_devices(&report)
-        .into_iter()
-        .find(|d| Some(d.0) == device)
-        .map_or(0, |d| d.1);
+    let events = shown_events(&report, url);
     let python_only = Memo::new(move |_| url.get("frames").as_deref() == Some("python"));
     let data = LocalResource::new(move || {
-        let (id, pos, py, device) = (
+        let (id, pos, py, dq) = (
             url.id.get(),
             url.get("pos"),
             python_only.get(),
-            url.device(),
+            url.device_query(),
         );
         async move {
             let mut q = vec![];
@@ -494,10 +503,7 @@ fn Stacks(report: Value) -> impl IntoView {
             if py {
                 q.push("frames=python".to_string());
             }
-            if let Some(d) = device {
-                q.push(format!("device={d}"));
-            }
-            api::get::<Value>(&format!("/api/snapshots/{id}/stacks?{}", q.join("&"))).await
+            api::get::<Value>(&format!("/api/snapshots/{id}/stacks?{}{dq}", q.join("&"))).await
         }
     });
     view! {
@@ -637,13 +643,7 @@ fn SitesTable(sites: Vec<Value>, total: f64) -> impl IntoView {
             </th>
         }
     };
-    let site_name = |c: &Value| {
-        if c["site"].is_null() {
-            "(no frames)".to_string()
-        } else {
-            fmt::frame(&c["site"])
-        }
-    };
+    let site_name = |c: &Value| fmt::site(&c["site"]);
     view! {
         <table class="sites">
             <tr>
@@ -712,11 +712,7 @@ fn icicle(node: &Value, total: f64, depth: usize) -> AnyView {
 #[component]
 fn Segments(report: Value) -> impl IntoView {
     let url: UrlState = expect_context();
-    let device = shown_device(&report, url);
-    let events: u64 = traced_devices(&report)
-        .into_iter()
-        .find(|d| Some(d.0) == device)
-        .map_or(0, |d| d.1);
+    let events = shown_events(&report, url);
     let pos = Memo::new(move |_| {
         url.get("pos")
             .and_then(|p| p.parse::<u64>().ok())

@@ -674,7 +674,7 @@ pub fn TimelineView(report: Value) -> impl IntoView {
                         })
                         .take(50)
                         .map(|a| {
-                            let site = d.sites.get(&a.stack.to_string()).filter(|f| !f.is_null()).map(fmt::frame).unwrap_or_else(|| "(no frames)".into());
+                            let site = fmt::site(d.sites.get(&a.stack.to_string()).unwrap_or(&Value::Null));
                             view! {
                                 <tr>
                                     <td class="num">{fmt::bytes(a.size)}</td>
