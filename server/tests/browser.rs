@@ -11,15 +11,41 @@ use common::{
     CANVAS_PIXELS, browser, open_tab, root, screenshot, start_chromedriver, upload, wait_js,
 };
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dashboard_end_to_end() {
-    let data = std::env::temp_dir().join(format!("memscope-e2e-{}", std::process::id()));
+/// What a browser test starts from: an empty library in a fresh folder, the server on it, and
+/// chromedriver with one browser (profile `profile`) on the library page.
+struct Session {
+    data: std::path::PathBuf,
+    base: String,
+    _driver: common::Driver,
+    driver_port: u16,
+    c: fantoccini::Client,
+}
+
+async fn session(tag: &str) -> Session {
+    let data = std::env::temp_dir().join(format!("memscope-e2e-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&data);
     let base = common::start_server(&data.join("lib")).await;
-
-    let (_driver, driver_port) = start_chromedriver();
-    let c = browser(driver_port, &data.join("profile1")).await;
+    let (driver, driver_port) = start_chromedriver();
+    let c = browser(driver_port, &data.join("profile")).await;
     c.goto(&base).await.unwrap();
+    Session {
+        data,
+        base,
+        _driver: driver,
+        driver_port,
+        c,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboard_end_to_end() {
+    let Session {
+        data,
+        base,
+        _driver,
+        driver_port,
+        c,
+    } = session("dashboard").await;
     wait_js(
         &c,
         "document.querySelector('.dropzone')",
@@ -325,12 +351,13 @@ async fn dashboard_end_to_end() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_of_two_devices_shows_either() {
-    let data = std::env::temp_dir().join(format!("memscope-e2e-dev-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&data);
-    let base = common::start_server(&data.join("lib")).await;
-    let (_driver, driver_port) = start_chromedriver();
-    let c = browser(driver_port, &data.join("profile")).await;
-    c.goto(&base).await.unwrap();
+    let Session {
+        data,
+        base,
+        _driver,
+        c,
+        ..
+    } = session("devices").await;
     // steady_train on cuda:0 (5,356 events), leak_detached_cache on cuda:1 (4,936 events).
     upload(
         &c,
@@ -450,14 +477,15 @@ async fn a_snapshot_of_two_devices_shows_either() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_runs_compared_from_the_library() {
-    let data = std::env::temp_dir().join(format!("memscope-e2e-diff-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&data);
-    let base = common::start_server(&data.join("lib")).await;
-    let (_driver, driver_port) = start_chromedriver();
-    let c = browser(driver_port, &data.join("profile")).await;
+    let Session {
+        data,
+        _driver,
+        driver_port,
+        c,
+        ..
+    } = session("diff").await;
     // The harness's steady run and the run with a leak planted at scenarios.py:103, chosen
     // together: several files at once stay on the library, which lists both when indexed.
-    c.goto(&base).await.unwrap();
     wait_js(
         &c,
         "document.querySelector('#file-input')",
