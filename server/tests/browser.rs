@@ -8,7 +8,7 @@
 mod common;
 
 use common::{
-    CANVAS_PIXELS, browser, open_tab, root, screenshot, start_chromedriver, upload, wait_js,
+    CANVAS_PIXELS, browser, click, open_tab, root, screenshot, start_chromedriver, upload, wait_js,
 };
 
 /// What a browser test starts from: an empty library in a fresh folder, the server on it, and
@@ -228,12 +228,7 @@ async fn dashboard_end_to_end() {
             .unwrap()
             .contains("at::")
     );
-    c.execute(
-        "document.querySelector('label.python-only input').click();",
-        vec![],
-    )
-    .await
-    .unwrap();
+    click(&c, "label.python-only input").await;
     wait_js(
         &c,
         "location.search.includes('frames=python') && document.querySelector('.icicle') && !document.querySelector('.icicle').innerText.includes('at::')",
@@ -256,9 +251,7 @@ async fn dashboard_end_to_end() {
         "the stacks at event 100",
     )
     .await;
-    c.execute("document.querySelector('button.at-peak').click();", vec![])
-        .await
-        .unwrap();
+    click(&c, "button.at-peak").await;
     wait_js(
         &c,
         "!location.search.includes('pos=') && document.querySelector('section.stacks') && document.querySelector('section.stacks').innerText.includes('(the peak)')",
@@ -304,9 +297,7 @@ async fn dashboard_end_to_end() {
             == "leaks"
     );
     // From the suspect to its allocations on the timeline: the filter is set to its line.
-    c.execute("document.querySelector('a.on-timeline').click();", vec![])
-        .await
-        .unwrap();
+    click(&c, "a.on-timeline").await;
     wait_js(
         &c,
         "location.search.includes('view=timeline') && document.querySelector('input.filter') && document.querySelector('input.filter').value == 'gen_snapshots.py:126'",
@@ -336,9 +327,7 @@ async fn dashboard_end_to_end() {
     );
     screenshot(&c, "oom").await;
     // From the OOM to the allocator's segments at that event.
-    c.execute("document.querySelector('a.oom-segments').click();", vec![])
-        .await
-        .unwrap();
+    click(&c, "a.oom-segments").await;
     wait_js(
         &c,
         "location.search.includes('view=segments') && location.search.includes('pos=1327') && document.querySelector('section.segments') && document.querySelector('section.segments').innerText.includes('after event 1327 of 1328')",
@@ -453,12 +442,7 @@ async fn a_snapshot_of_two_devices_shows_either() {
     )
     .await;
     assert!(href.as_str().unwrap().ends_with("?device_b=1"), "{href}");
-    c.execute(
-        "document.querySelector('.compare-with a.compare').click();",
-        vec![],
-    )
-    .await
-    .unwrap();
+    click(&c, ".compare-with a.compare").await;
     let page = wait_js(
         &c,
         "document.querySelector('section.diff table.diff-figures') && document.querySelector('section.diff').innerText",
@@ -543,9 +527,7 @@ async fn two_runs_compared_from_the_library() {
         "the compare link",
     )
     .await;
-    c.execute("document.querySelector('a.compare').click();", vec![])
-        .await
-        .unwrap();
+    click(&c, "a.compare").await;
     wait_js(
         &c,
         "location.pathname.startsWith('/diff/')",
@@ -561,9 +543,7 @@ async fn two_runs_compared_from_the_library() {
     )
     .await;
     if heading.as_str().unwrap().starts_with("leak_list") {
-        c.execute("document.querySelector('a.swap').click();", vec![])
-            .await
-            .unwrap();
+        click(&c, "a.swap").await;
         wait_js(
             &c,
             "document.querySelector('section.diff h1') && document.querySelector('section.diff h1').innerText.startsWith('steady') && document.querySelector('tr.leak-row')",
@@ -606,9 +586,7 @@ async fn two_runs_compared_from_the_library() {
     );
     screenshot(&c, "diff").await;
     // Swapping makes the leak gone in B.
-    c.execute("document.querySelector('a.swap').click();", vec![])
-        .await
-        .unwrap();
+    click(&c, "a.swap").await;
     wait_js(
         &c,
         "document.querySelector('tr.leak-row') && document.querySelector('tr.leak-row').innerText.includes('gone in B')",

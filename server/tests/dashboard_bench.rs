@@ -16,7 +16,9 @@ mod official_viewer;
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
-use common::{CANVAS_PIXELS, browser, root, start_chromedriver, start_server, upload, wait_js};
+use common::{
+    CANVAS_PIXELS, browser, click, root, start_chromedriver, start_server, upload, wait_js,
+};
 
 fn parent_of(pid: u32) -> Option<u32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -163,21 +165,14 @@ async fn dashboard_benchmark() {
         let library_ready_s = t0.elapsed().as_secs_f64();
         let t0 = Instant::now();
         // What a person does: open it (the overview), then the Timeline tab.
-        c.execute("document.querySelector('a.permalink').click();", vec![])
-            .await
-            .unwrap();
+        click(&c, "a.permalink").await;
         wait_js(
             &c,
             "document.querySelector(\"button.tab[data-tab='timeline']\")",
             "snapshot page",
         )
         .await;
-        c.execute(
-            "document.querySelector(\"button.tab[data-tab='timeline']\").click();",
-            vec![],
-        )
-        .await
-        .unwrap();
+        click(&c, "button.tab[data-tab='timeline']").await;
         wait_js(
             &c,
             &format!("{CANVAS_PIXELS} > 5000"),

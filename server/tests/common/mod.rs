@@ -167,6 +167,17 @@ pub async fn upload(c: &Client, path: &Path) {
         .unwrap();
 }
 
+/// Clicks the first element matching `css` from inside the page (as a person's click would
+/// reach its handler), without waiting for anything.
+pub async fn click(c: &Client, css: &str) {
+    c.execute(
+        "document.querySelector(arguments[0]).click();",
+        vec![serde_json::Value::from(css)],
+    )
+    .await
+    .unwrap();
+}
+
 pub async fn open_tab(c: &Client, tab: &str) {
     c.find(Locator::Css(&format!("button.tab[data-tab='{tab}']")))
         .await
