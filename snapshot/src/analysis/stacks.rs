@@ -122,7 +122,7 @@ pub fn stacks_at_with(
         let mut node = &mut root;
         node.bytes += bytes;
         node.count += count;
-        let mut path: Vec<(&str, &str, u32)> = fc
+        let mut path = fc
             .filtered(snap, stack)
             .into_iter()
             .rev()
@@ -131,11 +131,13 @@ pub fn stacks_at_with(
                 let fv = snap.frame(f);
                 (snap.str(fv.name), snap.str(fv.filename), fv.line)
             })
-            .collect();
-        if path.is_empty() && frames == FlameFrames::PythonOnly {
-            path.push(("(no Python frames)", "", 0));
-        }
-        for (name, file, line) in path {
+            .peekable();
+        let no_python = (frames == FlameFrames::PythonOnly && path.peek().is_none()).then_some((
+            "(no Python frames)",
+            "",
+            0,
+        ));
+        for (name, file, line) in path.chain(no_python) {
             let i = match node
                 .children
                 .iter()
