@@ -137,14 +137,13 @@ pub fn compare(a: Side, b: Side, max_sites: usize) -> Diff {
             .map(|r| r.sites)
             .unwrap_or_default()
     };
-    let mut joined: FxHashMap<SiteKey, SiteDelta> = FxHashMap::default();
-    let mut order: Vec<SiteKey> = Vec::new();
-    for (is_b, sites) in [(false, sites_of(a)), (true, sites_of(b))] {
-        for s in sites {
-            let k = key(&s.site);
-            let d = joined.entry(k.clone()).or_insert_with(|| {
-                order.push(k);
-                SiteDelta {
+    // One row per site in first-seen order (the sort below keeps ties that way).
+    let mut sites: Vec<SiteDelta> = Vec::new();
+    let mut site_at: FxHashMap<SiteKey, usize> = FxHashMap::default();
+    for (is_b, list) in [(false, sites_of(a)), (true, sites_of(b))] {
+        for s in list {
+            let i = *site_at.entry(key(&s.site)).or_insert_with(|| {
+                sites.push(SiteDelta {
                     site: s.site.clone(),
                     a_bytes: 0,
                     b_bytes: 0,
@@ -152,8 +151,10 @@ pub fn compare(a: Side, b: Side, max_sites: usize) -> Diff {
                     a_count: 0,
                     b_count: 0,
                     frames: Vec::new(),
-                }
+                });
+                sites.len() - 1
             });
+            let d = &mut sites[i];
             let larger = if is_b {
                 d.b_bytes += s.bytes;
                 d.b_count += s.count;
@@ -168,14 +169,9 @@ pub fn compare(a: Side, b: Side, max_sites: usize) -> Diff {
             }
         }
     }
-    let mut sites: Vec<SiteDelta> = order
-        .into_iter()
-        .filter_map(|k| joined.remove(&k))
-        .map(|mut d| {
-            d.delta_bytes = d.b_bytes as i64 - d.a_bytes as i64;
-            d
-        })
-        .collect();
+    for d in &mut sites {
+        d.delta_bytes = d.b_bytes as i64 - d.a_bytes as i64;
+    }
     let total = sites.len();
     sites.retain(|d| d.delta_bytes != 0 || d.a_count != d.b_count);
     let unchanged_sites = total - sites.len();
@@ -189,21 +185,18 @@ pub fn compare(a: Side, b: Side, max_sites: usize) -> Diff {
 
     // Leak suspects of either side, by site.
     let mut leaks: Vec<LeakDelta> = Vec::new();
+    let mut leak_at: FxHashMap<SiteKey, usize> = FxHashMap::default();
     for (is_b, list, device) in [(false, &la, a.device), (true, &lb, b.device)] {
         for l in list.iter().filter(|l| l.device == device) {
-            let k = key(&l.site);
-            let i = match leaks.iter().position(|d| key(&d.site) == k) {
-                Some(i) => i,
-                None => {
-                    leaks.push(LeakDelta {
-                        site: l.site.clone(),
-                        a_bytes: None,
-                        b_bytes: None,
-                        frames: l.frames.clone(),
-                    });
-                    leaks.len() - 1
-                }
-            };
+            let i = *leak_at.entry(key(&l.site)).or_insert_with(|| {
+                leaks.push(LeakDelta {
+                    site: l.site.clone(),
+                    a_bytes: None,
+                    b_bytes: None,
+                    frames: l.frames.clone(),
+                });
+                leaks.len() - 1
+            });
             let slot = if is_b {
                 &mut leaks[i].b_bytes
             } else {
