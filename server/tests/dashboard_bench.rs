@@ -201,7 +201,7 @@ async fn dashboard_benchmark() {
         // Navigation start → drawn by the page's own clock (what the issue measures), and the
         // wall clock around it from WebDriver's side (which adds the new tab's navigation).
         let (reopen_nav_ms, _) =
-            official_viewer::nav_to_drawn_ms(&c, &format!("{CANVAS_PIXELS} > 5000")).await;
+            common::nav_to_drawn_ms(&c, &format!("{CANVAS_PIXELS} > 5000")).await;
         let reopen_s = t0.elapsed().as_secs_f64();
         // Renderer memory with the timeline drawn, then after zooming a few times.
         for _ in 0..5 {

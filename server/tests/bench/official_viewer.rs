@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use axum::response::IntoResponse;
 use fantoccini::{Client, Locator, wd::TimeoutConfiguration};
 
-use crate::common::browser;
+use crate::common::{browser, nav_to_drawn_ms};
 
 /// The timeline is drawn once its polygons (allocations and the minimap) exist.
 const TIMELINE_DRAWN: &str = "document.querySelectorAll('svg polygon').length > 1";
@@ -124,29 +124,6 @@ pub async fn serve(viewer_dir: &Path, snapshot: &Path, work: &Path) -> String {
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     format!("http://{addr}")
-}
-
-/// Navigation start → `cond` true and a frame painted after it, in milliseconds, from the page's
-/// own clock (`performance.now()` counts from navigation start), together with the page's first
-/// contentful paint. Polls once per animation frame inside the page, so the figure does not
-/// include WebDriver round trips or the browser's start.
-pub async fn nav_to_drawn_ms(c: &Client, cond: &str) -> (f64, Option<f64>) {
-    let script = format!(
-        "const done = arguments[arguments.length - 1];
-         const check = () => {{
-           if ({cond}) {{
-             requestAnimationFrame(() => setTimeout(() => {{
-               const fcp = performance.getEntriesByName('first-contentful-paint')[0];
-               done([performance.now(), fcp ? fcp.startTime : null]);
-             }}, 0));
-           }} else {{
-             requestAnimationFrame(check);
-           }}
-         }};
-         check();"
-    );
-    let v = c.execute_async(&script, vec![]).await.unwrap();
-    (v[0].as_f64().unwrap(), v[1].as_f64())
 }
 
 /// Generous limits: the viewer parses for tens of seconds on the larger files.

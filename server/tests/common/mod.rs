@@ -192,3 +192,26 @@ pub async fn open_tab(c: &Client, tab: &str) {
 pub const CANVAS_PIXELS: &str = "(() => { const c = document.getElementById('timeline-canvas'); if (!c) return 0; \
     const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let n = 0; \
     for (let i = 0; i < d.length; i += 4) { if (d[i] < 200 || d[i+1] < 200 || d[i+2] < 200) n++; } return n; })()";
+
+/// Navigation start → `cond` true and a frame painted after it, in milliseconds, from the page's
+/// own clock (`performance.now()` counts from navigation start), together with the page's first
+/// contentful paint. Polls once per animation frame inside the page, so the figure does not
+/// include WebDriver round trips or the browser's start.
+pub async fn nav_to_drawn_ms(c: &Client, cond: &str) -> (f64, Option<f64>) {
+    let script = format!(
+        "const done = arguments[arguments.length - 1];
+         const check = () => {{
+           if ({cond}) {{
+             requestAnimationFrame(() => setTimeout(() => {{
+               const fcp = performance.getEntriesByName('first-contentful-paint')[0];
+               done([performance.now(), fcp ? fcp.startTime : null]);
+             }}, 0));
+           }} else {{
+             requestAnimationFrame(check);
+           }}
+         }};
+         check();"
+    );
+    let v = c.execute_async(&script, vec![]).await.unwrap();
+    (v[0].as_f64().unwrap(), v[1].as_f64())
+}
