@@ -135,7 +135,7 @@ fn diff(args: DiffArgs) -> anyhow::Result<()> {
     );
     let mut out = std::io::stdout().lock();
     if args.json {
-        serde_json::to_writer(&mut out, &d)?;
+        serde_json::to_writer(&mut out, &crate::convert::diff(d))?;
         writeln!(out)?;
     } else {
         let names = (args.a.display().to_string(), args.b.display().to_string());
@@ -153,7 +153,8 @@ fn analyze(args: AnalyzeArgs) -> anyhow::Result<()> {
     let (_index, report) = snapshot::analysis::analyze(&snap, &options);
     let mut out = std::io::stdout().lock();
     if args.json {
-        serde_json::to_writer(&mut out, &report)?;
+        // The same object `GET /api/snapshots/{id}` answers.
+        serde_json::to_writer(&mut out, &crate::convert::report(report))?;
         writeln!(out)?;
     } else {
         out.write_all(crate::text::render(&name, &report, args.top).as_bytes())?;

@@ -1,20 +1,20 @@
 //! memscope's server crate: the command line (`memscope analyze`, `memscope serve`), the HTTP API
 //! and the snapshot library (SQLite + data folder). The snapshot engine itself is the `snapshot`
-//! crate; this crate does the IO around it.
+//! crate; this crate does the IO around it. What crosses HTTP is the `api` crate's types
+//! (`convert` turns the engine's into them); what collectors send is `wire`'s.
 
 pub mod assets;
 pub mod cli;
 pub mod config;
-pub mod error;
+pub mod convert;
 pub mod http;
-pub mod http_live;
-pub mod ingest;
 pub mod library;
 pub mod live;
 pub mod models;
 pub mod serve;
 pub mod state;
 pub mod text;
+pub mod upload;
 
 /// Now, in Unix epoch milliseconds (the unit every stored time uses).
 pub fn now_ms() -> i64 {

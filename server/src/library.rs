@@ -15,17 +15,10 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use anyhow::Context;
-use serde::{Deserialize, Serialize};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{FromRow, SqlitePool};
 
-/// A tag on a snapshot: `job=…`, `rank=…`, `host=…`, or free text (empty key).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, FromRow)]
-pub struct Tag {
-    #[serde(default)]
-    pub key: String,
-    pub value: String,
-}
+pub use api::{SnapshotInfo, Tag};
 
 #[derive(Debug, Clone, FromRow)]
 struct Row {
@@ -48,31 +41,9 @@ struct Row {
     index_ms: i64,
 }
 
-/// A library entry as the API lists it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct SnapshotInfo {
-    pub id: String,
-    pub sha256: String,
-    pub name: String,
-    pub uploaded_at_ms: i64,
-    pub size_bytes: u64,
-    pub decoded_bytes: u64,
-    pub encoding: String,
-    pub compression: String,
-    pub devices: Vec<i32>,
-    pub entries: u64,
-    pub peak_bytes: u64,
-    pub reserved_bytes: u64,
-    pub allocated_bytes: u64,
-    pub leak_suspects: u64,
-    pub ooms: u64,
-    pub warnings: u64,
-    pub index_ms: u64,
-    pub tags: Vec<Tag>,
-}
-
-impl SnapshotInfo {
-    fn from_row(r: Row, tags: Vec<Tag>) -> SnapshotInfo {
+impl Row {
+    fn into_info(self, tags: Vec<Tag>) -> SnapshotInfo {
+        let r = self;
         SnapshotInfo {
             id: r.id,
             sha256: r.sha256,
@@ -80,8 +51,8 @@ impl SnapshotInfo {
             uploaded_at_ms: r.uploaded_at_ms,
             size_bytes: r.size_bytes as u64,
             decoded_bytes: r.decoded_bytes as u64,
-            encoding: r.encoding,
-            compression: r.compression,
+            encoding: crate::convert::encoding(&r.encoding),
+            compression: crate::convert::compression(&r.compression),
             devices: serde_json::from_str(&r.devices).unwrap_or_default(),
             entries: r.entries as u64,
             peak_bytes: r.peak_bytes as u64,
@@ -207,12 +178,16 @@ impl Library {
     }
 
     async fn tags(&self, id: &str) -> sqlx::Result<Vec<Tag>> {
-        sqlx::query_as::<_, Tag>(
+        let rows: Vec<(String, String)> = sqlx::query_as(
             "SELECT key, value FROM snapshot_tags WHERE snapshot_id = ? ORDER BY key, value",
         )
         .bind(id)
         .fetch_all(&self.db)
-        .await
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(key, value)| Tag { key, value })
+            .collect())
     }
 
     pub async fn get(&self, id: &str) -> sqlx::Result<Option<SnapshotInfo>> {
@@ -227,7 +202,7 @@ impl Library {
         Ok(match row {
             Some(r) => {
                 let tags = self.tags(&r.id).await?;
-                Some(SnapshotInfo::from_row(r, tags))
+                Some(r.into_info(tags))
             }
             None => None,
         })
@@ -261,14 +236,14 @@ impl Library {
         let mut out = Vec::with_capacity(rows.len());
         for r in rows {
             let tags = self.tags(&r.id).await?;
-            out.push(SnapshotInfo::from_row(r, tags));
+            out.push(r.into_info(tags));
         }
         Ok(out)
     }
 
     /// Inserts a fully ingested snapshot (the commit point of an upload). Returns false if a
     /// snapshot with the same content was inserted first.
-    pub async fn insert(&self, info: &SnapshotInfo, report_json: &str) -> sqlx::Result<bool> {
+    async fn insert(&self, info: &SnapshotInfo, report_json: &str) -> sqlx::Result<bool> {
         let mut tx = self.db.begin().await?;
         let done = sqlx::query(
             "INSERT INTO snapshots (id, sha256, name, uploaded_at_ms, size_bytes, decoded_bytes, encoding, compression, \
@@ -281,8 +256,8 @@ impl Library {
         .bind(info.uploaded_at_ms)
         .bind(info.size_bytes as i64)
         .bind(info.decoded_bytes as i64)
-        .bind(&info.encoding)
-        .bind(&info.compression)
+        .bind(encoding_name(info.encoding))
+        .bind(compression_name(info.compression))
         .bind(serde_json::to_string(&info.devices).unwrap_or_else(|_| "[]".into()))
         .bind(info.entries as i64)
         .bind(info.peak_bytes as i64)
@@ -303,11 +278,42 @@ impl Library {
         Ok(true)
     }
 
-    pub async fn report_json(&self, id: &str) -> sqlx::Result<Option<String>> {
-        sqlx::query_scalar("SELECT report_json FROM snapshots WHERE id = ?")
-            .bind(id)
-            .fetch_optional(&self.db)
-            .await
+    /// The report stored at upload (`memscope analyze --json`'s object).
+    pub async fn report(&self, id: &str) -> anyhow::Result<Option<api::Report>> {
+        let json: Option<String> =
+            sqlx::query_scalar("SELECT report_json FROM snapshots WHERE id = ?")
+                .bind(id)
+                .fetch_optional(&self.db)
+                .await?;
+        json.map(|j| {
+            serde_json::from_str(&j)
+                .with_context(|| format!("the stored report of snapshot {id} does not read"))
+        })
+        .transpose()
+    }
+
+    /// Commits an upload: its model file and original (temporary files, fully written) are
+    /// renamed into place, then the row is inserted: the row is the commit point. Returns the
+    /// entry that stands: this one, or the one a concurrent upload of the same bytes committed
+    /// first (`false`).
+    pub async fn commit(
+        &self,
+        info: &SnapshotInfo,
+        report: &api::Report,
+        model_tmp: &Path,
+        original_tmp: &Path,
+    ) -> anyhow::Result<(SnapshotInfo, bool)> {
+        let report_json = serde_json::to_string(report)?;
+        std::fs::rename(model_tmp, self.model_path(&info.sha256))?;
+        std::fs::rename(original_tmp, self.original_path(&info.sha256))?;
+        if self.insert(info, &report_json).await? {
+            return Ok((info.clone(), true));
+        }
+        let existing = self
+            .find_by_sha(&info.sha256)
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("snapshot {} vanished while committing", info.id))?;
+        Ok((existing, false))
     }
 
     /// Renames and/or replaces the tags of a snapshot; false if there is none with that id.
@@ -359,4 +365,31 @@ impl Library {
             None => Ok(false),
         }
     }
+}
+
+fn encoding_name(e: api::Encoding) -> &'static str {
+    match e {
+        api::Encoding::Pickle => "pickle",
+        api::Encoding::Json => "json",
+    }
+}
+
+fn compression_name(c: api::Compression) -> &'static str {
+    match c {
+        api::Compression::Gzip => "gzip",
+        api::Compression::Zstd => "zstd",
+        api::Compression::Xz => "xz",
+        api::Compression::None => "none",
+    }
+}
+
+/// Writes a model file (`snapshot::store`) atomically: to a sibling `.part`, fsync, rename.
+pub fn write_model_file(snap: &snapshot::Snapshot, path: &Path) -> std::io::Result<()> {
+    let part = path.with_extension("part");
+    {
+        let mut f = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&part)?);
+        snapshot::store::write(snap, &mut f)?;
+        f.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+    }
+    std::fs::rename(&part, path)
 }

@@ -8,8 +8,7 @@ use anyhow::Context;
 use snapshot::Snapshot;
 use snapshot::analysis::Index;
 
-use crate::error::{ApiError, ApiResult};
-use crate::library::Library;
+use crate::library::{Library, write_model_file};
 
 /// A snapshot ready for queries.
 #[derive(Debug)]
@@ -72,15 +71,14 @@ impl Models {
             .retain(|(i, _, _)| i != id);
     }
 
-    /// The snapshot `id`, from memory or its model file.
-    pub async fn get(&self, lib: &Library, id: &str) -> ApiResult<Arc<Loaded>> {
+    /// The snapshot `id`, from memory or its model file; `None` if the library has no such id.
+    pub async fn get(&self, lib: &Library, id: &str) -> anyhow::Result<Option<Arc<Loaded>>> {
         if let Some(m) = self.cached(id) {
-            return Ok(m);
+            return Ok(Some(m));
         }
-        let info = lib
-            .get(id)
-            .await?
-            .ok_or_else(|| ApiError::NotFound(id.to_string()))?;
+        let Some(info) = lib.get(id).await? else {
+            return Ok(None);
+        };
         let model_path = lib.model_path(&info.sha256);
         let original = lib.original_path(&info.sha256);
         let loaded = tokio::task::spawn_blocking(move || -> anyhow::Result<Loaded> {
@@ -93,17 +91,16 @@ impl Models {
                     let f = std::fs::File::open(&original).with_context(|| format!("original upload {} is missing", original.display()))?;
                     let size = f.metadata().map(|m| m.len()).unwrap_or(0);
                     let snap = snapshot::read_sized(f, size)?;
-                    crate::ingest::write_model_file(&snap, &model_path)?;
+                    write_model_file(&snap, &model_path)?;
                     snap
                 }
             };
             let index = Index::new(&snap);
             Ok(Loaded { snap, index })
         })
-        .await
-        .map_err(|e| ApiError::Internal(e.into()))??;
+        .await??;
         let loaded = Arc::new(loaded);
         self.insert(id, loaded.clone());
-        Ok(loaded)
+        Ok(Some(loaded))
     }
 }

@@ -16,18 +16,9 @@ pub struct AppState {
     /// Progress of uploads in flight, by the token the client chose.
     pub uploads: Arc<std::sync::Mutex<std::collections::HashMap<String, Arc<UploadProgress>>>>,
     /// Says "new live data from this host" to the live pages' event streams.
-    pub live: tokio::sync::broadcast::Sender<LiveNotice>,
+    pub live: tokio::sync::broadcast::Sender<api::LiveNotice>,
     /// Set when the server is shutting down, so long-lived event streams end.
     pub shutdown: Arc<tokio::sync::watch::Sender<bool>>,
-}
-
-/// A stored collector batch, announced to the live pages (they refetch what they show).
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct LiveNotice {
-    pub host: String,
-    pub time_ms: i64,
-    pub rows: u64,
-    pub events: usize,
 }
 
 /// How far an upload has got: bytes received, bytes the parser has consumed, and the total the

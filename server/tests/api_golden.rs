@@ -38,7 +38,10 @@ fn root() -> PathBuf {
 async fn call(state: &AppState, req: Request<Body>) -> (StatusCode, Vec<u8>) {
     let res = server::http::app(state.clone()).oneshot(req).await.unwrap();
     let status = res.status();
-    (status, res.into_body().collect().await.unwrap().to_bytes().to_vec())
+    (
+        status,
+        res.into_body().collect().await.unwrap().to_bytes().to_vec(),
+    )
 }
 
 async fn get(state: &AppState, uri: &str) -> (StatusCode, Value) {
@@ -77,7 +80,13 @@ fn normalise(v: &mut Value, t0: Option<i64>) {
 }
 
 /// Compares (or with `UPDATE_GOLDEN=1` writes) one answer; returns a mismatch description.
-fn check(dir: &Path, name: &str, status: StatusCode, mut answer: Value, t0: Option<i64>) -> Option<String> {
+fn check(
+    dir: &Path,
+    name: &str,
+    status: StatusCode,
+    mut answer: Value,
+    t0: Option<i64>,
+) -> Option<String> {
     normalise(&mut answer, t0);
     let text = format!(
         "{}\n{}\n",
@@ -144,9 +153,12 @@ async fn snapshot_endpoints_answer_as_recorded() {
         let bytes = std::fs::read(root().join("tests/fixtures").join(fixture)).unwrap();
         let (st, body) = call(
             &state,
-            Request::post(format!("/api/snapshots?name={}&tags=job=golden,rank=0", stem(fixture)))
-                .body(Body::from(bytes))
-                .unwrap(),
+            Request::post(format!(
+                "/api/snapshots?name={}&tags=job=golden,rank=0",
+                stem(fixture)
+            ))
+            .body(Body::from(bytes))
+            .unwrap(),
         )
         .await;
         let upload: Value = serde_json::from_slice(&body).unwrap();
@@ -167,10 +179,17 @@ async fn snapshot_endpoints_answer_as_recorded() {
             ("info", "/info".into()),
             ("segments", "/segments".into()),
             ("timeline", "/timeline?buckets=24&allocations=8".into()),
-            ("timeline_event_axis", "/timeline?axis=event&buckets=16&allocations=4".into()),
+            (
+                "timeline_event_axis",
+                "/timeline?axis=event&buckets=16&allocations=4".into(),
+            ),
             (
                 "timeline_window",
-                format!("/timeline?axis=event&from={}&to={}&buckets=12&allocations=4", mid / 2, mid),
+                format!(
+                    "/timeline?axis=event&from={}&to={}&buckets=12&allocations=4",
+                    mid / 2,
+                    mid
+                ),
             ),
             ("state", "/state".into()),
             ("state_mid", format!("/state?position={mid}")),
@@ -182,7 +201,10 @@ async fn snapshot_endpoints_answer_as_recorded() {
             ("bad_frames", "/stacks?frames=cpp".into()),
         ];
         if fixture.contains("two_devices") {
-            queries.push(("timeline_cuda1", "/timeline?device=1&buckets=10&allocations=4".into()));
+            queries.push((
+                "timeline_cuda1",
+                "/timeline?device=1&buckets=10&allocations=4".into(),
+            ));
             queries.push(("stacks_cuda1", "/stacks?device=1".into()));
         }
         for (name, q) in queries {
@@ -213,14 +235,27 @@ async fn snapshot_endpoints_answer_as_recorded() {
         &state,
         Request::patch(format!("/api/snapshots/{}", ids[0]))
             .header("content-type", "application/json")
-            .body(Body::from(r#"{"name":"renamed","tags":[{"key":"job","value":"x"},{"value":"free"}]}"#))
+            .body(Body::from(
+                r#"{"name":"renamed","tags":[{"key":"job","value":"x"},{"value":"free"}]}"#,
+            ))
             .unwrap(),
     )
     .await;
-    failures.extend(check(&dir, "patch", st, serde_json::from_slice(&body).unwrap(), None));
+    failures.extend(check(
+        &dir,
+        "patch",
+        st,
+        serde_json::from_slice(&body).unwrap(),
+        None,
+    ));
     let (st, v) = get(&state, "/api/health").await;
     failures.extend(check(&dir, "health", st, v, None));
-    assert!(failures.is_empty(), "{} answers changed:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} answers changed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 #[tokio::test]
@@ -230,7 +265,11 @@ async fn live_endpoints_answer_as_recorded() {
     let (nvml, agent) = scenario(t0);
     let dir = golden_dir().join("live");
     let mut failures = Vec::new();
-    for (name, b) in [("ingest_nvml", &nvml), ("ingest_agent", &agent), ("ingest_again", &agent)] {
+    for (name, b) in [
+        ("ingest_nvml", &nvml),
+        ("ingest_agent", &agent),
+        ("ingest_again", &agent),
+    ] {
         let (st, body) = call(
             &state,
             Request::post("/api/ingest")
@@ -239,20 +278,39 @@ async fn live_endpoints_answer_as_recorded() {
                 .unwrap(),
         )
         .await;
-        failures.extend(check(&dir, name, st, serde_json::from_slice(&body).unwrap(), Some(t0)));
+        failures.extend(check(
+            &dir,
+            name,
+            st,
+            serde_json::from_slice(&body).unwrap(),
+            Some(t0),
+        ));
     }
     let to = t0 + 119_999;
     for (name, uri) in [
         ("fleet", "/api/live/fleet".to_string()),
-        ("gpu", format!("/api/live/gpus/GPU-aaa?from_ms={t0}&to_ms={to}&points=12")),
-        ("process", format!("/api/live/processes/gpu7/100?from_ms={t0}&to_ms={to}&points=12")),
-        ("process_200", format!("/api/live/processes/gpu7/200?from_ms={t0}&to_ms={to}&points=12")),
+        (
+            "gpu",
+            format!("/api/live/gpus/GPU-aaa?from_ms={t0}&to_ms={to}&points=12"),
+        ),
+        (
+            "process",
+            format!("/api/live/processes/gpu7/100?from_ms={t0}&to_ms={to}&points=12"),
+        ),
+        (
+            "process_200",
+            format!("/api/live/processes/gpu7/200?from_ms={t0}&to_ms={to}&points=12"),
+        ),
         ("gpu_unknown", "/api/live/gpus/GPU-nope".to_string()),
     ] {
         let (st, v) = get(&state, &uri).await;
         failures.extend(check(&dir, name, st, v, Some(t0)));
     }
-    let (st, body) = call(&state, Request::get("/metrics").body(Body::empty()).unwrap()).await;
+    let (st, body) = call(
+        &state,
+        Request::get("/metrics").body(Body::empty()).unwrap(),
+    )
+    .await;
     failures.extend(check(
         &dir,
         "metrics",
@@ -266,5 +324,10 @@ async fn live_endpoints_answer_as_recorded() {
         ),
         Some(t0),
     ));
-    assert!(failures.is_empty(), "{} answers changed:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} answers changed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }

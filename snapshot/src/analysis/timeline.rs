@@ -191,3 +191,202 @@ pub fn allocation_view(snap: &Snapshot, d: &DeviceIndex, id: u32) -> AllocationV
         stack: a.stack,
     }
 }
+
+/// An annotated range (`external_annotations` START/END pairs of one name). Ranges of the same
+/// name closer than one bucket are merged (`count` says how many), so a window never carries more
+/// ranges per name than it has buckets: a 1M-entry trace has thousands of `Optimizer.step`s.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AnnotationRange {
+    pub name: String,
+    pub start_us: i64,
+    pub end_us: i64,
+    pub count: u32,
+}
+
+/// Pairs START/END marks by name (innermost first) within `[t0, t1]` and merges ranges of one
+/// name whose gap is below `merge_us`. A range open at either edge is cut at the window.
+pub fn annotation_ranges(
+    marks: impl Iterator<Item = (String, bool, i64)>,
+    t0: i64,
+    t1: i64,
+    merge_us: i64,
+) -> Vec<AnnotationRange> {
+    let mut open: Vec<(String, i64)> = Vec::new();
+    let mut ranges: Vec<AnnotationRange> = Vec::new();
+    let mut push = |name: String, start_us: i64, end_us: i64| {
+        if let Some(last) = ranges
+            .iter_mut()
+            .rev()
+            .find(|r| r.name == name)
+            .filter(|r| start_us - r.end_us < merge_us)
+        {
+            last.end_us = last.end_us.max(end_us);
+            last.count += 1;
+        } else {
+            ranges.push(AnnotationRange {
+                name,
+                start_us,
+                end_us,
+                count: 1,
+            });
+        }
+    };
+    for (name, start, time_us) in marks {
+        if start {
+            open.push((name, time_us));
+        } else if let Some(i) = open.iter().rposition(|(n, _)| *n == name) {
+            let (name, from) = open.remove(i);
+            push(name, from.max(t0), time_us.min(t1));
+        } else {
+            push(name, t0, time_us.min(t1)); // began before the window
+        }
+    }
+    for (name, from) in open {
+        push(name, from.max(t0), t1); // still open at the window's end
+    }
+    ranges
+}
+
+/// An `oom` entry's place on the timeline.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OomMarker {
+    pub position: u32,
+    pub time_us: i64,
+    pub requested_bytes: u64,
+}
+
+/// What the timeline view shows of one window of a device's trace.
+#[derive(Clone, Debug)]
+pub struct TimelineWindow {
+    pub device: i32,
+    pub axis: Axis,
+    pub timeline: Timeline,
+    pub allocations: Vec<AllocationView>,
+    /// Frames of every stack the allocations refer to (user frames first, noise hidden).
+    pub stacks: std::collections::BTreeMap<StackId, Vec<FrameView>>,
+    /// The frame each of those stacks is labelled by (first user frame, …).
+    pub sites: std::collections::BTreeMap<StackId, Option<FrameView>>,
+    pub annotations: Vec<AnnotationRange>,
+    pub ooms: Vec<OomMarker>,
+    pub first_time_us: i64,
+    pub last_time_us: i64,
+}
+
+/// A window of `d`'s trace for the timeline: `from..to` on `axis` (default: time when the trace
+/// has times; `None`: the whole trace), reduced to `buckets`, with the `limit` largest allocations
+/// overlapping it, their stacks once each, annotation ranges (time axis only: annotations carry
+/// times) and OOM markers.
+pub fn window(
+    snap: &Snapshot,
+    index: &Index,
+    d: &DeviceIndex,
+    axis: Option<Axis>,
+    range: Option<(f64, f64)>,
+    buckets: usize,
+    limit: usize,
+) -> Option<TimelineWindow> {
+    let device = d.device;
+    let t = &snap.trace;
+    let has_time = d.len > 0 && t.time_us[d.row(0)] != 0;
+    let axis = axis.unwrap_or(if has_time { Axis::Time } else { Axis::Event });
+    let (first, last) = match range {
+        Some((a, b)) => window_positions(snap, d, axis, a, b),
+        None => (0, d.len),
+    };
+    let buckets = buckets.clamp(1, 10_000);
+    let tl = timeline(snap, index, device, first, last, buckets)?;
+    let allocations = allocations_in_window(snap, index, device, first, last, limit);
+    let (mut stacks, mut sites) = (
+        std::collections::BTreeMap::new(),
+        std::collections::BTreeMap::new(),
+    );
+    for a in &allocations {
+        stacks
+            .entry(a.stack)
+            .or_insert_with(|| index.frames.display(snap, a.stack));
+        sites.entry(a.stack).or_insert_with(|| {
+            index
+                .frames
+                .label(snap, a.stack)
+                .map(|f| crate::frames::view(snap, f))
+        });
+    }
+    let time = |p: u32| time_at(snap, d, p);
+    let (t0, t1) = (time(first), time(last));
+    let annotations = if has_time {
+        annotation_ranges(
+            snap.annotations
+                .iter()
+                .filter(|a| a.device == device && a.time_us >= t0 && a.time_us <= t1)
+                .map(|a| (snap.str(a.name).to_string(), a.start, a.time_us)),
+            t0,
+            t1,
+            ((t1 - t0) / buckets as i64).max(1),
+        )
+    } else {
+        Vec::new()
+    };
+    let ooms = (first..last.min(d.len))
+        .filter(|&e| t.action[d.row(e)] == crate::model::Action::Oom)
+        .map(|e| OomMarker {
+            position: e,
+            time_us: t.time_us[d.row(e)],
+            requested_bytes: t.size[d.row(e)],
+        })
+        .collect();
+    Some(TimelineWindow {
+        device,
+        axis,
+        timeline: tl,
+        allocations,
+        stacks,
+        sites,
+        annotations,
+        ooms,
+        first_time_us: time(0),
+        last_time_us: time(d.len),
+    })
+}
+
+#[cfg(test)]
+mod annotation_tests {
+    use super::*;
+
+    fn marks(v: &[(&str, bool, i64)]) -> impl Iterator<Item = (String, bool, i64)> {
+        v.iter()
+            .map(|(n, s, t)| (n.to_string(), *s, *t))
+            .collect::<Vec<_>>()
+            .into_iter()
+    }
+
+    #[test]
+    fn pairs_nest_merge_below_a_bucket_and_cut_at_the_window() {
+        let m = marks(&[
+            ("step", true, 10),
+            ("fwd", true, 11),
+            ("fwd", false, 20),
+            ("step", false, 30),
+            ("step", true, 32),
+            ("step", false, 40), // 2 µs after the last: merged
+            ("step", true, 100),
+            ("step", false, 110), // far: its own range
+            ("bwd", false, 5),
+            ("opt", true, 150), // began before / still open
+        ]);
+        let r = annotation_ranges(m, 0, 200, 5);
+        let got: Vec<(&str, i64, i64, u32)> = r
+            .iter()
+            .map(|a| (a.name.as_str(), a.start_us, a.end_us, a.count))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("fwd", 11, 20, 1),
+                ("step", 10, 40, 2),
+                ("step", 100, 110, 1),
+                ("bwd", 0, 5, 1),
+                ("opt", 150, 200, 1)
+            ]
+        );
+    }
+}

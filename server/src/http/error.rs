@@ -1,9 +1,13 @@
-//! The server's one error type: each variant has its HTTP status; internal errors are logged once
-//! with their cause and answered with a generic message.
+//! The HTTP layer's one error type: each variant has its status; the layers below return their
+//! own errors (`sqlx::Error`, `UploadError`, `anyhow::Error`) and are converted here. An internal
+//! error is logged once, inside the request's span (so the log line carries the method and
+//! path), and answered with a generic message.
 
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+
+use crate::upload::UploadError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -52,16 +56,34 @@ impl From<std::io::Error> for ApiError {
     }
 }
 
+impl From<tokio::task::JoinError> for ApiError {
+    fn from(e: tokio::task::JoinError) -> Self {
+        ApiError::Internal(e.into())
+    }
+}
+
+impl From<UploadError> for ApiError {
+    fn from(e: UploadError) -> Self {
+        match e {
+            UploadError::Interrupted(m) => ApiError::BadRequest(format!("upload interrupted: {m}")),
+            UploadError::TooLarge { limit_bytes } => ApiError::TooLarge { limit_bytes },
+            UploadError::Unreadable(m) => ApiError::Unreadable(m),
+            UploadError::Internal(e) => ApiError::Internal(e),
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let message = match &self {
             ApiError::Internal(e) => {
+                // Inside the request's span (TraceLayer): the line says which request failed.
                 tracing::error!(error = format!("{e:#}"), "internal error");
                 "internal error; see the server log".to_string()
             }
             other => other.to_string(),
         };
-        (self.status(), Json(serde_json::json!({ "error": message }))).into_response()
+        (self.status(), Json(api::ErrorBody { error: message })).into_response()
     }
 }
 

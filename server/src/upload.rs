@@ -1,10 +1,10 @@
-//! Uploads: the body is streamed to a temporary file (hashed on the way, never held whole in
+//! Snapshot uploads: the body is streamed to a temporary file (hashed on the way, never held whole in
 //! memory) and, at the same time, parsed and analysed on a blocking thread (the async runtime
 //! keeps serving; indexing overlaps the transfer), deduplicated by content hash, and committed by
 //! inserting the library row last. Any failure removes
 //! the temporary files, so a bad or interrupted upload leaves nothing behind.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -13,10 +13,38 @@ use futures_util::StreamExt;
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 
-use crate::error::{ApiError, ApiResult};
-use crate::library::{SnapshotInfo, Tag};
+use crate::library::{SnapshotInfo, Tag, write_model_file};
 use crate::models::Loaded;
 use crate::state::{AppState, UploadProgress};
+
+/// Why an upload was not stored.
+#[derive(Debug, thiserror::Error)]
+pub enum UploadError {
+    /// The client stopped sending (or the connection broke) before the end.
+    #[error("{0}")]
+    Interrupted(String),
+    #[error("upload is larger than the limit of {limit_bytes} bytes")]
+    TooLarge { limit_bytes: u64 },
+    /// Not a snapshot memscope can read: the engine's message, for the user.
+    #[error("{0}")]
+    Unreadable(String),
+    #[error(transparent)]
+    Internal(#[from] anyhow::Error),
+}
+
+impl From<std::io::Error> for UploadError {
+    fn from(e: std::io::Error) -> Self {
+        UploadError::Internal(e.into())
+    }
+}
+
+impl From<sqlx::Error> for UploadError {
+    fn from(e: sqlx::Error) -> Self {
+        UploadError::Internal(e.into())
+    }
+}
+
+type UploadResult<T> = Result<T, UploadError>;
 
 /// Deletes a temporary file when dropped (every early return and error path).
 struct TempFile(PathBuf);
@@ -37,17 +65,6 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Writes a model file atomically: to a sibling `.part`, fsync, rename.
-pub fn write_model_file(snap: &snapshot::Snapshot, path: &Path) -> std::io::Result<()> {
-    let part = path.with_extension("part");
-    {
-        let mut f = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&part)?);
-        snapshot::store::write(snap, &mut f)?;
-        f.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-    }
-    std::fs::rename(&part, path)
-}
-
 /// Where upload bytes go: the temporary file and the hash, with the size limit checked.
 struct Sink {
     file: Option<tokio::fs::File>,
@@ -61,14 +78,14 @@ impl Sink {
     async fn take(
         &mut self,
         chunk: Result<axum::body::Bytes, axum::Error>,
-    ) -> ApiResult<axum::body::Bytes> {
-        let chunk = chunk.map_err(|e| ApiError::BadRequest(format!("upload interrupted: {e}")))?;
+    ) -> UploadResult<axum::body::Bytes> {
+        let chunk = chunk.map_err(|e| UploadError::Interrupted(e.to_string()))?;
         self.size += chunk.len() as u64;
         self.progress
             .received_bytes
             .store(self.size, std::sync::atomic::Ordering::Relaxed);
         if self.size > self.limit {
-            return Err(ApiError::TooLarge {
+            return Err(UploadError::TooLarge {
                 limit_bytes: self.limit,
             });
         }
@@ -83,9 +100,8 @@ impl Sink {
 }
 
 /// Result of an upload.
-#[derive(Debug, serde::Serialize)]
+#[derive(Debug)]
 pub struct Uploaded {
-    pub id: String,
     /// False when the same bytes were uploaded before (the existing snapshot is returned).
     pub created: bool,
     pub snapshot: SnapshotInfo,
@@ -119,13 +135,13 @@ impl std::io::Read for ChannelReader {
 /// Stores, parses and commits one upload. The body goes to a temporary file (hashed on the way)
 /// and, at the same time, to the parser on a blocking thread, so indexing overlaps the transfer;
 /// a file the parser rejects ends the upload at once.
-pub async fn ingest(
+pub async fn upload(
     state: &AppState,
     name: String,
     tags: Vec<Tag>,
     body: Body,
     progress: Arc<UploadProgress>,
-) -> ApiResult<Uploaded> {
+) -> UploadResult<Uploaded> {
     let size_hint = progress.total_bytes;
     let lib = &state.library;
     let started = Instant::now();
@@ -133,21 +149,22 @@ pub async fn ingest(
         .index_slots
         .acquire()
         .await
-        .map_err(|e| ApiError::Internal(e.into()))?;
+        .map_err(|e| UploadError::Internal(e.into()))?;
     let tmp = TempFile(lib.tmp_path(&unique_name("upload")));
     let model_tmp = TempFile(lib.tmp_path(&format!("{}.msmodel", unique_name("model"))));
     let model_path = model_tmp.0.clone();
     let (tx, rx) = tokio::sync::mpsc::channel::<axum::body::Bytes>(64);
     let parse_progress = progress.clone();
-    let parser = tokio::task::spawn_blocking(move || -> ApiResult<_> {
+    let parser = tokio::task::spawn_blocking(move || -> UploadResult<_> {
         let reader = ChannelReader {
             rx,
             current: axum::body::Bytes::new(),
             progress: parse_progress,
         };
         let snap = snapshot::read_sized(reader, size_hint)
-            .map_err(|e| ApiError::Unreadable(e.to_string()))?;
+            .map_err(|e| UploadError::Unreadable(e.to_string()))?;
         let (index, report) = snapshot::analysis::analyze(&snap, &Default::default());
+        let report = crate::convert::report(report);
         write_model_file(&snap, &model_path)?;
         Ok((snap, index, report))
     });
@@ -163,7 +180,7 @@ pub async fn ingest(
     };
     // Receive until the end or the parser stops; the parser is joined on every path, so its
     // files are never written after the guards removed them.
-    let received: ApiResult<()> = async {
+    let received: UploadResult<()> = async {
         sink.file = Some(tokio::fs::File::create(&tmp.0).await?);
         let mut tx = Some(tx);
         while let Some(chunk) = stream.next().await {
@@ -181,11 +198,11 @@ pub async fn ingest(
         Ok(())
     }
     .await;
-    let parsed = parser.await.map_err(|e| ApiError::Internal(e.into()))?;
+    let parsed = parser.await.map_err(|e| UploadError::Internal(e.into()))?;
     received?;
     let receive_ms = started.elapsed().as_millis() as u64;
     if sink.size == 0 {
-        return Err(ApiError::Unreadable("the upload is empty".into()));
+        return Err(UploadError::Unreadable("the upload is empty".into()));
     }
     let (snap, index, report) = parsed?;
     // Store what the parser did not need (trailing bytes after the pickle's STOP).
@@ -201,7 +218,6 @@ pub async fn ingest(
     let sha = hex(&hasher.finalize());
     if let Some(existing) = lib.find_by_sha(&sha).await? {
         return Ok(Uploaded {
-            id: existing.id.clone(),
             created: false,
             snapshot: existing,
         });
@@ -210,7 +226,7 @@ pub async fn ingest(
     let committed = Instant::now();
 
     let id = sha[..16].to_string();
-    let s = &report.summary;
+    let s = &report;
     let info = SnapshotInfo {
         id: id.clone(),
         sha256: sha.clone(),
@@ -218,8 +234,8 @@ pub async fn ingest(
         uploaded_at_ms: crate::now_ms(),
         size_bytes: size,
         decoded_bytes: snap.format.decoded_bytes,
-        encoding: snap.format.encoding.to_string(),
-        compression: snap.format.compression.to_string(),
+        encoding: crate::convert::encoding(snap.format.encoding),
+        compression: crate::convert::compression(snap.format.compression),
         devices: s.devices.keys().filter_map(|d| d.parse().ok()).collect(),
         entries: snap.trace.len() as u64,
         peak_bytes: s
@@ -236,20 +252,12 @@ pub async fn ingest(
         index_ms,
         tags,
     };
-    let report_json = serde_json::to_string(&report).map_err(|e| ApiError::Internal(e.into()))?;
-    // Files into place, then the row: the row is the commit point.
-    std::fs::rename(&model_tmp.0, lib.model_path(&sha))?;
-    std::fs::rename(&tmp.0, lib.original_path(&sha))?;
-    if !lib.insert(&info, &report_json).await? {
+    let (info, created) = lib.commit(&info, &report, &model_tmp.0, &tmp.0).await?;
+    if !created {
         // The same bytes were committed by a concurrent upload; theirs stands.
-        let existing = lib
-            .find_by_sha(&sha)
-            .await?
-            .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("snapshot vanished")))?;
         return Ok(Uploaded {
-            id: existing.id.clone(),
             created: false,
-            snapshot: existing,
+            snapshot: info,
         });
     }
     let commit_ms = committed.elapsed().as_millis() as u64;
@@ -264,7 +272,6 @@ pub async fn ingest(
     );
     state.models.insert(&id, Arc::new(Loaded { snap, index }));
     Ok(Uploaded {
-        id,
         created: true,
         snapshot: info,
     })

@@ -1,0 +1,160 @@
+//! The server ↔ dashboard boundary: every type that crosses HTTP between `memscope serve` and the
+//! dashboard (answers, request bodies, query parameters) and one URL builder per route.
+//!
+//! Why a crate of its own: the dashboard is compiled separately (wasm32) and used to decode the
+//! server's answers into untyped JSON or into structs it declared again by hand, which drifted
+//! (byte counts read as floats, the axis as a string, a renamed field read as 0). With both sides
+//! on these types, a change to an answer is a change here, seen by the compiler on both sides and
+//! by the golden API tests (`server/tests/api_golden.rs`).
+//!
+//! Rules, as for `wire/` (the collector ↔ server boundary):
+//! - Units are in names (`_bytes`, `_us`, `_ms`); byte counts are integers. Where an older JSON
+//!   key has no unit (`size`, `live_max`), the Rust field has it and `#[serde(rename)]` keeps the
+//!   JSON key, so clients of the JSON (the CLI's `--json`, scripts) see no change.
+//! - Closed sets are enums (`Axis`, `Verdict`, `WarningCode`, `Encoding`, `EventKind`, …); sets
+//!   that grow with PyTorch or collectors keep unknown names in an `Other` variant.
+//! - The engine's types stay the engine's: the server converts them into these at the boundary
+//!   (`server/src/convert.rs`), so an engine refactor cannot change an answer silently.
+//! - No IO, no async, no HTTP client: this crate only describes.
+
+pub mod diff;
+pub mod library;
+pub mod live;
+pub mod report;
+pub mod routes;
+pub mod views;
+
+use serde::{Deserialize, Serialize};
+
+pub use diff::*;
+pub use library::*;
+pub use live::*;
+pub use report::*;
+pub use views::*;
+
+/// Every error answer: `{"error": "message"}` with a fitting HTTP status.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: String,
+}
+
+/// `GET /api/health`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Health {
+    pub ok: bool,
+    /// The server's version (`CARGO_PKG_VERSION`).
+    pub version: String,
+}
+
+/// A stack frame as shown to people: file, line and function.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Frame {
+    pub filename: String,
+    pub line: u32,
+    pub name: String,
+}
+
+impl Frame {
+    /// `file.py:12 function`, the file without its folders.
+    pub fn short(&self) -> String {
+        format!(
+            "{}:{} {}",
+            self.filename.rsplit('/').next().unwrap_or(""),
+            self.line,
+            self.name
+        )
+    }
+}
+
+/// A call site's frame written for people, or `(no frames)` where the stack had none.
+pub fn site_text(site: Option<&Frame>) -> String {
+    site.map_or_else(|| "(no frames)".to_string(), Frame::short)
+}
+
+/// A stack id of a snapshot (resolve with [`routes::frames`]); 0 is the empty stack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct StackId(pub u32);
+
+/// Which x axis a timeline window is given in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Axis {
+    /// Event index (position in the device's trace).
+    Event,
+    /// Microseconds since the epoch, as recorded.
+    Time,
+}
+
+impl Axis {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Axis::Event => "event",
+            Axis::Time => "time",
+        }
+    }
+}
+
+/// Size class of a segment's pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SegmentType {
+    Small,
+    Large,
+    Unknown,
+}
+
+/// State of a block inside a segment (PyTorch's names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BlockState {
+    ActiveAllocated,
+    ActivePendingFree,
+    Inactive,
+    Unknown,
+}
+
+impl BlockState {
+    /// The state named as PyTorch names it; `unknown` for any other name.
+    pub fn from_name(name: &str) -> BlockState {
+        serde_json::from_value(serde_json::Value::String(name.to_string()))
+            .unwrap_or(BlockState::Unknown)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BlockState::ActiveAllocated => "active_allocated",
+            BlockState::ActivePendingFree => "active_pending_free",
+            BlockState::Inactive => "inactive",
+            BlockState::Unknown => "unknown",
+        }
+    }
+}
+
+/// A memory pool: `(id, sub-id)` as PyTorch writes `segment_pool_id`; `(0, 0)` is the default.
+pub type PoolId = (i64, i64);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn closed_sets_read_their_json_names() {
+        let a: Axis = serde_json::from_str("\"time\"").unwrap();
+        assert_eq!(a, Axis::Time);
+        assert!(serde_json::from_str::<Axis>("\"wall\"").is_err());
+        let s: BlockState = serde_json::from_str("\"active_pending_free\"").unwrap();
+        assert_eq!(s.as_str(), "active_pending_free");
+    }
+
+    #[test]
+    fn a_frame_is_written_without_its_folders() {
+        let f = Frame {
+            filename: "/home/me/train.py".into(),
+            line: 88,
+            name: "step".into(),
+        };
+        assert_eq!(f.short(), "train.py:88 step");
+        assert_eq!(site_text(None), "(no frames)");
+    }
+}

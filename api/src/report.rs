@@ -1,0 +1,257 @@
+//! A snapshot's report (`GET /api/snapshots/{id}`, the same object `memscope analyze --json`
+//! prints): summary figures, leak suspects, OOM reports, warnings, fragmentation, settings.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::library::{Compression, Encoding};
+use crate::views::{CallSite, Fragmentation, PoolFragmentation};
+use crate::{BlockState, Frame};
+
+/// What a trace entry records (PyTorch's `TraceEntry` action names); names a later PyTorch adds
+/// are kept as they are.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TraceAction {
+    Alloc,
+    FreeRequested,
+    FreeCompleted,
+    SegmentAlloc,
+    SegmentFree,
+    SegmentMap,
+    SegmentUnmap,
+    Snapshot,
+    Oom,
+    Annotate,
+    #[serde(untagged)]
+    Other(String),
+}
+
+impl TraceAction {
+    /// The action written by its PyTorch name (`alloc`, `free_requested`, …).
+    pub fn from_name(name: &str) -> TraceAction {
+        serde_json::from_value(serde_json::Value::String(name.to_string()))
+            .unwrap_or_else(|_| TraceAction::Other(name.to_string()))
+    }
+}
+
+/// One device's trace in figures.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeviceSummary {
+    pub entries: u64,
+    /// How many entries of each action.
+    pub actions: BTreeMap<TraceAction, u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_time_us: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_time_us: Option<i64>,
+    /// Allocations the trace made and never freed (count, bytes).
+    pub alive_at_end_from_trace: u64,
+    pub alive_at_end_bytes_from_trace: u64,
+    /// Peak of what the trace itself allocated (without what predates it).
+    pub peak_traced_live_bytes: u64,
+    /// Peak of live bytes, including allocations made before the trace started.
+    pub peak_live_bytes: u64,
+    pub peak_position: u32,
+}
+
+/// A warning's stable, machine-readable code.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WarningCode {
+    /// No trace entries: `_record_memory_history` was not enabled.
+    HistoryNotEnabled,
+    /// Trace entries without stack frames.
+    NoFrames,
+    /// The ring buffer was full: the trace starts mid-run.
+    TraceTruncated,
+    /// Blocks in the segments carry no frames.
+    BlocksWithoutFrames,
+    /// A code a newer server writes.
+    #[serde(untagged)]
+    Other(String),
+}
+
+impl WarningCode {
+    pub fn from_name(name: &str) -> WarningCode {
+        serde_json::from_value(serde_json::Value::String(name.to_string()))
+            .unwrap_or_else(|_| WarningCode::Other(name.to_string()))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Warning {
+    pub code: WarningCode,
+    pub message: String,
+}
+
+/// One point of a leak suspect's series: its live bytes after an event.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SeriesPoint {
+    pub position: u32,
+    pub time_us: i64,
+    pub live_bytes: u64,
+}
+
+/// A call stack whose allocations stay alive and were made throughout the trace.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LeakSuspect {
+    pub device: i32,
+    /// Bytes still alive at the end from this stack.
+    pub bytes: u64,
+    /// Allocations still alive at the end from this stack.
+    pub count: u32,
+    /// Allocations the stack made over the trace.
+    pub total_allocations: u32,
+    /// How evenly the survivors were made over the trace (0..1).
+    pub spread: f64,
+    pub score: f64,
+    pub first_position: u32,
+    pub last_position: u32,
+    /// The frame the suspect is known by (first user frame, …).
+    pub site: Option<Frame>,
+    /// The whole stack, user frames first.
+    pub frames: Vec<Frame>,
+    pub series: Vec<SeriesPoint>,
+}
+
+/// Why an allocation failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// Enough cached free memory, but no free block large enough.
+    Fragmentation,
+    /// The driver still had the memory; a per-process limit stopped PyTorch.
+    ProcessLimit,
+    /// The device was full, mostly with PyTorch's own memory.
+    Exhaustion,
+    /// The device was full with memory held outside PyTorch's allocator.
+    OutsidePytorch,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Fragmentation => "fragmentation",
+            Verdict::ProcessLimit => "process_limit",
+            Verdict::Exhaustion => "exhaustion",
+            Verdict::OutsidePytorch => "outside_pytorch",
+        }
+    }
+}
+
+/// One `oom` trace entry explained.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OomReport {
+    pub device: i32,
+    pub position: u32,
+    pub time_us: i64,
+    /// What PyTorch tried to `cudaMalloc` ("Tried to allocate …").
+    pub requested_bytes: u64,
+    /// The block the caller needed (rounded).
+    pub block_bytes: u64,
+    pub stream: u64,
+    /// What the driver reported free.
+    pub device_free_bytes: Option<u64>,
+    pub reserved_bytes: u64,
+    pub allocated_bytes: u64,
+    pub cached_free_bytes: u64,
+    pub largest_free_block_bytes: u64,
+    /// Held outside PyTorch, when the device's total memory is known.
+    pub outside_pytorch_bytes: Option<u64>,
+    pub verdict: Verdict,
+    pub explanation: String,
+    pub largest_sites: Vec<CallSite>,
+}
+
+/// Fragmentation at the moment of the snapshot, per device.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeviceFragmentation {
+    pub device: i32,
+    pub total: Fragmentation,
+    pub pools: Vec<PoolFragmentation>,
+}
+
+/// The snapshot's layout, by PyTorch version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Layout {
+    /// PyTorch ≤ 1.13: a bare list of segments.
+    LegacySegmentList,
+    /// PyTorch 2.0: blocks carry their `history`.
+    BlockHistory,
+    /// PyTorch 2.1 and later.
+    Modern,
+}
+
+/// How the input was encoded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Format {
+    pub encoding: Encoding,
+    /// Pickle protocol (0 when absent).
+    pub protocol: u8,
+    pub compression: Compression,
+    pub layout: Layout,
+    pub decoded_bytes: u64,
+}
+
+/// Everything `memscope analyze --json` prints.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub segments: u64,
+    pub blocks: u64,
+    pub reserved_bytes: u64,
+    pub allocated_bytes: u64,
+    pub requested_bytes: u64,
+    pub block_states: BTreeMap<BlockState, u64>,
+    pub pending_free_blocks: u64,
+    pub pending_free_bytes: u64,
+    /// Per device (`"0"`, `"1"`, …).
+    pub devices: BTreeMap<String, DeviceSummary>,
+    pub host_segments: u64,
+    pub host_reserved_bytes: u64,
+    pub frames: u64,
+    pub stacks: u64,
+    pub annotations: u64,
+    pub leak_suspects: Vec<LeakSuspect>,
+    pub ooms: Vec<OomReport>,
+    pub warnings: Vec<Warning>,
+    pub fragmentation: Vec<DeviceFragmentation>,
+    /// PyTorch's `allocator_settings` dict as recorded (its keys vary by version; PyTorch ≥ 2.3).
+    pub allocator_settings: Option<serde_json::Value>,
+    pub format: Format,
+}
+
+impl Report {
+    /// Devices with a trace and how many events each has, in order.
+    pub fn traced_devices(&self) -> Vec<(i32, u64)> {
+        let mut v: Vec<(i32, u64)> = self
+            .devices
+            .iter()
+            .filter_map(|(k, d)| Some((k.parse().ok()?, d.entries)))
+            .filter(|&(_, n)| n > 0)
+            .collect();
+        v.sort_unstable();
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_action_or_warning_a_later_pytorch_adds_is_kept_by_name() {
+        let a: BTreeMap<TraceAction, u64> =
+            serde_json::from_str(r#"{"alloc": 3, "segment_map": 1, "defrag": 2}"#).unwrap();
+        assert_eq!(a[&TraceAction::Alloc], 3);
+        assert_eq!(a[&TraceAction::Other("defrag".into())], 2);
+        assert_eq!(
+            serde_json::to_string(&TraceAction::Other("defrag".into())).unwrap(),
+            "\"defrag\""
+        );
+        let w: WarningCode = serde_json::from_str("\"trace_truncated\"").unwrap();
+        assert_eq!(w, WarningCode::TraceTruncated);
+    }
+}

@@ -1,0 +1,240 @@
+//! Every route: its pattern (what the server's router matches, axum's `{param}` syntax) and one
+//! function that builds its URL (what the dashboard and the tests request). Patterns and builders
+//! sit side by side so they cannot drift; `server/tests/api.rs` requests every builder's URL.
+
+use serde::Serialize;
+
+use crate::diff::DiffQuery;
+use crate::library::{ListQuery, UploadQuery};
+use crate::live::WindowQuery;
+use crate::views::{DeviceQuery, PositionQuery, StacksQuery, TimelineQuery};
+
+pub const HEALTH: &str = "/api/health";
+pub const SNAPSHOTS: &str = "/api/snapshots";
+pub const SNAPSHOT: &str = "/api/snapshots/{id}";
+pub const INFO: &str = "/api/snapshots/{id}/info";
+pub const ORIGINAL: &str = "/api/snapshots/{id}/original";
+pub const TIMELINE: &str = "/api/snapshots/{id}/timeline";
+pub const STATE: &str = "/api/snapshots/{id}/state";
+pub const STACKS: &str = "/api/snapshots/{id}/stacks";
+pub const SEGMENTS: &str = "/api/snapshots/{id}/segments";
+pub const FRAMES: &str = "/api/snapshots/{id}/frames/{stack}";
+pub const UPLOAD_PROGRESS: &str = "/api/uploads/{token}";
+pub const DIFF: &str = "/api/diff/{a}/{b}";
+pub const INGEST: &str = "/api/ingest";
+pub const METRICS: &str = "/metrics";
+pub const LIVE_FLEET: &str = "/api/live/fleet";
+pub const LIVE_GPU: &str = "/api/live/gpus/{uuid}";
+pub const LIVE_PROCESS: &str = "/api/live/processes/{host}/{pid}";
+pub const LIVE_STREAM: &str = "/api/live/stream";
+
+/// The dashboard's own pages (served by the server, routed in the browser).
+pub const PAGE_LIBRARY: &str = "/";
+pub const PAGE_SNAPSHOT: &str = "/s/{id}";
+pub const PAGE_DIFF: &str = "/diff/{a}/{b}";
+pub const PAGE_LIVE: &str = "/live";
+pub const PAGE_LIVE_GPU: &str = "/live/gpu/{uuid}";
+pub const PAGE_LIVE_PROCESS: &str = "/live/process/{host}/{pid}";
+
+/// A path segment or query value percent-encoded (RFC 3986 unreserved characters kept).
+pub fn encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// `path?query` with the query's set fields, or `path` when none is set.
+fn with_query(path: String, q: &impl Serialize) -> String {
+    let qs = serde_urlencoded::to_string(q).expect("query types serialise to a query string");
+    if qs.is_empty() {
+        path
+    } else {
+        format!("{path}?{qs}")
+    }
+}
+
+fn snapshot_path(id: &str, tail: &str) -> String {
+    format!("/api/snapshots/{}{tail}", encode(id))
+}
+
+pub fn health() -> String {
+    HEALTH.to_string()
+}
+/// The library, or the entries `q` matches.
+pub fn snapshots(q: &ListQuery) -> String {
+    with_query(SNAPSHOTS.to_string(), q)
+}
+/// Where to POST an upload.
+pub fn upload(q: &UploadQuery) -> String {
+    with_query(SNAPSHOTS.to_string(), q)
+}
+pub fn upload_progress(token: &str) -> String {
+    format!("/api/uploads/{}", encode(token))
+}
+/// The report (GET), a rename (PATCH), removal (DELETE).
+pub fn snapshot(id: &str) -> String {
+    snapshot_path(id, "")
+}
+pub fn info(id: &str) -> String {
+    snapshot_path(id, "/info")
+}
+pub fn original(id: &str) -> String {
+    snapshot_path(id, "/original")
+}
+pub fn timeline(id: &str, q: &TimelineQuery) -> String {
+    with_query(snapshot_path(id, "/timeline"), q)
+}
+pub fn state(id: &str, q: &PositionQuery) -> String {
+    with_query(snapshot_path(id, "/state"), q)
+}
+pub fn stacks(id: &str, q: &StacksQuery) -> String {
+    with_query(snapshot_path(id, "/stacks"), q)
+}
+pub fn segments(id: &str, q: &DeviceQuery) -> String {
+    with_query(snapshot_path(id, "/segments"), q)
+}
+pub fn frames(id: &str, stack: crate::StackId) -> String {
+    snapshot_path(id, &format!("/frames/{}", stack.0))
+}
+pub fn diff(a: &str, b: &str, q: &DiffQuery) -> String {
+    with_query(format!("/api/diff/{}/{}", encode(a), encode(b)), q)
+}
+pub fn ingest() -> String {
+    INGEST.to_string()
+}
+pub fn metrics() -> String {
+    METRICS.to_string()
+}
+pub fn live_fleet() -> String {
+    LIVE_FLEET.to_string()
+}
+pub fn live_gpu(uuid: &str, q: &WindowQuery) -> String {
+    with_query(format!("/api/live/gpus/{}", encode(uuid)), q)
+}
+pub fn live_process(host: &str, pid: i64, q: &WindowQuery) -> String {
+    with_query(format!("/api/live/processes/{}/{pid}", encode(host)), q)
+}
+pub fn live_stream() -> String {
+    LIVE_STREAM.to_string()
+}
+
+/// The dashboard's pages.
+pub mod page {
+    use super::encode;
+
+    pub fn library() -> String {
+        super::PAGE_LIBRARY.to_string()
+    }
+    /// A snapshot's page with these query pairs (view, device, window, …), in order.
+    pub fn snapshot<K: AsRef<str>, V: AsRef<str>>(id: &str, pairs: &[(K, V)]) -> String {
+        let qs: Vec<String> = pairs
+            .iter()
+            .map(|(k, v)| format!("{}={}", k.as_ref(), encode(v.as_ref())))
+            .collect();
+        if qs.is_empty() {
+            format!("/s/{}", encode(id))
+        } else {
+            format!("/s/{}?{}", encode(id), qs.join("&"))
+        }
+    }
+    /// `b` against `a`; `?device_a=&device_b=` when chosen.
+    pub fn diff(a: &str, b: &str, q: &crate::diff::DiffQuery) -> String {
+        super::with_query(format!("/diff/{}/{}", encode(a), encode(b)), q)
+    }
+    pub fn live() -> String {
+        super::PAGE_LIVE.to_string()
+    }
+    pub fn live_gpu(uuid: &str) -> String {
+        format!("/live/gpu/{}", encode(uuid))
+    }
+    pub fn live_process(host: &str, pid: i64, start_time_ms: Option<i64>) -> String {
+        match start_time_ms {
+            Some(s) => format!("/live/process/{}/{pid}?start_time_ms={s}", encode(host)),
+            None => format!("/live/process/{}/{pid}", encode(host)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Axis, FlameFrames};
+
+    #[test]
+    fn builders_fill_their_patterns_and_leave_unset_parameters_out() {
+        assert_eq!(
+            timeline(
+                "ab12",
+                &TimelineQuery {
+                    axis: Some(Axis::Event),
+                    from: Some(10.0),
+                    to: Some(20.5),
+                    buckets: Some(100),
+                    ..Default::default()
+                }
+            ),
+            "/api/snapshots/ab12/timeline?axis=event&from=10.0&to=20.5&buckets=100"
+        );
+        assert_eq!(
+            stacks(
+                "x",
+                &StacksQuery {
+                    frames: Some(FlameFrames::Python),
+                    ..Default::default()
+                }
+            ),
+            "/api/snapshots/x/stacks?frames=python"
+        );
+        assert_eq!(
+            segments("x", &DeviceQuery::default()),
+            "/api/snapshots/x/segments"
+        );
+        assert_eq!(
+            snapshots(&ListQuery {
+                q: Some("job=a b".into())
+            }),
+            "/api/snapshots?q=job%3Da+b"
+        );
+        assert_eq!(
+            live_process("gpu 7", 12, &WindowQuery::default()),
+            "/api/live/processes/gpu%207/12"
+        );
+        assert_eq!(
+            page::snapshot("x", &[("view", "timeline"), ("filter", "a.py:3")]),
+            "/s/x?view=timeline&filter=a.py%3A3"
+        );
+    }
+
+    /// Each builder's path has the same segments as its pattern.
+    #[test]
+    fn builders_match_their_patterns() {
+        let pairs = [
+            (SNAPSHOT, snapshot("i")),
+            (INFO, info("i")),
+            (ORIGINAL, original("i")),
+            (TIMELINE, timeline("i", &Default::default())),
+            (STATE, state("i", &Default::default())),
+            (STACKS, stacks("i", &Default::default())),
+            (SEGMENTS, segments("i", &Default::default())),
+            (FRAMES, frames("i", crate::StackId(3))),
+            (UPLOAD_PROGRESS, upload_progress("t")),
+            (DIFF, diff("a", "b", &Default::default())),
+            (LIVE_GPU, live_gpu("u", &Default::default())),
+            (LIVE_PROCESS, live_process("h", 1, &Default::default())),
+        ];
+        for (pattern, url) in pairs {
+            let p: Vec<&str> = pattern.split('/').collect();
+            let u: Vec<&str> = url.split('?').next().unwrap().split('/').collect();
+            assert_eq!(p.len(), u.len(), "{pattern} vs {url}");
+            for (a, b) in p.iter().zip(&u) {
+                assert!(a.starts_with('{') || a == b, "{pattern} vs {url}");
+            }
+        }
+    }
+}

@@ -1,0 +1,369 @@
+//! A snapshot's views: the timeline window, the allocator's state at a position, memory by call
+//! stack, segment lifetimes, and their query parameters.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Axis, BlockState, Frame, PoolId, SegmentType, StackId};
+
+/// `GET /api/snapshots/{id}/timeline` query.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TimelineQuery {
+    /// The device (default: the first with a trace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<i32>,
+    /// The axis `from`/`to` are given on (default: time when recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub axis: Option<Axis>,
+    /// The window, on `axis` (both or neither; default: the whole trace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<f64>,
+    /// Buckets to reduce the window to (about the canvas width in pixels; default 1000, at most
+    /// 10,000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub buckets: Option<usize>,
+    /// How many of the largest allocations overlapping the window to include (default 2000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocations: Option<usize>,
+}
+
+/// Live and reserved bytes over a run of events (min and max within it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Bucket {
+    /// First and last position covered (position `p`: after `p` events).
+    pub first: u32,
+    pub last: u32,
+    pub time_us: i64,
+    #[serde(rename = "live_min")]
+    pub live_min_bytes: u64,
+    #[serde(rename = "live_max")]
+    pub live_max_bytes: u64,
+    #[serde(rename = "reserved_min")]
+    pub reserved_min_bytes: u64,
+    #[serde(rename = "reserved_max")]
+    pub reserved_max_bytes: u64,
+}
+
+/// A window of a device's trace reduced to buckets.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Timeline {
+    pub device: i32,
+    /// Events in the device's whole trace.
+    pub events: u32,
+    pub first_position: u32,
+    pub last_position: u32,
+    pub buckets: Vec<Bucket>,
+    pub peak_position: u32,
+    pub peak_live_bytes: u64,
+}
+
+/// An allocation overlapping a timeline window.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AllocationView {
+    /// Its index among the device's allocations.
+    pub id: u32,
+    pub addr: u64,
+    #[serde(rename = "size")]
+    pub size_bytes: u64,
+    pub stream: u64,
+    /// Event index of the alloc, or none if made before the trace started.
+    pub start: Option<u32>,
+    /// Event index of `free_completed`, or none if alive at the snapshot.
+    pub end: Option<u32>,
+    pub start_time_us: Option<i64>,
+    pub end_time_us: Option<i64>,
+    /// Its stack; the answer carries each stack's frames once.
+    pub stack: StackId,
+}
+
+impl AllocationView {
+    /// Alive after `p` events (made before `p`, freed at or after it).
+    pub fn alive_at(&self, p: u32) -> bool {
+        self.start.is_none_or(|s| s < p) && self.end.is_none_or(|e| e >= p)
+    }
+}
+
+/// A named range of the trace (`record_function` / `external_annotations` START..END pairs),
+/// ranges of one name closer than one bucket merged (`count` says how many).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AnnotationRange {
+    pub name: String,
+    pub start_us: i64,
+    pub end_us: i64,
+    pub count: u32,
+}
+
+/// An `oom` entry's place on the timeline.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OomMarker {
+    pub position: u32,
+    pub time_us: i64,
+    /// The size the failed request asked for.
+    #[serde(rename = "bytes")]
+    pub requested_bytes: u64,
+}
+
+/// `GET /api/snapshots/{id}/timeline`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TimelineAnswer {
+    pub device: i32,
+    pub axis: Axis,
+    pub timeline: Timeline,
+    /// The largest allocations overlapping the window, largest first.
+    pub allocations: Vec<AllocationView>,
+    /// Frames of every stack the allocations refer to (user frames first, noise left out).
+    pub stacks: BTreeMap<StackId, Vec<Frame>>,
+    /// The frame each of those stacks is labelled by (first user frame, …).
+    pub sites: BTreeMap<StackId, Option<Frame>>,
+    pub annotations: Vec<AnnotationRange>,
+    pub ooms: Vec<OomMarker>,
+    /// The device's first and last event times (the time axis's origin and end).
+    pub first_time_us: i64,
+    pub last_time_us: i64,
+}
+
+impl TimelineAnswer {
+    /// The x of a bucket's start on this answer's axis.
+    pub fn bucket_x(&self, b: &Bucket) -> f64 {
+        match self.axis {
+            Axis::Time => b.time_us as f64,
+            Axis::Event => b.first as f64,
+        }
+    }
+
+    /// Whether `stack`'s frames mention `needle` (lower-case; empty matches everything).
+    pub fn stack_mentions(&self, stack: StackId, needle: &str) -> bool {
+        needle.is_empty()
+            || self.stacks.get(&stack).is_some_and(|frames| {
+                frames
+                    .iter()
+                    .any(|f| f.short().to_lowercase().contains(needle))
+            })
+    }
+}
+
+/// `GET /api/snapshots/{id}/state` query, and the position of `/stacks`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PositionQuery {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<i32>,
+    /// After this many events (default: the end for state, the peak for stacks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position: Option<u32>,
+}
+
+/// Which frames the flame tree is built from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FlameFrames {
+    /// Every frame (Python and C++).
+    #[default]
+    All,
+    /// Python frames only; allocations without one under `(no Python frames)`.
+    Python,
+}
+
+impl<'de> Deserialize<'de> for FlameFrames {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        match s.as_str() {
+            "all" => Ok(FlameFrames::All),
+            "python" => Ok(FlameFrames::Python),
+            other => Err(serde::de::Error::custom(format!(
+                "frames={other}: use all or python"
+            ))),
+        }
+    }
+}
+
+/// `GET /api/snapshots/{id}/stacks` query.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StacksQuery {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frames: Option<FlameFrames>,
+}
+
+/// `?device=N` (default: the first device with a trace).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DeviceQuery {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<i32>,
+}
+
+/// Where memory goes in a segment, a pool or a device.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fragmentation {
+    pub segments: u32,
+    pub reserved_bytes: u64,
+    pub allocated_bytes: u64,
+    pub requested_bytes: u64,
+    /// Rounding waste inside allocated blocks (allocated − requested).
+    pub internal_bytes: u64,
+    /// Cached free memory (reserved − allocated).
+    pub external_bytes: u64,
+    pub inactive_blocks: u32,
+    pub largest_free_bytes: u64,
+}
+
+/// A block of a segment at a position.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BlockView {
+    pub address: u64,
+    #[serde(rename = "size")]
+    pub size_bytes: u64,
+    #[serde(rename = "requested_size")]
+    pub requested_bytes: u64,
+    pub state: BlockState,
+    /// Index of the allocation among the device's allocations, if known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocation: Option<u32>,
+    /// Its stack (resolve with `/frames/{stack}`; 0: none).
+    pub stack: StackId,
+}
+
+/// A segment at a position, its blocks in address order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SegmentView {
+    pub address: u64,
+    #[serde(rename = "total_size")]
+    pub total_bytes: u64,
+    pub stream: u64,
+    pub segment_type: SegmentType,
+    pub pool_id: PoolId,
+    pub is_expandable: bool,
+    pub blocks: Vec<BlockView>,
+    pub fragmentation: Fragmentation,
+}
+
+/// One pool's figures (size class, stream, pool id).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolFragmentation {
+    pub pool_id: PoolId,
+    pub segment_type: SegmentType,
+    pub stream: u64,
+    #[serde(flatten)]
+    pub figures: Fragmentation,
+}
+
+/// `GET /api/snapshots/{id}/state`: the allocator's segments and blocks after `position` events.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AllocatorState {
+    pub device: i32,
+    pub position: u32,
+    /// True at the snapshot's own moment (as recorded), false when rebuilt from the trace.
+    pub exact: bool,
+    pub segments: Vec<SegmentView>,
+    pub total: Fragmentation,
+    pub pools: Vec<PoolFragmentation>,
+}
+
+/// Memory one call site holds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallSite {
+    /// The frame the site is known by (first user frame, …); none: no frames.
+    pub site: Option<Frame>,
+    pub bytes: u64,
+    pub count: u32,
+    /// The largest stack of the site, user frames first.
+    pub frames: Vec<Frame>,
+    /// How many distinct stacks share the site.
+    pub stacks: u32,
+}
+
+/// A node of the flame (icicle) tree: one frame, the bytes allocated under it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FlameNode {
+    pub name: String,
+    pub filename: String,
+    pub line: u32,
+    pub bytes: u64,
+    pub count: u32,
+    pub children: Vec<FlameNode>,
+}
+
+/// `GET /api/snapshots/{id}/stacks`: memory by call site and a flame tree at a position.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StackReport {
+    pub device: i32,
+    pub position: u32,
+    pub total_bytes: u64,
+    pub count: u32,
+    pub sites: Vec<CallSite>,
+    pub flame: FlameNode,
+}
+
+/// A segment's lifetime in events: `start`/`end` are [`NO_EVENT`] when it predates the trace or
+/// still exists at the snapshot.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SegmentSpan {
+    pub address: u64,
+    #[serde(rename = "size")]
+    pub size_bytes: u64,
+    pub stream: u64,
+    pub segment_type: SegmentType,
+    pub pool_id: PoolId,
+    pub is_expandable: bool,
+    pub start: u32,
+    pub end: u32,
+}
+
+/// "No such event" in [`SegmentSpan`]: before the trace or after it.
+pub const NO_EVENT: u32 = u32::MAX;
+
+impl SegmentSpan {
+    /// The `segment_alloc` event, if the trace has it.
+    pub fn start_event(&self) -> Option<u32> {
+        (self.start != NO_EVENT).then_some(self.start)
+    }
+    /// The `segment_free` event, if the segment was freed within the trace.
+    pub fn end_event(&self) -> Option<u32> {
+        (self.end != NO_EVENT).then_some(self.end)
+    }
+}
+
+/// `GET /api/snapshots/{id}/segments`: every segment's lifetime on a device.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SegmentSpans {
+    pub device: i32,
+    /// Events in the device's trace.
+    pub events: u32,
+    pub segments: Vec<SegmentSpan>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_fields_keep_their_json_keys() {
+        let b: Bucket = serde_json::from_str(
+            r#"{"first":0,"last":2,"time_us":5,"live_min":1,"live_max":2,"reserved_min":3,"reserved_max":4}"#,
+        )
+        .unwrap();
+        assert_eq!((b.live_max_bytes, b.reserved_max_bytes), (2, 4));
+        assert!(
+            serde_json::to_string(&b)
+                .unwrap()
+                .contains("\"live_min\":1")
+        );
+    }
+
+    #[test]
+    fn a_missing_field_is_an_error_not_a_zero() {
+        let e = serde_json::from_str::<Bucket>(r#"{"first":0,"last":2,"time_us":5}"#);
+        assert!(e.unwrap_err().to_string().contains("live_min"));
+    }
+
+    #[test]
+    fn flame_frames_name_the_choices_in_their_error() {
+        let e = serde_json::from_str::<FlameFrames>("\"cpp\"").unwrap_err();
+        assert!(e.to_string().contains("frames=cpp: use all or python"));
+    }
+}

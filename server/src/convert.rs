@@ -1,0 +1,405 @@
+//! The engine's types into the `api` crate's, at the HTTP boundary. The engine keeps its own
+//! types (they change with the engine); what crosses HTTP is an `api` type, so a refactor of the
+//! engine that would change an answer fails to compile here instead of changing it silently.
+
+use snapshot::analysis::timeline as tl;
+use snapshot::analysis::{self, diff, index, leaks, oom, stacks, state, summary};
+use snapshot::frames::FrameView;
+use snapshot::model;
+
+/// An engine name of a closed set that the `api` crate does not know: a bug in one of the two.
+fn unknown(what: &str, name: &str) -> ! {
+    panic!("the engine wrote {what} {name:?}, which the api crate does not know")
+}
+
+pub fn frame(f: FrameView) -> api::Frame {
+    api::Frame {
+        filename: f.filename,
+        line: f.line,
+        name: f.name,
+    }
+}
+
+pub fn frames(v: Vec<FrameView>) -> Vec<api::Frame> {
+    v.into_iter().map(frame).collect()
+}
+
+pub fn stack_id(s: model::StackId) -> api::StackId {
+    api::StackId(s.0)
+}
+
+pub fn axis(a: tl::Axis) -> api::Axis {
+    match a {
+        tl::Axis::Event => api::Axis::Event,
+        tl::Axis::Time => api::Axis::Time,
+    }
+}
+
+pub fn axis_in(a: api::Axis) -> tl::Axis {
+    match a {
+        api::Axis::Event => tl::Axis::Event,
+        api::Axis::Time => tl::Axis::Time,
+    }
+}
+
+pub fn flame_frames_in(f: api::FlameFrames) -> analysis::FlameFrames {
+    match f {
+        api::FlameFrames::All => analysis::FlameFrames::All,
+        api::FlameFrames::Python => analysis::FlameFrames::PythonOnly,
+    }
+}
+
+fn segment_type(t: model::SegmentType) -> api::SegmentType {
+    match t {
+        model::SegmentType::Small => api::SegmentType::Small,
+        model::SegmentType::Large => api::SegmentType::Large,
+        model::SegmentType::Unknown => api::SegmentType::Unknown,
+    }
+}
+
+fn block_state(s: model::BlockState) -> api::BlockState {
+    match s {
+        model::BlockState::ActiveAllocated => api::BlockState::ActiveAllocated,
+        model::BlockState::ActivePendingFree => api::BlockState::ActivePendingFree,
+        model::BlockState::Inactive => api::BlockState::Inactive,
+        model::BlockState::Unknown => api::BlockState::Unknown,
+    }
+}
+
+fn verdict(v: oom::Verdict) -> api::Verdict {
+    match v {
+        oom::Verdict::Fragmentation => api::Verdict::Fragmentation,
+        oom::Verdict::ProcessLimit => api::Verdict::ProcessLimit,
+        oom::Verdict::Exhaustion => api::Verdict::Exhaustion,
+        oom::Verdict::OutsidePytorch => api::Verdict::OutsidePytorch,
+    }
+}
+
+pub fn encoding(name: &str) -> api::Encoding {
+    api::Encoding::from_name(name).unwrap_or_else(|| unknown("encoding", name))
+}
+
+pub fn compression(name: &str) -> api::Compression {
+    api::Compression::from_name(name).unwrap_or_else(|| unknown("compression", name))
+}
+
+fn format(f: model::Format) -> api::Format {
+    api::Format {
+        encoding: encoding(f.encoding),
+        protocol: f.protocol,
+        compression: compression(f.compression),
+        layout: api::Layout::from_name(f.layout).unwrap_or_else(|| unknown("layout", f.layout)),
+        decoded_bytes: f.decoded_bytes,
+    }
+}
+
+pub fn device_summary(d: summary::DeviceSummary) -> api::DeviceSummary {
+    api::DeviceSummary {
+        entries: d.entries,
+        actions: d
+            .actions
+            .into_iter()
+            .map(|(k, n)| (api::TraceAction::from_name(&k), n))
+            .collect(),
+        first_time_us: d.first_time_us,
+        last_time_us: d.last_time_us,
+        alive_at_end_from_trace: d.alive_at_end_from_trace,
+        alive_at_end_bytes_from_trace: d.alive_at_end_bytes_from_trace,
+        peak_traced_live_bytes: d.peak_traced_live_bytes,
+        peak_live_bytes: d.peak_live_bytes,
+        peak_position: d.peak_position,
+    }
+}
+
+pub fn warning(w: summary::Warning) -> api::Warning {
+    api::Warning {
+        code: api::WarningCode::from_name(w.code),
+        message: w.message,
+    }
+}
+
+pub fn fragmentation(f: state::Fragmentation) -> api::Fragmentation {
+    api::Fragmentation {
+        segments: f.segments,
+        reserved_bytes: f.reserved_bytes,
+        allocated_bytes: f.allocated_bytes,
+        requested_bytes: f.requested_bytes,
+        internal_bytes: f.internal_bytes,
+        external_bytes: f.external_bytes,
+        inactive_blocks: f.inactive_blocks,
+        largest_free_bytes: f.largest_free_bytes,
+    }
+}
+
+fn pool(p: state::PoolFragmentation) -> api::PoolFragmentation {
+    api::PoolFragmentation {
+        pool_id: p.pool_id,
+        segment_type: segment_type(p.segment_type),
+        stream: p.stream,
+        figures: fragmentation(p.figures),
+    }
+}
+
+fn call_site(c: stacks::CallSite) -> api::CallSite {
+    api::CallSite {
+        site: c.site.map(frame),
+        bytes: c.bytes,
+        count: c.count,
+        frames: frames(c.frames),
+        stacks: c.stacks,
+    }
+}
+
+fn leak_suspect(l: leaks::LeakSuspect) -> api::LeakSuspect {
+    api::LeakSuspect {
+        device: l.device,
+        bytes: l.bytes,
+        count: l.count,
+        total_allocations: l.total_allocations,
+        spread: l.spread,
+        score: l.score,
+        first_position: l.first_position,
+        last_position: l.last_position,
+        site: l.site.map(frame),
+        frames: frames(l.frames),
+        series: l
+            .series
+            .into_iter()
+            .map(|p| api::SeriesPoint {
+                position: p.position,
+                time_us: p.time_us,
+                live_bytes: p.live_bytes,
+            })
+            .collect(),
+    }
+}
+
+fn oom_report(o: oom::OomReport) -> api::OomReport {
+    api::OomReport {
+        device: o.device,
+        position: o.position,
+        time_us: o.time_us,
+        requested_bytes: o.requested_bytes,
+        block_bytes: o.block_bytes,
+        stream: o.stream,
+        device_free_bytes: o.device_free_bytes,
+        reserved_bytes: o.reserved_bytes,
+        allocated_bytes: o.allocated_bytes,
+        cached_free_bytes: o.cached_free_bytes,
+        largest_free_block_bytes: o.largest_free_block_bytes,
+        outside_pytorch_bytes: o.outside_pytorch_bytes,
+        verdict: verdict(o.verdict),
+        explanation: o.explanation,
+        largest_sites: o.largest_sites.into_iter().map(call_site).collect(),
+    }
+}
+
+/// The whole report (`GET /api/snapshots/{id}` and `memscope analyze --json`).
+pub fn report(r: analysis::Report) -> api::Report {
+    let s = r.summary;
+    api::Report {
+        segments: s.segments,
+        blocks: s.blocks,
+        reserved_bytes: s.reserved_bytes,
+        allocated_bytes: s.allocated_bytes,
+        requested_bytes: s.requested_bytes,
+        block_states: s
+            .block_states
+            .into_iter()
+            .map(|(k, n)| (api::BlockState::from_name(&k), n))
+            .collect(),
+        pending_free_blocks: s.pending_free_blocks,
+        pending_free_bytes: s.pending_free_bytes,
+        devices: s
+            .devices
+            .into_iter()
+            .map(|(k, d)| (k, device_summary(d)))
+            .collect(),
+        host_segments: s.host_segments,
+        host_reserved_bytes: s.host_reserved_bytes,
+        frames: s.frames,
+        stacks: s.stacks,
+        annotations: s.annotations,
+        leak_suspects: r.leak_suspects.into_iter().map(leak_suspect).collect(),
+        ooms: r.ooms.into_iter().map(oom_report).collect(),
+        warnings: r.warnings.into_iter().map(warning).collect(),
+        fragmentation: r
+            .fragmentation
+            .into_iter()
+            .map(|d| api::DeviceFragmentation {
+                device: d.device,
+                total: fragmentation(d.total),
+                pools: d.pools.into_iter().map(pool).collect(),
+            })
+            .collect(),
+        allocator_settings: r.allocator_settings,
+        format: format(r.format),
+    }
+}
+
+pub fn timeline(t: tl::Timeline) -> api::Timeline {
+    api::Timeline {
+        device: t.device,
+        events: t.events,
+        first_position: t.first_position,
+        last_position: t.last_position,
+        buckets: t
+            .buckets
+            .into_iter()
+            .map(|b| api::Bucket {
+                first: b.first,
+                last: b.last,
+                time_us: b.time_us,
+                live_min_bytes: b.live_min,
+                live_max_bytes: b.live_max,
+                reserved_min_bytes: b.reserved_min,
+                reserved_max_bytes: b.reserved_max,
+            })
+            .collect(),
+        peak_position: t.peak_position,
+        peak_live_bytes: t.peak_live_bytes,
+    }
+}
+
+pub fn allocation(a: tl::AllocationView) -> api::AllocationView {
+    api::AllocationView {
+        id: a.id,
+        addr: a.addr,
+        size_bytes: a.size,
+        stream: a.stream,
+        start: a.start,
+        end: a.end,
+        start_time_us: a.start_time_us,
+        end_time_us: a.end_time_us,
+        stack: stack_id(a.stack),
+    }
+}
+
+pub fn annotation(a: tl::AnnotationRange) -> api::AnnotationRange {
+    api::AnnotationRange {
+        name: a.name,
+        start_us: a.start_us,
+        end_us: a.end_us,
+        count: a.count,
+    }
+}
+
+pub fn oom_marker(m: tl::OomMarker) -> api::OomMarker {
+    api::OomMarker {
+        position: m.position,
+        time_us: m.time_us,
+        requested_bytes: m.requested_bytes,
+    }
+}
+
+pub fn allocator_state(s: state::AllocatorState) -> api::AllocatorState {
+    api::AllocatorState {
+        device: s.device,
+        position: s.position,
+        exact: s.exact,
+        segments: s
+            .segments
+            .into_iter()
+            .map(|g| api::SegmentView {
+                address: g.address,
+                total_bytes: g.total_size,
+                stream: g.stream,
+                segment_type: segment_type(g.segment_type),
+                pool_id: g.pool_id,
+                is_expandable: g.is_expandable,
+                blocks: g
+                    .blocks
+                    .into_iter()
+                    .map(|b| api::BlockView {
+                        address: b.address,
+                        size_bytes: b.size,
+                        requested_bytes: b.requested_size,
+                        state: block_state(b.state),
+                        allocation: b.allocation,
+                        stack: stack_id(b.stack),
+                    })
+                    .collect(),
+                fragmentation: fragmentation(g.fragmentation),
+            })
+            .collect(),
+        total: fragmentation(s.total),
+        pools: s.pools.into_iter().map(pool).collect(),
+    }
+}
+
+fn flame(n: stacks::FlameNode) -> api::FlameNode {
+    api::FlameNode {
+        name: n.name,
+        filename: n.filename,
+        line: n.line,
+        bytes: n.bytes,
+        count: n.count,
+        children: n.children.into_iter().map(flame).collect(),
+    }
+}
+
+pub fn stack_report(s: stacks::StackReport) -> api::StackReport {
+    api::StackReport {
+        device: s.device,
+        position: s.position,
+        total_bytes: s.total_bytes,
+        count: s.count,
+        sites: s.sites.into_iter().map(call_site).collect(),
+        flame: flame(s.flame),
+    }
+}
+
+pub fn segment_span(s: &index::SegmentSpan) -> api::SegmentSpan {
+    api::SegmentSpan {
+        address: s.address,
+        size_bytes: s.size,
+        stream: s.stream,
+        segment_type: segment_type(s.segment_type),
+        pool_id: s.pool_id,
+        is_expandable: s.is_expandable,
+        start: s.start,
+        end: s.end,
+    }
+}
+
+pub fn diff(d: diff::Diff) -> api::Diff {
+    api::Diff {
+        device_a: d.device_a,
+        device_b: d.device_b,
+        figures: d
+            .figures
+            .into_iter()
+            .map(|f| api::FigureDelta {
+                name: f.name.to_string(),
+                a: f.a,
+                b: f.b,
+                delta: f.delta,
+                bytes: f.bytes,
+            })
+            .collect(),
+        sites_at_peak: d
+            .sites_at_peak
+            .into_iter()
+            .map(|s| api::SiteDelta {
+                site: s.site.map(frame),
+                a_bytes: s.a_bytes,
+                b_bytes: s.b_bytes,
+                delta_bytes: s.delta_bytes,
+                a_count: s.a_count,
+                b_count: s.b_count,
+                frames: frames(s.frames),
+            })
+            .collect(),
+        unchanged_sites: d.unchanged_sites,
+        leaks: d
+            .leaks
+            .into_iter()
+            .map(|l| api::LeakDelta {
+                site: l.site.map(frame),
+                a_bytes: l.a_bytes,
+                b_bytes: l.b_bytes,
+                frames: frames(l.frames),
+            })
+            .collect(),
+    }
+}

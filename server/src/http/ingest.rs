@@ -1,0 +1,95 @@
+//! `POST /api/ingest`: one collector batch (`wire::Batch`, JSON, optionally gzip), authenticated
+//! by the collector's bearer token, stored once per `(collector, seq)`, announced to the live
+//! pages' event stream. This is the collector ↔ server boundary: its types are `wire`'s.
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, header};
+use axum::routing::post;
+use axum::{Json, Router};
+
+use super::{ApiError, ApiResult};
+use crate::state::AppState;
+use api::routes;
+
+pub fn router() -> Router<AppState> {
+    Router::new().route(routes::INGEST, post(ingest_batch))
+}
+
+/// Largest ingest batch accepted (decompressed).
+const MAX_BATCH_BYTES: usize = 64 << 20;
+
+async fn ingest_batch(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult<Json<wire::Ack>> {
+    let token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .ok_or_else(|| {
+            ApiError::Unauthorized("missing `Authorization: Bearer <collector token>`".into())
+        })?;
+    let collector = s
+        .config
+        .collector_for_token(token.trim())
+        .ok_or_else(|| {
+            ApiError::Unauthorized(
+                "unknown collector token; add it with --collector-token NAME=TOKEN".into(),
+            )
+        })?
+        .to_string();
+    let gzip = headers
+        .get(header::CONTENT_ENCODING)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"gzip"));
+    let json = if gzip {
+        use std::io::Read;
+        let mut out = Vec::new();
+        flate2::read::GzDecoder::new(&body[..])
+            .take(MAX_BATCH_BYTES as u64 + 1)
+            .read_to_end(&mut out)
+            .map_err(|e| ApiError::BadRequest(format!("batch is not valid gzip: {e}")))?;
+        out
+    } else {
+        body.to_vec()
+    };
+    if json.len() > MAX_BATCH_BYTES {
+        return Err(ApiError::BadRequest(format!(
+            "batch is larger than {MAX_BATCH_BYTES} bytes; send smaller batches"
+        )));
+    }
+    let batch: wire::Batch = serde_json::from_slice(&json)
+        .map_err(|e| ApiError::BadRequest(format!("malformed batch: {e}")))?;
+    if batch.version > wire::VERSION {
+        return Err(ApiError::BadRequest(format!(
+            "batch version {} is newer than this server's {}; upgrade the server",
+            batch.version,
+            wire::VERSION
+        )));
+    }
+    // A token for NAME covers NAME and NAME/… (the agents a collector's owner runs with it, each
+    // with its own sequence space).
+    let covered = batch.collector == collector
+        || batch
+            .collector
+            .strip_prefix(collector.as_str())
+            .is_some_and(|rest| rest.starts_with('/'));
+    if !covered {
+        return Err(ApiError::Unauthorized(format!(
+            "this token belongs to collector {collector:?}, not {:?}",
+            batch.collector
+        )));
+    }
+    let ack = s.library.ingest_batch(&batch).await?;
+    if !ack.duplicate {
+        // Nobody listening is fine.
+        let _ = s.live.send(api::LiveNotice {
+            host: batch.host.clone(),
+            time_ms: crate::now_ms(),
+            rows: ack.stored,
+            events: batch.events.len(),
+        });
+    }
+    Ok(Json(ack))
+}

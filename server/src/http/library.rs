@@ -1,0 +1,213 @@
+//! The library resource: list and search, upload (streamed, parsed while it arrives) and its
+//! progress, an entry's info, rename/retag, delete, the original file; and the health check.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+
+use super::{ApiError, ApiQuery, ApiResult};
+use crate::state::AppState;
+use api::routes;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route(routes::HEALTH, get(health))
+        .route(routes::SNAPSHOTS, get(list).post(upload))
+        .route(routes::INFO, get(info))
+        .route(routes::ORIGINAL, get(original))
+        .route(routes::UPLOAD_PROGRESS, get(upload_progress))
+        // GET of the same path is the report (`snapshots.rs`).
+        .route(
+            routes::SNAPSHOT,
+            axum::routing::patch(update).delete(remove),
+        )
+}
+
+async fn health() -> Json<api::Health> {
+    Json(api::Health {
+        ok: true,
+        version: env!("CARGO_PKG_VERSION").to_string(),
+    })
+}
+
+async fn list(
+    State(s): State<AppState>,
+    ApiQuery(q): ApiQuery<api::ListQuery>,
+) -> ApiResult<Json<Vec<api::SnapshotInfo>>> {
+    let items = s
+        .library
+        .list(q.q.as_deref().filter(|q| !q.is_empty()))
+        .await?;
+    Ok(Json(items))
+}
+
+async fn upload(
+    State(s): State<AppState>,
+    ApiQuery(q): ApiQuery<api::UploadQuery>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    let name = q
+        .name
+        .or_else(|| {
+            headers
+                .get("x-filename")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        })
+        .filter(|n| !n.trim().is_empty())
+        .unwrap_or_else(|| "snapshot".into());
+    let tags = q.tags.as_deref().map(api::parse_tags).unwrap_or_default();
+    let total_bytes = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse().ok())
+        .unwrap_or(0);
+    let progress = Arc::new(crate::state::UploadProgress {
+        total_bytes,
+        ..Default::default()
+    });
+    let token = q.token.filter(|t| !t.is_empty() && t.len() <= 64);
+    if let Some(t) = &token {
+        s.uploads
+            .lock()
+            .expect("uploads lock")
+            .insert(t.clone(), progress.clone());
+    }
+    let result = crate::upload::upload(&s, name, tags, body, progress).await;
+    if let Some(t) = &token {
+        s.uploads.lock().expect("uploads lock").remove(t);
+    }
+    let up = result?;
+    let report =
+        s.library.report(&up.snapshot.id).await?.ok_or_else(|| {
+            ApiError::Internal(anyhow::anyhow!("an uploaded snapshot has no report"))
+        })?;
+    let status = if up.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    let answer = api::Uploaded {
+        id: up.snapshot.id.clone(),
+        created: up.created,
+        summary: upload_summary(&report),
+        snapshot: up.snapshot,
+    };
+    Ok((status, Json(answer)).into_response())
+}
+
+/// The report's headline figures (what an upload's answer shows).
+fn upload_summary(r: &api::Report) -> api::UploadSummary {
+    api::UploadSummary {
+        segments: r.segments,
+        blocks: r.blocks,
+        reserved_bytes: r.reserved_bytes,
+        allocated_bytes: r.allocated_bytes,
+        requested_bytes: r.requested_bytes,
+        block_states: r.block_states.clone(),
+        devices: r.devices.clone(),
+        warnings: r.warnings.clone(),
+        leak_suspects: r.leak_suspects.len() as u64,
+        ooms: r.ooms.len() as u64,
+    }
+}
+
+/// Progress of an upload in flight (404 once it has finished or failed).
+async fn upload_progress(
+    State(s): State<AppState>,
+    Path(token): Path<String>,
+) -> ApiResult<Json<api::UploadProgress>> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let p = s
+        .uploads
+        .lock()
+        .expect("uploads lock")
+        .get(&token)
+        .cloned()
+        .ok_or(ApiError::NotFound(token))?;
+    Ok(Json(api::UploadProgress {
+        received_bytes: p.received_bytes.load(Relaxed),
+        parsed_bytes: p.parsed_bytes.load(Relaxed),
+        total_bytes: p.total_bytes,
+    }))
+}
+
+async fn info(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<api::SnapshotInfo>> {
+    let info = s.library.get(&id).await?.ok_or(ApiError::NotFound(id))?;
+    Ok(Json(info))
+}
+
+async fn update(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    Json(u): Json<api::UpdateSnapshot>,
+) -> ApiResult<Json<api::SnapshotInfo>> {
+    if let Some(n) = &u.name
+        && n.trim().is_empty()
+    {
+        return Err(ApiError::BadRequest("name must not be empty".into()));
+    }
+    if !s
+        .library
+        .update(&id, u.name.as_deref(), u.tags.as_deref())
+        .await?
+    {
+        return Err(ApiError::NotFound(id));
+    }
+    let info = s.library.get(&id).await?.ok_or(ApiError::NotFound(id))?;
+    Ok(Json(info))
+}
+
+async fn remove(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult<StatusCode> {
+    if !s.library.delete(&id).await? {
+        return Err(ApiError::NotFound(id));
+    }
+    s.models.remove(&id);
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn original(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
+    let info = s
+        .library
+        .get(&id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(id.clone()))?;
+    let file = tokio::fs::File::open(s.library.original_path(&info.sha256)).await?;
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/octet-stream".to_string()),
+            (
+                header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"{}\"", info.name.replace('"', "")),
+            ),
+        ],
+        Body::from_stream(file_chunks(file)),
+    )
+        .into_response())
+}
+
+/// Streams a file in 256 KiB chunks.
+fn file_chunks(
+    file: tokio::fs::File,
+) -> impl futures_util::Stream<Item = std::io::Result<Vec<u8>>> {
+    futures_util::stream::unfold(file, |mut f| async move {
+        use tokio::io::AsyncReadExt;
+        let mut buf = vec![0u8; 256 << 10];
+        match f.read(&mut buf).await {
+            Ok(0) => None,
+            Ok(n) => {
+                buf.truncate(n);
+                Some((Ok(buf), f))
+            }
+            Err(e) => Some((Err(e), f)),
+        }
+    })
+}

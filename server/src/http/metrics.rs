@@ -1,0 +1,127 @@
+//! `GET /metrics`: Prometheus text exposition of the live store's latest figures and counters.
+//! One `memscope_` prefix, bytes and `_total` counters, no per-process labels (unbounded
+//! cardinality).
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+
+use super::ApiResult;
+use crate::state::AppState;
+use api::routes;
+
+pub fn router() -> Router<AppState> {
+    Router::new().route(routes::METRICS, get(metrics))
+}
+
+/// Prometheus text exposition: one `memscope_` prefix, bytes and `_total` counters, no pid labels.
+async fn metrics(State(s): State<AppState>) -> ApiResult<Response> {
+    use std::fmt::Write;
+    fn esc(v: &str) -> String {
+        v.replace('\\', "\\\\")
+            .replace('"', "\\\"")
+            .replace('\n', "\\n")
+    }
+    let lib = &s.library;
+    let mut o = String::new();
+    let gpus = lib.latest_gpu_readings().await?;
+    type GpuField = fn(&crate::live::GpuLatest) -> Option<i64>;
+    let gauges: [(&str, &str, GpuField); 3] = [
+        (
+            "memscope_gpu_memory_used_bytes",
+            "GPU memory in use (NVML), latest reading",
+            |g| g.used_bytes,
+        ),
+        (
+            "memscope_gpu_memory_total_bytes",
+            "GPU memory in total (NVML)",
+            |g| g.total_bytes,
+        ),
+        (
+            "memscope_gpu_memory_reserved_bytes",
+            "GPU memory reserved by the firmware (NVML v2)",
+            |g| g.reserved_bytes,
+        ),
+    ];
+    for (name, help, get) in gauges {
+        let _ = writeln!(o, "# HELP {name} {help}.\n# TYPE {name} gauge");
+        for g in &gpus {
+            if let Some(v) = get(g) {
+                let _ = writeln!(
+                    o,
+                    "{name}{{host=\"{}\",gpu=\"{}\",index=\"{}\"}} {v}",
+                    esc(&g.host),
+                    esc(&g.uuid),
+                    g.idx
+                );
+            }
+        }
+    }
+    let alloc = lib.latest_allocator_by_device().await?;
+    type DeviceField = fn(&crate::live::DeviceAllocator) -> i64;
+    let series: [(&str, &str, &str, DeviceField); 4] = [
+        (
+            "memscope_pytorch_allocated_bytes",
+            "gauge",
+            "Memory PyTorch's allocator has handed out, all processes",
+            |a| a.allocated_bytes,
+        ),
+        (
+            "memscope_pytorch_reserved_bytes",
+            "gauge",
+            "Memory PyTorch's allocator holds from CUDA, all processes",
+            |a| a.reserved_bytes,
+        ),
+        (
+            "memscope_pytorch_alloc_retries_total",
+            "counter",
+            "cudaMalloc retries after flushing the cache",
+            |a| a.alloc_retries,
+        ),
+        (
+            "memscope_pytorch_ooms_total",
+            "counter",
+            "Out-of-memory errors",
+            |a| a.ooms,
+        ),
+    ];
+    for (name, kind, help, get) in series {
+        let _ = writeln!(o, "# HELP {name} {help}.\n# TYPE {name} {kind}");
+        for a in &alloc {
+            let _ = writeln!(
+                o,
+                "{name}{{host=\"{}\",device=\"{}\"}} {}",
+                esc(&a.host),
+                a.device,
+                get(a)
+            );
+        }
+    }
+    let (batches, rows, dropped, snapshots, events) = lib.counters().await?;
+    let _ = writeln!(
+        o,
+        "# HELP memscope_ingest_batches_total Collector batches stored.\n# TYPE memscope_ingest_batches_total counter\nmemscope_ingest_batches_total {batches}"
+    );
+    let _ = writeln!(
+        o,
+        "# HELP memscope_ingest_samples_total Samples stored from collectors.\n# TYPE memscope_ingest_samples_total counter\nmemscope_ingest_samples_total {rows}"
+    );
+    let _ = writeln!(
+        o,
+        "# HELP memscope_ingest_dropped_samples_total Samples collectors dropped (spool full) and reported.\n# TYPE memscope_ingest_dropped_samples_total counter\nmemscope_ingest_dropped_samples_total {dropped}"
+    );
+    let _ = writeln!(
+        o,
+        "# HELP memscope_snapshots Snapshots in the library.\n# TYPE memscope_snapshots gauge\nmemscope_snapshots {snapshots}"
+    );
+    let _ = writeln!(
+        o,
+        "# HELP memscope_events_total Events received, by kind.\n# TYPE memscope_events_total counter"
+    );
+    for (kind, n) in events {
+        let _ = writeln!(o, "memscope_events_total{{kind=\"{}\"}} {n}", esc(&kind));
+    }
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], o).into_response())
+}

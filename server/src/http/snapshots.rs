@@ -1,0 +1,187 @@
+//! A snapshot's views: the report, the timeline window, the allocator's state at a position,
+//! memory by stack, segment lifetimes, one stack's frames. Each runs the engine on the loaded
+//! model (never the pickle) on a blocking thread and converts the result to its `api` type.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::routing::get;
+use axum::{Json, Router};
+use snapshot::analysis::{self, index::DeviceIndex};
+use snapshot::model::StackId;
+
+use super::{ApiError, ApiQuery, ApiResult};
+use crate::convert;
+use crate::models::Loaded;
+use crate::state::AppState;
+use api::routes;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route(routes::SNAPSHOT, get(report))
+        .route(routes::TIMELINE, get(timeline))
+        .route(routes::STATE, get(state_at))
+        .route(routes::STACKS, get(stacks))
+        .route(routes::SEGMENTS, get(segment_spans))
+        .route(routes::FRAMES, get(frames))
+}
+
+/// The snapshot `id`, loaded (from memory or its model file); 404 if there is none.
+pub(super) async fn model(s: &AppState, id: &str) -> ApiResult<Arc<Loaded>> {
+    s.models
+        .get(&s.library, id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(id.to_string()))
+}
+
+/// Runs a query on a loaded snapshot off the async runtime.
+async fn query<T: Send + 'static>(
+    s: &AppState,
+    id: &str,
+    f: impl FnOnce(&Loaded) -> ApiResult<T> + Send + 'static,
+) -> ApiResult<T> {
+    let model = model(s, id).await?;
+    tokio::task::spawn_blocking(move || f(&model)).await?
+}
+
+/// The requested device's trace index (default: the first device with a trace).
+pub(super) fn device_of(m: &Loaded, device: Option<i32>) -> ApiResult<&DeviceIndex> {
+    match device {
+        Some(d) => m
+            .index
+            .device(d)
+            .ok_or_else(|| ApiError::BadRequest(format!("snapshot has no trace for device {d}"))),
+        None => m
+            .index
+            .traced()
+            .next()
+            .or(m.index.devices.first())
+            .ok_or_else(|| {
+                ApiError::BadRequest(
+                    "snapshot has no device traces (history was not recorded)".into(),
+                )
+            }),
+    }
+}
+
+/// The same object `memscope analyze --json` prints, stored at upload.
+async fn report(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<api::Report>> {
+    let r = s.library.report(&id).await?.ok_or(ApiError::NotFound(id))?;
+    Ok(Json(r))
+}
+
+async fn timeline(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    ApiQuery(q): ApiQuery<api::TimelineQuery>,
+) -> ApiResult<Json<api::TimelineAnswer>> {
+    let r = query(&s, &id, move |m| {
+        let d = device_of(m, q.device)?;
+        let w = analysis::timeline::window(
+            &m.snap,
+            &m.index,
+            d,
+            q.axis.map(convert::axis_in),
+            q.from.zip(q.to),
+            q.buckets.unwrap_or(1000),
+            q.allocations.unwrap_or(2000).min(20_000),
+        )
+        .ok_or_else(|| ApiError::BadRequest("empty trace".into()))?;
+        Ok(api::TimelineAnswer {
+            device: w.device,
+            axis: convert::axis(w.axis),
+            timeline: convert::timeline(w.timeline),
+            allocations: w.allocations.into_iter().map(convert::allocation).collect(),
+            stacks: w
+                .stacks
+                .into_iter()
+                .map(|(k, v)| (convert::stack_id(k), convert::frames(v)))
+                .collect(),
+            sites: w
+                .sites
+                .into_iter()
+                .map(|(k, v)| (convert::stack_id(k), v.map(convert::frame)))
+                .collect(),
+            annotations: w.annotations.into_iter().map(convert::annotation).collect(),
+            ooms: w.ooms.into_iter().map(convert::oom_marker).collect(),
+            first_time_us: w.first_time_us,
+            last_time_us: w.last_time_us,
+        })
+    })
+    .await?;
+    Ok(Json(r))
+}
+
+async fn state_at(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    ApiQuery(q): ApiQuery<api::PositionQuery>,
+) -> ApiResult<Json<api::AllocatorState>> {
+    let r = query(&s, &id, move |m| {
+        let device = match device_of(m, q.device) {
+            Ok(d) => d.device,
+            // Segments-only snapshots still have a state: the snapshot's own.
+            Err(_) => m.snap.segments.first().map_or(0, |s| s.device),
+        };
+        let len = m.index.device(device).map_or(0, |d| d.len);
+        Ok(convert::allocator_state(analysis::state_at(
+            &m.snap,
+            &m.index,
+            device,
+            q.position.unwrap_or(len).min(len),
+        )))
+    })
+    .await?;
+    Ok(Json(r))
+}
+
+async fn stacks(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    ApiQuery(q): ApiQuery<api::StacksQuery>,
+) -> ApiResult<Json<api::StackReport>> {
+    let r = query(&s, &id, move |m| {
+        let device = device_of(m, q.device)?.device;
+        let frames = convert::flame_frames_in(q.frames.unwrap_or_default());
+        analysis::stacks_at_with(&m.snap, &m.index, device, q.position, 200, frames)
+            .map(convert::stack_report)
+            .ok_or_else(|| ApiError::BadRequest("no trace".into()))
+    })
+    .await?;
+    Ok(Json(r))
+}
+
+/// Every segment's lifetime on a device (cudaMalloc → cudaFree, in event positions), for the
+/// cached-segment timeline.
+async fn segment_spans(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    ApiQuery(q): ApiQuery<api::DeviceQuery>,
+) -> ApiResult<Json<api::SegmentSpans>> {
+    let r = query(&s, &id, move |m| {
+        let d = device_of(m, q.device)?;
+        Ok(api::SegmentSpans {
+            device: d.device,
+            events: d.len,
+            segments: d.segments.iter().map(convert::segment_span).collect(),
+        })
+    })
+    .await?;
+    Ok(Json(r))
+}
+
+async fn frames(
+    State(s): State<AppState>,
+    Path((id, stack)): Path<(String, u32)>,
+) -> ApiResult<Json<Vec<api::Frame>>> {
+    let r = query(&s, &id, move |m| {
+        if stack as usize >= m.snap.stacks.len() {
+            return Err(ApiError::BadRequest(format!("no stack {stack}")));
+        }
+        Ok(convert::frames(
+            m.index.frames.display(&m.snap, StackId(stack)),
+        ))
+    })
+    .await?;
+    Ok(Json(r))
+}

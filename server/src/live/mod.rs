@@ -1,0 +1,18 @@
+//! The live-collection tables (`migrations/0002_live.sql`, `0003_live_rollups.sql`,
+//! `0004_hosts_processes.sql`). With `library`, the only module that talks to the database.
+//!
+//! - `store`: a collector batch stored idempotently (once per `(collector, seq)`).
+//! - `queries`: the tables read back as rows (latest readings, windows, events, counters).
+//! - `series`: windows, bucket alignment, the outside-PyTorch series and the leak signal (pure).
+//! - `pages`: the live pages' answers (`api` types) shaped from the rows.
+//! - `rollup`: raw samples into one-minute rows, and retention.
+
+mod pages;
+mod queries;
+mod rollup;
+mod series;
+mod store;
+
+pub use queries::{DeviceAllocator, GpuLatest};
+pub use rollup::RollUp;
+pub use series::{LEAK_MIN_STEPS, Window, align, leak_signal, outside};

@@ -1,0 +1,501 @@
+//! The live tables read back: latest readings (the fleet page, `/metrics`), GPU and process rows
+//! over a window, events, counters. Rows come out as row types; `pages` shapes them into answers.
+
+use sqlx::FromRow;
+
+use super::series::{Bucketed, FILL_MS, Window, align};
+use crate::library::Library;
+
+/// The latest NVML reading of one GPU.
+#[derive(Debug, Clone, FromRow)]
+pub struct GpuLatest {
+    pub host: String,
+    pub uuid: String,
+    pub idx: i64,
+    pub used_bytes: Option<i64>,
+    pub total_bytes: Option<i64>,
+    pub reserved_bytes: Option<i64>,
+}
+
+/// PyTorch allocator figures of one device, summed over its processes' latest samples.
+#[derive(Debug, Clone, FromRow)]
+pub struct DeviceAllocator {
+    pub host: String,
+    pub device: i64,
+    pub allocated_bytes: i64,
+    pub reserved_bytes: i64,
+    pub alloc_retries: i64,
+    pub ooms: i64,
+}
+
+impl Library {
+    /// The latest reading of every GPU.
+    pub async fn latest_gpu_readings(&self) -> sqlx::Result<Vec<GpuLatest>> {
+        sqlx::query_as(
+            "SELECT g.host, g.uuid, g.idx, s.used_bytes, g.total_bytes, s.reserved_bytes FROM gpus g \
+             JOIN gpu_samples s ON s.gpu_uuid = g.uuid \
+             AND s.time_ms = (SELECT max(time_ms) FROM gpu_samples WHERE gpu_uuid = g.uuid) \
+             GROUP BY g.uuid ORDER BY g.host, g.idx",
+        )
+        .fetch_all(&self.db)
+        .await
+    }
+
+    /// PyTorch allocator figures summed per host and device over each process's latest sample
+    /// (no per-process labels).
+    pub async fn latest_allocator_by_device(&self) -> sqlx::Result<Vec<DeviceAllocator>> {
+        sqlx::query_as(
+            "SELECT a.host, a.device, sum(a.allocated_bytes) AS allocated_bytes, sum(a.reserved_bytes) AS reserved_bytes, \
+             coalesce(sum(a.alloc_retries), 0) AS alloc_retries, coalesce(sum(a.ooms), 0) AS ooms FROM allocator_samples a \
+             WHERE a.time_ms = (SELECT max(time_ms) FROM allocator_samples b WHERE b.host = a.host AND b.pid = a.pid \
+             AND b.device = a.device AND b.start_time_ms IS a.start_time_ms) \
+             GROUP BY a.host, a.device ORDER BY a.host, a.device",
+        )
+        .fetch_all(&self.db)
+        .await
+    }
+
+    /// (batches, samples stored, samples collectors dropped, snapshots, events by kind).
+    pub async fn counters(&self) -> sqlx::Result<(i64, i64, i64, i64, Vec<(String, i64)>)> {
+        let (batches, rows, dropped): (i64, i64, i64) =
+            sqlx::query_as("SELECT count(*), coalesce(sum(rows), 0), coalesce(sum(dropped), 0) FROM ingested_batches")
+                .fetch_one(&self.db)
+                .await?;
+        let snapshots: i64 = sqlx::query_scalar("SELECT count(*) FROM snapshots")
+            .fetch_one(&self.db)
+            .await?;
+        let events =
+            sqlx::query_as("SELECT kind, count(*) FROM events GROUP BY kind ORDER BY kind")
+                .fetch_all(&self.db)
+                .await?;
+        Ok((batches, rows, dropped, snapshots, events))
+    }
+}
+
+#[derive(Debug, Clone, FromRow)]
+/// A GPU and its latest reading.
+pub struct GpuRow {
+    pub host: String,
+    pub uuid: String,
+    pub idx: i64,
+    pub name: Option<String>,
+    pub total_bytes: Option<i64>,
+    pub last_seen_ms: i64,
+    pub used_bytes: Option<i64>,
+    pub reserved_bytes: Option<i64>,
+    pub gpu_util: Option<i64>,
+    pub temperature_c: Option<i64>,
+    pub power_mw: Option<i64>,
+}
+
+#[derive(Debug, Clone, FromRow)]
+pub struct GpuProcess {
+    pub gpu_uuid: String,
+    pub pid: i64,
+    pub start_time_ms: Option<i64>,
+    pub name: Option<String>,
+    pub used_bytes: i64,
+}
+
+/// The latest allocator sample of one process and device.
+#[derive(Debug, Clone, FromRow)]
+pub struct AgentLatest {
+    pub host: String,
+    pub pid: i64,
+    pub start_time_ms: Option<i64>,
+    pub device: i64,
+    pub gpu_uuid: Option<String>,
+    pub time_ms: i64,
+    pub step: Option<i64>,
+    pub allocated_bytes: i64,
+    pub reserved_bytes: i64,
+    pub alloc_retries: Option<i64>,
+    pub ooms: Option<i64>,
+}
+
+#[derive(Debug, Clone, FromRow)]
+pub struct ProcessRow {
+    pub host: String,
+    pub pid: i64,
+    pub start_time_ms: Option<i64>,
+    pub name: Option<String>,
+    pub cgroup: Option<String>,
+    pub has_agent: bool,
+    pub first_seen_ms: i64,
+    pub last_seen_ms: i64,
+}
+
+#[derive(Debug, Clone, FromRow)]
+pub struct HostRow {
+    pub host: String,
+    pub collector: String,
+    pub first_seen_ms: i64,
+    pub last_seen_ms: i64,
+}
+
+#[derive(Debug, Clone, FromRow)]
+pub struct EventRow {
+    pub host: String,
+    pub time_ms: i64,
+    pub kind: String,
+    pub pid: Option<i64>,
+    pub device: Option<i64>,
+    pub message: String,
+    pub snapshot_id: Option<String>,
+}
+
+#[derive(Debug, Clone, FromRow)]
+pub struct StepRow {
+    pub step: i64,
+    pub time_ms: i64,
+    pub allocated_min_bytes: i64,
+    pub allocated_max_bytes: i64,
+    pub reserved_max_bytes: i64,
+}
+impl Library {
+    pub async fn fleet_gpus(&self) -> sqlx::Result<Vec<GpuRow>> {
+        self.gpus_with_latest(None).await
+    }
+
+    /// Every GPU (or the one with `uuid`) with its latest reading.
+    async fn gpus_with_latest(&self, uuid: Option<&str>) -> sqlx::Result<Vec<GpuRow>> {
+        sqlx::query_as(
+            "SELECT g.host, g.uuid, g.idx, g.name, g.total_bytes, g.last_seen_ms, s.used_bytes, s.reserved_bytes, \
+             s.gpu_util, s.temperature_c, s.power_mw FROM gpus g \
+             LEFT JOIN gpu_samples s ON s.gpu_uuid = g.uuid AND s.time_ms = g.last_seen_ms \
+             WHERE ?1 IS NULL OR g.uuid = ?1 GROUP BY g.uuid ORDER BY g.host, g.idx",
+        )
+        .bind(uuid)
+        .fetch_all(&self.db)
+        .await
+    }
+
+    /// The processes in each GPU's latest reading.
+    pub async fn current_gpu_processes(&self) -> sqlx::Result<Vec<GpuProcess>> {
+        sqlx::query_as(
+            "SELECT p.gpu_uuid, p.pid, p.start_time_ms, p.name, p.used_bytes FROM process_samples p \
+             JOIN gpus g ON p.gpu_uuid = g.uuid AND p.time_ms = g.last_seen_ms ORDER BY p.used_bytes DESC",
+        )
+        .fetch_all(&self.db)
+        .await
+    }
+
+    /// Each agent process's latest sample per device, for processes seen since `since_ms`.
+    pub async fn agents_since(&self, since_ms: i64) -> sqlx::Result<Vec<AgentLatest>> {
+        sqlx::query_as(
+            "SELECT a.host, a.pid, a.start_time_ms, a.device, a.gpu_uuid, a.time_ms, a.step, a.allocated_bytes, \
+             a.reserved_bytes, a.alloc_retries, a.ooms FROM allocator_samples a \
+             JOIN (SELECT host, pid, start_time_ms, device, max(time_ms) AS t FROM allocator_samples \
+                   WHERE time_ms >= ? GROUP BY host, pid, start_time_ms, device) l \
+             ON a.host = l.host AND a.pid = l.pid AND a.start_time_ms IS l.start_time_ms AND a.device = l.device \
+             AND a.time_ms = l.t ORDER BY a.host, a.pid, a.device",
+        )
+        .bind(since_ms)
+        .fetch_all(&self.db)
+        .await
+    }
+
+    /// Processes heard of (NVML or an agent) since `since_ms`, most recent first.
+    pub async fn processes_since(&self, since_ms: i64) -> sqlx::Result<Vec<ProcessRow>> {
+        sqlx::query_as(
+            "SELECT host, pid, start_time_ms, name, cgroup, has_agent, first_seen_ms, last_seen_ms FROM processes \
+             WHERE last_seen_ms >= ? ORDER BY last_seen_ms DESC LIMIT 1000",
+        )
+        .bind(since_ms)
+        .fetch_all(&self.db)
+        .await
+    }
+
+    /// Every host with its collector and when it last reported.
+    pub async fn hosts(&self) -> sqlx::Result<Vec<HostRow>> {
+        sqlx::query_as(
+            "SELECT host, collector, first_seen_ms, last_seen_ms FROM hosts ORDER BY host",
+        )
+        .fetch_all(&self.db)
+        .await
+    }
+
+    pub async fn events_since(&self, since_ms: i64, limit: i64) -> sqlx::Result<Vec<EventRow>> {
+        sqlx::query_as(
+            "SELECT host, time_ms, kind, pid, device, message, snapshot_id FROM events WHERE time_ms >= ? \
+             ORDER BY time_ms DESC LIMIT ?",
+        )
+        .bind(since_ms)
+        .bind(limit)
+        .fetch_all(&self.db)
+        .await
+    }
+
+    pub async fn gpu(&self, uuid: &str) -> sqlx::Result<Option<GpuRow>> {
+        Ok(self.gpus_with_latest(Some(uuid)).await?.pop())
+    }
+
+    /// Rows of one GPU's series over a window: `sql` takes ?1 = window start, ?2 = bucket width,
+    /// ?3 = the GPU's UUID, ?4 = window end (raw rows and roll-ups alike).
+    async fn gpu_window_rows<T>(
+        &self,
+        sql: &'static str,
+        uuid: &str,
+        w: &Window,
+    ) -> sqlx::Result<Vec<T>>
+    where
+        T: for<'r> FromRow<'r, sqlx::sqlite::SqliteRow> + Send + Unpin,
+    {
+        sqlx::query_as(sql)
+            .bind(w.from_ms)
+            .bind(w.bucket_ms)
+            .bind(uuid)
+            .bind(w.to_ms)
+            .fetch_all(&self.db)
+            .await
+    }
+
+    /// NVML used memory of a GPU, bucketed (raw samples and roll-ups).
+    pub async fn gpu_used_series(&self, uuid: &str, w: &Window) -> sqlx::Result<Vec<Option<i64>>> {
+        let rows: Vec<(i64, i64)> = self
+            .gpu_window_rows(
+                "SELECT (t - ?1) / ?2 AS b, max(v) FROM ( \
+                   SELECT time_ms AS t, used_bytes AS v FROM gpu_samples WHERE gpu_uuid = ?3 AND time_ms BETWEEN ?1 AND ?4 \
+                   UNION ALL SELECT minute_ms, used_max_bytes FROM gpu_samples_1m WHERE gpu_uuid = ?3 AND minute_ms BETWEEN ?1 AND ?4) \
+                 WHERE v IS NOT NULL GROUP BY b",
+                uuid,
+                w,
+            )
+            .await?;
+        Ok(align(w, &rows, FILL_MS))
+    }
+
+    /// Per-process NVML used memory on a GPU: (pid, start, name, bucket, used).
+    pub async fn gpu_process_rows(&self, uuid: &str, w: &Window) -> sqlx::Result<Vec<Bucketed>> {
+        self.gpu_window_rows(
+            "SELECT pid, (t - ?1) / ?2 AS b, max(v), max(st), max(name) FROM ( \
+               SELECT pid, start_time_ms AS st, name, time_ms AS t, used_bytes AS v FROM process_samples \
+               WHERE gpu_uuid = ?3 AND time_ms BETWEEN ?1 AND ?4 \
+               UNION ALL SELECT pid, start_time_ms, name, minute_ms, used_max_bytes FROM process_samples_1m \
+               WHERE gpu_uuid = ?3 AND minute_ms BETWEEN ?1 AND ?4) GROUP BY pid, b",
+            uuid,
+            w,
+        )
+        .await
+    }
+
+    /// Per-process PyTorch reserved and allocated on a GPU: (pid, bucket, reserved, allocated).
+    pub async fn gpu_allocator_rows(
+        &self,
+        uuid: &str,
+        w: &Window,
+    ) -> sqlx::Result<Vec<(i64, i64, i64, i64, Option<i64>)>> {
+        self.gpu_window_rows(
+            "SELECT pid, (t - ?1) / ?2 AS b, max(r), max(a), max(st) FROM ( \
+               SELECT pid, start_time_ms AS st, time_ms AS t, reserved_bytes AS r, allocated_bytes AS a FROM allocator_samples \
+               WHERE gpu_uuid = ?3 AND time_ms BETWEEN ?1 AND ?4 \
+               UNION ALL SELECT pid, start_time_ms, minute_ms, reserved_max_bytes, allocated_max_bytes FROM allocator_samples_1m \
+               WHERE gpu_uuid = ?3 AND minute_ms BETWEEN ?1 AND ?4) GROUP BY pid, b",
+            uuid,
+            w,
+        )
+        .await
+    }
+
+    /// Events of a host within a window, oldest first.
+    pub async fn host_events_between(
+        &self,
+        host: &str,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> sqlx::Result<Vec<EventRow>> {
+        sqlx::query_as(
+            "SELECT host, time_ms, kind, pid, device, message, snapshot_id FROM events \
+             WHERE host = ? AND time_ms BETWEEN ? AND ? ORDER BY time_ms",
+        )
+        .bind(host)
+        .bind(from_ms)
+        .bind(to_ms)
+        .fetch_all(&self.db)
+        .await
+    }
+
+    /// The start time of the latest process `pid` on `host` that an agent reported from.
+    pub async fn latest_process_start(&self, host: &str, pid: i64) -> sqlx::Result<Option<i64>> {
+        Ok(sqlx::query_scalar(
+            "SELECT start_time_ms FROM allocator_samples WHERE host = ? AND pid = ? ORDER BY time_ms DESC LIMIT 1",
+        )
+        .bind(host)
+        .bind(pid)
+        .fetch_optional(&self.db)
+        .await?
+        .flatten())
+    }
+
+    /// A process's allocator figures per device and bucket (raw samples and roll-ups).
+    pub async fn process_allocator_rows(
+        &self,
+        host: &str,
+        pid: i64,
+        start: Option<i64>,
+        w: &Window,
+    ) -> sqlx::Result<Vec<AllocatorBucket>> {
+        sqlx::query_as(
+            "SELECT device, max(gpu_uuid), (t - ?1) / ?2 AS b, max(a), max(r), max(ac), max(isp), max(rq), max(rt) FROM ( \
+               SELECT device, gpu_uuid, time_ms AS t, allocated_bytes AS a, reserved_bytes AS r, active_bytes AS ac, \
+               inactive_split_bytes AS isp, requested_bytes AS rq, alloc_retries AS rt FROM allocator_samples \
+               WHERE host = ?3 AND pid = ?4 AND start_time_ms IS ?5 AND time_ms BETWEEN ?1 AND ?6 \
+               UNION ALL SELECT device, gpu_uuid, minute_ms, allocated_max_bytes, reserved_max_bytes, NULL, \
+               inactive_split_max_bytes, NULL, alloc_retries FROM allocator_samples_1m \
+               WHERE host = ?3 AND pid = ?4 AND start_time_ms IS ?5 AND minute_ms BETWEEN ?1 AND ?6) \
+             GROUP BY device, b ORDER BY device, b",
+        )
+        .bind(w.from_ms)
+        .bind(w.bucket_ms)
+        .bind(host)
+        .bind(pid)
+        .bind(start)
+        .bind(w.to_ms)
+        .fetch_all(&self.db)
+        .await
+    }
+
+    /// The name NVML last gave the process.
+    pub async fn process_name(&self, host: &str, pid: i64) -> sqlx::Result<Option<String>> {
+        Ok(sqlx::query_scalar(
+            "SELECT name FROM process_samples WHERE host = ? AND pid = ? AND name IS NOT NULL ORDER BY time_ms DESC LIMIT 1",
+        )
+        .bind(host)
+        .bind(pid)
+        .fetch_optional(&self.db)
+        .await?
+        .flatten())
+    }
+
+    /// NVML's reading of one process on one GPU, per bucket: (bucket, used).
+    pub async fn process_nvml_rows(
+        &self,
+        uuid: &str,
+        host: &str,
+        pid: i64,
+        w: &Window,
+    ) -> sqlx::Result<Vec<(i64, i64)>> {
+        sqlx::query_as(
+            "SELECT (t - ?1) / ?2 AS b, max(v) FROM ( \
+               SELECT time_ms AS t, used_bytes AS v FROM process_samples WHERE gpu_uuid = ?3 AND host = ?4 \
+               AND pid = ?5 AND time_ms BETWEEN ?1 AND ?6 \
+               UNION ALL SELECT minute_ms, used_max_bytes FROM process_samples_1m WHERE gpu_uuid = ?3 \
+               AND host = ?4 AND pid = ?5 AND minute_ms BETWEEN ?1 AND ?6) GROUP BY b",
+        )
+        .bind(w.from_ms)
+        .bind(w.bucket_ms)
+        .bind(uuid)
+        .bind(host)
+        .bind(pid)
+        .bind(w.to_ms)
+        .fetch_all(&self.db)
+        .await
+    }
+
+    /// A process's per-step figures on one device, the latest 2000 steps, oldest first.
+    pub async fn process_steps(
+        &self,
+        host: &str,
+        pid: i64,
+        start: Option<i64>,
+        device: i64,
+    ) -> sqlx::Result<Vec<StepRow>> {
+        let mut steps: Vec<StepRow> = sqlx::query_as(
+            "SELECT step, min(time_ms) AS time_ms, min(allocated_bytes) AS allocated_min_bytes, \
+             max(allocated_bytes) AS allocated_max_bytes, max(reserved_bytes) AS reserved_max_bytes \
+             FROM allocator_samples WHERE host = ? AND pid = ? AND start_time_ms IS ? AND device = ? \
+             AND step IS NOT NULL GROUP BY step ORDER BY step DESC LIMIT 2000",
+        )
+        .bind(host)
+        .bind(pid)
+        .bind(start)
+        .bind(device)
+        .fetch_all(&self.db)
+        .await?;
+        steps.reverse();
+        Ok(steps)
+    }
+
+    /// A process's latest 200 events, newest first.
+    pub async fn process_events(&self, host: &str, pid: i64) -> sqlx::Result<Vec<EventRow>> {
+        sqlx::query_as(
+            "SELECT host, time_ms, kind, pid, device, message, snapshot_id FROM events \
+             WHERE host = ? AND pid = ? ORDER BY time_ms DESC LIMIT 200",
+        )
+        .bind(host)
+        .bind(pid)
+        .fetch_all(&self.db)
+        .await
+    }
+}
+
+/// A process's allocator figures on one device in one bucket: device, GPU, bucket, allocated,
+/// reserved, active, inactive split, requested, allocation retries.
+pub type AllocatorBucket = (
+    i64,
+    Option<String>,
+    i64,
+    i64,
+    i64,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+);
+
+impl GpuRow {
+    pub fn into_api(self) -> api::GpuReading {
+        api::GpuReading {
+            host: self.host,
+            uuid: self.uuid,
+            idx: self.idx,
+            name: self.name,
+            total_bytes: self.total_bytes,
+            last_seen_ms: self.last_seen_ms,
+            used_bytes: self.used_bytes,
+            reserved_bytes: self.reserved_bytes,
+            gpu_util: self.gpu_util,
+            temperature_c: self.temperature_c,
+            power_mw: self.power_mw,
+        }
+    }
+}
+
+impl GpuProcess {
+    pub fn into_api(self) -> api::GpuProcess {
+        api::GpuProcess {
+            gpu_uuid: self.gpu_uuid,
+            pid: self.pid,
+            start_time_ms: self.start_time_ms,
+            name: self.name,
+            used_bytes: self.used_bytes,
+        }
+    }
+}
+
+impl EventRow {
+    pub fn into_api(self) -> api::LiveEvent {
+        api::LiveEvent {
+            host: self.host,
+            time_ms: self.time_ms,
+            kind: serde_json::from_value(serde_json::Value::String(self.kind))
+                .expect("an event kind always reads (unknown kinds by name)"),
+            pid: self.pid,
+            device: self.device,
+            message: self.message,
+            snapshot_id: self.snapshot_id,
+        }
+    }
+}
+
+impl StepRow {
+    pub fn into_api(self) -> api::StepFigures {
+        api::StepFigures {
+            step: self.step,
+            time_ms: self.time_ms,
+            allocated_min_bytes: self.allocated_min_bytes,
+            allocated_max_bytes: self.allocated_max_bytes,
+            reserved_max_bytes: self.reserved_max_bytes,
+        }
+    }
+}

@@ -1,0 +1,213 @@
+//! Storing collector batches: one transaction per batch, once per `(collector, seq)`; the host
+//! and process rows kept current by every batch.
+
+use crate::library::Library;
+
+/// Rows per multi-row INSERT (16 columns at most: well under SQLite's 32,766 variables).
+const ROWS_PER_INSERT: usize = 1000;
+
+impl Library {
+    /// Stores one collector batch in one transaction, once per `(collector, seq)`.
+    pub async fn ingest_batch(&self, b: &wire::Batch) -> sqlx::Result<wire::Ack> {
+        let _turn = self.live_writer.lock().await;
+        let mut tx = self.db.begin().await?;
+        let now_ms = crate::now_ms();
+        let rows = (b.gpus.len() + b.processes.len() + b.allocator.len() + b.events.len()) as i64;
+        let fresh = sqlx::query(
+            "INSERT INTO ingested_batches (collector, seq, received_at_ms, rows, dropped) VALUES (?, ?, ?, ?, ?) \
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(&b.collector)
+        .bind(b.seq as i64)
+        .bind(now_ms)
+        .bind(rows)
+        .bind(b.dropped_samples as i64)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            == 1;
+        if !fresh {
+            return Ok(wire::Ack {
+                seq: b.seq,
+                duplicate: true,
+                stored: 0,
+            });
+        }
+        // Each GPU once per batch (its latest reading), then the samples in multi-row inserts.
+        let mut latest: Vec<&wire::GpuSample> = Vec::new();
+        for g in &b.gpus {
+            match latest.iter_mut().find(|x| x.uuid == g.uuid) {
+                Some(x) if x.time_ms <= g.time_ms => *x = g,
+                Some(_) => {}
+                None => latest.push(g),
+            }
+        }
+        for g in latest {
+            sqlx::query(
+                "INSERT INTO gpus (uuid, host, idx, name, total_bytes, last_seen_ms) VALUES (?, ?, ?, ?, ?, ?) \
+                 ON CONFLICT (uuid) DO UPDATE SET host = excluded.host, idx = excluded.idx, \
+                 name = coalesce(excluded.name, gpus.name), total_bytes = coalesce(excluded.total_bytes, gpus.total_bytes), \
+                 last_seen_ms = max(gpus.last_seen_ms, excluded.last_seen_ms)",
+            )
+            .bind(&g.uuid)
+            .bind(&b.host)
+            .bind(g.index as i64)
+            .bind(&g.name)
+            .bind(g.memory_total_bytes.map(|v| v as i64))
+            .bind(g.time_ms)
+            .execute(&mut *tx)
+            .await?;
+        }
+        let opt = |v: Option<u64>| v.map(|v| v as i64);
+        for chunk in b.gpus.chunks(ROWS_PER_INSERT) {
+            let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+                "INSERT INTO gpu_samples (gpu_uuid, time_ms, used_bytes, free_bytes, reserved_bytes, gpu_util, mem_util, \
+                 temperature_c, power_mw) ",
+            );
+            q.push_values(chunk, |mut row, g| {
+                row.push_bind(&g.uuid)
+                    .push_bind(g.time_ms)
+                    .push_bind(opt(g.memory_used_bytes))
+                    .push_bind(opt(g.memory_free_bytes))
+                    .push_bind(opt(g.memory_reserved_bytes))
+                    .push_bind(g.gpu_util_percent.map(|v| v as i64))
+                    .push_bind(g.mem_util_percent.map(|v| v as i64))
+                    .push_bind(g.temperature_c)
+                    .push_bind(g.power_mw.map(|v| v as i64));
+            });
+            q.build().execute(&mut *tx).await?;
+        }
+        for chunk in b.processes.chunks(ROWS_PER_INSERT) {
+            let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+                "INSERT INTO process_samples (host, gpu_uuid, pid, start_time_ms, time_ms, name, cgroup, used_bytes) ",
+            );
+            q.push_values(chunk, |mut row, p| {
+                row.push_bind(&b.host)
+                    .push_bind(&p.gpu_uuid)
+                    .push_bind(p.pid as i64)
+                    .push_bind(p.start_time_ms)
+                    .push_bind(p.time_ms)
+                    .push_bind(&p.name)
+                    .push_bind(&p.cgroup)
+                    .push_bind(p.used_bytes as i64);
+            });
+            q.build().execute(&mut *tx).await?;
+        }
+        for chunk in b.allocator.chunks(ROWS_PER_INSERT) {
+            let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+                "INSERT INTO allocator_samples (host, pid, start_time_ms, device, time_ms, step, allocated_bytes, \
+                 reserved_bytes, active_bytes, inactive_split_bytes, requested_bytes, alloc_retries, ooms, gpu_uuid, \
+                 segments, largest_free_block_bytes) ",
+            );
+            q.push_values(chunk, |mut row, a| {
+                row.push_bind(&b.host)
+                    .push_bind(a.pid as i64)
+                    .push_bind(a.start_time_ms)
+                    .push_bind(a.device)
+                    .push_bind(a.time_ms)
+                    .push_bind(opt(a.step))
+                    .push_bind(a.allocated_bytes as i64)
+                    .push_bind(a.reserved_bytes as i64)
+                    .push_bind(opt(a.active_bytes))
+                    .push_bind(opt(a.inactive_split_bytes))
+                    .push_bind(opt(a.requested_bytes))
+                    .push_bind(opt(a.alloc_retries))
+                    .push_bind(opt(a.ooms))
+                    .push_bind(&a.gpu_uuid)
+                    .push_bind(opt(a.segments))
+                    .push_bind(opt(a.largest_free_block_bytes));
+            });
+            // Relayed agent samples can arrive twice (see the migration); store them once.
+            q.push(" ON CONFLICT DO NOTHING");
+            q.build().execute(&mut *tx).await?;
+        }
+        for e in &b.events {
+            sqlx::query(
+                "INSERT INTO events (host, time_ms, kind, pid, device, message, snapshot_id) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&b.host)
+            .bind(e.time_ms)
+            .bind(&e.kind)
+            .bind(e.pid.map(|v| v as i64))
+            .bind(e.device)
+            .bind(&e.message)
+            .bind(&e.snapshot_id)
+            .execute(&mut *tx)
+            .await?;
+        }
+        // The host and the processes this batch speaks of (one row each, kept current).
+        sqlx::query(
+            "INSERT INTO hosts (host, collector, first_seen_ms, last_seen_ms) VALUES (?1, ?2, ?3, ?3) \
+             ON CONFLICT (host) DO UPDATE SET collector = excluded.collector, \
+             last_seen_ms = max(last_seen_ms, excluded.last_seen_ms)",
+        )
+        .bind(&b.host)
+        .bind(&b.collector)
+        .bind(now_ms)
+        .execute(&mut *tx)
+        .await?;
+        type Seen<'a> = (Option<&'a str>, Option<&'a str>, bool, i64, i64);
+        let mut procs: std::collections::BTreeMap<(u32, Option<i64>), Seen> = Default::default();
+        for p in &b.processes {
+            let e = procs
+                .entry((p.pid, p.start_time_ms))
+                .or_insert((None, None, false, p.time_ms, p.time_ms));
+            e.0 = p.name.as_deref().or(e.0);
+            e.1 = p.cgroup.as_deref().or(e.1);
+            (e.3, e.4) = (e.3.min(p.time_ms), e.4.max(p.time_ms));
+        }
+        for a in &b.allocator {
+            let e = procs
+                .entry((a.pid, a.start_time_ms))
+                .or_insert((None, None, true, a.time_ms, a.time_ms));
+            e.2 = true;
+            (e.3, e.4) = (e.3.min(a.time_ms), e.4.max(a.time_ms));
+        }
+        for ((pid, start), (name, cgroup, agent, first, last)) in procs {
+            sqlx::query(
+                "INSERT INTO processes (host, pid, start_time_ms, name, cgroup, has_agent, first_seen_ms, last_seen_ms) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (host, pid, coalesce(start_time_ms, -1)) DO UPDATE SET \
+                 name = coalesce(excluded.name, name), cgroup = coalesce(excluded.cgroup, cgroup), \
+                 has_agent = max(has_agent, excluded.has_agent), \
+                 first_seen_ms = min(first_seen_ms, excluded.first_seen_ms), \
+                 last_seen_ms = max(last_seen_ms, excluded.last_seen_ms)",
+            )
+            .bind(&b.host)
+            .bind(pid as i64)
+            .bind(start)
+            .bind(name)
+            .bind(cgroup)
+            .bind(agent)
+            .bind(first)
+            .bind(last)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(wire::Ack {
+            seq: b.seq,
+            duplicate: false,
+            stored: rows as u64,
+        })
+    }
+
+    /// Row counts of the live tables (for tests and the status page).
+    pub async fn live_counts(&self) -> sqlx::Result<[i64; 5]> {
+        let mut out = [0i64; 5];
+        for (i, q) in [
+            "SELECT count(*) FROM gpu_samples",
+            "SELECT count(*) FROM process_samples",
+            "SELECT count(*) FROM allocator_samples",
+            "SELECT count(*) FROM events",
+            "SELECT count(*) FROM ingested_batches",
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            out[i] = sqlx::query_scalar(sqlx::AssertSqlSafe(q))
+                .fetch_one(&self.db)
+                .await?;
+        }
+        Ok(out)
+    }
+}
