@@ -72,17 +72,39 @@ impl Encoding {
     pub fn from_name(name: &str) -> Option<Encoding> {
         by_name(name)
     }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Encoding::Pickle => "pickle",
+            Encoding::Json => "json",
+        }
+    }
 }
 
 impl Compression {
     pub fn from_name(name: &str) -> Option<Compression> {
         by_name(name)
     }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Compression::Gzip => "gzip",
+            Compression::Zstd => "zstd",
+            Compression::Xz => "xz",
+            Compression::None => "none",
+        }
+    }
 }
 
 impl crate::report::Layout {
     pub fn from_name(name: &str) -> Option<crate::report::Layout> {
         by_name(name)
+    }
+    pub fn as_str(self) -> &'static str {
+        use crate::report::Layout;
+        match self {
+            Layout::LegacySegmentList => "legacy_segment_list",
+            Layout::BlockHistory => "block_history",
+            Layout::Modern => "modern",
+        }
     }
 }
 
@@ -185,6 +207,29 @@ pub struct ListQuery {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn closed_sets_name_themselves_as_their_json_does() {
+        for e in [Encoding::Pickle, Encoding::Json] {
+            assert_eq!(Encoding::from_name(e.as_str()), Some(e));
+        }
+        for c in [
+            Compression::Gzip,
+            Compression::Zstd,
+            Compression::Xz,
+            Compression::None,
+        ] {
+            assert_eq!(Compression::from_name(c.as_str()), Some(c));
+        }
+        use crate::report::Layout;
+        for l in [
+            Layout::LegacySegmentList,
+            Layout::BlockHistory,
+            Layout::Modern,
+        ] {
+            assert_eq!(Layout::from_name(l.as_str()), Some(l));
+        }
+    }
 
     #[test]
     fn tags_are_parsed_from_what_people_type_and_written_back_the_same() {

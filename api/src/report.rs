@@ -34,6 +34,23 @@ impl TraceAction {
         serde_json::from_value(serde_json::Value::String(name.to_string()))
             .unwrap_or_else(|_| TraceAction::Other(name.to_string()))
     }
+
+    /// Its PyTorch name.
+    pub fn name(&self) -> &str {
+        match self {
+            TraceAction::Alloc => "alloc",
+            TraceAction::FreeRequested => "free_requested",
+            TraceAction::FreeCompleted => "free_completed",
+            TraceAction::SegmentAlloc => "segment_alloc",
+            TraceAction::SegmentFree => "segment_free",
+            TraceAction::SegmentMap => "segment_map",
+            TraceAction::SegmentUnmap => "segment_unmap",
+            TraceAction::Snapshot => "snapshot",
+            TraceAction::Oom => "oom",
+            TraceAction::Annotate => "annotate",
+            TraceAction::Other(s) => s,
+        }
+    }
 }
 
 /// One device's trace in figures.
@@ -251,6 +268,16 @@ mod tests {
             serde_json::to_string(&TraceAction::Other("defrag".into())).unwrap(),
             "\"defrag\""
         );
+        for a in [
+            "alloc",
+            "free_requested",
+            "segment_unmap",
+            "oom",
+            "annotate",
+            "defrag",
+        ] {
+            assert_eq!(TraceAction::from_name(a).name(), a);
+        }
         let w: WarningCode = serde_json::from_str("\"trace_truncated\"").unwrap();
         assert_eq!(w, WarningCode::TraceTruncated);
     }

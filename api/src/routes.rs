@@ -131,6 +131,10 @@ pub mod page {
     pub fn library() -> String {
         super::PAGE_LIBRARY.to_string()
     }
+    /// A snapshot's page as it opens (the overview).
+    pub fn snapshot_home(id: &str) -> String {
+        format!("/s/{}", encode(id))
+    }
     /// A snapshot's page with these query pairs (view, device, window, …), in order.
     pub fn snapshot<K: AsRef<str>, V: AsRef<str>>(id: &str, pairs: &[(K, V)]) -> String {
         let qs: Vec<String> = pairs
@@ -153,9 +157,10 @@ pub mod page {
     pub fn live_gpu(uuid: &str) -> String {
         format!("/live/gpu/{}", encode(uuid))
     }
+    /// A process's page; `?start=` (its start time, ms) tells a reused pid apart.
     pub fn live_process(host: &str, pid: i64, start_time_ms: Option<i64>) -> String {
         match start_time_ms {
-            Some(s) => format!("/live/process/{}/{pid}?start_time_ms={s}", encode(host)),
+            Some(s) => format!("/live/process/{}/{pid}?start={s}", encode(host)),
             None => format!("/live/process/{}/{pid}", encode(host)),
         }
     }

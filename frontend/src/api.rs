@@ -1,14 +1,50 @@
-//! The one module that talks to the server: JSON GETs/PATCH/DELETE through `fetch`, and uploads
-//! through XMLHttpRequest (the only browser API that reports upload progress).
+//! The one module that talks to the server: one typed function per endpoint, each answer decoded
+//! into its `api` type (a shape mismatch is an error the page shows, never a silent default).
+//! GETs, PATCH and DELETE go through `fetch`, tied to the current page's `AbortController`
+//! (`page_scope`: aborted when the page is left, so a page left behind stops its requests); uploads
+//! go through XMLHttpRequest, the only browser API that reports upload progress.
 
+use std::cell::RefCell;
+
+use api::routes;
 use serde::de::DeserializeOwned;
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 
+thread_local! {
+    /// The controller of the page being shown: requests take its signal when they start.
+    static PAGE: RefCell<Option<web_sys::AbortController>> = const { RefCell::new(None) };
+}
+
+/// Called first by every page: its requests get a controller of their own, aborted when the page
+/// is left (the route changes), so a page left behind stops its requests.
+pub fn page_scope() {
+    let Ok(c) = web_sys::AbortController::new() else {
+        return;
+    };
+    PAGE.with(|p| *p.borrow_mut() = Some(c.clone()));
+    let c = send_wrapper::SendWrapper::new(c);
+    leptos::prelude::on_cleanup(move || c.abort());
+}
+
+fn page_signal() -> Option<web_sys::AbortSignal> {
+    PAGE.with(|p| p.borrow().as_ref().map(|c| c.signal()))
+}
+
+/// The server's message from an error answer (`{"error": "…"}`), if the body is one.
+fn error_message(body: &str) -> Option<String> {
+    serde_json::from_str::<api::ErrorBody>(body)
+        .ok()
+        .map(|e| e.error)
+}
+
 async fn request(method: &str, url: &str, body: Option<String>) -> Result<String, String> {
     let init = web_sys::RequestInit::new();
     init.set_method(method);
+    if let Some(signal) = page_signal() {
+        init.set_signal(Some(&signal));
+    }
     if let Some(b) = body {
         init.set_body(&JsValue::from_str(&b));
         let headers = web_sys::Headers::new().map_err(|e| format!("{e:?}"))?;
@@ -34,41 +70,99 @@ async fn request(method: &str, url: &str, body: Option<String>) -> Result<String
     }
 }
 
-fn error_message(body: &str) -> Option<String> {
-    serde_json::from_str::<serde_json::Value>(body)
-        .ok()?
-        .get("error")?
-        .as_str()
-        .map(str::to_string)
+/// Decodes an answer into its type; a mismatch names the URL and the field.
+fn decode<T: DeserializeOwned>(url: &str, text: &str) -> Result<T, String> {
+    serde_json::from_str(text).map_err(|e| format!("unexpected answer from {url}: {e}"))
 }
 
-pub async fn get<T: DeserializeOwned>(url: &str) -> Result<T, String> {
-    let text = request("GET", url, None).await?;
-    serde_json::from_str(&text).map_err(|e| format!("unexpected answer from {url}: {e}"))
+async fn get<T: DeserializeOwned>(url: String) -> Result<T, String> {
+    let text = request("GET", &url, None).await?;
+    decode(&url, &text)
 }
 
-pub async fn patch(url: &str, body: serde_json::Value) -> Result<(), String> {
-    request("PATCH", url, Some(body.to_string()))
+pub async fn snapshots(q: &api::ListQuery) -> Result<Vec<api::SnapshotInfo>, String> {
+    get(routes::snapshots(q)).await
+}
+
+pub async fn report(id: &str) -> Result<api::Report, String> {
+    get(routes::snapshot(id)).await
+}
+
+pub async fn info(id: &str) -> Result<api::SnapshotInfo, String> {
+    get(routes::info(id)).await
+}
+
+pub async fn timeline(id: &str, q: &api::TimelineQuery) -> Result<api::TimelineAnswer, String> {
+    get(routes::timeline(id, q)).await
+}
+
+pub async fn state(id: &str, q: &api::PositionQuery) -> Result<api::AllocatorState, String> {
+    get(routes::state(id, q)).await
+}
+
+pub async fn stacks(id: &str, q: &api::StacksQuery) -> Result<api::StackReport, String> {
+    get(routes::stacks(id, q)).await
+}
+
+pub async fn segments(id: &str, q: &api::DeviceQuery) -> Result<api::SegmentSpans, String> {
+    get(routes::segments(id, q)).await
+}
+
+pub async fn frames(id: &str, stack: api::StackId) -> Result<Vec<api::Frame>, String> {
+    get(routes::frames(id, stack)).await
+}
+
+pub async fn diff(a: &str, b: &str, q: &api::DiffQuery) -> Result<api::DiffAnswer, String> {
+    get(routes::diff(a, b, q)).await
+}
+
+pub async fn upload_progress(token: &str) -> Result<api::UploadProgress, String> {
+    get(routes::upload_progress(token)).await
+}
+
+pub async fn fleet() -> Result<api::Fleet, String> {
+    get(routes::live_fleet()).await
+}
+
+pub async fn gpu(uuid: &str, q: &api::WindowQuery) -> Result<api::GpuPage, String> {
+    get(routes::live_gpu(uuid, q)).await
+}
+
+pub async fn process(
+    host: &str,
+    pid: i64,
+    q: &api::WindowQuery,
+) -> Result<api::ProcessPage, String> {
+    get(routes::live_process(host, pid, q)).await
+}
+
+/// Renames and/or retags a snapshot; the answer is its entry as it now stands.
+pub async fn update(id: &str, u: &api::UpdateSnapshot) -> Result<api::SnapshotInfo, String> {
+    let url = routes::snapshot(id);
+    let body = serde_json::to_string(u).map_err(|e| e.to_string())?;
+    let text = request("PATCH", &url, Some(body)).await?;
+    decode(&url, &text)
+}
+
+pub async fn delete(id: &str) -> Result<(), String> {
+    request("DELETE", &routes::snapshot(id), None)
         .await
         .map(|_| ())
 }
 
-pub async fn delete(url: &str) -> Result<(), String> {
-    request("DELETE", url, None).await.map(|_| ())
-}
-
-/// Uploads `file` to `/api/snapshots`, calling `progress(sent, total)` as bytes go out; resolves
-/// to the server's answer (after it has indexed the file) or its error message.
+/// Uploads `file`, calling `progress(sent, total)` as bytes go out; resolves to the server's
+/// answer (after it has indexed the file) or its error message.
 pub async fn upload(
     file: web_sys::File,
     token: &str,
     progress: impl Fn(f64, f64) + 'static,
-) -> Result<serde_json::Value, String> {
+) -> Result<api::Uploaded, String> {
     let xhr = web_sys::XmlHttpRequest::new().map_err(|e| format!("{e:?}"))?;
-    let url = format!(
-        "/api/snapshots?name={}&token={token}",
-        js_sys::encode_uri_component(&file.name())
-    );
+    let url = routes::upload(&api::UploadQuery {
+        name: Some(file.name()),
+        token: Some(token.to_string()),
+        ..Default::default()
+    });
     xhr.open("POST", &url).map_err(|e| format!("{e:?}"))?;
     let on_progress =
         Closure::<dyn Fn(web_sys::ProgressEvent)>::new(move |e: web_sys::ProgressEvent| {
@@ -98,7 +192,7 @@ pub async fn upload(
         return Err("the upload was interrupted (network error)".into());
     }
     if (200..300).contains(&status) {
-        serde_json::from_str(&text).map_err(|e| format!("unexpected answer: {e}"))
+        decode(&url, &text)
     } else {
         Err(error_message(&text).unwrap_or_else(|| format!("upload failed with status {status}")))
     }

@@ -1,7 +1,36 @@
-//! Formatting shared by the pages: bytes, times, counts.
+//! Formatting shared by the pages: bytes, times, counts, signed changes. Pure (but `date`), so
+//! unit-tested on the host.
 
-pub fn bytes(b: f64) -> String {
+/// A number of bytes, whatever integer or float type it comes in.
+pub trait Amount: Copy {
+    fn as_f64(self) -> f64;
+}
+
+impl Amount for f64 {
+    fn as_f64(self) -> f64 {
+        self
+    }
+}
+impl Amount for u64 {
+    fn as_f64(self) -> f64 {
+        self as f64
+    }
+}
+impl Amount for i64 {
+    fn as_f64(self) -> f64 {
+        self as f64
+    }
+}
+impl Amount for u32 {
+    fn as_f64(self) -> f64 {
+        self as f64
+    }
+}
+
+/// `512 B`, `1.5 KiB`, `24.0 MiB`, `2.1 GiB` (binary units, one decimal).
+pub fn bytes(b: impl Amount) -> String {
     const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    let b = b.as_f64();
     if b.abs() < 1024.0 {
         return format!("{b:.0} B");
     }
@@ -14,10 +43,6 @@ pub fn bytes(b: f64) -> String {
     format!("{v:.1} {}", UNITS[u])
 }
 
-pub fn bytes_of(v: &serde_json::Value) -> String {
-    bytes(v.as_f64().unwrap_or(0.0))
-}
-
 /// Seconds relative to a start, for the time axis.
 pub fn seconds(us: f64) -> String {
     let s = us / 1e6;
@@ -28,13 +53,15 @@ pub fn seconds(us: f64) -> String {
     }
 }
 
-pub fn date(ms: f64) -> String {
-    let d = js_sys::Date::new(&wasm_bindgen::JsValue::from_f64(ms));
+/// A Unix time in milliseconds as a local date and time.
+pub fn date(ms: impl Amount) -> String {
+    let d = js_sys::Date::new(&wasm_bindgen::JsValue::from_f64(ms.as_f64()));
     d.to_locale_string("en-GB", &wasm_bindgen::JsValue::UNDEFINED)
         .as_string()
         .unwrap_or_default()
 }
 
+/// `1,234,567`.
 pub fn count(n: u64) -> String {
     let s = n.to_string();
     let mut out = String::new();
@@ -47,25 +74,57 @@ pub fn count(n: u64) -> String {
     out
 }
 
-/// A call site's frame as `frame` writes it, or `(no frames)` where the stack had none.
-pub fn site(f: &serde_json::Value) -> String {
-    if f.is_null() {
-        "(no frames)".into()
+/// A change: `+1.5 GiB` / `−24.0 MiB` (bytes) or `+3` / `−1,000` (a count); `0` for none.
+pub fn signed(delta: i64, as_bytes: bool) -> String {
+    let mag = if as_bytes {
+        bytes(delta.unsigned_abs())
     } else {
-        frame(f)
+        count(delta.unsigned_abs())
+    };
+    match delta.signum() {
+        1 => format!("+{mag}"),
+        -1 => format!("−{mag}"),
+        _ => "0".into(),
     }
 }
 
-pub fn frame(f: &serde_json::Value) -> String {
-    format!(
-        "{}:{} {}",
-        f["filename"]
-            .as_str()
-            .unwrap_or("?")
-            .rsplit('/')
-            .next()
-            .unwrap_or("?"),
-        f["line"].as_u64().unwrap_or(0),
-        f["name"].as_str().unwrap_or("")
-    )
+/// How long ago `t_ms` was at `now_ms`: seconds, minutes, else the date.
+pub fn ago(now_ms: i64, t_ms: i64) -> String {
+    let s = ((now_ms - t_ms) as f64 / 1000.0).max(0.0);
+    if s < 90.0 {
+        format!("{s:.0} s ago")
+    } else if s < 5400.0 {
+        format!("{:.0} min ago", s / 60.0)
+    } else {
+        date(t_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_use_binary_units_whatever_the_number_type() {
+        assert_eq!(bytes(0u64), "0 B");
+        assert_eq!(bytes(1023i64), "1023 B");
+        assert_eq!(bytes(1536u64), "1.5 KiB");
+        assert_eq!(bytes(24u64 << 20), "24.0 MiB");
+        assert_eq!(bytes(3.0 * (1u64 << 30) as f64), "3.0 GiB");
+        assert_eq!(bytes(-(2i64 << 20)), "-2.0 MiB");
+        assert_eq!(bytes(u64::MAX), "16384.0 PiB");
+    }
+
+    #[test]
+    fn counts_changes_and_times_read_as_people_write_them() {
+        assert_eq!(count(0), "0");
+        assert_eq!(count(1_234_567), "1,234,567");
+        assert_eq!(signed(24 << 20, true), "+24.0 MiB");
+        assert_eq!(signed(-1000, false), "−1,000");
+        assert_eq!(signed(0, true), "0");
+        assert_eq!(seconds(2_500.0), "2.5 ms");
+        assert_eq!(seconds(6_230_000.0), "6.23 s");
+        assert_eq!(ago(100_000, 40_000), "60 s ago");
+        assert_eq!(ago(1_000_000, 400_000), "10 min ago");
+    }
 }

@@ -1,15 +1,17 @@
-//! memscope's dashboard: the library page (upload, search, tags) and a page per snapshot with its
-//! views (overview, timeline, segments, stacks, leaks, OOM), and the live pages (fleet, GPU,
-//! process). Everything large is computed by the server; the browser gets reduced windows and
-//! draws them on canvases.
+//! memscope's dashboard: the library page (upload, search, tags), a page per snapshot with its
+//! views (overview, timeline, segments, stacks, leaks, OOM), two snapshots compared, and the live
+//! pages (fleet, GPU, process). Everything large is computed by the server; the browser gets
+//! reduced windows (`api` types, decoded in `api.rs`) and draws them on canvases.
+//!
+//! Module map: `pages/` one file per page or tab; `api.rs` the one module that talks to the
+//! server; `url.rs` a snapshot page's URL state; `canvas.rs` what the charts share; `fmt.rs`
+//! formatting. Pages import these, never each other's parents.
 
 mod api;
-mod diff;
+mod canvas;
 mod fmt;
-mod library;
-mod live;
-mod snapshot;
-mod timeline;
+mod pages;
+mod url;
 
 use leptos::prelude::*;
 use leptos_router::components::{A, Route, Router, Routes};
@@ -23,6 +25,7 @@ pub fn start() {
 
 #[component]
 fn App() -> impl IntoView {
+    use pages::{diff, library, live, snapshot};
     view! {
         <Router>
             <header class="top">
@@ -35,9 +38,9 @@ fn App() -> impl IntoView {
                     <Route path=path!("/") view=library::Library/>
                     <Route path=path!("/s/:id") view=snapshot::SnapshotPage/>
                     <Route path=path!("/diff/:a/:b") view=diff::DiffPage/>
-                    <Route path=path!("/live") view=live::FleetPage/>
-                    <Route path=path!("/live/gpu/:uuid") view=live::GpuPage/>
-                    <Route path=path!("/live/process/:host/:pid") view=live::ProcessPage/>
+                    <Route path=path!("/live") view=live::fleet::FleetPage/>
+                    <Route path=path!("/live/gpu/:uuid") view=live::gpu::GpuPage/>
+                    <Route path=path!("/live/process/:host/:pid") view=live::process::ProcessPage/>
                 </Routes>
             </main>
         </Router>

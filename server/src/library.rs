@@ -256,8 +256,8 @@ impl Library {
         .bind(info.uploaded_at_ms)
         .bind(info.size_bytes as i64)
         .bind(info.decoded_bytes as i64)
-        .bind(encoding_name(info.encoding))
-        .bind(compression_name(info.compression))
+        .bind(info.encoding.as_str())
+        .bind(info.compression.as_str())
         .bind(serde_json::to_string(&info.devices).unwrap_or_else(|_| "[]".into()))
         .bind(info.entries as i64)
         .bind(info.peak_bytes as i64)
@@ -364,22 +364,6 @@ impl Library {
             }
             None => Ok(false),
         }
-    }
-}
-
-fn encoding_name(e: api::Encoding) -> &'static str {
-    match e {
-        api::Encoding::Pickle => "pickle",
-        api::Encoding::Json => "json",
-    }
-}
-
-fn compression_name(c: api::Compression) -> &'static str {
-    match c {
-        api::Compression::Gzip => "gzip",
-        api::Compression::Zstd => "zstd",
-        api::Compression::Xz => "xz",
-        api::Compression::None => "none",
     }
 }
 

@@ -1,74 +1,17 @@
-//! The timeline: live (allocated) and reserved memory over real time (or event index), drawn on a
+//! The timeline tab: live (allocated) and reserved memory over real time (or event index), drawn on a
 //! canvas from the server's reduced buckets; external annotations (e.g. `Optimizer.step`) as
 //! bands and OOMs as markers. Wheel zooms around the cursor, drag pans, the minimap's brush
 //! shows and sets the window, hover shows the figures and the largest live allocation with its
 //! stack, click pins it. The window is kept in the URL.
 
+use ::api::{AllocationView as Alloc, Axis, Bucket, TimelineAnswer as Resp};
 use leptos::html::Canvas;
 use leptos::prelude::*;
-use serde::Deserialize;
-use serde_json::Value;
-use wasm_bindgen::JsCast;
 
-use crate::snapshot::UrlState;
+use super::bands::{Layout, layout};
+use crate::canvas::{Scale, byte_axis_max, byte_grid, ctx, pointer};
+use crate::url::UrlState;
 use crate::{api, fmt};
-
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-struct Bucket {
-    first: u32,
-    last: u32,
-    time_us: f64,
-    live_min: f64,
-    live_max: f64,
-    reserved_min: f64,
-    reserved_max: f64,
-}
-
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-struct Tl {
-    events: u32,
-    first_position: u32,
-    last_position: u32,
-    buckets: Vec<Bucket>,
-}
-
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-struct Alloc {
-    id: u32,
-    size: f64,
-    start: Option<u32>,
-    end: Option<u32>,
-    start_time_us: Option<f64>,
-    end_time_us: Option<f64>,
-    stack: u32,
-}
-
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-struct Annotation {
-    name: String,
-    start_us: f64,
-    end_us: f64,
-}
-
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-struct Marker {
-    position: u32,
-    time_us: f64,
-    bytes: f64,
-}
-
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-struct Resp {
-    axis: String,
-    timeline: Tl,
-    allocations: Vec<Alloc>,
-    stacks: std::collections::BTreeMap<String, Vec<Value>>,
-    sites: std::collections::BTreeMap<String, Value>,
-    annotations: Vec<Annotation>,
-    ooms: Vec<Marker>,
-    first_time_us: f64,
-    last_time_us: f64,
-}
 
 const W: f64 = 1200.0;
 /// The hover tooltip's width in CSS pixels (`.tooltip` in style.css) and how many frames it lists.
@@ -88,183 +31,96 @@ const H: f64 = 360.0;
 const MINI_H: f64 = 60.0;
 const LEFT: f64 = 70.0;
 
-/// Every allocation in the response (the largest in the window, up to the server's limit) is
-/// drawn as a band; bands stack in allocation order, oldest at the bottom, like PyTorch's Active
-/// Memory Timeline. An allocation is alive over one contiguous run of buckets, so each band keeps
-/// its lower edges for that run only.
-struct Band {
-    alloc: usize,
-    first: usize,
-    lower: Vec<f32>,
-}
-
-/// Bands of one response; compared by identity so a Memo recomputes only on new data.
-#[derive(Clone)]
-struct Layout(std::sync::Arc<Vec<Band>>);
-
-impl PartialEq for Layout {
-    fn eq(&self, other: &Self) -> bool {
-        std::sync::Arc::ptr_eq(&self.0, &other.0)
-    }
-}
-
-fn layout(r: &Resp) -> Layout {
-    let buckets = &r.timeline.buckets;
-    let mut order: Vec<usize> = (0..r.allocations.len()).collect();
-    order.sort_by_key(|&i| {
-        (
-            r.allocations[i].start.map_or(0, |s| s as i64 + 1),
-            r.allocations[i].id,
-        )
-    });
-    let mut acc = vec![0f64; buckets.len()];
-    let mut bands = Vec::with_capacity(order.len());
-    for i in order {
-        let a = &r.allocations[i];
-        // Alive in bucket b when start < b.last <= end.
-        let first = a
-            .start
-            .map_or(0, |s| buckets.partition_point(|b| b.last <= s));
-        let end = a
-            .end
-            .map_or(buckets.len(), |e| buckets.partition_point(|b| b.last <= e));
-        if first >= end {
-            continue;
-        }
-        let lower = acc[first..end].iter().map(|&x| x as f32).collect();
-        for x in &mut acc[first..end] {
-            *x += a.size;
-        }
-        bands.push(Band {
-            alloc: i,
-            first,
-            lower,
-        });
-    }
-    Layout(std::sync::Arc::new(bands))
-}
-
 /// A stable colour per stack.
-fn colour(stack: u32) -> String {
-    let h = (stack.wrapping_mul(2_654_435_761) >> 8) % 360;
+fn colour(stack: ::api::StackId) -> String {
+    let h = (stack.0.wrapping_mul(2_654_435_761) >> 8) % 360;
     format!("hsl({h}, 60%, 62%)")
 }
 
-/// A canvas's 2D context (every canvas here has one).
-pub(crate) fn ctx(c: &web_sys::HtmlCanvasElement) -> web_sys::CanvasRenderingContext2d {
-    c.get_context("2d")
-        .ok()
-        .flatten()
-        .expect("2d context")
-        .unchecked_into()
+/// The plot's scales on a canvas of width `w` and height `h` (with or without axes).
+fn scales(r: &Resp, w: f64, h: f64, with_axes: bool) -> Option<(Scale, Scale)> {
+    let b = &r.timeline.buckets;
+    let (first, last) = (b.first()?, b.last()?);
+    let left = if with_axes { LEFT } else { 0.0 };
+    let top = if with_axes { 20.0 } else { 2.0 };
+    let bottom = h - if with_axes { 24.0 } else { 2.0 };
+    let ymax = byte_axis_max(
+        b.iter()
+            .map(|x| x.reserved_max_bytes.max(x.live_max_bytes) as f64)
+            .fold(1.0, f64::max),
+        1.05,
+    );
+    Some((
+        Scale::new(r.bucket_x(first), r.bucket_x(last), left, w - 10.0),
+        Scale::new(0.0, ymax, bottom, top),
+    ))
 }
 
-/// x of a bucket's start on the chosen axis.
-fn bucket_x(r: &Resp, b: &Bucket) -> f64 {
-    if r.axis == "time" {
-        b.time_us
-    } else {
-        b.first as f64
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn draw(
-    c: &web_sys::HtmlCanvasElement,
-    r: &Resp,
-    bands: Option<&Layout>,
-    height: f64,
+/// What to draw beyond the memory curves.
+struct Overlay<'a> {
+    bands: Option<&'a Layout>,
     with_axes: bool,
     brush: Option<(f64, f64)>,
-    highlight: Option<&Alloc>,
-    filter: &str,
-) {
+    highlight: Option<&'a Alloc>,
+    filter: &'a str,
+}
+
+fn draw(c: &web_sys::HtmlCanvasElement, r: &Resp, height: f64, o: Overlay) {
     let g = ctx(c);
     let (w, h) = (c.width() as f64, height);
     g.set_fill_style_str("#ffffff");
     g.fill_rect(0.0, 0.0, w, h);
     let b = &r.timeline.buckets;
-    if b.is_empty() {
+    let Some((xs, ys)) = scales(r, w, h, o.with_axes) else {
         return;
-    }
-    let left = if with_axes { LEFT } else { 0.0 };
-    let plot_w = w - left - 10.0;
-    let top = if with_axes { 20.0 } else { 2.0 };
-    let plot_h = h - top - if with_axes { 24.0 } else { 2.0 };
-    let ymax = b
-        .iter()
-        .map(|x| x.reserved_max.max(x.live_max))
-        .fold(1.0, f64::max)
-        * 1.05;
-    let (x0, x1) = (
-        bucket_x(r, &b[0]),
-        bucket_x(r, &b[b.len() - 1]).max(bucket_x(r, &b[0]) + 1.0),
-    );
-    let xs = |x: f64| left + (x - x0) / (x1 - x0) * plot_w;
-    let ys = |y: f64| top + plot_h - y / ymax * plot_h;
+    };
+    let (top, plot_h) = (ys.p1, ys.p0 - ys.p1);
+    let (left, right) = (xs.p0, xs.p1);
+    let x_of = |k: &Bucket| xs.at(r.bucket_x(k));
 
     // Annotation bands (the server pairs START/END marks and merges what one bucket cannot tell apart).
-    if r.axis == "time" {
+    if r.axis == Axis::Time {
         g.set_fill_style_str("rgba(120, 140, 255, 0.12)");
         for a in &r.annotations {
-            g.fill_rect(
-                xs(a.start_us),
-                top,
-                (xs(a.end_us) - xs(a.start_us)).max(1.0),
-                plot_h,
-            );
+            let (x0, x1) = (xs.at(a.start_us as f64), xs.at(a.end_us as f64));
+            g.fill_rect(x0, top, (x1 - x0).max(1.0), plot_h);
         }
     }
     // Live memory: min/max envelope per bucket, one path.
     g.begin_path();
-    g.move_to(xs(bucket_x(r, &b[0])), ys(0.0));
+    g.move_to(x_of(&b[0]), ys.at(0.0));
     for (i, k) in b.iter().enumerate() {
-        let x = xs(bucket_x(r, k));
-        let xn = if i + 1 < b.len() {
-            xs(bucket_x(r, &b[i + 1]))
-        } else {
-            left + plot_w
-        };
-        g.line_to(x, ys(k.live_max));
-        g.line_to(xn, ys(k.live_max));
+        let xn = b.get(i + 1).map_or(right, x_of);
+        g.line_to(x_of(k), ys.at(k.live_max_bytes as f64));
+        g.line_to(xn, ys.at(k.live_max_bytes as f64));
     }
-    g.line_to(left + plot_w, ys(0.0));
+    g.line_to(right, ys.at(0.0));
     g.close_path();
-    g.set_fill_style_str(if with_axes { "#d0d7f7" } else { "#4c6ef5" });
+    g.set_fill_style_str(if o.with_axes { "#d0d7f7" } else { "#4c6ef5" });
     g.fill();
     // Allocations as stacked bands on top of the envelope.
-    if let Some(lay) = bands {
-        let xe = |j: usize| {
-            if j < b.len() {
-                xs(bucket_x(r, &b[j]))
-            } else {
-                left + plot_w
-            }
-        };
+    if let Some(lay) = o.bands {
+        let xe = |j: usize| b.get(j).map_or(right, x_of);
         for band in lay.0.iter() {
             let a = &r.allocations[band.alloc];
-            let matches = filter.is_empty()
-                || r.stacks.get(&a.stack.to_string()).is_some_and(|fr| {
-                    fr.iter()
-                        .any(|f| fmt::frame(f).to_lowercase().contains(filter))
-                });
-            g.set_fill_style_str(&if matches {
+            let size = a.size_bytes as f64;
+            g.set_fill_style_str(&if r.stack_mentions(a.stack, o.filter) {
                 colour(a.stack)
             } else {
                 "#e9ecef".to_string()
             });
             let last = band.first + band.lower.len();
             g.begin_path();
-            g.move_to(xe(band.first), ys(band.lower[0] as f64));
+            g.move_to(xe(band.first), ys.at(band.lower[0] as f64));
             for j in band.first..last {
                 let lo = band.lower[j - band.first] as f64;
-                g.line_to(xe(j), ys(lo + a.size));
-                g.line_to(xe(j + 1), ys(lo + a.size));
+                g.line_to(xe(j), ys.at(lo + size));
+                g.line_to(xe(j + 1), ys.at(lo + size));
             }
             for j in (band.first..last).rev() {
                 let lo = band.lower[j - band.first] as f64;
-                g.line_to(xe(j + 1), ys(lo));
-                g.line_to(xe(j), ys(lo));
+                g.line_to(xe(j + 1), ys.at(lo));
+                g.line_to(xe(j), ys.at(lo));
             }
             g.close_path();
             g.fill();
@@ -273,11 +129,11 @@ fn draw(
     // Reserved: a line.
     g.begin_path();
     for (i, k) in b.iter().enumerate() {
-        let x = xs(bucket_x(r, k));
+        let (x, y) = (x_of(k), ys.at(k.reserved_max_bytes as f64));
         if i == 0 {
-            g.move_to(x, ys(k.reserved_max));
+            g.move_to(x, y);
         } else {
-            g.line_to(x, ys(k.reserved_max));
+            g.line_to(x, y);
         }
     }
     g.set_stroke_style_str("#e8590c");
@@ -285,52 +141,47 @@ fn draw(
     g.stroke();
     // OOM markers.
     for m in &r.ooms {
-        let x = xs(if r.axis == "time" {
-            m.time_us
-        } else {
-            m.position as f64
+        let x = xs.at(match r.axis {
+            Axis::Time => m.time_us as f64,
+            Axis::Event => m.position as f64,
         });
         g.set_fill_style_str("#c92a2a");
         g.fill_rect(x - 1.0, top, 3.0, plot_h);
-        if with_axes {
+        if o.with_axes {
             let _ = g.fill_text("OOM", x + 3.0, top + 10.0);
         }
     }
-    if let Some(a) = highlight {
-        let (s, e) = if r.axis == "time" {
-            (a.start_time_us.unwrap_or(x0), a.end_time_us.unwrap_or(x1))
-        } else {
-            (
-                a.start.map_or(x0, |v| v as f64),
-                a.end.map_or(x1, |v| v as f64),
-            )
+    if let Some(a) = o.highlight {
+        let (s, e) = match r.axis {
+            Axis::Time => (
+                a.start_time_us.map_or(xs.d0, |t| t as f64),
+                a.end_time_us.map_or(xs.d1, |t| t as f64),
+            ),
+            Axis::Event => (
+                a.start.map_or(xs.d0, |v| v as f64),
+                a.end.map_or(xs.d1, |v| v as f64),
+            ),
         };
+        let size = a.size_bytes as f64;
         g.set_fill_style_str("rgba(250, 176, 5, 0.45)");
         g.fill_rect(
-            xs(s),
-            ys(a.size),
-            (xs(e) - xs(s)).max(2.0),
-            ys(0.0) - ys(a.size),
+            xs.at(s),
+            ys.at(size),
+            (xs.at(e) - xs.at(s)).max(2.0),
+            ys.at(0.0) - ys.at(size),
         );
     }
-    if with_axes {
+    if o.with_axes {
         g.set_fill_style_str("#333");
         g.set_font("12px sans-serif");
-        for i in 0..=4 {
-            let y = ymax * i as f64 / 4.0;
-            let _ = g.fill_text(&fmt::bytes(y), 4.0, ys(y) + 4.0);
-            g.set_fill_style_str("#eee");
-            g.fill_rect(left, ys(y), plot_w, 1.0);
-            g.set_fill_style_str("#333");
-        }
+        byte_grid(&g, &ys, left, right, 4);
         for i in 0..=6 {
-            let x = x0 + (x1 - x0) * i as f64 / 6.0;
-            let label = if r.axis == "time" {
-                fmt::seconds(x - r.first_time_us)
-            } else {
-                format!("event {}", x as u64)
+            let x = xs.d0 + (xs.d1 - xs.d0) * i as f64 / 6.0;
+            let label = match r.axis {
+                Axis::Time => fmt::seconds(x - r.first_time_us as f64),
+                Axis::Event => format!("event {}", x as u64),
             };
-            let _ = g.fill_text(&label, xs(x) - 20.0, h - 6.0);
+            let _ = g.fill_text(&label, xs.at(x) - 20.0, h - 6.0);
         }
         g.set_fill_style_str("#4c6ef5");
         g.fill_rect(left, 4.0, 10.0, 10.0);
@@ -345,42 +196,43 @@ fn draw(
         g.set_fill_style_str("#333");
         let _ = g.fill_text("reserved", left + 454.0, 13.0);
     }
-    if let Some((a, bx)) = brush {
+    if let Some((a, bx)) = o.brush {
         g.set_fill_style_str("rgba(0,0,0,0.15)");
-        g.fill_rect(xs(a), 0.0, (xs(bx) - xs(a)).max(2.0), h);
+        g.fill_rect(xs.at(a), 0.0, (xs.at(bx) - xs.at(a)).max(2.0), h);
     }
 }
 
 #[component]
-pub fn TimelineView(report: Value) -> impl IntoView {
-    let _ = report;
+pub fn TimelineView() -> impl IntoView {
     let url: UrlState = expect_context();
     let canvas = NodeRef::<Canvas>::new();
     let mini = NodeRef::<Canvas>::new();
-    let window = Memo::new(move |_| (url.get_f64("from"), url.get_f64("to"), url.get("axis")));
-    let data = LocalResource::new(move || {
-        let (id, (from, to, axis), dq) = (url.id.get(), window.get(), url.device_query());
-        async move {
-            let mut q = format!("buckets={}&allocations=3000", (W - LEFT) as u32);
-            if let (Some(a), Some(b)) = (from, to) {
-                q += &format!("&from={a}&to={b}");
-            }
-            if let Some(ax) = axis {
-                q += &format!("&axis={ax}");
-            }
-            q += &dq;
-            api::get::<Resp>(&format!("/api/snapshots/{id}/timeline?{q}")).await
+    let window = Memo::new(move |_| {
+        // A window needs both ends.
+        let window = url.get_f64("from").zip(url.get_f64("to"));
+        ::api::TimelineQuery {
+            device: url.device(),
+            axis: url.axis(),
+            from: window.map(|w| w.0),
+            to: window.map(|w| w.1),
+            buckets: Some((W - LEFT) as usize),
+            allocations: Some(3000),
         }
     });
+    let data = LocalResource::new(move || {
+        let (id, q) = (url.id.get(), window.get());
+        async move { api::timeline(&id, &q).await }
+    });
     let overview = LocalResource::new(move || {
-        let (id, axis, dq) = (url.id.get(), url.get("axis"), url.device_query());
-        async move {
-            let q = axis.map(|a| format!("&axis={a}")).unwrap_or_default() + &dq;
-            api::get::<Resp>(&format!(
-                "/api/snapshots/{id}/timeline?buckets=600&allocations=0{q}"
-            ))
-            .await
-        }
+        let id = url.id.get();
+        let q = ::api::TimelineQuery {
+            device: url.device(),
+            axis: url.axis(),
+            buckets: Some(600),
+            allocations: Some(0),
+            ..Default::default()
+        };
+        async move { api::timeline(&id, &q).await }
     });
     let hover = RwSignal::new(None::<(f64, Bucket, Option<Alloc>)>);
     let pinned = RwSignal::new(None::<Alloc>);
@@ -399,12 +251,14 @@ pub fn TimelineView(report: Value) -> impl IntoView {
         draw(
             &c,
             &r,
-            bands.get().as_ref(),
             H,
-            true,
-            None,
-            hl.as_ref(),
-            &needle,
+            Overlay {
+                bands: bands.get().as_ref(),
+                with_axes: true,
+                brush: None,
+                highlight: hl.as_ref(),
+                filter: &needle,
+            },
         );
     });
     Effect::new(move |_| {
@@ -414,7 +268,7 @@ pub fn TimelineView(report: Value) -> impl IntoView {
         let brush = data.get().and_then(|d| d.ok()).map(|d| {
             let b = &d.timeline.buckets;
             let (a, z) = match (b.first(), b.last()) {
-                (Some(f), Some(l)) => (bucket_x(&d, f), bucket_x(&d, l)),
+                (Some(f), Some(l)) => (d.bucket_x(f), d.bucket_x(l)),
                 _ => (0.0, 0.0),
             };
             // While the brush is dragged, draw it where the pointer is.
@@ -424,37 +278,43 @@ pub fn TimelineView(report: Value) -> impl IntoView {
                 o.timeline.buckets.last(),
             ) {
                 (Some(f), Some(first), Some(last)) => {
-                    let (o0, o1) = (bucket_x(&o, first), bucket_x(&o, last));
+                    let (o0, o1) = (o.bucket_x(first), o.bucket_x(last));
                     let at = o0 + (o1 - o0) * f;
                     (at - (z - a) / 2.0, at + (z - a) / 2.0)
                 }
                 _ => (a, z),
             }
         });
-        draw(&c, &o, None, MINI_H, false, brush, None, "");
+        draw(
+            &c,
+            &o,
+            MINI_H,
+            Overlay {
+                bands: None,
+                with_axes: false,
+                brush,
+                highlight: None,
+                filter: "",
+            },
+        );
     });
 
     // Canvas x (css px) → fraction of the plot.
     let frac = move |ev: &web_sys::MouseEvent| -> Option<f64> {
         let c = canvas.get()?;
-        let rect = c.get_bounding_client_rect();
-        let x = (ev.client_x() as f64 - rect.left()) * (c.width() as f64 / rect.width());
+        let (x, _) = pointer(&c, ev);
         Some(((x - LEFT) / (c.width() as f64 - LEFT - 10.0)).clamp(0.0, 1.0))
     };
-    let span = move || -> Option<(f64, f64, String)> {
+    let span = move || -> Option<(f64, f64, Axis)> {
         let d = data.get_untracked()?.ok()?;
         let b = &d.timeline.buckets;
-        Some((
-            bucket_x(&d, b.first()?),
-            bucket_x(&d, b.last()?),
-            d.axis.clone(),
-        ))
+        Some((d.bucket_x(b.first()?), d.bucket_x(b.last()?), d.axis))
     };
-    let set_window = move |a: f64, b: f64, axis: String| {
+    let set_window = move |a: f64, b: f64, axis: Axis| {
         url.set(&[
             ("from", Some(format!("{a:.0}"))),
             ("to", Some(format!("{b:.0}"))),
-            ("axis", Some(axis)),
+            ("axis", Some(axis.as_str().to_string())),
         ]);
     };
     let on_wheel = move |ev: web_sys::WheelEvent| {
@@ -479,29 +339,20 @@ pub fn TimelineView(report: Value) -> impl IntoView {
         let bucket = b[i].clone();
         let p = bucket.last;
         // The band under the cursor, else the largest allocation alive there.
-        let value = canvas.get_untracked().map(|c| {
-            let rect = c.get_bounding_client_rect();
-            let y = (ev.client_y() as f64 - rect.top()) * (c.height() as f64 / rect.height());
-            let ymax = b
-                .iter()
-                .map(|x| x.reserved_max.max(x.live_max))
-                .fold(1.0, f64::max)
-                * 1.05;
-            let (top, plot_h) = (20.0, H - 44.0);
-            (top + plot_h - y) / plot_h * ymax
+        let value = canvas.get_untracked().and_then(|c| {
+            let (_, y) = pointer(&c, &ev);
+            let (_, ys) = scales(&d, c.width() as f64, H, true)?;
+            Some(ys.inv(y))
         });
-        let under = value.zip(bands.get_untracked()).and_then(|(v, lay)| {
-            lay.0.iter().find_map(|band| {
-                let lo = *band.lower.get(i.checked_sub(band.first)?)? as f64;
-                let a = &d.allocations[band.alloc];
-                (v >= lo && v < lo + a.size).then(|| a.clone())
-            })
-        });
+        let under = value
+            .zip(bands.get_untracked())
+            .and_then(|(v, lay)| lay.under(&d, i, v))
+            .map(|k| d.allocations[k].clone());
         let top = under.or_else(|| {
             d.allocations
                 .iter()
-                .filter(|a| a.start.is_none_or(|s| s < p) && a.end.is_none_or(|e| e >= p))
-                .max_by(|x, y| x.size.total_cmp(&y.size))
+                .filter(|a| a.alive_at(p))
+                .max_by_key(|a| a.size_bytes)
                 .cloned()
         });
         let x = ev.offset_x() as f64;
@@ -548,7 +399,7 @@ pub fn TimelineView(report: Value) -> impl IntoView {
         let (Some(first), Some(last)) = (b.first(), b.last()) else {
             return;
         };
-        let (o0, o1) = (bucket_x(&o, first), bucket_x(&o, last));
+        let (o0, o1) = (o.bucket_x(first), o.bucket_x(last));
         let at = o0 + (o1 - o0) * f;
         let half = (x1 - x0) / 2.0;
         set_window(at - half, at + half, axis);
@@ -558,8 +409,8 @@ pub fn TimelineView(report: Value) -> impl IntoView {
     let stack_text = move |a: &Alloc| -> Vec<String> {
         data.get_untracked()
             .and_then(|d| d.ok())
-            .and_then(|d| d.stacks.get(&a.stack.to_string()).cloned())
-            .map(|fr| fr.iter().map(fmt::frame).collect())
+            .and_then(|d| d.stacks.get(&a.stack).cloned())
+            .map(|fr| fr.iter().map(::api::Frame::short).collect())
             .unwrap_or_default()
     };
     let shown_width = move || {
@@ -584,10 +435,10 @@ pub fn TimelineView(report: Value) -> impl IntoView {
             <div class="toolbar">
                 <button on:click=move |_| url.set(&[("from", None), ("to", None)])>"reset zoom"</button>
                 <button on:click=move |_| {
-                    let axis = if url.get("axis").as_deref() == Some("event") { "time" } else { "event" };
+                    let axis = if url.axis() == Some(Axis::Event) { "time" } else { "event" };
                     url.set(&[("axis", Some(axis.into())), ("from", None), ("to", None)]);
                 }>
-                    {move || if url.get("axis").as_deref() == Some("event") { "use time axis" } else { "use event axis" }}
+                    {move || if url.axis() == Some(Axis::Event) { "use time axis" } else { "use event axis" }}
                 </button>
                 <input
                     class="filter"
@@ -619,19 +470,19 @@ pub fn TimelineView(report: Value) -> impl IntoView {
                 ></canvas>
                 {move || hover.get().map(|(x, b, top)| {
                     let d = data.get_untracked().and_then(|d| d.ok());
-                    let t0 = d.as_ref().map_or(0.0, |d| d.first_time_us);
+                    let t0 = d.as_ref().map_or(0, |d| d.first_time_us);
                     view! {
                         // Beside the pointer, on the side with room, so it never hides what is hovered.
                         <div class="tooltip" style=format!("left:{}px", tooltip_left(x, shown_width()))>
-                            <div>{format!("t = {}  (events {}–{})", fmt::seconds(b.time_us - t0), b.first, b.last)}</div>
-                            <div>{format!("live {} – {}", fmt::bytes(b.live_min), fmt::bytes(b.live_max))}</div>
-                            <div>{format!("reserved {}", fmt::bytes(b.reserved_max))}</div>
+                            <div>{format!("t = {}  (events {}–{})", fmt::seconds((b.time_us - t0) as f64), b.first, b.last)}</div>
+                            <div>{format!("live {} – {}", fmt::bytes(b.live_min_bytes), fmt::bytes(b.live_max_bytes))}</div>
+                            <div>{format!("reserved {}", fmt::bytes(b.reserved_max_bytes))}</div>
                             {top.map(|a| view! {
                                 <div class="alloc">
                                     <b>{format!(
                                         "allocation #{}: {}, {} → {}",
                                         a.id,
-                                        fmt::bytes(a.size),
+                                        fmt::bytes(a.size_bytes),
                                         a.start.map_or("before the trace".into(), |s| format!("event {s}")),
                                         a.end.map_or("alive at the end".into(), |e| format!("freed at event {e}")),
                                     )}</b>
@@ -645,7 +496,7 @@ pub fn TimelineView(report: Value) -> impl IntoView {
             <canvas id="minimap" class="minimap" node_ref=mini width=W as u32 height=MINI_H as u32 on:mousedown=on_mini_down on:mousemove=on_mini_move on:mouseup=on_mini on:mouseleave=move |_| mini_drag.set(None)></canvas>
             {move || pinned.get().map(|a| view! {
                 <div class="pinned">
-                    <b>{format!("pinned allocation #{}: {}", a.id, fmt::bytes(a.size))}</b>
+                    <b>{format!("pinned allocation #{}: {}", a.id, fmt::bytes(a.size_bytes))}</b>
                     " "
                     <button
                         class="to-segments"
@@ -668,16 +519,13 @@ pub fn TimelineView(report: Value) -> impl IntoView {
                     let rows = d
                         .allocations
                         .iter()
-                        .filter(|a| {
-                            needle.is_empty()
-                                || d.stacks.get(&a.stack.to_string()).is_some_and(|fr| fr.iter().any(|f| fmt::frame(f).to_lowercase().contains(&needle)))
-                        })
+                        .filter(|a| d.stack_mentions(a.stack, &needle))
                         .take(50)
                         .map(|a| {
-                            let site = fmt::site(d.sites.get(&a.stack.to_string()).unwrap_or(&Value::Null));
+                            let site = ::api::site_text(d.sites.get(&a.stack).and_then(Option::as_ref));
                             view! {
                                 <tr>
-                                    <td class="num">{fmt::bytes(a.size)}</td>
+                                    <td class="num">{fmt::bytes(a.size_bytes)}</td>
                                     <td class="num">{a.start.map_or("before trace".into(), |s| s.to_string())}</td>
                                     <td class="num">{a.end.map_or("alive".into(), |s| s.to_string())}</td>
                                     <td>{site}</td>

@@ -3,31 +3,9 @@
 
 use leptos::prelude::*;
 use leptos::task::spawn_local;
-use serde::Deserialize;
 use wasm_bindgen::JsCast;
 
 use crate::{api, fmt};
-
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-pub struct Tag {
-    pub key: String,
-    pub value: String,
-}
-
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-pub struct Info {
-    pub id: String,
-    pub name: String,
-    pub uploaded_at_ms: f64,
-    pub size_bytes: f64,
-    pub devices: Vec<i32>,
-    pub entries: u64,
-    pub peak_bytes: f64,
-    pub reserved_bytes: f64,
-    pub leak_suspects: u64,
-    pub ooms: u64,
-    pub tags: Vec<Tag>,
-}
 
 /// One upload in progress or done.
 #[derive(Debug, Clone, PartialEq)]
@@ -49,46 +27,22 @@ enum UploadState {
     Failed(String),
 }
 
-fn tags_text(tags: &[Tag]) -> String {
+fn tags_text(tags: &[::api::Tag]) -> String {
     tags.iter()
-        .map(|t| {
-            if t.key.is_empty() {
-                t.value.clone()
-            } else {
-                format!("{}={}", t.key, t.value)
-            }
-        })
+        .map(::api::Tag::text)
         .collect::<Vec<_>>()
         .join(", ")
 }
 
-fn parse_tags(s: &str) -> serde_json::Value {
-    let tags: Vec<serde_json::Value> = s
-        .split(',')
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
-        .map(|t| match t.split_once('=') {
-            Some((k, v)) => serde_json::json!({"key": k.trim(), "value": v.trim()}),
-            None => serde_json::json!({"key": "", "value": t}),
-        })
-        .collect();
-    serde_json::Value::Array(tags)
-}
-
 #[component]
 pub fn Library() -> impl IntoView {
+    api::page_scope();
     let query = RwSignal::new(String::new());
     let refresh = RwSignal::new(0u32);
     let items = LocalResource::new(move || {
         refresh.track();
         let q = query.get();
-        async move {
-            api::get::<Vec<Info>>(&format!(
-                "/api/snapshots?q={}",
-                js_sys::encode_uri_component(&q)
-            ))
-            .await
-        }
+        async move { api::snapshots(&::api::ListQuery { q: Some(q) }).await }
     });
     let uploads = RwSignal::new(Vec::<Upload>::new());
     let next_key = StoredValue::new(0u32);
@@ -129,16 +83,11 @@ pub fn Library() -> impl IntoView {
                     if !running {
                         break;
                     }
-                    if let Ok(p) =
-                        api::get::<serde_json::Value>(&format!("/api/uploads/{token}")).await
+                    if let Ok(p) = api::upload_progress(&token).await
+                        && p.total_bytes > 0
                     {
-                        let (parsed, total) = (
-                            p["parsed_bytes"].as_f64().unwrap_or(0.0),
-                            p["total_bytes"].as_f64().unwrap_or(0.0),
-                        );
-                        if total > 0.0 {
-                            set(&|u: &mut Upload| u.indexed = (parsed / total).min(1.0));
-                        }
+                        let f = p.parsed_bytes as f64 / p.total_bytes as f64;
+                        set(&|u: &mut Upload| u.indexed = f.min(1.0));
                     }
                     sleep_ms(250).await;
                 }
@@ -155,14 +104,17 @@ pub fn Library() -> impl IntoView {
             };
             match api::upload(file, &token, progress).await {
                 Ok(v) => {
-                    let id = v["id"].as_str().unwrap_or_default().to_string();
+                    let id = v.id;
                     set(&|u: &mut Upload| u.state = UploadState::Done(id.clone()));
                     refresh.update(|r| *r += 1);
                     // A single upload opens its snapshot once it is indexed.
                     let all = uploads.get_untracked();
                     if all.len() == 1 {
                         navigate.with_value(|n| {
-                            n(&format!("/s/{id}?view=timeline"), Default::default())
+                            n(
+                                &::api::routes::page::snapshot(&id, &[("view", "timeline")]),
+                                Default::default(),
+                            )
                         });
                     }
                 }
@@ -229,7 +181,7 @@ pub fn Library() -> impl IntoView {
                                     view! { <span>{format!("indexing {:.0}%…", u.indexed * 100.0)}</span> }.into_any()
                                 }
                                 UploadState::Done(id) => {
-                                    view! { <a class="open" href=format!("/s/{id}")>"open"</a> }.into_any()
+                                    view! { <a class="open" href=::api::routes::page::snapshot_home(id)>"open"</a> }.into_any()
                                 }
                                 UploadState::Failed(e) => view! { <span class="error upload-error">{e.clone()}</span> }.into_any(),
                             };
@@ -269,9 +221,9 @@ pub fn Library() -> impl IntoView {
 }
 
 #[component]
-fn LibraryTable(list: Vec<Info>, refresh: RwSignal<u32>) -> impl IntoView {
+fn LibraryTable(list: Vec<::api::SnapshotInfo>, refresh: RwSignal<u32>) -> impl IntoView {
     // Snapshots ticked for comparing: (id, upload time); two make a diff, older one first.
-    let picked: RwSignal<Vec<(String, f64)>> = RwSignal::new(Vec::new());
+    let picked: RwSignal<Vec<(String, i64)>> = RwSignal::new(Vec::new());
     let rows = list
         .into_iter()
         .map(|s| {
@@ -281,15 +233,15 @@ fn LibraryTable(list: Vec<Info>, refresh: RwSignal<u32>) -> impl IntoView {
                 let name = event_target_value(&ev);
                 let id = id2.clone();
                 spawn_local(async move {
-                    let _ = api::patch(&format!("/api/snapshots/{id}"), serde_json::json!({ "name": name })).await;
+                    let _ = api::update(&id, &::api::UpdateSnapshot { name: Some(name), tags: None }).await;
                     refresh.update(|r| *r += 1);
                 });
             };
             let retag = move |ev: web_sys::Event| {
-                let tags = parse_tags(&event_target_value(&ev));
+                let tags = ::api::parse_tags(&event_target_value(&ev));
                 let id = id3.clone();
                 spawn_local(async move {
-                    let _ = api::patch(&format!("/api/snapshots/{id}"), serde_json::json!({ "tags": tags })).await;
+                    let _ = api::update(&id, &::api::UpdateSnapshot { name: None, tags: Some(tags) }).await;
                     refresh.update(|r| *r += 1);
                 });
             };
@@ -300,7 +252,7 @@ fn LibraryTable(list: Vec<Info>, refresh: RwSignal<u32>) -> impl IntoView {
                     let ok = web_sys::window().and_then(|w| w.confirm_with_message("Delete this snapshot?").ok()).unwrap_or(false);
                     if ok {
                         spawn_local(async move {
-                            let _ = api::delete(&format!("/api/snapshots/{id}")).await;
+                            let _ = api::delete(&id).await;
                             refresh.update(|r| *r += 1);
                         });
                     }
@@ -323,7 +275,7 @@ fn LibraryTable(list: Vec<Info>, refresh: RwSignal<u32>) -> impl IntoView {
                     <td class="nowrap">
                         <input type="checkbox" class="pick" title="compare" on:change=pick/>
                         " "
-                        <a class="permalink" href=format!("/s/{id}")>"open"</a>
+                        <a class="permalink" href=::api::routes::page::snapshot_home(&id)>"open"</a>
                     </td>
                     <td>
                         <input class="name" value=s.name.clone() on:change=rename/>
@@ -349,8 +301,8 @@ fn LibraryTable(list: Vec<Info>, refresh: RwSignal<u32>) -> impl IntoView {
     let compare = move || {
         let mut p = picked.get();
         (p.len() == 2).then(|| {
-            p.sort_by(|a, b| a.1.total_cmp(&b.1));
-            format!("/diff/{}/{}", p[0].0, p[1].0)
+            p.sort_by_key(|x| x.1);
+            ::api::routes::page::diff(&p[0].0, &p[1].0, &Default::default())
         })
     };
     view! {

@@ -1,0 +1,93 @@
+//! What the two chart implementations share (the snapshot timeline and the live charts): the 2D
+//! context, linear scales between data and canvas pixels, a pointer's position in canvas pixels,
+//! and the byte axis with its grid. Large data goes to canvases; this keeps them drawn alike.
+
+use wasm_bindgen::JsCast;
+
+use crate::fmt;
+
+/// A canvas's 2D context (every canvas here has one).
+pub fn ctx(c: &web_sys::HtmlCanvasElement) -> web_sys::CanvasRenderingContext2d {
+    c.get_context("2d")
+        .ok()
+        .flatten()
+        .expect("2d context")
+        .unchecked_into()
+}
+
+/// A linear map from data `[d0, d1]` to pixels `[p0, p1]` (and back).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Scale {
+    pub d0: f64,
+    pub d1: f64,
+    pub p0: f64,
+    pub p1: f64,
+}
+
+impl Scale {
+    /// A scale over `[d0, d1]`; an empty domain is widened to one unit so nothing divides by 0.
+    pub fn new(d0: f64, d1: f64, p0: f64, p1: f64) -> Scale {
+        Scale {
+            d0,
+            d1: if d1 > d0 { d1 } else { d0 + 1.0 },
+            p0,
+            p1,
+        }
+    }
+    pub fn at(&self, d: f64) -> f64 {
+        self.p0 + (d - self.d0) / (self.d1 - self.d0) * (self.p1 - self.p0)
+    }
+    pub fn inv(&self, p: f64) -> f64 {
+        self.d0 + (p - self.p0) / (self.p1 - self.p0) * (self.d1 - self.d0)
+    }
+}
+
+/// The pointer's position in the canvas's own pixels (the canvas may be shown scaled).
+pub fn pointer(c: &web_sys::HtmlCanvasElement, ev: &web_sys::MouseEvent) -> (f64, f64) {
+    let r = c.get_bounding_client_rect();
+    (
+        (ev.client_x() as f64 - r.left()) * c.width() as f64 / r.width().max(1.0),
+        (ev.client_y() as f64 - r.top()) * c.height() as f64 / r.height().max(1.0),
+    )
+}
+
+/// The top of a byte axis: the largest value with some headroom (never 0).
+pub fn byte_axis_max(largest: f64, headroom: f64) -> f64 {
+    (largest * headroom).max(1.0)
+}
+
+/// A byte axis: `steps + 1` grid lines from 0 to the scale's top, labelled at the left edge.
+pub fn byte_grid(
+    g: &web_sys::CanvasRenderingContext2d,
+    y: &Scale,
+    x_from: f64,
+    x_to: f64,
+    steps: u32,
+) {
+    for i in 0..=steps {
+        let v = y.d0 + (y.d1 - y.d0) * i as f64 / steps as f64;
+        let py = y.at(v);
+        g.set_fill_style_str("#eee");
+        g.fill_rect(x_from, py, x_to - x_from, 1.0);
+        g.set_fill_style_str("#333");
+        let _ = g.fill_text(&fmt::bytes(v), 4.0, py + 4.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scale_maps_both_ways_and_survives_an_empty_domain() {
+        let s = Scale::new(100.0, 200.0, 70.0, 1190.0);
+        assert_eq!(s.at(100.0), 70.0);
+        assert_eq!(s.at(200.0), 1190.0);
+        assert!((s.inv(s.at(137.5)) - 137.5).abs() < 1e-9);
+        let flat = Scale::new(5.0, 5.0, 0.0, 10.0);
+        assert!(flat.at(5.0).is_finite());
+        // A byte axis upside down (0 at the bottom).
+        let y = Scale::new(0.0, byte_axis_max(0.0, 1.05), 336.0, 20.0);
+        assert_eq!(y.at(0.0), 336.0);
+    }
+}

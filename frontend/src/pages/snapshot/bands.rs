@@ -1,0 +1,164 @@
+//! The timeline's allocation bands, laid out from one answer: every allocation in it (the
+//! largest in the window, up to the server's limit) is a band; bands stack in allocation order,
+//! oldest at the bottom, like PyTorch's Active Memory Timeline. An allocation is alive over one
+//! contiguous run of buckets, so each band keeps its lower edges for that run only. Pure, so the
+//! layout is unit-tested on the host.
+
+use std::sync::Arc;
+
+use ::api::TimelineAnswer;
+
+/// One allocation's band: `lower[j]` is its lower edge in bucket `first + j`.
+#[derive(Debug, PartialEq)]
+pub struct Band {
+    /// Index into the answer's `allocations`.
+    pub alloc: usize,
+    pub first: usize,
+    pub lower: Vec<f32>,
+}
+
+/// Bands of one answer; compared by identity so a Memo recomputes only on new data.
+#[derive(Debug, Clone)]
+pub struct Layout(pub Arc<Vec<Band>>);
+
+impl PartialEq for Layout {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+pub fn layout(r: &TimelineAnswer) -> Layout {
+    let buckets = &r.timeline.buckets;
+    let mut order: Vec<usize> = (0..r.allocations.len()).collect();
+    order.sort_by_key(|&i| {
+        (
+            r.allocations[i].start.map_or(0, |s| s as i64 + 1),
+            r.allocations[i].id,
+        )
+    });
+    let mut acc = vec![0f64; buckets.len()];
+    let mut bands = Vec::with_capacity(order.len());
+    for i in order {
+        let a = &r.allocations[i];
+        // Alive in bucket b when start < b.last <= end.
+        let first = a
+            .start
+            .map_or(0, |s| buckets.partition_point(|b| b.last <= s));
+        let end = a
+            .end
+            .map_or(buckets.len(), |e| buckets.partition_point(|b| b.last <= e));
+        if first >= end {
+            continue;
+        }
+        let lower = acc[first..end].iter().map(|&x| x as f32).collect();
+        for x in &mut acc[first..end] {
+            *x += a.size_bytes as f64;
+        }
+        bands.push(Band {
+            alloc: i,
+            first,
+            lower,
+        });
+    }
+    Layout(Arc::new(bands))
+}
+
+impl Layout {
+    /// The allocation whose band covers `value` bytes in bucket `bucket`, if any.
+    pub fn under(&self, r: &TimelineAnswer, bucket: usize, value: f64) -> Option<usize> {
+        self.0.iter().find_map(|band| {
+            let lo = *band.lower.get(bucket.checked_sub(band.first)?)? as f64;
+            let a = &r.allocations[band.alloc];
+            (value >= lo && value < lo + a.size_bytes as f64).then_some(band.alloc)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ::api::{AllocationView, Axis, Bucket, StackId, Timeline};
+
+    fn bucket(first: u32, last: u32) -> Bucket {
+        Bucket {
+            first,
+            last,
+            time_us: first as i64,
+            live_min_bytes: 0,
+            live_max_bytes: 0,
+            reserved_min_bytes: 0,
+            reserved_max_bytes: 0,
+        }
+    }
+
+    fn alloc(id: u32, size: u64, start: Option<u32>, end: Option<u32>) -> AllocationView {
+        AllocationView {
+            id,
+            addr: 0,
+            size_bytes: size,
+            stream: 0,
+            start,
+            end,
+            start_time_us: None,
+            end_time_us: None,
+            stack: StackId(1),
+        }
+    }
+
+    fn answer(allocations: Vec<AllocationView>) -> TimelineAnswer {
+        TimelineAnswer {
+            device: 0,
+            axis: Axis::Event,
+            timeline: Timeline {
+                device: 0,
+                events: 40,
+                first_position: 0,
+                last_position: 40,
+                buckets: (0..4).map(|b| bucket(b * 10, b * 10 + 9)).collect(),
+                peak_position: 0,
+                peak_live_bytes: 0,
+            },
+            allocations,
+            stacks: Default::default(),
+            sites: Default::default(),
+            annotations: vec![],
+            ooms: vec![],
+            first_time_us: 0,
+            last_time_us: 40,
+        }
+    }
+
+    #[test]
+    fn bands_stack_oldest_at_the_bottom_over_the_buckets_they_are_alive_in() {
+        // Sent largest first; laid out by age: the one made before the trace at the bottom.
+        let r = answer(vec![
+            alloc(2, 300, Some(12), None),    // alive from bucket 1 on
+            alloc(1, 100, None, Some(25)),    // before the trace, freed in bucket 2
+            alloc(3, 50, Some(31), Some(33)), // inside bucket 3 only: first == end, not drawn
+        ]);
+        let l = layout(&r);
+        assert_eq!(
+            *l.0,
+            vec![
+                Band {
+                    alloc: 1,
+                    first: 0,
+                    lower: vec![0.0, 0.0]
+                },
+                Band {
+                    alloc: 0,
+                    first: 1,
+                    lower: vec![100.0, 0.0, 0.0]
+                },
+            ]
+        );
+        // What is under the cursor: bucket 1 at 50 B is the old one, at 150 B the new one.
+        assert_eq!(l.under(&r, 1, 50.0), Some(1));
+        assert_eq!(l.under(&r, 1, 150.0), Some(0));
+        assert_eq!(l.under(&r, 3, 150.0), Some(0));
+        assert_eq!(l.under(&r, 0, 150.0), None);
+        // Compared by identity: a clone is the same layout, a new one is not.
+        assert!(l.clone() == l);
+        assert!(layout(&r) != l);
+    }
+}

@@ -1,0 +1,222 @@
+//! The segments tab: the allocator's segments and blocks at any event (exact at the snapshot,
+//! rebuilt from the trace before it), stepped with the keyboard or chosen on the cached-segment
+//! timeline above (each segment a row from its cudaMalloc to its cudaFree).
+
+use std::sync::Arc;
+
+use leptos::prelude::*;
+
+use super::devices::shown_events;
+use crate::canvas::{Scale, ctx, pointer};
+use crate::url::UrlState;
+use crate::{api, fmt};
+
+#[component]
+pub fn Segments(report: Arc<::api::Report>) -> impl IntoView {
+    let url: UrlState = expect_context();
+    let events = shown_events(&report, url);
+    let pos = Memo::new(move |_| url.position().map_or(events, |p| p as u64).min(events));
+    let data = LocalResource::new(move || {
+        let id = url.id.get();
+        let q = ::api::PositionQuery {
+            device: url.device(),
+            position: Some(pos.get() as u32),
+        };
+        async move { api::state(&id, &q).await }
+    });
+    let step = move |d: i64| {
+        let p = (pos.get_untracked() as i64 + d).clamp(0, events as i64);
+        url.set(&[("pos", Some(p.to_string()))]);
+    };
+    let hovered = RwSignal::new(String::new());
+    view! {
+        <section
+            class="segments"
+            tabindex="0"
+            on:keydown=move |ev: web_sys::KeyboardEvent| match ev.key().as_str() {
+                "ArrowLeft" => step(if ev.shift_key() { -100 } else { -1 }),
+                "ArrowRight" => step(if ev.shift_key() { 100 } else { 1 }),
+                _ => {}
+            }
+        >
+            <div class="toolbar">
+                <button on:click=move |_| step(-1)>"◀"</button>
+                <input
+                    type="range"
+                    min="0"
+                    max=events.to_string()
+                    prop:value=move || pos.get().to_string()
+                    on:change=move |ev| url.set(&[("pos", Some(event_target_value(&ev)))])
+                />
+                <button on:click=move |_| step(1)>"▶"</button>
+                <span>{move || format!("after event {} of {} (←/→ steps, shift: ×100)", pos.get(), events)}</span>
+            </div>
+            <SegmentTimeline pos=pos events=events/>
+            <p class="hover">{move || hovered.get()}</p>
+            {move || match data.get() {
+                None => view! { <p>"loading…"</p> }.into_any(),
+                Some(Err(e)) => view! { <p class="error">{e}</p> }.into_any(),
+                Some(Ok(st)) => segment_map(st, url, hovered).into_any(),
+            }}
+        </section>
+    }
+}
+
+/// The segments as rows (width by size, the largest full width), their blocks inside.
+fn segment_map(
+    st: ::api::AllocatorState,
+    url: UrlState,
+    hovered: RwSignal<String>,
+) -> impl IntoView {
+    let t = &st.total;
+    let largest = st
+        .segments
+        .iter()
+        .map(|s| s.total_bytes as f64)
+        .fold(1.0, f64::max);
+    view! {
+        <p>{format!(
+            "{} segments, reserved {}, allocated {}, rounding waste {}, cached free {} in {} blocks (largest {}){}",
+            st.segments.len(),
+            fmt::bytes(t.reserved_bytes),
+            fmt::bytes(t.allocated_bytes),
+            fmt::bytes(t.internal_bytes),
+            fmt::bytes(t.external_bytes),
+            t.inactive_blocks,
+            fmt::bytes(t.largest_free_bytes),
+            if st.exact { ", as recorded at the snapshot" } else { ", rebuilt from the trace" }
+        )}</p>
+        <div class="segmap">
+            {st.segments
+                .iter()
+                .map(|s| {
+                    let total = (s.total_bytes as f64).max(1.0);
+                    let width = (total / largest * 100.0).max(0.5);
+                    let fr = &s.fragmentation;
+                    let title = format!(
+                        "segment {:#x}: {} {} pool, stream {}{}: allocated {}, rounding waste {}, cached free {} in {} blocks (largest {})",
+                        s.address,
+                        fmt::bytes(total),
+                        match s.segment_type {
+                            ::api::SegmentType::Small => "small",
+                            ::api::SegmentType::Large => "large",
+                            ::api::SegmentType::Unknown => "unknown",
+                        },
+                        s.stream,
+                        if s.is_expandable { ", expandable" } else { "" },
+                        fmt::bytes(fr.allocated_bytes),
+                        fmt::bytes(fr.internal_bytes),
+                        fmt::bytes(fr.external_bytes),
+                        fr.inactive_blocks,
+                        fmt::bytes(fr.largest_free_bytes),
+                    );
+                    view! {
+                        <div class="segrow" title=title>
+                            <div class="seg" style=format!("width:{width:.2}%")>
+                                {s.blocks.iter().map(|b| block(b, total, url, hovered)).collect_view()}
+                            </div>
+                        </div>
+                    }
+                })
+                .collect_view()}
+        </div>
+    }
+}
+
+/// One block: width by size, its rounding waste shaded; hovering names it and its stack.
+fn block(
+    b: &::api::BlockView,
+    segment_bytes: f64,
+    url: UrlState,
+    hovered: RwSignal<String>,
+) -> impl IntoView + use<> {
+    let size = b.size_bytes as f64;
+    let w = size / segment_bytes * 100.0;
+    let waste = b.size_bytes.saturating_sub(b.requested_bytes);
+    let info = format!(
+        "{} block {} (requested {}, rounding waste {})",
+        b.state.as_str(),
+        fmt::bytes(b.size_bytes),
+        fmt::bytes(b.requested_bytes),
+        fmt::bytes(waste)
+    );
+    let (id, stack) = (url.id.get_untracked(), b.stack);
+    let info2 = info.clone();
+    view! {
+        <div
+            class=format!("block {}", b.state.as_str())
+            style=format!(
+                "width:{w:.3}%;--waste:{:.2}%",
+                (waste as f64 / size.max(1.0) * 100.0).min(100.0)
+            )
+            title=info
+            on:mouseenter=move |_| {
+                let (id, info) = (id.clone(), info2.clone());
+                hovered.set(info.clone());
+                if stack.0 > 0 {
+                    leptos::task::spawn_local(async move {
+                        if let Ok(frames) = api::frames(&id, stack).await {
+                            let f: Vec<String> = frames.iter().take(4).map(::api::Frame::short).collect();
+                            hovered.set(format!("{info}: {}", f.join(" ← ")));
+                        }
+                    });
+                }
+            }
+        ></div>
+    }
+}
+
+/// The cached-segment timeline: each segment a row (by address), a bar from its cudaMalloc to its
+/// cudaFree; the chosen position as a line. Click to choose a position.
+#[component]
+fn SegmentTimeline(pos: Memo<u64>, events: u64) -> impl IntoView {
+    let url: UrlState = expect_context();
+    let canvas = NodeRef::<leptos::html::Canvas>::new();
+    let spans = LocalResource::new(move || {
+        let id = url.id.get();
+        let q = ::api::DeviceQuery {
+            device: url.device(),
+        };
+        async move { api::segments(&id, &q).await }
+    });
+    Effect::new(move |_| {
+        let (Some(Ok(d)), Some(c)) = (spans.get(), canvas.get()) else {
+            return;
+        };
+        let g = ctx(&c);
+        let (w, h) = (c.width() as f64, c.height() as f64);
+        g.set_fill_style_str("#fff");
+        g.fill_rect(0.0, 0.0, w, h);
+        let ev = events.max(1) as f64;
+        let x = Scale::new(0.0, ev, 0.0, w);
+        let row = (h / d.segments.len().max(1) as f64).clamp(1.0, 10.0);
+        for (i, s) in d.segments.iter().enumerate() {
+            let start = s.start_event().unwrap_or(0) as f64;
+            let end = s.end_event().map_or(ev, |e| e as f64);
+            g.set_fill_style_str(if s.segment_type == ::api::SegmentType::Small {
+                "#74c0fc"
+            } else {
+                "#4c6ef5"
+            });
+            g.fill_rect(
+                x.at(start),
+                i as f64 * row,
+                (x.at(end) - x.at(start)).max(1.0),
+                (row - 1.0).max(1.0),
+            );
+        }
+        g.set_fill_style_str("#c92a2a");
+        g.fill_rect(x.at(pos.get() as f64) - 1.0, 0.0, 2.0, h);
+    });
+    let on_click = move |e: web_sys::MouseEvent| {
+        let Some(c) = canvas.get() else { return };
+        let (px, _) = pointer(&c, &e);
+        let x = Scale::new(0.0, events as f64, 0.0, c.width() as f64);
+        let p = x.inv(px).round().clamp(0.0, events as f64) as u64;
+        url.set(&[("pos", Some(p.to_string()))]);
+    };
+    view! {
+        <h3>"Cached segments over the trace (click to choose a moment)"</h3>
+        <canvas id="segment-timeline" node_ref=canvas width="1200" height="120" on:click=on_click></canvas>
+    }
+}

@@ -1,0 +1,159 @@
+//! The stacks tab: memory by call stack at a moment (the peak by default, or any event), as an
+//! icicle (outermost frames on top, width by bytes) and a sortable table of call sites.
+
+use std::sync::Arc;
+
+use leptos::prelude::*;
+
+use super::devices::shown_events;
+use crate::pages::widgets::frames_list;
+use crate::url::UrlState;
+use crate::{api, fmt};
+
+#[component]
+pub fn Stacks(report: Arc<::api::Report>) -> impl IntoView {
+    let url: UrlState = expect_context();
+    let events = shown_events(&report, url);
+    let python_only = Memo::new(move |_| url.get("frames").as_deref() == Some("python"));
+    let data = LocalResource::new(move || {
+        let id = url.id.get();
+        let q = ::api::StacksQuery {
+            device: url.device(),
+            position: url.position(),
+            frames: python_only.get().then_some(::api::FlameFrames::Python),
+        };
+        async move { api::stacks(&id, &q).await }
+    });
+    view! {
+        // The moment: any event (the slider), or back to the peak.
+        <div class="toolbar">
+            <input
+                type="range"
+                class="stacks-pos"
+                min="0"
+                max=events.to_string()
+                prop:value=move || {
+                    data.get()
+                        .and_then(|d| d.ok())
+                        .map(|d| d.position.to_string())
+                        .unwrap_or_default()
+                }
+                on:change=move |ev| url.set(&[("pos", Some(event_target_value(&ev)))])
+            />
+            <button class="at-peak" on:click=move |_| url.set(&[("pos", None)])>"at the peak"</button>
+        </div>
+        <label class="python-only">
+            <input
+                type="checkbox"
+                prop:checked=move || python_only.get()
+                on:change=move |ev| {
+                    let on = event_target_checked(&ev);
+                    url.set(&[("frames", on.then(|| "python".to_string()))]);
+                }
+            />
+            " Python frames only (hide C++ frames in the tree)"
+        </label>
+        {move || match data.get() {
+            None => view! { <p>"loading…"</p> }.into_any(),
+            Some(Err(e)) => view! { <p class="error">{e}</p> }.into_any(),
+            Some(Ok(s)) => {
+                let total = (s.total_bytes as f64).max(1.0);
+                view! {
+                    <section class="stacks">
+                        <p>
+                            {format!(
+                                "{} live in {} allocations after event {} of {events}{}",
+                                fmt::bytes(s.total_bytes),
+                                s.count,
+                                s.position,
+                                if url.get("pos").is_none() { " (the peak)" } else { "" },
+                            )}
+                        </p>
+                        <div class="icicle">{icicle(&s.flame, total, 0)}</div>
+                        <SitesTable sites=s.sites total=total/>
+                    </section>
+                }
+                    .into_any()
+            }
+        }}
+    }
+}
+
+/// Call sites, sortable by bytes, count or name (click a column header).
+#[component]
+fn SitesTable(sites: Vec<::api::CallSite>, total: f64) -> impl IntoView {
+    let sort = RwSignal::new(("bytes", true));
+    let header = move |key: &'static str, label: &'static str| {
+        view! {
+            <th class="sortable" on:click=move |_| sort.update(|s| *s = (key, if s.0 == key { !s.1 } else { true }))>
+                {move || {
+                    let (k, desc) = sort.get();
+                    format!("{label}{}", if k == key { if desc { " ▼" } else { " ▲" } } else { "" })
+                }}
+            </th>
+        }
+    };
+    let site_name = |c: &::api::CallSite| ::api::site_text(c.site.as_ref());
+    view! {
+        <table class="sites">
+            <tr>
+                {header("bytes", "bytes")}
+                <th>"%"</th>
+                {header("count", "allocations")}
+                {header("site", "call site")}
+            </tr>
+            {move || {
+                let (key, desc) = sort.get();
+                let mut rows = sites.clone();
+                rows.sort_by(|a, b| {
+                    let o = match key {
+                        "count" => a.count.cmp(&b.count),
+                        "site" => site_name(a).cmp(&site_name(b)),
+                        _ => a.bytes.cmp(&b.bytes),
+                    };
+                    if desc { o.reverse() } else { o }
+                });
+                rows.iter()
+                    .map(|c| {
+                        view! {
+                            <tr>
+                                <td class="num">{fmt::bytes(c.bytes)}</td>
+                                <td class="num">{format!("{:.1}", c.bytes as f64 / total * 100.0)}</td>
+                                <td class="num">{c.count.to_string()}</td>
+                                <td>
+                                    <details>
+                                        <summary>{site_name(c)}</summary>
+                                        {frames_list(&c.frames, 40)}
+                                    </details>
+                                </td>
+                            </tr>
+                        }
+                    })
+                    .collect_view()
+            }}
+        </table>
+    }
+}
+
+/// An icicle chart: the outermost frames on top, width proportional to bytes.
+fn icicle(node: &::api::FlameNode, total: f64, depth: usize) -> AnyView {
+    if depth > 24 {
+        return ().into_any();
+    }
+    node.children
+        .iter()
+        .filter(|c| c.bytes as f64 / total > 0.002)
+        .map(|c| {
+            let w = c.bytes as f64 / total * 100.0;
+            let label = format!("{} ({})", c.name, fmt::bytes(c.bytes));
+            let title = format!("{}:{} {}", c.filename, c.line, label);
+            view! {
+                <div class="ice" style=format!("width:{w:.3}%") title=title>
+                    <div class="ice-label">{label}</div>
+                    <div class="ice-kids">{icicle(c, (c.bytes as f64).max(1.0), depth + 1)}</div>
+                </div>
+            }
+        })
+        .collect_view()
+        .into_any()
+}

@@ -1,0 +1,108 @@
+//! A snapshot page's state in its URL query (view, device, window, axis, position, filter,
+//! frames), so a shared link opens the same view at the same moment. `merge` is the pure rule
+//! (tested on the host); `UrlState` reads and writes it through the router.
+
+use leptos::prelude::*;
+use leptos_router::NavigateOptions;
+use leptos_router::hooks::use_navigate;
+
+/// The query keys a snapshot page keeps, in the order its URLs write them.
+pub const KEYS: [&str; 8] = [
+    "view", "device", "from", "to", "axis", "pos", "filter", "frames",
+];
+
+/// The query after `changes` (a key set to `None` is removed; other keys are kept), in `KEYS`
+/// order; keys a snapshot page does not know are dropped.
+pub fn merge(
+    current: impl Fn(&str) -> Option<String>,
+    changes: &[(&str, Option<String>)],
+) -> Vec<(&'static str, String)> {
+    KEYS.iter()
+        .filter_map(|&key| {
+            let v = match changes.iter().find(|(k, _)| *k == key) {
+                Some((_, v)) => v.clone(),
+                None => current(key),
+            };
+            v.map(|v| (key, v))
+        })
+        .collect()
+}
+
+/// Reads and writes the snapshot page's URL query.
+#[derive(Clone, Copy)]
+pub struct UrlState {
+    pub id: Memo<String>,
+    pub query: Memo<leptos_router::params::ParamsMap>,
+}
+
+impl UrlState {
+    pub fn get(&self, key: &str) -> Option<String> {
+        self.query.get().get(key)
+    }
+    pub fn get_f64(&self, key: &str) -> Option<f64> {
+        self.get(key).and_then(|v| v.parse().ok())
+    }
+    /// The device chosen in the URL (none: the server's default, the first with a trace).
+    pub fn device(&self) -> Option<i32> {
+        self.get("device").and_then(|v| v.parse().ok())
+    }
+    /// The `pos` query key: a position in the device's trace.
+    pub fn position(&self) -> Option<u32> {
+        self.get("pos").and_then(|v| v.parse().ok())
+    }
+    /// The axis chosen in the URL.
+    pub fn axis(&self) -> Option<api::Axis> {
+        match self.get("axis").as_deref() {
+            Some("event") => Some(api::Axis::Event),
+            Some("time") => Some(api::Axis::Time),
+            _ => None,
+        }
+    }
+    /// This snapshot's page with exactly these query keys (a link to another view or moment).
+    pub fn href<K: AsRef<str>, V: AsRef<str>>(&self, pairs: &[(K, V)]) -> String {
+        api::routes::page::snapshot(&self.id.get_untracked(), pairs)
+    }
+    /// Replaces some query keys (None removes) and navigates, keeping the others.
+    pub fn set(&self, changes: &[(&str, Option<String>)]) {
+        let q = self.query.get_untracked();
+        let url = self.href(&merge(|k| q.get(k), changes));
+        use_navigate()(
+            &url,
+            NavigateOptions {
+                replace: true,
+                scroll: false,
+                ..Default::default()
+            },
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_change_keeps_the_other_keys_removes_nones_and_drops_unknown_ones() {
+        let current = |k: &str| match k {
+            "view" => Some("timeline".to_string()),
+            "from" => Some("10".to_string()),
+            "to" => Some("20".to_string()),
+            "junk" => Some("x".to_string()),
+            _ => None,
+        };
+        let got = merge(
+            current,
+            &[("pos", Some("7".into())), ("from", None), ("to", None)],
+        );
+        assert_eq!(
+            got,
+            vec![("view", "timeline".to_string()), ("pos", "7".to_string())]
+        );
+        let same = merge(current, &[]);
+        assert_eq!(same.len(), 3);
+        assert_eq!(
+            api::routes::page::snapshot("abc", &same),
+            "/s/abc?view=timeline&from=10&to=20"
+        );
+    }
+}
