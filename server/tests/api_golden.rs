@@ -250,6 +250,21 @@ async fn snapshot_endpoints_answer_as_recorded() {
     ));
     let (st, v) = get(&state, "/api/health").await;
     failures.extend(check(&dir, "health", st, v, None));
+    // An upload that is not running has no progress; a deleted snapshot is gone.
+    let (st, v) = get(&state, "/api/uploads/no-such-token").await;
+    failures.extend(check(&dir, "upload_progress_unknown", st, v, None));
+    let last = ids.last().unwrap();
+    let (st, body) = call(
+        &state,
+        Request::delete(format!("/api/snapshots/{last}"))
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    let v = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    failures.extend(check(&dir, "delete", st, v, None));
+    let (st, v) = get(&state, &format!("/api/snapshots/{last}/info")).await;
+    failures.extend(check(&dir, "deleted_info", st, v, None));
     assert!(
         failures.is_empty(),
         "{} answers changed:\n{}",

@@ -129,7 +129,11 @@ async fn upload_progress(
         .expect("uploads lock")
         .get(&token)
         .cloned()
-        .ok_or(ApiError::NotFound(token))?;
+        .ok_or_else(|| {
+            ApiError::Missing(format!(
+                "no upload with token {token} is in progress (it has ended, or never started)"
+            ))
+        })?;
     Ok(Json(api::UploadProgress {
         received_bytes: p.received_bytes.load(Relaxed),
         parsed_bytes: p.parsed_bytes.load(Relaxed),
