@@ -6,6 +6,8 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
 
+use api::routes;
+
 const INDEX_HTML: &str = include_str!("../../frontend/index.html");
 const STYLE_CSS: &str = include_str!("../../frontend/style.css");
 const APP_JS: &str = include_str!(concat!(env!("OUT_DIR"), "/frontend.js"));
@@ -13,11 +15,12 @@ const APP_WASM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/frontend_bg.wa
 
 pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
     Router::new()
-        .route("/", get(index))
-        .route("/s/{id}", get(index))
-        .route("/diff/{a}/{b}", get(index))
-        .route("/live", get(index))
-        .route("/live/{*rest}", get(index))
+        .route(routes::PAGE_LIBRARY, get(index))
+        .route(routes::PAGE_SNAPSHOT, get(index))
+        .route(routes::PAGE_DIFF, get(index))
+        .route(routes::PAGE_LIVE, get(index))
+        .route(routes::PAGE_LIVE_GPU, get(index))
+        .route(routes::PAGE_LIVE_PROCESS, get(index))
         .route(
             "/style.css",
             get(|| async { ([(header::CONTENT_TYPE, "text/css")], STYLE_CSS) }),

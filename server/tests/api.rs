@@ -483,6 +483,85 @@ async fn every_page_route_serves_the_dashboard() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Every URL the `api` crate builds reaches a handler of its own (not the fallback's "no such
+/// endpoint"), so the dashboard's URLs and the server's router cannot drift apart.
+#[tokio::test]
+async fn every_api_route_builder_reaches_its_handler() {
+    use api::routes;
+    let (dir, state) = open_state("routes").await;
+    let id = upload_fixture(&state, "multistream.pickle").await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let q = api::TimelineQuery {
+        axis: Some(api::Axis::Event),
+        from: Some(0.0),
+        to: Some(10.0),
+        buckets: Some(5),
+        ..Default::default()
+    };
+    let window = api::WindowQuery {
+        minutes: Some(5.0),
+        ..Default::default()
+    };
+    for (method, url) in [
+        ("GET", routes::health()),
+        (
+            "GET",
+            routes::snapshots(&api::ListQuery {
+                q: Some("multi".into()),
+            }),
+        ),
+        ("GET", routes::snapshot(&id)),
+        ("GET", routes::info(&id)),
+        ("GET", routes::original(&id)),
+        ("GET", routes::timeline(&id, &q)),
+        (
+            "GET",
+            routes::state(
+                &id,
+                &api::PositionQuery {
+                    device: None,
+                    position: Some(3),
+                },
+            ),
+        ),
+        (
+            "GET",
+            routes::stacks(
+                &id,
+                &api::StacksQuery {
+                    frames: Some(api::FlameFrames::Python),
+                    ..Default::default()
+                },
+            ),
+        ),
+        ("GET", routes::segments(&id, &Default::default())),
+        ("GET", routes::frames(&id, api::StackId(1))),
+        ("GET", routes::diff(&id, &id, &Default::default())),
+        ("GET", routes::upload_progress("t")),
+        ("POST", routes::ingest()),
+        ("GET", routes::metrics()),
+        ("GET", routes::live_fleet()),
+        ("GET", routes::live_gpu("GPU-aaa", &window)),
+        ("GET", routes::live_process("host", 42, &window)),
+        ("GET", routes::page::library()),
+        ("GET", routes::page::snapshot(&id, &[("view", "timeline")])),
+        ("GET", routes::page::diff(&id, &id, &Default::default())),
+        ("GET", routes::page::live()),
+        ("GET", routes::page::live_gpu("GPU-aaa")),
+        ("GET", routes::page::live_process("host", 42, Some(7))),
+    ] {
+        let (status, body) = call(&state, method, &url, vec![]).await;
+        let fallback = body["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("no such endpoint"));
+        assert!(!fallback, "{method} {url} reached no handler ({status})");
+        assert_ne!(status, StatusCode::METHOD_NOT_ALLOWED, "{method} {url}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[tokio::test]
 async fn a_damaged_model_is_rebuilt_from_the_original() {
     let (dir, state) = open_state("rebuild").await;

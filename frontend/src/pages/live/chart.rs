@@ -284,7 +284,7 @@ pub fn live_frame<T: Clone + 'static>(
 ) -> impl IntoView {
     view! {
         <section class="live">
-            <p><a href="/live">"← fleet"</a></p>
+            <p><a href=::api::routes::page::live()>"← fleet"</a></p>
             <Suspense fallback=|| view! { <p class="muted">"Loading…"</p> }>
                 {move || data.get().map(|r| match r {
                     Err(e) => view! { <p class="error">{e}</p> }.into_any(),
