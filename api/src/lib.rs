@@ -18,6 +18,7 @@
 //! - No IO, no async, no HTTP client: this crate only describes.
 
 pub mod diff;
+pub mod format;
 pub mod library;
 pub mod live;
 pub mod report;
@@ -27,6 +28,7 @@ pub mod views;
 use serde::{Deserialize, Serialize};
 
 pub use diff::*;
+pub use format::*;
 pub use library::*;
 pub use live::*;
 pub use report::*;

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::BlockState;
+use crate::format::{Compression, Encoding};
 use crate::report::{DeviceSummary, Warning};
 
 /// A tag on a snapshot: `job=…`, `rank=…`, `host=…`, or free text (empty key).
@@ -43,69 +44,6 @@ pub fn parse_tags(s: &str) -> Vec<Tag> {
             },
         })
         .collect()
-}
-
-/// How the uploaded bytes were encoded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Encoding {
-    Pickle,
-    Json,
-}
-
-/// How the uploaded bytes were compressed (recognised by content).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Compression {
-    Gzip,
-    Zstd,
-    Xz,
-    None,
-}
-
-/// Parses one of a closed set by its JSON name.
-fn by_name<T: serde::de::DeserializeOwned>(name: &str) -> Option<T> {
-    serde_json::from_value(serde_json::Value::String(name.to_string())).ok()
-}
-
-impl Encoding {
-    pub fn from_name(name: &str) -> Option<Encoding> {
-        by_name(name)
-    }
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Encoding::Pickle => "pickle",
-            Encoding::Json => "json",
-        }
-    }
-}
-
-impl Compression {
-    pub fn from_name(name: &str) -> Option<Compression> {
-        by_name(name)
-    }
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Compression::Gzip => "gzip",
-            Compression::Zstd => "zstd",
-            Compression::Xz => "xz",
-            Compression::None => "none",
-        }
-    }
-}
-
-impl crate::report::Layout {
-    pub fn from_name(name: &str) -> Option<crate::report::Layout> {
-        by_name(name)
-    }
-    pub fn as_str(self) -> &'static str {
-        use crate::report::Layout;
-        match self {
-            Layout::LegacySegmentList => "legacy_segment_list",
-            Layout::BlockHistory => "block_history",
-            Layout::Modern => "modern",
-        }
-    }
 }
 
 /// A library entry (`GET /api/snapshots`, `/api/snapshots/{id}/info`, the answer to a rename).
@@ -207,29 +145,6 @@ pub struct ListQuery {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn closed_sets_name_themselves_as_their_json_does() {
-        for e in [Encoding::Pickle, Encoding::Json] {
-            assert_eq!(Encoding::from_name(e.as_str()), Some(e));
-        }
-        for c in [
-            Compression::Gzip,
-            Compression::Zstd,
-            Compression::Xz,
-            Compression::None,
-        ] {
-            assert_eq!(Compression::from_name(c.as_str()), Some(c));
-        }
-        use crate::report::Layout;
-        for l in [
-            Layout::LegacySegmentList,
-            Layout::BlockHistory,
-            Layout::Modern,
-        ] {
-            assert_eq!(Layout::from_name(l.as_str()), Some(l));
-        }
-    }
 
     #[test]
     fn tags_are_parsed_from_what_people_type_and_written_back_the_same() {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::library::{Compression, Encoding};
+use crate::format::Format;
 use crate::views::{CallSite, Fragmentation, PoolFragmentation};
 use crate::{BlockState, Frame};
 
@@ -188,29 +188,6 @@ pub struct DeviceFragmentation {
     pub device: i32,
     pub total: Fragmentation,
     pub pools: Vec<PoolFragmentation>,
-}
-
-/// The snapshot's layout, by PyTorch version.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Layout {
-    /// PyTorch ≤ 1.13: a bare list of segments.
-    LegacySegmentList,
-    /// PyTorch 2.0: blocks carry their `history`.
-    BlockHistory,
-    /// PyTorch 2.1 and later.
-    Modern,
-}
-
-/// How the input was encoded.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Format {
-    pub encoding: Encoding,
-    /// Pickle protocol (0 when absent).
-    pub protocol: u8,
-    pub compression: Compression,
-    pub layout: Layout,
-    pub decoded_bytes: u64,
 }
 
 /// Everything `memscope analyze --json` prints.

@@ -20,6 +20,7 @@ mod lower;
 pub mod model;
 mod pickle;
 pub mod store;
+pub mod units;
 mod values;
 
 use std::io::Read;

@@ -6,8 +6,9 @@ use axum::routing::get;
 use axum::{Json, Router};
 use snapshot::analysis;
 
+use super::error::{ApiError, ApiResult};
+use super::query::ApiQuery;
 use super::snapshots::{device_of, model};
-use super::{ApiError, ApiQuery, ApiResult};
 use crate::convert;
 use crate::state::AppState;
 use api::routes;

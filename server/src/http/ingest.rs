@@ -8,7 +8,7 @@ use axum::http::{HeaderMap, header};
 use axum::routing::post;
 use axum::{Json, Router};
 
-use super::{ApiError, ApiResult};
+use super::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use api::routes;
 

@@ -10,7 +10,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 
-use super::{ApiError, ApiQuery, ApiResult};
+use super::error::{ApiError, ApiResult};
+use super::query::ApiQuery;
 use crate::state::AppState;
 use api::routes;
 

@@ -9,7 +9,8 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::routing::get;
 use axum::{Json, Router};
 
-use super::{ApiError, ApiQuery, ApiResult};
+use super::error::{ApiError, ApiResult};
+use super::query::ApiQuery;
 use crate::live::Window;
 use crate::now_ms;
 use crate::state::AppState;

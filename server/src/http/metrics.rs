@@ -8,7 +8,7 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
-use super::ApiResult;
+use super::error::ApiResult;
 use crate::state::AppState;
 use api::routes;
 

@@ -13,15 +13,15 @@ mod ingest;
 mod library;
 mod live;
 mod metrics;
+mod query;
 mod snapshots;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, FromRequestParts};
-use axum::http::request::Parts;
-use serde::de::DeserializeOwned;
+use axum::extract::DefaultBodyLimit;
 use tower_http::trace::TraceLayer;
 
 pub use error::{ApiError, ApiResult};
+pub use query::ApiQuery;
 
 use crate::state::AppState;
 
@@ -43,19 +43,4 @@ pub fn app(state: AppState) -> Router {
 
 async fn not_found() -> ApiError {
     ApiError::BadRequest("no such endpoint; see the README's API section".into())
-}
-
-/// The query string decoded into an `api` query type; a malformed one is a 400 with the
-/// decoder's message as JSON (`{"error": …}`), like every other error.
-#[derive(Debug)]
-pub struct ApiQuery<T>(pub T);
-
-impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        serde_urlencoded::from_str(parts.uri.query().unwrap_or(""))
-            .map(ApiQuery)
-            .map_err(|e| ApiError::BadRequest(e.to_string()))
-    }
 }

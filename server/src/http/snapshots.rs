@@ -10,7 +10,8 @@ use axum::{Json, Router};
 use snapshot::analysis::{self, index::DeviceIndex};
 use snapshot::model::StackId;
 
-use super::{ApiError, ApiQuery, ApiResult};
+use super::error::{ApiError, ApiResult};
+use super::query::ApiQuery;
 use crate::convert;
 use crate::models::Loaded;
 use crate::state::AppState;

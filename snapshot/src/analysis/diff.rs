@@ -6,7 +6,10 @@ use rustc_hash::FxHashMap;
 use serde::Serialize;
 
 use super::index::Index;
-use super::{leak_suspects, oom_reports, stacks_at, summary};
+use super::leaks::leak_suspects;
+use super::oom::oom_reports;
+use super::stacks::stacks_at;
+use super::summary::{Summary, summary};
 use crate::frames::FrameView;
 use crate::model::Snapshot;
 
@@ -87,7 +90,7 @@ fn figure(name: &'static str, a: u64, b: u64, bytes: bool) -> FigureDelta {
 /// Compares `b` against `a`; at most `max_sites` call sites are listed.
 pub fn compare(a: Side, b: Side, max_sites: usize) -> Diff {
     let (sa, sb) = (summary(a.snap, a.index), summary(b.snap, b.index));
-    let peak = |s: &super::Summary, d: i32| {
+    let peak = |s: &Summary, d: i32| {
         s.devices
             .get(&d.to_string())
             .map_or(0, |d| d.peak_live_bytes)

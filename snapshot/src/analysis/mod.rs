@@ -14,6 +14,7 @@ pub mod timeline;
 
 use serde::Serialize;
 
+pub use crate::units::human_bytes;
 pub use diff::{Diff, Side, compare};
 pub use index::Index;
 pub use leaks::{LeakSuspect, leak_suspects};
@@ -92,19 +93,4 @@ pub fn report(snap: &Snapshot, index: &Index, options: &Options) -> Report {
         allocator_settings: snap.allocator_settings.clone(),
         format: snap.format.clone(),
     }
-}
-
-/// `1.5 GiB`, `24.0 MiB`, `512 B`.
-pub fn human_bytes(b: u64) -> String {
-    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
-    if b < 1024 {
-        return format!("{b} B");
-    }
-    let mut v = b as f64 / 1024.0;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    format!("{v:.1} {}", UNITS[u])
 }

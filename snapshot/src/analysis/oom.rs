@@ -51,7 +51,7 @@ pub struct OomReport {
 }
 
 fn gib(b: u64) -> String {
-    crate::analysis::human_bytes(b)
+    crate::units::human_bytes(b)
 }
 
 /// One report per `oom` entry. `device_total_bytes` (from NVML, when known) lets the report tell

@@ -1,0 +1,115 @@
+//! How a snapshot file was written: its encoding, compression and layout (PyTorch version).
+
+use serde::{Deserialize, Serialize};
+
+/// How the uploaded bytes were encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Encoding {
+    Pickle,
+    Json,
+}
+
+/// How the uploaded bytes were compressed (recognised by content).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Compression {
+    Gzip,
+    Zstd,
+    Xz,
+    None,
+}
+
+/// Parses one of a closed set by its JSON name.
+fn by_name<T: serde::de::DeserializeOwned>(name: &str) -> Option<T> {
+    serde_json::from_value(serde_json::Value::String(name.to_string())).ok()
+}
+
+impl Encoding {
+    pub fn from_name(name: &str) -> Option<Encoding> {
+        by_name(name)
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Encoding::Pickle => "pickle",
+            Encoding::Json => "json",
+        }
+    }
+}
+
+impl Compression {
+    pub fn from_name(name: &str) -> Option<Compression> {
+        by_name(name)
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Compression::Gzip => "gzip",
+            Compression::Zstd => "zstd",
+            Compression::Xz => "xz",
+            Compression::None => "none",
+        }
+    }
+}
+
+impl Layout {
+    pub fn from_name(name: &str) -> Option<Layout> {
+        by_name(name)
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Layout::LegacySegmentList => "legacy_segment_list",
+            Layout::BlockHistory => "block_history",
+            Layout::Modern => "modern",
+        }
+    }
+}
+
+/// The snapshot's layout, by PyTorch version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Layout {
+    /// PyTorch ≤ 1.13: a bare list of segments.
+    LegacySegmentList,
+    /// PyTorch 2.0: blocks carry their `history`.
+    BlockHistory,
+    /// PyTorch 2.1 and later.
+    Modern,
+}
+
+/// How the input was encoded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Format {
+    pub encoding: Encoding,
+    /// Pickle protocol (0 when absent).
+    pub protocol: u8,
+    pub compression: Compression,
+    pub layout: Layout,
+    pub decoded_bytes: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn closed_sets_name_themselves_as_their_json_does() {
+        for e in [Encoding::Pickle, Encoding::Json] {
+            assert_eq!(Encoding::from_name(e.as_str()), Some(e));
+        }
+        for c in [
+            Compression::Gzip,
+            Compression::Zstd,
+            Compression::Xz,
+            Compression::None,
+        ] {
+            assert_eq!(Compression::from_name(c.as_str()), Some(c));
+        }
+        for l in [
+            Layout::LegacySegmentList,
+            Layout::BlockHistory,
+            Layout::Modern,
+        ] {
+            assert_eq!(Layout::from_name(l.as_str()), Some(l));
+        }
+    }
+}
