@@ -182,7 +182,8 @@ pub struct GpuPage {
     pub gpu: GpuReading,
     pub window: Window,
     /// Each bucket's start.
-    pub times: Vec<i64>,
+    #[serde(rename = "times")]
+    pub times_ms: Vec<i64>,
     /// NVML used.
     #[serde(rename = "used")]
     pub used_bytes: Vec<Option<i64>>,
@@ -246,7 +247,9 @@ pub struct ProcessPage {
     pub start_time_ms: Option<i64>,
     pub name: Option<String>,
     pub window: Window,
-    pub times: Vec<i64>,
+    /// Each bucket's start.
+    #[serde(rename = "times")]
+    pub times_ms: Vec<i64>,
     pub devices: Vec<DeviceSeries>,
     /// Its events, newest first.
     pub events: Vec<LiveEvent>,

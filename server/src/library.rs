@@ -41,29 +41,37 @@ struct Row {
     index_ms: i64,
 }
 
+/// A stored name of a closed set that does not read: the database was written by something else.
+fn decode_error(column: &str, value: &str) -> sqlx::Error {
+    sqlx::Error::Decode(
+        format!("snapshots.{column} holds {value:?}, which memscope never writes").into(),
+    )
+}
+
 impl Row {
-    fn into_info(self, tags: Vec<Tag>) -> SnapshotInfo {
-        let r = self;
-        SnapshotInfo {
-            id: r.id,
-            sha256: r.sha256,
-            name: r.name,
-            uploaded_at_ms: r.uploaded_at_ms,
-            size_bytes: r.size_bytes as u64,
-            decoded_bytes: r.decoded_bytes as u64,
-            encoding: crate::convert::encoding(&r.encoding),
-            compression: crate::convert::compression(&r.compression),
-            devices: serde_json::from_str(&r.devices).unwrap_or_default(),
-            entries: r.entries as u64,
-            peak_bytes: r.peak_bytes as u64,
-            reserved_bytes: r.reserved_bytes as u64,
-            allocated_bytes: r.allocated_bytes as u64,
-            leak_suspects: r.leak_suspects as u64,
-            ooms: r.ooms as u64,
-            warnings: r.warnings as u64,
-            index_ms: r.index_ms as u64,
+    fn into_info(self, tags: Vec<Tag>) -> sqlx::Result<SnapshotInfo> {
+        Ok(SnapshotInfo {
+            id: self.id,
+            sha256: self.sha256,
+            name: self.name,
+            uploaded_at_ms: self.uploaded_at_ms,
+            size_bytes: self.size_bytes as u64,
+            decoded_bytes: self.decoded_bytes as u64,
+            encoding: api::Encoding::from_name(&self.encoding)
+                .ok_or_else(|| decode_error("encoding", &self.encoding))?,
+            compression: api::Compression::from_name(&self.compression)
+                .ok_or_else(|| decode_error("compression", &self.compression))?,
+            devices: serde_json::from_str(&self.devices).unwrap_or_default(),
+            entries: self.entries as u64,
+            peak_bytes: self.peak_bytes as u64,
+            reserved_bytes: self.reserved_bytes as u64,
+            allocated_bytes: self.allocated_bytes as u64,
+            leak_suspects: self.leak_suspects as u64,
+            ooms: self.ooms as u64,
+            warnings: self.warnings as u64,
+            index_ms: self.index_ms as u64,
             tags,
-        }
+        })
     }
 }
 
@@ -202,7 +210,7 @@ impl Library {
         Ok(match row {
             Some(r) => {
                 let tags = self.tags(&r.id).await?;
-                Some(r.into_info(tags))
+                Some(r.into_info(tags)?)
             }
             None => None,
         })
@@ -236,7 +244,7 @@ impl Library {
         let mut out = Vec::with_capacity(rows.len());
         for r in rows {
             let tags = self.tags(&r.id).await?;
-            out.push(r.into_info(tags));
+            out.push(r.into_info(tags)?);
         }
         Ok(out)
     }

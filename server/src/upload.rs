@@ -1,8 +1,9 @@
-//! Snapshot uploads: the body is streamed to a temporary file (hashed on the way, never held whole in
-//! memory) and, at the same time, parsed and analysed on a blocking thread (the async runtime
-//! keeps serving; indexing overlaps the transfer), deduplicated by content hash, and committed by
-//! inserting the library row last. Any failure removes
-//! the temporary files, so a bad or interrupted upload leaves nothing behind.
+//! Snapshot uploads: the body is streamed to a temporary file (hashed on the way, never held whole
+//! in memory) and, at the same time, parsed and analysed on a blocking thread (the async runtime
+//! keeps serving; indexing overlaps the transfer), deduplicated by content hash, and handed to
+//! `Library::commit` (files renamed into place, then the row). Any failure removes the temporary
+//! files, so a bad or interrupted upload leaves nothing behind. Errors are `UploadError`s; the
+//! HTTP layer turns them into answers.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -226,26 +227,29 @@ pub async fn upload(
     let committed = Instant::now();
 
     let id = sha[..16].to_string();
-    let s = &report;
     let info = SnapshotInfo {
         id: id.clone(),
         sha256: sha.clone(),
         name,
         uploaded_at_ms: crate::now_ms(),
         size_bytes: size,
-        decoded_bytes: snap.format.decoded_bytes,
-        encoding: crate::convert::encoding(snap.format.encoding),
-        compression: crate::convert::compression(snap.format.compression),
-        devices: s.devices.keys().filter_map(|d| d.parse().ok()).collect(),
+        decoded_bytes: report.format.decoded_bytes,
+        encoding: report.format.encoding,
+        compression: report.format.compression,
+        devices: report
+            .devices
+            .keys()
+            .filter_map(|d| d.parse().ok())
+            .collect(),
         entries: snap.trace.len() as u64,
-        peak_bytes: s
+        peak_bytes: report
             .devices
             .values()
             .map(|d| d.peak_live_bytes)
             .max()
-            .unwrap_or(s.allocated_bytes),
-        reserved_bytes: s.reserved_bytes,
-        allocated_bytes: s.allocated_bytes,
+            .unwrap_or(report.allocated_bytes),
+        reserved_bytes: report.reserved_bytes,
+        allocated_bytes: report.allocated_bytes,
         leak_suspects: report.leak_suspects.len() as u64,
         ooms: report.ooms.len() as u64,
         warnings: report.warnings.len() as u64,

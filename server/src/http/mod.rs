@@ -18,7 +18,7 @@ mod snapshots;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use tower_http::trace::TraceLayer;
+use tower_http::trace::{DefaultMakeSpan, TraceLayer};
 
 pub use error::{ApiError, ApiResult};
 pub use query::ApiQuery;
@@ -37,7 +37,13 @@ pub fn app(state: AppState) -> Router {
         .fallback(not_found)
         // Uploads are streamed to disk and bounded by --max-upload-bytes instead.
         .layer(DefaultBodyLimit::disable())
-        .layer(TraceLayer::new_for_http())
+        // A span per request at INFO, so an error logged while answering it (ApiError, once)
+        // names the method and path at the default log level; the layer's own request and
+        // response events stay at DEBUG (MEMSCOPE_LOG=debug shows them).
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(DefaultMakeSpan::new().level(tracing::Level::INFO)),
+        )
         .with_state(state)
 }
 

@@ -190,7 +190,7 @@ impl Library {
         Ok(Some(api::GpuPage {
             gpu: gpu.into_api(),
             window: w.to_api(),
-            times: w.times(),
+            times_ms: w.times(),
             used_bytes: used,
             processes,
             events: events.into_iter().map(|e| e.into_api()).collect(),
@@ -271,7 +271,7 @@ impl Library {
             start_time_ms: start,
             name,
             window: w.to_api(),
-            times: w.times(),
+            times_ms: w.times(),
             devices: out,
             events: events.into_iter().map(|e| e.into_api()).collect(),
         }))

@@ -49,7 +49,7 @@ pub fn last_some(v: &[Option<i64>]) -> Option<i64> {
 
 fn gpu_view(p: ::api::GpuPage, minutes: Memo<f64>, base: String) -> impl IntoView {
     let gpu = &p.gpu;
-    let times: Vec<f64> = p.times.iter().map(|&t| t as f64).collect();
+    let times: Vec<f64> = p.times_ms.iter().map(|&t| t as f64).collect();
     let mut all = Vec::new();
     // Per process: allocated, cached (reserved − allocated), outside PyTorch; NVML used alone
     // for processes without an agent.

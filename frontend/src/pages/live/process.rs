@@ -119,7 +119,7 @@ fn device_view(
 }
 
 fn process_view(p: ::api::ProcessPage, minutes: Memo<f64>, base: String) -> impl IntoView {
-    let times: Vec<f64> = p.times.iter().map(|&t| t as f64).collect();
+    let times: Vec<f64> = p.times_ms.iter().map(|&t| t as f64).collect();
     let markers: Vec<(f64, String)> = p
         .events
         .iter()
