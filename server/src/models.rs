@@ -81,7 +81,10 @@ impl Models {
         };
         let model_path = lib.model_path(&info.sha256);
         let original = lib.original_path(&info.sha256);
+        // The load runs on a blocking thread; its log lines belong to the request that asked.
+        let span = tracing::Span::current();
         let loaded = tokio::task::spawn_blocking(move || -> anyhow::Result<Loaded> {
+            let _in_request = span.enter();
             let snap = match std::fs::File::open(&model_path).map_err(anyhow::Error::from).and_then(|f| {
                 snapshot::store::read(std::io::BufReader::with_capacity(1 << 20, f)).map_err(anyhow::Error::from)
             }) {

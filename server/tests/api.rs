@@ -679,3 +679,65 @@ async fn upload_progress_is_reported_while_the_body_arrives() {
     let (st, _) = call(&state, "GET", "/api/uploads/t123", vec![]).await;
     assert_eq!(st, StatusCode::NOT_FOUND, "finished uploads are forgotten");
 }
+
+/// Log lines written while a test runs (a `tracing` writer into a shared buffer).
+#[derive(Clone, Default)]
+struct LogBuffer(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogBuffer {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// An internal error is logged once, with the request that met it (method and path), and the
+/// client gets a generic message.
+#[tokio::test]
+async fn an_internal_error_is_logged_once_inside_its_request() {
+    let (dir, state) = open_state("logged-once").await;
+    let id = upload_fixture(&state, "multistream.pickle").await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Lose both files behind the snapshot and forget it in memory: opening it must fail.
+    let info = state.library.get(&id).await.unwrap().unwrap();
+    std::fs::remove_file(state.library.model_path(&info.sha256)).unwrap();
+    std::fs::remove_file(state.library.original_path(&info.sha256)).unwrap();
+    state.models.remove(&id);
+
+    let logs = LogBuffer::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let uri = format!("/api/snapshots/{id}/stacks");
+    let (status, body) = call(&state, "GET", &uri, vec![]).await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(body["error"], "internal error; see the server log");
+
+    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    let errors: Vec<&str> = text.lines().filter(|l| l.contains("ERROR")).collect();
+    assert_eq!(
+        errors.len(),
+        1,
+        "one ERROR line per failed request:\n{text}"
+    );
+    assert!(
+        errors[0].contains("method=GET") && errors[0].contains(&uri),
+        "the line names its request: {}",
+        errors[0]
+    );
+    assert!(
+        errors[0].contains("is missing"),
+        "and the cause: {}",
+        errors[0]
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -18,7 +18,7 @@ mod snapshots;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use tower_http::trace::{DefaultMakeSpan, TraceLayer};
+use tower_http::trace::{DefaultMakeSpan, DefaultOnFailure, TraceLayer};
 
 pub use error::{ApiError, ApiResult};
 pub use query::ApiQuery;
@@ -38,11 +38,12 @@ pub fn app(state: AppState) -> Router {
         // Uploads are streamed to disk and bounded by --max-upload-bytes instead.
         .layer(DefaultBodyLimit::disable())
         // A span per request at INFO, so an error logged while answering it (ApiError, once)
-        // names the method and path at the default log level; the layer's own request and
-        // response events stay at DEBUG (MEMSCOPE_LOG=debug shows them).
+        // names the method and path at the default log level. The layer's own events stay at
+        // DEBUG (MEMSCOPE_LOG=debug), its failure event too: the ApiError line is the one.
         .layer(
             TraceLayer::new_for_http()
-                .make_span_with(DefaultMakeSpan::new().level(tracing::Level::INFO)),
+                .make_span_with(DefaultMakeSpan::new().level(tracing::Level::INFO))
+                .on_failure(DefaultOnFailure::new().level(tracing::Level::DEBUG)),
         )
         .with_state(state)
 }
