@@ -55,6 +55,12 @@ pub struct Timeline {
     pub events: u32,
     pub first_position: u32,
     pub last_position: u32,
+    /// The window's ends on the answer's axis (µs on the time axis, positions on the event
+    /// axis): what the x axis spans, so a pixel is the same moment for the page and the server.
+    pub x_from: f64,
+    pub x_to: f64,
+    /// Equal in the axis's unit: equal durations on the time axis, equal event counts on the
+    /// event axis. A bucket holds the state at its start and after each event in it.
     pub buckets: Vec<Bucket>,
     pub peak_position: u32,
     pub peak_live_bytes: u64,

@@ -243,6 +243,8 @@ pub fn timeline(t: tl::Timeline) -> api::Timeline {
         events: t.events,
         first_position: t.first_position,
         last_position: t.last_position,
+        x_from: t.x_from,
+        x_to: t.x_to,
         buckets: t
             .buckets
             .into_iter()

@@ -152,6 +152,80 @@ async fn dashboard_end_to_end() {
     .await;
     assert!(pixels.as_f64().unwrap() > 5000.0);
     screenshot(&c, "timeline").await;
+    // Reserved memory is drawn as steps: through this run's idle seconds (20–60% of the time
+    // axis) it holds its last value, one flat line (it used to ramp from one event to the next).
+    let rows = c
+        .execute(
+            "const c = document.getElementById('timeline-canvas'); \
+             const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; const ys = []; \
+             for (let f = 0.2; f <= 0.6; f += 0.02) { const x = Math.round(70 + f * (c.width - 80)); let y0 = -1; \
+               for (let y = 20; y < c.height; y++) { const i = (y * c.width + x) * 4; \
+                 if (Math.abs(d[i] - 232) < 20 && Math.abs(d[i + 1] - 89) < 30 && Math.abs(d[i + 2] - 12) < 30) { y0 = y; break; } } \
+               ys.push(y0); } return ys;",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let rows: Vec<i64> = serde_json::from_value(rows).unwrap();
+    assert!(
+        rows.iter().all(|&y| y >= 0 && y == rows[0]),
+        "the reserved line is flat through the idle stretch: rows {rows:?}"
+    );
+    // The time axis is exact: the page's window and buckets as the server sent them.
+    let answer = c
+        .execute_async(
+            &format!(
+                "const done = arguments[arguments.length - 1]; \
+                 fetch('/api/snapshots/{leak_id}/timeline?buckets=1130&allocations=0').then(r => r.json()).then(done);"
+            ),
+            vec![],
+        )
+        .await
+        .unwrap();
+    let (x_from, x_to, t_first) = (
+        answer["timeline"]["x_from"].as_f64().unwrap(),
+        answer["timeline"]["x_to"].as_f64().unwrap(),
+        answer["first_time_us"].as_f64().unwrap(),
+    );
+    // Hover at a fraction of the plot's width: the tooltip names the moment that far through the
+    // window and the bucket that holds it (by event count this point was at 5.3 s of 5.4 s).
+    let hover_at = |f: f64| {
+        format!(
+            "const c = document.getElementById('timeline-canvas'); const r = c.getBoundingClientRect(); \
+             c.dispatchEvent(new MouseEvent('mousemove', {{clientX: r.left + (70 + {f} * (c.width - 80)) / c.width * r.width, clientY: r.top + 200, bubbles: true}}));"
+        )
+    };
+    let tooltip_t = |text: &str| -> f64 {
+        let t = text.split("t = ").nth(1).expect("a time in the tooltip");
+        let (num, unit) = t.split_once(' ').unwrap();
+        let v: f64 = num.parse().unwrap();
+        if unit.starts_with("ms") { v / 1e3 } else { v }
+    };
+    let f = 0.437;
+    c.execute(&hover_at(f), vec![]).await.unwrap();
+    let text = wait_js(
+        &c,
+        "document.querySelector('.tooltip') && document.querySelector('.tooltip').innerText",
+        "the tooltip at 43.7%",
+    )
+    .await;
+    let text = text.as_str().unwrap().to_string();
+    let at = x_from + (x_to - x_from) * f;
+    let want_s = (at - t_first) / 1e6;
+    assert!(
+        (tooltip_t(&text) - want_s).abs() < 0.006,
+        "hover at {f} of the width shows t = {want_s:.3} s: {text}"
+    );
+    let buckets = answer["timeline"]["buckets"].as_array().unwrap();
+    let k = buckets
+        .iter()
+        .rposition(|b| b["time_us"].as_f64().unwrap() <= at)
+        .unwrap();
+    let want_events = format!("events {}–{}", buckets[k]["first"], buckets[k]["last"]);
+    assert!(
+        text.contains(&want_events),
+        "the bucket at that time, {want_events}: {text}"
+    );
     // Hover shows the figures and a stack.
     c.execute(
         "const c = document.getElementById('timeline-canvas'); const r = c.getBoundingClientRect(); \
@@ -193,6 +267,28 @@ async fn dashboard_end_to_end() {
         "the zoomed window in the URL",
     )
     .await;
+    // The moment under the pointer stays under it: hovering the same spot after the zoom names
+    // the same time (to the tooltip's 10 ms).
+    let before_s = (x_from + (x_to - x_from) * 0.9 - t_first) / 1e6;
+    wait_js(
+        &c,
+        "!document.querySelector('.summary').innerText.includes('events 0–')",
+        "the zoomed window drawn",
+    )
+    .await;
+    c.execute(&hover_at(0.9), vec![]).await.unwrap();
+    let text = wait_js(
+        &c,
+        "document.querySelector('.tooltip') && document.querySelector('.tooltip').innerText",
+        "the tooltip after zooming",
+    )
+    .await;
+    let text = text.as_str().unwrap();
+    assert!(
+        (tooltip_t(text) - before_s).abs() < 0.011,
+        "after the zoom, 90% of the width is still t = {before_s:.3} s: {text}"
+    );
+    screenshot(&c, "timeline-zoomed").await;
 
     open_tab(&c, "segments").await;
     wait_js(

@@ -36,6 +36,10 @@ pub struct Timeline {
     pub events: u32,
     pub first_position: u32,
     pub last_position: u32,
+    /// The window's ends on its axis (µs on the time axis, positions on the event axis): what
+    /// the x axis spans, so a pixel maps to the same moment for the page and the server.
+    pub x_from: f64,
+    pub x_to: f64,
     pub buckets: Vec<Bucket>,
     pub peak_position: u32,
     pub peak_live_bytes: u64,
@@ -114,6 +118,8 @@ pub fn timeline(
         events: d.len,
         first_position: first,
         last_position: last,
+        x_from: first as f64,
+        x_to: last as f64,
         buckets: out,
         peak_position: d.peak_position,
         peak_live_bytes: d.peak_live_bytes,
@@ -135,6 +141,69 @@ pub struct AllocationView {
     /// The allocation's stack; resolve unique ids with [`stack_frames`] (thousands of allocations
     /// share a few hundred stacks, so frames are sent once per stack, not per allocation).
     pub stack: StackId,
+}
+
+/// Live and reserved bytes over the time window `[t0_us, t1_us]`, in `buckets` buckets of equal
+/// duration. A bucket holds the state at its start and after every event inside it, so a value
+/// holds until the next event: an idle stretch is flat, not a ramp between two distant events,
+/// and a bucket with no event carries the value before it. Bucket `k` starts at
+/// `t0 + (t1 - t0) * k / buckets`; its positions run from the events before its start to the
+/// events before its end (neighbours share the position at their boundary).
+pub fn timeline_by_time(
+    snap: &Snapshot,
+    index: &Index,
+    device: i32,
+    t0_us: i64,
+    t1_us: i64,
+    buckets: usize,
+) -> Option<Timeline> {
+    let d = index.device(device)?;
+    let t1_us = t1_us.max(t0_us + 1);
+    let times = &snap.trace.time_us[d.first_row as usize..(d.first_row + d.len) as usize];
+    // Events before `t` (the last bucket also takes the events at exactly its end).
+    let before = |t: i64| times.partition_point(|&x| x < t) as u32;
+    let n = buckets.clamp(1, 100_000);
+    let span = (t1_us - t0_us) as i128;
+    let edge = |k: usize| t0_us + (span * k as i128 / n as i128) as i64;
+    let mut out = Vec::with_capacity(n);
+    let mut lo = before(t0_us);
+    let first = lo;
+    for k in 0..n {
+        let hi = if k + 1 == n {
+            times.partition_point(|&x| x <= t1_us) as u32
+        } else {
+            before(edge(k + 1))
+        };
+        let (mut lmin, mut lmax, mut rmin, mut rmax) = (u64::MAX, 0, u64::MAX, 0);
+        for p in lo..=hi {
+            let (l, r) = (d.live_at(p), d.reserved_at(p));
+            lmin = lmin.min(l);
+            lmax = lmax.max(l);
+            rmin = rmin.min(r);
+            rmax = rmax.max(r);
+        }
+        out.push(Bucket {
+            first: lo,
+            last: hi,
+            time_us: edge(k),
+            live_min: lmin,
+            live_max: lmax,
+            reserved_min: rmin,
+            reserved_max: rmax,
+        });
+        lo = hi;
+    }
+    Some(Timeline {
+        device,
+        events: d.len,
+        first_position: first,
+        last_position: lo,
+        x_from: t0_us as f64,
+        x_to: t1_us as f64,
+        buckets: out,
+        peak_position: d.peak_position,
+        peak_live_bytes: d.peak_live_bytes,
+    })
 }
 
 /// A stack for display: user frames first, noise hidden.
@@ -294,7 +363,15 @@ pub fn window(
         None => (0, d.len),
     };
     let buckets = buckets.clamp(1, 10_000);
-    let tl = timeline(snap, index, device, first, last, buckets)?;
+    let tl = if axis == Axis::Time && has_time {
+        let (t0, t1) = match range {
+            Some((a, b)) => (a.min(b).floor() as i64, a.max(b).ceil() as i64),
+            None => (time_at(snap, d, 0), time_at(snap, d, d.len)),
+        };
+        timeline_by_time(snap, index, device, t0, t1, buckets)?
+    } else {
+        timeline(snap, index, device, first, last, buckets)?
+    };
     let allocations = allocations_in_window(snap, index, device, first, last, limit);
     let (mut stacks, mut sites) = (
         std::collections::BTreeMap::new(),
@@ -312,7 +389,12 @@ pub fn window(
         });
     }
     let time = |p: u32| time_at(snap, d, p);
-    let (t0, t1) = (time(first), time(last));
+    // Annotations are cut at the window as drawn: the requested times on the time axis.
+    let (t0, t1) = if axis == Axis::Time && has_time {
+        (tl.x_from as i64, tl.x_to as i64)
+    } else {
+        (time(first), time(last))
+    };
     let annotations = if has_time {
         annotation_ranges(
             snap.annotations

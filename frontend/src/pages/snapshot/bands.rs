@@ -114,6 +114,8 @@ mod tests {
                 events: 40,
                 first_position: 0,
                 last_position: 40,
+                x_from: 0.0,
+                x_to: 40.0,
                 buckets: (0..4).map(|b| bucket(b * 10, b * 10 + 9)).collect(),
                 peak_position: 0,
                 peak_live_bytes: 0,

@@ -30,6 +30,8 @@ fn tooltip_left(x: f64, width: f64) -> f64 {
 const H: f64 = 360.0;
 const MINI_H: f64 = 60.0;
 const LEFT: f64 = 70.0;
+/// The narrowest window wheel zoom goes to, by axis (`Axis as usize`): 2 events, 100 µs.
+const MIN_SPAN: [f64; 2] = [2.0, 100.0];
 
 /// A stable colour per stack.
 fn colour(stack: ::api::StackId) -> String {
@@ -40,7 +42,7 @@ fn colour(stack: ::api::StackId) -> String {
 /// The plot's scales on a canvas of width `w` and height `h` (with or without axes).
 fn scales(r: &Resp, w: f64, h: f64, with_axes: bool) -> Option<(Scale, Scale)> {
     let b = &r.timeline.buckets;
-    let (first, last) = (b.first()?, b.last()?);
+    b.first()?;
     let left = if with_axes { LEFT } else { 0.0 };
     let top = if with_axes { 20.0 } else { 2.0 };
     let bottom = h - if with_axes { 24.0 } else { 2.0 };
@@ -51,7 +53,8 @@ fn scales(r: &Resp, w: f64, h: f64, with_axes: bool) -> Option<(Scale, Scale)> {
         1.05,
     );
     Some((
-        Scale::new(r.bucket_x(first), r.bucket_x(last), left, w - 10.0),
+        // The window the server bucketed, so a pixel is the same moment for both.
+        Scale::new(r.timeline.x_from, r.timeline.x_to, left, w - 10.0),
         Scale::new(0.0, ymax, bottom, top),
     ))
 }
@@ -126,7 +129,7 @@ fn draw(c: &web_sys::HtmlCanvasElement, r: &Resp, height: f64, o: Overlay) {
             g.fill();
         }
     }
-    // Reserved: a line.
+    // Reserved: steps (a value holds until the next event), at each bucket's highest.
     g.begin_path();
     for (i, k) in b.iter().enumerate() {
         let (x, y) = (x_of(k), ys.at(k.reserved_max_bytes as f64));
@@ -135,6 +138,7 @@ fn draw(c: &web_sys::HtmlCanvasElement, r: &Resp, height: f64, o: Overlay) {
         } else {
             g.line_to(x, y);
         }
+        g.line_to(b.get(i + 1).map_or(right, x_of), y);
     }
     g.set_stroke_style_str("#e8590c");
     g.set_line_width(1.5);
@@ -162,6 +166,8 @@ fn draw(c: &web_sys::HtmlCanvasElement, r: &Resp, height: f64, o: Overlay) {
                 a.end.map_or(xs.d1, |v| v as f64),
             ),
         };
+        // Cut at the window: an allocation made before it or freed after it ends at the edge.
+        let (s, e) = (s.max(xs.d0), e.min(xs.d1));
         let size = a.size_bytes as f64;
         g.set_fill_style_str("rgba(250, 176, 5, 0.45)");
         g.fill_rect(
@@ -234,7 +240,8 @@ pub fn TimelineView() -> impl IntoView {
         };
         async move { api::timeline(&id, &q).await }
     });
-    let hover = RwSignal::new(None::<(f64, Bucket, Option<Alloc>)>);
+    // The hovered point: its css x, the moment under it on the axis, its bucket, the allocation.
+    let hover = RwSignal::new(None::<(f64, f64, Bucket, Option<Alloc>)>);
     let pinned = RwSignal::new(None::<Alloc>);
     let drag = StoredValue::new(None::<f64>);
     let filter = RwSignal::new(url.get("filter").unwrap_or_default());
@@ -246,7 +253,7 @@ pub fn TimelineView() -> impl IntoView {
         let (Some(Ok(r)), Some(c)) = (data.get(), canvas.get()) else {
             return;
         };
-        let hl = pinned.get().or_else(|| hover.get().and_then(|h| h.2));
+        let hl = pinned.get().or_else(|| hover.get().and_then(|h| h.3));
         let needle = filter.get().to_lowercase();
         draw(
             &c,
@@ -266,23 +273,15 @@ pub fn TimelineView() -> impl IntoView {
             return;
         };
         let brush = data.get().and_then(|d| d.ok()).map(|d| {
-            let b = &d.timeline.buckets;
-            let (a, z) = match (b.first(), b.last()) {
-                (Some(f), Some(l)) => (d.bucket_x(f), d.bucket_x(l)),
-                _ => (0.0, 0.0),
-            };
+            let (a, z) = (d.timeline.x_from, d.timeline.x_to);
             // While the brush is dragged, draw it where the pointer is.
-            match (
-                mini_drag.get(),
-                o.timeline.buckets.first(),
-                o.timeline.buckets.last(),
-            ) {
-                (Some(f), Some(first), Some(last)) => {
-                    let (o0, o1) = (o.bucket_x(first), o.bucket_x(last));
+            match mini_drag.get() {
+                Some(f) => {
+                    let (o0, o1) = (o.timeline.x_from, o.timeline.x_to);
                     let at = o0 + (o1 - o0) * f;
                     (at - (z - a) / 2.0, at + (z - a) / 2.0)
                 }
-                _ => (a, z),
+                None => (a, z),
             }
         });
         draw(
@@ -305,10 +304,10 @@ pub fn TimelineView() -> impl IntoView {
         let (x, _) = pointer(&c, ev);
         Some(((x - LEFT) / (c.width() as f64 - LEFT - 10.0)).clamp(0.0, 1.0))
     };
+    // The window shown, on its axis (what the server bucketed).
     let span = move || -> Option<(f64, f64, Axis)> {
         let d = data.get_untracked()?.ok()?;
-        let b = &d.timeline.buckets;
-        Some((d.bucket_x(b.first()?), d.bucket_x(b.last()?), d.axis))
+        Some((d.timeline.x_from, d.timeline.x_to, d.axis))
     };
     let set_window = move |a: f64, b: f64, axis: Axis| {
         url.set(&[
@@ -322,10 +321,13 @@ pub fn TimelineView() -> impl IntoView {
         let (Some(f), Some((x0, x1, axis))) = (frac(&ev), span()) else {
             return;
         };
+        // The moment under the pointer stays under it: both sides scale around it.
         let scale = if ev.delta_y() < 0.0 { 0.7 } else { 1.0 / 0.7 };
         let at = x0 + (x1 - x0) * f;
         let (a, b) = (at - (at - x0) * scale, at + (x1 - at) * scale);
-        set_window(a, b.max(a + 2.0), axis);
+        if b - a >= MIN_SPAN[axis as usize] {
+            set_window(a, b, axis);
+        }
     };
     let on_move = move |ev: web_sys::MouseEvent| {
         let (Some(f), Some(Ok(d))) = (frac(&ev), data.get_untracked()) else {
@@ -335,7 +337,12 @@ pub fn TimelineView() -> impl IntoView {
         if b.is_empty() {
             return;
         }
-        let i = ((f * b.len() as f64) as usize).min(b.len() - 1);
+        // The moment under the pointer on the axis shown, and the bucket that holds it.
+        let at = d.timeline.x_from + (d.timeline.x_to - d.timeline.x_from) * f;
+        let i = b
+            .partition_point(|k| d.bucket_x(k) <= at)
+            .saturating_sub(1)
+            .min(b.len() - 1);
         let bucket = b[i].clone();
         let p = bucket.last;
         // The band under the cursor, else the largest allocation alive there.
@@ -356,7 +363,7 @@ pub fn TimelineView() -> impl IntoView {
                 .cloned()
         });
         let x = ev.offset_x() as f64;
-        hover.set(Some((x, bucket, top)));
+        hover.set(Some((x, at, bucket, top)));
     };
     let on_down = move |ev: web_sys::MouseEvent| drag.set_value(frac(&ev));
     let on_up = move |ev: web_sys::MouseEvent| {
@@ -370,7 +377,7 @@ pub fn TimelineView() -> impl IntoView {
             pinned.set(if pinned.get_untracked().is_some() {
                 None
             } else {
-                hover.get_untracked().and_then(|h| h.2)
+                hover.get_untracked().and_then(|h| h.3)
             });
             return;
         }
@@ -395,11 +402,7 @@ pub fn TimelineView() -> impl IntoView {
         else {
             return;
         };
-        let b = &o.timeline.buckets;
-        let (Some(first), Some(last)) = (b.first(), b.last()) else {
-            return;
-        };
-        let (o0, o1) = (o.bucket_x(first), o.bucket_x(last));
+        let (o0, o1) = (o.timeline.x_from, o.timeline.x_to);
         let at = o0 + (o1 - o0) * f;
         let half = (x1 - x0) / 2.0;
         set_window(at - half, at + half, axis);
@@ -468,13 +471,17 @@ pub fn TimelineView() -> impl IntoView {
                     on:mouseup=on_up
                     on:mouseleave=move |_| hover.set(None)
                 ></canvas>
-                {move || hover.get().map(|(x, b, top)| {
+                {move || hover.get().map(|(x, at, b, top)| {
                     let d = data.get_untracked().and_then(|d| d.ok());
                     let t0 = d.as_ref().map_or(0, |d| d.first_time_us);
+                    let axis = d.as_ref().map_or(Axis::Time, |d| d.axis);
                     view! {
                         // Beside the pointer, on the side with room, so it never hides what is hovered.
                         <div class="tooltip" style=format!("left:{}px", tooltip_left(x, shown_width()))>
-                            <div>{format!("t = {}  (events {}–{})", fmt::seconds((b.time_us - t0) as f64), b.first, b.last)}</div>
+                            <div>{match axis {
+                                Axis::Time => format!("t = {}  (events {}–{})", fmt::seconds(at - t0 as f64), b.first, b.last),
+                                Axis::Event => format!("after event {:.0}  (events {}–{})", at, b.first, b.last),
+                            }}</div>
                             <div>{format!("live {} – {}", fmt::bytes(b.live_min_bytes), fmt::bytes(b.live_max_bytes))}</div>
                             <div>{format!("reserved {}", fmt::bytes(b.reserved_max_bytes))}</div>
                             {top.map(|a| view! {
@@ -501,7 +508,7 @@ pub fn TimelineView() -> impl IntoView {
                     <button
                         class="to-segments"
                         on:click=move |_| {
-                            let pos = hover.get_untracked().map(|h| h.1.last).or(a.start.map(|s| s + 1)).unwrap_or(0);
+                            let pos = hover.get_untracked().map(|h| h.2.last).or(a.start.map(|s| s + 1)).unwrap_or(0);
                             url.set(&[("view", Some("segments".into())), ("pos", Some(pos.to_string()))]);
                         }
                     >
