@@ -156,6 +156,9 @@ pub struct Fleet {
     pub processes: Vec<FleetProcess>,
     /// OOMs and allocation retries of the last 24 hours, newest first.
     pub alerts: Vec<LiveEvent>,
+    /// The collector names this server has a token for (`--collector-token NAME=TOKEN`; the
+    /// tokens themselves are never sent), so an empty fleet page can say what to run.
+    pub collectors: Vec<String>,
 }
 
 /// One process on a GPU page, each series aligned with the page's `times`.

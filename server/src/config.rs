@@ -46,6 +46,14 @@ impl ServeArgs {
         })
     }
 
+    /// The collector names that have a token (never the tokens).
+    pub fn collector_names(&self) -> Vec<String> {
+        self.collector_tokens
+            .iter()
+            .filter_map(|entry| entry.split_once('=').map(|(name, _)| name.to_string()))
+            .collect()
+    }
+
     /// Settings for tests: a given data dir, defaults otherwise.
     pub fn for_data_dir(data_dir: PathBuf) -> ServeArgs {
         ServeArgs {

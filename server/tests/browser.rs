@@ -710,13 +710,37 @@ async fn live_pages_show_the_outside_pytorch_band_and_update_without_reload() {
     let data = std::env::temp_dir().join(format!("memscope-e2e-live-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&data);
     let base = common::start_server(&data.join("lib")).await;
+    let (_driver, driver_port) = start_chromedriver();
+    let c = browser(driver_port, &data.join("profile")).await;
+
+    // Before anything reports, the page says what to run, for this server: its address, the
+    // collector name it has a token for (never the token), and the agent's lines.
+    c.goto(&format!("{base}/live")).await.unwrap();
+    let text = wait_js(
+        &c,
+        "document.querySelector('.onboarding') && document.querySelector('.onboarding').innerText",
+        "the onboarding",
+    )
+    .await;
+    let text = text.as_str().unwrap();
+    for want in [
+        format!("memscope-collector --server {base} --name gpu7 --token TOKEN_OF_gpu7"),
+        "memscope_agent.start()".to_string(),
+        format!("MEMSCOPE_SERVER={base}"),
+        "This server has tokens for: gpu7.".to_string(),
+    ] {
+        assert!(text.contains(&want), "{want:?} in {text}");
+    }
+    assert!(
+        !text.contains(common::COLLECTOR_TOKEN),
+        "the token itself is never shown"
+    );
+    screenshot(&c, "live-onboarding").await;
+
     let now = server::now_ms();
     let (nvml, agent) = scenario(now - 119_000);
     assert_eq!(common::post_batch(&base, &nvml).await, 200);
     assert_eq!(common::post_batch(&base, &agent).await, 200);
-
-    let (_driver, driver_port) = start_chromedriver();
-    let c = browser(driver_port, &data.join("profile")).await;
     c.goto(&format!("{base}/live")).await.unwrap();
     wait_js(
         &c,

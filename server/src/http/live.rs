@@ -34,7 +34,8 @@ fn window(q: &api::WindowQuery) -> Window {
 }
 
 async fn fleet(State(s): State<AppState>) -> ApiResult<Json<api::Fleet>> {
-    Ok(Json(s.library.fleet_page(now_ms()).await?))
+    let names = s.config.collector_names();
+    Ok(Json(s.library.fleet_page(now_ms(), names).await?))
 }
 
 async fn gpu(

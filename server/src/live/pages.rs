@@ -34,8 +34,13 @@ fn seen(p: &mut api::FleetProcess, time_ms: i64) {
 
 impl Library {
     /// The fleet at `now_ms`: hosts × GPUs (latest reading, top process, PyTorch totals of
-    /// agents heard from lately), alerts, and every process seen in the last hour.
-    pub async fn fleet_page(&self, now_ms: i64) -> sqlx::Result<api::Fleet> {
+    /// agents heard from lately), alerts, every process seen in the last hour, and the collector
+    /// names the server accepts.
+    pub async fn fleet_page(
+        &self,
+        now_ms: i64,
+        collectors: Vec<String>,
+    ) -> sqlx::Result<api::Fleet> {
         let gpus = self.fleet_gpus().await?;
         let procs = self.current_gpu_processes().await?;
         let agents = self.agents_since(now_ms - FLEET_RECENT_MS).await?;
@@ -134,6 +139,7 @@ impl Library {
                 .filter(|e| matches!(e.kind.as_str(), "oom" | "alloc_retry"))
                 .map(|e| e.into_api())
                 .collect(),
+            collectors,
         })
     }
 

@@ -67,14 +67,53 @@ fn gpu_row(host: &str, now: i64, g: ::api::FleetGpu) -> impl IntoView + use<> {
     }
 }
 
+/// What to run when nothing has reported yet: the exact commands for this server (its address,
+/// the collector names it has tokens for), and the agent's lines for PyTorch's own figures.
+fn onboarding(collectors: &[String]) -> impl IntoView + use<> {
+    let origin = web_sys::window()
+        .and_then(|w| w.location().origin().ok())
+        .unwrap_or_else(|| "http://HOST:8080".into());
+    let name = collectors.first().cloned().unwrap_or_else(|| "gpu1".into());
+    let token = format!("TOKEN_OF_{name}");
+    let serve = (collectors.is_empty()).then(|| {
+        view! {
+            <li>
+                "This server accepts no collector yet: restart it with a token for each one "
+                "(or set " <code>"MEMSCOPE_COLLECTOR_TOKENS"</code> "):"
+                <pre class="cmd">{format!("memscope serve --collector-token {name}=CHOOSE_A_SECRET")}</pre>
+            </li>
+        }
+    });
+    let accepted = (!collectors.is_empty())
+        .then(|| format!("This server has tokens for: {}.", collectors.join(", ")));
+    view! {
+        <section class="onboarding">
+            <h2>"No collector has reported yet"</h2>
+            <p class="muted">{accepted}</p>
+            <ol>
+                {serve}
+                <li>
+                    "On each GPU host, the collector (NVML: every GPU and process):"
+                    <pre class="cmd">{format!("memscope-collector --server {origin} --name {name} --token {token}")}</pre>
+                </li>
+                <li>
+                    "PyTorch's own figures (allocated, cached, steps, OOM snapshots) come from the agent, "
+                    "inside the training process: " <code>"pip install ./collectors/python"</code> ", then"
+                    <pre class="cmd">"import memscope_agent\nmemscope_agent.start()"</pre>
+                    "It hands its samples to the host's collector; without one, set "
+                    <code>{format!("MEMSCOPE_SERVER={origin} MEMSCOPE_NAME={name} MEMSCOPE_TOKEN={token}")}</code>
+                    "."
+                </li>
+            </ol>
+        </section>
+    }
+}
+
 fn fleet_view(f: ::api::Fleet) -> impl IntoView {
     let now = f.now_ms;
     let empty = f.hosts.is_empty() && f.processes.is_empty();
     view! {
-        {empty.then(|| view! {
-            <p class="muted">"No collector has reported yet. Start "<code>"memscope-collector --server URL --token TOKEN"</code>
-            " on a GPU host (see the README's live collection section)."</p>
-        })}
+        {empty.then(|| onboarding(&f.collectors))}
         <div class="fleet">
             {f.hosts.into_iter().map(|h| {
                 let host = h.host.clone();
