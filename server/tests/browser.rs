@@ -113,6 +113,85 @@ async fn dashboard_end_to_end() {
         2
     );
     screenshot(&c, "library").await;
+    // A failed upload's line can be dismissed.
+    click(&c, ".uploads .dismiss").await;
+    wait_js(
+        &c,
+        "!document.querySelector('.upload-error')",
+        "the failed upload dismissed",
+    )
+    .await;
+    // The same file again is said to be in the library already (it used to open the old entry
+    // without a word), and the page stays where it is.
+    upload(&c, &root().join("tests/fixtures/oom_fraction.pickle")).await;
+    let said = wait_js(
+        &c,
+        "document.querySelector('.uploads .duplicate') && document.querySelector('.uploads .duplicate').innerText",
+        "the duplicate said",
+    )
+    .await;
+    assert!(
+        said.as_str()
+            .unwrap()
+            .contains("already in the library as “oom_fraction.pickle”"),
+        "{said}"
+    );
+    assert_eq!(wait_js(&c, "location.pathname", "path").await, "/");
+    // A search that matches nothing says so (not "no snapshots yet").
+    let search = |q: &str| {
+        format!(
+            "const i = document.querySelector('input.search'); i.value = '{q}'; \
+             i.dispatchEvent(new Event('input', {{bubbles: true}}));"
+        )
+    };
+    c.execute(&search("zzz-no-such-run"), vec![]).await.unwrap();
+    wait_js(
+        &c,
+        "document.querySelector('.library .empty') && document.querySelector('.library .empty').innerText.includes('No snapshot matches “zzz-no-such-run”')",
+        "no match said",
+    )
+    .await;
+    c.execute(&search(""), vec![]).await.unwrap();
+    // A rename is confirmed (it used to save or fail without a word); then put back.
+    let rename = |name: &str| {
+        format!(
+            "const i = [...document.querySelectorAll('table.snapshots input.name')].find(i => i.value.startsWith('oom_fraction') || i.value == 'renamed-run'); \
+             i.value = '{name}'; i.dispatchEvent(new Event('change', {{bubbles: true}}));"
+        )
+    };
+    wait_js(
+        &c,
+        "document.querySelectorAll('table.snapshots tbody tr').length == 2",
+        "both rows",
+    )
+    .await;
+    c.execute(&rename("renamed-run"), vec![]).await.unwrap();
+    wait_js(
+        &c,
+        "document.querySelector('.save-status.ok') && document.querySelector('.save-status.ok').innerText.includes('renamed to “renamed-run”')",
+        "the rename confirmed",
+    )
+    .await;
+    screenshot(&c, "library-saved").await;
+    assert_eq!(
+        c.execute(
+            "return document.documentElement.scrollWidth <= document.documentElement.clientWidth;",
+            vec![]
+        )
+        .await
+        .unwrap(),
+        true,
+        "the library fits the window (no sideways scrolling)"
+    );
+    c.execute(&rename("oom_fraction.pickle"), vec![])
+        .await
+        .unwrap();
+    wait_js(
+        &c,
+        "document.querySelector('.save-status.ok') && document.querySelector('.save-status.ok').innerText.includes('renamed to “oom_fraction.pickle”')",
+        "the name put back",
+    )
+    .await;
 
     // Walk the leak snapshot's views.
     c.goto(leak_url.split('?').next().unwrap()).await.unwrap();

@@ -23,7 +23,12 @@ struct Upload {
 enum UploadState {
     Sending,
     Indexing,
-    Done(String),
+    /// Stored: its id, and whether it was new (false: the same bytes were in the library).
+    Done {
+        id: String,
+        created: bool,
+        name: String,
+    },
     Failed(String),
 }
 
@@ -45,6 +50,7 @@ pub fn Library() -> impl IntoView {
         async move { api::snapshots(&::api::ListQuery { q: Some(q) }).await }
     });
     let uploads = RwSignal::new(Vec::<Upload>::new());
+    let saved = RwSignal::new(None::<Result<String, String>>);
     let next_key = StoredValue::new(0u32);
     let dragging = RwSignal::new(false);
     let navigate = StoredValue::new_local(leptos_router::hooks::use_navigate());
@@ -104,12 +110,20 @@ pub fn Library() -> impl IntoView {
             };
             match api::upload(file, &token, progress).await {
                 Ok(v) => {
-                    let id = v.id;
-                    set(&|u: &mut Upload| u.state = UploadState::Done(id.clone()));
+                    let (id, created) = (v.id, v.created);
+                    let name = v.snapshot.name;
+                    set(&|u: &mut Upload| {
+                        u.state = UploadState::Done {
+                            id: id.clone(),
+                            created,
+                            name: name.clone(),
+                        }
+                    });
                     refresh.update(|r| *r += 1);
-                    // A single upload opens its snapshot once it is indexed.
+                    // A single new upload opens its snapshot once it is indexed; a file already
+                    // in the library says so and stays here.
                     let all = uploads.get_untracked();
-                    if all.len() == 1 {
+                    if all.len() == 1 && created {
                         navigate.with_value(|n| {
                             n(
                                 &::api::routes::page::snapshot(&id, &[("view", "timeline")]),
@@ -180,10 +194,28 @@ pub fn Library() -> impl IntoView {
                                 UploadState::Indexing => {
                                     view! { <span>{format!("indexing {:.0}%…", u.indexed * 100.0)}</span> }.into_any()
                                 }
-                                UploadState::Done(id) => {
+                                UploadState::Done { id, created: true, .. } => {
                                     view! { <a class="open" href=::api::routes::page::snapshot_home(id)>"open"</a> }.into_any()
                                 }
-                                UploadState::Failed(e) => view! { <span class="error upload-error">{e.clone()}</span> }.into_any(),
+                                UploadState::Done { id, created: false, name } => view! {
+                                    <span class="duplicate">{format!("already in the library as “{name}” ")}</span>
+                                    <a class="open" href=::api::routes::page::snapshot_home(id)>"open"</a>
+                                }
+                                    .into_any(),
+                                UploadState::Failed(e) => {
+                                    let key = u.key;
+                                    view! {
+                                        <span class="error upload-error">{e.clone()}</span>
+                                        <button
+                                            class="dismiss"
+                                            title="remove this line"
+                                            on:click=move |_| uploads.update(|all| all.retain(|x| x.key != key))
+                                        >
+                                            "dismiss"
+                                        </button>
+                                    }
+                                        .into_any()
+                                }
                             };
                             view! {
                                 <li>
@@ -208,20 +240,35 @@ pub fn Library() -> impl IntoView {
                     on:input=move |ev| query.set(event_target_value(&ev))
                 />
             </div>
+            // The last rename or retag: confirmed, or its error (the field shows what is stored).
+            {move || saved.get().map(|r| match r {
+                Ok(m) => view! { <p class="save-status ok">{m}</p> }.into_any(),
+                Err(e) => view! { <p class="save-status error">{format!("Not saved: {e}")}</p> }.into_any(),
+            })}
             {move || match items.get() {
                 None => view! { <p>"loading…"</p> }.into_any(),
                 Some(Err(e)) => view! { <p class="error">{e}</p> }.into_any(),
                 Some(Ok(list)) if list.is_empty() => {
-                    view! { <p class="empty">"No snapshots yet: drop one above."</p> }.into_any()
+                    let q = query.get_untracked();
+                    let text = if q.trim().is_empty() {
+                        "No snapshots yet: drop one above.".to_string()
+                    } else {
+                        format!("No snapshot matches “{}”.", q.trim())
+                    };
+                    view! { <p class="empty">{text}</p> }.into_any()
                 }
-                Some(Ok(list)) => view! { <LibraryTable list=list refresh=refresh/> }.into_any(),
+                Some(Ok(list)) => view! { <LibraryTable list=list refresh=refresh saved=saved/> }.into_any(),
             }}
         </section>
     }
 }
 
 #[component]
-fn LibraryTable(list: Vec<::api::SnapshotInfo>, refresh: RwSignal<u32>) -> impl IntoView {
+fn LibraryTable(
+    list: Vec<::api::SnapshotInfo>,
+    refresh: RwSignal<u32>,
+    saved: RwSignal<Option<Result<String, String>>>,
+) -> impl IntoView {
     // Snapshots ticked for comparing: (id, upload time); two make a diff, older one first.
     let picked: RwSignal<Vec<(String, i64)>> = RwSignal::new(Vec::new());
     let rows = list
@@ -233,7 +280,8 @@ fn LibraryTable(list: Vec<::api::SnapshotInfo>, refresh: RwSignal<u32>) -> impl 
                 let name = event_target_value(&ev);
                 let id = id2.clone();
                 spawn_local(async move {
-                    let _ = api::update(&id, &::api::UpdateSnapshot { name: Some(name), tags: None }).await;
+                    let r = api::update(&id, &::api::UpdateSnapshot { name: Some(name), tags: None }).await;
+                    saved.set(Some(r.map(|s| format!("Saved: renamed to “{}”.", s.name))));
                     refresh.update(|r| *r += 1);
                 });
             };
@@ -241,7 +289,8 @@ fn LibraryTable(list: Vec<::api::SnapshotInfo>, refresh: RwSignal<u32>) -> impl 
                 let tags = ::api::parse_tags(&event_target_value(&ev));
                 let id = id3.clone();
                 spawn_local(async move {
-                    let _ = api::update(&id, &::api::UpdateSnapshot { name: None, tags: Some(tags) }).await;
+                    let r = api::update(&id, &::api::UpdateSnapshot { name: None, tags: Some(tags) }).await;
+                    saved.set(Some(r.map(|s| format!("Saved: the tags of “{}” are now {}.", s.name, if s.tags.is_empty() { "none".into() } else { tags_text(&s.tags) }))));
                     refresh.update(|r| *r += 1);
                 });
             };
@@ -278,7 +327,7 @@ fn LibraryTable(list: Vec<::api::SnapshotInfo>, refresh: RwSignal<u32>) -> impl 
                         <a class="permalink" href=::api::routes::page::snapshot_home(&id)>"open"</a>
                     </td>
                     <td>
-                        <input class="name" value=s.name.clone() on:change=rename/>
+                        <input class="name" value=s.name.clone() title=s.name.clone() on:change=rename/>
                     </td>
                     <td class="date">{fmt::date(s.uploaded_at_ms)}</td>
                     <td class="num">{fmt::bytes(s.size_bytes)}</td>
