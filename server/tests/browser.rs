@@ -384,6 +384,24 @@ async fn dashboard_end_to_end() {
         "the cached-segment timeline",
     )
     .await;
+    // A legend says what the colours are; each row names its segment's address and size.
+    let legend = wait_js(
+        &c,
+        "document.querySelector('.seg-legend') && document.querySelector('.seg-legend').innerText",
+        "the legend",
+    )
+    .await;
+    for key in ["allocated", "rounding waste", "pending free", "cached free"] {
+        assert!(legend.as_str().unwrap().contains(key), "{key} in {legend}");
+    }
+    let label = wait_js(
+        &c,
+        "document.querySelector('.seg-label') && document.querySelector('.seg-label').innerText",
+        "a segment's label",
+    )
+    .await;
+    let label = label.as_str().unwrap();
+    assert!(label.starts_with("0x") && label.contains("MiB"), "{label}");
     screenshot(&c, "segments").await;
 
     open_tab(&c, "stacks").await;

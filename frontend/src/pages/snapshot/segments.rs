@@ -86,6 +86,13 @@ fn segment_map(
             fmt::bytes(t.largest_free_bytes),
             if st.exact { ", as recorded at the snapshot" } else { ", rebuilt from the trace" }
         )}</p>
+        <p class="seg-legend">
+            <span class="key"><i class="block active_allocated"></i>"allocated"</span>
+            <span class="key"><i class="block active_allocated waste-key"></i>"rounding waste (size − requested, darker tail)"</span>
+            <span class="key"><i class="block active_pending_free"></i>"freed, waiting for its stream (pending free)"</span>
+            <span class="key"><i class="block inactive"></i>"cached free"</span>
+            <span class="muted">"Each row is a segment (a cudaMalloc, or an expandable segment), width by size; hover a block for its stack."</span>
+        </p>
         <div class="segmap">
             {st.segments
                 .iter()
@@ -110,9 +117,16 @@ fn segment_map(
                         fr.inactive_blocks,
                         fmt::bytes(fr.largest_free_bytes),
                     );
+                    let label = format!(
+                        "{:#x} · {}{}",
+                        s.address,
+                        fmt::bytes(s.total_bytes),
+                        if s.is_expandable { " · expandable" } else { "" }
+                    );
                     view! {
                         <div class="segrow" title=title>
-                            <div class="seg" style=format!("width:{width:.2}%")>
+                            <span class="seg-label">{label}</span>
+                            <div class="seg" style=format!("width:calc((100% - 17em) * {:.4})", width / 100.0)>
                                 {s.blocks.iter().map(|b| block(b, total, url, hovered)).collect_view()}
                             </div>
                         </div>
