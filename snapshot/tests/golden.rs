@@ -304,44 +304,63 @@ fn timeline_buckets_keep_the_peak() {
 /// On the time axis buckets are equal in time: a bucket's value is the state at its start and
 /// after each event in it, so an idle stretch is flat at the last value before it (not a ramp to
 /// the next event) and the peak is kept; every event is in exactly the buckets around its time.
+/// Over a real run and the harness's GPU-planted ones.
 #[test]
 fn time_buckets_hold_each_value_until_the_next_event() {
-    let (snap, index, _) = common::analyze("leak_detached_cache.pickle");
-    let d = &index.devices[0];
-    let time = |e: u32| snap.trace.time_us[d.row(e)];
-    let (t0, t1) = (time(0), time(d.len - 1));
-    let n = 1000;
-    let tl = analysis::timeline::timeline_by_time(&snap, &index, 0, t0, t1, n).unwrap();
-    assert_eq!(tl.buckets.len(), n);
-    assert_eq!((tl.x_from, tl.x_to), (t0 as f64, t1 as f64));
-    assert_eq!((tl.first_position, tl.last_position), (0, d.len));
-    assert_eq!(
-        tl.buckets.iter().map(|b| b.live_max).max().unwrap(),
-        d.peak_live_bytes
-    );
-    let width = (t1 - t0) as f64 / n as f64;
-    for (k, b) in tl.buckets.iter().enumerate() {
-        // Equal durations: bucket k starts k widths after t0.
-        assert!(
-            (b.time_us as f64 - (t0 as f64 + k as f64 * width)).abs() <= 1.0,
-            "bucket {k}"
+    for fixture in [
+        "leak_detached_cache.pickle",
+        "harness/leak_list.pickle",
+        "harness/side_stream.pickle",
+        "harness/cuda_graph.pickle",
+        "harness/oom_fragmentation.oom.pickle",
+    ] {
+        let (snap, index, _) = common::analyze(fixture);
+        let d = index.traced().next().expect("a traced device");
+        let time = |e: u32| snap.trace.time_us[d.row(e)];
+        let (t0, t1) = (time(0), time(d.len - 1));
+        let n = 1000;
+        let tl = analysis::timeline::timeline_by_time(&snap, &index, d.device, t0, t1, n).unwrap();
+        assert_eq!(tl.buckets.len(), n, "{fixture}");
+        assert_eq!((tl.x_from, tl.x_to), (t0 as f64, t1 as f64), "{fixture}");
+        assert_eq!(
+            (tl.first_position, tl.last_position),
+            (0, d.len),
+            "{fixture}"
         );
-        // Its positions: the events before its start .. the events before its end.
-        let before = |t: i64| (0..d.len).filter(|&e| time(e) < t).count() as u32;
-        assert_eq!(b.first, before(b.time_us), "bucket {k}");
-        if b.first == b.last {
-            // No event inside: the value before it, held.
-            assert_eq!(b.live_min, b.live_max, "bucket {k}");
-            assert_eq!(b.live_max, d.live_at(b.first), "bucket {k}");
-            assert_eq!(b.reserved_max, d.reserved_at(b.first), "bucket {k}");
+        assert_eq!(
+            tl.buckets.iter().map(|b| b.live_max).max().unwrap(),
+            d.peak_live_bytes,
+            "{fixture}"
+        );
+        let width = (t1 - t0) as f64 / n as f64;
+        let mut idle = 0;
+        for (k, b) in tl.buckets.iter().enumerate() {
+            // Equal durations: bucket k starts k widths after t0.
+            let at = t0 as f64 + k as f64 * width;
+            assert!((b.time_us as f64 - at).abs() <= 1.0, "{fixture} bucket {k}");
+            // Its positions: the events before its start .. the events before its end.
+            let before = |t: i64| (0..d.len).filter(|&e| time(e) < t).count() as u32;
+            assert_eq!(b.first, before(b.time_us), "{fixture} bucket {k}");
+            if b.first == b.last {
+                // No event inside: the value before it, held.
+                idle += 1;
+                assert_eq!(b.live_min, b.live_max, "{fixture} bucket {k}");
+                assert_eq!(b.live_max, d.live_at(b.first), "{fixture} bucket {k}");
+                assert_eq!(
+                    b.reserved_max,
+                    d.reserved_at(b.first),
+                    "{fixture} bucket {k}"
+                );
+            }
+        }
+        if fixture == "leak_detached_cache.pickle" {
+            // This run is idle for most of its time: most buckets have no event and are flat.
+            assert!(idle > n / 2, "{idle} idle buckets of {n}");
+            // A window in time maps to those times exactly, even where no event falls on its ends.
+            let (a, z) = (t0 + 1_000_000, t0 + 3_000_000);
+            let w = analysis::timeline::timeline_by_time(&snap, &index, 0, a, z, 100).unwrap();
+            assert_eq!((w.x_from, w.x_to), (a as f64, z as f64));
+            assert_eq!(w.buckets[0].time_us, a);
         }
     }
-    // This run is idle for most of its time: most buckets have no event and are flat.
-    let idle = tl.buckets.iter().filter(|b| b.first == b.last).count();
-    assert!(idle > n / 2, "{idle} idle buckets of {n}");
-    // A window in time maps to those times exactly, even where no event falls on its ends.
-    let (a, z) = (t0 + 1_000_000, t0 + 3_000_000);
-    let w = analysis::timeline::timeline_by_time(&snap, &index, 0, a, z, 100).unwrap();
-    assert_eq!((w.x_from, w.x_to), (a as f64, z as f64));
-    assert_eq!(w.buckets[0].time_us, a);
 }

@@ -30,6 +30,30 @@ pub struct Bucket {
     pub reserved_max: u64,
 }
 
+impl Bucket {
+    /// The lowest and highest live and reserved bytes at positions `lo..=hi`, starting at
+    /// `time_us`: what both the event-axis and the time-axis buckets hold.
+    fn over(d: &DeviceIndex, lo: u32, hi: u32, time_us: i64) -> Bucket {
+        let (mut lmin, mut lmax, mut rmin, mut rmax) = (u64::MAX, 0, u64::MAX, 0);
+        for p in lo..=hi {
+            let (l, r) = (d.live_at(p), d.reserved_at(p));
+            lmin = lmin.min(l);
+            lmax = lmax.max(l);
+            rmin = rmin.min(r);
+            rmax = rmax.max(r);
+        }
+        Bucket {
+            first: lo,
+            last: hi,
+            time_us,
+            live_min: lmin,
+            live_max: lmax,
+            reserved_min: rmin,
+            reserved_max: rmax,
+        }
+    }
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct Timeline {
     pub device: i32,
@@ -95,23 +119,7 @@ pub fn timeline(
     for b in 0..n {
         let lo = first + (span * b / n) as u32;
         let hi = first + (span * (b + 1) / n) as u32 - 1;
-        let (mut lmin, mut lmax, mut rmin, mut rmax) = (u64::MAX, 0, u64::MAX, 0);
-        for p in lo..=hi {
-            let (l, r) = (d.live_at(p), d.reserved_at(p));
-            lmin = lmin.min(l);
-            lmax = lmax.max(l);
-            rmin = rmin.min(r);
-            rmax = rmax.max(r);
-        }
-        out.push(Bucket {
-            first: lo,
-            last: hi,
-            time_us: time_at(snap, d, lo),
-            live_min: lmin,
-            live_max: lmax,
-            reserved_min: rmin,
-            reserved_max: rmax,
-        });
+        out.push(Bucket::over(d, lo, hi, time_at(snap, d, lo)));
     }
     Some(Timeline {
         device,
@@ -174,23 +182,7 @@ pub fn timeline_by_time(
         } else {
             before(edge(k + 1))
         };
-        let (mut lmin, mut lmax, mut rmin, mut rmax) = (u64::MAX, 0, u64::MAX, 0);
-        for p in lo..=hi {
-            let (l, r) = (d.live_at(p), d.reserved_at(p));
-            lmin = lmin.min(l);
-            lmax = lmax.max(l);
-            rmin = rmin.min(r);
-            rmax = rmax.max(r);
-        }
-        out.push(Bucket {
-            first: lo,
-            last: hi,
-            time_us: edge(k),
-            live_min: lmin,
-            live_max: lmax,
-            reserved_min: rmin,
-            reserved_max: rmax,
-        });
+        out.push(Bucket::over(d, lo, hi, edge(k)));
         lo = hi;
     }
     Some(Timeline {
