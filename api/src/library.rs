@@ -74,6 +74,62 @@ pub struct SnapshotInfo {
     /// From the first byte received to the model file written.
     pub index_ms: u64,
     pub tags: Vec<Tag>,
+    /// The device's total memory, when known: what tells an OOM caused by memory held outside
+    /// PyTorch from PyTorch's own exhaustion.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_total: Option<DeviceTotal>,
+}
+
+/// A device's total memory and where memscope learned it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeviceTotal {
+    #[serde(rename = "bytes")]
+    pub total_bytes: u64,
+    pub source: DeviceTotalSource,
+    /// For people: which GPU, which host ("NVIDIA H200 on gpu-7").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+/// Where a device's total memory came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeviceTotalSource {
+    /// Given with the upload (`memscope_agent` records it from `torch.cuda`).
+    Upload,
+    /// The collector's NVML readings of the host and process the snapshot is tagged with.
+    Collector,
+    /// Set on the snapshot after its upload (the dashboard's GPU picker, `PATCH`).
+    Set,
+}
+
+impl DeviceTotalSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeviceTotalSource::Upload => "upload",
+            DeviceTotalSource::Collector => "collector",
+            DeviceTotalSource::Set => "set",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<DeviceTotalSource> {
+        [
+            DeviceTotalSource::Upload,
+            DeviceTotalSource::Collector,
+            DeviceTotalSource::Set,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == name)
+    }
+
+    /// "from the upload (the agent)", for people.
+    pub fn words(self) -> &'static str {
+        match self {
+            DeviceTotalSource::Upload => "given with the upload",
+            DeviceTotalSource::Collector => "from the collector's NVML readings",
+            DeviceTotalSource::Set => "set on this page",
+        }
+    }
 }
 
 /// `POST /api/snapshots` query: `?name=N&tags=job=x,rank=0&token=T`.
@@ -88,6 +144,10 @@ pub struct UploadQuery {
     /// A client-chosen token (≤ 64 characters): `GET /api/uploads/{token}` reports progress.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
+    /// The device's total memory (`torch.cuda.get_device_properties(d).total_memory`), for the
+    /// OOM verdicts; without it the server looks for the host's NVML readings.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_total_bytes: Option<u64>,
 }
 
 /// The headline figures of an upload's report (what the upload answer shows).
@@ -106,6 +166,20 @@ pub struct UploadSummary {
     pub ooms: u64,
 }
 
+impl UploadSummary {
+    /// The view that answers the question this file raises: its OOM report when it ran out of
+    /// memory, its leak suspects when something grows, else its timeline.
+    pub fn landing_view(&self) -> &'static str {
+        if self.ooms > 0 {
+            "oom"
+        } else if self.leak_suspects > 0 {
+            "leaks"
+        } else {
+            "timeline"
+        }
+    }
+}
+
 /// The answer to an upload: 201 with `created: true`, or 200 with `created: false` when the same
 /// bytes were uploaded before (the existing entry is returned).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -116,7 +190,9 @@ pub struct Uploaded {
     pub summary: UploadSummary,
 }
 
-/// `GET /api/uploads/{token}`: how far an upload in flight has got (404 once it has ended).
+/// `GET /api/uploads/{token}`: how far an upload has got. An ended upload answers `finished`
+/// for a minute (a poller racing the upload's own answer gets no 404); a token not seen (yet,
+/// or any more) answers zeros.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UploadProgress {
     pub received_bytes: u64,
@@ -124,15 +200,21 @@ pub struct UploadProgress {
     pub parsed_bytes: u64,
     /// What the client announced (Content-Length; 0 if unknown).
     pub total_bytes: u64,
+    /// The upload has ended (stored or refused: its own answer says which).
+    #[serde(default)]
+    pub finished: bool,
 }
 
-/// `PATCH /api/snapshots/{id}`: rename and/or replace the tags; absent fields stay.
+/// `PATCH /api/snapshots/{id}`: rename, replace the tags, set the device total; absent fields stay.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct UpdateSnapshot {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tags: Option<Vec<Tag>>,
+    /// The device's total memory: the OOM reports are judged again with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_total_bytes: Option<u64>,
 }
 
 /// `GET /api/snapshots?q=text`: `q` matches name, id or any tag (case-insensitive).

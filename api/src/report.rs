@@ -115,9 +115,9 @@ pub struct SeriesPoint {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LeakSuspect {
     pub device: i32,
-    /// Bytes still alive at the end from this stack.
+    /// Bytes still alive at the end from this call site.
     pub bytes: u64,
-    /// Allocations still alive at the end from this stack.
+    /// Allocations still alive at the end from this call site.
     pub count: u32,
     /// Allocations the stack made over the trace.
     pub total_allocations: u32,
@@ -126,10 +126,24 @@ pub struct LeakSuspect {
     pub score: f64,
     pub first_position: u32,
     pub last_position: u32,
-    /// The frame the suspect is known by (first user frame, …).
+    /// When the first and the last survivor were made.
+    #[serde(default)]
+    pub first_time_us: i64,
+    #[serde(default)]
+    pub last_time_us: i64,
+    /// The call site the suspect groups by (first user frame, …).
     pub site: Option<Frame>,
-    /// The whole stack, user frames first.
+    /// Distinct stacks merged under this site (C++ operators below one line).
+    #[serde(default)]
+    pub stacks: u32,
+    /// The stack that kept the most bytes, user frames first.
     pub frames: Vec<Frame>,
+    /// Bytes kept per step, when the trace has step annotations.
+    #[serde(default)]
+    pub per_step_bytes: Option<u64>,
+    /// What grows and how fast, in words.
+    #[serde(default)]
+    pub growth: String,
     pub series: Vec<SeriesPoint>,
 }
 
@@ -145,6 +159,9 @@ pub enum Verdict {
     Exhaustion,
     /// The device was full with memory held outside PyTorch's allocator.
     OutsidePytorch,
+    /// Reserved plus driver-free is far below any real GPU: probably memory held outside
+    /// PyTorch, which only the device's total memory settles.
+    Undetermined,
 }
 
 impl Verdict {
@@ -154,6 +171,7 @@ impl Verdict {
             Verdict::ProcessLimit => "process_limit",
             Verdict::Exhaustion => "exhaustion",
             Verdict::OutsidePytorch => "outside_pytorch",
+            Verdict::Undetermined => "undetermined",
         }
     }
 }
@@ -171,6 +189,9 @@ pub struct OomReport {
     pub stream: u64,
     /// What the driver reported free.
     pub device_free_bytes: Option<u64>,
+    /// The device's total memory, when known (agent, collector NVML, the user, the CLI).
+    #[serde(default)]
+    pub device_total_bytes: Option<u64>,
     pub reserved_bytes: u64,
     pub allocated_bytes: u64,
     pub cached_free_bytes: u64,
@@ -179,6 +200,15 @@ pub struct OomReport {
     pub outside_pytorch_bytes: Option<u64>,
     pub verdict: Verdict,
     pub explanation: String,
+    /// What to do about it, most useful first.
+    #[serde(default)]
+    pub advice: Vec<String>,
+    /// The line that asked for the memory (the `oom` entry's first user frame).
+    #[serde(default)]
+    pub site: Option<Frame>,
+    /// The `oom` entry's stack, user frames first.
+    #[serde(default)]
+    pub frames: Vec<Frame>,
     pub largest_sites: Vec<CallSite>,
 }
 

@@ -72,6 +72,7 @@ fn verdict(v: oom::Verdict) -> api::Verdict {
         oom::Verdict::ProcessLimit => api::Verdict::ProcessLimit,
         oom::Verdict::Exhaustion => api::Verdict::Exhaustion,
         oom::Verdict::OutsidePytorch => api::Verdict::OutsidePytorch,
+        oom::Verdict::Undetermined => api::Verdict::Undetermined,
     }
 }
 
@@ -160,8 +161,13 @@ fn leak_suspect(l: leaks::LeakSuspect) -> api::LeakSuspect {
         score: l.score,
         first_position: l.first_position,
         last_position: l.last_position,
+        first_time_us: l.first_time_us,
+        last_time_us: l.last_time_us,
         site: l.site.map(frame),
+        stacks: l.stacks,
         frames: frames(l.frames),
+        per_step_bytes: l.per_step_bytes,
+        growth: l.growth,
         series: l
             .series
             .into_iter()
@@ -174,7 +180,7 @@ fn leak_suspect(l: leaks::LeakSuspect) -> api::LeakSuspect {
     }
 }
 
-fn oom_report(o: oom::OomReport) -> api::OomReport {
+pub fn oom_report(o: oom::OomReport) -> api::OomReport {
     api::OomReport {
         device: o.device,
         position: o.position,
@@ -183,6 +189,7 @@ fn oom_report(o: oom::OomReport) -> api::OomReport {
         block_bytes: o.block_bytes,
         stream: o.stream,
         device_free_bytes: o.device_free_bytes,
+        device_total_bytes: o.device_total_bytes,
         reserved_bytes: o.reserved_bytes,
         allocated_bytes: o.allocated_bytes,
         cached_free_bytes: o.cached_free_bytes,
@@ -190,6 +197,9 @@ fn oom_report(o: oom::OomReport) -> api::OomReport {
         outside_pytorch_bytes: o.outside_pytorch_bytes,
         verdict: verdict(o.verdict),
         explanation: o.explanation,
+        advice: o.advice,
+        site: o.site.map(frame),
+        frames: frames(o.frames),
         largest_sites: o.largest_sites.into_iter().map(call_site).collect(),
     }
 }

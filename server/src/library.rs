@@ -39,6 +39,9 @@ struct Row {
     ooms: i64,
     warnings: i64,
     index_ms: i64,
+    device_total_bytes: Option<i64>,
+    device_total_source: Option<String>,
+    device_total_detail: Option<String>,
 }
 
 /// A stored name of a closed set that does not read: the database was written by something else.
@@ -71,6 +74,15 @@ impl Row {
             warnings: self.warnings as u64,
             index_ms: self.index_ms as u64,
             tags,
+            device_total: match (self.device_total_bytes, &self.device_total_source) {
+                (Some(bytes), Some(source)) => Some(api::DeviceTotal {
+                    total_bytes: bytes as u64,
+                    source: api::DeviceTotalSource::from_name(source)
+                        .ok_or_else(|| decode_error("device_total_source", source))?,
+                    detail: self.device_total_detail,
+                }),
+                _ => None,
+            },
         })
     }
 }
@@ -97,7 +109,8 @@ async fn insert_tags(
 macro_rules! columns {
     () => {
         "id, sha256, name, uploaded_at_ms, size_bytes, decoded_bytes, encoding, compression, devices, \
-         entries, peak_bytes, reserved_bytes, allocated_bytes, leak_suspects, ooms, warnings, index_ms"
+         entries, peak_bytes, reserved_bytes, allocated_bytes, leak_suspects, ooms, warnings, index_ms, \
+         device_total_bytes, device_total_source, device_total_detail"
     };
 }
 
@@ -255,8 +268,9 @@ impl Library {
         let mut tx = self.db.begin().await?;
         let done = sqlx::query(
             "INSERT INTO snapshots (id, sha256, name, uploaded_at_ms, size_bytes, decoded_bytes, encoding, compression, \
-             devices, entries, peak_bytes, reserved_bytes, allocated_bytes, leak_suspects, ooms, warnings, index_ms, report_json) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+             devices, entries, peak_bytes, reserved_bytes, allocated_bytes, leak_suspects, ooms, warnings, index_ms, report_json, \
+             device_total_bytes, device_total_source, device_total_detail) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
         )
         .bind(&info.id)
         .bind(&info.sha256)
@@ -276,6 +290,9 @@ impl Library {
         .bind(info.warnings as i64)
         .bind(info.index_ms as i64)
         .bind(report_json)
+        .bind(info.device_total.as_ref().map(|t| t.total_bytes as i64))
+        .bind(info.device_total.as_ref().map(|t| t.source.as_str()))
+        .bind(info.device_total.as_ref().and_then(|t| t.detail.clone()))
         .execute(&mut *tx)
         .await?;
         if done.rows_affected() == 0 {
@@ -355,6 +372,30 @@ impl Library {
         }
         tx.commit().await?;
         Ok(true)
+    }
+
+    /// Records a snapshot's device total memory with the report judged under it (one
+    /// transaction: the stored verdicts always match the stored total). False if there is no
+    /// such snapshot.
+    pub async fn set_device_total(
+        &self,
+        id: &str,
+        total: &api::DeviceTotal,
+        report: &api::Report,
+    ) -> anyhow::Result<bool> {
+        let report_json = serde_json::to_string(report)?;
+        let done = sqlx::query(
+            "UPDATE snapshots SET device_total_bytes = ?, device_total_source = ?, \
+             device_total_detail = ?, report_json = ? WHERE id = ?",
+        )
+        .bind(total.total_bytes as i64)
+        .bind(total.source.as_str())
+        .bind(&total.detail)
+        .bind(report_json)
+        .bind(id)
+        .execute(&self.db)
+        .await?;
+        Ok(done.rows_affected() == 1)
     }
 
     /// Removes a snapshot: the row first (it disappears at once), then its files.

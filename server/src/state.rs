@@ -28,6 +28,7 @@ pub struct UploadProgress {
     pub received_bytes: std::sync::atomic::AtomicU64,
     pub parsed_bytes: std::sync::atomic::AtomicU64,
     pub total_bytes: u64,
+    pub finished: std::sync::atomic::AtomicBool,
 }
 
 impl AppState {

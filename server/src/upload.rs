@@ -133,6 +133,28 @@ impl std::io::Read for ChannelReader {
     }
 }
 
+/// The device total of a snapshot tagged with a host (and pid) the collectors report on; a
+/// failed lookup only costs the verdict its certainty, so it is logged, not raised.
+async fn collector_device_total(
+    lib: &crate::library::Library,
+    tags: &[Tag],
+) -> Option<api::DeviceTotal> {
+    let tag = |k: &str| tags.iter().find(|t| t.key == k).map(|t| t.value.as_str());
+    let host = tag("host")?;
+    let pid = tag("pid").and_then(|p| p.parse().ok());
+    match lib.nvml_device_total(host, pid).await {
+        Ok(found) => found.map(|(total_bytes, detail)| api::DeviceTotal {
+            total_bytes,
+            source: api::DeviceTotalSource::Collector,
+            detail: Some(detail),
+        }),
+        Err(e) => {
+            tracing::warn!(error = %e, host, "could not look up the device total in the live tables");
+            None
+        }
+    }
+}
+
 /// Stores, parses and commits one upload. The body goes to a temporary file (hashed on the way)
 /// and, at the same time, to the parser on a blocking thread, so indexing overlaps the transfer;
 /// a file the parser rejects ends the upload at once.
@@ -140,12 +162,24 @@ pub async fn upload(
     state: &AppState,
     name: String,
     tags: Vec<Tag>,
+    device_total: Option<u64>,
     body: Body,
     progress: Arc<UploadProgress>,
 ) -> UploadResult<Uploaded> {
     let size_hint = progress.total_bytes;
     let lib = &state.library;
     let started = Instant::now();
+    let device_total = match device_total {
+        Some(bytes) => Some(api::DeviceTotal {
+            total_bytes: bytes,
+            source: api::DeviceTotalSource::Upload,
+            detail: None,
+        }),
+        None => collector_device_total(lib, &tags).await,
+    };
+    let options = snapshot::analysis::Options {
+        device_total_bytes: device_total.as_ref().map(|t| t.total_bytes),
+    };
     let _slot = state
         .index_slots
         .acquire()
@@ -164,7 +198,7 @@ pub async fn upload(
         };
         let snap = snapshot::read_sized(reader, size_hint)
             .map_err(|e| UploadError::Unreadable(e.to_string()))?;
-        let (index, report) = snapshot::analysis::analyze(&snap, &Default::default());
+        let (index, report) = snapshot::analysis::analyze(&snap, &options);
         let report = crate::convert::report(report);
         write_model_file(&snap, &model_path)?;
         Ok((snap, index, report))
@@ -255,6 +289,7 @@ pub async fn upload(
         warnings: report.warnings.len() as u64,
         index_ms,
         tags,
+        device_total,
     };
     let (info, created) = lib.commit(&info, &report, &model_tmp.0, &tmp.0).await?;
     if !created {

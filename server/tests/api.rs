@@ -676,8 +676,22 @@ async fn upload_progress_is_reported_while_the_body_arrives() {
     tx.send(Ok(bytes[half..].to_vec())).await.unwrap();
     drop(tx);
     assert_eq!(upload.await.unwrap(), StatusCode::CREATED);
-    let (st, _) = call(&state, "GET", "/api/uploads/t123", vec![]).await;
-    assert_eq!(st, StatusCode::NOT_FOUND, "finished uploads are forgotten");
+    let (st, p) = call(&state, "GET", "/api/uploads/t123", vec![]).await;
+    assert_eq!(
+        (st, &p["finished"]),
+        (StatusCode::OK, &serde_json::json!(true)),
+        "an ended upload says so (a poller racing its answer gets no 404): {p}"
+    );
+    let (st, p) = call(&state, "GET", "/api/uploads/never", vec![]).await;
+    assert_eq!(
+        (st, &p["received_bytes"], &p["finished"]),
+        (
+            StatusCode::OK,
+            &serde_json::json!(0),
+            &serde_json::json!(false)
+        ),
+        "a token not seen yet: nothing received (a poller may start before its upload arrives)"
+    );
 }
 
 /// Log lines written while a test runs (a `tracing` writer into a shared buffer).
@@ -740,4 +754,92 @@ async fn an_internal_error_is_logged_once_inside_its_request() {
         errors[0]
     );
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The OOM of the harness's `outside_pytorch` run (an H100, 76 GiB taken by `cuMemAlloc`, PyTorch
+/// holding 2.8 GiB): without the device's size the verdict says what is known and asks; with it
+/// (given at upload, as the agent does, or set afterwards) the memory outside PyTorch is named.
+#[tokio::test]
+async fn oom_verdicts_follow_what_is_known_of_the_device() {
+    const H100_BYTES: u64 = 85_017_493_504;
+    let pickle = fixture("harness/outside_pytorch.oom.pickle");
+    let (_dir, state) = open_state("oom-total").await;
+    let (status, up) = call(&state, "POST", "/api/snapshots", pickle.clone()).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let id = up["id"].as_str().unwrap().to_string();
+    assert!(up["snapshot"].get("device_total").is_none());
+    let (_, report) = call(&state, "GET", &format!("/api/snapshots/{id}"), vec![]).await;
+    let ooms = report["ooms"].as_array().unwrap();
+    assert_eq!(ooms.len(), 2);
+    assert!(
+        ooms[0]["time_us"].as_i64() > ooms[1]["time_us"].as_i64(),
+        "the OOM that raised comes first"
+    );
+    let last = &ooms[0];
+    assert_eq!(last["verdict"], "undetermined", "{last}");
+    let text = last["explanation"].as_str().unwrap();
+    assert!(
+        text.contains("PyTorch held 2.8 GiB and the driver had 254.2 MiB left")
+            && text.contains("unless this GPU has only about 3.0 GiB")
+            && !text.contains("exhaustion"),
+        "{text}"
+    );
+    assert_eq!(
+        last["site"]["line"], 247,
+        "the failing line: {}",
+        last["site"]
+    );
+    assert!(
+        last["site"]["filename"]
+            .as_str()
+            .unwrap()
+            .ends_with("scenarios.py")
+    );
+    assert_eq!(last["requested_bytes"], 256 << 20);
+    assert!(!last["advice"].as_array().unwrap().is_empty());
+
+    // A size of 0 is refused; the GPU picker's answer judges again.
+    let (status, err) = call(
+        &state,
+        "PATCH",
+        &format!("/api/snapshots/{id}"),
+        br#"{"device_total_bytes": 0}"#.to_vec(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{err}");
+    let (status, info) = call(
+        &state,
+        "PATCH",
+        &format!("/api/snapshots/{id}"),
+        format!(r#"{{"device_total_bytes": {H100_BYTES}}}"#).into_bytes(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{info}");
+    assert_eq!(info["device_total"]["bytes"], H100_BYTES);
+    assert_eq!(info["device_total"]["source"], "set");
+    let (_, report) = call(&state, "GET", &format!("/api/snapshots/{id}"), vec![]).await;
+    let last = &report["ooms"][0];
+    assert_eq!(last["verdict"], "outside_pytorch", "{last}");
+    assert_eq!(last["device_total_bytes"], H100_BYTES);
+    let outside = last["outside_pytorch_bytes"].as_u64().unwrap();
+    assert!(outside > 76 << 30 && outside < 77 << 30, "{outside}");
+    assert_eq!(
+        report["ooms"][1]["verdict"], "exhaustion",
+        "the probe asked for more than the device"
+    );
+
+    // Given with the upload, as memscope_agent does.
+    let (_dir2, state2) = open_state("oom-total-upload").await;
+    let (status, up) = call(
+        &state2,
+        "POST",
+        &format!("/api/snapshots?device_total_bytes={H100_BYTES}&tags=kind=oom"),
+        pickle,
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{up}");
+    assert_eq!(up["snapshot"]["device_total"]["source"], "upload");
+    let id = up["id"].as_str().unwrap();
+    let (_, report) = call(&state2, "GET", &format!("/api/snapshots/{id}"), vec![]).await;
+    assert_eq!(report["ooms"][0]["verdict"], "outside_pytorch");
 }

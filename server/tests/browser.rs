@@ -8,7 +8,8 @@
 mod common;
 
 use common::{
-    CANVAS_PIXELS, browser, click, open_tab, root, screenshot, start_chromedriver, upload, wait_js,
+    CANVAS_PIXELS, browser, click, console_errors, open_tab, root, screenshot, start_chromedriver,
+    upload, wait_js,
 };
 
 /// What a browser test starts from: an empty library in a fresh folder, the server on it, and
@@ -53,7 +54,8 @@ async fn dashboard_end_to_end() {
     )
     .await;
 
-    // Upload a fixture through the page: progress, indexing, then its timeline opens.
+    // Upload a fixture through the page: progress, indexing, then it opens on the view that
+    // answers its question (a leak: the leak suspects); its timeline is a tab away.
     upload(
         &c,
         &root().join("tests/fixtures/leak_detached_cache.pickle"),
@@ -61,10 +63,11 @@ async fn dashboard_end_to_end() {
     .await;
     wait_js(
         &c,
-        "location.pathname.startsWith('/s/') && location.search.includes('view=timeline')",
-        "the snapshot to open",
+        "location.pathname.startsWith('/s/') && location.search.includes('view=leaks')",
+        "the snapshot to open on its leak suspects",
     )
     .await;
+    open_tab(&c, "timeline").await;
     wait_js(
         &c,
         &format!("{CANVAS_PIXELS} > 5000"),
@@ -515,7 +518,7 @@ async fn dashboard_end_to_end() {
     .await;
     let text = text.as_str().unwrap().to_lowercase();
     assert!(
-        text.contains("fragmentation") && text.contains("24.0 mib"),
+        text.contains("fragmentation") && text.contains("tried to allocate 24.00 mib"),
         "{text}"
     );
     screenshot(&c, "oom").await;
@@ -527,6 +530,231 @@ async fn dashboard_end_to_end() {
         "the segments at the OOM",
     )
     .await;
+    c.close().await.unwrap();
+    let _ = std::fs::remove_dir_all(&data);
+}
+
+/// An OOM upload lands on its OOM report, the OOM that raised first with the line that failed;
+/// without the GPU's size the verdict says what is known and asks, and the GPU picker settles it.
+/// A leak upload lands on its suspects: one per planted line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uploads_land_on_their_answer() {
+    let Session {
+        data,
+        base,
+        c,
+        _driver,
+        ..
+    } = session("landing").await;
+    upload(
+        &c,
+        &root().join("tests/fixtures/harness/outside_pytorch.oom.pickle"),
+    )
+    .await;
+    wait_js(
+        &c,
+        "location.search.includes('view=oom') && document.querySelector('.oom.first')",
+        "the OOM report",
+    )
+    .await;
+    let first = "document.querySelector('.oom.first')";
+    let which = wait_js(
+        &c,
+        &format!("{first}.querySelector('.which').innerText"),
+        "which",
+    )
+    .await;
+    assert!(
+        which
+            .as_str()
+            .unwrap()
+            .to_lowercase()
+            .starts_with("the last oom (the one that raised"),
+        "{which}"
+    );
+    let line = wait_js(
+        &c,
+        &format!("{first}.querySelector('.failing-line').innerText"),
+        "line",
+    )
+    .await;
+    assert_eq!(line, "scenarios.py:247 outside_pytorch");
+    let asked = wait_js(
+        &c,
+        &format!("{first}.querySelector('.asked').innerText"),
+        "asked",
+    )
+    .await;
+    assert!(
+        asked
+            .as_str()
+            .unwrap()
+            .starts_with("Tried to allocate 256.00 MiB"),
+        "{asked}"
+    );
+    let verdict = format!("{first}.querySelector('.verdict').dataset.verdict");
+    assert_eq!(wait_js(&c, &verdict, "verdict").await, "undetermined");
+    let text = wait_js(&c, &format!("{first}.innerText"), "card").await;
+    let text = text.as_str().unwrap();
+    assert!(
+        text.contains("unless this GPU has only about 3.0 GiB")
+            && !text.to_lowercase().contains("exhaustion"),
+        "{text}"
+    );
+    screenshot(&c, "oom-undetermined").await;
+    // The GPU picker: an H100; the report is judged again and the card says outside PyTorch.
+    c.execute(
+        "const s = document.querySelector('select.gpu-model'); s.value = 'H100 (80 GB)'; s.dispatchEvent(new Event('change'));",
+        vec![],
+    )
+    .await
+    .unwrap();
+    click(&c, ".device-total button[type=submit]").await;
+    wait_js(
+        &c,
+        &format!("{first} && {verdict} == 'outside_pytorch'"),
+        "the verdict with the GPU's size",
+    )
+    .await;
+    let known = wait_js(&c, "document.querySelector('.device-total .known') && document.querySelector('.device-total .known').innerText", "the size shown").await;
+    assert!(
+        known.as_str().unwrap().contains("set on this page"),
+        "{known}"
+    );
+    let text = wait_js(&c, &format!("{first}.innerText"), "card").await;
+    assert!(
+        text.as_str()
+            .unwrap()
+            .contains("held outside PyTorch's allocator"),
+        "{text}"
+    );
+    screenshot(&c, "oom-outside-pytorch").await;
+    // The overview says it in one sentence.
+    open_tab(&c, "overview").await;
+    let said = wait_js(&c, "document.querySelector('.headline .s-oom .sentence') && document.querySelector('.headline .s-oom .sentence').innerText", "the headline").await;
+    assert!(
+        said.as_str().unwrap().starts_with("Out of memory at event 30 on cuda:0 (after one earlier OOM), trying to allocate 256.00 MiB at scenarios.py:247 outside_pytorch:"),
+        "{said}"
+    );
+    screenshot(&c, "overview-oom").await;
+
+    // The planted autograd-graph leak: one suspect, at the line that keeps the graph.
+    c.goto(&base).await.unwrap();
+    upload(&c, &root().join("tests/fixtures/harness/leak_graph.pickle")).await;
+    wait_js(
+        &c,
+        "location.search.includes('view=leaks') && document.querySelector('.suspect')",
+        "the leak suspects",
+    )
+    .await;
+    assert_eq!(
+        wait_js(
+            &c,
+            "document.querySelectorAll('.suspect').length",
+            "suspects"
+        )
+        .await,
+        1
+    );
+    let site = wait_js(
+        &c,
+        "document.querySelector('.suspect .site').innerText",
+        "site",
+    )
+    .await;
+    assert!(
+        site.as_str().unwrap().contains("scenarios.py:107"),
+        "{site}"
+    );
+    let growth = wait_js(
+        &c,
+        "document.querySelector('.suspect .growth').innerText",
+        "growth",
+    )
+    .await;
+    assert!(
+        growth
+            .as_str()
+            .unwrap()
+            .starts_with("10.0 MiB kept per step"),
+        "{growth}"
+    );
+    screenshot(&c, "leaks-one-per-line").await;
+    let errors = console_errors(&c).await;
+    assert!(errors.is_empty(), "console errors: {errors:#?}");
+    c.close().await.unwrap();
+    let _ = std::fs::remove_dir_all(&data);
+}
+
+/// Every view of every fixture, opened as a person would: no error in the browser's console
+/// (failed requests, uncaught exceptions, wasm panics). The reader itself is checked first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_view_of_any_fixture_logs_a_console_error() {
+    let Session {
+        data,
+        base,
+        c,
+        _driver,
+        ..
+    } = session("console").await;
+    c.execute("console.error('memscope console probe')", vec![])
+        .await
+        .unwrap();
+    let probe = console_errors(&c).await;
+    assert!(
+        probe.iter().any(|e| e.contains("memscope console probe")),
+        "the console reader sees errors: {probe:?}"
+    );
+    let mut fixtures: Vec<std::path::PathBuf> = Vec::new();
+    for dir in [
+        "tests/fixtures",
+        "tests/fixtures/harness",
+        "tests/fixtures/variants",
+    ] {
+        for e in std::fs::read_dir(root().join(dir)).unwrap() {
+            let p = e.unwrap().path();
+            let name = p.file_name().unwrap().to_string_lossy().to_string();
+            // Compressed and re-encoded copies of one run are the same views.
+            let copy = name.starts_with("multistream.p");
+            if (name.ends_with(".pickle") || name.ends_with(".json") && dir.ends_with("variants"))
+                && !copy
+            {
+                fixtures.push(p);
+            }
+        }
+    }
+    fixtures.sort();
+    let mut failures = Vec::new();
+    for f in &fixtures {
+        let (status, body) = common::post(&base, "/api/snapshots", std::fs::read(f).unwrap()).await;
+        assert!(
+            status == 201 || status == 200,
+            "{}: {status} {body}",
+            f.display()
+        );
+        let id = serde_json::from_str::<serde_json::Value>(&body).unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        for view in ["overview", "timeline", "segments", "stacks", "leaks", "oom"] {
+            c.goto(&format!("{base}/s/{id}?view={view}")).await.unwrap();
+            wait_js(
+                &c,
+                "document.querySelector('.snapshot-head h1') && document.querySelector('.snapshot-head h1').innerText                  && !document.body.innerText.includes('loading')",
+                &format!("{} {view}", f.display()),
+            )
+            .await;
+            tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+            for e in console_errors(&c).await {
+                failures.push(format!("{} ({view}): {e}", f.display()));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "console errors:\n{}",
+        failures.join("\n")
+    );
     c.close().await.unwrap();
     let _ = std::fs::remove_dir_all(&data);
 }
@@ -548,10 +776,11 @@ async fn a_snapshot_of_two_devices_shows_either() {
     .await;
     wait_js(
         &c,
-        "location.search.includes('view=timeline')",
-        "the timeline",
+        "location.search.includes('view=leaks')",
+        "its leak suspects (cuda:1 leaks)",
     )
     .await;
+    open_tab(&c, "timeline").await;
     let events = "document.querySelector('section.timeline') && document.querySelector('section.timeline').innerText";
     wait_js(
         &c,

@@ -299,3 +299,46 @@ async fn prometheus_metrics_follow_the_conventions() {
         );
     }
 }
+
+/// A snapshot tagged with a host (and pid) the collectors report on takes the device's total
+/// memory from their NVML readings, and its OOM verdict with it.
+#[tokio::test]
+async fn an_oom_snapshot_from_a_reported_host_takes_its_gpu_size_from_nvml() {
+    let state = state("nvml-total").await;
+    let batch = recorded_batch(1);
+    let total = batch.gpus[0].memory_total_bytes.unwrap();
+    let (status, _) = post(
+        &state,
+        Some("s3cret"),
+        serde_json::to_vec(&batch).unwrap(),
+        false,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let pickle = std::fs::read(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/harness/outside_pytorch.oom.pickle"),
+    )
+    .unwrap();
+    let req = Request::builder()
+        .method("POST")
+        .uri("/api/snapshots?tags=kind=oom,host=gpu7,pid=999")
+        .body(Body::from(pickle))
+        .unwrap();
+    let res = server::http::app(state.clone()).oneshot(req).await.unwrap();
+    assert_eq!(res.status(), StatusCode::CREATED);
+    let up: serde_json::Value =
+        serde_json::from_slice(&res.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    let t = &up["snapshot"]["device_total"];
+    assert_eq!(t["source"], "collector", "{up}");
+    assert_eq!(t["bytes"], total);
+    assert_eq!(t["detail"], "NVIDIA H200 on gpu7");
+    let req = Request::builder()
+        .uri(format!("/api/snapshots/{}", up["id"].as_str().unwrap()))
+        .body(Body::empty())
+        .unwrap();
+    let res = server::http::app(state.clone()).oneshot(req).await.unwrap();
+    let report: serde_json::Value =
+        serde_json::from_slice(&res.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    assert_eq!(report["ooms"][0]["verdict"], "outside_pytorch");
+}

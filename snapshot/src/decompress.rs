@@ -39,11 +39,13 @@ impl Compression {
 }
 
 /// A reader that maps decoder errors to a message naming the format.
+#[cfg(feature = "compression")]
 struct Named<R> {
     inner: R,
     format: &'static str,
 }
 
+#[cfg(feature = "compression")]
 impl<R: Read> Read for Named<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         self.inner.read(buf).map_err(|e| {

@@ -14,6 +14,7 @@ pub mod decompress;
 pub mod error;
 mod fast;
 pub mod frames;
+pub mod gpus;
 pub mod intern;
 mod json;
 mod lower;

@@ -67,8 +67,11 @@ class Run:
         for f in sorted(os.listdir(self.out)):
             if f.startswith("memscope-oom-") and "-%d-" % os.getpid() in f:
                 name = "%s%s.oom.pickle" % (self.name, self.suffix())
+                # A later incident's dump holds the earlier ones too: the last one is kept.
                 os.replace(os.path.join(self.out, f), os.path.join(self.out, name))
-                self.truth.setdefault("snapshots", []).append({"id": None, "kind": "oom", "file": name})
+                entry = {"id": None, "kind": "oom", "file": name}
+                if entry not in self.truth.setdefault("snapshots", []):
+                    self.truth["snapshots"].append(entry)
         self.truth["finished_ms"] = now_ms()
         self.truth["start_time_ms"] = self.agent.start_ms
         with open(os.path.join(self.out, "%s%s.truth.json" % (self.name, self.suffix())), "w") as f:
@@ -226,9 +229,39 @@ def outside_pytorch(run):
     time.sleep(3)  # a few readings after
     run.step(1)
     run.upload()
+    total = torch.cuda.get_device_properties(0).total_memory
+    # Two OOMs, as a job that probes its batch size and later dies meets them: a probe larger than
+    # the whole device (caught), then, with most of the device taken outside PyTorch (another
+    # library's cudaMalloc), the request that kills the job. The agent dumps at each incident; the
+    # second dump holds both, and its report must lead with the last.
+    probe = False
+    try:
+        torch.empty(2 * total, dtype=torch.uint8, device="cuda")  # PLANT: probe_oom
+    except torch.OutOfMemoryError:
+        probe = True
+    time.sleep(run.agent.INCIDENT_GAP_S + 1)  # the next OOM is a new incident for the agent
+    free, _ = torch.cuda.mem_get_info()
+    hog = ctypes.c_uint64()
+    hog_size = max(0, free - (3 << 30))
+    hog_rc = cuda.cuMemAlloc_v2(ctypes.byref(hog), ctypes.c_size_t(hog_size))
+    kept, raised = [], False
+    try:
+        for _ in range(64):
+            kept.append(torch.empty(256 * MIB, dtype=torch.uint8, device="cuda"))  # PLANT: outside_oom
+    except torch.OutOfMemoryError:
+        raised = True
+    reserved = torch.cuda.memory_reserved()
+    del kept
+    torch.cuda.empty_cache()
+    cuda.cuMemFree_v2(hog)
     cuda.cuMemFree_v2(ptr)
-    run.finish(expect={"outside_pytorch_growth_bytes": size, "line": planted_line("cuda_malloc")},
-               cu_mem_alloc_rc=rc, before_ms=before_ms, after_ms=after_ms)
+    run.finish(expect={"outside_pytorch_growth_bytes": size, "line": planted_line("cuda_malloc"),
+                       "oom_verdict": "outside_pytorch", "oom_line": planted_line("outside_oom"),
+                       "outside_min_bytes": hog_size + size, "probe_verdict": "exhaustion",
+                       "probe_line": planted_line("probe_oom")},
+               cu_mem_alloc_rc=rc, before_ms=before_ms, after_ms=after_ms, device_total_bytes=total,
+               hog_rc=hog_rc, hog_bytes=hog_size, probe_raised=probe, raised=raised,
+               reserved_at_oom_bytes=reserved)
 
 
 def cuda_graph(run):

@@ -23,8 +23,11 @@ class Server:
         with urllib.request.urlopen(self.url + path, timeout=60) as r:
             return json.loads(r.read())
 
-    def upload(self, path, name, tags):
-        q = urllib.parse.urlencode({"name": name, "tags": ",".join("%s=%s" % kv for kv in tags.items())})
+    def upload(self, path, name, tags, device_total_bytes=None):
+        params = {"name": name, "tags": ",".join("%s=%s" % kv for kv in tags.items())}
+        if device_total_bytes:
+            params["device_total_bytes"] = str(device_total_bytes)
+        q = urllib.parse.urlencode(params)
         with open(path, "rb") as f:
             req = urllib.request.Request("%s/api/snapshots?%s" % (self.url, q), data=f, method="POST",
                                          headers={"content-length": str(os.path.getsize(path))})
@@ -170,6 +173,8 @@ def check_scenario(server, truth, reports, live):
                 rep["pending_free_bytes"] == e["pending_free_bytes"])
     elif name == "outside_pytorch":
         c.check("cuMemAlloc succeeded", 0, truth.get("cu_mem_alloc_rc"), truth.get("cu_mem_alloc_rc") == 0)
+        if "oom_verdict" in e:
+            check_outside_oom(c, truth, e, reports.get("oom"))
         if not live:
             c.skip("memory outside PyTorch grows", mib(e["outside_pytorch_growth_bytes"]), "live only (--fixtures)")
             return c.rows
@@ -227,6 +232,33 @@ def verify(server, out_dir, live=True, uploaded=None):
     return rows
 
 
+def check_outside_oom(c, truth, e, rep):
+    """The OOM dumped when memory outside PyTorch filled the device: the last OOM first, its
+    verdict, line and the bytes held outside; the earlier probe after it."""
+    c.check("the job raised OutOfMemoryError", True, truth.get("raised"), truth.get("raised") is True)
+    if rep is None:
+        c.check("OOM snapshot uploaded by the agent", "a snapshot tagged kind=oom", "none", False)
+        return
+    ooms = rep["ooms"]
+    last = ooms[0] if ooms else None
+    c.check("OOMs in the last dump, newest first", "2: the one that raised, then the probe",
+            ", ".join("%s at event %d" % (o["verdict"], o["position"]) for o in ooms) or "none",
+            len(ooms) == 2 and ooms[0]["time_us"] >= ooms[1]["time_us"])
+    c.check("OOM verdict (device total from the agent)", e["oom_verdict"], last["verdict"] if last else "none",
+            last is not None and last["verdict"] == e["oom_verdict"])
+    site = (last or {}).get("site") or {}
+    c.check("failing line", "%s:%d" % (truth["file"], e["oom_line"]),
+            "%s:%s" % (os.path.basename(site.get("filename", "?")), site.get("line")),
+            in_file(site, truth) and site.get("line") == e["oom_line"])
+    out = (last or {}).get("outside_pytorch_bytes")
+    c.check("held outside PyTorch", ">= " + mib(e["outside_min_bytes"]), mib(out),
+            out is not None and out >= e["outside_min_bytes"])
+    if len(ooms) > 1:
+        probe = ooms[1]
+        c.check("the earlier probe's verdict", e["probe_verdict"], probe["verdict"],
+                probe["verdict"] == e["probe_verdict"])
+
+
 def upload_fixtures(server, out_dir):
     """Uploads the snapshots kept next to the truth files, tagged as their scenario did."""
     uploaded = {}
@@ -235,7 +267,9 @@ def upload_fixtures(server, out_dir):
             truth = json.load(f)
         for s in truth.get("snapshots", []):
             tags = {"scenario": truth["scenario"], "kind": s["kind"], "pid": truth["pid"]}
-            uploaded[(path, s["kind"])] = server.upload(os.path.join(out_dir, s["file"]), "fixture " + s["file"], tags)
+            # As the agent did: it sends the device's total memory with every snapshot.
+            uploaded[(path, s["kind"])] = server.upload(os.path.join(out_dir, s["file"]), "fixture " + s["file"], tags,
+                                                        truth.get("device_total_bytes"))
     return uploaded
 
 

@@ -326,7 +326,8 @@ class Agent:
     def _upload_oom(self, path, t, device, message, tags):
         snapshot_id = None
         if self.s.server:
-            snapshot_id = self._guard("upload", self.upload, path, "oom %s pid %d" % (self.host, self.pid), tags)
+            snapshot_id = self._guard("upload", self.upload, path, "oom %s pid %d" % (self.host, self.pid), tags,
+                                      device)
         if snapshot_id and not self.s.keep_snapshots:
             try:
                 os.remove(path)
@@ -350,9 +351,22 @@ class Agent:
             tags["rank"] = str(self.s.rank)
         return ",".join("%s=%s" % (k, str(v).replace(",", " ")) for k, v in tags.items())
 
-    def upload(self, path, name, tags, attempts=3):
-        """Uploads a snapshot file to the server; returns its id."""
-        query = urllib.parse.urlencode({"name": name, "tags": self._tags(tags)})
+    def _device_total(self, device):
+        """The device's total memory: the server's OOM verdicts need it (a snapshot lacks it)."""
+        try:
+            cuda = self.torch.cuda
+            d = cuda.current_device() if device is None else device
+            return int(cuda.get_device_properties(d).total_memory)
+        except Exception:
+            return None
+
+    def upload(self, path, name, tags, device=None, attempts=3):
+        """Uploads a snapshot file to the server, with the device's total memory; returns its id."""
+        params = {"name": name, "tags": self._tags(tags)}
+        total = self._device_total(device)
+        if total:
+            params["device_total_bytes"] = str(total)
+        query = urllib.parse.urlencode(params)
         last = None
         for i in range(attempts):
             try:

@@ -209,6 +209,7 @@ class DirectMode(unittest.TestCase):
         self.assertIn("rank%3D3", path)
         self.assertIn("scenario%3Dleak", path)
         self.assertIn("team%3Dml", path)
+        self.assertIn("device_total_bytes=150754820096", path, "the device's size goes with it")
         self.assertTrue(body.startswith(b"\x80"), "a pickle")
         events = [e for b in self.srv.batches for e in b["events"]]
         self.assertEqual(len(events), 1)
@@ -226,6 +227,7 @@ class DirectMode(unittest.TestCase):
             memscope_agent.stop()
         self.assertEqual(sid, "snap1")
         self.assertIn("phase%3Deval", self.srv.uploads[0][0])
+        self.assertIn("device_total_bytes=150754820096", self.srv.uploads[0][0])
 
     def test_a_refused_batch_is_logged_and_does_not_block_the_rest(self):
         s = Settings(server=self.srv.url, token="wrong", name="gpu7", interval_s=0.05, snapshot_dir=self.snapdir)

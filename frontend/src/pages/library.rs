@@ -68,32 +68,36 @@ pub fn Library() -> impl IntoView {
             })
         });
         let token = format!("u{}{}", key, (js_sys::Math::random() * 1e12) as u64);
+        // The page may be gone (an upload opened its snapshot) while these tasks still run:
+        // every access is a `try_`, and a gone page ends them.
         let set = move |f: &dyn Fn(&mut Upload)| {
-            uploads.update(|u| {
+            uploads.try_update(|u| {
                 if let Some(x) = u.iter_mut().find(|x| x.key == key) {
                     f(x)
                 }
-            })
+            });
         };
         // Poll the server's parse progress while this upload runs.
         {
             let token = token.clone();
             spawn_local(async move {
                 loop {
-                    let running = uploads.with_untracked(|u| {
+                    let running = uploads.try_with_untracked(|u| {
                         u.iter().any(|x| {
                             x.key == key
                                 && matches!(x.state, UploadState::Sending | UploadState::Indexing)
                         })
                     });
-                    if !running {
+                    if running != Some(true) {
                         break;
                     }
-                    if let Ok(p) = api::upload_progress(&token).await
-                        && p.total_bytes > 0
-                    {
-                        let f = p.parsed_bytes as f64 / p.total_bytes as f64;
-                        set(&|u: &mut Upload| u.indexed = f.min(1.0));
+                    match api::upload_progress(&token).await {
+                        Ok(p) if p.finished => break,
+                        Ok(p) if p.total_bytes > 0 => {
+                            let f = p.parsed_bytes as f64 / p.total_bytes as f64;
+                            set(&|u: &mut Upload| u.indexed = f.min(1.0));
+                        }
+                        _ => {}
                     }
                     sleep_ms(250).await;
                 }
@@ -110,6 +114,7 @@ pub fn Library() -> impl IntoView {
             };
             match api::upload(file, &token, progress).await {
                 Ok(v) => {
+                    let landing = v.summary.landing_view();
                     let (id, created) = (v.id, v.created);
                     let name = v.snapshot.name;
                     set(&|u: &mut Upload| {
@@ -119,14 +124,15 @@ pub fn Library() -> impl IntoView {
                             name: name.clone(),
                         }
                     });
-                    refresh.update(|r| *r += 1);
-                    // A single new upload opens its snapshot once it is indexed; a file already
-                    // in the library says so and stays here.
-                    let all = uploads.get_untracked();
-                    if all.len() == 1 && created {
-                        navigate.with_value(|n| {
+                    refresh.try_update(|r| *r += 1);
+                    // A single new upload opens its snapshot once it is indexed, on the view that
+                    // answers its question (OOM, leak, else the timeline); a file already in the
+                    // library says so and stays here.
+                    let single = uploads.try_with_untracked(|all| all.len() == 1);
+                    if single == Some(true) && created {
+                        navigate.try_with_value(|n| {
                             n(
-                                &::api::routes::page::snapshot(&id, &[("view", "timeline")]),
+                                &::api::routes::page::snapshot(&id, &[("view", landing)]),
                                 Default::default(),
                             )
                         });
@@ -280,7 +286,7 @@ fn LibraryTable(
                 let name = event_target_value(&ev);
                 let id = id2.clone();
                 spawn_local(async move {
-                    let r = api::update(&id, &::api::UpdateSnapshot { name: Some(name), tags: None }).await;
+                    let r = api::update(&id, &::api::UpdateSnapshot { name: Some(name), ..Default::default() }).await;
                     saved.set(Some(r.map(|s| format!("Saved: renamed to “{}”.", s.name))));
                     refresh.update(|r| *r += 1);
                 });
@@ -289,7 +295,7 @@ fn LibraryTable(
                 let tags = ::api::parse_tags(&event_target_value(&ev));
                 let id = id3.clone();
                 spawn_local(async move {
-                    let r = api::update(&id, &::api::UpdateSnapshot { name: None, tags: Some(tags) }).await;
+                    let r = api::update(&id, &::api::UpdateSnapshot { tags: Some(tags), ..Default::default() }).await;
                     saved.set(Some(r.map(|s| format!("Saved: the tags of “{}” are now {}.", s.name, if s.tags.is_empty() { "none".into() } else { tags_text(&s.tags) }))));
                     refresh.update(|r| *r += 1);
                 });

@@ -17,3 +17,26 @@ pub fn frames_list(frames: &[::api::Frame], max: usize) -> impl IntoView + use<>
     let items: Vec<String> = frames.iter().take(max).map(::api::Frame::short).collect();
     view! { <ol class="frames">{items.into_iter().map(|f| view! { <li>{f}</li> }).collect_view()}</ol> }
 }
+
+/// A stack as a person reads it: the user's own frames, then PyTorch's and C++ plumbing folded
+/// behind a toggle (`details.plumbing`). `frames` come user frames first (the server's order).
+pub fn stack_frames(frames: &[::api::Frame]) -> impl IntoView + use<> {
+    let (user, other): (Vec<&::api::Frame>, Vec<&::api::Frame>) = frames
+        .iter()
+        .partition(|f| snapshot::frames::is_user(&f.filename));
+    let line = |f: &::api::Frame| view! { <li>{f.short()}</li> };
+    let user: Vec<_> = user.into_iter().map(line).collect();
+    let n_other = other.len();
+    let other: Vec<_> = other.into_iter().map(line).collect();
+    view! {
+        <div class="stack">
+            {(!user.is_empty()).then(|| view! { <ol class="frames user">{user}</ol> })}
+            {(n_other > 0).then(|| view! {
+                <details class="plumbing">
+                    <summary>{format!("{n_other} more frames (PyTorch, C++)")}</summary>
+                    <ol class="frames">{other}</ol>
+                </details>
+            })}
+        </div>
+    }
+}

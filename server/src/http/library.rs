@@ -79,9 +79,22 @@ async fn upload(
             .expect("uploads lock")
             .insert(t.clone(), progress.clone());
     }
-    let result = crate::upload::upload(&s, name, tags, body, progress).await;
-    if let Some(t) = &token {
-        s.uploads.lock().expect("uploads lock").remove(t);
+    let result =
+        crate::upload::upload(&s, name, tags, q.device_total_bytes, body, progress.clone()).await;
+    if let Some(t) = token {
+        // Still answered for a minute: a poller whose request crosses this answer gets
+        // `finished`, not a 404.
+        progress
+            .finished
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let uploads = s.uploads.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+            let mut u = uploads.lock().expect("uploads lock");
+            if u.get(&t).is_some_and(|p| Arc::ptr_eq(p, &progress)) {
+                u.remove(&t);
+            }
+        });
     }
     let up = result?;
     let report =
@@ -118,27 +131,27 @@ fn upload_summary(r: &api::Report) -> api::UploadSummary {
     }
 }
 
-/// Progress of an upload in flight (404 once it has finished or failed).
+/// Progress of an upload. A token not (yet) seen answers zeros: the dashboard starts polling as
+/// it starts sending, and its first poll may reach the server before the upload does.
 async fn upload_progress(
     State(s): State<AppState>,
     Path(token): Path<String>,
 ) -> ApiResult<Json<api::UploadProgress>> {
     use std::sync::atomic::Ordering::Relaxed;
-    let p = s
-        .uploads
-        .lock()
-        .expect("uploads lock")
-        .get(&token)
-        .cloned()
-        .ok_or_else(|| {
-            ApiError::Missing(format!(
-                "no upload with token {token} is in progress (it has ended, or never started)"
-            ))
-        })?;
-    Ok(Json(api::UploadProgress {
-        received_bytes: p.received_bytes.load(Relaxed),
-        parsed_bytes: p.parsed_bytes.load(Relaxed),
-        total_bytes: p.total_bytes,
+    let p = s.uploads.lock().expect("uploads lock").get(&token).cloned();
+    Ok(Json(match p {
+        Some(p) => api::UploadProgress {
+            received_bytes: p.received_bytes.load(Relaxed),
+            parsed_bytes: p.parsed_bytes.load(Relaxed),
+            total_bytes: p.total_bytes,
+            finished: p.finished.load(Relaxed),
+        },
+        None => api::UploadProgress {
+            received_bytes: 0,
+            parsed_bytes: 0,
+            total_bytes: 0,
+            finished: false,
+        },
     }))
 }
 
@@ -160,6 +173,11 @@ async fn update(
     {
         return Err(ApiError::BadRequest("name must not be empty".into()));
     }
+    if u.device_total_bytes == Some(0) {
+        return Err(ApiError::BadRequest(
+            "device_total_bytes must be the device's memory in bytes, not 0".into(),
+        ));
+    }
     if !s
         .library
         .update(&id, u.name.as_deref(), u.tags.as_deref())
@@ -167,8 +185,39 @@ async fn update(
     {
         return Err(ApiError::NotFound(id));
     }
+    if let Some(bytes) = u.device_total_bytes {
+        set_device_total(&s, &id, bytes).await?;
+    }
     let info = s.library.get(&id).await?.ok_or(ApiError::NotFound(id))?;
     Ok(Json(info))
+}
+
+/// Judges the snapshot's OOMs again under a device total and stores both.
+async fn set_device_total(s: &AppState, id: &str, total_bytes: u64) -> ApiResult<()> {
+    let loaded = s
+        .models
+        .get(&s.library, id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(id.to_string()))?;
+    let mut report = s
+        .library
+        .report(id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(id.to_string()))?;
+    report.ooms =
+        snapshot::analysis::oom::oom_reports(&loaded.snap, &loaded.index, Some(total_bytes))
+            .into_iter()
+            .map(crate::convert::oom_report)
+            .collect();
+    let total = api::DeviceTotal {
+        total_bytes,
+        source: api::DeviceTotalSource::Set,
+        detail: None,
+    };
+    if !s.library.set_device_total(id, &total, &report).await? {
+        return Err(ApiError::NotFound(id.to_string()));
+    }
+    Ok(())
 }
 
 async fn remove(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult<StatusCode> {

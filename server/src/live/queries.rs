@@ -499,3 +499,45 @@ impl StepRow {
         }
     }
 }
+
+impl Library {
+    /// The total memory of the GPU(s) a snapshot tagged `host=H` (and `pid=P`) ran on, from the
+    /// collector's NVML readings: the GPUs NVML saw the process on, else every GPU of the host.
+    /// Only an unambiguous answer counts: the candidates must all have one total.
+    pub async fn nvml_device_total(
+        &self,
+        host: &str,
+        pid: Option<i64>,
+    ) -> sqlx::Result<Option<(u64, String)>> {
+        let gpus: Vec<(String, Option<String>, i64)> = sqlx::query_as(
+            "SELECT uuid, name, total_bytes FROM gpus WHERE host = ? AND total_bytes IS NOT NULL",
+        )
+        .bind(host)
+        .fetch_all(&self.db)
+        .await?;
+        let used: Vec<String> = match pid {
+            Some(pid) => {
+                sqlx::query_scalar(
+                    "SELECT DISTINCT gpu_uuid FROM process_samples WHERE host = ? AND pid = ?",
+                )
+                .bind(host)
+                .bind(pid)
+                .fetch_all(&self.db)
+                .await?
+            }
+            None => Vec::new(),
+        };
+        let candidates: Vec<_> = gpus
+            .iter()
+            .filter(|(uuid, _, _)| used.is_empty() || used.contains(uuid))
+            .collect();
+        let Some((_, name, total)) = candidates.first() else {
+            return Ok(None);
+        };
+        if candidates.iter().any(|(_, _, t)| t != total) {
+            return Ok(None);
+        }
+        let what = name.clone().unwrap_or_else(|| "GPU".into());
+        Ok(Some((*total as u64, format!("{what} on {host}"))))
+    }
+}

@@ -65,6 +65,11 @@ pub async fn browser(driver_port: u16, profile: &Path) -> Client {
             ]
         }),
     );
+    // The console log, read back by `console_errors`.
+    caps.insert(
+        "goog:loggingPrefs".into(),
+        serde_json::json!({ "browser": "ALL" }),
+    );
     ClientBuilder::new(hyper_util_connector())
         .capabilities(caps)
         .connect(&format!("http://127.0.0.1:{driver_port}"))
@@ -115,16 +120,24 @@ pub async fn screenshot(c: &Client, name: &str) {
 /// The token of collector `gpu7` (the live scenario's) on servers from [`start_server`].
 pub const COLLECTOR_TOKEN: &str = "e2e-token";
 
-/// Posts a collector batch to a running server (plain HTTP/1.1 over a socket); returns the status.
+/// Posts a collector batch to a running server; returns the status.
 pub async fn post_batch(base: &str, batch: &wire::Batch) -> u16 {
+    post(base, "/api/ingest", serde_json::to_vec(batch).unwrap())
+        .await
+        .0
+}
+
+/// POSTs `body` to `path` of a running server (plain HTTP/1.1 over a socket, with the
+/// collector token); returns the status and the answer's body.
+pub async fn post(base: &str, path: &str, body: Vec<u8>) -> (u16, String) {
     use std::io::{Read, Write};
     let addr = base.trim_start_matches("http://").to_string();
-    let body = serde_json::to_vec(batch).unwrap();
+    let path = path.to_string();
     tokio::task::spawn_blocking(move || {
         let mut s = std::net::TcpStream::connect(&addr).unwrap();
         write!(
             s,
-            "POST /api/ingest HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {COLLECTOR_TOKEN}\r\n\
+            "POST {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {COLLECTOR_TOKEN}\r\n\
              Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
             body.len()
         )
@@ -132,10 +145,51 @@ pub async fn post_batch(base: &str, batch: &wire::Batch) -> u16 {
         s.write_all(&body).unwrap();
         let mut answer = String::new();
         s.read_to_string(&mut answer).unwrap();
-        answer[9..12].parse().unwrap()
+        let status = answer[9..12].parse().unwrap();
+        let body = answer
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
+        (status, body)
     })
     .await
     .unwrap()
+}
+
+/// chromedriver's log endpoint (`POST /session/{id}/se/log`, type `browser`): what the page wrote
+/// to its console and the browser's own errors (failed requests, uncaught exceptions). Each
+/// read drains the log.
+#[derive(Debug)]
+struct BrowserLog;
+
+impl fantoccini::wd::WebDriverCompatibleCommand for BrowserLog {
+    fn endpoint(
+        &self,
+        base_url: &url::Url,
+        session_id: Option<&str>,
+    ) -> Result<url::Url, url::ParseError> {
+        base_url.join(&format!(
+            "session/{}/se/log",
+            session_id.unwrap_or_default()
+        ))
+    }
+    fn method_and_body(&self, _: &url::Url) -> (axum::http::Method, Option<String>) {
+        (
+            axum::http::Method::POST,
+            Some(r#"{"type":"browser"}"#.to_string()),
+        )
+    }
+}
+
+/// The console's errors since the last read (level SEVERE), one line each.
+pub async fn console_errors(c: &Client) -> Vec<String> {
+    let log = c.issue_cmd(BrowserLog).await.expect("the browser log");
+    log.as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["level"] == "SEVERE")
+        .map(|e| e["message"].as_str().unwrap_or_default().to_string())
+        .collect()
 }
 
 /// Non-background pixels of the canvas with this id.

@@ -170,11 +170,24 @@ pub struct Index {
 
 impl Index {
     pub fn new(snap: &Snapshot) -> Index {
-        let devices = snap
+        let mut devices: Vec<DeviceIndex> = snap
             .devices
             .iter()
             .map(|d| build_device(snap, d.device, d.rows.clone()))
             .collect();
+        // A device with segments but no trace list at all (PyTorch 1.13 wrote none): an empty
+        // trace, so its segments can still be shown as they were at the snapshot.
+        let mut untraced: Vec<i32> = snap
+            .segments
+            .iter()
+            .map(|s| s.device)
+            .filter(|&d| d >= 0 && !devices.iter().any(|x| x.device == d))
+            .collect();
+        untraced.sort_unstable();
+        untraced.dedup();
+        for d in untraced {
+            devices.push(build_device(snap, d, 0..0));
+        }
         Index {
             devices,
             frames: FrameClass::new(snap),

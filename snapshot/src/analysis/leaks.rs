@@ -1,23 +1,33 @@
-//! Leak suspects: call stacks whose allocations are still alive at the end of the trace and were
-//! made again and again across it.
+//! Leak suspects: the lines of user code whose allocations are still alive at the end of the
+//! trace and were made again and again across it.
 //!
 //! A leak grows: a tensor appended to a list every step leaves one survivor per step, spread over
 //! the whole trace. A one-time burst (model weights, optimizer state made at the first step, the
-//! last step's activations) leaves its survivors in one short stretch. So a stack is a suspect
+//! last step's activations) leaves its survivors in one short stretch. So a call site is a suspect
 //! when its survivors were made in at least [`MIN_SPREAD_TENTHS`] of the ten equal slices of the
 //! trace, at least [`MIN_COUNT`] times; suspects are ranked by surviving bytes × spread.
+//!
+//! Allocations are grouped by call site, the first user frame of their stack: one planted line
+//! is one suspect, however many C++ operators (`addmm`, `gelu`, …) allocated below it; a suspect
+//! line reached through another suspect line joins the outer one (the line that keeps a graph
+//! alive, not the `forward` that allocated its activations). Each
+//! suspect says in words what grows and how fast: per step when the trace has step annotations
+//! (`ProfilerStep#N` and the like), per event and per second otherwise.
 
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
 use super::index::{DeviceIndex, Index, NONE};
-use crate::frames::{FrameView, full_stack, view};
-use crate::model::{Snapshot, StackId};
+use crate::frames::{FrameView, view};
+use crate::model::{FrameId, Snapshot, StackId};
+use crate::units::human_bytes;
 
 pub const MIN_COUNT: u32 = 3;
 pub const MIN_SPREAD_TENTHS: u32 = 4;
 /// Points in each suspect's evidence series.
 pub const SERIES_POINTS: usize = 64;
+/// Step annotations of one name family needed before rates are given per step.
+const MIN_STEPS: usize = 3;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct SeriesPoint {
@@ -29,22 +39,31 @@ pub struct SeriesPoint {
 #[derive(Clone, Debug, Serialize)]
 pub struct LeakSuspect {
     pub device: i32,
-    /// Bytes (as requested) still alive at the end, made by this stack during the trace.
+    /// Bytes (as requested) still alive at the end, made at this call site during the trace.
     pub bytes: u64,
     /// Allocations still alive at the end.
     pub count: u32,
-    /// Allocations made by this stack during the whole trace (alive or freed).
+    /// Allocations made at this call site during the whole trace (alive or freed).
     pub total_allocations: u32,
     /// Fraction of the trace's tenths in which survivors were made (0.1–1.0).
     pub spread: f64,
     pub score: f64,
     pub first_position: u32,
     pub last_position: u32,
-    /// The first user frame: where to look.
+    /// When the first and the last survivor were made.
+    pub first_time_us: i64,
+    pub last_time_us: i64,
+    /// The first user frame: where to look, and what the suspect groups by.
     pub site: Option<FrameView>,
-    /// The stack innermost first, noise removed (C++ frames kept).
+    /// Distinct stacks merged under this site (C++ operators below the same line).
+    pub stacks: u32,
+    /// The stack that kept the most bytes, user frames first, noise removed.
     pub frames: Vec<FrameView>,
-    /// Live bytes of this stack over the trace.
+    /// Bytes kept per step, when the trace has step annotations.
+    pub per_step_bytes: Option<u64>,
+    /// What grows and how fast, in words.
+    pub growth: String,
+    /// Live bytes of this site over the trace.
     pub series: Vec<SeriesPoint>,
 }
 
@@ -58,30 +77,46 @@ pub fn leak_suspects(snap: &Snapshot, index: &Index, max: usize) -> Vec<LeakSusp
     out
 }
 
-fn device_suspects(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Vec<LeakSuspect> {
-    if d.len == 0 {
-        return Vec::new();
+/// What one call site's allocations add up to.
+struct Acc {
+    bytes: u64,
+    count: u32,
+    total: u32,
+    tenths: u16,
+    first: u32,
+    last: u32,
+    /// Surviving bytes per stack: the largest is shown.
+    by_stack: FxHashMap<StackId, u64>,
+    /// Where survivors were made (event positions), for the rate.
+    starts: Vec<u32>,
+    sizes: (u64, u64),
+}
+
+impl Acc {
+    fn is_suspect(&self) -> bool {
+        self.count >= MIN_COUNT && self.tenths.count_ones() >= MIN_SPREAD_TENTHS
     }
-    struct Acc {
-        bytes: u64,
-        count: u32,
-        total: u32,
-        tenths: u16,
-        first: u32,
-        last: u32,
-    }
-    let mut by: FxHashMap<StackId, Acc> = FxHashMap::default();
+}
+
+type Site = Option<FrameId>;
+
+/// Allocations grouped by the site `key_of` gives their stack.
+fn accumulate(d: &DeviceIndex, key_of: &FxHashMap<StackId, Site>) -> FxHashMap<Site, Acc> {
+    let mut by: FxHashMap<Site, Acc> = FxHashMap::default();
     for a in &d.allocations {
         if a.start == NONE || a.stack == StackId::EMPTY {
             continue;
         }
-        let acc = by.entry(a.stack).or_insert(Acc {
+        let acc = by.entry(key_of[&a.stack]).or_insert_with(|| Acc {
             bytes: 0,
             count: 0,
             total: 0,
             tenths: 0,
             first: u32::MAX,
             last: 0,
+            by_stack: FxHashMap::default(),
+            starts: Vec::new(),
+            sizes: (u64::MAX, 0),
         });
         acc.total += 1;
         if a.end == NONE {
@@ -90,16 +125,77 @@ fn device_suspects(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Vec<LeakS
             acc.tenths |= 1 << ((a.start as u64 * 10 / d.len as u64).min(9));
             acc.first = acc.first.min(a.start);
             acc.last = acc.last.max(a.start);
+            *acc.by_stack.entry(a.stack).or_default() += a.size;
+            acc.starts.push(a.start);
+            acc.sizes = (acc.sizes.0.min(a.size), acc.sizes.1.max(a.size));
         }
     }
+    by
+}
+
+fn device_suspects(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Vec<LeakSuspect> {
+    if d.len == 0 {
+        return Vec::new();
+    }
+    let fc = &index.frames;
+    // First by the innermost user frame: one line however many operators allocated below it.
+    let mut key_of: FxHashMap<StackId, Site> = FxHashMap::default();
+    for a in &d.allocations {
+        key_of
+            .entry(a.stack)
+            .or_insert_with(|| fc.label(snap, a.stack));
+    }
+    let first = accumulate(d, &key_of);
+    let suspect_sites: rustc_hash::FxHashSet<FrameId> = first
+        .iter()
+        .filter(|(_, acc)| acc.is_suspect())
+        .filter_map(|(site, _)| *site)
+        .collect();
+    if suspect_sites.is_empty() {
+        return Vec::new();
+    }
+    // Then a suspect line called from another suspect line joins the outer one: a graph kept
+    // alive at `total = total + model(x)` keeps the activations `forward` made, and the cause is
+    // the outer line.
+    for (stack, site) in key_of.iter_mut() {
+        if let Some(outer) = snap
+            .stack(*stack)
+            .iter()
+            .rev()
+            .find(|f| suspect_sites.contains(f))
+        {
+            *site = Some(*outer);
+        }
+    }
+    let by = accumulate(d, &key_of);
+    let steps = step_starts(snap, d.device);
     let mut out = Vec::new();
-    for (stack, acc) in by {
-        let tenths = acc.tenths.count_ones();
-        if acc.count < MIN_COUNT || tenths < MIN_SPREAD_TENTHS {
+    for (site, mut acc) in by {
+        if !acc.is_suspect() {
             continue;
         }
-        let spread = tenths as f64 / 10.0;
-        let fc = &index.frames;
+        let spread = acc.tenths.count_ones() as f64 / 10.0;
+        let shown = acc
+            .by_stack
+            .iter()
+            .max_by_key(|&(s, b)| (*b, std::cmp::Reverse(*s)))
+            .map(|(s, _)| *s)
+            .unwrap_or(StackId::EMPTY);
+        acc.starts.sort_unstable();
+        let times: Vec<i64> = acc
+            .starts
+            .iter()
+            .map(|&e| snap.trace.time_us[d.row(e)])
+            .collect();
+        let (per_step_bytes, growth) = growth_words(
+            acc.bytes,
+            acc.count,
+            acc.sizes,
+            &acc.starts,
+            &times,
+            steps.as_ref(),
+        );
+        let in_site = |s: StackId| key_of.get(&s).is_some_and(|&k| k == site);
         out.push(LeakSuspect {
             device: d.device,
             bytes: acc.bytes,
@@ -109,29 +205,122 @@ fn device_suspects(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Vec<LeakS
             score: acc.bytes as f64 * spread,
             first_position: acc.first + 1,
             last_position: acc.last + 1,
-            site: fc.label(snap, stack).map(|f| view(snap, f)),
-            frames: full_stack(snap, stack)
-                .into_iter()
-                .filter(|f| !crate::frames::is_noise(&f.filename, &f.name))
-                .collect(),
-            series: stack_series(snap, d, stack, SERIES_POINTS),
+            first_time_us: times[0],
+            last_time_us: times[times.len() - 1],
+            site: site.map(|f| view(snap, f)),
+            stacks: acc.by_stack.len() as u32,
+            frames: fc.display(snap, shown),
+            per_step_bytes,
+            growth,
+            series: series_where(snap, d, in_site, SERIES_POINTS),
         });
     }
     out
 }
 
-/// Live bytes of one stack's allocations at `points` evenly spaced positions.
-pub fn stack_series(
+/// Step marks of one device: the start times of the most frequent family of step annotations
+/// (`ProfilerStep#12` → `ProfilerStep`; any name with "step" in it, digits stripped), sorted.
+fn step_starts(snap: &Snapshot, device: i32) -> Option<(String, Vec<i64>)> {
+    let mut families: FxHashMap<String, Vec<i64>> = FxHashMap::default();
+    for a in &snap.annotations {
+        if !a.start || (a.device != device && a.device >= 0) {
+            continue;
+        }
+        let name = snap.str(a.name);
+        if !name.to_ascii_lowercase().contains("step") {
+            continue;
+        }
+        let family = name
+            .trim_end_matches(|c: char| c.is_ascii_digit() || c == '#' || c == '_' || c == ' ')
+            .to_string();
+        families.entry(family).or_default().push(a.time_us);
+    }
+    let (name, mut times) = families
+        .into_iter()
+        .max_by(|a, b| a.1.len().cmp(&b.1.len()).then_with(|| b.0.cmp(&a.0)))?;
+    if times.len() < MIN_STEPS {
+        return None;
+    }
+    times.sort_unstable();
+    Some((name, times))
+}
+
+/// "16.0 MiB kept per step (over 12 steps, marked by ProfilerStep)" or "one 4.0 MiB allocation kept about
+/// every 38 events (every 61 ms), 60 still alive (240 MiB)". `starts`/`times`: where and when
+/// each survivor was made, sorted.
+fn growth_words(
+    bytes: u64,
+    count: u32,
+    (smallest, largest): (u64, u64),
+    starts: &[u32],
+    times: &[i64],
+    steps: Option<&(String, Vec<i64>)>,
+) -> (Option<u64>, String) {
+    let what = if smallest == largest {
+        format!("one {} allocation", human_bytes(largest))
+    } else {
+        format!(
+            "{} on average ({}–{})",
+            human_bytes(bytes / count.max(1) as u64),
+            human_bytes(smallest),
+            human_bytes(largest)
+        )
+    };
+    let alive = format!("{count} still alive ({})", human_bytes(bytes));
+    if let Some((name, marks)) = steps {
+        // The step each survivor was made in: the last mark at or before it.
+        let step_of = |t: i64| marks.partition_point(|&m| m <= t);
+        let (first, last) = (step_of(times[0]), step_of(times[times.len() - 1]));
+        let spanned = (last - first + 1) as u64;
+        if spanned >= 2 {
+            let per_step = bytes / spanned;
+            return (
+                Some(per_step),
+                format!(
+                    "{} kept per step (over {spanned} steps, marked by {name}): {alive}",
+                    human_bytes(per_step)
+                ),
+            );
+        }
+    }
+    let gaps = (count.max(2) - 1) as u64;
+    let events = (starts[starts.len() - 1] - starts[0]) as u64 / gaps;
+    let us = (times[times.len() - 1] - times[0]).max(0) as u64 / gaps;
+    let when = if us > 0 {
+        format!(" ({} apart)", duration_words(us))
+    } else {
+        String::new()
+    };
+    let rate = if smallest == largest {
+        format!("{what} kept about every {events} events{when}")
+    } else {
+        format!("one allocation of {what} kept about every {events} events{when}")
+    };
+    (None, format!("{rate}: {alive}"))
+}
+
+fn duration_words(us: u64) -> String {
+    if us < 1_000 {
+        format!("{us} µs")
+    } else if us < 1_000_000 {
+        format!("{:.0} ms", us as f64 / 1e3)
+    } else {
+        format!("{:.1} s", us as f64 / 1e6)
+    }
+}
+
+/// Live bytes of the allocations whose stack passes `keep`, at `points` evenly spaced positions.
+pub fn series_where(
     snap: &Snapshot,
     d: &DeviceIndex,
-    stack: StackId,
+    keep: impl Fn(StackId) -> bool,
     points: usize,
 ) -> Vec<SeriesPoint> {
     let n = d.len.max(1);
     let points = points.max(2);
     let pos = |k: usize| (n as u64 * k as u64 / (points - 1) as u64) as u32;
     let mut delta = vec![0i128; points + 1];
-    for a in d.allocations.iter().filter(|a| a.stack == stack) {
+    for a in d.allocations.iter().filter(|a| keep(a.stack)) {
         // Alive at position p iff start < p <= end: first sample k with pos(k) > start.
         let from = if a.start == NONE {
             0

@@ -6,6 +6,7 @@ use serde::Serialize;
 use super::index::Index;
 use super::stacks::{CallSite, stacks_at};
 use super::state::state_at;
+use crate::frames::{FrameView, view};
 use crate::model::{Action, Snapshot, TraceTable};
 
 /// Why an allocation failed.
@@ -22,6 +23,10 @@ pub enum Verdict {
     /// The device was full, and more is held outside PyTorch's allocator (CUDA context, NCCL,
     /// other libraries or processes) than PyTorch reserved. Needs the device's total memory.
     OutsidePytorch,
+    /// The device was full, but what PyTorch reserved plus what the driver had free is far below
+    /// any real GPU's size: memory was probably held outside PyTorch, which only the device's
+    /// total memory settles.
+    Undetermined,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -36,6 +41,8 @@ pub struct OomReport {
     pub stream: u64,
     /// What the driver reported free (`device_free`).
     pub device_free_bytes: Option<u64>,
+    /// The device's total memory, when known (agent, NVML, the user).
+    pub device_total_bytes: Option<u64>,
     pub reserved_bytes: u64,
     pub allocated_bytes: u64,
     /// Reserved but not allocated: PyTorch's cached free memory.
@@ -46,6 +53,12 @@ pub struct OomReport {
     pub outside_pytorch_bytes: Option<u64>,
     pub verdict: Verdict,
     pub explanation: String,
+    /// What to do about it, most useful first.
+    pub advice: Vec<String>,
+    /// The line that asked for the memory: the first user frame of the `oom` entry's stack.
+    pub site: Option<FrameView>,
+    /// The `oom` entry's stack, user frames first, noise hidden.
+    pub frames: Vec<FrameView>,
     /// The largest call sites alive at the OOM.
     pub largest_sites: Vec<CallSite>,
 }
@@ -54,8 +67,183 @@ fn gib(b: u64) -> String {
     crate::units::human_bytes(b)
 }
 
-/// One report per `oom` entry. `device_total_bytes` (from NVML, when known) lets the report tell
-/// memory held outside PyTorch apart from PyTorch's own exhaustion.
+/// What the figures at one OOM say, and what to do about it.
+struct Finding {
+    verdict: Verdict,
+    explanation: String,
+    advice: Vec<String>,
+}
+
+/// The figures a verdict is drawn from.
+struct Figures {
+    block: u64,
+    requested: u64,
+    device_free: Option<u64>,
+    device_total: Option<u64>,
+    reserved: u64,
+    allocated: u64,
+    cached_free: u64,
+    largest_free: u64,
+}
+
+fn judge(f: &Figures) -> Finding {
+    const SHRINK: &str = "Shrink what is alive at this point (the largest call sites are listed): a smaller batch or sequence, activation checkpointing (torch.utils.checkpoint), lower precision, or dropping references the job no longer needs.";
+    let settle = "Give memscope this GPU's total memory (pick the GPU on the OOM page, upload through memscope_agent, which records it, or `memscope analyze --device-total-bytes`) to settle it.";
+    if f.cached_free >= f.block && f.largest_free < f.block {
+        return Finding {
+            verdict: Verdict::Fragmentation,
+            explanation: format!(
+                "PyTorch had {} cached but unallocated, more than the {} block needed, yet its largest free block in that pool was {}: the cache is fragmented.",
+                gib(f.cached_free),
+                gib(f.block),
+                gib(f.largest_free)
+            ),
+            advice: vec![
+                "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: segments grow in place instead of leaving gaps between fixed-size segments.".into(),
+                "If sizes vary from step to step (variable sequence lengths, resolutions), pad or bucket them so freed blocks fit the next request.".into(),
+                SHRINK.into(),
+            ],
+        };
+    }
+    if let Some(free) = f.device_free.filter(|&free| free >= f.requested) {
+        let limit = match f.device_total {
+            Some(total) if total > 0 => format!(
+                " PyTorch had reserved {} of this {} device ({:.0}%), so the limit is about that fraction.",
+                gib(f.reserved),
+                gib(total),
+                f.reserved as f64 * 100.0 / total as f64
+            ),
+            _ => String::new(),
+        };
+        return Finding {
+            verdict: Verdict::ProcessLimit,
+            explanation: format!(
+                "the driver still had {} free, enough for the {} PyTorch asked for, but PyTorch did not take it: a per-process limit (torch.cuda.set_per_process_memory_fraction) was reached with {} reserved.{limit}",
+                gib(free),
+                gib(f.requested),
+                gib(f.reserved)
+            ),
+            advice: vec![
+                "Raise or remove the limit: find the torch.cuda.set_per_process_memory_fraction call (or a framework option that sets it) and give this process more of the device.".into(),
+                "If the limit is there to share the GPU, shrink what is alive instead (the largest call sites are listed).".into(),
+            ],
+        };
+    }
+    let Some(free) = f.device_free else {
+        return Finding {
+            verdict: Verdict::Undetermined,
+            explanation: format!(
+                "PyTorch held {} ({} allocated), but this trace does not record what the driver had free, so whether the device was full and who filled it is unknown.",
+                gib(f.reserved),
+                gib(f.allocated)
+            ),
+            advice: vec![
+                "Record with PyTorch ≥ 2.1, whose OOM entries carry the driver's free memory."
+                    .into(),
+                SHRINK.into(),
+            ],
+        };
+    };
+    let outside_advice = |outside: u64| {
+        vec![
+            format!(
+                "Find what holds the other {}: another process on this GPU (nvidia-smi, or memscope's live view of the host), NCCL buffers, cuBLAS/cuDNN workspaces, or a library that calls cudaMalloc itself (CuPy, custom CUDA extensions, TensorRT).",
+                gib(outside)
+            ),
+            "If it is another process, give each job its own GPU (CUDA_VISIBLE_DEVICES) or limit both.".into(),
+        ]
+    };
+    match f.device_total {
+        Some(total) if f.requested > total.saturating_sub(f.allocated) => Finding {
+            verdict: Verdict::Exhaustion,
+            explanation: format!(
+                "PyTorch asked for {} at once: more than this {} device could give with {} already allocated, whatever else was freed.",
+                gib(f.requested),
+                gib(total),
+                gib(f.allocated)
+            ),
+            advice: vec![
+                "Make that one tensor smaller: a smaller batch or sequence at this line, chunk the computation, or shard it across devices.".into(),
+            ],
+        },
+        Some(total) => {
+            let outside = total.saturating_sub(free).saturating_sub(f.reserved);
+            if outside > f.reserved {
+                Finding {
+                    verdict: Verdict::OutsidePytorch,
+                    explanation: format!(
+                        "the {} device was full and {} of it was held outside PyTorch's allocator; PyTorch reserved only {} ({} allocated) and the driver had {} left.",
+                        gib(total),
+                        gib(outside),
+                        gib(f.reserved),
+                        gib(f.allocated),
+                        gib(free)
+                    ),
+                    advice: outside_advice(outside),
+                }
+            } else {
+                Finding {
+                    verdict: Verdict::Exhaustion,
+                    explanation: format!(
+                        "the {} device was full: PyTorch had {} allocated of {} reserved; {} was held outside PyTorch (CUDA context, libraries) and the driver had {} left.",
+                        gib(total),
+                        gib(f.allocated),
+                        gib(f.reserved),
+                        gib(outside),
+                        gib(free)
+                    ),
+                    advice: vec![SHRINK.into()],
+                }
+            }
+        }
+        None => {
+            let seen = free + f.reserved;
+            match crate::gpus::plausible_model(seen) {
+                Some(model) if f.requested > seen => Finding {
+                    verdict: Verdict::Exhaustion,
+                    explanation: format!(
+                        "PyTorch asked for {} at once: more than the driver had free ({}) and all PyTorch held ({}) together. The device's total is not recorded, but {} is most of a GPU like the {}, so nothing PyTorch could release would have made room.",
+                        gib(f.requested),
+                        gib(free),
+                        gib(f.reserved),
+                        gib(seen),
+                        model.name
+                    ),
+                    advice: vec![
+                        "Make that one tensor smaller: a smaller batch or sequence at this line, chunk the computation, or shard it across devices.".into(),
+                        settle.into(),
+                    ],
+                },
+                Some(model) => Finding {
+                    verdict: Verdict::Exhaustion,
+                    explanation: format!(
+                        "the device was full: PyTorch had {} allocated of {} reserved and the driver had {} left. The device's total is not recorded; {} is most of a GPU like the {}, so this reads as PyTorch's own memory filling it. On a larger GPU, the rest was held outside PyTorch.",
+                        gib(f.allocated),
+                        gib(f.reserved),
+                        gib(free),
+                        gib(seen),
+                        model.name
+                    ),
+                    advice: vec![SHRINK.into(), settle.into()],
+                },
+                None => Finding {
+                    verdict: Verdict::Undetermined,
+                    explanation: format!(
+                        "PyTorch held {} and the driver had {} left: unless this GPU has only about {}, the rest was held outside PyTorch. How much memory does this GPU have?",
+                        gib(f.reserved),
+                        gib(free),
+                        gib(seen)
+                    ),
+                    advice: vec![settle.into()],
+                },
+            }
+        }
+    }
+}
+
+/// One report per `oom` entry, the last first (the one that raised; earlier ones were caught).
+/// `device_total_bytes` (from the agent, NVML or the user) lets the report tell memory held
+/// outside PyTorch apart from PyTorch's own exhaustion.
 pub fn oom_reports(
     snap: &Snapshot,
     index: &Index,
@@ -88,47 +276,20 @@ pub fn oom_reports(
                 }
                 _ => None,
             };
-            let (verdict, explanation) = if cached_free >= block && largest_free < block {
-                (
-                    Verdict::Fragmentation,
-                    format!(
-                        "PyTorch had {} cached but unallocated, more than the {} block needed, yet its largest free block in that pool was {}: the cache is fragmented. Try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.",
-                        gib(cached_free),
-                        gib(block),
-                        gib(largest_free)
-                    ),
-                )
-            } else if device_free.is_some_and(|f| f >= requested) {
-                (
-                    Verdict::ProcessLimit,
-                    format!(
-                        "the driver still had {} free, but PyTorch did not take it: a per-process limit (set_per_process_memory_fraction) was reached with {} reserved.",
-                        gib(device_free.unwrap_or(0)),
-                        gib(reserved)
-                    ),
-                )
-            } else if outside.is_some_and(|o| o > reserved) {
-                (
-                    Verdict::OutsidePytorch,
-                    format!(
-                        "the device was full and {} of it was held outside PyTorch's allocator (PyTorch reserved {}).",
-                        gib(outside.unwrap_or(0)),
-                        gib(reserved)
-                    ),
-                )
-            } else {
-                (
-                    Verdict::Exhaustion,
-                    format!(
-                        "the device was full: PyTorch had {} allocated of {} reserved; reduce what is alive (see the largest sites).",
-                        gib(allocated),
-                        gib(reserved)
-                    ),
-                )
-            };
+            let finding = judge(&Figures {
+                block,
+                requested,
+                device_free,
+                device_total: device_total_bytes,
+                reserved,
+                allocated,
+                cached_free,
+                largest_free,
+            });
             let largest_sites = stacks_at(snap, index, d.device, Some(p), 5)
                 .map(|s| s.sites)
                 .unwrap_or_default();
+            let stack = snap.trace.stack[r];
             out.push(OomReport {
                 device: d.device,
                 position: p,
@@ -137,16 +298,21 @@ pub fn oom_reports(
                 block_bytes: block,
                 stream,
                 device_free_bytes: device_free,
+                device_total_bytes,
                 reserved_bytes: reserved,
                 allocated_bytes: allocated,
                 cached_free_bytes: cached_free,
                 largest_free_block_bytes: largest_free,
                 outside_pytorch_bytes: outside,
-                verdict,
-                explanation,
+                verdict: finding.verdict,
+                explanation: finding.explanation,
+                advice: finding.advice,
+                site: index.frames.label(snap, stack).map(|f| view(snap, f)),
+                frames: index.frames.display(snap, stack),
                 largest_sites,
             });
         }
     }
+    out.sort_by_key(|o| std::cmp::Reverse((o.time_us, o.position)));
     out
 }

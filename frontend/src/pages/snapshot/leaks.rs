@@ -1,13 +1,14 @@
-//! The leaks tab: each suspect (a stack whose allocations stay alive and were made throughout
-//! the trace) with its figures, a sparkline of its live bytes, and a link to its allocations on
-//! the timeline.
+//! The leaks tab: each suspect (a call site whose allocations stay alive and were made
+//! throughout the trace) with what grows and how fast in words, a sparkline of its live bytes,
+//! its stack (user frames first, plumbing folded), and a link to its allocations on the
+//! timeline, in a window around them.
 
 use std::sync::Arc;
 
 use leptos::prelude::*;
 
 use crate::fmt;
-use crate::pages::widgets::frames_list;
+use crate::pages::widgets::stack_frames;
 use crate::url::UrlState;
 
 /// A tiny line chart (SVG) of a series of numbers.
@@ -24,6 +25,14 @@ fn sparkline(values: &[f64]) -> impl IntoView + use<> {
             <polyline points=points.join(" ") fill="none" stroke="#d9480f" stroke-width="1.5"></polyline>
         </svg>
     }
+}
+
+/// A time window around `[a, b]` (µs) with a margin on each side, so what happened there sits
+/// inside the chart, not on its edges.
+pub fn around(a_us: i64, b_us: i64) -> (i64, i64) {
+    let span = (b_us - a_us).max(2_000);
+    let pad = span / 20 + 1_000;
+    (a_us - pad, b_us + pad)
 }
 
 #[component]
@@ -51,9 +60,13 @@ pub fn Leaks(report: Arc<::api::Report>) -> impl IntoView {
                             s.filename.rsplit('/').next().unwrap_or(""),
                             s.line
                         );
+                        let (from, to) = around(l.first_time_us, l.last_time_us);
                         url.href(&[
                             ("view", "timeline".to_string()),
                             ("device", l.device.to_string()),
+                            ("axis", "time".to_string()),
+                            ("from", from.to_string()),
+                            ("to", to.to_string()),
                             ("filter", needle),
                         ])
                     });
@@ -64,13 +77,15 @@ pub fn Leaks(report: Arc<::api::Report>) -> impl IntoView {
                                 {several_devices.then(|| view! { <span class="device">{format!("cuda:{} ", l.device)}</span> })}
                                 <span class="site">{site}</span>
                             </h3>
-                            <p>
+                            <p class="growth">{l.growth.clone()}</p>
+                            <p class="figures-line">
                                 {format!(
-                                    "{} alive at the end in {} allocations, made across {:.0}% of the trace ({} allocations from this stack in all)",
+                                    "{} alive at the end in {} allocations, made across {:.0}% of the trace ({} allocations from this line in all{})",
                                     fmt::bytes(l.bytes),
                                     l.count,
                                     l.spread * 100.0,
                                     l.total_allocations,
+                                    if l.stacks > 1 { format!(", through {} call paths", l.stacks) } else { String::new() },
                                 )}
                             </p>
                             {sparkline(&series)}
@@ -80,10 +95,7 @@ pub fn Leaks(report: Arc<::api::Report>) -> impl IntoView {
                                     <a class="on-timeline" href=href>"show its allocations on the timeline"</a>
                                 })}
                             </p>
-                            <details>
-                                <summary>"stack"</summary>
-                                {frames_list(&l.frames, 60)}
-                            </details>
+                            {stack_frames(&l.frames)}
                         </article>
                     }
                 })

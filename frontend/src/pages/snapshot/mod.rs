@@ -2,6 +2,7 @@
 //! live in the URL query (`url.rs`), so a shared link opens the same view.
 
 mod bands;
+mod context;
 mod devices;
 mod leaks;
 mod oom;
@@ -17,6 +18,7 @@ use leptos_router::hooks::{use_params_map, use_query_map};
 
 use crate::url::UrlState;
 use crate::{api, fmt};
+use context::Revision;
 
 pub const TABS: [(&str, &str); 6] = [
     ("overview", "Overview"),
@@ -39,15 +41,20 @@ pub fn SnapshotPage() -> impl IntoView {
     };
     let view_name = Memo::new(move |_| url.get("view").unwrap_or_else(|| "overview".into()));
     let device = Memo::new(move |_| url.device());
+    let revision = Revision(RwSignal::new(0));
     let report = LocalResource::new(move || {
         let id = id.get();
+        revision.0.track();
         async move { api::report(&id).await.map(Arc::new) }
     });
     let info = LocalResource::new(move || {
         let id = id.get();
+        revision.0.track();
         async move { api::info(&id).await }
     });
     provide_context(url);
+    provide_context(revision);
+    provide_context(info);
 
     view! {
         <div class="snapshot-head">

@@ -1,13 +1,17 @@
-//! The OOM tab: each `oom` event explained (what was asked, what the driver and PyTorch held,
-//! the verdict) with links to the allocator's state and memory by stack at that moment.
+//! The OOM tab: each `oom` event explained, the one that raised first (what was asked in
+//! PyTorch's words, the line that asked, what the driver and PyTorch held, the verdict and what
+//! to do), with links to the allocator's state and memory by stack at that moment, and the
+//! device's total memory: shown with where it came from, or asked for (a GPU picker) when the
+//! verdict needs it.
 
 use std::sync::Arc;
 
 use leptos::prelude::*;
 
-use crate::fmt;
-use crate::pages::widgets::kv;
+use super::context::{InfoResource, Revision};
+use crate::pages::widgets::{kv, stack_frames};
 use crate::url::UrlState;
+use crate::{api, fmt};
 
 #[component]
 pub fn Ooms(report: Arc<::api::Report>) -> impl IntoView {
@@ -15,11 +19,14 @@ pub fn Ooms(report: Arc<::api::Report>) -> impl IntoView {
     if report.ooms.is_empty() {
         return view! { <p class="ok">"No out-of-memory events in this trace."</p> }.into_any();
     }
+    let n = report.ooms.len();
     view! {
         <section class="ooms">
+            <DeviceTotal/>
             {report.ooms
                 .iter()
-                .map(|o| {
+                .enumerate()
+                .map(|(i, o)| {
                     let at_oom = |view: &str| {
                         url.href(&[
                             ("view", view.to_string()),
@@ -27,21 +34,75 @@ pub fn Ooms(report: Arc<::api::Report>) -> impl IntoView {
                             ("pos", o.position.to_string()),
                         ])
                     };
+                    // The timeline around the OOM: the second before it, or the run up to it.
+                    let timeline_href = {
+                        let start = report
+                            .devices
+                            .get(&o.device.to_string())
+                            .and_then(|d| d.first_time_us)
+                            .unwrap_or(o.time_us);
+                        let (from, to) =
+                            super::leaks::around((o.time_us - 1_000_000).max(start), o.time_us);
+                        url.href(&[
+                            ("view", "timeline".to_string()),
+                            ("device", o.device.to_string()),
+                            ("axis", "time".to_string()),
+                            ("from", from.to_string()),
+                            ("to", to.to_string()),
+                            ("pos", o.position.to_string()),
+                        ])
+                    };
+                    let which = match (i, n) {
+                        (0, 1) => "The OOM".to_string(),
+                        (0, _) => format!("The last OOM (the one that raised; {} earlier below)", n - 1),
+                        _ => format!("An earlier OOM ({} of {n}, newest first)", i + 1),
+                    };
+                    let asked = format!(
+                        "Tried to allocate {}",
+                        snapshot::units::pytorch_size(o.requested_bytes)
+                    );
+                    let block = if o.block_bytes == o.requested_bytes {
+                        String::new()
+                    } else {
+                        format!(" for a {} block", fmt::bytes(o.block_bytes))
+                    };
                     view! {
-                        <article class="oom">
+                        <article class="oom" class:first=i == 0>
+                            <p class="which">{which}</p>
                             <h3>
-                                {format!("device {} at event {}: ", o.device, o.position)}
-                                <span class="verdict">{o.verdict.as_str().replace('_', " ")}</span>
+                                {format!("device {} at event {}: ", o.device, fmt::count(o.position as u64))}
+                                <span class="verdict" data-verdict=o.verdict.as_str()>
+                                    {o.verdict.as_str().replace('_', " ")}
+                                </span>
                             </h3>
-                            <p>{o.explanation.clone()}</p>
+                            <p class="asked">
+                                <code>{asked}</code>
+                                {block}
+                                {o.site.as_ref().map(|s| view! {
+                                    " at "
+                                    <code class="failing-line">{s.short()}</code>
+                                })}
+                            </p>
+                            <p class="explanation">{o.explanation.clone()}</p>
+                            {(!o.advice.is_empty()).then(|| view! {
+                                <h4>"What to do"</h4>
+                                <ul class="advice">
+                                    {o.advice.iter().map(|a| view! { <li>{a.clone()}</li> }).collect_view()}
+                                </ul>
+                            })}
                             <div class="figures">
-                                {kv("requested", fmt::bytes(o.requested_bytes))}
-                                {kv("driver free", o.device_free_bytes.map_or("unknown".into(), fmt::bytes))}
+                                {kv("driver free", o.device_free_bytes.map_or("not recorded".into(), fmt::bytes))}
+                                {kv("device total", o.device_total_bytes.map_or("unknown".into(), fmt::bytes))}
                                 {kv("reserved", fmt::bytes(o.reserved_bytes))}
                                 {kv("allocated", fmt::bytes(o.allocated_bytes))}
                                 {kv("cached free", fmt::bytes(o.cached_free_bytes))}
                                 {kv("largest free block", fmt::bytes(o.largest_free_block_bytes))}
+                                {o.outside_pytorch_bytes.map(|b| kv("outside PyTorch", fmt::bytes(b)))}
                             </div>
+                            {(!o.frames.is_empty()).then(|| view! {
+                                <h4>"Where it was asked for"</h4>
+                                {stack_frames(&o.frames)}
+                            })}
                             <p class="oom-links">
                                 "At this moment: "
                                 <a class="oom-segments" href=at_oom("segments")>
@@ -50,6 +111,10 @@ pub fn Ooms(report: Arc<::api::Report>) -> impl IntoView {
                                 " · "
                                 <a class="oom-stacks" href=at_oom("stacks")>
                                     "memory by stack"
+                                </a>
+                                " · "
+                                <a class="oom-timeline" href=timeline_href>
+                                    "the timeline around it"
                                 </a>
                             </p>
                             <h4>"Largest call sites at the OOM"</h4>
@@ -66,4 +131,106 @@ pub fn Ooms(report: Arc<::api::Report>) -> impl IntoView {
         </section>
     }
         .into_any()
+}
+
+/// The device's total memory: where it came from, and a GPU picker (or a number) to set it; the
+/// server judges the OOMs again with it.
+#[component]
+fn DeviceTotal() -> impl IntoView {
+    let info: InfoResource = expect_context();
+    let revision: Revision = expect_context();
+    let url: UrlState = expect_context();
+    let choice = RwSignal::new(String::new());
+    let gib = RwSignal::new(String::new());
+    let message = RwSignal::new(None::<Result<String, String>>);
+    let set = move |total_bytes: u64| {
+        let id = url.id.get_untracked();
+        leptos::task::spawn_local(async move {
+            let u = ::api::UpdateSnapshot {
+                device_total_bytes: Some(total_bytes),
+                ..Default::default()
+            };
+            match api::update(&id, &u).await {
+                Ok(_) => {
+                    message.set(Some(Ok(format!(
+                        "Judged again with {} of device memory.",
+                        fmt::bytes(total_bytes)
+                    ))));
+                    revision.0.update(|r| *r += 1);
+                }
+                Err(e) => message.set(Some(Err(e))),
+            }
+        });
+    };
+    let submit = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
+        let typed = gib.get_untracked();
+        let picked = choice.get_untracked();
+        let total = if !typed.trim().is_empty() {
+            match typed.trim().parse::<f64>() {
+                Ok(g) if g > 0.0 => Some((g * (1u64 << 30) as f64) as u64),
+                _ => {
+                    message.set(Some(Err(format!("“{typed}” is not a size in GiB"))));
+                    None
+                }
+            }
+        } else {
+            snapshot::gpus::KNOWN
+                .iter()
+                .find(|g| g.name == picked)
+                .map(|g| g.total_bytes)
+        };
+        if let Some(t) = total {
+            set(t);
+        }
+    };
+    let known = move || info.get().and_then(|r| r.ok()).and_then(|i| i.device_total);
+    view! {
+        <form class="device-total" on:submit=submit>
+            {move || match known() {
+                Some(t) => view! {
+                    <span class="known">
+                        {format!(
+                            "Device memory: {} ({}{}).",
+                            fmt::bytes(t.total_bytes),
+                            t.source.words(),
+                            t.detail.map(|d| format!(": {d}")).unwrap_or_default()
+                        )}
+                    </span>
+                    " Not right? "
+                }
+                    .into_any(),
+                None => view! {
+                    <span class="unknown">
+                        "This snapshot does not say how much memory its GPU has; the verdicts need it to tell memory held outside PyTorch from PyTorch's own. Which GPU was it? "
+                    </span>
+                }
+                    .into_any(),
+            }}
+            <select class="gpu-model" on:change=move |ev| choice.set(event_target_value(&ev))>
+                <option value="">"choose a GPU…"</option>
+                {snapshot::gpus::KNOWN
+                    .iter()
+                    .map(|g| view! {
+                        <option value=g.name>{format!("{} · {}", g.name, fmt::bytes(g.total_bytes))}</option>
+                    })
+                    .collect_view()}
+            </select>
+            " or "
+            <input
+                class="gpu-gib"
+                type="text"
+                inputmode="decimal"
+                placeholder="GiB"
+                size="6"
+                on:input=move |ev| gib.set(event_target_value(&ev))
+            />
+            " "
+            <button type="submit">"Set"</button>
+            {move || message.get().map(|m| match m {
+                Ok(t) => view! { <span class="saved">{t}</span> }.into_any(),
+                Err(e) => view! { <span class="error">{e}</span> }.into_any(),
+            })}
+        </form>
+    }
 }

@@ -1,5 +1,6 @@
-//! The overview tab: headline figures, warnings, devices, allocator settings, and "compare with"
-//! another snapshot of the library.
+//! The overview tab: the answer in words first (the OOM and why, the leak and how fast it grows,
+//! else the peak), each sentence linking to the view that shows it; then headline figures,
+//! warnings, devices, allocator settings, and "compare with" another snapshot of the library.
 
 use std::sync::Arc;
 
@@ -17,8 +18,25 @@ pub fn Overview(report: Arc<::api::Report>) -> impl IntoView {
         .allocator_settings
         .as_ref()
         .map(|s| serde_json::to_string_pretty(s).unwrap_or_default());
+    let url: UrlState = expect_context();
+    let sentences = headline(r);
     view! {
         <section class="overview">
+            <p class="headline">
+                {sentences
+                    .into_iter()
+                    .map(|h| {
+                        let href = url.href(&h.link);
+                        view! {
+                            <span class=format!("said s-{}", h.kind)>
+                                <span class="sentence">{h.text}</span>
+                                " "
+                                <a class="more" href=href>{h.link_text}</a>
+                            </span>
+                        }
+                    })
+                    .collect_view()}
+            </p>
             <div class="figures">
                 {kv("segments", fmt::count(r.segments))}
                 {kv("blocks", fmt::count(r.blocks))}
@@ -81,6 +99,110 @@ pub fn Overview(report: Arc<::api::Report>) -> impl IntoView {
     }
 }
 
+/// One sentence of the headline and the view that shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sentence {
+    /// `oom`, `leak` or `peak` (class `s-KIND`, and what tests look for).
+    pub kind: &'static str,
+    pub text: String,
+    pub link_text: &'static str,
+    pub link: Vec<(&'static str, String)>,
+}
+
+fn site_words(f: Option<&::api::Frame>) -> String {
+    f.map(|f| format!(" at {}", f.short())).unwrap_or_default()
+}
+
+/// The report in words: what a person would say first about this snapshot.
+pub fn headline(r: &::api::Report) -> Vec<Sentence> {
+    use ::api::Verdict;
+    let mut out = Vec::new();
+    if let Some(o) = r.ooms.first() {
+        let why = match o.verdict {
+            Verdict::Fragmentation => format!(
+                "fragmentation: {} was cached but no free block was large enough",
+                fmt::bytes(o.cached_free_bytes)
+            ),
+            Verdict::ProcessLimit => {
+                "a per-process memory limit stopped PyTorch while the driver still had memory"
+                    .into()
+            }
+            Verdict::Exhaustion => "the device was full of PyTorch's own memory".into(),
+            Verdict::OutsidePytorch => format!(
+                "{} of the device was held outside PyTorch",
+                o.outside_pytorch_bytes.map_or("most".into(), fmt::bytes)
+            ),
+            Verdict::Undetermined => format!(
+                "PyTorch held only {} and the driver had {} left, so unless the GPU is that small the rest was held outside PyTorch; the GPU's size settles it",
+                fmt::bytes(o.reserved_bytes),
+                o.device_free_bytes.map_or("little".into(), fmt::bytes)
+            ),
+        };
+        let earlier = match r.ooms.len() {
+            1 => String::new(),
+            2 => " (after one earlier OOM)".into(),
+            n => format!(" (after {} earlier OOMs)", n - 1),
+        };
+        out.push(Sentence {
+            kind: "oom",
+            text: format!(
+                "Out of memory at event {} on cuda:{}{earlier}, trying to allocate {}{}: {why}.",
+                fmt::count(o.position as u64),
+                o.device,
+                snapshot::units::pytorch_size(o.requested_bytes),
+                site_words(o.site.as_ref()),
+            ),
+            link_text: "the OOM report",
+            link: vec![("view", "oom".into()), ("device", o.device.to_string())],
+        });
+    }
+    if let Some(l) = r.leak_suspects.first() {
+        let more = match r.leak_suspects.len() {
+            1 => String::new(),
+            2 => " One more suspect.".into(),
+            n => format!(" {} more suspects.", n - 1),
+        };
+        out.push(Sentence {
+            kind: "leak",
+            text: format!("A leak{}: {}.{more}", site_words(l.site.as_ref()), l.growth),
+            link_text: "the leak suspects",
+            link: vec![("view", "leaks".into()), ("device", l.device.to_string())],
+        });
+    }
+    if let Some((device, d)) = r
+        .devices
+        .iter()
+        .filter(|(_, d)| d.entries > 0)
+        .max_by_key(|(_, d)| d.peak_live_bytes)
+    {
+        out.push(Sentence {
+            kind: "peak",
+            text: format!(
+                "Live memory peaked at {} after event {} on cuda:{device}; {} reserved and {} allocated at the snapshot.",
+                fmt::bytes(d.peak_live_bytes),
+                fmt::count(d.peak_position as u64),
+                fmt::bytes(r.reserved_bytes),
+                fmt::bytes(r.allocated_bytes)
+            ),
+            link_text: "the timeline",
+            link: vec![("view", "timeline".into()), ("device", device.clone())],
+        });
+    } else {
+        out.push(Sentence {
+            kind: "peak",
+            text: format!(
+                "No trace, only the allocator's state at the snapshot: {} reserved, {} allocated in {} segments.",
+                fmt::bytes(r.reserved_bytes),
+                fmt::bytes(r.allocated_bytes),
+                fmt::count(r.segments)
+            ),
+            link_text: "the segments",
+            link: vec![("view", "segments".into())],
+        });
+    }
+    out
+}
+
 /// "Compare with …": another snapshot of the library as A, this one as B (`/diff/A/B`).
 #[component]
 fn CompareWith() -> impl IntoView {
@@ -124,5 +246,55 @@ fn CompareWith() -> impl IntoView {
             }
             _ => ().into_any(),
         }}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(name: &str) -> ::api::Report {
+        let path = format!(
+            "{}/../tests/golden/api/{name}/report.json",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        // A golden answer: the status on the first line, then the body.
+        let text = std::fs::read_to_string(path).unwrap();
+        let body = text.split_once('\n').unwrap().1;
+        serde_json::from_str(body).unwrap()
+    }
+
+    #[test]
+    fn an_oom_is_said_first_with_its_line_and_why() {
+        let h = headline(&report("oom_fraction"));
+        assert_eq!(h[0].kind, "oom");
+        assert!(
+            h[0].text.starts_with(
+                "Out of memory at event 1,327 on cuda:0, trying to allocate 24.00 MiB at gen_snapshots.py:181 run: fragmentation:"
+            ),
+            "{}",
+            h[0].text
+        );
+        assert_eq!(h[0].link[0], ("view", "oom".to_string()));
+    }
+
+    #[test]
+    fn a_leak_is_said_with_its_rate() {
+        let h = headline(&report("leak_detached_cache"));
+        assert_eq!(h[0].kind, "leak");
+        assert!(
+            h[0].text
+                .starts_with("A leak at gen_snapshots.py:126 run: 2.0 MiB kept per step"),
+            "{}",
+            h[0].text
+        );
+        assert_eq!(h.last().unwrap().kind, "peak");
+    }
+
+    #[test]
+    fn a_snapshot_without_trace_says_so() {
+        let h = headline(&report("segments_only"));
+        assert_eq!(h.len(), 1);
+        assert!(h[0].text.starts_with("No trace"), "{}", h[0].text);
     }
 }

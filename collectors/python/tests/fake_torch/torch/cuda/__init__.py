@@ -16,6 +16,7 @@ class _Fake:
         self.history = None
         self.dumps = []
         self.snapshots_taken = 0
+        self.total_memory = 150_754_820_096  # an H200
 
     def fire_oom(self, device=0, requested=24 << 20, limit=1 << 31, free=8 << 20):
         self.ooms += 1
@@ -59,4 +60,9 @@ def memory_stats(device=None):
 
 
 def get_device_properties(device):
-    return types.SimpleNamespace(uuid="0a1b2c3d-0000-1111-2222-33334444%04d" % device)
+    return types.SimpleNamespace(uuid="0a1b2c3d-0000-1111-2222-33334444%04d" % device,
+                                 total_memory=fake.total_memory)
+
+
+def current_device():
+    return 0
