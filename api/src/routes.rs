@@ -7,7 +7,7 @@ use serde::Serialize;
 use crate::diff::DiffQuery;
 use crate::library::{ListQuery, UploadQuery};
 use crate::live::WindowQuery;
-use crate::views::{DeviceQuery, PositionQuery, StacksQuery, TimelineQuery};
+use crate::views::{DeviceQuery, EventsQuery, PositionQuery, StacksQuery, TimelineQuery};
 
 pub const HEALTH: &str = "/api/health";
 pub const SNAPSHOTS: &str = "/api/snapshots";
@@ -19,6 +19,7 @@ pub const STATE: &str = "/api/snapshots/{id}/state";
 pub const STACKS: &str = "/api/snapshots/{id}/stacks";
 pub const SEGMENTS: &str = "/api/snapshots/{id}/segments";
 pub const FRAMES: &str = "/api/snapshots/{id}/frames/{stack}";
+pub const EVENTS: &str = "/api/snapshots/{id}/events";
 pub const UPLOAD_PROGRESS: &str = "/api/uploads/{token}";
 pub const DIFF: &str = "/api/diff/{a}/{b}";
 pub const INGEST: &str = "/api/ingest";
@@ -98,6 +99,9 @@ pub fn stacks(id: &str, q: &StacksQuery) -> String {
 }
 pub fn segments(id: &str, q: &DeviceQuery) -> String {
     with_query(snapshot_path(id, "/segments"), q)
+}
+pub fn events(id: &str, q: &EventsQuery) -> String {
+    with_query(snapshot_path(id, "/events"), q)
 }
 pub fn frames(id: &str, stack: crate::StackId) -> String {
     snapshot_path(id, &format!("/frames/{}", stack.0))

@@ -232,6 +232,9 @@ pub struct BlockView {
     pub allocation: Option<u32>,
     /// Its stack (resolve with `/frames/{stack}`; 0: none).
     pub stack: StackId,
+    /// Its call site: an index into [`AllocatorState::sites`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub site: Option<u32>,
 }
 
 /// A segment at a position, its blocks in address order.
@@ -268,6 +271,9 @@ pub struct AllocatorState {
     pub segments: Vec<SegmentView>,
     pub total: Fragmentation,
     pub pools: Vec<PoolFragmentation>,
+    /// The call sites of the blocks (first user frame of each block's stack), each once.
+    #[serde(default)]
+    pub sites: Vec<Frame>,
 }
 
 /// Memory one call site holds.
@@ -302,6 +308,10 @@ pub struct StackReport {
     pub total_bytes: u64,
     pub count: u32,
     pub sites: Vec<CallSite>,
+    /// The frames `flame` is built from: as asked, else Python when the snapshot has Python
+    /// frames (what a Python user reads), else all.
+    #[serde(default)]
+    pub frames: FlameFrames,
     pub flame: FlameNode,
 }
 
@@ -372,4 +382,47 @@ mod tests {
         let e = serde_json::from_str::<FlameFrames>("\"cpp\"").unwrap_err();
         assert!(e.to_string().contains("frames=cpp: use all or python"));
     }
+}
+
+/// `GET /api/snapshots/{id}/events?device=D&position=P&before=B&after=A`: the trace entries
+/// around a position (the segments view's event list).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EventsQuery {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<i32>,
+    /// Default: the last event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position: Option<u32>,
+    /// Entries up to and including `position` (default 8, at most 200).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before: Option<u32>,
+    /// Entries past it (default 8, at most 200).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<u32>,
+}
+
+/// One trace entry as people read it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TraceEvent {
+    /// 1-based: the state "after event `position`" includes it.
+    pub position: u32,
+    pub action: crate::TraceAction,
+    pub address: u64,
+    #[serde(rename = "size")]
+    pub size_bytes: u64,
+    pub stream: u64,
+    pub time_us: i64,
+    /// The first user frame of its stack.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub site: Option<Frame>,
+}
+
+/// The answer to [`EventsQuery`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventsAround {
+    pub device: i32,
+    pub position: u32,
+    /// Events on the device.
+    pub events: u32,
+    pub around: Vec<TraceEvent>,
 }

@@ -100,6 +100,10 @@ pub async fn state(id: &str, q: &api::PositionQuery) -> Result<api::AllocatorSta
     get(routes::state(id, q)).await
 }
 
+pub async fn events(id: &str, q: &api::EventsQuery) -> Result<api::EventsAround, String> {
+    get(routes::events(id, q)).await
+}
+
 pub async fn stacks(id: &str, q: &api::StacksQuery) -> Result<api::StackReport, String> {
     get(routes::stacks(id, q)).await
 }

@@ -15,6 +15,40 @@ pub fn ctx(c: &web_sys::HtmlCanvasElement) -> web_sys::CanvasRenderingContext2d 
         .unchecked_into()
 }
 
+/// The screen's device pixels per CSS pixel (2 on most laptops' displays).
+pub fn device_pixel_ratio() -> f64 {
+    web_sys::window()
+        .map(|w| w.device_pixel_ratio())
+        .filter(|r| *r > 0.0)
+        .unwrap_or(1.0)
+}
+
+/// Sizes a canvas to `css_w` × `css_h` CSS pixels backed by as many device pixels, and returns
+/// its context scaled so drawing code works in CSS pixels: sharp at any devicePixelRatio.
+pub fn sharp(
+    c: &web_sys::HtmlCanvasElement,
+    css_w: f64,
+    css_h: f64,
+) -> web_sys::CanvasRenderingContext2d {
+    let dpr = device_pixel_ratio();
+    c.set_width((css_w * dpr).round() as u32);
+    c.set_height((css_h * dpr).round() as u32);
+    let _ = c.style().set_property("width", &format!("{css_w}px"));
+    let _ = c.style().set_property("height", &format!("{css_h}px"));
+    let g = ctx(c);
+    let _ = g.set_transform(dpr, 0.0, 0.0, dpr, 0.0, 0.0);
+    g
+}
+
+/// The pointer's position in CSS pixels from the canvas's top-left corner.
+pub fn pointer_css(c: &web_sys::HtmlCanvasElement, ev: &web_sys::MouseEvent) -> (f64, f64) {
+    let r = c.get_bounding_client_rect();
+    (
+        ev.client_x() as f64 - r.left(),
+        ev.client_y() as f64 - r.top(),
+    )
+}
+
 /// A linear map from data `[d0, d1]` to pixels `[p0, p1]` (and back).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Scale {

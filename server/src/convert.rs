@@ -304,38 +304,71 @@ pub fn oom_marker(m: tl::OomMarker) -> api::OomMarker {
     }
 }
 
-pub fn allocator_state(s: state::AllocatorState) -> api::AllocatorState {
+pub fn trace_event(e: analysis::timeline::TraceEvent) -> api::TraceEvent {
+    api::TraceEvent {
+        position: e.position,
+        action: api::TraceAction::from_name(e.other_action.as_deref().unwrap_or(e.action)),
+        address: e.address,
+        size_bytes: e.size_bytes,
+        stream: e.stream,
+        time_us: e.time_us,
+        site: e.site.map(frame),
+    }
+}
+
+/// The allocator's state for the dashboard: each block with its call site (one table of sites,
+/// so the view colours blocks by the line that made them).
+pub fn allocator_state(
+    s: state::AllocatorState,
+    snap: &snapshot::Snapshot,
+    index: &index::Index,
+) -> api::AllocatorState {
+    let mut site_ids: std::collections::HashMap<model::FrameId, u32> = Default::default();
+    let mut sites = Vec::new();
+    let mut site_of = |stack: model::StackId| {
+        if stack == model::StackId::EMPTY {
+            return None;
+        }
+        let f = index.frames.label(snap, stack)?;
+        Some(*site_ids.entry(f).or_insert_with(|| {
+            sites.push(frame(snapshot::frames::view(snap, f)));
+            (sites.len() - 1) as u32
+        }))
+    };
+    let segments = s
+        .segments
+        .into_iter()
+        .map(|g| api::SegmentView {
+            address: g.address,
+            total_bytes: g.total_size,
+            stream: g.stream,
+            segment_type: segment_type(g.segment_type),
+            pool_id: g.pool_id,
+            is_expandable: g.is_expandable,
+            blocks: g
+                .blocks
+                .into_iter()
+                .map(|b| api::BlockView {
+                    address: b.address,
+                    size_bytes: b.size,
+                    requested_bytes: b.requested_size,
+                    state: block_state(b.state),
+                    allocation: b.allocation,
+                    stack: stack_id(b.stack),
+                    site: site_of(b.stack),
+                })
+                .collect(),
+            fragmentation: fragmentation(g.fragmentation),
+        })
+        .collect();
     api::AllocatorState {
         device: s.device,
         position: s.position,
         exact: s.exact,
-        segments: s
-            .segments
-            .into_iter()
-            .map(|g| api::SegmentView {
-                address: g.address,
-                total_bytes: g.total_size,
-                stream: g.stream,
-                segment_type: segment_type(g.segment_type),
-                pool_id: g.pool_id,
-                is_expandable: g.is_expandable,
-                blocks: g
-                    .blocks
-                    .into_iter()
-                    .map(|b| api::BlockView {
-                        address: b.address,
-                        size_bytes: b.size,
-                        requested_bytes: b.requested_size,
-                        state: block_state(b.state),
-                        allocation: b.allocation,
-                        stack: stack_id(b.stack),
-                    })
-                    .collect(),
-                fragmentation: fragmentation(g.fragmentation),
-            })
-            .collect(),
+        segments,
         total: fragmentation(s.total),
         pools: s.pools.into_iter().map(pool).collect(),
+        sites,
     }
 }
 
@@ -357,6 +390,10 @@ pub fn stack_report(s: stacks::StackReport) -> api::StackReport {
         total_bytes: s.total_bytes,
         count: s.count,
         sites: s.sites.into_iter().map(call_site).collect(),
+        frames: match s.frames {
+            analysis::FlameFrames::All => api::FlameFrames::All,
+            analysis::FlameFrames::PythonOnly => api::FlameFrames::Python,
+        },
         flame: flame(s.flame),
     }
 }

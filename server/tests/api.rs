@@ -310,7 +310,9 @@ async fn queries_answer_from_the_model() {
     )
     .await;
     assert_eq!(k["sites"][0]["site"]["line"], 181);
-    // The flame tree from Python frames only: same total, no C++ frame.
+    // Python frames by default (the snapshot has them), the choice said in the answer; all
+    // frames on request, with the same total.
+    assert_eq!(k["frames"], "python");
     let (st, py) = call(
         &state,
         "GET",
@@ -319,6 +321,15 @@ async fn queries_answer_from_the_model() {
     )
     .await;
     assert_eq!(st, StatusCode::OK);
+    assert_eq!(py, k, "the default is Python frames");
+    let (_, k) = call(
+        &state,
+        "GET",
+        &format!("/api/snapshots/{id}/stacks?frames=all"),
+        vec![],
+    )
+    .await;
+    assert_eq!(k["frames"], "all");
     assert_eq!(py["flame"]["bytes"], k["flame"]["bytes"]);
     assert!(k["flame"].to_string().contains(".cpp\""));
     let text = py["flame"].to_string();
@@ -538,6 +549,16 @@ async fn every_api_route_builder_reaches_its_handler() {
         ),
         ("GET", routes::segments(&id, &Default::default())),
         ("GET", routes::frames(&id, api::StackId(1))),
+        (
+            "GET",
+            routes::events(
+                &id,
+                &api::EventsQuery {
+                    position: Some(5),
+                    ..Default::default()
+                },
+            ),
+        ),
         ("GET", routes::diff(&id, &id, &Default::default())),
         ("GET", routes::upload_progress("t")),
         ("POST", routes::ingest()),
@@ -842,4 +863,70 @@ async fn oom_verdicts_follow_what_is_known_of_the_device() {
     let id = up["id"].as_str().unwrap();
     let (_, report) = call(&state2, "GET", &format!("/api/snapshots/{id}"), vec![]).await;
     assert_eq!(report["ooms"][0]["verdict"], "outside_pytorch");
+}
+
+/// The events around a position: numbered as the state is ("after event p" includes event p),
+/// clipped at the ends, each with its action, size and call site; the state's blocks carry their
+/// call sites.
+#[tokio::test]
+async fn events_around_a_position_and_block_sites() {
+    let (_dir, state) = open_state("events").await;
+    let id = upload_fixture(&state, "leak_detached_cache.pickle").await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (st, a) = call(
+        &state,
+        "GET",
+        &format!("/api/snapshots/{id}/events?position=100&before=3&after=2"),
+        vec![],
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK, "{a}");
+    let pos: Vec<u64> = a["around"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["position"].as_u64().unwrap())
+        .collect();
+    assert_eq!(pos, [97, 98, 99, 100, 101, 102]);
+    assert_eq!(a["events"], 4936);
+    let (_, a) = call(
+        &state,
+        "GET",
+        &format!("/api/snapshots/{id}/events?position=1&before=5&after=0"),
+        vec![],
+    )
+    .await;
+    assert_eq!(
+        a["around"].as_array().unwrap().len(),
+        1,
+        "clipped at the first event: {a}"
+    );
+    let e = &a["around"][0];
+    assert!(
+        e["action"].is_string() && e["size"].is_u64() && e["stream"].is_u64(),
+        "{e}"
+    );
+    // The planted leak's line colours its blocks: the state names it among its sites.
+    let (_, st) = call(&state, "GET", &format!("/api/snapshots/{id}/state"), vec![]).await;
+    let sites = st["sites"].as_array().unwrap();
+    let planted = sites
+        .iter()
+        .position(|f| {
+            f["line"] == 126
+                && f["filename"]
+                    .as_str()
+                    .unwrap()
+                    .ends_with("gen_snapshots.py")
+        })
+        .expect("the leak's line among the sites");
+    let blocks = st["segments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["blocks"].as_array().unwrap())
+        .filter(|b| b["site"] == planted)
+        .count();
+    assert_eq!(blocks, 60, "one block per leaked step");
 }

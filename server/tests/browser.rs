@@ -405,6 +405,28 @@ async fn dashboard_end_to_end() {
     .await;
     let label = label.as_str().unwrap();
     assert!(label.starts_with("0x") && label.contains("MiB"), "{label}");
+    // Allocated blocks by call site (the legend names the leak's line), the event at the position
+    // named, its neighbours listed; a click on one goes there.
+    let sites = wait_js(&c, "document.querySelector('.sites-legend') && document.querySelector('.sites-legend').innerText", "the sites legend").await;
+    assert!(
+        sites.as_str().unwrap().contains("gen_snapshots.py:126"),
+        "{sites}"
+    );
+    let current = wait_js(&c, "document.querySelector('.current-event') && document.querySelector('.current-event').innerText", "the current event").await;
+    assert!(current.as_str().unwrap().starts_with("Event "), "{current}");
+    let target = wait_js(
+        &c,
+        "document.querySelector('.event-list li:not(.current)').dataset.pos",
+        "a neighbour",
+    )
+    .await;
+    click(&c, ".event-list li:not(.current)").await;
+    wait_js(
+        &c,
+        &format!("location.search.includes('pos={}') && document.querySelector('.event-list li.current') && document.querySelector('.event-list li.current').dataset.pos == '{}'", target.as_str().unwrap(), target.as_str().unwrap()),
+        "the clicked event as the position",
+    )
+    .await;
     screenshot(&c, "segments").await;
 
     open_tab(&c, "stacks").await;
@@ -414,26 +436,53 @@ async fn dashboard_end_to_end() {
         "the stacks table",
     )
     .await;
-    screenshot(&c, "stacks").await;
-    // Python frames only: the icicle loses its C++ frames, keeps the planted line, and the choice
-    // is in the URL.
+    // Python frames by default (the snapshot has them): the widest top box is the script, and a
+    // hover names the box under the pointer with its file and line. All frames (C++ too) on
+    // request: a deeper tree, the choice in the URL.
+    let icicle = "document.getElementById('icicle-canvas')";
+    wait_js(
+        &c,
+        &format!("{} > 1000", common::canvas_pixels("icicle-canvas")),
+        "the icicle drawn",
+    )
+    .await;
+    let python_rows = wait_js(&c, &format!("{icicle}.dataset.rows"), "rows").await;
+    let top = wait_js(&c, &format!("{icicle}.dataset.top"), "top").await;
     assert!(
-        wait_js(&c, "document.querySelector('.icicle').innerText", "icicle")
-            .await
-            .as_str()
-            .unwrap()
-            .contains("at::")
+        top.as_str().unwrap().starts_with("gen_snapshots.py:"),
+        "{top}"
     );
+    assert_eq!(
+        wait_js(
+            &c,
+            "document.querySelector('label.python-only input').checked",
+            "checkbox"
+        )
+        .await,
+        true
+    );
+    c.execute(
+        &format!("const c = {icicle}; const r = c.getBoundingClientRect(); c.dispatchEvent(new MouseEvent('mousemove', {{clientX: r.left + 5, clientY: r.top + 5, bubbles: true}}));"),
+        vec![],
+    )
+    .await
+    .unwrap();
+    let tip = wait_js(
+        &c,
+        "document.querySelector('.icicle-tip') && document.querySelector('.icicle-tip').innerText",
+        "the hover tooltip",
+    )
+    .await;
+    assert!(tip.as_str().unwrap().contains("gen_snapshots.py:"), "{tip}");
+    screenshot(&c, "stacks-python").await;
     click(&c, "label.python-only input").await;
     wait_js(
         &c,
-        "location.search.includes('frames=python') && document.querySelector('.icicle') && !document.querySelector('.icicle').innerText.includes('at::')",
-        "the Python-only icicle",
+        &format!("location.search.includes('frames=all') && {icicle} && Number({icicle}.dataset.rows) > {python_rows}"),
+        "the icicle with C++ frames (deeper)",
     )
     .await;
-    let icicle = wait_js(&c, "document.querySelector('.icicle').innerText", "icicle").await;
-    assert!(icicle.as_str().unwrap().contains("run"), "{icicle}");
-    screenshot(&c, "stacks-python").await;
+    screenshot(&c, "stacks-all-frames").await;
     // Another moment from the slider, then back to the peak.
     c.execute(
         "const s = document.querySelector('input.stacks-pos'); s.value = '100'; s.dispatchEvent(new Event('change'));",

@@ -139,9 +139,25 @@ async fn dashboard_benchmark() {
         wait_js(&c, "document.querySelector('#file-input')", "library").await;
         let t0 = Instant::now();
         upload(&c, &path).await;
-        // A single upload opens its timeline by itself once indexed.
+        // A single upload opens itself once indexed (on its leaks or OOM report when it has
+        // them); then the Timeline tab.
         wait_js(&c, "location.pathname.startsWith('/s/')", "upload").await;
         let uploaded_s = t0.elapsed().as_secs_f64();
+        if !c
+            .current_url()
+            .await
+            .unwrap()
+            .as_str()
+            .contains("view=timeline")
+        {
+            wait_js(
+                &c,
+                "document.querySelector(\"button.tab[data-tab='timeline']\")",
+                "tabs",
+            )
+            .await;
+            click(&c, "button.tab[data-tab='timeline']").await;
+        }
         wait_js(&c, &format!("{CANVAS_PIXELS} > 5000"), "timeline").await;
         let choose_to_drawn_s = t0.elapsed().as_secs_f64();
         let id = wait_js(&c, "location.pathname", "path")
@@ -240,6 +256,19 @@ async fn dashboard_benchmark() {
             wait_js(&c, &format!("location.search.includes('pos={}') && document.querySelector('.segmap .block') && !document.body.innerText.includes('loading')", mid + k), "step").await;
             steps.push(t0.elapsed().as_secs_f64());
         }
+        // 4. The stacks view at the peak (Python frames when recorded): navigation start to the
+        // icicle drawn and the call-site table in place, by the page's clock (warm server).
+        c.goto(&format!("{base2}/s/{id}?view=stacks"))
+            .await
+            .unwrap();
+        let (stacks_nav_ms, _) = common::nav_to_drawn_ms(
+            &c,
+            &format!(
+                "{} > 1000 && document.querySelectorAll('table.sites tr').length > 1",
+                common::canvas_pixels("icicle-canvas")
+            ),
+        )
+        .await;
         let renderer_rss = renderer_peak_rss(&data.join("p2"));
         c.close().await.unwrap();
 
@@ -307,6 +336,7 @@ async fn dashboard_benchmark() {
                 "reopen_from_library_to_drawn_timeline_s": reopen_in_app_s,
                 "fresh_browser_static_page_s": static_ready_s,
                 "segments_view_s": segments_s,
+                "stacks_view_nav_to_drawn_s": stacks_nav_ms / 1e3,
                 "segments_step_s_p50": percentile(&mut steps_sorted.clone(), 0.5),
                 "segments_step_s_max": percentile(&mut steps_sorted, 1.0),
                 "renderer_peak_rss_mb": renderer_rss as f64 / 1e6,
@@ -363,6 +393,11 @@ fn print_summary(results: &[serde_json::Value]) {
             "segment view at an event / viewer: switch to state history (s)",
             "segments_view_s",
             "official_viewer.switch_to_drawn_state_history_s",
+        ),
+        (
+            "stacks view at the peak, navigation start → icicle and table drawn (s)",
+            "stacks_view_nav_to_drawn_s",
+            "-",
         ),
         (
             "renderer peak RSS vs. the viewer's timeline (MB)",

@@ -109,6 +109,12 @@ impl FrameClass {
         self.cpp[f.0 as usize]
     }
 
+    /// True when the snapshot recorded Python frames (not only C++): then people read its
+    /// stacks in Python.
+    pub fn has_python(&self) -> bool {
+        self.cpp.iter().zip(&self.noise).any(|(&c, &n)| !c && !n)
+    }
+
     /// The innermost user frame of a stack.
     pub fn first_user_frame(&self, snap: &Snapshot, stack: StackId) -> Option<FrameId> {
         snap.stack(stack).iter().copied().find(|&f| self.is_user(f))

@@ -25,6 +25,7 @@ pub fn router() -> Router<AppState> {
         .route(routes::STACKS, get(stacks))
         .route(routes::SEGMENTS, get(segment_spans))
         .route(routes::FRAMES, get(frames))
+        .route(routes::EVENTS, get(events))
 }
 
 /// The snapshot `id`, loaded (from memory or its model file); 404 if there is none.
@@ -125,12 +126,16 @@ async fn state_at(
             Err(_) => m.snap.segments.first().map_or(0, |s| s.device),
         };
         let len = m.index.device(device).map_or(0, |d| d.len);
-        Ok(convert::allocator_state(analysis::state_at(
+        Ok(convert::allocator_state(
+            analysis::state_at(
+                &m.snap,
+                &m.index,
+                device,
+                q.position.unwrap_or(len).min(len),
+            ),
             &m.snap,
             &m.index,
-            device,
-            q.position.unwrap_or(len).min(len),
-        )))
+        ))
     })
     .await?;
     Ok(Json(r))
@@ -143,10 +148,49 @@ async fn stacks(
 ) -> ApiResult<Json<api::StackReport>> {
     let r = query(&s, &id, move |m| {
         let device = device_of(m, q.device)?.device;
-        let frames = convert::flame_frames_in(q.frames.unwrap_or_default());
-        analysis::stacks_at_with(&m.snap, &m.index, device, q.position, 200, frames)
-            .map(convert::stack_report)
-            .ok_or_else(|| ApiError::BadRequest("no trace".into()))
+        let frames = q.frames.unwrap_or(if m.index.frames.has_python() {
+            api::FlameFrames::Python
+        } else {
+            api::FlameFrames::All
+        });
+        analysis::stacks_at_with(
+            &m.snap,
+            &m.index,
+            device,
+            q.position,
+            200,
+            convert::flame_frames_in(frames),
+        )
+        .map(convert::stack_report)
+        .ok_or_else(|| ApiError::BadRequest("no trace".into()))
+    })
+    .await?;
+    Ok(Json(r))
+}
+
+/// The trace entries around a position (the segments view lists them beside the state).
+async fn events(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    ApiQuery(q): ApiQuery<api::EventsQuery>,
+) -> ApiResult<Json<api::EventsAround>> {
+    let r = query(&s, &id, move |m| {
+        let d = device_of(m, q.device)?;
+        let position = q.position.unwrap_or(d.len).min(d.len);
+        let around = analysis::timeline::events_around(
+            &m.snap,
+            &m.index,
+            d.device,
+            position,
+            q.before.unwrap_or(8).min(200),
+            q.after.unwrap_or(8).min(200),
+        );
+        Ok(api::EventsAround {
+            device: d.device,
+            position,
+            events: d.len,
+            around: around.into_iter().map(convert::trace_event).collect(),
+        })
     })
     .await?;
     Ok(Json(r))

@@ -36,6 +36,8 @@ pub struct StackReport {
     pub total_bytes: u64,
     pub count: u32,
     pub sites: Vec<CallSite>,
+    /// The frames `flame` was built from.
+    pub frames: FlameFrames,
     pub flame: FlameNode,
 }
 
@@ -68,7 +70,8 @@ pub fn stacks_at(
 }
 
 /// Which frames the flame tree is built from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum FlameFrames {
     /// Every frame but noise (C++ included, when the snapshot recorded it).
     All,
@@ -178,6 +181,7 @@ pub fn stacks_at_with(
         total_bytes: root.bytes,
         count: root.count,
         sites,
+        frames,
         flame: root,
     })
 }

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::index::{DeviceIndex, Index, NONE};
 use crate::frames::FrameView;
-use crate::model::{Snapshot, StackId};
+use crate::model::{Snapshot, StackId, TraceTable};
 
 /// Which x axis a window is given in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -463,4 +463,62 @@ mod annotation_tests {
             ]
         );
     }
+}
+
+/// One trace entry as people read it: what happened, to which address and size, on which stream,
+/// from which line.
+#[derive(Clone, Debug, Serialize)]
+pub struct TraceEvent {
+    /// 1-based: the allocator's state "after event `position`" includes this entry.
+    pub position: u32,
+    pub action: &'static str,
+    /// The name PyTorch gave an action memscope does not know.
+    pub other_action: Option<String>,
+    pub address: u64,
+    pub size_bytes: u64,
+    pub stream: u64,
+    pub time_us: i64,
+    /// The first user frame of its stack (or the best other frame).
+    pub site: Option<FrameView>,
+}
+
+/// The entries around `position` on `device`: `before` up to and including it, `after` past it.
+pub fn events_around(
+    snap: &Snapshot,
+    index: &Index,
+    device: i32,
+    position: u32,
+    before: u32,
+    after: u32,
+) -> Vec<TraceEvent> {
+    let Some(d) = index.device(device) else {
+        return Vec::new();
+    };
+    let p = position.min(d.len);
+    let first = p.saturating_sub(before).max(1);
+    let last = p.saturating_add(after).min(d.len);
+    (first..=last)
+        .filter(|_| d.len > 0)
+        .map(|pos| {
+            let r = d.row(pos - 1);
+            let t = &snap.trace;
+            let action = t.action[r];
+            TraceEvent {
+                position: pos,
+                action: action.as_str(),
+                other_action: (action == crate::model::Action::Other)
+                    .then(|| TraceTable::sparse(&t.other_action, r as u32))
+                    .flatten()
+                    .map(|s| snap.str(s).to_string()),
+                address: t.addr[r],
+                size_bytes: t.size[r],
+                stream: t.stream[r],
+                time_us: t.time_us[r],
+                site: index
+                    .frames
+                    .label(snap, t.stack[r])
+                    .map(|f| crate::frames::view(snap, f)),
+            }
+        })
+        .collect()
 }

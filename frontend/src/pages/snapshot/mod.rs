@@ -4,6 +4,7 @@
 mod bands;
 mod context;
 mod devices;
+mod icicle;
 mod leaks;
 mod oom;
 mod overview;

@@ -1,6 +1,8 @@
 //! The segments tab: the allocator's segments and blocks at any event (exact at the snapshot,
 //! rebuilt from the trace before it), stepped with the keyboard or chosen on the cached-segment
-//! timeline above (each segment a row from its cudaMalloc to its cudaFree).
+//! timeline above (each segment a row from its cudaMalloc to its cudaFree). Allocated blocks are
+//! coloured by the line that made them; the event at the position is named, with the events
+//! around it listed (click one to go there), like the official viewer's state history.
 
 use std::sync::Arc;
 
@@ -52,6 +54,7 @@ pub fn Segments(report: Arc<::api::Report>) -> impl IntoView {
                 <span>{move || format!("after event {} of {} (←/→ steps, shift: ×100)", pos.get(), events)}</span>
             </div>
             <SegmentTimeline pos=pos events=events/>
+            <EventList pos=pos/>
             <p class="hover">{move || hovered.get()}</p>
             {move || match data.get() {
                 None => view! { <p>"loading…"</p> }.into_any(),
@@ -93,6 +96,7 @@ fn segment_map(
             <span class="key"><i class="block inactive"></i>"cached free"</span>
             <span class="muted">"Each row is a segment (a cudaMalloc, or an expandable segment), width by size; hover a block for its stack."</span>
         </p>
+        {site_legend(&st)}
         <div class="segmap">
             {st.segments
                 .iter()
@@ -127,7 +131,7 @@ fn segment_map(
                         <div class="segrow" title=title>
                             <span class="seg-label">{label}</span>
                             <div class="seg" style=format!("width:calc((100% - 17em) * {:.4})", width / 100.0)>
-                                {s.blocks.iter().map(|b| block(b, total, url, hovered)).collect_view()}
+                                {s.blocks.iter().map(|b| block(b, total, &st.sites, url, hovered)).collect_view()}
                             </div>
                         </div>
                     }
@@ -137,30 +141,151 @@ fn segment_map(
     }
 }
 
+/// A call site's colour: a hue from its `file:line`, so a line keeps its colour at every event.
+pub fn site_colour(f: &::api::Frame) -> String {
+    let key = format!("{}:{}", f.filename, f.line);
+    let h = key
+        .bytes()
+        .fold(2166136261u32, |h, b| (h ^ b as u32).wrapping_mul(16777619));
+    format!("hsl({}, 55%, 58%)", h % 360)
+}
+
+/// The call sites holding the most allocated bytes at this moment, with their colours.
+fn site_legend(st: &::api::AllocatorState) -> impl IntoView + use<> {
+    let mut bytes = vec![0u64; st.sites.len()];
+    for b in st.segments.iter().flat_map(|s| &s.blocks) {
+        if let (::api::BlockState::ActiveAllocated, Some(i)) = (b.state, b.site) {
+            bytes[i as usize] += b.size_bytes;
+        }
+    }
+    let mut order: Vec<usize> = (0..st.sites.len()).filter(|&i| bytes[i] > 0).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(bytes[i]));
+    let more = order.len().saturating_sub(8);
+    let keys: Vec<_> = order
+        .into_iter()
+        .take(8)
+        .map(|i| {
+            let f = &st.sites[i];
+            view! {
+                <span class="key site-key">
+                    <i class="block" style=format!("background-color:{}", site_colour(f))></i>
+                    {format!("{} {}", f.short(), fmt::bytes(bytes[i]))}
+                </span>
+            }
+        })
+        .collect();
+    view! {
+        <p class="seg-legend sites-legend">
+            <span class="muted">"Allocated blocks by the line that made them: "</span>
+            {keys}
+            {(more > 0).then(|| view! { <span class="muted">{format!("and {more} more lines")}</span> })}
+        </p>
+    }
+}
+
+/// The event at the position (what it did, how big, on which stream, from which line) and the
+/// events around it; a click on one goes there.
+#[component]
+fn EventList(pos: Memo<u64>) -> impl IntoView {
+    let url: UrlState = expect_context();
+    let data = LocalResource::new(move || {
+        let id = url.id.get();
+        let q = ::api::EventsQuery {
+            device: url.device(),
+            position: Some(pos.get() as u32),
+            before: Some(6),
+            after: Some(6),
+        };
+        async move { api::events(&id, &q).await }
+    });
+    let line = |e: &::api::TraceEvent| {
+        format!(
+            "{} {} at {:#x}, stream {}{}",
+            e.action.name(),
+            fmt::bytes(e.size_bytes),
+            e.address,
+            e.stream,
+            e.site
+                .as_ref()
+                .map(|f| format!(" · {}", f.short()))
+                .unwrap_or_default()
+        )
+    };
+    view! {
+        {move || match data.get() {
+            Some(Ok(a)) if !a.around.is_empty() => {
+                let current = a.around.iter().find(|e| e.position == a.position).cloned();
+                view! {
+                    <div class="events-around">
+                        <p class="current-event">
+                            {match &current {
+                                Some(e) => format!("Event {}: {}", fmt::count(e.position as u64), line(e)),
+                                None => "Before the first event: the state the trace started from.".to_string(),
+                            }}
+                        </p>
+                        <ol class="event-list">
+                            {a.around
+                                .iter()
+                                .map(|e| {
+                                    let p = e.position;
+                                    view! {
+                                        <li
+                                            class:current=p == a.position
+                                            data-pos=p.to_string()
+                                            on:click=move |_| url.set(&[("pos", Some(p.to_string()))])
+                                        >
+                                            <span class="num">{fmt::count(p as u64)}</span>
+                                            " "
+                                            {line(e)}
+                                        </li>
+                                    }
+                                })
+                                .collect_view()}
+                        </ol>
+                    </div>
+                }
+                    .into_any()
+            }
+            _ => ().into_any(),
+        }}
+    }
+}
+
 /// One block: width by size, its rounding waste shaded; hovering names it and its stack.
 fn block(
     b: &::api::BlockView,
     segment_bytes: f64,
+    sites: &[::api::Frame],
     url: UrlState,
     hovered: RwSignal<String>,
 ) -> impl IntoView + use<> {
     let size = b.size_bytes as f64;
     let w = size / segment_bytes * 100.0;
     let waste = b.size_bytes.saturating_sub(b.requested_bytes);
+    let site = b.site.and_then(|i| sites.get(i as usize));
     let info = format!(
-        "{} block {} (requested {}, rounding waste {})",
+        "{} block {} (requested {}, rounding waste {}){}",
         b.state.as_str(),
         fmt::bytes(b.size_bytes),
         fmt::bytes(b.requested_bytes),
-        fmt::bytes(waste)
+        fmt::bytes(waste),
+        site.map(|f| format!(" from {}", f.short()))
+            .unwrap_or_default()
     );
+    // Allocated blocks take their call site's colour; the others keep their state's.
+    let colour = match (b.state, site) {
+        (::api::BlockState::ActiveAllocated, Some(f)) => {
+            format!("background-color:{};", site_colour(f))
+        }
+        _ => String::new(),
+    };
     let (id, stack) = (url.id.get_untracked(), b.stack);
     let info2 = info.clone();
     view! {
         <div
             class=format!("block {}", b.state.as_str())
             style=format!(
-                "width:{w:.3}%;--waste:{:.2}%",
+                "{colour}width:{w:.3}%;--waste:{:.2}%",
                 (waste as f64 / size.max(1.0) * 100.0).min(100.0)
             )
             title=info

@@ -1,5 +1,6 @@
 //! The stacks tab: memory by call stack at a moment (the peak by default, or any event), as an
-//! icicle (outermost frames on top, width by bytes) and a sortable table of call sites.
+//! icicle on a canvas (`icicle.rs`: outermost frames on top, width by bytes; Python frames by
+//! default when the snapshot has them) and a sortable table of call sites.
 
 use std::sync::Arc;
 
@@ -14,13 +15,18 @@ use crate::{api, fmt};
 pub fn Stacks(report: Arc<::api::Report>) -> impl IntoView {
     let url: UrlState = expect_context();
     let events = shown_events(&report, url);
-    let python_only = Memo::new(move |_| url.get("frames").as_deref() == Some("python"));
+    // Absent: the server's choice (Python when the snapshot has Python frames).
+    let frames = Memo::new(move |_| match url.get("frames").as_deref() {
+        Some("python") => Some(::api::FlameFrames::Python),
+        Some("all") => Some(::api::FlameFrames::All),
+        _ => None,
+    });
     let data = LocalResource::new(move || {
         let id = url.id.get();
         let q = ::api::StacksQuery {
             device: url.device(),
             position: url.position(),
-            frames: python_only.get().then_some(::api::FlameFrames::Python),
+            frames: frames.get(),
         };
         async move { api::stacks(&id, &q).await }
     });
@@ -45,10 +51,14 @@ pub fn Stacks(report: Arc<::api::Report>) -> impl IntoView {
         <label class="python-only">
             <input
                 type="checkbox"
-                prop:checked=move || python_only.get()
+                prop:checked=move || {
+                    data.get()
+                        .and_then(|d| d.ok())
+                        .is_some_and(|d| d.frames == ::api::FlameFrames::Python)
+                }
                 on:change=move |ev| {
                     let on = event_target_checked(&ev);
-                    url.set(&[("frames", on.then(|| "python".to_string()))]);
+                    url.set(&[("frames", Some(if on { "python" } else { "all" }.to_string()))]);
                 }
             />
             " Python frames only (hide C++ frames in the tree)"
@@ -69,7 +79,7 @@ pub fn Stacks(report: Arc<::api::Report>) -> impl IntoView {
                                 if url.get("pos").is_none() { " (the peak)" } else { "" },
                             )}
                         </p>
-                        <div class="icicle">{icicle(&s.flame, total, 0)}</div>
+                        <super::icicle::Icicle flame=s.flame/>
                         <SitesTable sites=s.sites total=total/>
                     </section>
                 }
@@ -133,27 +143,4 @@ fn SitesTable(sites: Vec<::api::CallSite>, total: f64) -> impl IntoView {
             }}
         </table>
     }
-}
-
-/// An icicle chart: the outermost frames on top, width proportional to bytes.
-fn icicle(node: &::api::FlameNode, total: f64, depth: usize) -> AnyView {
-    if depth > 24 {
-        return ().into_any();
-    }
-    node.children
-        .iter()
-        .filter(|c| c.bytes as f64 / total > 0.002)
-        .map(|c| {
-            let w = c.bytes as f64 / total * 100.0;
-            let label = format!("{} ({})", c.name, fmt::bytes(c.bytes));
-            let title = format!("{}:{} {}", c.filename, c.line, label);
-            view! {
-                <div class="ice" style=format!("width:{w:.3}%") title=title>
-                    <div class="ice-label">{label}</div>
-                    <div class="ice-kids">{icicle(c, (c.bytes as f64).max(1.0), depth + 1)}</div>
-                </div>
-            }
-        })
-        .collect_view()
-        .into_any()
 }

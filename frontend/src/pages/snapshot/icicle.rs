@@ -1,0 +1,290 @@
+//! The stacks view's icicle on a canvas: outermost frames on top, each box as wide as the bytes
+//! alive beneath it, labelled `file:line function` and coloured by file (C++ in greys). A DOM
+//! icicle of a 1M-entry snapshot's tree took seconds to lay out; a canvas draws it in one pass.
+//! Hover names a box; a click zooms into it.
+
+use leptos::html::Canvas;
+use leptos::prelude::*;
+
+use crate::canvas::{pointer_css, sharp};
+use crate::fmt;
+
+/// Row height in CSS pixels.
+const ROW: f64 = 18.0;
+/// Boxes narrower than this share of the root are not drawn (nor laid out).
+const MIN_SHARE: f64 = 0.0005;
+const MAX_DEPTH: usize = 80;
+
+/// One box of the tree, laid out over the root's width (`x0`..`x1` in 0..1).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cell {
+    pub depth: usize,
+    pub x0: f64,
+    pub x1: f64,
+    pub name: String,
+    pub filename: String,
+    pub line: u32,
+    pub bytes: u64,
+    pub count: u32,
+}
+
+impl Cell {
+    /// `file.py:12 function`, the file without its folders; C++ frames by name only.
+    pub fn label(&self) -> String {
+        let file = self.filename.rsplit('/').next().unwrap_or("");
+        if self.line == 0 || snapshot::frames::is_cpp(&self.filename) {
+            self.name.clone()
+        } else {
+            format!("{file}:{} {}", self.line, self.name)
+        }
+    }
+}
+
+/// The tree below the root, flattened in pre-order.
+pub fn layout(root: &::api::FlameNode) -> Vec<Cell> {
+    let total = (root.bytes as f64).max(1.0);
+    let mut out = Vec::new();
+    let mut stack: Vec<(&::api::FlameNode, usize, f64)> = Vec::new();
+    // Children in reverse so the largest (first) comes out first.
+    let mut x = 0.0;
+    let mut firsts = Vec::new();
+    for c in &root.children {
+        firsts.push((c, 0usize, x));
+        x += c.bytes as f64 / total;
+    }
+    stack.extend(firsts.into_iter().rev());
+    while let Some((n, depth, x0)) = stack.pop() {
+        let w = n.bytes as f64 / total;
+        if w < MIN_SHARE || depth >= MAX_DEPTH {
+            continue;
+        }
+        out.push(Cell {
+            depth,
+            x0,
+            x1: x0 + w,
+            name: n.name.clone(),
+            filename: n.filename.clone(),
+            line: n.line,
+            bytes: n.bytes,
+            count: n.count,
+        });
+        let mut kids = Vec::with_capacity(n.children.len());
+        let mut cx = x0;
+        for c in &n.children {
+            kids.push((c, depth + 1, cx));
+            cx += c.bytes as f64 / total;
+        }
+        stack.extend(kids.into_iter().rev());
+    }
+    out
+}
+
+/// A colour per file: Python files by a hue from the file's name, C++ in blue-greys.
+pub fn colour(cell: &Cell) -> String {
+    let file = cell.filename.rsplit('/').next().unwrap_or("");
+    let h = file
+        .bytes()
+        .fold(2166136261u32, |h, b| (h ^ b as u32).wrapping_mul(16777619));
+    if cell.filename.is_empty() {
+        "#dee2e6".into()
+    } else if snapshot::frames::is_cpp(&cell.filename) {
+        format!("hsl(210, 14%, {}%)", 78 + h % 10)
+    } else {
+        format!("hsl({}, 65%, 76%)", h % 360)
+    }
+}
+
+/// The cells shown when zoomed into `focus` (its subtree, re-laid over the full width).
+fn visible(cells: &[Cell], focus: Option<usize>) -> Vec<(usize, f64, f64, usize)> {
+    let (fx0, fx1, fd) = match focus.and_then(|i| cells.get(i)) {
+        Some(f) => (f.x0, f.x1, f.depth),
+        None => (0.0, 1.0, 0),
+    };
+    let span = (fx1 - fx0).max(1e-12);
+    cells
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.depth >= fd && c.x0 >= fx0 - 1e-12 && c.x1 <= fx1 + 1e-12)
+        .map(|(i, c)| (i, (c.x0 - fx0) / span, (c.x1 - fx0) / span, c.depth - fd))
+        .collect()
+}
+
+#[component]
+pub fn Icicle(flame: ::api::FlameNode) -> impl IntoView {
+    let total = flame.bytes;
+    let cells = StoredValue::new(layout(&flame));
+    let focus = RwSignal::new(None::<usize>);
+    let hover = RwSignal::new(None::<(usize, f64, f64)>);
+    let canvas = NodeRef::<Canvas>::new();
+    let width = RwSignal::new(0.0f64);
+    // Draw once the canvas is in the page, and again on zoom.
+    Effect::new(move |_| {
+        let f = focus.get();
+        let Some(c) = canvas.get() else { return };
+        let w = c
+            .parent_element()
+            .map(|p| p.client_width() as f64)
+            .filter(|w| *w > 0.0)
+            .unwrap_or(1200.0);
+        width.set(w);
+        cells.with_value(|cells| {
+            let shown = visible(cells, f);
+            let rows = shown.iter().map(|s| s.3 + 1).max().unwrap_or(1);
+            let g = sharp(&c, w, rows as f64 * ROW);
+            // What is drawn, in words, for tests and assistive reading.
+            let _ = c.set_attribute("data-rows", &rows.to_string());
+            let top = shown
+                .first()
+                .map(|s| cells[s.0].label())
+                .unwrap_or_default();
+            let _ = c.set_attribute("data-top", &top);
+            let _ = c.set_attribute(
+                "aria-label",
+                &format!("memory by stack, {rows} frames deep; widest: {top}"),
+            );
+            g.set_font("11px system-ui, sans-serif");
+            for &(i, x0, x1, depth) in &shown {
+                let cell = &cells[i];
+                let (px, pw) = (x0 * w, (x1 - x0) * w);
+                if pw < 0.5 {
+                    continue;
+                }
+                let y = depth as f64 * ROW;
+                g.set_fill_style_str(&colour(cell));
+                g.fill_rect(px, y, (pw - 1.0).max(0.5), ROW - 1.0);
+                if pw > 24.0 {
+                    let mut label = format!("{} ({})", cell.label(), fmt::bytes(cell.bytes));
+                    let fits =
+                        |t: &str| g.measure_text(t).map(|m| m.width()).unwrap_or(0.0) <= pw - 6.0;
+                    while !label.is_empty() && !fits(&label) {
+                        let keep = label.chars().count().saturating_sub(2);
+                        label = label.chars().take(keep).collect::<String>();
+                        label.push('…');
+                        if keep <= 1 {
+                            label.clear();
+                        }
+                    }
+                    if !label.is_empty() {
+                        g.set_fill_style_str("#212529");
+                        let _ = g.fill_text(&label, px + 3.0, y + ROW - 5.0);
+                    }
+                }
+            }
+        });
+    });
+    let at = move |ev: &web_sys::MouseEvent| -> Option<(usize, f64, f64)> {
+        let c = canvas.get_untracked()?;
+        let (x, y) = pointer_css(&c, ev);
+        let w = width.get_untracked().max(1.0);
+        let depth = (y / ROW) as usize;
+        cells.with_value(|cells| {
+            visible(cells, focus.get_untracked())
+                .into_iter()
+                .find(|&(_, x0, x1, d)| d == depth && x >= x0 * w && x < x1 * w)
+                .map(|(i, ..)| (i, x, y))
+        })
+    };
+    view! {
+        <div class="icicle-wrap">
+            {move || focus.get().map(|_| view! {
+                <button class="icicle-reset" on:click=move |_| focus.set(None)>"whole tree"</button>
+            })}
+            <canvas
+                class="icicle"
+                id="icicle-canvas"
+                node_ref=canvas
+                on:mousemove=move |ev| hover.set(at(&ev))
+                on:mouseleave=move |_| hover.set(None)
+                on:click=move |ev| {
+                    if let Some((i, ..)) = at(&ev) {
+                        focus.set(Some(i));
+                        hover.set(None);
+                    }
+                }
+            ></canvas>
+            {move || hover.get().map(|(i, x, y)| cells.with_value(|cells| {
+                let c = &cells[i];
+                let left = (x + 12.0).min(width.get_untracked() - 340.0).max(0.0);
+                view! {
+                    <div class="tooltip icicle-tip" style=format!("left:{left:.0}px; top:{:.0}px", y + 14.0)>
+                        <div class="tip-frame"><b>{c.name.clone()}</b></div>
+                        <div class="tip-file">{if c.line > 0 { format!("{}:{}", c.filename, c.line) } else { c.filename.clone() }}</div>
+                        <div>{format!(
+                            "{} ({:.1}% of what is alive) in {} allocations",
+                            fmt::bytes(c.bytes),
+                            c.bytes as f64 * 100.0 / (total as f64).max(1.0),
+                            fmt::count(c.count as u64)
+                        )}</div>
+                    </div>
+                }
+            }))}
+        </div>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(
+        name: &str,
+        file: &str,
+        line: u32,
+        bytes: u64,
+        children: Vec<::api::FlameNode>,
+    ) -> ::api::FlameNode {
+        ::api::FlameNode {
+            name: name.into(),
+            filename: file.into(),
+            line,
+            bytes,
+            count: 1,
+            children,
+        }
+    }
+
+    #[test]
+    fn boxes_are_as_wide_as_their_bytes_and_nest_under_their_callers() {
+        let root = node(
+            "all",
+            "",
+            0,
+            100,
+            vec![
+                node(
+                    "train",
+                    "/x/train.py",
+                    88,
+                    75,
+                    vec![node("forward", "/x/model.py", 12, 50, vec![])],
+                ),
+                node("load", "/x/data.py", 5, 25, vec![]),
+            ],
+        );
+        let cells = layout(&root);
+        assert_eq!(cells.len(), 3);
+        assert_eq!((cells[0].depth, cells[0].x0, cells[0].x1), (0, 0.0, 0.75));
+        assert_eq!((cells[1].depth, cells[1].x0, cells[1].x1), (1, 0.0, 0.5));
+        assert_eq!((cells[2].depth, cells[2].x0, cells[2].x1), (0, 0.75, 1.0));
+        assert_eq!(cells[1].label(), "model.py:12 forward");
+        // Zoomed into `train`: it spans the width, `forward` two thirds, `load` is gone.
+        let z = visible(&cells, Some(0));
+        assert_eq!(z.len(), 2);
+        assert!((z[1].2 - 2.0 / 3.0).abs() < 1e-9 && z[1].3 == 1);
+        // One file, one colour; C++ frames grey.
+        assert_eq!(
+            colour(&cells[0]),
+            colour(&Cell {
+                name: "other".into(),
+                ..cells[0].clone()
+            })
+        );
+        assert!(
+            colour(&Cell {
+                filename: "Linear.cpp".into(),
+                ..cells[0].clone()
+            })
+            .starts_with("hsl(210, 14%")
+        );
+    }
+}
