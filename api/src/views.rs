@@ -129,6 +129,22 @@ pub struct TimelineAnswer {
     /// The device's first and last event times (the time axis's origin and end).
     pub first_time_us: i64,
     pub last_time_us: i64,
+    /// Set when no window was asked for and the first view was fitted to the activity (long idle
+    /// stretches left out); ask for `first_time_us..last_time_us` to see everything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fitted: Option<FittedWindow>,
+}
+
+/// What the first view left out to show where memory changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FittedWindow {
+    pub from_us: i64,
+    pub to_us: i64,
+    pub events_before: u32,
+    pub events_after: u32,
+    /// Idle time (no event at all) left out before and after the window.
+    pub idle_before_us: i64,
+    pub idle_after_us: i64,
 }
 
 impl TimelineAnswer {

@@ -233,6 +233,28 @@ async fn dashboard_end_to_end() {
     )
     .await;
     assert!(pixels.as_f64().unwrap() > 5000.0);
+    // The first view is fitted to where memory changes (this run idles ~5 s before its training
+    // loop) and says so; the whole trace is a click away.
+    let note = wait_js(
+        &c,
+        "document.querySelector('.fitted') && document.querySelector('.fitted').innerText",
+        "the fitted-window note",
+    )
+    .await;
+    assert!(
+        note.as_str()
+            .unwrap()
+            .contains("4.98 s idle before (8 events)"),
+        "{note}"
+    );
+    screenshot(&c, "timeline-fitted").await;
+    click(&c, "button.whole-trace").await;
+    wait_js(
+        &c,
+        &format!("location.search.includes('from=') && !document.querySelector('.fitted') && {CANVAS_PIXELS} > 5000"),
+        "the whole trace",
+    )
+    .await;
     screenshot(&c, "timeline").await;
     // Reserved memory is drawn as steps: through this run's idle seconds (20–60% of the time
     // axis) it holds its last value, one flat line (it used to ramp from one event to the next).
@@ -257,8 +279,8 @@ async fn dashboard_end_to_end() {
     let answer = c
         .execute_async(
             &format!(
-                "const done = arguments[arguments.length - 1]; \
-                 fetch('/api/snapshots/{leak_id}/timeline?buckets=1130&allocations=0').then(r => r.json()).then(done);"
+                "const done = arguments[arguments.length - 1]; const q = new URLSearchParams(location.search); \
+                 fetch('/api/snapshots/{leak_id}/timeline?buckets=1130&allocations=0&axis=time&from=' + q.get('from') + '&to=' + q.get('to')).then(r => r.json()).then(done);"
             ),
             vec![],
         )

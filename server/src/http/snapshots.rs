@@ -108,6 +108,14 @@ async fn timeline(
             ooms: w.ooms.into_iter().map(convert::oom_marker).collect(),
             first_time_us: w.first_time_us,
             last_time_us: w.last_time_us,
+            fitted: w.fitted.map(|f| api::FittedWindow {
+                from_us: f.from_us,
+                to_us: f.to_us,
+                events_before: f.events_before,
+                events_after: f.events_after,
+                idle_before_us: f.idle_before_us,
+                idle_after_us: f.idle_after_us,
+            }),
         })
     })
     .await?;

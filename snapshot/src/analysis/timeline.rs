@@ -331,10 +331,82 @@ pub struct TimelineWindow {
     pub ooms: Vec<OomMarker>,
     pub first_time_us: i64,
     pub last_time_us: i64,
+    /// When no window was asked for and a long idle stretch would squeeze the activity into a
+    /// sliver of the chart: the window chosen instead, and what it leaves out.
+    pub fitted: Option<Fitted>,
+}
+
+/// The first view fitted to where memory changes: what lies outside it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Fitted {
+    pub from_us: i64,
+    pub to_us: i64,
+    /// Events before and after the window (made before or after the idle stretch).
+    pub events_before: u32,
+    pub events_after: u32,
+    /// The idle stretches left out (no event at all), before and after.
+    pub idle_before_us: i64,
+    pub idle_after_us: i64,
+}
+
+/// An idle stretch longer than this share of what is shown gets folded out of the first view.
+const IDLE_SHARE: f64 = 0.5;
+/// Shorter traces are shown whole: a handful of events is read at any scale.
+const MIN_EVENTS_TO_FIT: u32 = 50;
+/// Gaps shorter than this are not idleness a person would want folded.
+const MIN_IDLE_US: i64 = 100_000;
+
+/// Where memory changes on `d`'s time axis: the trace without its long idle stretches (model
+/// build, data loading, a final wait before the snapshot), cutting at most three times at a gap
+/// with no event that is longer than half of what remains and keeping the busier side. `None`
+/// when nothing needs cutting.
+pub fn active_span(snap: &Snapshot, d: &DeviceIndex) -> Option<Fitted> {
+    if d.len < MIN_EVENTS_TO_FIT {
+        return None;
+    }
+    let times = &snap.trace.time_us[d.first_row as usize..(d.first_row + d.len) as usize];
+    if times[0] == 0 {
+        return None;
+    }
+    let (mut lo, mut hi) = (0usize, times.len()); // events kept: lo..hi
+    let (mut idle_before, mut idle_after) = (0i64, 0i64);
+    for _ in 0..3 {
+        let span = times[hi - 1] - times[lo];
+        if span <= 0 || hi - lo < 2 {
+            break;
+        }
+        let (gap, at) = (lo + 1..hi)
+            .map(|i| (times[i] - times[i - 1], i))
+            .max_by_key(|&(g, i)| (g, std::cmp::Reverse(i)))?;
+        if (gap as f64) <= span as f64 * IDLE_SHARE || gap < MIN_IDLE_US {
+            break;
+        }
+        if hi - at >= at - lo {
+            lo = at;
+            idle_before += gap;
+        } else {
+            hi = at;
+            idle_after += gap;
+        }
+    }
+    if lo == 0 && hi == times.len() {
+        return None;
+    }
+    let (a, b) = (times[lo], times[hi - 1]);
+    let pad = ((b - a) / 30).max(1_000);
+    Some(Fitted {
+        from_us: (a - pad).max(times[0]),
+        to_us: (b + pad).min(times[times.len() - 1]),
+        events_before: lo as u32,
+        events_after: (times.len() - hi) as u32,
+        idle_before_us: idle_before,
+        idle_after_us: idle_after,
+    })
 }
 
 /// A window of `d`'s trace for the timeline: `from..to` on `axis` (default: time when the trace
-/// has times; `None`: the whole trace), reduced to `buckets`, with the `limit` largest allocations
+/// has times; `None`: the whole trace, or on the time axis its active span when long idle
+/// stretches would squeeze the activity, see [`active_span`]), reduced to `buckets`, with the `limit` largest allocations
 /// overlapping it, their stacks once each, annotation ranges (time axis only: annotations carry
 /// times) and OOM markers.
 pub fn window(
@@ -350,6 +422,17 @@ pub fn window(
     let t = &snap.trace;
     let has_time = d.len > 0 && t.time_us[d.row(0)] != 0;
     let axis = axis.unwrap_or(if has_time { Axis::Time } else { Axis::Event });
+    // The first view (no window asked for) shows where memory changes, saying what it folded.
+    if range.is_none()
+        && axis == Axis::Time
+        && let Some(f) = active_span(snap, d)
+    {
+        let range = Some((f.from_us as f64, f.to_us as f64));
+        return window(snap, index, d, Some(axis), range, buckets, limit).map(|w| TimelineWindow {
+            fitted: Some(f),
+            ..w
+        });
+    }
     let (first, last) = match range {
         Some((a, b)) => window_positions(snap, d, axis, a, b),
         None => (0, d.len),
@@ -417,6 +500,7 @@ pub fn window(
         sites,
         annotations,
         ooms,
+        fitted: None,
         first_time_us: time(0),
         last_time_us: time(d.len),
     })

@@ -127,6 +127,7 @@ mod tests {
             ooms: vec![],
             first_time_us: 0,
             last_time_us: 40,
+            fitted: None,
         }
     }
 

@@ -187,7 +187,10 @@ fn draw(c: &web_sys::HtmlCanvasElement, r: &Resp, height: f64, o: Overlay) {
                 Axis::Time => fmt::seconds(x - r.first_time_us as f64),
                 Axis::Event => format!("event {}", x as u64),
             };
-            let _ = g.fill_text(&label, xs.at(x) - 20.0, h - 6.0);
+            // Centred under its tick, kept inside the canvas at both ends (never clipped).
+            let tw = g.measure_text(&label).map(|m| m.width()).unwrap_or(40.0);
+            let lx = (xs.at(x) - tw / 2.0).clamp(2.0, w - tw - 2.0);
+            let _ = g.fill_text(&label, lx, h - 6.0);
         }
         g.set_fill_style_str("#4c6ef5");
         g.fill_rect(left, 4.0, 10.0, 10.0);
@@ -459,6 +462,42 @@ pub fn TimelineView() -> impl IntoView {
                     ))}
                 </span>
             </div>
+            {move || data.get().and_then(|d| d.ok()).and_then(|d| {
+                let f = d.fitted?;
+                let (first, last) = (d.first_time_us, d.last_time_us);
+                let left_out = |events: u32, idle_us: i64, side: &str| {
+                    (idle_us > 0).then(|| format!(
+                        "{} idle {side} ({} events)",
+                        fmt::seconds(idle_us as f64),
+                        fmt::count(events as u64)
+                    ))
+                };
+                let parts: Vec<String> = [
+                    left_out(f.events_before, f.idle_before_us, "before"),
+                    left_out(f.events_after, f.idle_after_us, "after"),
+                ]
+                .into_iter()
+                .flatten()
+                .collect();
+                Some(view! {
+                    <p class="fitted">
+                        {format!(
+                            "Fitted to where memory changes: {} left out (no events). ",
+                            parts.join(" and ")
+                        )}
+                        <button
+                            class="whole-trace"
+                            on:click=move |_| url.set(&[
+                                ("axis", Some("time".into())),
+                                ("from", Some(first.to_string())),
+                                ("to", Some(last.to_string())),
+                            ])
+                        >
+                            "show the whole trace"
+                        </button>
+                    </p>
+                })
+            })}
             <div class="chart">
                 <canvas
                     id="timeline-canvas"
