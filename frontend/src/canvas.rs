@@ -31,6 +31,7 @@ pub fn sharp(
     css_h: f64,
 ) -> web_sys::CanvasRenderingContext2d {
     let dpr = device_pixel_ratio();
+    let _ = c.set_attribute("data-dpr", &dpr.to_string());
     c.set_width((css_w * dpr).round() as u32);
     c.set_height((css_h * dpr).round() as u32);
     let _ = c.style().set_property("width", &format!("{css_w}px"));
@@ -76,12 +77,28 @@ impl Scale {
     }
 }
 
-/// The pointer's position in the canvas's own pixels (the canvas may be shown scaled).
+/// The device pixels per drawing unit of a canvas sized by [`sharp`] (1 for any other).
+fn canvas_dpr(c: &web_sys::HtmlCanvasElement) -> f64 {
+    c.get_attribute("data-dpr")
+        .and_then(|v| v.parse().ok())
+        .filter(|r: &f64| *r > 0.0)
+        .unwrap_or(1.0)
+}
+
+/// A canvas's size in drawing units (CSS pixels for a [`sharp`] canvas, whatever its backing
+/// store), the units every chart's scales and pointer positions are in.
+pub fn logical_size(c: &web_sys::HtmlCanvasElement) -> (f64, f64) {
+    let r = canvas_dpr(c);
+    (c.width() as f64 / r, c.height() as f64 / r)
+}
+
+/// The pointer's position in the canvas's drawing units (the canvas may be shown scaled).
 pub fn pointer(c: &web_sys::HtmlCanvasElement, ev: &web_sys::MouseEvent) -> (f64, f64) {
     let r = c.get_bounding_client_rect();
+    let (w, h) = logical_size(c);
     (
-        (ev.client_x() as f64 - r.left()) * c.width() as f64 / r.width().max(1.0),
-        (ev.client_y() as f64 - r.top()) * c.height() as f64 / r.height().max(1.0),
+        (ev.client_x() as f64 - r.left()) * w / r.width().max(1.0),
+        (ev.client_y() as f64 - r.top()) * h / r.height().max(1.0),
     )
 }
 

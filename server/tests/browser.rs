@@ -830,6 +830,73 @@ async fn no_view_of_any_fixture_logs_a_console_error() {
     let _ = std::fs::remove_dir_all(&data);
 }
 
+/// On a devicePixelRatio-2 screen at 1280×800 every chart is drawn on twice as many device pixels
+/// as CSS pixels (sharp, not upscaled), and every view is saved as a screenshot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_view_is_sharp_on_a_high_dpi_screen() {
+    let data = std::env::temp_dir().join(format!("memscope-e2e-dpr-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data);
+    let base = common::start_server(&data.join("lib")).await;
+    let (_driver, driver_port) = start_chromedriver();
+    let c = common::browser_with(driver_port, &data.join("profile"), (1280, 800), 2.0).await;
+    let mut ids = Vec::new();
+    for f in [
+        "leak_detached_cache.pickle",
+        "harness/outside_pytorch.oom.pickle",
+    ] {
+        let (status, body) = common::post(
+            &base,
+            "/api/snapshots",
+            std::fs::read(root().join("tests/fixtures").join(f)).unwrap(),
+        )
+        .await;
+        assert_eq!(status, 201, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        ids.push((
+            f.split(['/', '.']).rev().nth(1).unwrap().to_string(),
+            v["id"].as_str().unwrap().to_string(),
+        ));
+    }
+    let sharp = |id: &str| {
+        format!(
+            "(() => {{ const c = document.getElementById('{id}'); if (!c) return false; \
+             const r = c.getBoundingClientRect(); return r.width > 0 && c.width == Math.round(r.width * devicePixelRatio) \
+             && devicePixelRatio == 2 && {} > 1000; }})()",
+            common::canvas_pixels(id)
+        )
+    };
+    for (name, id) in &ids {
+        for view in ["overview", "timeline", "segments", "stacks", "leaks", "oom"] {
+            c.goto(&format!("{base}/s/{id}?view={view}")).await.unwrap();
+            let canvas = match view {
+                "timeline" => Some("timeline-canvas"),
+                "segments" => Some("segment-timeline"),
+                "stacks" => Some("icicle-canvas"),
+                _ => None,
+            };
+            match canvas {
+                Some(cv) => {
+                    wait_js(
+                        &c,
+                        &sharp(cv),
+                        &format!("{name} {view}: {cv} drawn at 2 device pixels per CSS pixel"),
+                    )
+                    .await;
+                }
+                None => {
+                    wait_js(&c, "document.querySelector('.snapshot-head h1') && document.querySelector('.snapshot-head h1').innerText && !document.body.innerText.includes('loading')", view).await;
+                }
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+            screenshot(&c, &format!("dpr2-{name}-{view}")).await;
+        }
+    }
+    let errors = console_errors(&c).await;
+    assert!(errors.is_empty(), "console errors: {errors:#?}");
+    c.close().await.unwrap();
+    let _ = std::fs::remove_dir_all(&data);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_of_two_devices_shows_either() {
     let Session {

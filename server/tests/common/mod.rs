@@ -52,6 +52,17 @@ pub fn start_chromedriver() -> (Driver, u16) {
 }
 
 pub async fn browser(driver_port: u16, profile: &Path) -> Client {
+    browser_with(driver_port, profile, (1300, 1000), 1.0).await
+}
+
+/// A browser with a window of `size` CSS pixels on a screen of `scale` device pixels per CSS
+/// pixel (2: a high-DPI laptop screen).
+pub async fn browser_with(
+    driver_port: u16,
+    profile: &Path,
+    size: (u32, u32),
+    scale: f64,
+) -> Client {
     let mut caps = serde_json::Map::new();
     caps.insert(
         "goog:chromeOptions".into(),
@@ -60,7 +71,8 @@ pub async fn browser(driver_port: u16, profile: &Path) -> Client {
             "args": [
                 "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--disable-dev-shm-usage", "--window-size=1300,1000",
+                "--disable-dev-shm-usage", format!("--window-size={},{}", size.0, size.1),
+                format!("--force-device-scale-factor={scale}"),
                 format!("--user-data-dir={}", profile.display()),
             ]
         }),

@@ -7,7 +7,7 @@ use leptos::prelude::*;
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 
-use crate::canvas::{Scale, byte_axis_max, byte_grid, ctx, pointer};
+use crate::canvas::{Scale, byte_axis_max, byte_grid, pointer, sharp};
 use crate::fmt;
 
 /// A counter that goes up (at most once a second) whenever the server stores live data.
@@ -88,7 +88,7 @@ fn draw_chart(
     markers: &[(f64, String)],
     hover: Option<usize>,
 ) {
-    let g = ctx(c);
+    let g = sharp(c, CW, CH);
     g.clear_rect(0.0, 0.0, CW, CH);
     let n = times.len();
     if n < 2 {

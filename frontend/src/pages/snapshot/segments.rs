@@ -9,7 +9,7 @@ use std::sync::Arc;
 use leptos::prelude::*;
 
 use super::devices::shown_events;
-use crate::canvas::{Scale, ctx, pointer};
+use crate::canvas::{Scale, logical_size, pointer, sharp};
 use crate::url::UrlState;
 use crate::{api, fmt};
 
@@ -322,8 +322,8 @@ fn SegmentTimeline(pos: Memo<u64>, events: u64) -> impl IntoView {
         let (Some(Ok(d)), Some(c)) = (spans.get(), canvas.get()) else {
             return;
         };
-        let g = ctx(&c);
-        let (w, h) = (c.width() as f64, c.height() as f64);
+        let (w, h) = logical_size(&c);
+        let g = sharp(&c, w, h);
         g.set_fill_style_str("#fff");
         g.fill_rect(0.0, 0.0, w, h);
         let ev = events.max(1) as f64;
@@ -350,7 +350,7 @@ fn SegmentTimeline(pos: Memo<u64>, events: u64) -> impl IntoView {
     let on_click = move |e: web_sys::MouseEvent| {
         let Some(c) = canvas.get() else { return };
         let (px, _) = pointer(&c, &e);
-        let x = Scale::new(0.0, events as f64, 0.0, c.width() as f64);
+        let x = Scale::new(0.0, events as f64, 0.0, logical_size(&c).0);
         let p = x.inv(px).round().clamp(0.0, events as f64) as u64;
         url.set(&[("pos", Some(p.to_string()))]);
     };

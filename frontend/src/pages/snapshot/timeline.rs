@@ -9,7 +9,7 @@ use leptos::html::Canvas;
 use leptos::prelude::*;
 
 use super::bands::{Layout, layout};
-use crate::canvas::{Scale, byte_axis_max, byte_grid, ctx, pointer};
+use crate::canvas::{Scale, byte_axis_max, byte_grid, logical_size, pointer, sharp};
 use crate::url::UrlState;
 use crate::{api, fmt};
 
@@ -69,8 +69,10 @@ struct Overlay<'a> {
 }
 
 fn draw(c: &web_sys::HtmlCanvasElement, r: &Resp, height: f64, o: Overlay) {
-    let g = ctx(c);
-    let (w, h) = (c.width() as f64, height);
+    // Drawn in CSS pixels on a backing store of as many device pixels: sharp at any ratio.
+    let w = logical_size(c).0;
+    let g = sharp(c, w, height);
+    let h = height;
     g.set_fill_style_str("#ffffff");
     g.fill_rect(0.0, 0.0, w, h);
     let b = &r.timeline.buckets;
@@ -305,7 +307,7 @@ pub fn TimelineView() -> impl IntoView {
     let frac = move |ev: &web_sys::MouseEvent| -> Option<f64> {
         let c = canvas.get()?;
         let (x, _) = pointer(&c, ev);
-        Some(((x - LEFT) / (c.width() as f64 - LEFT - 10.0)).clamp(0.0, 1.0))
+        Some(((x - LEFT) / (logical_size(&c).0 - LEFT - 10.0)).clamp(0.0, 1.0))
     };
     // The window shown, on its axis (what the server bucketed).
     let span = move || -> Option<(f64, f64, Axis)> {
@@ -351,7 +353,7 @@ pub fn TimelineView() -> impl IntoView {
         // The band under the cursor, else the largest allocation alive there.
         let value = canvas.get_untracked().and_then(|c| {
             let (_, y) = pointer(&c, &ev);
-            let (_, ys) = scales(&d, c.width() as f64, H, true)?;
+            let (_, ys) = scales(&d, logical_size(&c).0, H, true)?;
             Some(ys.inv(y))
         });
         let under = value
