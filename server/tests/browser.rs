@@ -330,6 +330,31 @@ async fn dashboard_end_to_end() {
         text.contains(&want_events),
         "the bucket at that time, {want_events}: {text}"
     );
+    // Annotation bands are named: hovering the middle of the widest names its scope.
+    let widest = answer["annotations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .max_by_key(|a| a["end_us"].as_i64().unwrap() - a["start_us"].as_i64().unwrap())
+        .expect("this run has record_function annotations")
+        .clone();
+    let mid = (widest["start_us"].as_f64().unwrap() + widest["end_us"].as_f64().unwrap()) / 2.0;
+    c.execute(&hover_at((mid - x_from) / (x_to - x_from)), vec![])
+        .await
+        .unwrap();
+    let scopes = wait_js(
+        &c,
+        "document.querySelector('.tooltip .scopes') && document.querySelector('.tooltip .scopes').innerText",
+        "the scope under the pointer",
+    )
+    .await;
+    assert!(
+        scopes
+            .as_str()
+            .unwrap()
+            .contains(widest["name"].as_str().unwrap()),
+        "{scopes} names {widest}"
+    );
     // Hover shows the figures and a stack.
     c.execute(
         "const c = document.getElementById('timeline-canvas'); const r = c.getBoundingClientRect(); \

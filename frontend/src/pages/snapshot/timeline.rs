@@ -180,6 +180,28 @@ fn draw(c: &web_sys::HtmlCanvasElement, r: &Resp, height: f64, o: Overlay) {
         );
     }
     if o.with_axes {
+        // Band names (record_function scopes), on the band where they fit, at the plot's top.
+        if r.axis == Axis::Time {
+            g.set_font("11px sans-serif");
+            g.set_fill_style_str("#364fc7");
+            let mut taken = f64::MIN;
+            for a in &r.annotations {
+                let (x0, x1) = (
+                    xs.at(a.start_us as f64).max(left),
+                    xs.at(a.end_us as f64).min(right),
+                );
+                let name = if a.count > 1 {
+                    format!("{} ×{}", a.name, a.count)
+                } else {
+                    a.name.clone()
+                };
+                let tw = g.measure_text(&name).map(|m| m.width()).unwrap_or(f64::MAX);
+                if x1 - x0 >= tw + 4.0 && x0 >= taken {
+                    let _ = g.fill_text(&name, x0 + 2.0, top + 11.0);
+                    taken = x0 + tw + 6.0;
+                }
+            }
+        }
         g.set_fill_style_str("#333");
         g.set_font("12px sans-serif");
         byte_grid(&g, &ys, left, right, 4);
@@ -525,6 +547,23 @@ pub fn TimelineView() -> impl IntoView {
                             }}</div>
                             <div>{format!("live {} – {}", fmt::bytes(b.live_min_bytes), fmt::bytes(b.live_max_bytes))}</div>
                             <div>{format!("reserved {}", fmt::bytes(b.reserved_max_bytes))}</div>
+                            {
+                                // The record_function scopes the moment falls in, innermost last.
+                                let scopes: Vec<String> = d
+                                    .as_ref()
+                                    .filter(|d| d.axis == Axis::Time)
+                                    .map(|d| {
+                                        d.annotations
+                                            .iter()
+                                            .filter(|a| (a.start_us as f64) <= at && at <= a.end_us as f64)
+                                            .map(|a| a.name.clone())
+                                            .collect()
+                                    })
+                                    .unwrap_or_default();
+                                (!scopes.is_empty()).then(|| view! {
+                                    <div class="scopes">{format!("in {}", scopes.join(" › "))}</div>
+                                })
+                            }
                             {top.map(|a| view! {
                                 <div class="alloc">
                                     <b>{format!(
