@@ -100,9 +100,56 @@ pub fn ago(now_ms: i64, t_ms: i64) -> String {
     }
 }
 
+/// An error message split for people: what went wrong, and its closing parenthesis (the
+/// parser's particulars: byte offsets, opcodes) for a "details" toggle.
+pub fn error_parts(message: &str) -> (String, Option<String>) {
+    let m = message.trim_end();
+    if !m.ends_with(')') {
+        return (message.to_string(), None);
+    }
+    // The '(' matching the final ')'.
+    let mut depth = 0i32;
+    for (i, c) in m.char_indices().rev() {
+        match c {
+            ')' => depth += 1,
+            '(' => {
+                depth -= 1;
+                if depth == 0 {
+                    let say = m[..i].trim_end();
+                    if say.is_empty() {
+                        break;
+                    }
+                    return (say.to_string(), Some(m[i + 1..m.len() - 1].to_string()));
+                }
+            }
+            _ => {}
+        }
+    }
+    (message.to_string(), None)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_error_keeps_its_particulars_for_the_details_toggle() {
+        let (say, more) = error_parts(
+            "not a memory snapshot: the file is neither a pickle nor JSON; it starts with the text “hi” (malformed pickle at offset 0: DICT/LIST/TUPLE without a MARK)",
+        );
+        assert_eq!(
+            say,
+            "not a memory snapshot: the file is neither a pickle nor JSON; it starts with the text “hi”"
+        );
+        assert_eq!(
+            more.unwrap(),
+            "malformed pickle at offset 0: DICT/LIST/TUPLE without a MARK"
+        );
+        assert_eq!(
+            error_parts("the upload is empty"),
+            ("the upload is empty".to_string(), None)
+        );
+    }
 
     #[test]
     fn bytes_use_binary_units_whatever_the_number_type() {

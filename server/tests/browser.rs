@@ -102,9 +102,21 @@ async fn dashboard_end_to_end() {
     upload(&c, &garbage).await;
     let msg = wait_js(&c, "document.querySelector('.upload-error') && document.querySelector('.upload-error').innerText", "the error").await;
     assert!(
-        msg.as_str().unwrap().contains("not a memory snapshot"),
-        "{msg}"
+        msg.as_str().unwrap().contains("not a memory snapshot")
+            && msg
+                .as_str()
+                .unwrap()
+                .contains("it starts with the text “this is not a pi”")
+            && !msg.as_str().unwrap().contains("offset"),
+        "one line a person reads, the parser's particulars behind a toggle: {msg}"
     );
+    let details = wait_js(
+        &c,
+        "document.querySelector('.error-details code') && document.querySelector('.error-details code').textContent",
+        "the details",
+    )
+    .await;
+    assert!(details.as_str().unwrap().contains("offset 0"), "{details}");
     screenshot(&c, "upload-error").await;
     assert_eq!(
         wait_js(

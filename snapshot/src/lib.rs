@@ -105,8 +105,8 @@ fn read_impl<R: Read>(reader: R, limits: Limits, fast_path: bool) -> Result<Snap
                 // is most likely not a pickle at all, so say that rather than how parsing failed.
                 Err(e) if first != 0x80 && !matches!(e, Error::ForbiddenOpcode { .. }) => {
                     return Err(Error::NotASnapshot(format!(
-                        "the file is neither a pickle (those start with byte 0x80) nor JSON; it starts with {:?} ({e})",
-                        String::from_utf8_lossy(&input_head)
+                        "the file is neither a pickle (those start with byte 0x80) nor JSON; it starts with {} ({e})",
+                        describe_head(&input_head)
                     )));
                 }
                 Err(e) => return Err(e),
@@ -134,5 +134,58 @@ impl<R: Read> Read for CountingReader<R> {
         let n = self.inner.read(buf)?;
         self.count += n as u64;
         Ok(n)
+    }
+}
+
+/// The first bytes of a file that is not a snapshot, for people: text in quotes, anything else as
+/// hex bytes, naming common formats a snapshot gets mistaken for.
+fn describe_head(head: &[u8]) -> String {
+    let head = &head[..head.len().min(16)];
+    let known = [
+        (&b"\x7fELF"[..], "an ELF executable"),
+        (
+            &b"PK\x03\x04"[..],
+            "a zip archive (a torch.save checkpoint?)",
+        ),
+        (&b"\x89PNG"[..], "a PNG image"),
+        (&b"%PDF"[..], "a PDF"),
+        (
+            &b"BZh"[..],
+            "bzip2 data (not supported: use gzip, zstd or xz)",
+        ),
+    ];
+    if let Some((_, what)) = known.iter().find(|(m, _)| head.starts_with(m)) {
+        return format!("the bytes of {what}");
+    }
+    let text = head
+        .iter()
+        .all(|&b| b.is_ascii_graphic() || b == b' ' || b == b'\n' || b == b'\t' || b == b'\r');
+    if text && !head.is_empty() {
+        let t: String = String::from_utf8_lossy(head)
+            .chars()
+            .map(|c| if c.is_whitespace() { ' ' } else { c })
+            .collect();
+        format!("the text “{}”", t.trim_end())
+    } else {
+        let hex: Vec<String> = head.iter().take(8).map(|b| format!("{b:02x}")).collect();
+        format!("the bytes {}", hex.join(" "))
+    }
+}
+
+#[cfg(test)]
+mod head_tests {
+    use super::describe_head;
+
+    #[test]
+    fn a_wrong_file_is_described_without_escapes() {
+        assert_eq!(
+            describe_head(b"this is not a pickle"),
+            "the text “this is not a pi”"
+        );
+        assert_eq!(
+            describe_head(b"\x7fELF\x02\x01"),
+            "the bytes of an ELF executable"
+        );
+        assert_eq!(describe_head(b"\x01\x02\xff"), "the bytes 01 02 ff");
     }
 }

@@ -211,7 +211,18 @@ pub fn Library() -> impl IntoView {
                                 UploadState::Failed(e) => {
                                     let key = u.key;
                                     view! {
-                                        <span class="error upload-error">{e.clone()}</span>
+                                        {
+                                            let (say, more) = crate::fmt::error_parts(e);
+                                            view! {
+                                                <span class="error upload-error">{say}</span>
+                                                {more.map(|m| view! {
+                                                    <details class="error-details">
+                                                        <summary>"details"</summary>
+                                                        <code>{m}</code>
+                                                    </details>
+                                                })}
+                                            }
+                                        }
                                         <button
                                             class="dismiss"
                                             title="remove this line"
