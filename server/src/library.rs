@@ -240,6 +240,20 @@ impl Library {
         }
     }
 
+    /// The entry whose decoded bytes hash to `content_hash` (the same snapshot, however it was
+    /// compressed), if any.
+    pub async fn find_by_content(&self, content_hash: &str) -> sqlx::Result<Option<SnapshotInfo>> {
+        let id: Option<String> =
+            sqlx::query_scalar("SELECT id FROM snapshots WHERE content_hash = ? LIMIT 1")
+                .bind(content_hash)
+                .fetch_optional(&self.db)
+                .await?;
+        match id {
+            Some(id) => self.get(&id).await,
+            None => Ok(None),
+        }
+    }
+
     /// Every snapshot, newest first; `query` matches name, id or any tag (case-insensitive).
     pub async fn list(&self, query: Option<&str>) -> sqlx::Result<Vec<SnapshotInfo>> {
         let pattern = format!("%{}%", query.unwrap_or("").to_lowercase());
@@ -264,13 +278,18 @@ impl Library {
 
     /// Inserts a fully ingested snapshot (the commit point of an upload). Returns false if a
     /// snapshot with the same content was inserted first.
-    async fn insert(&self, info: &SnapshotInfo, report_json: &str) -> sqlx::Result<bool> {
+    async fn insert(
+        &self,
+        info: &SnapshotInfo,
+        report_json: &str,
+        content_hash: &str,
+    ) -> sqlx::Result<bool> {
         let mut tx = self.db.begin().await?;
         let done = sqlx::query(
             "INSERT INTO snapshots (id, sha256, name, uploaded_at_ms, size_bytes, decoded_bytes, encoding, compression, \
              devices, entries, peak_bytes, reserved_bytes, allocated_bytes, leak_suspects, ooms, warnings, index_ms, report_json, \
-             device_total_bytes, device_total_source, device_total_detail) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+             device_total_bytes, device_total_source, device_total_detail, content_hash) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
         )
         .bind(&info.id)
         .bind(&info.sha256)
@@ -293,6 +312,7 @@ impl Library {
         .bind(info.device_total.as_ref().map(|t| t.total_bytes as i64))
         .bind(info.device_total.as_ref().map(|t| t.source.as_str()))
         .bind(info.device_total.as_ref().and_then(|t| t.detail.clone()))
+        .bind(content_hash)
         .execute(&mut *tx)
         .await?;
         if done.rows_affected() == 0 {
@@ -324,6 +344,7 @@ impl Library {
     pub async fn commit(
         &self,
         info: &SnapshotInfo,
+        content_hash: &str,
         report: &api::Report,
         model_tmp: &Path,
         original_tmp: &Path,
@@ -331,7 +352,7 @@ impl Library {
         let report_json = serde_json::to_string(report)?;
         std::fs::rename(model_tmp, self.model_path(&info.sha256))?;
         std::fs::rename(original_tmp, self.original_path(&info.sha256))?;
-        if self.insert(info, &report_json).await? {
+        if self.insert(info, &report_json, content_hash).await? {
             return Ok((info.clone(), true));
         }
         let existing = self

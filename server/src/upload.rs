@@ -251,7 +251,13 @@ pub async fn upload(
     file.sync_all().await?;
     drop(file);
     let sha = hex(&hasher.finalize());
-    if let Some(existing) = lib.find_by_sha(&sha).await? {
+    // The same bytes, or the same snapshot compressed another way: the entry that stands.
+    let content_hash = format!("{:032x}", snap.content_hash);
+    let existing = match lib.find_by_sha(&sha).await? {
+        Some(e) => Some(e),
+        None => lib.find_by_content(&content_hash).await?,
+    };
+    if let Some(existing) = existing {
         return Ok(Uploaded {
             created: false,
             snapshot: existing,
@@ -291,7 +297,9 @@ pub async fn upload(
         tags,
         device_total,
     };
-    let (info, created) = lib.commit(&info, &report, &model_tmp.0, &tmp.0).await?;
+    let (info, created) = lib
+        .commit(&info, &content_hash, &report, &model_tmp.0, &tmp.0)
+        .await?;
     if !created {
         // The same bytes were committed by a concurrent upload; theirs stands.
         return Ok(Uploaded {

@@ -930,3 +930,29 @@ async fn events_around_a_position_and_block_sites() {
         .count();
     assert_eq!(blocks, 60, "one block per leaked step");
 }
+
+/// The same snapshot compressed is the same entry: the library deduplicates by the decoded bytes.
+#[tokio::test]
+async fn the_same_snapshot_compressed_is_already_in_the_library() {
+    let (_dir, state) = open_state("dedup").await;
+    let (st, plain) = call(
+        &state,
+        "POST",
+        "/api/snapshots",
+        fixture("multistream.pickle"),
+    )
+    .await;
+    assert_eq!(st, StatusCode::CREATED);
+    for name in [
+        "variants/multistream.pickle.gz",
+        "variants/multistream.pickle.zst",
+        "variants/multistream.pickle.xz",
+    ] {
+        let (st, again) = call(&state, "POST", "/api/snapshots", fixture(name)).await;
+        assert_eq!(st, StatusCode::OK, "{name}: {again}");
+        assert_eq!(again["created"], false);
+        assert_eq!(again["id"], plain["id"], "{name}");
+    }
+    let (_, list) = call(&state, "GET", "/api/snapshots", vec![]).await;
+    assert_eq!(list.as_array().unwrap().len(), 1);
+}

@@ -431,6 +431,10 @@ pub struct Snapshot {
     pub annotations: Vec<Annotation>,
     pub allocator_settings: Option<serde_json::Value>,
     pub format: Format,
+    /// xxh3-128 of the decoded bytes the reader consumed: the same snapshot whatever its
+    /// compression has the same hash (the library deduplicates by it). 0 when loaded from a
+    /// model file.
+    pub content_hash: u128,
 }
 
 impl Snapshot {

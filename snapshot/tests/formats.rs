@@ -165,3 +165,22 @@ fn fast_path_equals_general_machine() {
         assert_eq!(fast.blocks.len(), general.blocks.len(), "{name}");
     }
 }
+
+/// The content hash is of the decoded bytes: one snapshot compressed three ways hashes alike
+/// (the library keeps it once); another encoding of it is other bytes and hashes differently.
+#[test]
+fn the_content_hash_ignores_compression() {
+    let plain = common::read("multistream.pickle").content_hash;
+    assert_ne!(plain, 0);
+    for name in [
+        "variants/multistream.pickle.gz",
+        "variants/multistream.pickle.zst",
+        "variants/multistream.pickle.xz",
+    ] {
+        assert_eq!(common::read(name).content_hash, plain, "{name}");
+    }
+    assert_ne!(
+        common::read("variants/multistream.proto2.pickle").content_hash,
+        plain
+    );
+}
