@@ -37,7 +37,7 @@ pub fn DiffPage() -> impl IntoView {
         <section class="diff">
             {move || match data.get() {
                 None => view! { <p>"comparing…"</p> }.into_any(),
-                Some(Err(e)) => view! { <p class="error">{e}</p> }.into_any(),
+                Some(Err(e)) => crate::pages::widgets::error_line(e).into_any(),
                 Some(Ok(d)) => diff_view(d).into_any(),
             }}
         </section>

@@ -264,7 +264,7 @@ pub fn Library() -> impl IntoView {
             })}
             {move || match items.get() {
                 None => view! { <p>"loading…"</p> }.into_any(),
-                Some(Err(e)) => view! { <p class="error">{e}</p> }.into_any(),
+                Some(Err(e)) => crate::pages::widgets::error_line(e).into_any(),
                 Some(Ok(list)) if list.is_empty() => {
                     let q = query.get_untracked();
                     let text = if q.trim().is_empty() {

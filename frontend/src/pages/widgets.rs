@@ -40,3 +40,20 @@ pub fn stack_frames(frames: &[::api::Frame]) -> impl IntoView + use<> {
         </div>
     }
 }
+
+/// An error as a person reads it: one line, the particulars (offsets, opcodes, server detail in
+/// the final parenthesis) behind a "details" toggle.
+pub fn error_line(message: String) -> impl IntoView {
+    let (say, more) = crate::fmt::error_parts(&message);
+    view! {
+        <p class="error">
+            {say}
+            {more.map(|m| view! {
+                <details class="error-details">
+                    <summary>"details"</summary>
+                    <code>{m}</code>
+                </details>
+            })}
+        </p>
+    }
+}

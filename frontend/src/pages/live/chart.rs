@@ -287,7 +287,7 @@ pub fn live_frame<T: Clone + 'static>(
             <p><a href=::api::routes::page::live()>"← fleet"</a></p>
             <Suspense fallback=|| view! { <p class="muted">"Loading…"</p> }>
                 {move || data.get().map(|r| match r {
-                    Err(e) => view! { <p class="error">{e}</p> }.into_any(),
+                    Err(e) => crate::pages::widgets::error_line(e).into_any(),
                     Ok(p) => body(p),
                 })}
             </Suspense>

@@ -20,7 +20,7 @@ pub fn FleetPage() -> impl IntoView {
             <h1>"Live: fleet"</h1>
             <Suspense fallback=|| view! { <p class="muted">"Loading…"</p> }>
                 {move || data.get().map(|r| match r {
-                    Err(e) => view! { <p class="error">{e}</p> }.into_any(),
+                    Err(e) => crate::pages::widgets::error_line(e).into_any(),
                     Ok(f) => fleet_view(f).into_any(),
                 })}
             </Suspense>

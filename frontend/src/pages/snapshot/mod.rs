@@ -82,7 +82,7 @@ pub fn SnapshotPage() -> impl IntoView {
         </div>
         {move || match report.get() {
             None => view! { <p>"loading…"</p> }.into_any(),
-            Some(Err(e)) => view! { <p class="error">{e}</p> }.into_any(),
+            Some(Err(e)) => crate::pages::widgets::error_line(e).into_any(),
             Some(Ok(r)) => {
                 // A new device mounts the view afresh (its event count, its positions).
                 let _ = device.get();

@@ -58,7 +58,7 @@ pub fn Segments(report: Arc<::api::Report>) -> impl IntoView {
             <p class="hover">{move || hovered.get()}</p>
             {move || match data.get() {
                 None => view! { <p>"loading…"</p> }.into_any(),
-                Some(Err(e)) => view! { <p class="error">{e}</p> }.into_any(),
+                Some(Err(e)) => crate::pages::widgets::error_line(e).into_any(),
                 Some(Ok(st)) => segment_map(st, url, hovered).into_any(),
             }}
         </section>

@@ -65,7 +65,7 @@ pub fn Stacks(report: Arc<::api::Report>) -> impl IntoView {
         </label>
         {move || match data.get() {
             None => view! { <p>"loading…"</p> }.into_any(),
-            Some(Err(e)) => view! { <p class="error">{e}</p> }.into_any(),
+            Some(Err(e)) => crate::pages::widgets::error_line(e).into_any(),
             Some(Ok(s)) => {
                 let total = (s.total_bytes as f64).max(1.0);
                 view! {

@@ -600,7 +600,7 @@ pub fn TimelineView() -> impl IntoView {
             <h3>"Largest allocations in this window"</h3>
             {move || match data.get() {
                 None => view! { <p>"loading…"</p> }.into_any(),
-                Some(Err(e)) => view! { <p class="error">{e}</p> }.into_any(),
+                Some(Err(e)) => crate::pages::widgets::error_line(e).into_any(),
                 Some(Ok(d)) => {
                     let needle = filter.get().to_lowercase();
                     let rows = d
