@@ -798,13 +798,13 @@ async fn uploads_land_on_their_answer() {
 /// (failed requests, uncaught exceptions, wasm panics). The reader itself is checked first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_view_of_any_fixture_logs_a_console_error() {
-    let Session {
-        data,
-        base,
-        c,
-        _driver,
-        ..
-    } = session("console").await;
+    // At 1280×800, a laptop's window; every view is saved as a screenshot too.
+    let data = std::env::temp_dir().join(format!("memscope-e2e-console-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data);
+    let base = common::start_server(&data.join("lib")).await;
+    let (_driver, driver_port) = start_chromedriver();
+    let c = common::browser_with(driver_port, &data.join("profile"), (1280, 800), 1.0).await;
+    c.goto(&base).await.unwrap();
     c.execute("console.error('memscope console probe')", vec![])
         .await
         .unwrap();
@@ -853,6 +853,10 @@ async fn no_view_of_any_fixture_logs_a_console_error() {
             )
             .await;
             tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+            let dir = f.parent().unwrap().file_name().unwrap().to_string_lossy();
+            let stem =
+                format!("{dir}-{}", f.file_name().unwrap().to_string_lossy()).replace('.', "_");
+            screenshot(&c, &format!("views/{stem}-{view}")).await;
             for e in console_errors(&c).await {
                 failures.push(format!("{} ({view}): {e}", f.display()));
             }

@@ -126,7 +126,9 @@ pub async fn screenshot(c: &Client, name: &str) {
     let dir = root().join("target").join("e2e-screenshots");
     std::fs::create_dir_all(&dir).unwrap();
     let png = c.screenshot().await.unwrap();
-    std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
+    let path = dir.join(format!("{name}.png"));
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, png).unwrap();
 }
 
 /// The token of collector `gpu7` (the live scenario's) on servers from [`start_server`].
