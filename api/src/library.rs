@@ -193,7 +193,7 @@ pub struct Uploaded {
 /// `GET /api/uploads/{token}`: how far an upload has got. An ended upload answers `finished`
 /// for a minute (a poller racing the upload's own answer gets no 404); a token not seen (yet,
 /// or any more) answers zeros.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UploadProgress {
     pub received_bytes: u64,
     /// Bytes the parser has consumed (parsing overlaps the transfer).

@@ -41,13 +41,11 @@ pub fn sharp(
     g
 }
 
-/// The pointer's position in CSS pixels from the canvas's top-left corner.
-pub fn pointer_css(c: &web_sys::HtmlCanvasElement, ev: &web_sys::MouseEvent) -> (f64, f64) {
-    let r = c.get_bounding_client_rect();
-    (
-        ev.client_x() as f64 - r.left(),
-        ev.client_y() as f64 - r.top(),
-    )
+/// A stable number for a name (FNV-1a): what gives a file or a line the same colour on every
+/// chart and at every moment.
+pub fn name_hash(name: &str) -> u32 {
+    name.bytes()
+        .fold(2166136261u32, |h, b| (h ^ b as u32).wrapping_mul(16777619))
 }
 
 /// A linear map from data `[d0, d1]` to pixels `[p0, p1]` (and back).

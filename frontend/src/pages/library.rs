@@ -215,12 +215,7 @@ pub fn Library() -> impl IntoView {
                                             let (say, more) = crate::fmt::error_parts(e);
                                             view! {
                                                 <span class="error upload-error">{say}</span>
-                                                {more.map(|m| view! {
-                                                    <details class="error-details">
-                                                        <summary>"details"</summary>
-                                                        <code>{m}</code>
-                                                    </details>
-                                                })}
+                                                {crate::pages::widgets::error_details(more)}
                                             }
                                         }
                                         <button

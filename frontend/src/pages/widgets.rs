@@ -45,15 +45,17 @@ pub fn stack_frames(frames: &[::api::Frame]) -> impl IntoView + use<> {
 /// the final parenthesis) behind a "details" toggle.
 pub fn error_line(message: String) -> impl IntoView {
     let (say, more) = crate::fmt::error_parts(&message);
-    view! {
-        <p class="error">
-            {say}
-            {more.map(|m| view! {
-                <details class="error-details">
-                    <summary>"details"</summary>
-                    <code>{m}</code>
-                </details>
-            })}
-        </p>
-    }
+    view! { <p class="error">{say}{error_details(more)}</p> }
+}
+
+/// An error's particulars behind a "details" toggle (nothing when there are none).
+pub fn error_details(more: Option<String>) -> impl IntoView {
+    more.map(|m| {
+        view! {
+            <details class="error-details">
+                <summary>"details"</summary>
+                <code>{m}</code>
+            </details>
+        }
+    })
 }

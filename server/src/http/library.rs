@@ -146,12 +146,7 @@ async fn upload_progress(
             total_bytes: p.total_bytes,
             finished: p.finished.load(Relaxed),
         },
-        None => api::UploadProgress {
-            received_bytes: 0,
-            parsed_bytes: 0,
-            total_bytes: 0,
-            finished: false,
-        },
+        None => api::UploadProgress::default(),
     }))
 }
 

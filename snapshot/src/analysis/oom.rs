@@ -86,6 +86,21 @@ struct Figures {
     largest_free: u64,
 }
 
+impl Figures {
+    /// Held outside PyTorch: what the device had, less what the driver had free and what PyTorch
+    /// reserved (known only with the device's total and the driver's free memory).
+    fn outside(&self) -> Option<u64> {
+        Some(
+            self.device_total?
+                .saturating_sub(self.device_free?)
+                .saturating_sub(self.reserved),
+        )
+    }
+}
+
+/// The advice when one request is larger than the device could ever give.
+const SMALLER_TENSOR: &str = "Make that one tensor smaller: a smaller batch or sequence at this line, chunk the computation, or shard it across devices.";
+
 fn judge(f: &Figures) -> Finding {
     const SHRINK: &str = "Shrink what is alive at this point (the largest call sites are listed): a smaller batch or sequence, activation checkpointing (torch.utils.checkpoint), lower precision, or dropping references the job no longer needs.";
     let settle = "Give memscope this GPU's total memory (pick the GPU on the OOM page, upload through memscope_agent, which records it, or `memscope analyze --device-total-bytes`) to settle it.";
@@ -162,12 +177,10 @@ fn judge(f: &Figures) -> Finding {
                 gib(total),
                 gib(f.allocated)
             ),
-            advice: vec![
-                "Make that one tensor smaller: a smaller batch or sequence at this line, chunk the computation, or shard it across devices.".into(),
-            ],
+            advice: vec![SMALLER_TENSOR.into()],
         },
         Some(total) => {
-            let outside = total.saturating_sub(free).saturating_sub(f.reserved);
+            let outside = f.outside().unwrap_or_default();
             if outside > f.reserved {
                 Finding {
                     verdict: Verdict::OutsidePytorch,
@@ -209,10 +222,7 @@ fn judge(f: &Figures) -> Finding {
                         gib(seen),
                         model.name
                     ),
-                    advice: vec![
-                        "Make that one tensor smaller: a smaller batch or sequence at this line, chunk the computation, or shard it across devices.".into(),
-                        settle.into(),
-                    ],
+                    advice: vec![SMALLER_TENSOR.into(), settle.into()],
                 },
                 Some(model) => Finding {
                     verdict: Verdict::Exhaustion,
@@ -270,13 +280,7 @@ pub fn oom_reports(
             };
             let largest_free = state.largest_free_for(block, stream);
             let cached_free = reserved.saturating_sub(allocated);
-            let outside = match (device_total_bytes, device_free) {
-                (Some(total), Some(free)) => {
-                    Some(total.saturating_sub(free).saturating_sub(reserved))
-                }
-                _ => None,
-            };
-            let finding = judge(&Figures {
+            let figures = Figures {
                 block,
                 requested,
                 device_free,
@@ -285,7 +289,8 @@ pub fn oom_reports(
                 allocated,
                 cached_free,
                 largest_free,
-            });
+            };
+            let finding = judge(&figures);
             let largest_sites = stacks_at(snap, index, d.device, Some(p), 5)
                 .map(|s| s.sites)
                 .unwrap_or_default();
@@ -303,7 +308,7 @@ pub fn oom_reports(
                 allocated_bytes: allocated,
                 cached_free_bytes: cached_free,
                 largest_free_block_bytes: largest_free,
-                outside_pytorch_bytes: outside,
+                outside_pytorch_bytes: figures.outside(),
                 verdict: finding.verdict,
                 explanation: finding.explanation,
                 advice: finding.advice,

@@ -6,7 +6,7 @@
 use leptos::html::Canvas;
 use leptos::prelude::*;
 
-use crate::canvas::{pointer_css, sharp};
+use crate::canvas::{name_hash, pointer, sharp};
 use crate::fmt;
 
 /// Row height in CSS pixels.
@@ -81,10 +81,7 @@ pub fn layout(root: &::api::FlameNode) -> Vec<Cell> {
 
 /// A colour per file: Python files by a hue from the file's name, C++ in blue-greys.
 pub fn colour(cell: &Cell) -> String {
-    let file = cell.filename.rsplit('/').next().unwrap_or("");
-    let h = file
-        .bytes()
-        .fold(2166136261u32, |h, b| (h ^ b as u32).wrapping_mul(16777619));
+    let h = name_hash(cell.filename.rsplit('/').next().unwrap_or(""));
     if cell.filename.is_empty() {
         "#dee2e6".into()
     } else if snapshot::frames::is_cpp(&cell.filename) {
@@ -174,7 +171,7 @@ pub fn Icicle(flame: ::api::FlameNode) -> impl IntoView {
     });
     let at = move |ev: &web_sys::MouseEvent| -> Option<(usize, f64, f64)> {
         let c = canvas.get_untracked()?;
-        let (x, y) = pointer_css(&c, ev);
+        let (x, y) = pointer(&c, ev);
         let w = width.get_untracked().max(1.0);
         let depth = (y / ROW) as usize;
         cells.with_value(|cells| {

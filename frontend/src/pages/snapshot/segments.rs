@@ -143,10 +143,7 @@ fn segment_map(
 
 /// A call site's colour: a hue from its `file:line`, so a line keeps its colour at every event.
 pub fn site_colour(f: &::api::Frame) -> String {
-    let key = format!("{}:{}", f.filename, f.line);
-    let h = key
-        .bytes()
-        .fold(2166136261u32, |h, b| (h ^ b as u32).wrapping_mul(16777619));
+    let h = crate::canvas::name_hash(&format!("{}:{}", f.filename, f.line));
     format!("hsl({}, 55%, 58%)", h % 360)
 }
 
