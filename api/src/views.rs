@@ -263,8 +263,32 @@ pub struct SegmentView {
     pub segment_type: SegmentType,
     pub pool_id: PoolId,
     pub is_expandable: bool,
+    /// For an expandable segment: how its mapped range grew up to this position.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mapped: Option<MappedGrowth>,
     pub blocks: Vec<BlockView>,
     pub fragmentation: Fragmentation,
+}
+
+/// How an expandable segment's mapped range came to be, as of a position: pages mapped before
+/// the trace and by `segment_map` events (ranges still mapped there).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MappedGrowth {
+    pub before_trace_bytes: u64,
+    pub mapped_in_trace_bytes: u64,
+    /// `segment_map` ranges of the trace still mapped.
+    pub maps: u32,
+    /// The newest of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last: Option<MapEvent>,
+}
+
+/// One `segment_map` range: mapped by event `event` (0-based; present after position `event + 1`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MapEvent {
+    pub event: u32,
+    pub address: u64,
+    pub bytes: u64,
 }
 
 /// One pool's figures (size class, stream, pool id).
@@ -331,8 +355,9 @@ pub struct StackReport {
     pub flame: FlameNode,
 }
 
-/// A segment's lifetime in events: `start`/`end` are [`NO_EVENT`] when it predates the trace or
-/// still exists at the snapshot.
+/// A segment's lifetime in events (cudaMalloc → cudaFree); for an expandable segment
+/// (`is_expandable`), one mapped range's (`segment_map` → `segment_unmap`). `start`/`end` are
+/// [`NO_EVENT`] when it predates the trace or still exists at the snapshot.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SegmentSpan {
     pub address: u64,

@@ -345,6 +345,16 @@ pub fn allocator_state(
             segment_type: segment_type(g.segment_type),
             pool_id: g.pool_id,
             is_expandable: g.is_expandable,
+            mapped: g.mapped.map(|m| api::MappedGrowth {
+                before_trace_bytes: m.before_trace_bytes,
+                mapped_in_trace_bytes: m.mapped_in_trace_bytes,
+                maps: m.maps,
+                last: m.last.map(|l| api::MapEvent {
+                    event: l.event,
+                    address: l.address,
+                    bytes: l.bytes,
+                }),
+            }),
             blocks: g
                 .blocks
                 .into_iter()

@@ -449,7 +449,7 @@ async fn dashboard_end_to_end() {
     // A legend says what the colours are; each row names its segment's address and size.
     let legend = wait_js(
         &c,
-        "document.querySelector('.seg-legend') && document.querySelector('.seg-legend').innerText",
+        "document.querySelector('.seg-legend:not(.span-legend)') && document.querySelector('.seg-legend:not(.span-legend)').innerText",
         "the legend",
     )
     .await;
@@ -1350,4 +1350,82 @@ async fn screenshot_url() {
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     screenshot(&c, &name).await;
     c.close().await.unwrap();
+}
+
+/// An expandable segment grows by mapped pages: stepping through the trace, its row is as large
+/// as what is mapped at that moment (not its final size), the words say how it got there, and the
+/// pages the current event mapped are outlined.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expandable_segment_grows_in_the_segments_view() {
+    let Session {
+        data, _driver, c, ..
+    } = session("expandable").await;
+    upload(
+        &c,
+        &root().join("tests/fixtures/harness/expandable_segments.pickle"),
+    )
+    .await;
+    wait_js(&c, "location.pathname.startsWith('/s/')", "the upload").await;
+    let at = |pos: u32| {
+        let c = c.clone();
+        async move {
+            let url = c.current_url().await.unwrap();
+            let mut url = url.clone();
+            url.set_query(Some(&format!("view=segments&pos={pos}")));
+            c.goto(url.as_str()).await.unwrap();
+            wait_js(
+                &c,
+                &format!("document.querySelector('section.segments') && document.querySelector('section.segments').innerText.includes('after event {pos} of 888') && document.querySelector('section.segments').innerText.includes(', reserved ')"),
+                "the segments",
+            )
+            .await;
+        }
+    };
+    // After the 10th segment_map (event 40 as the event list counts): 10 pages of 20 MiB, the last one just mapped.
+    at(40).await;
+    let row = wait_js(
+        &c,
+        "document.querySelector('.segrow .seg-label').innerText",
+        "the row",
+    )
+    .await;
+    assert_eq!(row, "0x402000000 · 200.0 MiB ⇢");
+    let note = wait_js(
+        &c,
+        "document.querySelector('.mapped-note').innerText",
+        "the note",
+    )
+    .await;
+    assert!(
+        note.as_str().unwrap().contains(
+            "0x402000000: 200.0 MiB mapped (200.0 MiB by 10 maps in the trace); the newest +20.0 MiB at event 40"
+        ),
+        "{note}"
+    );
+    let outline = wait_js(
+        &c,
+        "(() => { const o = document.querySelector('.seg .just-mapped'); const s = o.parentElement.getBoundingClientRect(), r = o.getBoundingClientRect(); return [Math.round((r.left - s.left) / s.width * 100), Math.round(r.width / s.width * 100)]; })()",
+        "the newest pages outlined",
+    )
+    .await;
+    assert_eq!(outline, serde_json::json!([90, 10]), "the last tenth");
+    screenshot(&c, "segments-expandable-growing").await;
+    // One event later nothing new is mapped; at the start nothing is mapped at all.
+    at(41).await;
+    wait_js(
+        &c,
+        "document.querySelectorAll('.segrow').length === 1 && document.querySelectorAll('.just-mapped').length === 0",
+        "no outline",
+    )
+    .await;
+    at(0).await;
+    wait_js(
+        &c,
+        "document.querySelectorAll('.segrow').length === 0",
+        "no rows: nothing mapped before the first segment_map",
+    )
+    .await;
+    assert!(console_errors(&c).await.is_empty());
+    c.close().await.unwrap();
+    let _ = std::fs::remove_dir_all(&data);
 }

@@ -364,3 +364,87 @@ fn time_buckets_hold_each_value_until_the_next_event() {
         }
     }
 }
+
+/// Expandable segments grow and shrink by pages: the state at every position shows each
+/// contiguous mapped range as one segment (as PyTorch reports them), with its mapped bytes
+/// equal to the reserved series, never the final size back-dated to the start.
+#[test]
+fn expandable_segments_show_their_mapped_growth() {
+    let (snap, index, _) = common::analyze("harness/expandable_segments.pickle");
+    let d = &index.devices[0];
+    let final_total: u64 = snap.segments.iter().map(|s| s.total_size).sum();
+    let mut sizes = Vec::new();
+    for p in 0..=d.len {
+        let st = analysis::state_at(&snap, &index, 0, p);
+        assert_eq!(st.total.reserved_bytes, d.reserved_at(p), "@{p}");
+        for s in &st.segments {
+            assert!(s.is_expandable);
+            let sum: u64 = s.blocks.iter().map(|b| b.size).sum();
+            assert_eq!(sum, s.total_size, "@{p}: blocks tile the mapped range");
+            let g = s.mapped.as_ref().unwrap();
+            assert_eq!(g.before_trace_bytes + g.mapped_in_trace_bytes, s.total_size);
+        }
+        sizes.push(st.total.reserved_bytes);
+    }
+    // Nothing mapped before the trace's first map; all of it mapped at the end, in 102 maps of
+    // 20 MiB, one contiguous range.
+    assert_eq!(sizes[0], 0);
+    assert_eq!(*sizes.last().unwrap(), final_total);
+    assert!(sizes.windows(2).all(|w| w[0] <= w[1]), "only maps");
+    let end = analysis::state_at(&snap, &index, 0, d.len);
+    assert!(end.exact && end.segments.len() == 1);
+    let g = end.segments[0].mapped.clone().unwrap();
+    assert_eq!((g.maps, g.before_trace_bytes), (102, 0));
+    assert_eq!(g.last.unwrap().bytes, 20 << 20);
+    // Just before the end the rebuilt state agrees with the recorded one.
+    let before = analysis::state_at(&snap, &index, 0, d.len - 1);
+    assert_eq!(before.segments.len(), 1);
+    assert_eq!(before.segments[0].total_size, end.segments[0].total_size);
+}
+
+/// Unmaps split mapped ranges, and take back pages mapped before the trace began.
+#[test]
+fn expandable_unmaps_split_ranges_and_reach_before_the_trace() {
+    const MIB: u64 = 1 << 20;
+    let b: u64 = 0x4_0000_0000;
+    let ev = |action: &str, addr: u64, size: u64| serde_json::json!({"action": action, "addr": addr, "size": size, "stream": 0});
+    let doc = serde_json::json!({
+        "segments": [{"device": 0, "address": b + 20 * MIB, "total_size": 20 * MIB,
+            "segment_type": "large", "is_expandable": true, "stream": 0, "blocks": [
+                {"size": 10 * MIB, "requested_size": 10 * MIB, "state": "active_allocated"},
+                {"size": 10 * MIB, "state": "inactive"}]}],
+        "device_traces": [[
+            ev("segment_map", b + 20 * MIB, 60 * MIB),
+            ev("alloc", b + 20 * MIB, 10 * MIB),
+            ev("segment_unmap", b + 40 * MIB, 20 * MIB),
+            ev("segment_unmap", b, 20 * MIB),
+            ev("segment_unmap", b + 60 * MIB, 20 * MIB),
+        ]],
+    });
+    let snap = snapshot::from_bytes(doc.to_string().as_bytes()).unwrap();
+    let (index, _) = analysis::analyze(&snap, &Default::default());
+    let d = &index.devices[0];
+    let ranges = |p: u32| -> Vec<(u64, u64)> {
+        let st = analysis::state_at(&snap, &index, 0, p);
+        assert_eq!(st.total.reserved_bytes, d.reserved_at(p), "@{p}");
+        st.segments
+            .iter()
+            .map(|s| ((s.address - b) / MIB, s.total_size / MIB))
+            .collect()
+    };
+    assert_eq!(ranges(0), [(0, 20)], "mapped before the trace");
+    assert_eq!(ranges(1), [(0, 80)], "one contiguous range");
+    assert_eq!(
+        ranges(3),
+        [(0, 40), (60, 20)],
+        "an unmap in the middle splits it"
+    );
+    assert_eq!(ranges(4), [(20, 20), (60, 20)]);
+    assert_eq!(ranges(5), [(20, 20)]);
+    let st = analysis::state_at(&snap, &index, 0, 1);
+    let g = st.segments[0].mapped.clone().unwrap();
+    assert_eq!(
+        (g.before_trace_bytes, g.mapped_in_trace_bytes, g.maps),
+        (20 * MIB, 60 * MIB, 1)
+    );
+}

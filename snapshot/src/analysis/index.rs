@@ -44,7 +44,10 @@ impl Allocation {
     }
 }
 
-/// One segment's lifetime (cudaMalloc to cudaFree) in a device trace.
+/// One segment's lifetime (cudaMalloc to cudaFree) in a device trace; for an expandable segment,
+/// one mapped range's lifetime (`segment_map` to the `segment_unmap` that took it back). An
+/// expandable segment at a position is the union of its ranges alive there, as PyTorch reports
+/// it: one segment per contiguous mapped range.
 #[derive(Clone, Debug, Serialize)]
 pub struct SegmentSpan {
     pub address: u64,
@@ -208,6 +211,117 @@ impl Index {
     }
 }
 
+/// The mapped ranges of expandable segments while a trace is read: a `segment_map` opens a range,
+/// a `segment_unmap` closes every open range it overlaps (what it leaves of them opens again as
+/// new ranges) and stands for ranges mapped before the trace where nothing open covers it.
+#[derive(Default)]
+struct MappedRanges {
+    pieces: Vec<SegmentSpan>,
+    /// Open ranges by start address.
+    open: std::collections::BTreeMap<u64, u32>,
+}
+
+/// Pages of a large-pool expandable segment (`kLargeBuffer`); small-pool pages are 2 MiB.
+const LARGE_PAGE_BYTES: u64 = 20 << 20;
+
+impl MappedRanges {
+    fn piece(address: u64, size: u64, stream: u64, start: u32, end: u32) -> SegmentSpan {
+        SegmentSpan {
+            address,
+            size,
+            stream,
+            segment_type: if size.is_multiple_of(LARGE_PAGE_BYTES) {
+                SegmentType::Large
+            } else {
+                SegmentType::Small
+            },
+            pool_id: (0, 0),
+            is_expandable: true,
+            start,
+            end,
+        }
+    }
+
+    fn map(&mut self, address: u64, size: u64, stream: u64, e: u32) {
+        self.open.insert(address, self.pieces.len() as u32);
+        self.pieces
+            .push(Self::piece(address, size, stream, e, NONE));
+    }
+
+    /// The open ranges overlapping `[lo, hi)`, lowest first.
+    fn overlapping(&self, lo: u64, hi: u64) -> Vec<u32> {
+        let mut ids: Vec<u32> = self
+            .open
+            .range(..hi)
+            .rev()
+            .map(|(_, &id)| id)
+            .take_while(|&id| {
+                let p = &self.pieces[id as usize];
+                p.address + p.size > lo
+            })
+            .collect();
+        ids.reverse();
+        ids
+    }
+
+    fn unmap(&mut self, lo: u64, size: u64, stream: u64, e: u32) {
+        let hi = lo + size;
+        let mut cursor = lo;
+        for id in self.overlapping(lo, hi) {
+            let p = self.pieces[id as usize].clone();
+            self.open.remove(&p.address);
+            self.pieces[id as usize].end = e;
+            if p.address > cursor {
+                // Mapped before the trace, unmapped here.
+                self.pieces
+                    .push(Self::piece(cursor, p.address - cursor, stream, NONE, e));
+            }
+            let p_hi = p.address + p.size;
+            if p.address < lo {
+                self.map(p.address, lo - p.address, p.stream, e);
+            }
+            if p_hi > hi {
+                self.map(hi, p_hi - hi, p.stream, e);
+            }
+            cursor = cursor.max(p_hi);
+        }
+        if cursor < hi {
+            self.pieces
+                .push(Self::piece(cursor, hi - cursor, stream, NONE, e));
+        }
+    }
+
+    /// Takes the snapshot's own view of an expandable segment (one contiguous mapped range, exact
+    /// at the end): open ranges inside it get its type, pool and stream; what no open range covers
+    /// was mapped before the trace.
+    fn reconcile(&mut self, seg: &crate::model::Segment) {
+        let (lo, hi) = (seg.address, seg.address + seg.total_size);
+        let mut cursor = lo;
+        for id in self.overlapping(lo, hi) {
+            let p = &mut self.pieces[id as usize];
+            p.segment_type = seg.segment_type;
+            p.pool_id = seg.pool_id;
+            p.stream = seg.stream;
+            let (address, size) = (p.address, p.size);
+            if address > cursor {
+                self.pieces.push(SegmentSpan {
+                    segment_type: seg.segment_type,
+                    pool_id: seg.pool_id,
+                    ..Self::piece(cursor, address - cursor, seg.stream, NONE, NONE)
+                });
+            }
+            cursor = cursor.max(address + size);
+        }
+        if cursor < hi {
+            self.pieces.push(SegmentSpan {
+                segment_type: seg.segment_type,
+                pool_id: seg.pool_id,
+                ..Self::piece(cursor, hi - cursor, seg.stream, NONE, NONE)
+            });
+        }
+    }
+}
+
 // Event loops index several columns (and `event_allocation`) by the same row.
 #[allow(clippy::needless_range_loop)]
 fn build_device(snap: &Snapshot, device: i32, rows: std::ops::Range<u32>) -> DeviceIndex {
@@ -219,6 +333,7 @@ fn build_device(snap: &Snapshot, device: i32, rows: std::ops::Range<u32>) -> Dev
     let mut open: FxHashMap<u64, u32> = FxHashMap::default();
     let mut segs: Vec<SegmentSpan> = Vec::new();
     let mut open_segs: FxHashMap<u64, u32> = FxHashMap::default();
+    let mut mapped = MappedRanges::default();
     let mut predating_freed = 0;
     let mut reserved_delta: i128 = 0;
 
@@ -285,24 +400,26 @@ fn build_device(snap: &Snapshot, device: i32, rows: std::ops::Range<u32>) -> Dev
                 allocations[id as usize].end = e;
                 event_allocation[i] = id;
             }
-            Action::SegmentAlloc | Action::SegmentMap => {
+            Action::SegmentAlloc => {
                 reserved_delta += t.size[r] as i128;
-                if t.action[r] == Action::SegmentAlloc {
-                    let id = segs.len() as u32;
-                    segs.push(segment(r, e, NONE));
-                    open_segs.insert(t.addr[r], id);
-                } else if let Some(&id) = open_segs.get(&t.addr[r]) {
-                    segs[id as usize].size += t.size[r];
+                let id = segs.len() as u32;
+                segs.push(segment(r, e, NONE));
+                open_segs.insert(t.addr[r], id);
+            }
+            Action::SegmentFree => {
+                reserved_delta -= t.size[r] as i128;
+                match open_segs.remove(&t.addr[r]) {
+                    Some(id) => segs[id as usize].end = e,
+                    None => segs.push(segment(r, NONE, e)),
                 }
             }
-            Action::SegmentFree | Action::SegmentUnmap => {
+            Action::SegmentMap => {
+                reserved_delta += t.size[r] as i128;
+                mapped.map(t.addr[r], t.size[r], t.stream[r], e);
+            }
+            Action::SegmentUnmap => {
                 reserved_delta -= t.size[r] as i128;
-                if t.action[r] == Action::SegmentFree {
-                    match open_segs.remove(&t.addr[r]) {
-                        Some(id) => segs[id as usize].end = e,
-                        None => segs.push(segment(r, NONE, e)),
-                    }
-                }
+                mapped.unmap(t.addr[r], t.size[r], t.stream[r], e);
             }
             _ => {}
         }
@@ -313,7 +430,11 @@ fn build_device(snap: &Snapshot, device: i32, rows: std::ops::Range<u32>) -> Dev
     let mut reserved_end: u64 = 0;
     for seg in snap.segments.iter().filter(|s| s.device == device) {
         reserved_end += seg.total_size;
-        match open_segs.get(&seg.address) {
+        if seg.is_expandable {
+            mapped.reconcile(seg);
+            // Its blocks are matched to allocations below like any segment's.
+        }
+        match open_segs.get(&seg.address).filter(|_| !seg.is_expandable) {
             Some(&id) => {
                 let s = &mut segs[id as usize];
                 s.size = seg.total_size;
@@ -322,6 +443,7 @@ fn build_device(snap: &Snapshot, device: i32, rows: std::ops::Range<u32>) -> Dev
                 s.is_expandable = seg.is_expandable;
                 s.stream = seg.stream;
             }
+            None if seg.is_expandable => {}
             None => segs.push(SegmentSpan {
                 address: seg.address,
                 size: seg.total_size,
@@ -358,7 +480,8 @@ fn build_device(snap: &Snapshot, device: i32, rows: std::ops::Range<u32>) -> Dev
             });
         }
     }
-    segs.sort_by_key(|s| s.address);
+    segs.extend(mapped.pieces);
+    segs.sort_by_key(|s| (s.address, s.start.wrapping_add(1)));
 
     // Series: live and reserved bytes after every event.
     let live_at_start: u64 = allocations

@@ -8,7 +8,7 @@
 
 use serde::Serialize;
 
-use super::index::{DeviceIndex, Index, NONE};
+use super::index::{DeviceIndex, Index, NONE, SegmentSpan};
 use crate::model::{BlockState, SegmentType, Snapshot, StackId};
 
 /// The caching allocator's minimum block size and rounding (`kMinBlockSize`).
@@ -59,8 +59,34 @@ pub struct SegmentView {
     pub segment_type: SegmentType,
     pub pool_id: (i64, i64),
     pub is_expandable: bool,
+    /// For an expandable segment: how its mapped range grew up to this position.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mapped: Option<MappedGrowth>,
     pub blocks: Vec<BlockView>,
     pub fragmentation: Fragmentation,
+}
+
+/// How an expandable segment's mapped range came to be: pages mapped before the trace and by its
+/// `segment_map` events (each range still mapped at the position; an unmap's leftover counts as
+/// mapped where the unmap happened).
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct MappedGrowth {
+    pub before_trace_bytes: u64,
+    pub mapped_in_trace_bytes: u64,
+    /// Ranges mapped in the trace and still mapped.
+    pub maps: u32,
+    /// The newest of them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last: Option<MapEvent>,
+}
+
+/// One `segment_map` (or what an unmap left of a mapped range).
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+pub struct MapEvent {
+    /// Event index (0-based): the range exists after position `event + 1`.
+    pub event: u32,
+    pub address: u64,
+    pub bytes: u64,
 }
 
 /// Fragmentation figures of a segment, pool or stream.
@@ -158,6 +184,7 @@ pub fn final_state(snap: &Snapshot, device: i32, position: u32) -> AllocatorStat
                 segment_type: s.segment_type,
                 pool_id: s.pool_id,
                 is_expandable: s.is_expandable,
+                mapped: None,
                 fragmentation: Fragmentation::of_blocks(s.total_size, &blocks),
                 blocks,
             }
@@ -175,6 +202,14 @@ pub fn state_at(snap: &Snapshot, index: &Index, device: i32, p: u32) -> Allocato
     if p >= d.len {
         let mut s = final_state(snap, device, d.len);
         attach_allocations(d, &mut s);
+        for seg in s.segments.iter_mut().filter(|s| s.is_expandable) {
+            seg.mapped = Some(mapped_growth(
+                d,
+                seg.address,
+                seg.address + seg.total_size,
+                d.len,
+            ));
+        }
         return s;
     }
     rebuilt_state(d, device, p)
@@ -184,7 +219,7 @@ fn rebuilt_state(d: &DeviceIndex, device: i32, p: u32) -> AllocatorState {
     let mut alive: Vec<u32> = d.alive_at(p);
     alive.sort_by_key(|&a| d.allocations[a as usize].addr);
     let mut segments = Vec::new();
-    for s in d.segments.iter().filter(|s| s.alive_at(p)) {
+    for s in segments_at(d, p) {
         let (lo, hi) = (s.address, s.address.saturating_add(s.size));
         let first = alive.partition_point(|&a| d.allocations[a as usize].addr < lo);
         let mut blocks = Vec::new();
@@ -230,11 +265,57 @@ fn rebuilt_state(d: &DeviceIndex, device: i32, p: u32) -> AllocatorState {
             },
             pool_id: s.pool_id,
             is_expandable: s.is_expandable,
+            mapped: s.is_expandable.then(|| mapped_growth(d, lo, hi, p)),
             fragmentation: Fragmentation::of_blocks(s.size, &blocks),
             blocks,
         });
     }
     finish(device, p, false, segments)
+}
+
+/// The segments alive at `p`: cudaMalloc'd ones as they are, expandable ones as PyTorch reports
+/// them, one per contiguous mapped range (the union of the mapped ranges alive there).
+fn segments_at(d: &DeviceIndex, p: u32) -> Vec<SegmentSpan> {
+    let mut out: Vec<SegmentSpan> = Vec::new();
+    for s in d.segments.iter().filter(|s| s.alive_at(p)) {
+        if s.is_expandable
+            && let Some(last) = out.last_mut()
+            && last.is_expandable
+            && last.address + last.size == s.address
+            && (last.stream, last.pool_id, last.segment_type)
+                == (s.stream, s.pool_id, s.segment_type)
+        {
+            last.size += s.size;
+            continue;
+        }
+        out.push(s.clone());
+    }
+    out
+}
+
+/// How the expandable segment `[lo, hi)` came to be mapped, as of position `p`.
+fn mapped_growth(d: &DeviceIndex, lo: u64, hi: u64, p: u32) -> MappedGrowth {
+    let mut g = MappedGrowth::default();
+    for s in d
+        .segments
+        .iter()
+        .filter(|s| s.is_expandable && s.alive_at(p) && s.address >= lo && s.address < hi)
+    {
+        if s.start == NONE {
+            g.before_trace_bytes += s.size;
+            continue;
+        }
+        g.maps += 1;
+        g.mapped_in_trace_bytes += s.size;
+        if g.last.is_none_or(|l| s.start >= l.event) {
+            g.last = Some(MapEvent {
+                event: s.start,
+                address: s.address,
+                bytes: s.size,
+            });
+        }
+    }
+    g
 }
 
 fn inactive(address: u64, size: u64) -> BlockView {

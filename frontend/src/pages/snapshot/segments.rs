@@ -79,8 +79,9 @@ fn segment_map(
         .fold(1.0, f64::max);
     view! {
         <p>{format!(
-            "{} segments, reserved {}, allocated {}, rounding waste {}, cached free {} in {} blocks (largest {}){}",
+            "{} {}, reserved {}, allocated {}, rounding waste {}, cached free {} in {} blocks (largest {}){}",
             st.segments.len(),
+            if st.segments.len() == 1 { "segment" } else { "segments" },
             fmt::bytes(t.reserved_bytes),
             fmt::bytes(t.allocated_bytes),
             fmt::bytes(t.internal_bytes),
@@ -97,6 +98,7 @@ fn segment_map(
             <span class="muted">"Each row is a segment (a cudaMalloc, or an expandable segment), width by size; hover a block for its stack."</span>
         </p>
         {site_legend(&st)}
+        {mapped_note(&st)}
         <div class="segmap">
             {st.segments
                 .iter()
@@ -114,7 +116,7 @@ fn segment_map(
                             ::api::SegmentType::Unknown => "unknown",
                         },
                         s.stream,
-                        if s.is_expandable { ", expandable" } else { "" },
+                        s.mapped.as_ref().map(|m| format!(", expandable: {}", mapped_words(s.total_bytes, m))).unwrap_or_default(),
                         fmt::bytes(fr.allocated_bytes),
                         fmt::bytes(fr.internal_bytes),
                         fmt::bytes(fr.external_bytes),
@@ -125,13 +127,31 @@ fn segment_map(
                         "{:#x} · {}{}",
                         s.address,
                         fmt::bytes(s.total_bytes),
-                        if s.is_expandable { " · expandable" } else { "" }
+                        if s.is_expandable { " ⇢" } else { "" }
                     );
+                    // The range the current event mapped, outlined where it sits.
+                    let just_mapped = s
+                        .mapped
+                        .as_ref()
+                        .and_then(|m| m.last)
+                        .filter(|l| l.event + 1 == st.position && l.address >= s.address)
+                        .map(|l| {
+                            let left = (l.address - s.address) as f64 / total * 100.0;
+                            let w = l.bytes as f64 / total * 100.0;
+                            view! {
+                                <div
+                                    class="just-mapped"
+                                    style=format!("left:{left:.3}%;width:{w:.3}%")
+                                    title=format!("mapped by this event: {}", fmt::bytes(l.bytes))
+                                ></div>
+                            }
+                        });
                     view! {
-                        <div class="segrow" title=title>
+                        <div class="segrow" class:expandable=s.is_expandable title=title>
                             <span class="seg-label">{label}</span>
                             <div class="seg" style=format!("width:calc((100% - 17em) * {:.4})", width / 100.0)>
                                 {s.blocks.iter().map(|b| block(b, total, &st.sites, url, hovered)).collect_view()}
+                                {just_mapped}
                             </div>
                         </div>
                     }
@@ -139,6 +159,67 @@ fn segment_map(
                 .collect_view()}
         </div>
     }
+}
+
+/// An expandable segment's mapped bytes in words: how much, and how it got there.
+fn mapped_words(total_bytes: u64, m: &::api::MappedGrowth) -> String {
+    let mut parts = Vec::new();
+    if m.maps > 0 {
+        parts.push(format!(
+            "{} by {} {} in the trace",
+            fmt::bytes(m.mapped_in_trace_bytes),
+            fmt::count(m.maps as u64),
+            if m.maps == 1 { "map" } else { "maps" }
+        ));
+    }
+    if m.before_trace_bytes > 0 {
+        parts.push(format!("{} before it", fmt::bytes(m.before_trace_bytes)));
+    }
+    let newest = m
+        .last
+        // Counted from 1, as the event list counts them.
+        .map(|l| {
+            format!(
+                "; the newest +{} at event {}",
+                fmt::bytes(l.bytes),
+                fmt::count(l.event as u64 + 1)
+            )
+        })
+        .unwrap_or_default();
+    format!(
+        "{} mapped ({}){newest}",
+        fmt::bytes(total_bytes),
+        parts.join(", ")
+    )
+}
+
+/// What the expandable segments (rows marked ⇢) mapped: they grow by pages instead of new
+/// cudaMallocs, so their growth is said here and drawn in the cached-segment timeline.
+fn mapped_note(st: &::api::AllocatorState) -> impl IntoView + use<> {
+    let rows: Vec<String> = st
+        .segments
+        .iter()
+        .filter_map(|s| {
+            Some(format!(
+                "{:#x}: {}",
+                s.address,
+                mapped_words(s.total_bytes, s.mapped.as_ref()?)
+            ))
+        })
+        .collect();
+    (!rows.is_empty()).then(|| {
+        let more = rows.len().saturating_sub(3);
+        view! {
+            <div class="mapped-note">
+                <p>
+                    "Expandable segments (⇢) grow by mapping pages at their end instead of new cudaMallocs; "
+                    "an outline marks the pages the current event mapped. "
+                    {rows.into_iter().take(3).map(|r| view! { <span class="mapped-row">{r}". "</span> }).collect_view()}
+                    {(more > 0).then(|| format!("And {more} more mapped ranges."))}
+                </p>
+            </div>
+        }
+    })
 }
 
 /// A call site's colour: a hue from its `file:line`, so a line keeps its colour at every event.
@@ -329,10 +410,10 @@ fn SegmentTimeline(pos: Memo<u64>, events: u64) -> impl IntoView {
         for (i, s) in d.segments.iter().enumerate() {
             let start = s.start_event().unwrap_or(0) as f64;
             let end = s.end_event().map_or(ev, |e| e as f64);
-            g.set_fill_style_str(if s.segment_type == ::api::SegmentType::Small {
-                "#74c0fc"
-            } else {
-                "#4c6ef5"
+            g.set_fill_style_str(match (s.is_expandable, s.segment_type) {
+                (true, _) => "#12b886",
+                (false, ::api::SegmentType::Small) => "#74c0fc",
+                _ => "#4c6ef5",
             });
             g.fill_rect(
                 x.at(start),
@@ -354,5 +435,11 @@ fn SegmentTimeline(pos: Memo<u64>, events: u64) -> impl IntoView {
     view! {
         <h3>"Cached segments over the trace (click to choose a moment)"</h3>
         <canvas id="segment-timeline" node_ref=canvas width="1200" height="120" on:click=on_click></canvas>
+        <p class="seg-legend span-legend">
+            <span class="key"><i style="background:#4c6ef5"></i>"large-pool segment"</span>
+            <span class="key"><i style="background:#74c0fc"></i>"small-pool segment"</span>
+            <span class="key"><i style="background:#12b886"></i>"expandable segment's mapped pages"</span>
+            <span class="muted">"a bar from cudaMalloc (or segment_map) to cudaFree (or segment_unmap)"</span>
+        </p>
     }
 }
