@@ -23,8 +23,32 @@ pub enum Command {
     /// Compare two snapshots (B against A): headline figures, memory by call site at each peak,
     /// leak suspects new or gone. Call sites are matched by file, line and function.
     Diff(DiffArgs),
+    /// What if: replay the snapshot's trace through a model of PyTorch's caching allocator under
+    /// other PYTORCH_CUDA_ALLOC_CONF settings (the recorded ones first, as a check) and rank them
+    /// by peak reserved memory, OOM or not under the limit.
+    Whatif(WhatifArgs),
     /// Run the dashboard server: the JSON API under /api, with an embedded SQLite library.
     Serve(crate::config::ServeArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct WhatifArgs {
+    /// The snapshot file; `-` reads standard input.
+    pub file: PathBuf,
+    /// A setting to try, as PYTORCH_CUDA_ALLOC_CONF takes it (repeat for several; "" is
+    /// PyTorch's defaults). Without any: a built-in set of candidates.
+    #[arg(long = "alloc-conf")]
+    pub alloc_conf: Vec<String>,
+    /// Memory the device could give the process, in bytes (default: what the trace's OOM
+    /// implies, else no limit).
+    #[arg(long)]
+    pub limit_bytes: Option<u64>,
+    /// The device to replay (default: the first with a trace).
+    #[arg(long)]
+    pub device: Option<i32>,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -67,6 +91,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Analyze(args) => analyze(args),
         Command::Diff(args) => diff(args),
+        Command::Whatif(args) => whatif(args),
         Command::Serve(args) => {
             tracing_subscriber::fmt()
                 .with_env_filter(
@@ -158,6 +183,28 @@ fn analyze(args: AnalyzeArgs) -> anyhow::Result<()> {
         writeln!(out)?;
     } else {
         out.write_all(crate::text::render(&name, &report, args.top).as_bytes())?;
+    }
+    Ok(())
+}
+
+fn whatif(args: WhatifArgs) -> anyhow::Result<()> {
+    let name = args.file.display().to_string();
+    let snap = read(&args.file)?;
+    let index = snapshot::analysis::Index::new(&snap);
+    let options = snapshot::whatif::Options {
+        device: args.device,
+        alloc_confs: args.alloc_conf,
+        limit_bytes: args.limit_bytes,
+        curves: false,
+    };
+    let w = snapshot::whatif::whatif(&snap, &index, &options)
+        .with_context(|| format!("cannot replay {name}"))?;
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer(&mut out, &w)?;
+        writeln!(out)?;
+    } else {
+        out.write_all(crate::text::render_whatif(&name, &w).as_bytes())?;
     }
     Ok(())
 }

@@ -249,3 +249,72 @@ pub fn render_diff(a: &str, b: &str, d: &Diff) -> String {
     }
     o
 }
+
+/// The human report of `memscope whatif`: the replay check first (how far to trust the rest),
+/// then every setting ranked, with the saving against the recorded run.
+pub fn render_whatif(name: &str, w: &snapshot::whatif::WhatIf) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "{name}: device {}, {} events, recorded with PYTORCH_CUDA_ALLOC_CONF={:?}",
+        w.device,
+        thousands(w.events as u64),
+        w.recorded_alloc_conf
+    );
+    let c = &w.replay_check;
+    let _ = writeln!(
+        o,
+        "Replay check: {} of {} segment events reproduced, peak reserved {} replayed vs {} recorded, {} of {} allocations at the recorded address{}",
+        thousands(c.matched_segment_events as u64),
+        thousands(c.recorded_segment_events as u64),
+        hb(c.replayed_peak_reserved_bytes),
+        hb(c.recorded_peak_reserved_bytes),
+        thousands(c.allocs_at_recorded_address as u64),
+        thousands(c.allocs as u64),
+        if c.exact { " — exact." } else { "." }
+    );
+    if let Some(d) = &c.first_divergence {
+        let _ = writeln!(o, "  First divergence: {}", d.why);
+    }
+    if w.starts_mid_run {
+        let _ = writeln!(
+            o,
+            "The trace starts mid-run: every replay starts from the segments and live blocks reconstructed for its first event."
+        );
+    }
+    if let Some(l) = &w.limit {
+        let _ = writeln!(o, "Limit: {} ({}).", hb(l.bytes), l.detail);
+    }
+    let _ = writeln!(
+        o,
+        "\n{:<56} {:>13} {:>12} {:>10} {:>9} {:>8}  OOM",
+        "PYTORCH_CUDA_ALLOC_CONF", "peak reserved", "saving", "cudaMalloc", "segments", "retries",
+    );
+    for r in &w.runs {
+        let conf = if r.alloc_conf.is_empty() {
+            "(defaults)".to_string()
+        } else {
+            r.alloc_conf.clone()
+        };
+        let saving = if r.saving_bytes >= 0 {
+            hb(r.saving_bytes as u64)
+        } else {
+            format!("-{}", hb(r.saving_bytes.unsigned_abs()))
+        };
+        let _ = writeln!(
+            o,
+            "{:<56} {:>13} {:>12} {:>10} {:>9} {:>8}  {}{}",
+            format!("{conf}{}", if r.recorded { " (recorded)" } else { "" }),
+            hb(r.peak_reserved_bytes),
+            saving,
+            thousands(r.cuda_mallocs),
+            thousands(r.segments_at_end),
+            thousands(r.alloc_retries),
+            if r.oom { "out of memory" } else { "no" },
+            r.oom_position
+                .map(|p| format!(" at event {p}"))
+                .unwrap_or_default(),
+        );
+    }
+    o
+}

@@ -23,6 +23,7 @@ mod pickle;
 pub mod store;
 pub mod units;
 mod values;
+pub mod whatif;
 
 use std::io::Read;
 

@@ -1,0 +1,1001 @@
+//! A model of PyTorch's CUDA caching allocator (`DeviceCachingAllocator` in
+//! `c10/cuda/CUDACachingAllocator.cpp`), rule by rule, without memory: blocks are address ranges
+//! in an arena, pools are ordered sets like PyTorch's, and "cudaMalloc" is a bump pointer (or,
+//! when replaying a trace under the settings it was recorded with, the address the trace says).
+//!
+//! Each function names the PyTorch function it follows. What it keeps of PyTorch's behaviour:
+//! - `malloc`: round (`round_size`), pick the pool (`get_pool`: ≤ 1 MiB small, private pools
+//!   apart), best fit (`get_free_block`), then on a miss: garbage collection (under a memory
+//!   fraction with `garbage_collection_threshold`), a new segment (`alloc_block`), release of
+//!   oversize cached blocks and retry (`release_available_cached_blocks`), release of every
+//!   unsplit cached block and retry (`release_cached_blocks`), else out of memory.
+//! - Free sets ordered by (stream, size, address) (`BlockComparatorSize`); `get_free_block`
+//!   takes the first block of the stream at least as large, refusing oversize blocks for small
+//!   requests and blocks more than `max_non_split_rounding` too large for oversize ones.
+//! - Splitting (`should_split`), merging free neighbours of the same mapped state
+//!   (`try_merge_blocks`), frees that wait for other streams (`free` → `free_block` later).
+//! - Expandable segments: one reservation per stream and pool, pages of 2 MiB (small) or
+//!   20 MiB (large) mapped at the lowest address that fits (`find_expandable_block`,
+//!   `map_block`), free whole pages unmapped on release (`unmap_block`), best fit by the size a
+//!   block can grow to.
+//! - A limit: a per-process fraction (checked before every new segment against its allocation
+//!   size, as `alloc_block` does) or the device's capacity (a cudaMalloc or a page map fails
+//!   when it does not fit).
+
+use std::collections::BTreeMap;
+
+use super::conf::AllocConf;
+
+pub const NIL: u32 = u32::MAX;
+const MIN_BLOCK: u64 = 512;
+const SMALL_SIZE: u64 = 1 << 20;
+const SMALL_PAGE: u64 = 2 << 20;
+const LARGE_PAGE: u64 = 20 << 20;
+/// Where invented segment addresses start (far from real CUDA addresses).
+const SYNTHETIC_BASE: u64 = 1 << 46;
+/// Address space of one expandable segment (PyTorch reserves 1⅛ of the device's memory).
+const EXPANDABLE_SPACE: u64 = 1 << 40;
+
+/// What stops a new segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LimitKind {
+    /// `torch.cuda.set_per_process_memory_fraction`: `alloc_block` refuses when reserved plus
+    /// the new segment's allocation size would pass the allowed maximum.
+    Fraction,
+    /// The device's free memory: a cudaMalloc or a page map that does not fit fails.
+    Device,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limit {
+    pub bytes: u64,
+    pub kind: LimitKind,
+}
+
+/// Which pool a request goes to: the default pools or a private one (CUDA graph, `MemPool`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PoolKey {
+    pub private: (i64, i64),
+    pub small: bool,
+}
+
+/// A segment event the model emits, to compare with the trace's own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SegAction {
+    Alloc,
+    Free,
+    Map,
+    Unmap,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SegEvent {
+    pub action: SegAction,
+    pub addr: u64,
+    pub size: u64,
+}
+
+#[derive(Clone, Debug)]
+struct Block {
+    addr: u64,
+    size: u64,
+    stream: u64,
+    pool: u32,
+    prev: u32,
+    next: u32,
+    allocated: bool,
+    /// Freed by the program but still in use by another stream (`event_count > 0`).
+    pending: bool,
+    mapped: bool,
+    /// Index of its expandable segment, or [`NIL`].
+    expandable: u32,
+    gc_count_base: u64,
+}
+
+struct Pool {
+    key: PoolKey,
+    /// Free mapped blocks by (stream, size, address) (`BlockPool::blocks`).
+    blocks: BTreeMap<(u64, u64, u64), u32>,
+    /// Unmapped ranges of expandable segments by (stream, address) (`BlockPool::unmapped`).
+    unmapped: BTreeMap<(u64, u64), u32>,
+    /// `get_free_blocks_call_count`, the clock of garbage collection.
+    free_calls: u64,
+}
+
+struct Expandable {
+    base: u64,
+    page: u64,
+    live: bool,
+}
+
+/// Counters PyTorch keeps in `DeviceStats` that a replay reports.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub reserved_bytes: u64,
+    pub peak_reserved_bytes: u64,
+    pub allocated_bytes: u64,
+    pub peak_allocated_bytes: u64,
+    /// Allocated bytes when reserved memory peaked (first time).
+    pub allocated_at_peak_reserved_bytes: u64,
+    /// cudaMalloc'd segments now (`segment.all.current`, which leaves expandable ones out).
+    pub segments: u64,
+    pub peak_segments: u64,
+    /// cudaMalloc calls plus page maps (`num_device_alloc`).
+    pub device_allocs: u64,
+    /// cudaFree calls plus page unmaps (`num_device_free`).
+    pub device_frees: u64,
+    /// Allocations that had to release every cached block first (`num_alloc_retries`).
+    pub alloc_retries: u64,
+}
+
+/// The allocator on one device.
+pub struct Allocator {
+    conf: AllocConf,
+    limit: Option<Limit>,
+    blocks: Vec<Block>,
+    free_slots: Vec<u32>,
+    pools: Vec<Pool>,
+    pool_index: rustc_hash::FxHashMap<PoolKey, u32>,
+    expandables: Vec<Expandable>,
+    /// Blocks freed by the program that wait for another stream, in the order they were freed.
+    pending: Vec<u32>,
+    /// Address ranges of live segments and reservations (start → end), so an address taken from
+    /// the trace never lands on one the model still holds.
+    ranges: BTreeMap<u64, u64>,
+    pub stats: Stats,
+    next_addr: u64,
+    /// Segment events emitted so far (kept when `record_events`).
+    pub events: Vec<SegEvent>,
+    pub record_events: bool,
+    emitted: usize,
+    /// The trace's own segment events: where the model emits the same event at the same index,
+    /// it takes the trace's address, so ties between equal blocks break as they did.
+    seed: Vec<SegEvent>,
+}
+
+impl Allocator {
+    pub fn new(conf: AllocConf, limit: Option<Limit>) -> Allocator {
+        Allocator {
+            conf,
+            limit,
+            blocks: Vec::new(),
+            free_slots: Vec::new(),
+            pools: Vec::new(),
+            pool_index: Default::default(),
+            expandables: Vec::new(),
+            pending: Vec::new(),
+            ranges: BTreeMap::new(),
+            stats: Stats::default(),
+            next_addr: SYNTHETIC_BASE,
+            events: Vec::new(),
+            record_events: false,
+            emitted: 0,
+            seed: Vec::new(),
+        }
+    }
+
+    pub fn conf(&self) -> &AllocConf {
+        &self.conf
+    }
+
+    /// Addresses to take from the trace (see [`Allocator::seed`]).
+    pub fn seed_with(&mut self, events: Vec<SegEvent>) {
+        self.seed = events;
+    }
+
+    pub fn block_addr(&self, b: u32) -> u64 {
+        self.blocks[b as usize].addr
+    }
+
+    pub fn block_size(&self, b: u32) -> u64 {
+        self.blocks[b as usize].size
+    }
+
+    fn pool(&mut self, key: PoolKey) -> u32 {
+        if let Some(&p) = self.pool_index.get(&key) {
+            return p;
+        }
+        let p = self.pools.len() as u32;
+        self.pools.push(Pool {
+            key,
+            blocks: BTreeMap::new(),
+            unmapped: BTreeMap::new(),
+            free_calls: 0,
+        });
+        self.pool_index.insert(key, p);
+        p
+    }
+
+    fn new_block(&mut self, b: Block) -> u32 {
+        match self.free_slots.pop() {
+            Some(i) => {
+                self.blocks[i as usize] = b;
+                i
+            }
+            None => {
+                self.blocks.push(b);
+                (self.blocks.len() - 1) as u32
+            }
+        }
+    }
+
+    fn delete_block(&mut self, b: u32) {
+        self.free_slots.push(b);
+    }
+
+    fn emit(&mut self, action: SegAction, addr: u64, size: u64) {
+        self.emitted += 1;
+        if self.record_events {
+            self.events.push(SegEvent { action, addr, size });
+        }
+    }
+
+    /// The address for a new segment (or reservation) of `span` bytes whose first event is
+    /// `action` of `size` bytes: the trace's when its next segment event is that one and the
+    /// range is free in the model, else an invented one. Recorded as live.
+    fn segment_addr(&mut self, action: SegAction, size: u64, span: u64) -> u64 {
+        let seeded = self
+            .seed
+            .get(self.emitted)
+            .filter(|e| e.action == action && (action == SegAction::Map || e.size == size))
+            .map(|e| e.addr)
+            .filter(|&a| self.range_free(a, span));
+        let a = seeded.unwrap_or_else(|| {
+            let a = self.next_addr;
+            self.next_addr += span.div_ceil(SMALL_PAGE) * SMALL_PAGE + SMALL_PAGE;
+            a
+        });
+        self.ranges.insert(a, a + span);
+        a
+    }
+
+    fn range_free(&self, start: u64, span: u64) -> bool {
+        let end = start.saturating_add(span);
+        self.ranges
+            .range(..end)
+            .next_back()
+            .is_none_or(|(_, &e)| e <= start)
+    }
+
+    fn reserve(&mut self, bytes: u64) {
+        let s = &mut self.stats;
+        s.reserved_bytes += bytes;
+        if s.reserved_bytes > s.peak_reserved_bytes {
+            s.peak_reserved_bytes = s.reserved_bytes;
+            s.allocated_at_peak_reserved_bytes = s.allocated_bytes;
+        }
+    }
+
+    fn is_small(&self, b: u32) -> bool {
+        self.pools[self.blocks[b as usize].pool as usize].key.small
+    }
+
+    fn insert_free(&mut self, b: u32) {
+        let blk = &self.blocks[b as usize];
+        let pool = &mut self.pools[blk.pool as usize];
+        let key = (blk.stream, blk.size, blk.addr);
+        let base = pool.free_calls;
+        pool.blocks.insert(key, b);
+        self.blocks[b as usize].gc_count_base = base;
+    }
+
+    fn remove_free(&mut self, b: u32) {
+        let blk = &self.blocks[b as usize];
+        self.pools[blk.pool as usize]
+            .blocks
+            .remove(&(blk.stream, blk.size, blk.addr));
+    }
+
+    fn insert_unmapped(&mut self, b: u32) {
+        let blk = &self.blocks[b as usize];
+        self.pools[blk.pool as usize]
+            .unmapped
+            .insert((blk.stream, blk.addr), b);
+    }
+
+    fn remove_unmapped(&mut self, b: u32) {
+        let blk = &self.blocks[b as usize];
+        self.pools[blk.pool as usize]
+            .unmapped
+            .remove(&(blk.stream, blk.addr));
+    }
+
+    fn set_fraction(&self) -> Option<u64> {
+        self.limit
+            .filter(|l| l.kind == LimitKind::Fraction)
+            .map(|l| l.bytes)
+    }
+
+    /// Would the device refuse `bytes` more (cudaMalloc or page creation)?
+    fn device_refuses(&self, bytes: u64) -> bool {
+        self.limit.is_some_and(|l| {
+            l.kind == LimitKind::Device && self.stats.reserved_bytes + bytes > l.bytes
+        })
+    }
+
+    // ---- malloc ------------------------------------------------------------------------------
+
+    /// `DeviceCachingAllocator::malloc`: a block for `orig_size` bytes on `stream`, or `None`
+    /// when PyTorch would raise out of memory.
+    pub fn malloc(&mut self, orig_size: u64, stream: u64, private: (i64, i64)) -> Option<u32> {
+        let size = self.conf.round_size(orig_size);
+        let pool = self.pool(PoolKey {
+            private,
+            small: size <= SMALL_SIZE,
+        });
+        let alloc_size = self.conf.allocation_size(size);
+        let mut block = self.get_free_block(pool, size, stream);
+        if block.is_none() {
+            if self.set_fraction().is_some() && self.conf.garbage_collection_threshold > 0.0 {
+                self.garbage_collect();
+            }
+            block = self.alloc_block(pool, size, alloc_size, stream, false);
+            if block.is_none() && self.release_available_cached_blocks(pool, size, stream) {
+                block = self.alloc_block(pool, size, alloc_size, stream, false);
+            }
+            if block.is_none() {
+                self.release_cached_blocks();
+                block = self.alloc_block(pool, size, alloc_size, stream, true);
+            }
+        }
+        let b = block?;
+        let split = self.should_split(b, size);
+        Some(self.alloc_found_block(b, size, split))
+    }
+
+    /// `get_free_block`.
+    fn get_free_block(&mut self, pool: u32, size: u64, stream: u64) -> Option<u32> {
+        let gc = self.set_fraction().is_some() && self.conf.garbage_collection_threshold > 0.0;
+        let max_split = self.conf.max_split_size_bytes;
+        let expandable_on = self.conf.expandable_segments;
+        let p = &mut self.pools[pool as usize];
+        if gc {
+            p.free_calls += 1;
+        }
+        let mut it = p.blocks.range((stream, size, 0)..);
+        let (&(s, mut bsize, mut baddr), &first) = it.next()?;
+        if s != stream {
+            return None;
+        }
+        let mut found = first;
+        if self.blocks[found as usize].expandable != NIL {
+            if expandable_on {
+                // Best fit by the size a block can grow to (itself plus unmapped space after it).
+                let grow = |b: u32| {
+                    let blk = &self.blocks[b as usize];
+                    blk.size
+                        + if blk.next != NIL && !self.blocks[blk.next as usize].mapped {
+                            self.blocks[blk.next as usize].size
+                        } else {
+                            0
+                        }
+                };
+                for (&(s2, size2, addr2), &next) in it {
+                    if self.blocks[found as usize].expandable == NIL
+                        || s2 != stream
+                        || grow(next) >= grow(found)
+                    {
+                        break;
+                    }
+                    (found, bsize, baddr) = (next, size2, addr2);
+                }
+            } else {
+                // Expandable segments turned off: only ordinary blocks.
+                let mut hit = None;
+                for (&(s2, size2, addr2), &next) in it {
+                    if s2 != stream {
+                        break;
+                    }
+                    if self.blocks[next as usize].expandable == NIL {
+                        hit = Some((next, size2, addr2));
+                        break;
+                    }
+                }
+                (found, bsize, baddr) = hit?;
+            }
+        }
+        if size < max_split && bsize >= max_split {
+            return None;
+        }
+        if size >= max_split && bsize >= size.saturating_add(self.conf.max_non_split_rounding_bytes)
+        {
+            return None;
+        }
+        self.pools[pool as usize]
+            .blocks
+            .remove(&(stream, bsize, baddr));
+        Some(found)
+    }
+
+    /// `should_split`.
+    fn should_split(&self, b: u32, size: u64) -> bool {
+        let remaining = self.blocks[b as usize].size - size;
+        if self.is_small(b) || self.conf.expandable_segments {
+            remaining >= MIN_BLOCK
+        } else {
+            size < self.conf.max_split_size_bytes && remaining > SMALL_SIZE
+        }
+    }
+
+    /// `alloc_found_block`: the block (taken out of its free set) becomes allocated; with
+    /// `split`, its first `size` bytes do and the rest goes back to the free set.
+    fn alloc_found_block(&mut self, b: u32, size: u64, split: bool) -> u32 {
+        let block = if split {
+            let rem = b;
+            let r = self.blocks[rem as usize].clone();
+            let nb = self.new_block(Block {
+                addr: r.addr,
+                size,
+                stream: r.stream,
+                pool: r.pool,
+                prev: r.prev,
+                next: rem,
+                allocated: false,
+                pending: false,
+                mapped: true,
+                expandable: r.expandable,
+                gc_count_base: 0,
+            });
+            if r.prev != NIL {
+                self.blocks[r.prev as usize].next = nb;
+            }
+            let rb = &mut self.blocks[rem as usize];
+            rb.prev = nb;
+            rb.addr += size;
+            rb.size -= size;
+            self.insert_free(rem);
+            nb
+        } else {
+            b
+        };
+        self.blocks[block as usize].allocated = true;
+        let s = &mut self.stats;
+        s.allocated_bytes += self.blocks[block as usize].size;
+        s.peak_allocated_bytes = s.peak_allocated_bytes.max(s.allocated_bytes);
+        block
+    }
+
+    /// `alloc_block`: a new segment (or mapped pages) for the request.
+    fn alloc_block(
+        &mut self,
+        pool: u32,
+        size: u64,
+        alloc_size: u64,
+        stream: u64,
+        retry: bool,
+    ) -> Option<u32> {
+        if retry {
+            self.stats.alloc_retries += 1;
+        }
+        if let Some(max) = self.set_fraction()
+            && self.stats.reserved_bytes + alloc_size > max
+        {
+            return None;
+        }
+        if self.conf.expandable_segments {
+            return self.try_allocate_expandable_block(pool, size, stream);
+        }
+        if self.device_refuses(alloc_size) {
+            return None;
+        }
+        let addr = self.segment_addr(SegAction::Alloc, alloc_size, alloc_size);
+        let b = self.new_block(Block {
+            addr,
+            size: alloc_size,
+            stream,
+            pool,
+            prev: NIL,
+            next: NIL,
+            allocated: false,
+            pending: false,
+            mapped: true,
+            expandable: NIL,
+            gc_count_base: 0,
+        });
+        self.reserve(alloc_size);
+        self.stats.segments += 1;
+        self.stats.peak_segments = self.stats.peak_segments.max(self.stats.segments);
+        self.stats.device_allocs += 1;
+        self.emit(SegAction::Alloc, addr, alloc_size);
+        Some(b)
+    }
+
+    /// `release_available_cached_blocks`: with `max_split_size`, free oversize cached blocks of
+    /// the stream (one large enough, else the largest until enough) before retrying.
+    fn release_available_cached_blocks(&mut self, pool: u32, size: u64, stream: u64) -> bool {
+        let max_split = self.conf.max_split_size_bytes;
+        if max_split == u64::MAX {
+            return false;
+        }
+        let key_size = size.max(max_split);
+        let p = &self.pools[pool as usize];
+        let hit = p
+            .blocks
+            .range((stream, key_size, 0)..)
+            .next()
+            .filter(|(k, b)| k.0 == stream && self.blocks[**b as usize].expandable == NIL)
+            .map(|(_, &b)| b);
+        if let Some(b) = hit {
+            self.release_block(b);
+            return true;
+        }
+        // No single block is large enough: release oversize blocks from the largest down.
+        let candidates: Vec<u32> = p
+            .blocks
+            .range(..(stream, key_size, 0))
+            .rev()
+            .take_while(|(k, _)| k.1 >= max_split && k.0 == stream)
+            .map(|(_, &b)| b)
+            .collect();
+        let mut released = 0;
+        for b in candidates {
+            if released >= key_size {
+                break;
+            }
+            if self.blocks[b as usize].expandable == NIL {
+                released += self.blocks[b as usize].size;
+                self.release_block(b);
+            }
+        }
+        released >= key_size
+    }
+
+    /// `release_cached_blocks`: wait for every other stream (pending frees complete), then free
+    /// every unsplit cached block, large pool first, and unmap free pages of expandable segments.
+    /// Private pools keep theirs (their graphs may replay).
+    pub fn release_cached_blocks(&mut self) {
+        for b in std::mem::take(&mut self.pending) {
+            if self.blocks[b as usize].pending {
+                self.free_block(b);
+            }
+        }
+        for small in [false, true] {
+            if let Some(&p) = self.pool_index.get(&PoolKey {
+                private: (0, 0),
+                small,
+            }) {
+                self.release_blocks(p);
+            }
+        }
+    }
+
+    /// `release_blocks`.
+    fn release_blocks(&mut self, pool: u32) {
+        let all: Vec<u32> = self.pools[pool as usize].blocks.values().copied().collect();
+        let mut to_unmap = Vec::new();
+        for b in all {
+            let blk = &self.blocks[b as usize];
+            if blk.expandable != NIL {
+                to_unmap.push(b);
+            } else if blk.prev == NIL && blk.next == NIL {
+                self.release_block(b);
+            }
+        }
+        for b in to_unmap {
+            self.unmap_block(b);
+            let blk = &self.blocks[b as usize];
+            if !blk.mapped && blk.prev == NIL && blk.next == NIL {
+                // `release_expandable_segment`: the whole reservation is unmapped.
+                let e = blk.expandable;
+                self.expandables[e as usize].live = false;
+                let base = self.expandables[e as usize].base;
+                self.ranges.remove(&base);
+                self.remove_unmapped(b);
+                self.delete_block(b);
+            }
+        }
+    }
+
+    /// `release_block`: cudaFree of an unsplit cached segment.
+    fn release_block(&mut self, b: u32) {
+        self.remove_free(b);
+        let (addr, size) = (self.blocks[b as usize].addr, self.blocks[b as usize].size);
+        self.ranges.remove(&addr);
+        self.stats.reserved_bytes -= size;
+        self.stats.segments -= 1;
+        self.stats.device_frees += 1;
+        self.emit(SegAction::Free, addr, size);
+        self.delete_block(b);
+    }
+
+    /// `garbage_collect_cached_blocks`: under a memory fraction, free unsplit large cached blocks
+    /// that waited longest until reserved memory is under the threshold.
+    fn garbage_collect(&mut self) {
+        let Some(max) = self.set_fraction() else {
+            return;
+        };
+        let threshold = (self.conf.garbage_collection_threshold * max as f64) as u64;
+        if self.stats.reserved_bytes <= threshold {
+            return;
+        }
+        let Some(&pool) = self.pool_index.get(&PoolKey {
+            private: (0, 0),
+            small: false,
+        }) else {
+            return;
+        };
+        let target = self.stats.reserved_bytes - threshold;
+        let clock = self.pools[pool as usize].free_calls;
+        let age = |a: &Allocator, b: u32| clock - a.blocks[b as usize].gc_count_base;
+        let freeable = |a: &Allocator, b: u32| {
+            let blk = &a.blocks[b as usize];
+            blk.prev == NIL && blk.next == NIL && blk.expandable == NIL
+        };
+        let mut total_age: u64 = 0;
+        let mut count: u64 = 0;
+        for &b in self.pools[pool as usize].blocks.values() {
+            if freeable(self, b) {
+                total_age += age(self, b);
+                count += 1;
+            }
+        }
+        let mut reclaimed = 0;
+        let mut freed_one = true;
+        while reclaimed < target && freed_one && count > 0 {
+            let threshold_age = total_age as f64 / count as f64;
+            freed_one = false;
+            let all: Vec<u32> = self.pools[pool as usize].blocks.values().copied().collect();
+            for b in all {
+                if freeable(self, b) && age(self, b) as f64 >= threshold_age {
+                    freed_one = true;
+                    reclaimed += self.blocks[b as usize].size;
+                    total_age -= age(self, b);
+                    count -= 1;
+                    self.release_block(b);
+                }
+            }
+        }
+    }
+
+    // ---- free ----------------------------------------------------------------------------------
+
+    /// `free`: the program let go of the block. With `waits` (it was used on another stream),
+    /// it returns to the pool only at [`Allocator::complete_free`].
+    pub fn free(&mut self, b: u32, waits: bool) {
+        let blk = &mut self.blocks[b as usize];
+        blk.allocated = false;
+        self.stats.allocated_bytes -= blk.size;
+        if waits {
+            blk.pending = true;
+            self.pending.push(b);
+        } else {
+            self.free_block(b);
+        }
+    }
+
+    /// The other streams are done with a block freed earlier (`free_completed`).
+    pub fn complete_free(&mut self, b: u32) {
+        if self.blocks[b as usize].pending {
+            self.pending.retain(|&x| x != b);
+            self.free_block(b);
+        }
+    }
+
+    /// Has the block gone back to the pool already (e.g. a release waited for its stream)?
+    pub fn is_pending(&self, b: u32) -> bool {
+        self.blocks[b as usize].pending
+    }
+
+    /// `free_block`: back to the free set, merged with free neighbours.
+    fn free_block(&mut self, b: u32) {
+        self.blocks[b as usize].pending = false;
+        let (prev, next) = (self.blocks[b as usize].prev, self.blocks[b as usize].next);
+        self.try_merge(b, prev);
+        self.try_merge(b, next);
+        self.insert_free(b);
+    }
+
+    /// `try_merge_blocks`: absorb a free neighbour of the same mapped state.
+    fn try_merge(&mut self, dst: u32, src: u32) -> u64 {
+        if src == NIL {
+            return 0;
+        }
+        let s = &self.blocks[src as usize];
+        if s.allocated || s.pending || s.mapped != self.blocks[dst as usize].mapped {
+            return 0;
+        }
+        if s.mapped {
+            self.remove_free(src);
+        } else {
+            self.remove_unmapped(src);
+        }
+        let s = self.blocks[src as usize].clone();
+        if self.blocks[dst as usize].prev == src {
+            let d = &mut self.blocks[dst as usize];
+            d.addr = s.addr;
+            d.prev = s.prev;
+            if s.prev != NIL {
+                self.blocks[s.prev as usize].next = dst;
+            }
+        } else {
+            let d = &mut self.blocks[dst as usize];
+            d.next = s.next;
+            if s.next != NIL {
+                self.blocks[s.next as usize].prev = dst;
+            }
+        }
+        self.blocks[dst as usize].size += s.size;
+        self.delete_block(src);
+        s.size
+    }
+
+    // ---- expandable segments ---------------------------------------------------------------------
+
+    /// `find_expandable_block`: the lowest place in this stream's reservations where `size` bytes
+    /// of free and unmapped space follow each other; a new reservation when none has room.
+    fn find_expandable_block(&mut self, pool: u32, size: u64, stream: u64) -> u32 {
+        let allocatable = |a: &Allocator, b: u32| {
+            b != NIL && {
+                let blk = &a.blocks[b as usize];
+                !blk.allocated && !blk.pending
+            }
+        };
+        let room = |a: &Allocator, mut b: u32| {
+            let mut bytes = 0;
+            while bytes < size && allocatable(a, b) {
+                bytes += a.blocks[b as usize].size;
+                b = a.blocks[b as usize].next;
+            }
+            bytes >= size
+        };
+        let candidates: Vec<u32> = self.pools[pool as usize]
+            .unmapped
+            .range((stream, 0)..)
+            .take_while(|(k, _)| k.0 == stream)
+            .map(|(_, &b)| b)
+            .collect();
+        for mut c in candidates {
+            let prev = self.blocks[c as usize].prev;
+            if allocatable(self, prev) {
+                c = prev;
+            }
+            if room(self, c) {
+                return c;
+            }
+        }
+        let small = self.pools[pool as usize].key.small;
+        let page = if small { SMALL_PAGE } else { LARGE_PAGE };
+        let space = EXPANDABLE_SPACE / page * page;
+        // A new reservation's first map is at its base: take the trace's address for it.
+        let base = self.segment_addr(SegAction::Map, 0, space);
+        let e = self.expandables.len() as u32;
+        self.expandables.push(Expandable {
+            base,
+            page,
+            live: true,
+        });
+        let b = self.new_block(Block {
+            addr: base,
+            size: space,
+            stream,
+            pool,
+            prev: NIL,
+            next: NIL,
+            allocated: false,
+            pending: false,
+            mapped: false,
+            expandable: e,
+            gc_count_base: 0,
+        });
+        self.insert_unmapped(b);
+        b
+    }
+
+    /// `map_block`: map the pages covering the first `size` bytes of an unmapped block.
+    fn map_block(&mut self, b: u32, size: u64) -> bool {
+        let blk = self.blocks[b as usize].clone();
+        let page = self.expandables[blk.expandable as usize].page;
+        let bytes = size.div_ceil(page) * page;
+        if self.device_refuses(bytes) {
+            return false;
+        }
+        self.remove_unmapped(b);
+        self.blocks[b as usize].mapped = true;
+        if bytes < blk.size {
+            let rest = self.new_block(Block {
+                addr: blk.addr + bytes,
+                size: blk.size - bytes,
+                prev: b,
+                next: blk.next,
+                mapped: false,
+                ..blk.clone()
+            });
+            if blk.next != NIL {
+                self.blocks[blk.next as usize].prev = rest;
+            }
+            self.blocks[b as usize].next = rest;
+            self.blocks[b as usize].size = bytes;
+            self.insert_unmapped(rest);
+        }
+        let (prev, next) = (self.blocks[b as usize].prev, self.blocks[b as usize].next);
+        self.try_merge(b, prev);
+        self.try_merge(b, next);
+        self.insert_free(b);
+        self.reserve(bytes);
+        self.stats.device_allocs += 1;
+        self.emit(SegAction::Map, blk.addr, bytes);
+        true
+    }
+
+    /// `try_allocate_expandable_block`.
+    fn try_allocate_expandable_block(&mut self, pool: u32, size: u64, stream: u64) -> Option<u32> {
+        let mut c = self.find_expandable_block(pool, size, stream);
+        if !self.blocks[c as usize].mapped {
+            let s = self.blocks[c as usize].size.min(size);
+            if !self.map_block(c, s) {
+                return None;
+            }
+        }
+        while self.blocks[c as usize].size < size {
+            let remaining = size - self.blocks[c as usize].size;
+            let next = self.blocks[c as usize].next;
+            let s = remaining.min(self.blocks[next as usize].size);
+            if !self.map_block(next, s) {
+                return None;
+            }
+            // `c` (free and mapped) merged into `next`, which lives on.
+            c = next;
+        }
+        self.remove_free(c);
+        Some(c)
+    }
+
+    /// `unmap_block`: unmap the whole pages inside a free block of an expandable segment.
+    fn unmap_block(&mut self, b: u32) {
+        let blk = self.blocks[b as usize].clone();
+        let ex = &self.expandables[blk.expandable as usize];
+        let (base, page) = (ex.base, ex.page);
+        let first = (blk.addr - base).div_ceil(page);
+        let end = (blk.addr + blk.size - base) / page;
+        if first >= end {
+            return;
+        }
+        let (ptr, bytes) = (base + first * page, (end - first) * page);
+        self.remove_free(b);
+        let before = ptr - blk.addr;
+        if before > 0 {
+            let nb = self.new_block(Block {
+                addr: blk.addr,
+                size: before,
+                prev: blk.prev,
+                next: b,
+                ..blk.clone()
+            });
+            if blk.prev != NIL {
+                self.blocks[blk.prev as usize].next = nb;
+            }
+            self.blocks[b as usize].prev = nb;
+            self.insert_free(nb);
+        }
+        let after = blk.size - before - bytes;
+        if after > 0 {
+            let next = self.blocks[b as usize].next;
+            let nb = self.new_block(Block {
+                addr: ptr + bytes,
+                size: after,
+                prev: b,
+                next,
+                ..blk.clone()
+            });
+            if next != NIL {
+                self.blocks[next as usize].prev = nb;
+            }
+            self.blocks[b as usize].next = nb;
+            self.insert_free(nb);
+        }
+        {
+            let x = &mut self.blocks[b as usize];
+            x.addr = ptr;
+            x.size = bytes;
+            x.mapped = false;
+        }
+        let (prev, next) = (self.blocks[b as usize].prev, self.blocks[b as usize].next);
+        self.try_merge(b, prev);
+        self.try_merge(b, next);
+        self.insert_unmapped(b);
+        self.stats.reserved_bytes -= bytes;
+        self.stats.device_frees += 1;
+        self.emit(SegAction::Unmap, ptr, bytes);
+    }
+
+    // ---- a trace that starts mid-run -----------------------------------------------------------
+
+    /// Adds a segment that existed before the trace began, with its blocks (address order;
+    /// `allocated` ones are returned in order, for the trace's frees to find).
+    pub fn add_existing_segment(
+        &mut self,
+        address: u64,
+        stream: u64,
+        private: (i64, i64),
+        small: bool,
+        expandable: bool,
+        blocks: &[(u64, u64, bool)],
+    ) -> Vec<u32> {
+        let pool = self.pool(PoolKey { private, small });
+        let span: u64 = blocks.iter().map(|b| b.1).sum();
+        self.ranges.insert(
+            address,
+            address + if expandable { EXPANDABLE_SPACE } else { span },
+        );
+        let exp = if expandable {
+            let page = if small { SMALL_PAGE } else { LARGE_PAGE };
+            self.expandables.push(Expandable {
+                base: address,
+                page,
+                live: true,
+            });
+            (self.expandables.len() - 1) as u32
+        } else {
+            NIL
+        };
+        let mut out = Vec::new();
+        let mut prev = NIL;
+        let mut total = 0;
+        for &(addr, size, allocated) in blocks {
+            let b = self.new_block(Block {
+                addr,
+                size,
+                stream,
+                pool,
+                prev,
+                next: NIL,
+                allocated,
+                pending: false,
+                mapped: true,
+                expandable: exp,
+                gc_count_base: 0,
+            });
+            if prev != NIL {
+                self.blocks[prev as usize].next = b;
+            }
+            prev = b;
+            total += size;
+            if allocated {
+                self.stats.allocated_bytes += size;
+                out.push(b);
+            } else {
+                self.insert_free(b);
+            }
+        }
+        if expandable {
+            // The unmapped rest of the reservation.
+            let end = address + total;
+            let b = self.new_block(Block {
+                addr: end,
+                size: EXPANDABLE_SPACE,
+                stream,
+                pool,
+                prev,
+                next: NIL,
+                allocated: false,
+                pending: false,
+                mapped: false,
+                expandable: exp,
+                gc_count_base: 0,
+            });
+            if prev != NIL {
+                self.blocks[prev as usize].next = b;
+            }
+            self.insert_unmapped(b);
+        } else {
+            self.stats.segments += 1;
+            self.stats.peak_segments = self.stats.peak_segments.max(self.stats.segments);
+        }
+        self.reserve(total);
+        self.stats.peak_allocated_bytes = self
+            .stats
+            .peak_allocated_bytes
+            .max(self.stats.allocated_bytes);
+        out
+    }
+
+    /// Reserved bytes not in use by allocated blocks (cached free, pending and rounding aside).
+    pub fn cached_bytes(&self) -> u64 {
+        self.stats.reserved_bytes - self.stats.allocated_bytes
+    }
+
+    /// Live expandable reservations.
+    pub fn expandable_segments(&self) -> usize {
+        self.expandables.iter().filter(|e| e.live).count()
+    }
+}

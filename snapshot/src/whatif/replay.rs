@@ -1,0 +1,318 @@
+//! Drives the allocator model through one device's trace: every `alloc` becomes a `malloc` of
+//! the size and stream the program asked for, every free a `free` at the moment the trace says the
+//! block went back (`free_completed`), every `oom` a request that must fail under the limit. The
+//! allocator's own segment events in the trace are not replayed: the model makes its own, and
+//! under the recorded settings they must come out the same (the replay check).
+//!
+//! What the trace cannot say is replayed as recorded in every run: a burst of `segment_free`s
+//! the model did not cause is `torch.cuda.empty_cache()` (or a release under memory pressure the
+//! model was given no limit for), so every run empties its cache at that point.
+
+use rustc_hash::FxHashMap;
+
+use super::allocator::{Allocator, Limit, SegAction, SegEvent, Stats};
+use super::conf::AllocConf;
+use crate::analysis::index::{DeviceIndex, NONE};
+use crate::analysis::{Index, state_at};
+use crate::model::{Action, Snapshot};
+
+/// The trace of one device, prepared once and replayed under any number of settings.
+pub struct Trace<'a> {
+    snap: &'a Snapshot,
+    d: &'a DeviceIndex,
+    /// The trace's segment events in order, with their positions.
+    pub recorded: Vec<SegEvent>,
+    recorded_at: Vec<u32>,
+    /// For each recorded release event: does the allocator's retry inside the next request
+    /// explain it (a release, then a new segment and its `alloc`, or an `oom`)?
+    retry_burst: Vec<bool>,
+    /// Private pools by address range (start, end, first position, pool).
+    private: Vec<(u64, u64, u32, (i64, i64))>,
+    /// Segments and blocks when the trace starts.
+    start: crate::analysis::AllocatorState,
+    pub peak_reserved_bytes: u64,
+}
+
+/// One replay's outcome.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    pub stats: Stats,
+    /// Position (events before it) of the first request the model could not satisfy.
+    pub oom_position: Option<u32>,
+    /// Requests that failed (every `oom` of the trace that still fails, and the first other).
+    pub ooms: u32,
+    /// Reserved bytes after each position where they changed: (position, bytes).
+    pub reserved: Vec<(u32, u64)>,
+    /// `alloc`s whose block sits where the trace says (meaningful under the recorded settings).
+    pub allocs: u32,
+    pub allocs_at_recorded_address: u32,
+    pub segment_events: Vec<SegEvent>,
+    /// Positions where the program released cached memory itself (found under the recorded
+    /// settings, replayed under the others).
+    pub external_releases: Vec<u32>,
+}
+
+/// Where a replay empties the cache as the program did.
+#[derive(Clone, Copy, Debug)]
+pub enum Releases<'r> {
+    /// Under the recorded settings: wherever the trace releases memory the model did not.
+    Discover,
+    /// At these positions (found by a [`Releases::Discover`] replay).
+    At(&'r [u32]),
+}
+
+impl<'a> Trace<'a> {
+    pub fn new(snap: &'a Snapshot, index: &'a Index, d: &'a DeviceIndex) -> Trace<'a> {
+        let t = &snap.trace;
+        let first = d.first_row as usize;
+        let n = d.len as usize;
+        let mut recorded = Vec::new();
+        let mut recorded_at = Vec::new();
+        let mut retry_burst = Vec::new();
+        for i in 0..n {
+            let r = first + i;
+            let action = match t.action[r] {
+                Action::SegmentAlloc => SegAction::Alloc,
+                Action::SegmentFree => SegAction::Free,
+                Action::SegmentMap => SegAction::Map,
+                Action::SegmentUnmap => SegAction::Unmap,
+                _ => continue,
+            };
+            recorded.push(SegEvent {
+                action,
+                addr: t.addr[r],
+                size: t.size[r],
+            });
+            recorded_at.push(i as u32);
+            if matches!(action, SegAction::Free | SegAction::Unmap) {
+                // Past the rest of the burst (and frees completed by its synchronisation).
+                let mut j = i + 1;
+                while j < n
+                    && matches!(
+                        t.action[first + j],
+                        Action::SegmentFree | Action::SegmentUnmap | Action::FreeCompleted
+                    )
+                {
+                    j += 1;
+                }
+                let retry = j < n
+                    && match t.action[first + j] {
+                        Action::Oom => true,
+                        Action::SegmentAlloc | Action::SegmentMap => {
+                            let mut k = j + 1;
+                            while k < n && t.action[first + k] == Action::SegmentMap {
+                                k += 1;
+                            }
+                            k < n && t.action[first + k] == Action::Alloc
+                        }
+                        _ => false,
+                    };
+                retry_burst.push(retry);
+            } else {
+                retry_burst.push(false);
+            }
+        }
+        // Private-pool segments (their pool is known from the snapshot's segments, so only for
+        // those alive at the end), each from its segment_alloc on.
+        let private = d
+            .segments
+            .iter()
+            .filter(|s| s.pool_id != (0, 0))
+            .map(|s| {
+                let from = if s.start == NONE { 0 } else { s.start };
+                (s.address, s.address + s.size, from, s.pool_id)
+            })
+            .collect();
+        let start = state_at(snap, index, d.device, 0);
+        let mut peak = d.reserved_at_start;
+        for &r in &d.reserved_bytes {
+            peak = peak.max(r);
+        }
+        Trace {
+            snap,
+            d,
+            recorded,
+            recorded_at,
+            retry_burst,
+            private,
+            start,
+            peak_reserved_bytes: peak,
+        }
+    }
+
+    pub fn device(&self) -> i32 {
+        self.d.device
+    }
+
+    pub fn events(&self) -> u32 {
+        self.d.len
+    }
+
+    /// Whether the trace begins mid-run (allocations or segments predate it).
+    pub fn starts_mid_run(&self) -> bool {
+        !self.start.segments.is_empty()
+    }
+
+    /// Position of recorded segment event `k`.
+    pub fn position_of(&self, k: usize) -> Option<u32> {
+        self.recorded_at.get(k).copied()
+    }
+
+    /// The pool of an `alloc` at position `i` of address `addr`.
+    fn private_pool(&self, addr: u64, i: u32) -> (i64, i64) {
+        self.private
+            .iter()
+            .find(|(lo, hi, from, _)| addr >= *lo && addr < *hi && i >= *from)
+            .map_or((0, 0), |p| p.3)
+    }
+
+    /// Positions and details of the trace's `oom` entries: (position, rounded request, stream,
+    /// driver free bytes).
+    pub fn ooms(&self) -> Vec<(u32, u64, u64, u64)> {
+        let t = &self.snap.trace;
+        let first = self.d.first_row as usize;
+        let free: FxHashMap<u32, u64> = t.device_free.iter().copied().collect();
+        (0..self.d.len)
+            .filter(|&i| t.action[first + i as usize] == Action::Oom)
+            .map(|i| {
+                let r = first + i as usize;
+                let driver_free = free.get(&(r as u32)).copied().unwrap_or(t.addr[r]);
+                (i, t.size[r], t.stream[r], driver_free)
+            })
+            .collect()
+    }
+
+    /// Reserved bytes after `p` events, as recorded.
+    pub fn reserved_at(&self, p: u32) -> u64 {
+        self.d.reserved_at(p)
+    }
+
+    /// Replays the trace under `conf` (and `limit`). [`Releases::Discover`] is the replay under
+    /// the recorded settings: it takes segment addresses from the trace where the model agrees
+    /// with it and finds the releases the program made itself; other settings replay those.
+    pub fn replay(&self, conf: AllocConf, limit: Option<Limit>, releases: Releases<'_>) -> Outcome {
+        let seeded = matches!(releases, Releases::Discover);
+        let mut external = match releases {
+            Releases::At(p) => p.iter().peekable(),
+            Releases::Discover => [].iter().peekable(),
+        };
+        let mut a = Allocator::new(conf, limit);
+        a.record_events = seeded;
+        if seeded {
+            a.seed_with(self.recorded.clone());
+        }
+        // Where the trace starts mid-run: its segments and live blocks as they were then.
+        let mut live: FxHashMap<u64, u32> = FxHashMap::default();
+        for s in &self.start.segments {
+            let blocks: Vec<(u64, u64, bool)> = s
+                .blocks
+                .iter()
+                .map(|b| (b.address, b.size, b.state.is_active()))
+                .collect();
+            let small = s.segment_type == crate::model::SegmentType::Small;
+            let ids = a.add_existing_segment(
+                s.address,
+                s.stream,
+                s.pool_id,
+                small,
+                s.is_expandable,
+                &blocks,
+            );
+            for (b, id) in s.blocks.iter().filter(|b| b.state.is_active()).zip(ids) {
+                live.insert(b.address, id);
+            }
+        }
+        let t = &self.snap.trace;
+        let first = self.d.first_row as usize;
+        let n = self.d.len as usize;
+        let mut out = Outcome {
+            stats: Stats::default(),
+            oom_position: None,
+            ooms: 0,
+            reserved: vec![(0, a.stats.reserved_bytes)],
+            allocs: 0,
+            allocs_at_recorded_address: 0,
+            segment_events: Vec::new(),
+            external_releases: Vec::new(),
+        };
+        let mut k = 0usize; // recorded segment events passed
+        let mut i = 0usize;
+        let mut last_reserved = a.stats.reserved_bytes;
+        while i < n {
+            let r = first + i;
+            match t.action[r] {
+                Action::Alloc => {
+                    let addr = t.addr[r];
+                    match a.malloc(t.size[r], t.stream[r], self.private_pool(addr, i as u32)) {
+                        Some(b) => {
+                            out.allocs += 1;
+                            if a.block_addr(b) == addr {
+                                out.allocs_at_recorded_address += 1;
+                            }
+                            live.insert(addr, b);
+                        }
+                        None => {
+                            out.ooms += 1;
+                            out.oom_position.get_or_insert(i as u32);
+                            break;
+                        }
+                    }
+                }
+                Action::Oom => {
+                    // The recorded run failed here; with other settings it may not.
+                    let private = (0, 0);
+                    if a.malloc(t.size[r], t.stream[r], private).is_none() {
+                        out.ooms += 1;
+                        out.oom_position.get_or_insert(i as u32);
+                    }
+                }
+                Action::FreeRequested => {
+                    let addr = t.addr[r];
+                    if let Some(&b) = live.get(&addr) {
+                        let completes_now = i + 1 < n
+                            && t.action[r + 1] == Action::FreeCompleted
+                            && t.addr[r + 1] == addr;
+                        a.free(b, !completes_now);
+                        if completes_now {
+                            live.remove(&addr);
+                            i += 1;
+                        }
+                    }
+                }
+                Action::FreeCompleted => {
+                    if let Some(b) = live.remove(&t.addr[r])
+                        && a.is_pending(b)
+                    {
+                        a.complete_free(b);
+                    }
+                }
+                Action::SegmentAlloc | Action::SegmentMap => k += 1,
+                Action::SegmentFree | Action::SegmentUnmap => {
+                    if seeded {
+                        // A release the model did not make itself (yet): the program emptied
+                        // the cache, or memory pressure the model has no limit for. With a
+                        // limit, a retry burst is left to the model's own retry at the next
+                        // request.
+                        let explained = self.retry_burst[k] && limit.is_some();
+                        if !explained && a.events.len() <= k {
+                            a.release_cached_blocks();
+                            out.external_releases.push(i as u32);
+                        }
+                    } else if external.next_if(|&&p| p == i as u32).is_some() {
+                        a.release_cached_blocks();
+                    }
+                    k += 1;
+                }
+                _ => {}
+            }
+            if a.stats.reserved_bytes != last_reserved {
+                last_reserved = a.stats.reserved_bytes;
+                out.reserved.push((i as u32 + 1, last_reserved));
+            }
+            i += 1;
+        }
+        out.stats = a.stats.clone();
+        out.segment_events = std::mem::take(&mut a.events);
+        out
+    }
+}
