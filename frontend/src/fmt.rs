@@ -46,7 +46,10 @@ pub fn bytes(b: impl Amount) -> String {
 /// Seconds relative to a start, for the time axis.
 pub fn seconds(us: f64) -> String {
     let s = us / 1e6;
-    if s.abs() < 1.0 {
+    if us.abs() < 1000.0 && us != 0.0 {
+        // A trace of a few events can span microseconds: "0.0 ms" on every tick says nothing.
+        format!("{us:.1} µs")
+    } else if s.abs() < 1.0 {
         format!("{:.1} ms", s * 1e3)
     } else {
         format!("{s:.2} s")
@@ -170,6 +173,7 @@ mod tests {
         assert_eq!(signed(-1000, false), "−1,000");
         assert_eq!(signed(0, true), "0");
         assert_eq!(seconds(2_500.0), "2.5 ms");
+        assert_eq!(seconds(12.5), "12.5 µs");
         assert_eq!(seconds(6_230_000.0), "6.23 s");
         assert_eq!(ago(100_000, 40_000), "60 s ago");
         assert_eq!(ago(1_000_000, 400_000), "10 min ago");

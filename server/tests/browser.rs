@@ -860,6 +860,23 @@ async fn no_view_of_any_fixture_logs_a_console_error() {
             for e in console_errors(&c).await {
                 failures.push(format!("{} ({view}): {e}", f.display()));
             }
+            // A snapshot without a trace says so on the timeline instead of drawing one.
+            let traceless = ["segments_only.pickle", "legacy_1_13.pickle"]
+                .iter()
+                .any(|n| f.ends_with(n));
+            if view == "timeline" {
+                let said = c
+                    .execute("return !!document.querySelector('.no-trace')", vec![])
+                    .await
+                    .unwrap();
+                if said != serde_json::json!(traceless) {
+                    failures.push(format!(
+                        "{}: the no-trace note is {} on the timeline",
+                        f.display(),
+                        if traceless { "missing" } else { "shown" }
+                    ));
+                }
+            }
         }
     }
     assert!(

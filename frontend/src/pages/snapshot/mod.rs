@@ -87,6 +87,15 @@ pub fn SnapshotPage() -> impl IntoView {
                 // A new device mounts the view afresh (its event count, its positions).
                 let _ = device.get();
                 match view_name.get().as_str() {
+                    // Nothing to draw over time without a trace: say so instead of an empty chart.
+                    "timeline" if devices::shown_events(&r, url) == 0 => view! {
+                        <p class="empty no-trace">
+                            "This snapshot has no trace (history was not recorded), so there is no timeline: only the allocator's state when it was taken. "
+                            <a href="?view=segments">"See its segments"</a>
+                            ", and record the next run with torch.cuda.memory._record_memory_history() before the work starts."
+                        </p>
+                    }
+                    .into_any(),
                     "timeline" => view! { <timeline::TimelineView/> }.into_any(),
                     "segments" => view! { <segments::Segments report=r/> }.into_any(),
                     "stacks" => view! { <stacks::Stacks report=r/> }.into_any(),

@@ -252,13 +252,13 @@ fn site_legend(st: &::api::AllocatorState) -> impl IntoView + use<> {
             }
         })
         .collect();
-    view! {
+    (!keys.is_empty()).then(|| view! {
         <p class="seg-legend sites-legend">
             <span class="muted">"Allocated blocks by the line that made them: "</span>
             {keys}
             {(more > 0).then(|| view! { <span class="muted">{format!("and {more} more lines")}</span> })}
         </p>
-    }
+    })
 }
 
 /// The event at the position (what it did, how big, on which stream, from which line) and the
