@@ -43,6 +43,12 @@ pub struct WhatifArgs {
     /// implies, else no limit).
     #[arg(long)]
     pub limit_bytes: Option<u64>,
+    /// What --limit-bytes is: `device` (what the device could give the process: a new segment
+    /// fails when it does not fit) or `fraction` (the allowed bytes of
+    /// torch.cuda.set_per_process_memory_fraction, fraction × device total: checked against each
+    /// new segment's allocation size, as PyTorch does).
+    #[arg(long, default_value = "device", value_parser = ["device", "fraction"])]
+    pub limit_kind: String,
     /// The device to replay (default: the first with a trace).
     #[arg(long)]
     pub device: Option<i32>,
@@ -195,6 +201,7 @@ fn whatif(args: WhatifArgs) -> anyhow::Result<()> {
         device: args.device,
         alloc_confs: args.alloc_conf,
         limit_bytes: args.limit_bytes,
+        limit_is_fraction: args.limit_kind == "fraction",
         curves: false,
     };
     let w = snapshot::whatif::whatif(&snap, &index, &options)

@@ -33,8 +33,9 @@ const SMALL_PAGE: u64 = 2 << 20;
 const LARGE_PAGE: u64 = 20 << 20;
 /// Where invented segment addresses start (far from real CUDA addresses).
 const SYNTHETIC_BASE: u64 = 1 << 46;
-/// Address space of one expandable segment (PyTorch reserves 1⅛ of the device's memory).
-const EXPANDABLE_SPACE: u64 = 1 << 40;
+/// Address space of one expandable segment (PyTorch reserves 1⅛ of the device's memory; real
+/// reservations sit ~90 GiB apart on an 80 GiB device, so a trace's own bases fit).
+const EXPANDABLE_SPACE: u64 = 1 << 36;
 
 /// What stops a new segment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -144,6 +145,9 @@ pub struct Allocator {
     ranges: BTreeMap<u64, u64>,
     pub stats: Stats,
     next_addr: u64,
+    /// The driver's address regions (start, end), oldest first, and the lowest start so far.
+    va_regions: Vec<(u64, u64)>,
+    va_low: u64,
     /// Segment events emitted so far (kept when `record_events`).
     pub events: Vec<SegEvent>,
     pub record_events: bool,
@@ -167,6 +171,8 @@ impl Allocator {
             ranges: BTreeMap::new(),
             stats: Stats::default(),
             next_addr: SYNTHETIC_BASE,
+            va_regions: Vec::new(),
+            va_low: SYNTHETIC_BASE,
             events: Vec::new(),
             record_events: false,
             emitted: 0,
@@ -240,13 +246,40 @@ impl Allocator {
             .filter(|e| e.action == action && (action == SegAction::Map || e.size == size))
             .map(|e| e.addr)
             .filter(|&a| self.range_free(a, span));
-        let a = seeded.unwrap_or_else(|| {
-            let a = self.next_addr;
-            self.next_addr += span.div_ceil(SMALL_PAGE) * SMALL_PAGE + SMALL_PAGE;
-            a
-        });
+        let a = seeded.unwrap_or_else(|| self.driver_addr(span));
         self.ranges.insert(a, a + span);
         a
+    }
+
+    /// An address for `span` new bytes the way the CUDA driver tends to hand them out (seen in
+    /// real traces): regions rounded up to 32 MiB, each new one just below the last, and a new
+    /// segment placed first in the slack of the newest region with room.
+    fn driver_addr(&mut self, span: u64) -> u64 {
+        const REGION: u64 = 32 << 20;
+        let span = span.div_ceil(SMALL_PAGE) * SMALL_PAGE;
+        if std::env::var_os("MEMSCOPE_VA_ASC").is_some() {
+            let a = self.next_addr;
+            self.next_addr += span + SMALL_PAGE;
+            return a;
+        }
+        for r in self.va_regions.iter().rev() {
+            // First fit inside the region, lowest address first, among ranges the model holds.
+            let mut at = r.0;
+            for (&s, &e) in self.ranges.range(r.0..r.1) {
+                if s >= at + span {
+                    break;
+                }
+                at = at.max(e);
+            }
+            if at + span <= r.1 {
+                return at;
+            }
+        }
+        let size = span.div_ceil(REGION) * REGION;
+        let start = self.va_low - size;
+        self.va_low = start;
+        self.va_regions.push((start, start + size));
+        start
     }
 
     fn range_free(&self, start: u64, span: u64) -> bool {
@@ -306,6 +339,21 @@ impl Allocator {
             .map(|l| l.bytes)
     }
 
+    /// Would a request of `size` bytes get a new segment now (the limit allowing)?
+    pub fn new_segment_fits(&self, size: u64) -> bool {
+        let alloc_size = self.conf.allocation_size(self.conf.round_size(size));
+        self.limit
+            .is_none_or(|l| self.stats.reserved_bytes + alloc_size <= l.bytes)
+    }
+
+    /// Would a miss now start garbage collection (`garbage_collect_cached_blocks`)?
+    pub fn would_collect(&self) -> bool {
+        self.set_fraction().is_some_and(|max| {
+            let t = self.conf.garbage_collection_threshold;
+            t > 0.0 && self.stats.reserved_bytes > (t * max as f64) as u64
+        })
+    }
+
     /// Would the device refuse `bytes` more (cudaMalloc or page creation)?
     fn device_refuses(&self, bytes: u64) -> bool {
         self.limit.is_some_and(|l| {
@@ -333,7 +381,9 @@ impl Allocator {
             if block.is_none() && self.release_available_cached_blocks(pool, size, stream) {
                 block = self.alloc_block(pool, size, alloc_size, stream, false);
             }
-            if block.is_none() {
+            // No release and retry while a CUDA graph captures (requests for a private pool):
+            // `captures_underway` must be empty.
+            if block.is_none() && private == (0, 0) {
                 self.release_cached_blocks();
                 block = self.alloc_block(pool, size, alloc_size, stream, true);
             }

@@ -54,9 +54,11 @@ pub struct Options {
     pub device: Option<i32>,
     /// Settings to try; empty: the recorded ones and [`CANDIDATES`].
     pub alloc_confs: Vec<String>,
-    /// A memory limit in bytes (what the device could give this process); default: what the
-    /// trace's last OOM implies, else none.
+    /// A memory limit in bytes; default: what the trace's last OOM implies, else none.
     pub limit_bytes: Option<u64>,
+    /// What `limit_bytes` is: a per-process memory fraction's allowed bytes
+    /// (`fraction × device total`), or (default) what the device could give the process.
+    pub limit_is_fraction: bool,
     /// Keep each run's reserved-bytes curve.
     pub curves: bool,
 }
@@ -207,9 +209,23 @@ pub fn whatif(snap: &Snapshot, index: &Index, opts: &Options) -> Result<WhatIf, 
     let limit = match opts.limit_bytes {
         Some(bytes) => Some(LimitInfo {
             bytes,
-            kind: "device",
+            kind: if opts.limit_is_fraction {
+                "fraction"
+            } else {
+                "device"
+            },
             source: "given",
-            detail: format!("a limit of {} given", human_bytes(bytes)),
+            detail: if opts.limit_is_fraction {
+                format!(
+                    "a per-process memory fraction allowing {} (given)",
+                    human_bytes(bytes)
+                )
+            } else {
+                format!(
+                    "{} the device could give the process (given)",
+                    human_bytes(bytes)
+                )
+            },
         }),
         None => implied_limit(&trace, &recorded_conf),
     };

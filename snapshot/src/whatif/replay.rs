@@ -23,9 +23,9 @@ pub struct Trace<'a> {
     /// The trace's segment events in order, with their positions.
     pub recorded: Vec<SegEvent>,
     recorded_at: Vec<u32>,
-    /// For each recorded release event: does the allocator's retry inside the next request
-    /// explain it (a release, then a new segment and its `alloc`, or an `oom`)?
-    retry_burst: Vec<bool>,
+    /// For each recorded release event that a retry inside the next request could explain (a
+    /// release, then a new segment and its `alloc`, or an `oom`): that request's size.
+    retry_burst: Vec<Option<u64>>,
     /// Private pools by address range (start, end, first position, pool).
     private: Vec<(u64, u64, u32, (i64, i64))>,
     /// Segments and blocks when the trace starts.
@@ -95,21 +95,25 @@ impl<'a> Trace<'a> {
                 {
                     j += 1;
                 }
-                let retry = j < n
-                    && match t.action[first + j] {
-                        Action::Oom => true,
+                // The request that follows a release, then a new segment and its `alloc` (or an
+                // `oom`): the allocator's retry if that request could not have had its segment.
+                let retry = (j < n)
+                    .then(|| match t.action[first + j] {
+                        Action::Oom => Some(t.size[first + j]),
                         Action::SegmentAlloc | Action::SegmentMap => {
                             let mut k = j + 1;
                             while k < n && t.action[first + k] == Action::SegmentMap {
                                 k += 1;
                             }
-                            k < n && t.action[first + k] == Action::Alloc
+                            (k < n && t.action[first + k] == Action::Alloc)
+                                .then(|| t.size[first + k])
                         }
-                        _ => false,
-                    };
+                        _ => None,
+                    })
+                    .flatten();
                 retry_burst.push(retry);
             } else {
-                retry_burst.push(false);
+                retry_burst.push(None);
             }
         }
         // Private-pool segments (their pool is known from the snapshot's segments, so only for
@@ -235,6 +239,9 @@ impl<'a> Trace<'a> {
             segment_events: Vec::new(),
             external_releases: Vec::new(),
         };
+        // The pool each stream's last request went to: a stream capturing a CUDA graph
+        // allocates from the graph's private pool.
+        let mut capturing: FxHashMap<u64, (i64, i64)> = FxHashMap::default();
         let mut k = 0usize; // recorded segment events passed
         let mut i = 0usize;
         let mut last_reserved = a.stats.reserved_bytes;
@@ -243,7 +250,9 @@ impl<'a> Trace<'a> {
             match t.action[r] {
                 Action::Alloc => {
                     let addr = t.addr[r];
-                    match a.malloc(t.size[r], t.stream[r], self.private_pool(addr, i as u32)) {
+                    let private = self.private_pool(addr, i as u32);
+                    capturing.insert(t.stream[r], private);
+                    match a.malloc(t.size[r], t.stream[r], private) {
                         Some(b) => {
                             out.allocs += 1;
                             if a.block_addr(b) == addr {
@@ -259,8 +268,9 @@ impl<'a> Trace<'a> {
                     }
                 }
                 Action::Oom => {
-                    // The recorded run failed here; with other settings it may not.
-                    let private = (0, 0);
+                    // The recorded run failed here; with other settings it may not. Its pool is
+                    // the one the stream's last request went to (a capture's private pool).
+                    let private = capturing.get(&t.stream[r]).copied().unwrap_or((0, 0));
                     if a.malloc(t.size[r], t.stream[r], private).is_none() {
                         out.ooms += 1;
                         out.oom_position.get_or_insert(i as u32);
@@ -293,7 +303,9 @@ impl<'a> Trace<'a> {
                         // the cache, or memory pressure the model has no limit for. With a
                         // limit, a retry burst is left to the model's own retry at the next
                         // request.
-                        let explained = self.retry_burst[k] && limit.is_some();
+                        let explained = self.retry_burst[k].is_some_and(|size| {
+                            limit.is_some() && (!a.new_segment_fits(size) || a.would_collect())
+                        });
                         if !explained && a.events.len() <= k {
                             a.release_cached_blocks();
                             out.external_releases.push(i as u32);
