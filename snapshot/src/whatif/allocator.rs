@@ -1049,3 +1049,256 @@ impl Allocator {
         self.expandables.iter().filter(|e| e.live).count()
     }
 }
+
+/// One test per rule of the caching allocator, each a few calls in the order a program makes them.
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn alloc(conf: &str, limit: Option<Limit>) -> Allocator {
+        Allocator::new(AllocConf::parse(conf).unwrap(), limit)
+    }
+
+    fn device(bytes: u64) -> Option<Limit> {
+        Some(Limit {
+            bytes,
+            kind: LimitKind::Device,
+        })
+    }
+
+    fn fraction(bytes: u64) -> Option<Limit> {
+        Some(Limit {
+            bytes,
+            kind: LimitKind::Fraction,
+        })
+    }
+
+    const DEFAULT: (i64, i64) = (0, 0);
+
+    #[test]
+    fn small_requests_share_a_2_mib_segment() {
+        let mut a = alloc("", None);
+        let x = a.malloc(1000, 0, DEFAULT).unwrap();
+        let y = a.malloc(1000, 0, DEFAULT).unwrap();
+        assert_eq!(a.stats.reserved_bytes, 2 * MIB);
+        assert_eq!(
+            a.block_addr(y),
+            a.block_addr(x) + 1024,
+            "rounded to 512 B, split"
+        );
+        assert_eq!(a.stats.device_allocs, 1);
+    }
+
+    #[test]
+    fn requests_under_10_mib_get_a_20_mib_segment_and_share_it() {
+        let mut a = alloc("", None);
+        a.malloc(5 * MIB, 0, DEFAULT).unwrap();
+        a.malloc(5 * MIB, 0, DEFAULT).unwrap();
+        assert_eq!((a.stats.reserved_bytes, a.stats.segments), (20 * MIB, 1));
+    }
+
+    #[test]
+    fn requests_of_10_mib_and_more_are_rounded_to_2_mib() {
+        let mut a = alloc("", None);
+        a.malloc(11 * MIB + 1, 0, DEFAULT).unwrap();
+        assert_eq!(a.stats.reserved_bytes, 12 * MIB);
+    }
+
+    #[test]
+    fn best_fit_takes_the_smallest_free_block_that_fits() {
+        let mut a = alloc("", None);
+        let big = a.malloc(30 * MIB, 0, DEFAULT).unwrap();
+        let small = a.malloc(24 * MIB, 0, DEFAULT).unwrap();
+        let small_addr = a.block_addr(small);
+        a.free(big, false);
+        a.free(small, false);
+        let b = a.malloc(22 * MIB, 0, DEFAULT).unwrap();
+        assert_eq!(a.block_addr(b), small_addr);
+        assert_eq!(a.stats.device_allocs, 2, "no new segment");
+    }
+
+    #[test]
+    fn free_blocks_of_another_stream_are_not_reused() {
+        let mut a = alloc("", None);
+        let x = a.malloc(30 * MIB, 1, DEFAULT).unwrap();
+        a.free(x, false);
+        a.malloc(30 * MIB, 2, DEFAULT).unwrap();
+        assert_eq!(a.stats.segments, 2);
+    }
+
+    #[test]
+    fn large_blocks_split_only_when_more_than_1_mib_remains() {
+        let mut a = alloc("", None);
+        let x = a.malloc(12 * MIB, 0, DEFAULT).unwrap();
+        a.free(x, false);
+        let y = a.malloc(11 * MIB + 512 * 1024, 0, DEFAULT).unwrap();
+        assert_eq!(a.block_size(y), 12 * MIB, "0.5 MiB left: not split");
+        a.free(y, false);
+        let z = a.malloc(10 * MIB, 0, DEFAULT).unwrap();
+        assert_eq!(a.block_size(z), 10 * MIB, "2 MiB left: split");
+    }
+
+    #[test]
+    fn max_split_size_keeps_oversize_blocks_whole_and_from_small_requests() {
+        let mut a = alloc("max_split_size_mb:128", None);
+        let x = a.malloc(200 * MIB, 0, DEFAULT).unwrap();
+        a.free(x, false);
+        a.malloc(50 * MIB, 0, DEFAULT).unwrap();
+        assert_eq!(
+            a.stats.segments, 2,
+            "an oversize block is not split for a small request"
+        );
+        let y = a.malloc(190 * MIB, 0, DEFAULT).unwrap();
+        assert_eq!(
+            a.block_size(y),
+            200 * MIB,
+            "taken whole: within 20 MiB of the request"
+        );
+        a.free(y, false);
+        a.malloc(170 * MIB, 0, DEFAULT).unwrap();
+        assert_eq!(
+            a.stats.segments, 3,
+            "30 MiB too large: max_non_split_rounding"
+        );
+    }
+
+    #[test]
+    fn freed_neighbours_merge() {
+        let mut a = alloc("", None);
+        let x = a.malloc(5 * MIB, 0, DEFAULT).unwrap();
+        let y = a.malloc(5 * MIB, 0, DEFAULT).unwrap();
+        a.free(x, false);
+        a.free(y, false);
+        let z = a.malloc(20 * MIB, 0, DEFAULT).unwrap();
+        assert_eq!(
+            a.stats.device_allocs, 1,
+            "the whole segment is one free block again"
+        );
+        assert_eq!(a.block_size(z), 20 * MIB);
+    }
+
+    #[test]
+    fn a_cross_stream_free_waits_for_free_completed() {
+        let mut a = alloc("", None);
+        let x = a.malloc(30 * MIB, 0, DEFAULT).unwrap();
+        a.free(x, true);
+        let y = a.malloc(30 * MIB, 0, DEFAULT).unwrap();
+        assert_eq!(a.stats.segments, 2, "still in use by the other stream");
+        a.complete_free(x);
+        a.free(y, false);
+        a.malloc(30 * MIB, 0, DEFAULT).unwrap();
+        assert_eq!(a.stats.segments, 2, "back in the pool");
+    }
+
+    #[test]
+    fn a_miss_under_the_limit_releases_cached_blocks_and_retries() {
+        let mut a = alloc("", device(40 * MIB));
+        let x = a.malloc(30 * MIB, 0, DEFAULT).unwrap();
+        a.free(x, false);
+        a.malloc(36 * MIB, 0, DEFAULT).unwrap();
+        assert_eq!(a.stats.alloc_retries, 1);
+        assert_eq!(
+            (a.stats.device_frees, a.stats.reserved_bytes),
+            (1, 36 * MIB)
+        );
+    }
+
+    #[test]
+    fn out_of_memory_when_nothing_can_be_released() {
+        let mut a = alloc("", device(40 * MIB));
+        a.malloc(30 * MIB, 0, DEFAULT).unwrap();
+        assert!(a.malloc(12 * MIB, 0, DEFAULT).is_none());
+        assert_eq!(a.stats.alloc_retries, 1);
+    }
+
+    #[test]
+    fn a_memory_fraction_checks_the_new_segments_allocation_size() {
+        let mut a = alloc("", fraction(30 * MIB));
+        a.malloc(5 * MIB, 0, DEFAULT).unwrap();
+        a.malloc(8 * MIB, 0, DEFAULT).unwrap();
+        a.malloc(4 * MIB, 0, DEFAULT).unwrap();
+        // 3 MiB left in the segment; 8 MiB more would be 28 MiB reserved, under 30, but its new
+        // segment is 20 MiB and 40 MiB is not.
+        assert!(a.malloc(8 * MIB, 0, DEFAULT).is_none());
+        assert!(
+            a.malloc(1, 0, DEFAULT).is_some(),
+            "a 2 MiB small-pool segment fits"
+        );
+    }
+
+    #[test]
+    fn release_available_cached_blocks_frees_one_oversize_block_first() {
+        let mut a = alloc("max_split_size_mb:128", device(400 * MIB));
+        let x = a.malloc(300 * MIB, 0, DEFAULT).unwrap();
+        a.free(x, false);
+        a.malloc(200 * MIB, 0, DEFAULT).unwrap();
+        assert_eq!(a.stats.device_frees, 1);
+        assert_eq!(
+            a.stats.alloc_retries, 0,
+            "not the release of every cached block"
+        );
+    }
+
+    #[test]
+    fn garbage_collection_frees_cached_blocks_over_the_threshold() {
+        let mut a = alloc("garbage_collection_threshold:0.5", fraction(100 * MIB));
+        let x = a.malloc(30 * MIB, 0, DEFAULT).unwrap();
+        a.malloc(30 * MIB, 0, DEFAULT).unwrap();
+        a.free(x, false);
+        // A miss with 60 MiB reserved, over half of 100 MiB: the cached 30 MiB block goes first.
+        a.malloc(40 * MIB, 0, DEFAULT).unwrap();
+        assert_eq!(a.stats.device_frees, 1);
+        assert_eq!(a.stats.reserved_bytes, 70 * MIB);
+        // Without a memory fraction there is no collection.
+        let mut b = alloc("garbage_collection_threshold:0.5", None);
+        let x = b.malloc(30 * MIB, 0, DEFAULT).unwrap();
+        b.malloc(30 * MIB, 0, DEFAULT).unwrap();
+        b.free(x, false);
+        b.malloc(40 * MIB, 0, DEFAULT).unwrap();
+        assert_eq!(b.stats.device_frees, 0);
+    }
+
+    #[test]
+    fn expandable_segments_map_pages_at_the_lowest_address() {
+        let mut a = alloc("expandable_segments:True", None);
+        let x = a.malloc(5 * MIB, 0, DEFAULT).unwrap();
+        assert_eq!(a.stats.reserved_bytes, 20 * MIB, "one 20 MiB page");
+        let y = a.malloc(30 * MIB, 0, DEFAULT).unwrap();
+        assert_eq!(a.block_addr(y), a.block_addr(x) + 5 * MIB, "grows in place");
+        assert_eq!(
+            (a.stats.reserved_bytes, a.stats.device_allocs),
+            (40 * MIB, 2)
+        );
+        assert_eq!(a.stats.segments, 0, "not counted as cudaMalloc segments");
+    }
+
+    #[test]
+    fn releasing_an_expandable_segment_unmaps_whole_free_pages() {
+        let mut a = alloc("expandable_segments:True", None);
+        let x = a.malloc(5 * MIB, 0, DEFAULT).unwrap();
+        let y = a.malloc(30 * MIB, 0, DEFAULT).unwrap();
+        a.free(y, false);
+        a.release_cached_blocks();
+        assert_eq!(a.stats.reserved_bytes, 20 * MIB, "the page holding x stays");
+        a.free(x, false);
+        a.release_cached_blocks();
+        assert_eq!(a.stats.reserved_bytes, 0);
+        assert_eq!(a.expandable_segments(), 0);
+    }
+
+    #[test]
+    fn private_pools_are_kept_apart() {
+        let mut a = alloc("", None);
+        let x = a.malloc(30 * MIB, 0, (1, 0)).unwrap();
+        a.free(x, false);
+        a.malloc(30 * MIB, 0, DEFAULT).unwrap();
+        assert_eq!(a.stats.segments, 2);
+        a.release_cached_blocks();
+        assert_eq!(
+            a.stats.segments, 2,
+            "a private pool's blocks wait for its graph"
+        );
+    }
+}

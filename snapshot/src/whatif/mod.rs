@@ -39,6 +39,7 @@ pub const CANDIDATES: &[&str] = &[
     "",
     "expandable_segments:True",
     "max_split_size_mb:128",
+    "max_split_size_mb:256",
     "max_split_size_mb:512",
     "roundup_power2_divisions:4",
     "roundup_power2_divisions:[256:1,512:2,1024:4,>:8]",
