@@ -24,6 +24,7 @@ pub mod live;
 pub mod report;
 pub mod routes;
 pub mod views;
+pub mod whatif;
 
 use serde::{Deserialize, Serialize};
 
@@ -33,6 +34,7 @@ pub use library::*;
 pub use live::*;
 pub use report::*;
 pub use views::*;
+pub use whatif::*;
 
 /// Every error answer: `{"error": "message"}` with a fitting HTTP status.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -8,6 +8,7 @@ use crate::diff::DiffQuery;
 use crate::library::{ListQuery, UploadQuery};
 use crate::live::WindowQuery;
 use crate::views::{DeviceQuery, EventsQuery, PositionQuery, StacksQuery, TimelineQuery};
+use crate::whatif::WhatIfQuery;
 
 pub const HEALTH: &str = "/api/health";
 pub const SNAPSHOTS: &str = "/api/snapshots";
@@ -20,6 +21,7 @@ pub const STACKS: &str = "/api/snapshots/{id}/stacks";
 pub const SEGMENTS: &str = "/api/snapshots/{id}/segments";
 pub const FRAMES: &str = "/api/snapshots/{id}/frames/{stack}";
 pub const EVENTS: &str = "/api/snapshots/{id}/events";
+pub const WHATIF: &str = "/api/snapshots/{id}/whatif";
 pub const UPLOAD_PROGRESS: &str = "/api/uploads/{token}";
 pub const DIFF: &str = "/api/diff/{a}/{b}";
 pub const INGEST: &str = "/api/ingest";
@@ -102,6 +104,9 @@ pub fn segments(id: &str, q: &DeviceQuery) -> String {
 }
 pub fn events(id: &str, q: &EventsQuery) -> String {
     with_query(snapshot_path(id, "/events"), q)
+}
+pub fn whatif(id: &str, q: &WhatIfQuery) -> String {
+    with_query(snapshot_path(id, "/whatif"), q)
 }
 pub fn frames(id: &str, stack: crate::StackId) -> String {
     snapshot_path(id, &format!("/frames/{}", stack.0))

@@ -208,7 +208,8 @@ fn whatif(args: WhatifArgs) -> anyhow::Result<()> {
         .with_context(|| format!("cannot replay {name}"))?;
     let mut out = std::io::stdout().lock();
     if args.json {
-        serde_json::to_writer(&mut out, &w)?;
+        // The same object `GET /api/snapshots/{id}/whatif` answers.
+        serde_json::to_writer(&mut out, &crate::convert::whatif(w.clone()))?;
         writeln!(out)?;
     } else {
         out.write_all(crate::text::render_whatif(&name, &w).as_bytes())?;

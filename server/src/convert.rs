@@ -462,3 +462,61 @@ pub fn diff(d: diff::Diff) -> api::Diff {
             .collect(),
     }
 }
+
+/// The what-if answer, engine → API.
+pub fn whatif(w: snapshot::whatif::WhatIf) -> api::WhatIf {
+    let event = |e: snapshot::whatif::SegEventView| api::SegmentEvent {
+        action: e.action.to_string(),
+        address: e.address,
+        size_bytes: e.size_bytes,
+    };
+    let c = w.replay_check;
+    api::WhatIf {
+        device: w.device,
+        events: w.events,
+        recorded_alloc_conf: w.recorded_alloc_conf,
+        starts_mid_run: w.starts_mid_run,
+        limit: w.limit.map(|l| api::WhatIfLimit {
+            bytes: l.bytes,
+            kind: l.kind.to_string(),
+            source: l.source.to_string(),
+            detail: l.detail,
+        }),
+        replay_check: api::ReplayCheck {
+            recorded_segment_events: c.recorded_segment_events,
+            matched_segment_events: c.matched_segment_events,
+            first_divergence: c.first_divergence.map(|d| api::Divergence {
+                segment_event: d.segment_event,
+                position: d.position,
+                recorded: d.recorded.map(event),
+                replayed: d.replayed.map(event),
+                why: d.why,
+            }),
+            recorded_peak_reserved_bytes: c.recorded_peak_reserved_bytes,
+            replayed_peak_reserved_bytes: c.replayed_peak_reserved_bytes,
+            allocs: c.allocs,
+            allocs_at_recorded_address: c.allocs_at_recorded_address,
+            exact: c.exact,
+        },
+        runs: w
+            .runs
+            .into_iter()
+            .map(|r| api::WhatIfRun {
+                alloc_conf: r.alloc_conf,
+                recorded: r.recorded,
+                limit_bytes: r.limit_bytes,
+                peak_reserved_bytes: r.peak_reserved_bytes,
+                peak_allocated_bytes: r.peak_allocated_bytes,
+                segments_at_end: r.segments_at_end,
+                cuda_mallocs: r.cuda_mallocs,
+                cuda_frees: r.cuda_frees,
+                alloc_retries: r.alloc_retries,
+                oom: r.oom,
+                oom_position: r.oom_position,
+                fragmentation_at_peak: r.fragmentation_at_peak,
+                saving_bytes: r.saving_bytes,
+                reserved_curve: r.reserved_curve,
+            })
+            .collect(),
+    }
+}

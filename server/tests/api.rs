@@ -559,6 +559,7 @@ async fn every_api_route_builder_reaches_its_handler() {
                 },
             ),
         ),
+        ("GET", routes::whatif(&id, &Default::default())),
         ("GET", routes::diff(&id, &id, &Default::default())),
         ("GET", routes::upload_progress("t")),
         ("POST", routes::ingest()),
@@ -955,4 +956,76 @@ async fn the_same_snapshot_compressed_is_already_in_the_library() {
     }
     let (_, list) = call(&state, "GET", "/api/snapshots", vec![]).await;
     assert_eq!(list.as_array().unwrap().len(), 1);
+}
+
+/// What if: the OOM fixture replayed under the candidates. The replay check is exact, the limit
+/// comes from its OOM (a per-process fraction), the recorded defaults run out of memory and
+/// expandable segments, ranked first, do not. One setting can be asked for; a bad one is a 400
+/// that says what to fix. `memscope whatif --json` prints the same object.
+#[tokio::test]
+async fn whatif_ranks_the_settings_that_avoid_the_oom() {
+    let (_dir, state) = open_state("whatif").await;
+    let id = upload_fixture(&state, "harness/oom_fragmentation.oom.pickle").await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (st, w) = call(
+        &state,
+        "GET",
+        &api::routes::whatif(&id, &Default::default()),
+        vec![],
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK, "{w}");
+    let w: api::WhatIf = serde_json::from_value(w).unwrap();
+    assert!(w.replay_check.exact, "{:?}", w.replay_check);
+    assert_eq!(w.replay_check.matched_segment_events, 102);
+    let limit = w.limit.as_ref().unwrap();
+    assert_eq!(
+        (limit.kind.as_str(), limit.source.as_str()),
+        ("fraction", "oom")
+    );
+    assert_eq!(w.runs.iter().filter(|r| r.recorded).count(), 1);
+    let recorded = w.runs.iter().find(|r| r.recorded).unwrap();
+    assert!(recorded.oom && recorded.alloc_conf.is_empty());
+    assert_eq!(w.runs[0].alloc_conf, "expandable_segments:True");
+    assert!(!w.runs[0].oom && w.runs[0].saving_bytes > 0);
+    assert!(w.runs.iter().all(|r| r.reserved_curve.is_empty()));
+
+    let q = api::WhatIfQuery {
+        alloc_conf: Some("max_split_size_mb:128".into()),
+        curves: Some(true),
+        ..Default::default()
+    };
+    let (st, w) = call(&state, "GET", &api::routes::whatif(&id, &q), vec![]).await;
+    assert_eq!(st, StatusCode::OK, "{w}");
+    let w: api::WhatIf = serde_json::from_value(w).unwrap();
+    assert_eq!(
+        w.runs.len(),
+        2,
+        "the setting asked for and the recorded one"
+    );
+    assert!(w.runs.iter().all(|r| !r.reserved_curve.is_empty()));
+
+    let q = api::WhatIfQuery {
+        alloc_conf: Some("max_split_size_mb:10".into()),
+        ..Default::default()
+    };
+    let (st, e) = call(&state, "GET", &api::routes::whatif(&id, &q), vec![]).await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
+    assert!(e.to_string().contains("at least 20"), "{e}");
+
+    // The CLI prints the same object.
+    let cli = std::process::Command::new(env!("CARGO_BIN_EXE_memscope"))
+        .args(["whatif", "--json"])
+        .arg(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../tests/fixtures/harness/oom_fragmentation.oom.pickle"),
+        )
+        .output()
+        .unwrap();
+    assert!(cli.status.success());
+    let from_cli: api::WhatIf = serde_json::from_slice(&cli.stdout).unwrap();
+    assert_eq!(from_cli.runs.len(), snapshot::whatif::CANDIDATES.len());
+    assert_eq!(from_cli.runs[0].alloc_conf, "expandable_segments:True");
 }

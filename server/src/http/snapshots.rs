@@ -26,6 +26,7 @@ pub fn router() -> Router<AppState> {
         .route(routes::SEGMENTS, get(segment_spans))
         .route(routes::FRAMES, get(frames))
         .route(routes::EVENTS, get(events))
+        .route(routes::WHATIF, get(whatif))
 }
 
 /// The snapshot `id`, loaded (from memory or its model file); 404 if there is none.
@@ -218,6 +219,38 @@ async fn segment_spans(
             events: d.len,
             segments: d.segments.iter().map(convert::segment_span).collect(),
         })
+    })
+    .await?;
+    Ok(Json(r))
+}
+
+/// The trace replayed through the allocator model under the recorded settings (the check) and
+/// the candidates or the one setting asked for, ranked (`snapshot::whatif`).
+async fn whatif(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    ApiQuery(q): ApiQuery<api::WhatIfQuery>,
+) -> ApiResult<Json<api::WhatIf>> {
+    let limit_is_fraction = match q.limit_kind.as_deref() {
+        None | Some("device") => false,
+        Some("fraction") => true,
+        Some(other) => {
+            return Err(ApiError::BadRequest(format!(
+                "limit_kind is device or fraction, not {other:?}"
+            )));
+        }
+    };
+    let r = query(&s, &id, move |m| {
+        let options = snapshot::whatif::Options {
+            device: q.device,
+            alloc_confs: q.alloc_conf.into_iter().collect(),
+            limit_bytes: q.limit_bytes,
+            limit_is_fraction,
+            curves: q.curves.unwrap_or(false),
+        };
+        snapshot::whatif::whatif(&m.snap, &m.index, &options)
+            .map(convert::whatif)
+            .map_err(|e| ApiError::BadRequest(e.to_string()))
     })
     .await?;
     Ok(Json(r))

@@ -28,7 +28,7 @@ use serde::Serialize;
 use crate::analysis::Index;
 use crate::model::Snapshot;
 use crate::units::human_bytes;
-use allocator::{Limit, LimitKind, SegAction, SegEvent};
+pub use allocator::{Limit, LimitKind, SegAction, SegEvent};
 use conf::AllocConf;
 use replay::{Releases, Trace};
 

@@ -1,0 +1,95 @@
+//! `GET /api/snapshots/{id}/whatif`: the trace replayed through a model of PyTorch's caching
+//! allocator under other settings, with the replay check that says how far to trust it.
+
+use serde::{Deserialize, Serialize};
+
+/// Query of `GET /api/snapshots/{id}/whatif`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WhatIfQuery {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<i32>,
+    /// One setting to try as `PYTORCH_CUDA_ALLOC_CONF` takes it (beside the recorded one);
+    /// absent: the built-in candidates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alloc_conf: Option<String>,
+    /// A memory limit in bytes; absent: what the trace's OOM implies, else none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_bytes: Option<u64>,
+    /// `device` (default: what the device could give the process) or `fraction` (the allowed
+    /// bytes of a per-process memory fraction).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_kind: Option<String>,
+    /// Include each run's reserved-bytes curve.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub curves: Option<bool>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WhatIf {
+    pub device: i32,
+    pub events: u32,
+    pub recorded_alloc_conf: String,
+    pub starts_mid_run: bool,
+    pub limit: Option<WhatIfLimit>,
+    pub replay_check: ReplayCheck,
+    /// Ranked: runs that fit first, then by peak reserved bytes.
+    pub runs: Vec<WhatIfRun>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WhatIfLimit {
+    pub bytes: u64,
+    /// "fraction" or "device".
+    pub kind: String,
+    /// "oom" (implied by the trace's OOM) or "given".
+    pub source: String,
+    pub detail: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReplayCheck {
+    pub recorded_segment_events: u32,
+    pub matched_segment_events: u32,
+    pub first_divergence: Option<Divergence>,
+    pub recorded_peak_reserved_bytes: u64,
+    pub replayed_peak_reserved_bytes: u64,
+    pub allocs: u32,
+    pub allocs_at_recorded_address: u32,
+    pub exact: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Divergence {
+    pub segment_event: u32,
+    pub position: Option<u32>,
+    pub recorded: Option<SegmentEvent>,
+    pub replayed: Option<SegmentEvent>,
+    pub why: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SegmentEvent {
+    pub action: String,
+    pub address: u64,
+    pub size_bytes: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WhatIfRun {
+    pub alloc_conf: String,
+    pub recorded: bool,
+    pub limit_bytes: Option<u64>,
+    pub peak_reserved_bytes: u64,
+    pub peak_allocated_bytes: u64,
+    pub segments_at_end: u64,
+    pub cuda_mallocs: u64,
+    pub cuda_frees: u64,
+    pub alloc_retries: u64,
+    pub oom: bool,
+    pub oom_position: Option<u32>,
+    pub fragmentation_at_peak: u64,
+    pub saving_bytes: i64,
+    /// (position, reserved bytes) where they changed, when asked for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reserved_curve: Vec<(u32, u64)>,
+}
