@@ -1,7 +1,8 @@
 //! A model of PyTorch's CUDA caching allocator (`DeviceCachingAllocator` in
 //! `c10/cuda/CUDACachingAllocator.cpp`), rule by rule, without memory: blocks are address ranges
-//! in an arena, pools are ordered sets like PyTorch's, and "cudaMalloc" is a bump pointer (or,
-//! when replaying a trace under the settings it was recorded with, the address the trace says).
+//! in an arena, pools are ordered sets like PyTorch's, and "cudaMalloc" picks an address the way
+//! the CUDA driver tends to (or, when replaying a trace under the settings it was recorded with,
+//! takes the address the trace says): ties between equal free blocks break by address.
 //!
 //! Each function names the PyTorch function it follows. What it keeps of PyTorch's behaviour:
 //! - `malloc`: round (`round_size`), pick the pool (`get_pool`: ≤ 1 MiB small, private pools
@@ -31,7 +32,7 @@ const MIN_BLOCK: u64 = 512;
 const SMALL_SIZE: u64 = 1 << 20;
 const SMALL_PAGE: u64 = 2 << 20;
 const LARGE_PAGE: u64 = 20 << 20;
-/// Where invented segment addresses start (far from real CUDA addresses).
+/// Where invented segment addresses start, growing down (far from real CUDA addresses).
 const SYNTHETIC_BASE: u64 = 1 << 46;
 /// Address space of one expandable segment (PyTorch reserves 1⅛ of the device's memory; real
 /// reservations sit ~90 GiB apart on an 80 GiB device, so a trace's own bases fit).
@@ -144,7 +145,6 @@ pub struct Allocator {
     /// the trace never lands on one the model still holds.
     ranges: BTreeMap<u64, u64>,
     pub stats: Stats,
-    next_addr: u64,
     /// The driver's address regions (start, end), oldest first, and the lowest start so far.
     va_regions: Vec<(u64, u64)>,
     va_low: u64,
@@ -170,7 +170,6 @@ impl Allocator {
             pending: Vec::new(),
             ranges: BTreeMap::new(),
             stats: Stats::default(),
-            next_addr: SYNTHETIC_BASE,
             va_regions: Vec::new(),
             va_low: SYNTHETIC_BASE,
             events: Vec::new(),
@@ -178,10 +177,6 @@ impl Allocator {
             emitted: 0,
             seed: Vec::new(),
         }
-    }
-
-    pub fn conf(&self) -> &AllocConf {
-        &self.conf
     }
 
     /// Addresses to take from the trace (see [`Allocator::seed`]).
@@ -225,6 +220,19 @@ impl Allocator {
         }
     }
 
+    /// Adds `b` to the arena and links its neighbours (`prev`, `next`) to it (`Block::splice`).
+    fn splice(&mut self, b: Block) -> u32 {
+        let (prev, next) = (b.prev, b.next);
+        let id = self.new_block(b);
+        if prev != NIL {
+            self.blocks[prev as usize].next = id;
+        }
+        if next != NIL {
+            self.blocks[next as usize].prev = id;
+        }
+        id
+    }
+
     fn delete_block(&mut self, b: u32) {
         self.free_slots.push(b);
     }
@@ -257,11 +265,6 @@ impl Allocator {
     fn driver_addr(&mut self, span: u64) -> u64 {
         const REGION: u64 = 32 << 20;
         let span = span.div_ceil(SMALL_PAGE) * SMALL_PAGE;
-        if std::env::var_os("MEMSCOPE_VA_ASC").is_some() {
-            let a = self.next_addr;
-            self.next_addr += span + SMALL_PAGE;
-            return a;
-        }
         for r in self.va_regions.iter().rev() {
             // First fit inside the region, lowest address first, among ranges the model holds.
             let mut at = r.0;
@@ -473,24 +476,15 @@ impl Allocator {
         let block = if split {
             let rem = b;
             let r = self.blocks[rem as usize].clone();
-            let nb = self.new_block(Block {
+            let nb = self.splice(Block {
                 addr: r.addr,
                 size,
-                stream: r.stream,
-                pool: r.pool,
                 prev: r.prev,
                 next: rem,
-                allocated: false,
-                pending: false,
-                mapped: true,
-                expandable: r.expandable,
                 gc_count_base: 0,
+                ..r
             });
-            if r.prev != NIL {
-                self.blocks[r.prev as usize].next = nb;
-            }
             let rb = &mut self.blocks[rem as usize];
-            rb.prev = nb;
             rb.addr += size;
             rb.size -= size;
             self.insert_free(rem);
@@ -842,7 +836,7 @@ impl Allocator {
         self.remove_unmapped(b);
         self.blocks[b as usize].mapped = true;
         if bytes < blk.size {
-            let rest = self.new_block(Block {
+            let rest = self.splice(Block {
                 addr: blk.addr + bytes,
                 size: blk.size - bytes,
                 prev: b,
@@ -850,10 +844,6 @@ impl Allocator {
                 mapped: false,
                 ..blk.clone()
             });
-            if blk.next != NIL {
-                self.blocks[blk.next as usize].prev = rest;
-            }
-            self.blocks[b as usize].next = rest;
             self.blocks[b as usize].size = bytes;
             self.insert_unmapped(rest);
         }
@@ -904,33 +894,25 @@ impl Allocator {
         self.remove_free(b);
         let before = ptr - blk.addr;
         if before > 0 {
-            let nb = self.new_block(Block {
+            let nb = self.splice(Block {
                 addr: blk.addr,
                 size: before,
                 prev: blk.prev,
                 next: b,
                 ..blk.clone()
             });
-            if blk.prev != NIL {
-                self.blocks[blk.prev as usize].next = nb;
-            }
-            self.blocks[b as usize].prev = nb;
             self.insert_free(nb);
         }
         let after = blk.size - before - bytes;
         if after > 0 {
             let next = self.blocks[b as usize].next;
-            let nb = self.new_block(Block {
+            let nb = self.splice(Block {
                 addr: ptr + bytes,
                 size: after,
                 prev: b,
                 next,
                 ..blk.clone()
             });
-            if next != NIL {
-                self.blocks[next as usize].prev = nb;
-            }
-            self.blocks[b as usize].next = nb;
             self.insert_free(nb);
         }
         {
@@ -982,7 +964,7 @@ impl Allocator {
         let mut prev = NIL;
         let mut total = 0;
         for &(addr, size, allocated) in blocks {
-            let b = self.new_block(Block {
+            let b = self.splice(Block {
                 addr,
                 size,
                 stream,
@@ -995,9 +977,6 @@ impl Allocator {
                 expandable: exp,
                 gc_count_base: 0,
             });
-            if prev != NIL {
-                self.blocks[prev as usize].next = b;
-            }
             prev = b;
             total += size;
             if allocated {
@@ -1010,7 +989,7 @@ impl Allocator {
         if expandable {
             // The unmapped rest of the reservation.
             let end = address + total;
-            let b = self.new_block(Block {
+            let b = self.splice(Block {
                 addr: end,
                 size: EXPANDABLE_SPACE,
                 stream,
@@ -1023,9 +1002,6 @@ impl Allocator {
                 expandable: exp,
                 gc_count_base: 0,
             });
-            if prev != NIL {
-                self.blocks[prev as usize].next = b;
-            }
             self.insert_unmapped(b);
         } else {
             self.stats.segments += 1;
@@ -1037,11 +1013,6 @@ impl Allocator {
             .peak_allocated_bytes
             .max(self.stats.allocated_bytes);
         out
-    }
-
-    /// Reserved bytes not in use by allocated blocks (cached free, pending and rounding aside).
-    pub fn cached_bytes(&self) -> u64 {
-        self.stats.reserved_bytes - self.stats.allocated_bytes
     }
 
     /// Live expandable reservations.

@@ -39,8 +39,6 @@ pub struct Outcome {
     pub stats: Stats,
     /// Position (events before it) of the first request the model could not satisfy.
     pub oom_position: Option<u32>,
-    /// Requests that failed (every `oom` of the trace that still fails, and the first other).
-    pub ooms: u32,
     /// Reserved bytes after each position where they changed: (position, bytes).
     pub reserved: Vec<(u32, u64)>,
     /// `alloc`s whose block sits where the trace says (meaningful under the recorded settings).
@@ -232,7 +230,6 @@ impl<'a> Trace<'a> {
         let mut out = Outcome {
             stats: Stats::default(),
             oom_position: None,
-            ooms: 0,
             reserved: vec![(0, a.stats.reserved_bytes)],
             allocs: 0,
             allocs_at_recorded_address: 0,
@@ -261,7 +258,6 @@ impl<'a> Trace<'a> {
                             live.insert(addr, b);
                         }
                         None => {
-                            out.ooms += 1;
                             out.oom_position.get_or_insert(i as u32);
                             break;
                         }
@@ -272,7 +268,6 @@ impl<'a> Trace<'a> {
                     // the one the stream's last request went to (a capture's private pool).
                     let private = capturing.get(&t.stream[r]).copied().unwrap_or((0, 0));
                     if a.malloc(t.size[r], t.stream[r], private).is_none() {
-                        out.ooms += 1;
                         out.oom_position.get_or_insert(i as u32);
                     }
                 }
