@@ -448,3 +448,39 @@ fn expandable_unmaps_split_ranges_and_reach_before_the_trace() {
         (20 * MIB, 60 * MIB, 1)
     );
 }
+
+/// The same holds on expandable-segment runs recorded for the what-if proof (other workloads,
+/// unmaps under a limit): at every position the mapped ranges add up to the reserved series and
+/// their blocks tile them.
+#[test]
+fn expandable_growth_holds_on_the_whatif_recordings() {
+    let dir = common::fixtures().join("whatif");
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .filter(|n| n.contains("expandable_segments") && n.ends_with(".pickle.xz"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 10, "{files:?}");
+    for f in files {
+        let (snap, index, _) = common::analyze(&format!("whatif/{f}"));
+        for d in index.traced() {
+            let step = (d.len / 200).max(1);
+            for p in (0..=d.len).step_by(step as usize).chain([d.len]) {
+                let st = analysis::state_at(&snap, &index, d.device, p);
+                assert_eq!(st.total.reserved_bytes, d.reserved_at(p), "{f}@{p}");
+                for s in &st.segments {
+                    let sum: u64 = s.blocks.iter().map(|b| b.size).sum();
+                    assert_eq!(sum, s.total_size, "{f}@{p}: blocks tile the range");
+                    if let Some(g) = &s.mapped {
+                        assert_eq!(
+                            g.before_trace_bytes + g.mapped_in_trace_bytes,
+                            s.total_size,
+                            "{f}@{p}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
