@@ -210,6 +210,9 @@ pub struct OomReport {
     #[serde(default)]
     pub frames: Vec<Frame>,
     pub largest_sites: Vec<CallSite>,
+    /// For the OOM that raised: what other allocator settings would have done, simulated.
+    #[serde(default)]
+    pub whatif: Option<crate::whatif::OomWhatIf>,
 }
 
 /// Fragmentation at the moment of the snapshot, per device.

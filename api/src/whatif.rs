@@ -30,10 +30,57 @@ pub struct WhatIf {
     pub events: u32,
     pub recorded_alloc_conf: String,
     pub starts_mid_run: bool,
+    /// The trace records no request after its last OOM: a run that gets past it is known to fit
+    /// only that far.
+    #[serde(default)]
+    pub oom_ends_trace: bool,
     pub limit: Option<WhatIfLimit>,
     pub replay_check: ReplayCheck,
     /// Ranked: runs that fit first, then by peak reserved bytes.
     pub runs: Vec<WhatIfRun>,
+    /// The trace's own reserved and live bytes over its events, when curves were asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub curves: Option<RecordedCurves>,
+}
+
+/// The trace's own figures over its events, to draw the runs against.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecordedCurves {
+    /// Events per bucket of every curve in the answer (the runs' too): 1, each change where it
+    /// happened; more, each point is the highest value within that many positions.
+    pub bucket_events: u32,
+    /// (position, bytes) where the value changed: the value after that many events.
+    pub reserved: Vec<(u32, u64)>,
+    pub live: Vec<(u32, u64)>,
+}
+
+impl RecordedCurves {
+    /// The value of a step curve at position `p` (the last change at or before it).
+    pub fn at(curve: &[(u32, u64)], p: u32) -> Option<u64> {
+        let i = curve.partition_point(|&(q, _)| q <= p);
+        i.checked_sub(1).map(|i| curve[i].1)
+    }
+}
+
+/// What the simulator says about the OOM that raised on a device (`OomReport.whatif`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OomWhatIf {
+    /// Among the settings that avoid the OOM, the one with the lowest peak reserved; none:
+    /// every candidate runs out of memory too.
+    pub alloc_conf: Option<String>,
+    pub peak_reserved_bytes: Option<u64>,
+    pub recorded_peak_reserved_bytes: u64,
+    /// The limit the OOM implies, which every run was held to.
+    pub limit_bytes: u64,
+    pub settings_tried: u32,
+    pub settings_avoiding: u32,
+    /// The replay under the recorded settings reproduced the trace.
+    pub replay_exact: bool,
+    /// The trace stops at the OOM: a setting that gets past it is known to fit only that far.
+    #[serde(default)]
+    pub oom_ends_trace: bool,
+    /// The advice in words, quoting the simulated figures.
+    pub advice: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -90,6 +137,9 @@ pub struct WhatIfRun {
     pub fragmentation_at_peak: u64,
     pub saving_bytes: i64,
     /// (position, reserved bytes) where they changed, when asked for.
+    /// A cudaMalloc or release the model makes inside a request lands on that request's event
+    /// (the trace logs its own segment events just before the request), so after every request
+    /// the recorded settings' curve equals the trace's own (`curves.reserved`). Bucketed like it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reserved_curve: Vec<(u32, u64)>,
 }

@@ -112,6 +112,10 @@ pub async fn segments(id: &str, q: &api::DeviceQuery) -> Result<api::SegmentSpan
     get(routes::segments(id, q)).await
 }
 
+pub async fn whatif(id: &str, q: &api::WhatIfQuery) -> Result<api::WhatIf, String> {
+    get(routes::whatif(id, q)).await
+}
+
 pub async fn frames(id: &str, stack: api::StackId) -> Result<Vec<api::Frame>, String> {
     get(routes::frames(id, stack)).await
 }

@@ -1,14 +1,25 @@
 //! A snapshot page's state in its URL query (view, device, window, axis, position, filter,
-//! frames), so a shared link opens the same view at the same moment. `merge` is the pure rule
-//! (tested on the host); `UrlState` reads and writes it through the router.
+//! frames, the what-if setting and limit), so a shared link opens the same view at the same
+//! moment. `merge` is the pure rule (tested on the host); `UrlState` reads and writes it through
+//! the router.
 
 use leptos::prelude::*;
 use leptos_router::NavigateOptions;
 use leptos_router::hooks::use_navigate;
 
 /// The query keys a snapshot page keeps, in the order its URLs write them.
-pub const KEYS: [&str; 8] = [
-    "view", "device", "from", "to", "axis", "pos", "filter", "frames",
+pub const KEYS: [&str; 11] = [
+    "view",
+    "device",
+    "from",
+    "to",
+    "axis",
+    "pos",
+    "filter",
+    "frames",
+    "conf",
+    "limit",
+    "limit_kind",
 ];
 
 /// The query after `changes` (a key set to `None` is removed; other keys are kept), in `KEYS`

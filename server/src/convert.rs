@@ -201,6 +201,17 @@ pub fn oom_report(o: oom::OomReport) -> api::OomReport {
         site: o.site.map(frame),
         frames: frames(o.frames),
         largest_sites: o.largest_sites.into_iter().map(call_site).collect(),
+        whatif: o.whatif.map(|w| api::OomWhatIf {
+            alloc_conf: w.alloc_conf,
+            peak_reserved_bytes: w.peak_reserved_bytes,
+            recorded_peak_reserved_bytes: w.recorded_peak_reserved_bytes,
+            limit_bytes: w.limit_bytes,
+            settings_tried: w.settings_tried,
+            settings_avoiding: w.settings_avoiding,
+            replay_exact: w.replay_exact,
+            oom_ends_trace: w.oom_ends_trace,
+            advice: w.advice,
+        }),
     }
 }
 
@@ -476,6 +487,7 @@ pub fn whatif(w: snapshot::whatif::WhatIf) -> api::WhatIf {
         events: w.events,
         recorded_alloc_conf: w.recorded_alloc_conf,
         starts_mid_run: w.starts_mid_run,
+        oom_ends_trace: w.oom_ends_trace,
         limit: w.limit.map(|l| api::WhatIfLimit {
             bytes: l.bytes,
             kind: l.kind.to_string(),
@@ -518,5 +530,10 @@ pub fn whatif(w: snapshot::whatif::WhatIf) -> api::WhatIf {
                 reserved_curve: r.reserved_curve,
             })
             .collect(),
+        curves: w.curves.map(|c| api::RecordedCurves {
+            bucket_events: c.bucket_events,
+            reserved: c.reserved,
+            live: c.live,
+        }),
     }
 }

@@ -153,6 +153,9 @@ pub fn render(name: &str, r: &Report, top: usize) -> String {
                 hb(m.largest_free_block_bytes)
             );
             let _ = writeln!(o, "    verdict: {:?}: {}", m.verdict, m.explanation);
+            for a in &m.advice {
+                let _ = writeln!(o, "    - {a}");
+            }
             for s in m.largest_sites.iter().take(3) {
                 let _ = writeln!(o, "    {:>10}  {}", hb(s.bytes), site(&s.site));
             }

@@ -1006,6 +1006,42 @@ async fn whatif_ranks_the_settings_that_avoid_the_oom() {
         "the setting asked for and the recorded one"
     );
     assert!(w.runs.iter().all(|r| !r.reserved_curve.is_empty()));
+    // The trace's own curves to draw them against (811 events need no buckets); the engine's
+    // tests check the replay's curve against them event by event.
+    let c = w.curves.as_ref().expect("curves");
+    assert_eq!(c.bucket_events, 1);
+    assert!(c.reserved.last().unwrap().0 <= w.events);
+    assert_eq!(
+        api::RecordedCurves::at(&c.reserved, w.events),
+        Some(w.replay_check.recorded_peak_reserved_bytes),
+        "the run ends at its peak (nothing released)"
+    );
+    assert_eq!(
+        c.reserved.iter().map(|p| p.1).max(),
+        Some(w.replay_check.recorded_peak_reserved_bytes)
+    );
+    assert!(c.live.iter().all(|&(_, live)| live <= 2 << 30));
+
+    // The OOM report quotes the simulation instead of a generic hint.
+    let (_, report) = call(&state, "GET", &api::routes::snapshot(&id), vec![]).await;
+    let report: api::Report = serde_json::from_value(report).unwrap();
+    let oom = &report.ooms[0];
+    let sim = oom.whatif.as_ref().expect("the raising OOM is simulated");
+    assert_eq!(sim.alloc_conf.as_deref(), Some("expandable_segments:True"));
+    assert!(sim.replay_exact && sim.settings_avoiding == 2 && sim.settings_tried == 9);
+    assert!(sim.oom_ends_trace, "no request after the OOM");
+    assert!(
+        oom.advice[0].starts_with("expandable_segments:True: would have got past this OOM under the 2.0 GiB per-process limit, peak reserved 1.8 GiB up to it (simulated"),
+        "{}",
+        oom.advice[0]
+    );
+    assert!(
+        !oom.advice
+            .iter()
+            .any(|a| a.contains("segments grow in place")),
+        "the generic hint gave way: {:?}",
+        oom.advice
+    );
 
     let q = api::WhatIfQuery {
         alloc_conf: Some("max_split_size_mb:10".into()),

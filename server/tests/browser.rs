@@ -844,11 +844,13 @@ async fn no_view_of_any_fixture_logs_a_console_error() {
             .as_str()
             .unwrap()
             .to_string();
-        for view in ["overview", "timeline", "segments", "stacks", "leaks", "oom"] {
+        for view in [
+            "overview", "timeline", "segments", "stacks", "leaks", "oom", "whatif",
+        ] {
             c.goto(&format!("{base}/s/{id}?view={view}")).await.unwrap();
             wait_js(
                 &c,
-                "document.querySelector('.snapshot-head h1') && document.querySelector('.snapshot-head h1').innerText                  && !document.body.innerText.includes('loading')",
+                "document.querySelector('.snapshot-head h1') && document.querySelector('.snapshot-head h1').innerText                  && !document.body.innerText.includes('loading') && !document.querySelector('.whatif .loading')                  && (!document.querySelector('section.whatif') || document.querySelector('section.whatif .answer, section.whatif .error'))",
                 &format!("{} {view}", f.display()),
             )
             .await;
@@ -864,14 +866,14 @@ async fn no_view_of_any_fixture_logs_a_console_error() {
             let traceless = ["segments_only.pickle", "legacy_1_13.pickle"]
                 .iter()
                 .any(|n| f.ends_with(n));
-            if view == "timeline" {
+            if view == "timeline" || view == "whatif" {
                 let said = c
                     .execute("return !!document.querySelector('.no-trace')", vec![])
                     .await
                     .unwrap();
                 if said != serde_json::json!(traceless) {
                     failures.push(format!(
-                        "{}: the no-trace note is {} on the timeline",
+                        "{}: the no-trace note is {} on the {view} tab",
                         f.display(),
                         if traceless { "missing" } else { "shown" }
                     ));
@@ -924,7 +926,9 @@ async fn every_view_is_sharp_on_a_high_dpi_screen() {
         )
     };
     for (name, id) in &ids {
-        for view in ["overview", "timeline", "segments", "stacks", "leaks", "oom"] {
+        for view in [
+            "overview", "timeline", "segments", "stacks", "leaks", "oom", "whatif",
+        ] {
             c.goto(&format!("{base}/s/{id}?view={view}")).await.unwrap();
             let canvas = match view {
                 "timeline" => Some("timeline-canvas"),
@@ -1440,6 +1444,274 @@ async fn an_expandable_segment_grows_in_the_segments_view() {
         &c,
         "document.querySelectorAll('.segrow').length === 0",
         "no rows: nothing mapped before the first segment_map",
+    )
+    .await;
+    assert!(console_errors(&c).await.is_empty());
+    c.close().await.unwrap();
+    let _ = std::fs::remove_dir_all(&data);
+}
+
+/// The What if tab on the harness's OOM (6 MiB blocks under a 2 GiB per-process fraction, two of
+/// three freed, then 24 MiB asked for): from the overview's sentence to the ranked settings, the
+/// replay check, the simulated curve over the recorded one with the figures under the cursor, a
+/// setting of the user's own, a bad one, another limit, and the links from the OOM card and the
+/// segments view.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_what_if_tab_shows_the_setting_that_avoids_the_oom() {
+    let Session {
+        data,
+        base,
+        _driver,
+        c,
+        ..
+    } = session("whatif").await;
+    upload(
+        &c,
+        &root().join("tests/fixtures/harness/oom_fragmentation.oom.pickle"),
+    )
+    .await;
+    wait_js(&c, "location.pathname.startsWith('/s/')", "the upload").await;
+    // The upload lands on the OOM; the overview says what would have saved the run, simulated.
+    open_tab(&c, "overview").await;
+    let said = wait_js(
+        &c,
+        "document.querySelector('.headline .s-whatif .sentence') && document.querySelector('.headline .s-whatif .sentence').innerText",
+        "the what-if sentence",
+    )
+    .await;
+    assert_eq!(
+        said,
+        "With expandable_segments:True it would have got past this OOM: peak reserved 1.8 GiB up to it (simulated); the trace stops there, so the rest of the run is not known."
+    );
+    click(&c, ".headline .s-whatif a.more").await;
+    wait_js(
+        &c,
+        "location.search.includes('view=whatif') && location.search.includes('conf=expandable_segments')",
+        "the What if tab",
+    )
+    .await;
+    let answer = wait_js(
+        &c,
+        "document.querySelector('.whatif .answer') && document.querySelector('.whatif .answer').innerText",
+        "the answer",
+    )
+    .await;
+    assert_eq!(
+        answer,
+        "With expandable_segments:True this run would have got past its OOM (simulated): peak reserved 1.8 GiB up to it, 180.0 MiB less than recorded. 2 of 9 settings tried get past it. The trace stops at the OOM, so whether the rest of the run fits is not known: run it again with this setting to see."
+    );
+    let check = wait_js(
+        &c,
+        "document.querySelector('.replay-check.exact').innerText",
+        "the replay check",
+    )
+    .await;
+    assert!(
+        check
+            .as_str()
+            .unwrap()
+            .contains("the model made all 102 of the trace's segment events"),
+        "{check}"
+    );
+    // Ranked: the two expandable settings get past the OOM (the trace stops there, so no more is
+    // claimed), the recorded one and the rest run out at event 810.
+    let rows = wait_js(
+        &c,
+        "[...document.querySelectorAll('table.whatif-runs tr.run')].map(r => [r.dataset.conf, r.querySelector('.peak').innerText, r.querySelector('.fate').innerText, r.classList.contains('chosen'), r.classList.contains('recorded')])",
+        "the ranked settings",
+    )
+    .await;
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 10);
+    assert_eq!(
+        rows[0],
+        serde_json::json!([
+            "expandable_segments:True",
+            "1.8 GiB",
+            "gets past the OOM",
+            true,
+            false
+        ])
+    );
+    assert_eq!(
+        rows[2],
+        serde_json::json!(["", "2.0 GiB", "runs out at event 810", false, true])
+    );
+    assert!(
+        rows[2..].iter().all(|r| r[2] == "runs out at event 810"),
+        "{rows:?}"
+    );
+    // The chart: the simulated curve (dashed blue) drawn over the recorded one (orange).
+    let colour = |rgb: (u8, u8, u8)| {
+        format!(
+            "(() => {{ const c = document.getElementById('whatif-canvas'); if (!c) return 0; const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let n = 0; for (let i = 0; i < d.length; i += 4) {{ if (Math.abs(d[i] - {}) < 12 && Math.abs(d[i+1] - {}) < 12 && Math.abs(d[i+2] - {}) < 12) n++; }} return n; }})()",
+            rgb.0, rgb.1, rgb.2
+        )
+    };
+    wait_js(&c, &colour((0x19, 0x71, 0xc2)), "the simulated curve").await;
+    wait_js(&c, &colour((0xe8, 0x59, 0x0c)), "the recorded curve").await;
+    // Under the cursor near event 800 (past the peak): the recorded 2.0 GiB, the simulated
+    // 1.8 GiB, and the live bytes the segments view gives for that same event.
+    let hover = |p: u32| {
+        format!(
+            "(() => {{ const c = document.getElementById('whatif-canvas'); const r = c.getBoundingClientRect(); const x = r.left + (70 + {p} / 811 * (1200 - 10 - 70)) * r.width / 1200; c.dispatchEvent(new MouseEvent('mousemove', {{clientX: x, clientY: r.top + r.height / 2, bubbles: true}})); return true; }})()"
+        )
+    };
+    c.execute(&format!("return {};", hover(800)), vec![])
+        .await
+        .unwrap();
+    let read = wait_js(
+        &c,
+        "document.querySelector('.whatif-chart .readout').innerText",
+        "the readout",
+    )
+    .await;
+    let read = read.as_str().unwrap();
+    let p: u32 = read
+        .trim_start_matches("after event ")
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((798..=802).contains(&p), "{read}");
+    let id = c
+        .current_url()
+        .await
+        .unwrap()
+        .path()
+        .trim_start_matches("/s/")
+        .to_string();
+    let (_, st) = common::get(
+        &base,
+        &api::routes::state(
+            &id,
+            &api::PositionQuery {
+                device: None,
+                position: Some(p),
+            },
+        ),
+    )
+    .await;
+    let st: api::AllocatorState = serde_json::from_str(&st).unwrap();
+    assert_eq!(
+        read,
+        format!(
+            "after event {p} · recorded reserved {} · live {} · expandable_segments:True 1.8 GiB (simulated)",
+            snapshot::units::human_bytes(st.total.reserved_bytes),
+            snapshot::units::human_bytes(st.total.allocated_bytes)
+        )
+    );
+    screenshot(&c, "whatif-oom-expandable").await;
+    c.execute(
+        "document.querySelector('.whatif-chart').scrollIntoView(); return true;",
+        vec![],
+    )
+    .await
+    .unwrap();
+    c.execute(&format!("return {};", hover(800)), vec![])
+        .await
+        .unwrap();
+    screenshot(&c, "whatif-oom-expandable-chart").await;
+
+    // Another setting, chosen from the table: it runs out where the recorded run did.
+    click(&c, "tr.run[data-conf='max_split_size_mb:128']").await;
+    wait_js(
+        &c,
+        "document.querySelector('.whatif-chart h3') && document.querySelector('.whatif-chart h3').innerText.startsWith('max_split_size_mb:128')",
+        "the chosen setting's chart",
+    )
+    .await;
+    c.execute(&format!("return {};", hover(811)), vec![])
+        .await
+        .unwrap();
+    let read = wait_js(
+        &c,
+        "document.querySelector('.whatif-chart .readout').innerText.includes('max_split') && document.querySelector('.whatif-chart .readout').innerText",
+        "the readout past the OOM",
+    )
+    .await;
+    assert!(
+        read.as_str()
+            .unwrap()
+            .ends_with("max_split_size_mb:128 out of memory (simulated)"),
+        "{read}"
+    );
+
+    // A setting of one's own is replayed and ranked with the others; a bad one says why.
+    let type_conf = |conf: &'static str| {
+        let c = c.clone();
+        async move {
+            c.execute(
+                "const i = document.querySelector('.try-conf .conf-input'); i.value = arguments[0]; i.dispatchEvent(new Event('input', {bubbles: true})); document.querySelector('.try-conf button').click();",
+                vec![serde_json::Value::from(conf)],
+            )
+            .await
+            .unwrap();
+        }
+    };
+    type_conf("expandable_segments:True,max_split_size_mb:64").await;
+    let yours = wait_js(
+        &c,
+        "[...document.querySelectorAll('tr.run')].filter(r => r.innerText.includes('yours')).map(r => [r.dataset.conf, r.querySelector('.fate').innerText])[0]",
+        "the user's setting in the table",
+    )
+    .await;
+    assert_eq!(
+        yours,
+        serde_json::json!([
+            "expandable_segments:True,max_split_size_mb:64",
+            "gets past the OOM"
+        ])
+    );
+    type_conf("max_split_size_mb:10").await;
+    let err = wait_js(
+        &c,
+        "document.querySelector('.whatif .error') && document.querySelector('.whatif .error').innerText",
+        "the error",
+    )
+    .await;
+    assert!(err.as_str().unwrap().contains("at least 20"), "{err}");
+
+    // Another limit: 3 GiB as a per-process fraction, and every setting gets past; the replay check
+    // stays on the record (the trace under the limit its OOM implies).
+    c.execute(
+        "const i = document.querySelector('form.limit .limit-gib'); i.value = '3'; i.dispatchEvent(new Event('input', {bubbles: true})); document.querySelector('form.limit button').click();",
+        vec![],
+    )
+    .await
+    .unwrap();
+    let fates = wait_js(
+        &c,
+        "document.querySelector('.limit-now').innerText.startsWith('Every run is held to a limit of 3.0 GiB') && document.querySelector('.replay-check.exact') && [...document.querySelectorAll('tr.run .fate')].map(f => f.innerText)",
+        "the runs under 3 GiB",
+    )
+    .await;
+    assert!(
+        fates
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|f| f == "gets past the OOM"),
+        "{fates}"
+    );
+    screenshot(&c, "whatif-limit-3gib").await;
+
+    // The OOM card and the segments view's fragmentation figures link here.
+    open_tab(&c, "oom").await;
+    click(&c, ".oom-whatif a").await;
+    wait_js(
+        &c,
+        "location.search.includes('view=whatif') && document.querySelector('.whatif .answer')",
+        "the What if tab from the OOM card",
+    )
+    .await;
+    open_tab(&c, "segments").await;
+    click(&c, "a.frag-whatif").await;
+    wait_js(
+        &c,
+        "location.search.includes('view=whatif') && document.querySelector('.whatif .answer')",
+        "the What if tab from the segments view",
     )
     .await;
     assert!(console_errors(&c).await.is_empty());

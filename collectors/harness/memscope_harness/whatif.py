@@ -152,14 +152,39 @@ def near_limit(torch, step):
         step(40 + i)
 
 
+def punched(torch, step):
+    """The harness's OOM by fragmentation as a fixed program: 304 blocks of 6 MiB (102 segments of
+    20 MiB by default, just under 2 GiB), two of every three freed, then ten 24 MiB blocks. Under
+    its 2 GiB limit (`FIXED_LIMITS`) the defaults run out of memory at the first: no hole fits and
+    no segment is wholly free to release. Expandable segments unmap the freed pages and fit."""
+    blocks = [torch.empty(6 * MIB, dtype=torch.uint8, device="cuda") for _ in range(304)]
+    step(0)
+    keep = [b for i, b in enumerate(blocks) if i % 3 == 1]
+    del blocks
+    step(1)
+    big = []
+    for i in range(10):
+        big.append(torch.empty(24 * MIB, dtype=torch.uint8, device="cuda"))
+        step(2 + i)
+    del keep, big
+
+
 WORKLOADS = {"transformer": transformer, "convnet": convnet, "kv_cache": kv_cache, "random_sizes": random_sizes,
-             "side_streams": side_streams, "cuda_graph": cuda_graph, "near_limit": near_limit}
+             "side_streams": side_streams, "cuda_graph": cuda_graph, "near_limit": near_limit,
+             "punched": punched}
+
+
+# Workloads whose limit is part of the program (what they plant only happens under it).
+FIXED_LIMITS = {"punched": 2 << 30}
 
 
 def limit_for(out, workload):
-    """A per-process limit that makes the settings matter: halfway between the peak reserved
-    bytes of the workload's runs under expandable segments and under the defaults (when they
-    differ by more than 64 MiB), else 90% of the defaults' peak. From phase one's real runs."""
+    """A per-process limit that makes the settings matter: the workload's own (`FIXED_LIMITS`),
+    else halfway between the peak reserved bytes of its runs under expandable segments and under
+    the defaults (when they differ by more than 64 MiB), else 90% of the defaults' peak. From
+    phase one's real runs."""
+    if workload in FIXED_LIMITS:
+        return FIXED_LIMITS[workload]
     def peak(conf):
         with open(os.path.join(out, run_name(workload, conf, None) + ".json")) as f:
             return json.load(f)["peak_reserved_bytes"]

@@ -144,6 +144,15 @@ pub async fn post_batch(base: &str, batch: &wire::Batch) -> u16 {
 /// POSTs `body` to `path` of a running server (plain HTTP/1.1 over a socket, with the
 /// collector token); returns the status and the answer's body.
 pub async fn post(base: &str, path: &str, body: Vec<u8>) -> (u16, String) {
+    request(base, "POST", path, body).await
+}
+
+/// GETs `path` of a running server; returns the status and the answer's body.
+pub async fn get(base: &str, path: &str) -> (u16, String) {
+    request(base, "GET", path, Vec::new()).await
+}
+
+async fn request(base: &str, method: &'static str, path: &str, body: Vec<u8>) -> (u16, String) {
     use std::io::{Read, Write};
     let addr = base.trim_start_matches("http://").to_string();
     let path = path.to_string();
@@ -151,7 +160,7 @@ pub async fn post(base: &str, path: &str, body: Vec<u8>) -> (u16, String) {
         let mut s = std::net::TcpStream::connect(&addr).unwrap();
         write!(
             s,
-            "POST {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {COLLECTOR_TOKEN}\r\n\
+            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {COLLECTOR_TOKEN}\r\n\
              Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
             body.len()
         )

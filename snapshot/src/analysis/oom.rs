@@ -8,6 +8,7 @@ use super::stacks::{CallSite, stacks_at};
 use super::state::state_at;
 use crate::frames::{FrameView, view};
 use crate::model::{Action, Snapshot, TraceTable};
+use crate::whatif::{OomWhatIf, oom_whatif};
 
 /// Why an allocation failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -61,6 +62,9 @@ pub struct OomReport {
     pub frames: Vec<FrameView>,
     /// The largest call sites alive at the OOM.
     pub largest_sites: Vec<CallSite>,
+    /// For the OOM that raised: the trace replayed under other allocator settings and the limit
+    /// it implies ([`crate::whatif`]); its sentence leads the advice when a setting avoids it.
+    pub whatif: Option<OomWhatIf>,
 }
 
 fn gib(b: u64) -> String {
@@ -98,6 +102,9 @@ impl Figures {
     }
 }
 
+/// The fragmentation verdict's hint where the trace cannot be replayed (no simulated figures).
+const EXPANDABLE_HINT: &str = "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: segments grow in place instead of leaving gaps between fixed-size segments.";
+
 /// The advice when one request is larger than the device could ever give.
 const SMALLER_TENSOR: &str = "Make that one tensor smaller: a smaller batch or sequence at this line, chunk the computation, or shard it across devices.";
 
@@ -114,7 +121,7 @@ fn judge(f: &Figures) -> Finding {
                 gib(f.largest_free)
             ),
             advice: vec![
-                "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: segments grow in place instead of leaving gaps between fixed-size segments.".into(),
+                EXPANDABLE_HINT.into(),
                 "If sizes vary from step to step (variable sequence lengths, resolutions), pad or bucket them so freed blocks fit the next request.".into(),
                 SHRINK.into(),
             ],
@@ -315,9 +322,31 @@ pub fn oom_reports(
                 site: index.frames.label(snap, stack).map(|f| view(snap, f)),
                 frames: index.frames.display(snap, stack),
                 largest_sites,
+                whatif: None,
             });
         }
     }
     out.sort_by_key(|o| std::cmp::Reverse((o.time_us, o.position)));
+    // The OOM that raised on each device (its newest): what other allocator settings would have
+    // done, simulated. The generic hint gives way to the figures.
+    let mut seen = Vec::new();
+    for o in &mut out {
+        if seen.contains(&o.device) {
+            continue;
+        }
+        seen.push(o.device);
+        let Some(w) = oom_whatif(snap, index, o.device) else {
+            continue;
+        };
+        if o.verdict == Verdict::Fragmentation {
+            o.advice.retain(|a| a != EXPANDABLE_HINT);
+        }
+        if w.alloc_conf.is_some() || o.verdict == Verdict::Fragmentation {
+            o.advice.insert(0, w.advice.clone());
+        } else {
+            o.advice.push(w.advice.clone());
+        }
+        o.whatif = Some(w);
+    }
     out
 }

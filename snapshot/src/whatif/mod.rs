@@ -25,7 +25,7 @@ pub mod replay;
 
 use serde::Serialize;
 
-use crate::analysis::Index;
+use crate::analysis::index::Index;
 use crate::model::Snapshot;
 use crate::units::human_bytes;
 pub use allocator::{Limit, LimitKind, SegAction, SegEvent};
@@ -47,6 +47,9 @@ pub const CANDIDATES: &[&str] = &[
     "garbage_collection_threshold:0.8,max_split_size_mb:128",
     "expandable_segments:True,roundup_power2_divisions:4",
 ];
+
+/// Larger than any device's memory (1 PiB).
+const MAX_PLAUSIBLE_BYTES: u64 = 1 << 50;
 
 /// What to replay.
 #[derive(Clone, Debug, Default)]
@@ -73,10 +76,89 @@ pub struct WhatIf {
     /// The trace starts after the program did (its ring buffer was full): every run starts from
     /// the segments and live blocks reconstructed for its first event.
     pub starts_mid_run: bool,
+    /// The trace records no request after its last OOM (the program stopped there): a run that
+    /// gets past it is known to fit only as far as the trace goes.
+    pub oom_ends_trace: bool,
     pub limit: Option<LimitInfo>,
     pub replay_check: ReplayCheck,
     /// Ranked: runs that fit first, then by peak reserved bytes.
     pub runs: Vec<Run>,
+    /// The trace's own figures over time, when curves were asked for.
+    pub curves: Option<RecordedCurves>,
+}
+
+/// Most points a curve carries: about two per pixel of a wide chart, so a million-event trace
+/// answers in kilobytes.
+pub const CURVE_POINTS: u32 = 4096;
+
+/// The trace's own reserved and live bytes over its events, for drawing the runs against.
+#[derive(Clone, Debug, Serialize)]
+pub struct RecordedCurves {
+    /// Events per bucket of every curve in the answer (the runs' too): 1, every change where it
+    /// happened; more, each point is the highest value within its bucket of that many positions.
+    pub bucket_events: u32,
+    /// (position, bytes) where the value changed: the value after that many events.
+    pub reserved: Vec<(u32, u64)>,
+    pub live: Vec<(u32, u64)>,
+}
+
+/// Bucket width that keeps a trace of `events` within [`CURVE_POINTS`].
+fn bucket_events(events: u32) -> u32 {
+    (events + 1).div_ceil(CURVE_POINTS).max(1)
+}
+
+/// A step curve ((position, value) where it changed) reduced to buckets of `w` positions, each
+/// holding the highest value in effect anywhere in it; equal neighbours merged.
+pub fn bucket_max(curve: &[(u32, u64)], w: u32) -> Vec<(u32, u64)> {
+    let mut out: Vec<(u32, u64)> = Vec::new();
+    let mut push = |p: u32, v: u64| {
+        if out.last().is_none_or(|&(_, last)| last != v) {
+            out.push((p, v));
+        }
+    };
+    if w <= 1 {
+        for &(p, v) in curve {
+            push(p, v);
+        }
+        return out;
+    }
+    let mut carried: Option<u64> = None;
+    let mut i = 0;
+    while i < curve.len() {
+        let b = curve[i].0 / w;
+        // The value from before this bucket holds at its start unless a change lands there.
+        let mut m = match carried {
+            Some(c) if curve[i].0 != b * w => c,
+            _ => 0,
+        };
+        while i < curve.len() && curve[i].0 / w == b {
+            m = m.max(curve[i].1);
+            carried = Some(curve[i].1);
+            i += 1;
+        }
+        push(b * w, m);
+        // The next bucket holds the last value unless it has changes of its own.
+        let next_has_changes = i < curve.len() && curve[i].0 / w == b + 1;
+        if let Some(c) = carried
+            && !next_has_changes
+            && c != m
+        {
+            push((b + 1) * w, c);
+        }
+    }
+    out
+}
+
+/// A series given per position (`at(p)`, p in 0..=events) as its change points.
+fn changes(events: u32, at: impl Fn(u32) -> u64) -> Vec<(u32, u64)> {
+    let mut out: Vec<(u32, u64)> = Vec::new();
+    for p in 0..=events {
+        let v = at(p);
+        if out.last().is_none_or(|&(_, last)| last != v) {
+            out.push((p, v));
+        }
+    }
+    out
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -166,6 +248,9 @@ pub struct Run {
     /// Peak reserved bytes saved against the recorded run (negative: more).
     pub saving_bytes: i64,
     /// Reserved bytes after each position where they changed, when curves were asked for.
+    /// A cudaMalloc or release the model makes inside a request lands on that request's event
+    /// (the trace logs its own segment events just before the request), so after every request
+    /// the recorded settings' curve equals the trace's own (`curves.reserved`). Bucketed like it.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub reserved_curve: Vec<(u32, u64)>,
 }
@@ -175,12 +260,16 @@ pub struct Run {
 pub enum WhatIfError {
     NoTrace(String),
     BadConf(String),
+    /// The trace holds figures no device has (a corrupt or hand-edited file).
+    Implausible(String),
 }
 
 impl std::fmt::Display for WhatIfError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            WhatIfError::NoTrace(m) | WhatIfError::BadConf(m) => f.write_str(m),
+            WhatIfError::NoTrace(m) | WhatIfError::BadConf(m) | WhatIfError::Implausible(m) => {
+                f.write_str(m)
+            }
         }
     }
 }
@@ -206,7 +295,20 @@ pub fn whatif(snap: &Snapshot, index: &Index, opts: &Options) -> Result<WhatIf, 
         Some(s) => AllocConf::from_snapshot(s).map_err(|e| WhatIfError::BadConf(e.0))?,
         None => (AllocConf::default(), String::new()),
     };
+    // No device has a petabyte: a size beyond that is a corrupt trace, and the model's address
+    // arithmetic is not meant for it.
+    let rows = d.first_row as usize..(d.first_row + d.len) as usize;
+    if let Some(&size) = snap.trace.size[rows]
+        .iter()
+        .find(|&&s| s > MAX_PLAUSIBLE_BYTES)
+    {
+        return Err(WhatIfError::Implausible(format!(
+            "the trace asks for {} at once, more than any device has: it cannot be replayed",
+            human_bytes(size)
+        )));
+    }
     let trace = Trace::new(snap, index, d);
+    let implied = implied_limit(&trace, &recorded_conf);
     let limit = match opts.limit_bytes {
         Some(bytes) => Some(LimitInfo {
             bytes,
@@ -228,20 +330,39 @@ pub fn whatif(snap: &Snapshot, index: &Index, opts: &Options) -> Result<WhatIf, 
                 )
             },
         }),
-        None => implied_limit(&trace, &recorded_conf),
+        None => implied.clone(),
     };
-    let model_limit = limit.as_ref().map(|l| Limit {
+    let as_model = |l: &LimitInfo| Limit {
         bytes: l.bytes,
         kind: if l.kind == "fraction" {
             LimitKind::Fraction
         } else {
             LimitKind::Device
         },
-    });
-
-    // The replay check, under the recorded settings.
-    let recorded = trace.replay(recorded_conf.clone(), model_limit, Releases::Discover);
-    let check = replay_check(&trace, &recorded);
+    };
+    let model_limit = limit.as_ref().map(as_model);
+    // The replay check runs under the conditions the trace was recorded in: the given limit if
+    // the trace could have run under it (it fitted, and its OOM, if any, would happen under it),
+    // else the limit its OOM implies, else none. A limit the trace contradicts is a what-if for
+    // every run, not the record.
+    let recorded_under = |l: &Limit| {
+        l.bytes >= trace.peak_reserved_bytes
+            && oom_ceiling(&trace, &recorded_conf).is_none_or(|ceiling| l.bytes < ceiling)
+    };
+    let check_limit = match model_limit.filter(recorded_under) {
+        Some(l) => Some(l),
+        None => implied.as_ref().map(as_model),
+    };
+    let checked = trace.replay(recorded_conf.clone(), check_limit, Releases::Discover);
+    let check = replay_check(&trace, &checked);
+    // Where the program emptied the cache itself: every other run does it there too.
+    let releases = checked.external_releases.clone();
+    // The recorded settings under the limit asked for (the check itself when it is the same).
+    let recorded = if check_limit == model_limit {
+        checked
+    } else {
+        trace.replay(recorded_conf.clone(), model_limit, Releases::At(&releases))
+    };
 
     let mut confs: Vec<String> = if opts.alloc_confs.is_empty() {
         CANDIDATES.iter().map(|s| s.to_string()).collect()
@@ -262,6 +383,7 @@ pub fn whatif(snap: &Snapshot, index: &Index, opts: &Options) -> Result<WhatIf, 
         }
     };
     let recorded_peak = recorded.stats.peak_reserved_bytes;
+    let w = bucket_events(d.len);
     let mut runs: Vec<Run> = confs
         .iter()
         .zip(parsed)
@@ -270,7 +392,7 @@ pub fn whatif(snap: &Snapshot, index: &Index, opts: &Options) -> Result<WhatIf, 
             let o = if i == recorded_index {
                 recorded.clone()
             } else {
-                trace.replay(conf, model_limit, Releases::At(&recorded.external_releases))
+                trace.replay(conf, model_limit, Releases::At(&releases))
             };
             Run {
                 alloc_conf: name.clone(),
@@ -287,7 +409,11 @@ pub fn whatif(snap: &Snapshot, index: &Index, opts: &Options) -> Result<WhatIf, 
                 fragmentation_at_peak: o.stats.peak_reserved_bytes
                     - o.stats.allocated_at_peak_reserved_bytes,
                 saving_bytes: recorded_peak as i64 - o.stats.peak_reserved_bytes as i64,
-                reserved_curve: if opts.curves { o.reserved } else { Vec::new() },
+                reserved_curve: if opts.curves {
+                    bucket_max(&o.reserved, w)
+                } else {
+                    Vec::new()
+                },
             }
         })
         .collect();
@@ -297,10 +423,123 @@ pub fn whatif(snap: &Snapshot, index: &Index, opts: &Options) -> Result<WhatIf, 
         events: d.len,
         recorded_alloc_conf: recorded_raw,
         starts_mid_run: trace.starts_mid_run(),
+        oom_ends_trace: trace.oom_ends_trace(),
         limit,
         replay_check: check,
         runs,
+        curves: opts.curves.then(|| RecordedCurves {
+            bucket_events: w,
+            reserved: bucket_max(&changes(d.len, |p| d.reserved_at(p)), w),
+            live: bucket_max(&changes(d.len, |p| d.live_at(p)), w),
+        }),
     })
+}
+
+/// What the simulator says about the OOM that raised on a device: the setting that would have
+/// saved the run, with its figures, or that none of the candidates would have.
+#[derive(Clone, Debug, Serialize)]
+pub struct OomWhatIf {
+    /// Among the settings that avoid the OOM, the one with the lowest peak reserved; none: every
+    /// candidate runs out of memory too.
+    pub alloc_conf: Option<String>,
+    pub peak_reserved_bytes: Option<u64>,
+    /// What the recorded run reserved at its peak.
+    pub recorded_peak_reserved_bytes: u64,
+    /// The limit the OOM implies, which every run was held to.
+    pub limit_bytes: u64,
+    pub settings_tried: u32,
+    pub settings_avoiding: u32,
+    /// The replay under the recorded settings reproduced the trace: the figures are predictions,
+    /// not estimates.
+    pub replay_exact: bool,
+    /// The trace stops at the OOM: a setting that gets past it is known to fit only that far.
+    pub oom_ends_trace: bool,
+    /// The advice in words, quoting the simulated figures.
+    pub advice: String,
+}
+
+/// Replays `device`'s trace under the candidates and the limit its last OOM implies; `None` when
+/// the trace has no OOM or cannot be replayed.
+pub fn oom_whatif(snap: &Snapshot, index: &Index, device: i32) -> Option<OomWhatIf> {
+    let opts = Options {
+        device: Some(device),
+        ..Default::default()
+    };
+    let w = whatif(snap, index, &opts).ok()?;
+    let limit = w.limit.as_ref()?;
+    let tried = w.runs.iter().filter(|r| !r.recorded).count() as u32;
+    let avoiding: Vec<&Run> = w.runs.iter().filter(|r| !r.recorded && !r.oom).collect();
+    let check = &w.replay_check;
+    let trust = if check.exact {
+        "simulated: replayed under the recorded settings, the model reproduced this run exactly"
+            .to_string()
+    } else {
+        format!(
+            "an estimate: replayed under the recorded settings, the model departs from the trace{}",
+            check
+                .first_divergence
+                .as_ref()
+                .and_then(|d| d.position)
+                .map(|p| format!(" at event {p}"))
+                .unwrap_or_default()
+        )
+    };
+    let within = if limit.kind == "fraction" {
+        format!("under the {} per-process limit", human_bytes(limit.bytes))
+    } else {
+        format!("in the {} the device could give", human_bytes(limit.bytes))
+    };
+    let best = avoiding.first();
+    let advice = match best {
+        Some(b) => {
+            let (name, set) = if b.alloc_conf.is_empty() {
+                (
+                    "PyTorch's default settings".to_string(),
+                    "Unset PYTORCH_CUDA_ALLOC_CONF.".to_string(),
+                )
+            } else {
+                (
+                    b.alloc_conf.clone(),
+                    format!("Set PYTORCH_CUDA_ALLOC_CONF={}.", b.alloc_conf),
+                )
+            };
+            let n = avoiding.len();
+            if w.oom_ends_trace {
+                format!(
+                    "{name}: would have got past this OOM {within}, peak reserved {} up to it ({trust}; {n} of {tried} settings tried {} past it, compared in the What if tab). The trace stops at the OOM, so whether the rest of the run fits is not known: run it again with this setting to see. {set}",
+                    human_bytes(b.peak_reserved_bytes),
+                    if n == 1 { "gets" } else { "get" },
+                )
+            } else {
+                format!(
+                    "{name}: peak reserved {}, would not have run out of memory {within} ({trust}; {n} of {tried} settings tried {} it, compared in the What if tab). {set}",
+                    human_bytes(b.peak_reserved_bytes),
+                    if n == 1 { "avoids" } else { "avoid" },
+                )
+            }
+        }
+        None => format!(
+            "No allocator setting would have saved this run: replayed under {tried} settings (expandable segments, max_split_size_mb, roundup_power2_divisions, garbage collection), every one runs out of memory {within} ({trust})."
+        ),
+    };
+    Some(OomWhatIf {
+        alloc_conf: best.map(|b| b.alloc_conf.clone()),
+        peak_reserved_bytes: best.map(|b| b.peak_reserved_bytes),
+        recorded_peak_reserved_bytes: check.recorded_peak_reserved_bytes,
+        limit_bytes: limit.bytes,
+        settings_tried: tried,
+        settings_avoiding: avoiding.len() as u32,
+        replay_exact: check.exact,
+        oom_ends_trace: w.oom_ends_trace,
+        advice,
+    })
+}
+
+/// The smallest limit under which the trace's last OOM would not have happened: what was
+/// reserved then plus the segment the failing request needed.
+fn oom_ceiling(trace: &Trace<'_>, conf: &AllocConf) -> Option<u64> {
+    let &(p, size, _, _) = trace.ooms().last()?;
+    Some(trace.reserved_at(p) + conf.allocation_size(size))
 }
 
 /// The limit the trace's last OOM implies. The driver had room for the new segment: a
@@ -313,19 +552,21 @@ fn implied_limit(trace: &Trace<'_>, conf: &AllocConf) -> Option<LimitInfo> {
     let reserved = trace.reserved_at(p);
     let alloc_size = conf.allocation_size(size);
     if driver_free >= alloc_size {
+        // Every request that got memory before passed the limit's check; the failing one did not.
         let peak = (0..=p)
             .map(|q| trace.reserved_at(q))
             .max()
             .unwrap_or(reserved);
         let upper = reserved + alloc_size - 1;
+        let lower = peak.max(trace.granted_before(p, conf)).min(upper);
         Some(LimitInfo {
-            bytes: peak,
+            bytes: lower,
             kind: "fraction",
             source: "oom",
             detail: format!(
-                "the OOM at event {p} came with {} free on the device, so a per-process memory fraction stopped it: the allowed maximum lies between {} (the most this run reserved) and {} ({} reserved plus the {} segment it asked for); the lower end is used",
+                "the OOM at event {p} came with {} free on the device, so a per-process memory fraction stopped it: the allowed maximum lies between {} (what the run's requests were granted) and {} ({} reserved plus the {} segment it asked for); the lower end is used",
                 human_bytes(driver_free),
-                human_bytes(peak),
+                human_bytes(lower),
                 human_bytes(upper),
                 human_bytes(reserved),
                 human_bytes(alloc_size),
@@ -405,5 +646,51 @@ fn replay_check(trace: &Trace<'_>, o: &replay::Outcome) -> ReplayCheck {
         replayed_peak_reserved_bytes: o.stats.peak_reserved_bytes,
         allocs: o.allocs,
         allocs_at_recorded_address: o.allocs_at_recorded_address,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The value of a step curve after `p` events.
+    fn at(curve: &[(u32, u64)], p: u32) -> u64 {
+        curve.iter().take_while(|&&(q, _)| q <= p).last().unwrap().1
+    }
+
+    #[test]
+    fn bucket_max_keeps_the_highest_value_of_each_bucket() {
+        let curve = [(0, 5), (3, 9), (4, 2), (25, 7)];
+        assert_eq!(bucket_max(&curve, 1), curve.to_vec());
+        assert_eq!(bucket_max(&curve, 10), vec![(0, 9), (10, 2), (20, 7)]);
+        // Every bucket of a pseudo-random curve: its value is the highest the exact curve takes
+        // anywhere in it.
+        let mut x = 12345u64;
+        let mut exact = vec![(0u32, 0u64)];
+        let mut p = 0;
+        for _ in 0..500 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            p += 1 + (x >> 60) as u32;
+            exact.push((p, (x >> 40) % 1000));
+        }
+        let events = p + 5;
+        for w in [2, 3, 7, 64] {
+            let b = bucket_max(&exact, w);
+            for start in (0..=events).step_by(w as usize) {
+                let end = (start + w - 1).min(events);
+                let want = (start..=end).map(|q| at(&exact, q)).max().unwrap();
+                assert_eq!(at(&b, start), want, "w {w}, bucket at {start}");
+                assert_eq!(at(&b, end), want, "w {w}, bucket end {end}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_million_events_fit_in_the_curve_budget() {
+        let w = bucket_events(1_000_000);
+        assert!((1_000_000 + 1) / w < CURVE_POINTS);
+        assert_eq!(bucket_events(100), 1);
     }
 }

@@ -12,8 +12,8 @@ use rustc_hash::FxHashMap;
 
 use super::allocator::{Allocator, Limit, SegAction, SegEvent, Stats};
 use super::conf::AllocConf;
-use crate::analysis::index::{DeviceIndex, NONE};
-use crate::analysis::{Index, state_at};
+use crate::analysis::index::{DeviceIndex, Index, NONE};
+use crate::analysis::state::{AllocatorState, state_at};
 use crate::model::{Action, Snapshot};
 
 /// The trace of one device, prepared once and replayed under any number of settings.
@@ -29,7 +29,7 @@ pub struct Trace<'a> {
     /// Private pools by address range (start, end, first position, pool).
     private: Vec<(u64, u64, u32, (i64, i64))>,
     /// Segments and blocks when the trace starts.
-    start: crate::analysis::AllocatorState,
+    start: AllocatorState,
     pub peak_reserved_bytes: u64,
 }
 
@@ -155,6 +155,17 @@ impl<'a> Trace<'a> {
         !self.start.segments.is_empty()
     }
 
+    /// Whether the trace has an OOM and no request after its last one.
+    pub fn oom_ends_trace(&self) -> bool {
+        let t = &self.snap.trace;
+        let first = self.d.first_row as usize;
+        let rows = first..first + self.d.len as usize;
+        match rows.clone().rev().find(|&r| t.action[r] == Action::Oom) {
+            Some(last) => !(last + 1..rows.end).any(|r| t.action[r] == Action::Alloc),
+            None => false,
+        }
+    }
+
     /// Position of recorded segment event `k`.
     pub fn position_of(&self, k: usize) -> Option<u32> {
         self.recorded_at.get(k).copied()
@@ -182,6 +193,35 @@ impl<'a> Trace<'a> {
                 (i, t.size[r], t.stream[r], driver_free)
             })
             .collect()
+    }
+
+    /// The least a per-process limit must have allowed for every request before position `p`
+    /// that got new memory: what was reserved before its segment events plus the allocation size
+    /// PyTorch checks against the limit (`alloc_block`; more than is mapped for an expandable
+    /// segment).
+    pub fn granted_before(&self, p: u32, conf: &AllocConf) -> u64 {
+        let t = &self.snap.trace;
+        let first = self.d.first_row as usize;
+        let mut most = 0;
+        for i in 1..(p.min(self.d.len) as usize) {
+            if t.action[first + i] != Action::Alloc {
+                continue;
+            }
+            let mut j = i;
+            while j > 0
+                && matches!(
+                    t.action[first + j - 1],
+                    Action::SegmentAlloc | Action::SegmentMap
+                )
+            {
+                j -= 1;
+            }
+            if j < i {
+                let asked = self.reserved_at(j as u32) + conf.allocation_size(t.size[first + i]);
+                most = most.max(asked);
+            }
+        }
+        most
     }
 
     /// Reserved bytes after `p` events, as recorded.

@@ -11,6 +11,7 @@ mod overview;
 mod segments;
 mod stacks;
 mod timeline;
+mod whatif;
 
 use std::sync::Arc;
 
@@ -21,13 +22,14 @@ use crate::url::UrlState;
 use crate::{api, fmt};
 use context::Revision;
 
-pub const TABS: [(&str, &str); 6] = [
+pub const TABS: [(&str, &str); 7] = [
     ("overview", "Overview"),
     ("timeline", "Timeline"),
     ("segments", "Segments"),
     ("stacks", "Stacks"),
     ("leaks", "Leaks"),
     ("oom", "OOM"),
+    ("whatif", "What if"),
 ];
 
 #[component]
@@ -97,6 +99,13 @@ pub fn SnapshotPage() -> impl IntoView {
                     }
                     .into_any(),
                     "timeline" => view! { <timeline::TimelineView/> }.into_any(),
+                    "whatif" if devices::shown_events(&r, url) == 0 => view! {
+                        <p class="empty no-trace">
+                            "This snapshot has no trace (history was not recorded), so there is nothing to replay under other allocator settings. Record the next run with torch.cuda.memory._record_memory_history() before the work starts."
+                        </p>
+                    }
+                    .into_any(),
+                    "whatif" => view! { <whatif::WhatIfView/> }.into_any(),
                     "segments" => view! { <segments::Segments report=r/> }.into_any(),
                     "stacks" => view! { <stacks::Stacks report=r/> }.into_any(),
                     "leaks" => view! { <leaks::Leaks report=r/> }.into_any(),

@@ -90,6 +90,25 @@ pub fn Ooms(report: Arc<::api::Report>) -> impl IntoView {
                                     {o.advice.iter().map(|a| view! { <li>{a.clone()}</li> }).collect_view()}
                                 </ul>
                             })}
+                            {o.whatif.as_ref().map(|w| {
+                                let mut q = vec![
+                                    ("view", "whatif".to_string()),
+                                    ("device", o.device.to_string()),
+                                ];
+                                if let Some(c) = &w.alloc_conf {
+                                    q.push(("conf", c.clone()));
+                                }
+                                let words = format!(
+                                    "The trace was replayed under {} allocator settings for this OOM: ",
+                                    w.settings_tried
+                                );
+                                view! {
+                                    <p class="oom-whatif">
+                                        {words}
+                                        <a href=url.href(&q)>"compare them in the What if tab"</a>
+                                    </p>
+                                }
+                            })}
                             <div class="figures">
                                 {kv("driver free", o.device_free_bytes.map_or("not recorded".into(), fmt::bytes))}
                                 {kv("device total", o.device_total_bytes.map_or("unknown".into(), fmt::bytes))}

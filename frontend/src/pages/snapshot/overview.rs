@@ -102,7 +102,7 @@ pub fn Overview(report: Arc<::api::Report>) -> impl IntoView {
 /// One sentence of the headline and the view that shows it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sentence {
-    /// `oom`, `leak` or `peak` (class `s-KIND`, and what tests look for).
+    /// `oom`, `whatif`, `leak` or `peak` (class `s-KIND`, and what tests look for).
     pub kind: &'static str,
     pub text: String,
     pub link_text: &'static str,
@@ -155,6 +155,49 @@ pub fn headline(r: &::api::Report) -> Vec<Sentence> {
             link_text: "the OOM report",
             link: vec![("view", "oom".into()), ("device", o.device.to_string())],
         });
+        // What the simulator says would have saved it, beside the why.
+        if let Some(w) = &o.whatif {
+            let estimate = if w.replay_exact {
+                "simulated"
+            } else {
+                "an estimate"
+            };
+            let (text, conf) = match (&w.alloc_conf, w.peak_reserved_bytes) {
+                (Some(c), Some(peak)) if w.oom_ends_trace => (
+                    format!(
+                        "With {} it would have got past this OOM: peak reserved {} up to it ({estimate}); the trace stops there, so the rest of the run is not known.",
+                        super::whatif::conf_name(c),
+                        fmt::bytes(peak)
+                    ),
+                    Some(c.clone()),
+                ),
+                (Some(c), Some(peak)) => (
+                    format!(
+                        "With {} it would not have run out of memory: peak reserved {} ({estimate}).",
+                        super::whatif::conf_name(c),
+                        fmt::bytes(peak)
+                    ),
+                    Some(c.clone()),
+                ),
+                _ => (
+                    format!(
+                        "No allocator setting would have avoided it: all {} tried run out of memory too ({estimate}).",
+                        w.settings_tried
+                    ),
+                    None,
+                ),
+            };
+            let mut link = vec![("view", "whatif".into()), ("device", o.device.to_string())];
+            if let Some(c) = conf {
+                link.push(("conf", c));
+            }
+            out.push(Sentence {
+                kind: "whatif",
+                text,
+                link_text: "the What if tab",
+                link,
+            });
+        }
     }
     if let Some(l) = r.leak_suspects.first() {
         let more = match r.leak_suspects.len() {
@@ -276,6 +319,16 @@ mod tests {
             h[0].text
         );
         assert_eq!(h[0].link[0], ("view", "oom".to_string()));
+        // What would have saved it, simulated, right after.
+        assert_eq!(h[1].kind, "whatif");
+        assert_eq!(
+            h[1].text,
+            "With expandable_segments:True it would have got past this OOM: peak reserved 5.5 GiB up to it (simulated); the trace stops there, so the rest of the run is not known."
+        );
+        assert!(
+            h[1].link
+                .contains(&("conf", "expandable_segments:True".to_string()))
+        );
     }
 
     #[test]

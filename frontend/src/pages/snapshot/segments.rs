@@ -59,7 +59,7 @@ pub fn Segments(report: Arc<::api::Report>) -> impl IntoView {
             {move || match data.get() {
                 None => view! { <p>"loading…"</p> }.into_any(),
                 Some(Err(e)) => crate::pages::widgets::error_line(e).into_any(),
-                Some(Ok(st)) => segment_map(st, url, hovered).into_any(),
+                Some(Ok(st)) => segment_map(st, url, hovered, events > 0).into_any(),
             }}
         </section>
     }
@@ -70,6 +70,7 @@ fn segment_map(
     st: ::api::AllocatorState,
     url: UrlState,
     hovered: RwSignal<String>,
+    replayable: bool,
 ) -> impl IntoView {
     let t = &st.total;
     let largest = st
@@ -89,7 +90,14 @@ fn segment_map(
             t.inactive_blocks,
             fmt::bytes(t.largest_free_bytes),
             if st.exact { ", as recorded at the snapshot" } else { ", rebuilt from the trace" }
-        )}</p>
+        )}
+        {replayable.then(|| view! {
+            " "
+            <a class="frag-whatif" href=url.href(&[("view", "whatif".to_string()), ("device", st.device.to_string())])>
+                "What would other allocator settings reserve? (simulated)"
+            </a>
+        })}
+        </p>
         <p class="seg-legend">
             <span class="key"><i class="block active_allocated"></i>"allocated"</span>
             <span class="key"><i class="block active_allocated waste-key"></i>"rounding waste (size − requested, darker tail)"</span>
