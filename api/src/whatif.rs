@@ -60,6 +60,35 @@ impl RecordedCurves {
         let i = curve.partition_point(|&(q, _)| q <= p);
         i.checked_sub(1).map(|i| curve[i].1)
     }
+
+    /// The highest value of a step curve at any position in `lo..=hi`.
+    pub fn max_in(curve: &[(u32, u64)], lo: u32, hi: u32) -> Option<u64> {
+        let start = Self::at(curve, lo);
+        let from = curve.partition_point(|&(q, _)| q <= lo);
+        let to = curve.partition_point(|&(q, _)| q <= hi);
+        curve[from..to.max(from)]
+            .iter()
+            .map(|p| p.1)
+            .chain(start)
+            .max()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RecordedCurves;
+
+    #[test]
+    fn a_step_curve_is_read_at_a_position_and_over_a_range() {
+        let c = [(0, 5), (3, 9), (4, 2), (25, 7)];
+        assert_eq!(RecordedCurves::at(&c, 2), Some(5));
+        assert_eq!(RecordedCurves::at(&c, 3), Some(9));
+        assert_eq!(RecordedCurves::at(&c, 24), Some(2));
+        assert_eq!(RecordedCurves::max_in(&c, 5, 24), Some(2));
+        assert_eq!(RecordedCurves::max_in(&c, 2, 3), Some(9));
+        assert_eq!(RecordedCurves::max_in(&c, 4, 30), Some(7));
+        assert_eq!(RecordedCurves::max_in(&[(3, 1)], 0, 2), None);
+    }
 }
 
 /// What the simulator says about the OOM that raised on a device (`OomReport.whatif`).

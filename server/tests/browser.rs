@@ -1614,6 +1614,70 @@ async fn the_what_if_tab_shows_the_setting_that_avoids_the_oom() {
         .unwrap();
     screenshot(&c, "whatif-oom-expandable-chart").await;
 
+    // The same simulated curve on the Timeline tab, dashed over the recorded reserved line, with
+    // its figure in the tooltip.
+    click(&c, ".whatif-chart a.on-timeline").await;
+    wait_js(
+        &c,
+        "location.search.includes('view=timeline') && document.querySelector('.whatif-overlay')",
+        "the timeline with the what-if overlay",
+    )
+    .await;
+    wait_js(
+        &c,
+        &colour((0x19, 0x71, 0xc2)).replace("whatif-canvas", "timeline-canvas"),
+        "the simulated curve on the timeline",
+    )
+    .await;
+    c.execute(
+        "const c = document.getElementById('timeline-canvas'); const r = c.getBoundingClientRect(); c.dispatchEvent(new MouseEvent('mousemove', {clientX: r.left + r.width * 0.9, clientY: r.top + r.height / 2, bubbles: true})); return true;",
+        vec![],
+    )
+    .await
+    .unwrap();
+    let tip = wait_js(
+        &c,
+        "document.querySelector('.tooltip .simulated') && [document.querySelector('.tooltip').innerText, document.querySelector('.tooltip .simulated').innerText]",
+        "the simulated figure in the tooltip",
+    )
+    .await;
+    // The figure is the simulated run's highest in the events the hovered bucket covers.
+    let (all, sim) = (tip[0].as_str().unwrap(), tip[1].as_str().unwrap());
+    let range = all
+        .split("(events ")
+        .nth(1)
+        .unwrap()
+        .split(')')
+        .next()
+        .unwrap();
+    let (a, b) = range.split_once('–').unwrap();
+    let (a, b): (u32, u32) = (a.parse().unwrap(), b.parse().unwrap());
+    let q = api::WhatIfQuery {
+        alloc_conf: Some("expandable_segments:True".into()),
+        curves: Some(true),
+        ..Default::default()
+    };
+    let (_, w) = common::get(&base, &api::routes::whatif(&id, &q)).await;
+    let w: api::WhatIf = serde_json::from_str(&w).unwrap();
+    let run = w.runs.iter().find(|r| !r.recorded).unwrap();
+    let want = api::RecordedCurves::max_in(&run.reserved_curve, a, b).unwrap();
+    assert_eq!(
+        sim,
+        format!(
+            "expandable_segments:True: {} (simulated)",
+            snapshot::units::human_bytes(want)
+        ),
+        "{all}"
+    );
+    screenshot(&c, "whatif-on-the-timeline").await;
+    c.back().await.unwrap();
+    wait_js(
+        &c,
+        "location.search.includes('view=whatif') && document.querySelector('.whatif .answer')",
+        "back on the What if tab",
+    )
+    .await;
+
     // Another setting, chosen from the table: it runs out where the recorded run did.
     click(&c, "tr.run[data-conf='max_split_size_mb:128']").await;
     wait_js(

@@ -66,6 +66,9 @@ struct Overlay<'a> {
     brush: Option<(f64, f64)>,
     highlight: Option<&'a Alloc>,
     filter: &'a str,
+    /// Reserved bytes under a what-if setting, simulated: the highest in each bucket (none past
+    /// where that run runs out of memory).
+    simulated: Option<&'a [Option<u64>]>,
 }
 
 fn draw(c: &web_sys::HtmlCanvasElement, r: &Resp, height: f64, o: Overlay) {
@@ -145,6 +148,30 @@ fn draw(c: &web_sys::HtmlCanvasElement, r: &Resp, height: f64, o: Overlay) {
     g.set_stroke_style_str("#e8590c");
     g.set_line_width(1.5);
     g.stroke();
+    // A what-if setting's reserved memory, simulated: dashed steps over the same buckets.
+    if let Some(sim) = o.simulated {
+        g.begin_path();
+        let mut open = false;
+        for (i, k) in b.iter().enumerate() {
+            match sim.get(i).copied().flatten() {
+                Some(v) => {
+                    let (x, y) = (x_of(k), ys.at(v as f64));
+                    if open {
+                        g.line_to(x, y);
+                    } else {
+                        g.move_to(x, y);
+                        open = true;
+                    }
+                    g.line_to(b.get(i + 1).map_or(right, x_of), y);
+                }
+                None => open = false,
+            }
+        }
+        g.set_stroke_style_str("#1971c2");
+        let _ = g.set_line_dash(&js_sys::Array::of2(&6.0.into(), &3.0.into()));
+        g.stroke();
+        let _ = g.set_line_dash(&js_sys::Array::new());
+    }
     // OOM markers.
     for m in &r.ooms {
         let x = xs.at(match r.axis {
@@ -228,6 +255,16 @@ fn draw(c: &web_sys::HtmlCanvasElement, r: &Resp, height: f64, o: Overlay) {
         g.fill_rect(left + 440.0, 4.0, 10.0, 10.0);
         g.set_fill_style_str("#333");
         let _ = g.fill_text("reserved", left + 454.0, 13.0);
+        if o.simulated.is_some() {
+            g.set_fill_style_str("#1971c2");
+            g.fill_rect(left + 520.0, 4.0, 10.0, 10.0);
+            g.set_fill_style_str("#333");
+            let _ = g.fill_text(
+                "reserved under the what-if setting (simulated)",
+                left + 534.0,
+                13.0,
+            );
+        }
     }
     if let Some((a, bx)) = o.brush {
         g.set_fill_style_str("rgba(0,0,0,0.15)");
@@ -267,6 +304,40 @@ pub fn TimelineView() -> impl IntoView {
         };
         async move { api::timeline(&id, &q).await }
     });
+    // A what-if setting (`conf`, from the What if tab): its simulated reserved memory, per bucket.
+    let whatif = LocalResource::new(move || {
+        let id = url.id.get();
+        let conf = url.get("conf");
+        let q = ::api::WhatIfQuery {
+            device: url.device(),
+            alloc_conf: conf.clone(),
+            limit_bytes: url.get("limit").and_then(|v| v.parse().ok()),
+            limit_kind: url.get("limit_kind"),
+            curves: Some(true),
+        };
+        async move {
+            let conf = conf?;
+            snapshot::whatif::conf::AllocConf::parse(&conf).ok()?;
+            api::whatif(&id, &q).await.ok().map(|w| (conf, w))
+        }
+    });
+    let simulated = Memo::new(move |_| {
+        let d = data.get()?.ok()?;
+        let (conf, w) = whatif.get().flatten()?;
+        let run = w.runs.iter().find(|r| r.alloc_conf == conf)?;
+        let end = run.oom_position.unwrap_or(u32::MAX);
+        Some(
+            d.timeline
+                .buckets
+                .iter()
+                .map(|k| {
+                    (k.first <= end).then(|| {
+                        ::api::RecordedCurves::max_in(&run.reserved_curve, k.first, k.last.min(end))
+                    })?
+                })
+                .collect::<Vec<_>>(),
+        )
+    });
     // The hovered point: its css x, the moment under it on the axis, its bucket, the allocation.
     let hover = RwSignal::new(None::<(f64, f64, Bucket, Option<Alloc>)>);
     let pinned = RwSignal::new(None::<Alloc>);
@@ -282,6 +353,7 @@ pub fn TimelineView() -> impl IntoView {
         };
         let hl = pinned.get().or_else(|| hover.get().and_then(|h| h.3));
         let needle = filter.get().to_lowercase();
+        let sim = simulated.get();
         draw(
             &c,
             &r,
@@ -292,6 +364,7 @@ pub fn TimelineView() -> impl IntoView {
                 brush: None,
                 highlight: hl.as_ref(),
                 filter: &needle,
+                simulated: sim.as_deref(),
             },
         );
     });
@@ -321,6 +394,7 @@ pub fn TimelineView() -> impl IntoView {
                 brush,
                 highlight: None,
                 filter: "",
+                simulated: None,
             },
         );
     });
@@ -522,6 +596,25 @@ pub fn TimelineView() -> impl IntoView {
                     </p>
                 })
             })}
+            {move || whatif.get().flatten().map(|(conf, w)| {
+                let exact = if w.replay_check.exact { "the replay check is exact" } else { "the replay check is not exact: an estimate" };
+                let back = url.href(&[
+                    ("view", "whatif".to_string()),
+                    ("device", w.device.to_string()),
+                    ("conf", conf.clone()),
+                ]);
+                view! {
+                    <p class="whatif-overlay">
+                        {format!(
+                            "Dashed: reserved memory under {}, simulated (the trace replayed through memscope's model of PyTorch's allocator; {exact}). ",
+                            super::whatif::conf_name(&conf)
+                        )}
+                        <a href=back>"the What if tab"</a>
+                        " · "
+                        <button class="hide-whatif" on:click=move |_| url.set(&[("conf", None)])>"hide"</button>
+                    </p>
+                }
+            })}
             <div class="chart">
                 <canvas
                     id="timeline-canvas"
@@ -547,6 +640,14 @@ pub fn TimelineView() -> impl IntoView {
                             }}</div>
                             <div>{format!("live {} – {}", fmt::bytes(b.live_min_bytes), fmt::bytes(b.live_max_bytes))}</div>
                             <div>{format!("reserved {}", fmt::bytes(b.reserved_max_bytes))}</div>
+                            {whatif.get_untracked().flatten().map(|(conf, w)| {
+                                let run = w.runs.iter().find(|r| r.alloc_conf == conf);
+                                let v = run.and_then(|r| match r.oom_position {
+                                    Some(o) if b.first > o => Some("out of memory".to_string()),
+                                    _ => ::api::RecordedCurves::max_in(&r.reserved_curve, b.first, b.last).map(fmt::bytes),
+                                });
+                                view! { <div class="simulated">{format!("{}: {} (simulated)", super::whatif::conf_name(&conf), v.unwrap_or_default())}</div> }
+                            })}
                             {
                                 // The record_function scopes the moment falls in, innermost last.
                                 let scopes: Vec<String> = d

@@ -663,7 +663,25 @@ fn Overlay(answer: WhatIf) -> impl IntoView {
     });
     view! {
         <div class="whatif-chart">
-            <h3>{title}</h3>
+            <h3>
+                {title}
+                " "
+                <a class="on-timeline" href=move || {
+                    let mut q = vec![("view", "timeline".to_string())];
+                    if let Some(d) = url.device() {
+                        q.push(("device", d.to_string()));
+                    }
+                    if let Some(r) = w.with_value(chosen) {
+                        q.push(("conf", r.alloc_conf));
+                    }
+                    for key in ["limit", "limit_kind"] {
+                        if let Some(v) = url.get(key) {
+                            q.push((key, v));
+                        }
+                    }
+                    url.href(&q)
+                }>"on the timeline"</a>
+            </h3>
             <canvas id="whatif-canvas" width=CW as u32 height=CH as u32 node_ref=canvas
                 on:mousemove=on_move on:mouseleave=move |_| hover.set(None)></canvas>
             <p class="legend">
