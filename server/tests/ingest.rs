@@ -298,6 +298,46 @@ async fn prometheus_metrics_follow_the_conventions() {
             "{l}"
         );
     }
+
+    // A late batch does not move a series back: process 1's sample at 15 is older than its 20;
+    // process 2 moves on to 30.
+    let mut late = recorded_batch(2);
+    late.gpus.clear();
+    late.allocator = vec![alloc(1, 15, 7, 7), alloc(2, 30, 5000, 6000)];
+    let (st, _) = post(
+        &s,
+        Some("s3cret"),
+        serde_json::to_vec(&late).unwrap(),
+        false,
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK);
+    let scrape = || async {
+        let res = server::http::app(s.clone())
+            .oneshot(
+                Request::builder()
+                    .uri("/metrics")
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        String::from_utf8(res.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap()
+    };
+    let text = scrape().await;
+    assert!(
+        text.contains("memscope_pytorch_allocated_bytes{host=\"gpu7\",device=\"0\"} 5300"),
+        "{text}"
+    );
+    // Counters only grow: pruning the batch log (retention) leaves the totals as they were; the
+    // latest readings go with the raw samples they stand for.
+    s.library.roll_up(i64::MAX / 2, i64::MAX / 2).await.unwrap();
+    let text = scrape().await;
+    assert!(text.contains("memscope_ingest_batches_total 2"), "{text}");
+    assert!(
+        !text.contains("memscope_pytorch_allocated_bytes{"),
+        "no process has a sample left: {text}"
+    );
 }
 
 /// A snapshot tagged with a host (and pid) the collectors report on takes the device's total

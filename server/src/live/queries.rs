@@ -31,36 +31,23 @@ pub struct DeviceAllocator {
 impl Library {
     /// The latest reading of every GPU.
     pub async fn latest_gpu_readings(&self) -> sqlx::Result<Vec<GpuLatest>> {
-        sqlx::query_as(
-            "SELECT g.host, g.uuid, g.idx, s.used_bytes, g.total_bytes, s.reserved_bytes FROM gpus g \
-             JOIN gpu_samples s ON s.gpu_uuid = g.uuid \
-             AND s.time_ms = (SELECT max(time_ms) FROM gpu_samples WHERE gpu_uuid = g.uuid) \
-             GROUP BY g.uuid ORDER BY g.host, g.idx",
-        )
-        .fetch_all(&self.db)
-        .await
+        sqlx::query_as(LATEST_GPU_READINGS)
+            .fetch_all(&self.db)
+            .await
     }
 
     /// PyTorch allocator figures summed per host and device over each process's latest sample
     /// (no per-process labels).
     pub async fn latest_allocator_by_device(&self) -> sqlx::Result<Vec<DeviceAllocator>> {
-        sqlx::query_as(
-            "SELECT a.host, a.device, sum(a.allocated_bytes) AS allocated_bytes, sum(a.reserved_bytes) AS reserved_bytes, \
-             coalesce(sum(a.alloc_retries), 0) AS alloc_retries, coalesce(sum(a.ooms), 0) AS ooms FROM allocator_samples a \
-             WHERE a.time_ms = (SELECT max(time_ms) FROM allocator_samples b WHERE b.host = a.host AND b.pid = a.pid \
-             AND b.device = a.device AND b.start_time_ms IS a.start_time_ms) \
-             GROUP BY a.host, a.device ORDER BY a.host, a.device",
-        )
-        .fetch_all(&self.db)
-        .await
+        sqlx::query_as(LATEST_ALLOCATOR_BY_DEVICE)
+            .fetch_all(&self.db)
+            .await
     }
 
     /// (batches, samples stored, samples collectors dropped, snapshots, events by kind).
     pub async fn counters(&self) -> sqlx::Result<(i64, i64, i64, i64, Vec<(String, i64)>)> {
         let (batches, rows, dropped): (i64, i64, i64) =
-            sqlx::query_as("SELECT count(*), coalesce(sum(rows), 0), coalesce(sum(dropped), 0) FROM ingested_batches")
-                .fetch_one(&self.db)
-                .await?;
+            sqlx::query_as(INGEST_TOTALS).fetch_one(&self.db).await?;
         let snapshots: i64 = sqlx::query_scalar("SELECT count(*) FROM snapshots")
             .fetch_one(&self.db)
             .await?;
@@ -152,6 +139,36 @@ pub struct StepRow {
     pub allocated_max_bytes: i64,
     pub reserved_max_bytes: i64,
 }
+// What /metrics and the fleet read: the latest-value tables and running totals written with every
+// batch (migration 0007), so none of them searches the sample tables (a test checks the plans).
+const LATEST_GPU_READINGS: &str = "SELECT g.host, g.uuid, g.idx, l.used_bytes, g.total_bytes, l.reserved_bytes \
+     FROM gpus g JOIN gpu_latest l ON l.gpu_uuid = g.uuid ORDER BY g.host, g.idx";
+const LATEST_ALLOCATOR_BY_DEVICE: &str = "SELECT host, device, sum(allocated_bytes) AS allocated_bytes, \
+     sum(reserved_bytes) AS reserved_bytes, coalesce(sum(alloc_retries), 0) AS alloc_retries, \
+     coalesce(sum(ooms), 0) AS ooms FROM allocator_latest GROUP BY host, device ORDER BY host, device";
+const INGEST_TOTALS: &str = "SELECT batches, rows, dropped FROM ingest_totals WHERE id = 1";
+const GPUS_WITH_LATEST: &str = "SELECT g.host, g.uuid, g.idx, g.name, g.total_bytes, g.last_seen_ms, l.used_bytes, \
+     l.reserved_bytes, l.gpu_util, l.temperature_c, l.power_mw FROM gpus g \
+     LEFT JOIN gpu_latest l ON l.gpu_uuid = g.uuid \
+     WHERE ?1 IS NULL OR g.uuid = ?1 ORDER BY g.host, g.idx";
+// CROSS JOIN keeps gpus the outer loop (SQLite's rule), so the samples are searched by index.
+const CURRENT_GPU_PROCESSES: &str = "SELECT p.gpu_uuid, p.pid, p.start_time_ms, p.name, p.used_bytes \
+     FROM gpus g CROSS JOIN process_samples p ON p.gpu_uuid = g.uuid AND p.time_ms = g.last_seen_ms \
+     ORDER BY p.used_bytes DESC";
+const AGENTS_SINCE: &str = "SELECT host, pid, start_time_ms, device, gpu_uuid, time_ms, step, allocated_bytes, \
+     reserved_bytes, alloc_retries, ooms FROM allocator_latest WHERE time_ms >= ? ORDER BY host, pid, device";
+
+/// The queries that must not grow with stored history.
+#[cfg(test)]
+pub(crate) const HISTORY_INDEPENDENT: [&str; 6] = [
+    LATEST_GPU_READINGS,
+    LATEST_ALLOCATOR_BY_DEVICE,
+    INGEST_TOTALS,
+    GPUS_WITH_LATEST,
+    CURRENT_GPU_PROCESSES,
+    AGENTS_SINCE,
+];
+
 impl Library {
     pub async fn fleet_gpus(&self) -> sqlx::Result<Vec<GpuRow>> {
         self.gpus_with_latest(None).await
@@ -159,40 +176,25 @@ impl Library {
 
     /// Every GPU (or the one with `uuid`) with its latest reading.
     async fn gpus_with_latest(&self, uuid: Option<&str>) -> sqlx::Result<Vec<GpuRow>> {
-        sqlx::query_as(
-            "SELECT g.host, g.uuid, g.idx, g.name, g.total_bytes, g.last_seen_ms, s.used_bytes, s.reserved_bytes, \
-             s.gpu_util, s.temperature_c, s.power_mw FROM gpus g \
-             LEFT JOIN gpu_samples s ON s.gpu_uuid = g.uuid AND s.time_ms = g.last_seen_ms \
-             WHERE ?1 IS NULL OR g.uuid = ?1 GROUP BY g.uuid ORDER BY g.host, g.idx",
-        )
-        .bind(uuid)
-        .fetch_all(&self.db)
-        .await
+        sqlx::query_as(GPUS_WITH_LATEST)
+            .bind(uuid)
+            .fetch_all(&self.db)
+            .await
     }
 
     /// The processes in each GPU's latest reading.
     pub async fn current_gpu_processes(&self) -> sqlx::Result<Vec<GpuProcess>> {
-        sqlx::query_as(
-            "SELECT p.gpu_uuid, p.pid, p.start_time_ms, p.name, p.used_bytes FROM process_samples p \
-             JOIN gpus g ON p.gpu_uuid = g.uuid AND p.time_ms = g.last_seen_ms ORDER BY p.used_bytes DESC",
-        )
-        .fetch_all(&self.db)
-        .await
+        sqlx::query_as(CURRENT_GPU_PROCESSES)
+            .fetch_all(&self.db)
+            .await
     }
 
     /// Each agent process's latest sample per device, for processes seen since `since_ms`.
     pub async fn agents_since(&self, since_ms: i64) -> sqlx::Result<Vec<AgentLatest>> {
-        sqlx::query_as(
-            "SELECT a.host, a.pid, a.start_time_ms, a.device, a.gpu_uuid, a.time_ms, a.step, a.allocated_bytes, \
-             a.reserved_bytes, a.alloc_retries, a.ooms FROM allocator_samples a \
-             JOIN (SELECT host, pid, start_time_ms, device, max(time_ms) AS t FROM allocator_samples \
-                   WHERE time_ms >= ? GROUP BY host, pid, start_time_ms, device) l \
-             ON a.host = l.host AND a.pid = l.pid AND a.start_time_ms IS l.start_time_ms AND a.device = l.device \
-             AND a.time_ms = l.t ORDER BY a.host, a.pid, a.device",
-        )
-        .bind(since_ms)
-        .fetch_all(&self.db)
-        .await
+        sqlx::query_as(AGENTS_SINCE)
+            .bind(since_ms)
+            .fetch_all(&self.db)
+            .await
     }
 
     /// Processes heard of (NVML or an agent) since `since_ms`, most recent first.
@@ -539,5 +541,53 @@ impl Library {
         }
         let what = name.clone().unwrap_or_else(|| "GPU".into());
         Ok(Some((*total as u64, format!("{what} on {host}"))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What each query's plan does, one line per step ("SCAN …", "SEARCH …").
+    async fn plan(lib: &Library, sql: &str) -> Vec<String> {
+        let rows: Vec<(i64, i64, i64, String)> =
+            sqlx::query_as(sqlx::AssertSqlSafe(format!("EXPLAIN QUERY PLAN {sql}")))
+                .bind(0i64)
+                .fetch_all(&lib.db)
+                .await
+                .unwrap();
+        rows.into_iter().map(|r| r.3).collect()
+    }
+
+    #[tokio::test]
+    async fn metrics_and_fleet_queries_never_walk_the_sample_history() {
+        // Finding 2 of issue 13: /metrics searched allocator_samples once per row (quadratic).
+        // Each query here may scan only the small per-series tables, never a sample table or the
+        // batch log, whose sizes grow with stored history.
+        let dir = std::env::temp_dir().join(format!("memscope-plans-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let lib = Library::open(&dir).await.unwrap();
+        for sql in HISTORY_INDEPENDENT {
+            for step in plan(&lib, sql).await {
+                // "SCAN <table or alias> …": the sample tables, the batch log, or their aliases.
+                let mut words = step.split_whitespace();
+                let scans_history = words.next() == Some("SCAN")
+                    && words.next().is_some_and(|t| {
+                        [
+                            "allocator_samples",
+                            "gpu_samples",
+                            "process_samples",
+                            "ingested_batches",
+                            "p",
+                            "s",
+                            "a",
+                            "b",
+                        ]
+                        .contains(&t)
+                    });
+                assert!(!scans_history, "{step}\n  in {sql}");
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

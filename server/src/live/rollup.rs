@@ -81,6 +81,16 @@ impl Library {
                 .await?
                 .rows_affected();
         }
+        // The latest rows stand for raw samples: they go with them.
+        for q in [
+            "DELETE FROM gpu_latest WHERE time_ms < ?",
+            "DELETE FROM allocator_latest WHERE time_ms < ?",
+        ] {
+            sqlx::query(sqlx::AssertSqlSafe(q))
+                .bind(cut)
+                .execute(&mut *tx)
+                .await?;
+        }
         let mut expired = 0u64;
         for q in [
             "DELETE FROM gpu_samples_1m WHERE minute_ms < ?",

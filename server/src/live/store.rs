@@ -33,6 +33,13 @@ impl Library {
                 stored: 0,
             });
         }
+        sqlx::query(
+            "UPDATE ingest_totals SET batches = batches + 1, rows = rows + ?, dropped = dropped + ? WHERE id = 1",
+        )
+        .bind(rows)
+        .bind(b.dropped_samples as i64)
+        .execute(&mut *tx)
+        .await?;
         // Each GPU once per batch (its latest reading), then the samples in multi-row inserts.
         let mut latest: Vec<&wire::GpuSample> = Vec::new();
         for g in &b.gpus {
@@ -43,6 +50,23 @@ impl Library {
             }
         }
         for g in latest {
+            // The series' latest reading (a late batch does not move it back).
+            sqlx::query(
+                "INSERT INTO gpu_latest (gpu_uuid, time_ms, used_bytes, reserved_bytes, gpu_util, temperature_c, power_mw) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (gpu_uuid) DO UPDATE SET time_ms = excluded.time_ms, \
+                 used_bytes = excluded.used_bytes, reserved_bytes = excluded.reserved_bytes, gpu_util = excluded.gpu_util, \
+                 temperature_c = excluded.temperature_c, power_mw = excluded.power_mw \
+                 WHERE excluded.time_ms >= gpu_latest.time_ms",
+            )
+            .bind(&g.uuid)
+            .bind(g.time_ms)
+            .bind(g.memory_used_bytes.map(|v| v as i64))
+            .bind(g.memory_reserved_bytes.map(|v| v as i64))
+            .bind(g.gpu_util_percent.map(|v| v as i64))
+            .bind(g.temperature_c)
+            .bind(g.power_mw.map(|v| v as i64))
+            .execute(&mut *tx)
+            .await?;
             sqlx::query(
                 "INSERT INTO gpus (uuid, host, idx, name, total_bytes, last_seen_ms) VALUES (?, ?, ?, ?, ?, ?) \
                  ON CONFLICT (uuid) DO UPDATE SET host = excluded.host, idx = excluded.idx, \
@@ -120,6 +144,42 @@ impl Library {
             // Relayed agent samples can arrive twice (see the migration); store them once.
             q.push(" ON CONFLICT DO NOTHING");
             q.build().execute(&mut *tx).await?;
+        }
+        // Each allocator series' latest sample in this batch, then into the latest table.
+        let mut newest: Vec<&wire::AllocatorSample> = Vec::new();
+        for a in &b.allocator {
+            let same = |x: &&wire::AllocatorSample| {
+                x.pid == a.pid && x.start_time_ms == a.start_time_ms && x.device == a.device
+            };
+            match newest.iter_mut().find(|x| same(x)) {
+                Some(x) if x.time_ms <= a.time_ms => *x = a,
+                Some(_) => {}
+                None => newest.push(a),
+            }
+        }
+        for a in newest {
+            sqlx::query(
+                "INSERT INTO allocator_latest (host, pid, start_key, start_time_ms, device, gpu_uuid, time_ms, step, \
+                 allocated_bytes, reserved_bytes, alloc_retries, ooms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+                 ON CONFLICT (host, pid, start_key, device) DO UPDATE SET gpu_uuid = excluded.gpu_uuid, \
+                 time_ms = excluded.time_ms, step = excluded.step, allocated_bytes = excluded.allocated_bytes, \
+                 reserved_bytes = excluded.reserved_bytes, alloc_retries = excluded.alloc_retries, ooms = excluded.ooms \
+                 WHERE excluded.time_ms >= allocator_latest.time_ms",
+            )
+            .bind(&b.host)
+            .bind(a.pid as i64)
+            .bind(a.start_time_ms.unwrap_or(-1))
+            .bind(a.start_time_ms)
+            .bind(a.device)
+            .bind(&a.gpu_uuid)
+            .bind(a.time_ms)
+            .bind(opt(a.step))
+            .bind(a.allocated_bytes as i64)
+            .bind(a.reserved_bytes as i64)
+            .bind(opt(a.alloc_retries))
+            .bind(opt(a.ooms))
+            .execute(&mut *tx)
+            .await?;
         }
         for e in &b.events {
             sqlx::query(
