@@ -24,6 +24,12 @@ pub enum ApiError {
         "upload is larger than the limit of {limit_bytes} bytes; raise --max-upload-bytes (MEMSCOPE_MAX_UPLOAD_BYTES) to accept it"
     )]
     TooLarge { limit_bytes: u64 },
+    /// A request body (other than an upload's) over its route's limit, refused before it is read.
+    #[error("the {what} is larger than {limit_bytes} bytes")]
+    BodyTooLarge {
+        what: &'static str,
+        limit_bytes: u64,
+    },
     /// The upload is not a snapshot memscope can read: the engine's message, for the user.
     #[error("{0}")]
     Unreadable(String),
@@ -37,7 +43,9 @@ impl ApiError {
             ApiError::NotFound(_) | ApiError::Missing(_) => StatusCode::NOT_FOUND,
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-            ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::TooLarge { .. } | ApiError::BodyTooLarge { .. } => {
+                StatusCode::PAYLOAD_TOO_LARGE
+            }
             ApiError::Unreadable(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }

@@ -2,7 +2,7 @@
 //! by the collector's bearer token, stored once per `(collector, seq)`, announced to the live
 //! pages' event stream. This is the collector ↔ server boundary: its types are `wire`'s.
 
-use axum::body::Bytes;
+use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, header};
 use axum::routing::post;
@@ -16,13 +16,15 @@ pub fn router() -> Router<AppState> {
     Router::new().route(routes::INGEST, post(ingest_batch))
 }
 
-/// Largest ingest batch accepted (decompressed).
+/// Largest ingest batch accepted (as sent, and decompressed).
 const MAX_BATCH_BYTES: usize = 64 << 20;
 
+/// The body is read only once the token is known, and never past `MAX_BATCH_BYTES`: a client
+/// without a token, or one declaring a larger body, is answered before any of it is read.
 async fn ingest_batch(
     State(s): State<AppState>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> ApiResult<Json<wire::Ack>> {
     let token = headers
         .get(header::AUTHORIZATION)
@@ -40,6 +42,16 @@ async fn ingest_batch(
             )
         })?
         .to_string();
+    let too_large = || ApiError::BodyTooLarge {
+        what: "batch",
+        limit_bytes: MAX_BATCH_BYTES as u64,
+    };
+    if declared_length(&headers).is_some_and(|n| n > MAX_BATCH_BYTES as u64) {
+        return Err(too_large());
+    }
+    let body = axum::body::to_bytes(body, MAX_BATCH_BYTES)
+        .await
+        .map_err(|_| too_large())?;
     let gzip = headers
         .get(header::CONTENT_ENCODING)
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"gzip"));
@@ -92,4 +104,11 @@ async fn ingest_batch(
         });
     }
     Ok(Json(ack))
+}
+
+/// The body length a request declares (`Content-Length`), if it does.
+pub(super) fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.trim().parse().ok())
 }

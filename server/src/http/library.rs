@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use axum::body::Body;
+use axum::extract::DefaultBodyLimit;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -15,6 +16,9 @@ use super::query::ApiQuery;
 use crate::state::AppState;
 use api::routes;
 
+/// The largest body of a small JSON request (rename, retag).
+const SMALL_BODY_BYTES: usize = 64 << 10;
+
 pub fn router() -> Router<AppState> {
     Router::new()
         .route(routes::HEALTH, get(health))
@@ -23,9 +27,12 @@ pub fn router() -> Router<AppState> {
         .route(routes::ORIGINAL, get(original))
         .route(routes::UPLOAD_PROGRESS, get(upload_progress))
         // GET of the same path is the report (`snapshots.rs`).
+        // A rename or retag is a few hundred bytes: nothing larger is read.
         .route(
             routes::SNAPSHOT,
-            axum::routing::patch(update).delete(remove),
+            axum::routing::patch(update)
+                .layer(DefaultBodyLimit::max(SMALL_BODY_BYTES))
+                .delete(remove),
         )
 }
 
@@ -64,10 +71,13 @@ async fn upload(
         .filter(|n| !n.trim().is_empty())
         .unwrap_or_else(|| "snapshot".into());
     let tags = q.tags.as_deref().map(api::parse_tags).unwrap_or_default();
-    let total_bytes = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok()?.parse().ok())
-        .unwrap_or(0);
+    // A declared size over the limit is refused before a byte is read; the declared size is
+    // the parser's size hint, so it is never trusted past the limit.
+    let limit_bytes = s.config.max_upload_bytes;
+    let total_bytes = super::ingest::declared_length(&headers).unwrap_or(0);
+    if total_bytes > limit_bytes {
+        return Err(ApiError::TooLarge { limit_bytes });
+    }
     let progress = Arc::new(crate::state::UploadProgress {
         total_bytes,
         ..Default::default()

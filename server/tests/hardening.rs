@@ -1,0 +1,125 @@
+//! The outside probe's findings (issue 13), each reproduced as a test: what it did to the server
+//! and what the server must do instead. Small limits and lazy bodies keep each one to seconds.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use axum::body::{Body, Bytes};
+use axum::http::{Request, StatusCode, header};
+use http_body_util::BodyExt;
+use server::config::ServeArgs;
+use server::state::AppState;
+use tower::ServiceExt;
+
+async fn state(tag: &str) -> AppState {
+    let dir = std::env::temp_dir().join(format!("memscope-hardening-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut args = ServeArgs::for_data_dir(dir);
+    args.collector_tokens = vec!["gpu7=s3cret".into()];
+    AppState::open(args).await.unwrap()
+}
+
+/// A body of `total` zero bytes made lazily in 64 KiB chunks, counting what the server pulls.
+fn counted_body(total: u64) -> (Body, Arc<AtomicU64>) {
+    const CHUNK: u64 = 64 << 10;
+    let pulled = Arc::new(AtomicU64::new(0));
+    let p = pulled.clone();
+    let stream = futures_util::stream::unfold(0u64, move |sent| {
+        let p = p.clone();
+        async move {
+            (sent < total).then(|| {
+                let n = CHUNK.min(total - sent);
+                p.fetch_add(n, Ordering::Relaxed);
+                (
+                    Ok::<_, std::io::Error>(Bytes::from(vec![0u8; n as usize])),
+                    sent + n,
+                )
+            })
+        }
+    });
+    (Body::from_stream(stream), pulled)
+}
+
+/// Sends the request; the status, the body as text and how many body bytes the server pulled.
+async fn send(
+    s: &AppState,
+    method: &str,
+    uri: &str,
+    headers: &[(&str, String)],
+    total: u64,
+) -> (StatusCode, String, u64) {
+    let (body, pulled) = counted_body(total);
+    let mut req = Request::builder().method(method).uri(uri);
+    for (k, v) in headers {
+        req = req.header(*k, v);
+    }
+    let res = server::http::app(s.clone())
+        .oneshot(req.body(body).unwrap())
+        .await
+        .unwrap();
+    let status = res.status();
+    let text =
+        String::from_utf8_lossy(&res.into_body().collect().await.unwrap().to_bytes()).to_string();
+    (status, text, pulled.load(Ordering::Relaxed))
+}
+
+const MIB: u64 = 1 << 20;
+
+/// Finding 3: an unauthenticated 1 GiB POST to /api/ingest took the server to 2 GB before its
+/// 401, and PATCH the same; a declared Content-Length reserved address space before any check.
+#[tokio::test]
+async fn no_body_is_read_before_its_request_is_allowed_and_never_past_its_limit() {
+    let s = state("body-caps").await;
+    // No token: refused without reading the body.
+    let (st, text, pulled) = send(&s, "POST", "/api/ingest", &[], 256 * MIB).await;
+    assert_eq!(st, StatusCode::UNAUTHORIZED, "{text}");
+    assert!(
+        pulled <= MIB,
+        "read {pulled} bytes of an unauthenticated body"
+    );
+    // A token, but a declared size over the batch limit: refused before reading.
+    let auth = ("authorization", "Bearer s3cret".to_string());
+    let (st, text, pulled) = send(
+        &s,
+        "POST",
+        "/api/ingest",
+        &[auth.clone(), ("content-length", (256 * MIB).to_string())],
+        256 * MIB,
+    )
+    .await;
+    assert_eq!(st, StatusCode::PAYLOAD_TOO_LARGE, "{text}");
+    assert!(text.contains("batch is larger than"), "{text}");
+    assert!(pulled <= MIB, "read {pulled} bytes of an oversized batch");
+    // A token and no declared size: read up to the limit, then refused.
+    let (st, _, pulled) = send(&s, "POST", "/api/ingest", &[auth], 256 * MIB).await;
+    assert_eq!(st, StatusCode::PAYLOAD_TOO_LARGE);
+    assert!(
+        pulled <= 65 * MIB,
+        "read {pulled} bytes past the 64 MiB limit"
+    );
+    // A rename is a few hundred bytes: a large PATCH is refused early.
+    let (st, _, pulled) = send(
+        &s,
+        "PATCH",
+        &api::routes::snapshot("0123456789abcdef"),
+        &[(header::CONTENT_TYPE.as_str(), "application/json".into())],
+        256 * MIB,
+    )
+    .await;
+    assert_eq!(st, StatusCode::PAYLOAD_TOO_LARGE);
+    assert!(pulled <= MIB, "read {pulled} bytes of a PATCH");
+    // An upload declaring more than --max-upload-bytes: refused before reading.
+    let (st, text, pulled) = send(
+        &s,
+        "POST",
+        &api::routes::upload(&Default::default()),
+        &[(
+            "content-length",
+            (s.config.max_upload_bytes + 1).to_string(),
+        )],
+        256 * MIB,
+    )
+    .await;
+    assert_eq!(st, StatusCode::PAYLOAD_TOO_LARGE, "{text}");
+    assert!(pulled <= MIB, "read {pulled} bytes of an oversized upload");
+}
