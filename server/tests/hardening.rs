@@ -123,3 +123,101 @@ async fn no_body_is_read_before_its_request_is_allowed_and_never_past_its_limit(
     assert_eq!(st, StatusCode::PAYLOAD_TOO_LARGE, "{text}");
     assert!(pulled <= MIB, "read {pulled} bytes of an oversized upload");
 }
+
+/// Finding 9 (part): extreme window parameters panicked the live handlers (overflowing time
+/// arithmetic, a bucket count from wrapped spans). Every window is clamped to one the store can
+/// answer: times from the epoch to the year 10,000, spans of at most a year.
+#[tokio::test]
+async fn any_window_a_client_asks_for_is_answered() {
+    let s = state("windows").await;
+    let mut b = wire::Batch::new("gpu7", 1, "gpu7");
+    b.gpus.push(wire::GpuSample {
+        time_ms: 1_700_000_000_000,
+        uuid: "GPU-w".into(),
+        index: 0,
+        name: None,
+        memory_used_bytes: Some(1),
+        memory_free_bytes: Some(1),
+        memory_total_bytes: Some(2),
+        memory_reserved_bytes: None,
+        gpu_util_percent: None,
+        mem_util_percent: None,
+        temperature_c: None,
+        power_mw: None,
+    });
+    b.allocator.push(wire::AllocatorSample {
+        time_ms: 1_700_000_000_000,
+        pid: 42,
+        start_time_ms: Some(1),
+        device: 0,
+        gpu_uuid: Some("GPU-w".into()),
+        step: None,
+        allocated_bytes: 1,
+        reserved_bytes: 2,
+        active_bytes: None,
+        inactive_split_bytes: None,
+        requested_bytes: None,
+        alloc_retries: None,
+        ooms: None,
+        segments: None,
+        largest_free_block_bytes: None,
+    });
+    let (st, text, _) = {
+        let body = serde_json::to_vec(&b).unwrap();
+        let res = server::http::app(s.clone())
+            .oneshot(
+                Request::post("/api/ingest")
+                    .header("authorization", "Bearer s3cret")
+                    .body(Body::from(body))
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        let st = res.status();
+        let t = res.into_body().collect().await.unwrap().to_bytes();
+        (st, String::from_utf8_lossy(&t).to_string(), 0)
+    };
+    assert_eq!(st, StatusCode::OK, "{text}");
+    let (min, max) = (i64::MIN, i64::MAX);
+    let queries = [
+        format!("from_ms={min}&to_ms={max}"),
+        format!("from_ms={max}&to_ms={min}"),
+        format!("from_ms={max}"),
+        format!("to_ms={min}"),
+        format!("to_ms={max}&minutes=1e308"),
+        "minutes=NaN&points=-9".to_string(),
+        format!("from_ms={min}&points={max}"),
+        "from_ms=0&to_ms=1&points=4000".to_string(),
+    ];
+    for q in &queries {
+        for path in [
+            "/api/live/gpus/GPU-w".to_string(),
+            "/api/live/processes/gpu7/42".to_string(),
+        ] {
+            let uri = format!("{path}?{q}");
+            let res = server::http::app(s.clone())
+                .oneshot(Request::get(&uri).body(Body::empty()).unwrap())
+                .await
+                .unwrap();
+            let st = res.status();
+            let body = res.into_body().collect().await.unwrap().to_bytes();
+            // An answer, never a panic: the page (the GPU's always: it has reported), or for the
+            // process nothing there in that window.
+            assert!(
+                st == StatusCode::OK || st == StatusCode::NOT_FOUND && path.contains("processes"),
+                "{uri}: {st}"
+            );
+            if st == StatusCode::OK {
+                let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                let w = &v["window"];
+                let (from, to, bucket) = (
+                    w["from_ms"].as_i64().unwrap(),
+                    w["to_ms"].as_i64().unwrap(),
+                    w["bucket_ms"].as_i64().unwrap(),
+                );
+                assert!(0 <= from && from < to && bucket > 0, "{uri}: {w}");
+                assert!(to - from <= 366 * 86_400_000, "{uri}: {w}");
+            }
+        }
+    }
+}

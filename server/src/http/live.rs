@@ -29,7 +29,7 @@ pub fn router() -> Router<AppState> {
 fn window(q: &api::WindowQuery) -> Window {
     let to = q.to_ms.unwrap_or_else(now_ms);
     let span = (q.minutes.unwrap_or(10.0).clamp(0.1, 60.0 * 24.0 * 366.0) * 60_000.0) as i64;
-    let from = q.from_ms.unwrap_or(to - span);
+    let from = q.from_ms.unwrap_or(to.saturating_sub(span));
     Window::new(from, to, q.points.unwrap_or(600))
 }
 

@@ -13,9 +13,19 @@ pub struct Window {
     pub bucket_ms: i64,
 }
 
+/// The latest time a window may reach: the year 10,000, in ms since the epoch.
+pub const MAX_TIME_MS: i64 = 253_402_300_800_000;
+/// The longest window: a year and a day.
+pub const MAX_SPAN_MS: i64 = 366 * 86_400_000;
+
 impl Window {
+    /// A window the store can answer whatever a client asks: times between the epoch and
+    /// [`MAX_TIME_MS`], `to` after `from`, at most [`MAX_SPAN_MS`] long (cut at its start), 10 to
+    /// 4,000 buckets.
     pub fn new(from_ms: i64, to_ms: i64, points: i64) -> Window {
-        let to_ms = to_ms.max(from_ms + 1);
+        let from_ms = from_ms.clamp(0, MAX_TIME_MS - 1);
+        let to_ms = to_ms.clamp(from_ms + 1, MAX_TIME_MS);
+        let from_ms = from_ms.max(to_ms - MAX_SPAN_MS);
         let points = points.clamp(10, 4000);
         Window {
             from_ms,
