@@ -221,3 +221,46 @@ async fn any_window_a_client_asks_for_is_answered() {
         }
     }
 }
+
+/// Finding 9 (part): bytes after a pickle's STOP were stored and served back (a second,
+/// code-executing pickle passed through). Now the upload is refused and nothing is kept.
+#[tokio::test]
+async fn an_upload_with_bytes_after_its_pickle_is_refused_and_not_kept() {
+    let s = state("trailing").await;
+    let mut bytes = std::fs::read(
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/leak_detached_cache.pickle"),
+    )
+    .unwrap();
+    bytes.extend_from_slice(b"\x80\x04\x8c\x02os\x8c\x06system\x93.");
+    let res = server::http::app(s.clone())
+        .oneshot(
+            Request::post(api::routes::upload(&Default::default()))
+                .body(Body::from(bytes))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let st = res.status();
+    let text =
+        String::from_utf8_lossy(&res.into_body().collect().await.unwrap().to_bytes()).to_string();
+    assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY, "{text}");
+    assert!(
+        text.contains("bytes follow the pickle's STOP opcode"),
+        "{text}"
+    );
+    let res = server::http::app(s.clone())
+        .oneshot(
+            Request::get(api::routes::snapshots(&Default::default()))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let list = res.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(&list[..], b"[]", "nothing half-appears in the library");
+    let originals = std::fs::read_dir(s.config.data_dir.join("originals"))
+        .unwrap()
+        .count();
+    assert_eq!(originals, 0, "no original kept");
+}

@@ -116,6 +116,14 @@ fn read_impl<R: Read>(reader: R, limits: Limits, fast_path: bool) -> Result<Snap
                 }
                 Err(e) => return Err(e),
             };
+            // One pickle is the snapshot; anything appended (a second pickle, with whatever it
+            // would run) is neither read nor kept: the file is refused.
+            if input.peek_byte()?.is_some() {
+                return Err(Error::Malformed {
+                    offset: input.offset(),
+                    message: "bytes follow the pickle's STOP opcode: a memory snapshot is one pickle, and what is appended to it is neither read nor kept".into(),
+                });
+            }
             format.protocol = info.protocol;
             format.decoded_bytes = info.bytes;
             root

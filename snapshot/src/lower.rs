@@ -56,6 +56,12 @@ pub(crate) fn build(mut heap: Heap, root: Value, mut format: Format) -> Result<S
                     keys.join(", ")
                 )));
             };
+            if describe(&heap, segs) != "a list" {
+                return Err(Error::NotASnapshot(format!(
+                    "its 'segments' is {} instead of a list of segments",
+                    describe(&heap, segs)
+                )));
+            }
             segments = list(&heap, segs);
             traces = get("device_traces")
                 .map(|v| list(&heap, v))
@@ -229,6 +235,21 @@ fn entry_rows(heap: &Heap, v: Value) -> Vec<u32> {
     }
 }
 
+/// A size field: a whole number of bytes no device could exceed (addresses and stream handles
+/// wrap like C's `uintptr_t`; a negative or absurd size is a broken file, not a wrapped value).
+fn size_of(heap: &Heap, v: Value, what: &str) -> Result<u64> {
+    match heap.int(v) {
+        Some(i) if (0..1 << 56).contains(&i) => Ok(i as u64),
+        Some(i) => Err(Error::NotASnapshot(format!(
+            "{what} is {i} bytes, which no device has"
+        ))),
+        None => Err(Error::NotASnapshot(format!(
+            "{what} is {} instead of a number of bytes",
+            describe(heap, v)
+        ))),
+    }
+}
+
 fn add_segment(
     heap: &mut Heap,
     snap: &mut Snapshot,
@@ -250,7 +271,10 @@ fn add_segment(
     let get = |k: &str| pairs.iter().find(|(key, _)| key == k).map(|(_, v)| *v);
     let num = |heap: &Heap, k: &str| get(k).and_then(|v| heap.u64(v)).unwrap_or(0);
     let address = num(heap, "address");
-    let total_size = num(heap, "total_size");
+    let total_size = get("total_size")
+        .map(|v| size_of(heap, v, "a segment's total_size"))
+        .transpose()?
+        .unwrap_or(0);
     let segment_type = match get("segment_type").and_then(|v| heap.str_of(v)) {
         Some("small") => SegmentType::Small,
         Some("large") => SegmentType::Large,
@@ -277,7 +301,10 @@ fn add_segment(
             .map(|(k, v)| (k.to_string(), v))
             .collect();
         let bget = |k: &str| bp.iter().find(|(key, _)| key == k).map(|(_, v)| *v);
-        let size = bget("size").and_then(|v| heap.u64(v)).unwrap_or(0);
+        let size = bget("size")
+            .map(|v| size_of(heap, v, "a block's size"))
+            .transpose()?
+            .unwrap_or(0);
         let state = BlockState::parse(bget("state").and_then(|v| heap.str_of(v)).unwrap_or(""));
         let addr = bget("address")
             .and_then(|v| heap.u64(v))

@@ -83,6 +83,59 @@ fn forbidden_opcode_inside_a_real_snapshot_names_its_offset() {
 }
 
 #[test]
+fn bytes_after_the_pickle_are_refused_not_kept() {
+    // Issue 13, finding 9: a second pickle appended after STOP (one that would run code if a
+    // viewer unpickled the whole file) passed through and was stored and served back.
+    let bytes = std::fs::read(common::fixture("leak_detached_cache.pickle")).unwrap();
+    let mut appended = bytes.clone();
+    appended.extend_from_slice(
+        b"\x80\x04\x95\x15\x00\x00\x00\x00\x00\x00\x00\x8c\x02os\x8c\x06system\x93.",
+    );
+    let msg = read(&appended).unwrap_err().to_string();
+    assert!(
+        msg.contains(&format!("at offset {}", bytes.len()))
+            && msg.contains("bytes follow the pickle's STOP opcode"),
+        "{msg}"
+    );
+    // One byte is enough; the pickle alone still reads.
+    let mut one = bytes.clone();
+    one.push(0);
+    assert!(read(&one).is_err());
+    assert!(read(&bytes).is_ok());
+}
+
+#[test]
+fn wrong_shapes_and_impossible_sizes_are_errors_not_zeros() {
+    // Issue 13, finding 9: `segments` given as a dict read as "0 segments", and a negative
+    // total_size wrapped to "16384 PiB reserved".
+    let cases = [
+        (
+            r#"{"segments": {"0": {}}, "device_traces": []}"#,
+            "its 'segments' is a dict instead of a list of segments",
+        ),
+        (
+            r#"{"segments": [{"device": 0, "address": 4096, "total_size": -5, "stream": 0, "segment_type": "large", "blocks": []}], "device_traces": []}"#,
+            "a segment's total_size is -5 bytes, which no device has",
+        ),
+        (
+            r#"{"segments": [{"device": 0, "address": 4096, "total_size": 2097152, "stream": 0, "segment_type": "large", "blocks": [{"size": -1, "state": "active_allocated"}]}], "device_traces": []}"#,
+            "a block's size is -1 bytes",
+        ),
+        (
+            r#"{"segments": [{"device": 0, "address": 4096, "total_size": "big", "stream": 0, "blocks": []}], "device_traces": []}"#,
+            "a segment's total_size is a string instead of a number of bytes",
+        ),
+    ];
+    for (json, want) in cases {
+        let msg = read(json.as_bytes()).unwrap_err().to_string();
+        assert!(msg.contains(want), "{json}\n  gave: {msg}");
+    }
+    // The well-formed one reads.
+    let ok = r#"{"segments": [{"device": 0, "address": 4096, "total_size": 2097152, "stream": 0, "segment_type": "large", "blocks": [{"size": 2097152, "state": "inactive"}]}], "device_traces": []}"#;
+    assert_eq!(read(ok.as_bytes()).unwrap().segments.len(), 1);
+}
+
+#[test]
 fn truncation_at_any_offset_is_an_error() {
     let bytes = std::fs::read(common::fixture("leak_detached_cache.pickle")).unwrap();
     let mut offsets: Vec<usize> = (0..bytes.len()).step_by(311).collect();
