@@ -264,3 +264,59 @@ async fn an_upload_with_bytes_after_its_pickle_is_refused_and_not_kept() {
         .count();
     assert_eq!(originals, 0, "no original kept");
 }
+
+/// Finding 9 (part): model files had no checksum, so flipped bytes were served as wrong answers.
+/// A damaged model file is now refused and rebuilt from the original upload.
+#[tokio::test]
+async fn a_damaged_model_file_is_rebuilt_not_served() {
+    let s = state("model-checksum").await;
+    let dir = s.config.data_dir.clone();
+    let bytes = std::fs::read(
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/leak_detached_cache.pickle"),
+    )
+    .unwrap();
+    let get = |s: AppState, uri: String| async move {
+        let res = server::http::app(s)
+            .oneshot(Request::get(&uri).body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::OK, "{uri}");
+        res.into_body().collect().await.unwrap().to_bytes()
+    };
+    let res = server::http::app(s.clone())
+        .oneshot(
+            Request::post(api::routes::upload(&Default::default()))
+                .body(Body::from(bytes))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let up: serde_json::Value =
+        serde_json::from_slice(&res.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    let id = up["id"].as_str().unwrap().to_string();
+    let q = api::TimelineQuery {
+        axis: Some(api::Axis::Event),
+        buckets: Some(200),
+        ..Default::default()
+    };
+    let before = get(s.clone(), api::routes::timeline(&id, &q)).await;
+    drop(s);
+    // One flipped bit in the middle of the model file, then a fresh server (nothing cached).
+    let model = std::fs::read_dir(dir.join("models"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "msmodel"))
+        .unwrap();
+    let mut m = std::fs::read(&model).unwrap();
+    let mid = m.len() / 2;
+    m[mid] ^= 1;
+    std::fs::write(&model, &m).unwrap();
+    let s = AppState::open(ServeArgs::for_data_dir(dir.clone()))
+        .await
+        .unwrap();
+    let after = get(s.clone(), api::routes::timeline(&id, &q)).await;
+    assert_eq!(before, after, "the same answer, from a rebuilt model");
+    let rebuilt = std::fs::read(&model).unwrap();
+    assert!(snapshot::store::read(rebuilt.as_slice()).is_ok());
+}

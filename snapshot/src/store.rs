@@ -6,7 +6,9 @@
 //! little-endian, columns are written as raw arrays, strings as length + UTF-8. Lookup indexes
 //! (string → id, frame → id, stack → id) are not stored: they are rebuilt while reading, which
 //! also re-checks every id. The file ends with the magic again, so a file cut short by a crash is
-//! detected. It is a cache: the server keeps the original upload and can always rebuild it.
+//! detected, then the XXH3-128 checksum of everything before it, so flipped bytes are detected
+//! instead of served as wrong answers. It is a cache: the server keeps the original upload and
+//! rebuilds the model from it when either check fails.
 
 use std::io::{self, Read, Write};
 
@@ -16,19 +18,26 @@ use crate::model::*;
 
 const MAGIC: &[u8; 8] = b"MSMODEL\0";
 /// Bump when the layout changes; older files are then rebuilt from the originals.
-pub const VERSION: u32 = 1;
+/// 2: the checksum at the end.
+pub const VERSION: u32 = 2;
 
 struct W<'a, T: Write> {
     w: &'a mut T,
     buf: Vec<u8>,
+    hasher: xxhash_rust::xxh3::Xxh3,
 }
 
 impl<T: Write> W<'_, T> {
     fn flush_if_big(&mut self) -> io::Result<()> {
         if self.buf.len() >= 1 << 16 {
-            self.w.write_all(&self.buf)?;
-            self.buf.clear();
+            self.flush()?;
         }
+        Ok(())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.hasher.update(&self.buf);
+        self.w.write_all(&self.buf)?;
+        self.buf.clear();
         Ok(())
     }
     fn u8(&mut self, v: u8) -> io::Result<()> {
@@ -61,6 +70,7 @@ pub fn write<T: Write>(snap: &Snapshot, out: &mut T) -> io::Result<()> {
     let mut w = W {
         w: out,
         buf: Vec::with_capacity(1 << 17),
+        hasher: xxhash_rust::xxh3::Xxh3::new(),
     };
     w.buf.extend_from_slice(MAGIC);
     w.u32(VERSION)?;
@@ -172,13 +182,29 @@ pub fn write<T: Write>(snap: &Snapshot, out: &mut T) -> io::Result<()> {
         .unwrap_or_default();
     w.bytes(settings.as_bytes())?;
     w.buf.extend_from_slice(MAGIC);
-    w.w.write_all(&w.buf)?;
+    w.flush()?;
+    let sum = w.hasher.digest128().to_le_bytes();
+    w.w.write_all(&sum)?;
     w.w.flush()
 }
 
 struct R<T: Read> {
-    r: T,
+    r: Hashed<T>,
     offset: u64,
+}
+
+/// Hashes what is read through it.
+struct Hashed<T> {
+    inner: T,
+    hasher: xxhash_rust::xxh3::Xxh3,
+}
+
+impl<T: Read> Read for Hashed<T> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hasher.update(&buf[..n]);
+        Ok(n)
+    }
 }
 
 impl<T: Read> R<T> {
@@ -254,7 +280,10 @@ fn static_str(s: &str, known: &[&'static str]) -> &'static str {
 /// Reads a model file written by [`write`].
 pub fn read<T: Read>(input: T) -> Result<Snapshot> {
     let mut r = R {
-        r: input,
+        r: Hashed {
+            inner: input,
+            hasher: xxhash_rust::xxh3::Xxh3::new(),
+        },
         offset: 0,
     };
     if &r.exact::<8>()? != MAGIC {
@@ -466,6 +495,14 @@ pub fn read<T: Read>(input: T) -> Result<Snapshot> {
     }
     if &r.exact::<8>()? != MAGIC {
         return Err(r.bad("no end marker"));
+    }
+    let want = r.r.hasher.digest128().to_le_bytes();
+    let mut got = [0u8; 16];
+    r.r.inner
+        .read_exact(&mut got)
+        .map_err(|_| r.bad("no checksum"))?;
+    if got != want {
+        return Err(r.bad("checksum mismatch (the file changed after it was written)"));
     }
     Ok(snap)
 }
