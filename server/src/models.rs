@@ -1,6 +1,7 @@
 //! Parsed snapshots kept in memory for queries, least recently used dropped first. A snapshot not
 //! in memory is loaded from its model file (never from the pickle); if that file is missing or
-//! damaged it is rebuilt once from the original upload.
+//! damaged it is rebuilt once from the original upload. Concurrent requests for a snapshot not in
+//! memory wait for one load instead of each loading it (each load holds a whole index).
 
 use std::sync::{Arc, Mutex};
 
@@ -23,6 +24,10 @@ pub struct Models {
     /// (id, model, last use); small, so a Vec.
     entries: Mutex<Vec<(String, Arc<Loaded>, u64)>>,
     clock: std::sync::atomic::AtomicU64,
+    /// One lock per snapshot being loaded: the first request loads, the others wait for it.
+    loading: Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Loads from disk so far (model file or original).
+    loads: std::sync::atomic::AtomicU64,
 }
 
 impl Models {
@@ -31,7 +36,14 @@ impl Models {
             capacity: capacity.max(1),
             entries: Mutex::new(Vec::new()),
             clock: Default::default(),
+            loading: Default::default(),
+            loads: Default::default(),
         }
+    }
+
+    /// How many times a snapshot was loaded from disk (a figure for tests and logs).
+    pub fn loads(&self) -> u64 {
+        self.loads.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn tick(&self) -> u64 {
@@ -76,6 +88,29 @@ impl Models {
         if let Some(m) = self.cached(id) {
             return Ok(Some(m));
         }
+        // One load per snapshot at a time; who waited finds it in memory.
+        let turn = self
+            .loading
+            .lock()
+            .expect("loading lock")
+            .entry(id.to_string())
+            .or_default()
+            .clone();
+        let _turn = turn.lock().await;
+        let result = self.load(lib, id).await;
+        self.loading
+            .lock()
+            .expect("loading lock")
+            .retain(|_, l| Arc::strong_count(l) > 2 || !Arc::ptr_eq(l, &turn));
+        result
+    }
+
+    async fn load(&self, lib: &Library, id: &str) -> anyhow::Result<Option<Arc<Loaded>>> {
+        if let Some(m) = self.cached(id) {
+            return Ok(Some(m));
+        }
+        self.loads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let Some(info) = lib.get(id).await? else {
             return Ok(None);
         };

@@ -320,3 +320,53 @@ async fn a_damaged_model_file_is_rebuilt_not_served() {
     let rebuilt = std::fs::read(&model).unwrap();
     assert!(snapshot::store::read(rebuilt.as_slice()).is_ok());
 }
+
+/// Finding 9 (part): concurrent requests for a snapshot not in memory each loaded it (each load
+/// a whole index). Now one loads and the others wait for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_first_requests_load_a_snapshot_once() {
+    let s = state("one-load").await;
+    let dir = s.config.data_dir.clone();
+    let bytes = std::fs::read(
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/leak_detached_cache.pickle"),
+    )
+    .unwrap();
+    let res = server::http::app(s.clone())
+        .oneshot(
+            Request::post(api::routes::upload(&Default::default()))
+                .body(Body::from(bytes))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let up: serde_json::Value =
+        serde_json::from_slice(&res.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    let id = up["id"].as_str().unwrap().to_string();
+    drop(s);
+    // A fresh server: nothing in memory. Eight views of the snapshot asked for at once.
+    let s = AppState::open(ServeArgs::for_data_dir(dir)).await.unwrap();
+    let mut asks = Vec::new();
+    for k in 0..8u32 {
+        let (s, id) = (s.clone(), id.clone());
+        asks.push(tokio::spawn(async move {
+            let q = api::TimelineQuery {
+                buckets: Some(100 + k as usize),
+                ..Default::default()
+            };
+            let res = server::http::app(s)
+                .oneshot(
+                    Request::get(api::routes::timeline(&id, &q))
+                        .body(Body::empty())
+                        .unwrap(),
+                )
+                .await
+                .unwrap();
+            res.status()
+        }));
+    }
+    for a in asks {
+        assert_eq!(a.await.unwrap(), StatusCode::OK);
+    }
+    assert_eq!(s.models.loads(), 1, "eight requests, one load");
+}
