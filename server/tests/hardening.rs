@@ -53,17 +53,43 @@ async fn send(
     for (k, v) in headers {
         req = req.header(*k, v);
     }
-    let res = server::http::app(s.clone())
-        .oneshot(req.body(body).unwrap())
-        .await
-        .unwrap();
-    let status = res.status();
-    let text =
-        String::from_utf8_lossy(&res.into_body().collect().await.unwrap().to_bytes()).to_string();
-    (status, text, pulled.load(Ordering::Relaxed))
+    let (status, text) = call(s, req.body(body).unwrap()).await;
+    (
+        status,
+        String::from_utf8_lossy(&text).to_string(),
+        pulled.load(Ordering::Relaxed),
+    )
 }
 
 const MIB: u64 = 1 << 20;
+
+/// A fixture's bytes.
+fn fixture(name: &str) -> Vec<u8> {
+    std::fs::read(
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures")
+            .join(name),
+    )
+    .unwrap()
+}
+
+/// One request through the router: the status and the body.
+async fn call(s: &AppState, req: Request<Body>) -> (StatusCode, Bytes) {
+    let res = server::http::app(s.clone()).oneshot(req).await.unwrap();
+    let status = res.status();
+    (status, res.into_body().collect().await.unwrap().to_bytes())
+}
+
+/// Uploads `bytes`; the new snapshot's id.
+async fn upload(s: &AppState, bytes: Vec<u8>) -> String {
+    let req = Request::post(api::routes::upload(&Default::default()))
+        .body(Body::from(bytes))
+        .unwrap();
+    let (st, body) = call(s, req).await;
+    assert!(st.is_success(), "{st}");
+    let up: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    up["id"].as_str().unwrap().to_string()
+}
 
 /// Finding 3: an unauthenticated 1 GiB POST to /api/ingest took the server to 2 GB before its
 /// 401, and PATCH the same; a declared Content-Length reserved address space before any check.
@@ -162,22 +188,12 @@ async fn any_window_a_client_asks_for_is_answered() {
         segments: None,
         largest_free_block_bytes: None,
     });
-    let (st, text, _) = {
-        let body = serde_json::to_vec(&b).unwrap();
-        let res = server::http::app(s.clone())
-            .oneshot(
-                Request::post("/api/ingest")
-                    .header("authorization", "Bearer s3cret")
-                    .body(Body::from(body))
-                    .unwrap(),
-            )
-            .await
-            .unwrap();
-        let st = res.status();
-        let t = res.into_body().collect().await.unwrap().to_bytes();
-        (st, String::from_utf8_lossy(&t).to_string(), 0)
-    };
-    assert_eq!(st, StatusCode::OK, "{text}");
+    let req = Request::post("/api/ingest")
+        .header("authorization", "Bearer s3cret")
+        .body(Body::from(serde_json::to_vec(&b).unwrap()))
+        .unwrap();
+    let (st, text) = call(&s, req).await;
+    assert_eq!(st, StatusCode::OK, "{text:?}");
     let (min, max) = (i64::MIN, i64::MAX);
     let queries = [
         format!("from_ms={min}&to_ms={max}"),
@@ -195,12 +211,7 @@ async fn any_window_a_client_asks_for_is_answered() {
             "/api/live/processes/gpu7/42".to_string(),
         ] {
             let uri = format!("{path}?{q}");
-            let res = server::http::app(s.clone())
-                .oneshot(Request::get(&uri).body(Body::empty()).unwrap())
-                .await
-                .unwrap();
-            let st = res.status();
-            let body = res.into_body().collect().await.unwrap().to_bytes();
+            let (st, body) = call(&s, Request::get(&uri).body(Body::empty()).unwrap()).await;
             // An answer, never a panic: the page (the GPU's always: it has reported), or for the
             // process nothing there in that window.
             assert!(
@@ -227,37 +238,22 @@ async fn any_window_a_client_asks_for_is_answered() {
 #[tokio::test]
 async fn an_upload_with_bytes_after_its_pickle_is_refused_and_not_kept() {
     let s = state("trailing").await;
-    let mut bytes = std::fs::read(
-        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../tests/fixtures/leak_detached_cache.pickle"),
-    )
-    .unwrap();
+    let mut bytes = fixture("leak_detached_cache.pickle");
     bytes.extend_from_slice(b"\x80\x04\x8c\x02os\x8c\x06system\x93.");
-    let res = server::http::app(s.clone())
-        .oneshot(
-            Request::post(api::routes::upload(&Default::default()))
-                .body(Body::from(bytes))
-                .unwrap(),
-        )
-        .await
+    let req = Request::post(api::routes::upload(&Default::default()))
+        .body(Body::from(bytes))
         .unwrap();
-    let st = res.status();
-    let text =
-        String::from_utf8_lossy(&res.into_body().collect().await.unwrap().to_bytes()).to_string();
+    let (st, body) = call(&s, req).await;
+    let text = String::from_utf8_lossy(&body).to_string();
     assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY, "{text}");
     assert!(
         text.contains("bytes follow the pickle's STOP opcode"),
         "{text}"
     );
-    let res = server::http::app(s.clone())
-        .oneshot(
-            Request::get(api::routes::snapshots(&Default::default()))
-                .body(Body::empty())
-                .unwrap(),
-        )
-        .await
+    let req = Request::get(api::routes::snapshots(&Default::default()))
+        .body(Body::empty())
         .unwrap();
-    let list = res.into_body().collect().await.unwrap().to_bytes();
+    let (_, list) = call(&s, req).await;
     assert_eq!(&list[..], b"[]", "nothing half-appears in the library");
     let originals = std::fs::read_dir(s.config.data_dir.join("originals"))
         .unwrap()
@@ -271,30 +267,12 @@ async fn an_upload_with_bytes_after_its_pickle_is_refused_and_not_kept() {
 async fn a_damaged_model_file_is_rebuilt_not_served() {
     let s = state("model-checksum").await;
     let dir = s.config.data_dir.clone();
-    let bytes = std::fs::read(
-        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../tests/fixtures/leak_detached_cache.pickle"),
-    )
-    .unwrap();
     let get = |s: AppState, uri: String| async move {
-        let res = server::http::app(s)
-            .oneshot(Request::get(&uri).body(Body::empty()).unwrap())
-            .await
-            .unwrap();
-        assert_eq!(res.status(), StatusCode::OK, "{uri}");
-        res.into_body().collect().await.unwrap().to_bytes()
+        let (st, body) = call(&s, Request::get(&uri).body(Body::empty()).unwrap()).await;
+        assert_eq!(st, StatusCode::OK, "{uri}");
+        body
     };
-    let res = server::http::app(s.clone())
-        .oneshot(
-            Request::post(api::routes::upload(&Default::default()))
-                .body(Body::from(bytes))
-                .unwrap(),
-        )
-        .await
-        .unwrap();
-    let up: serde_json::Value =
-        serde_json::from_slice(&res.into_body().collect().await.unwrap().to_bytes()).unwrap();
-    let id = up["id"].as_str().unwrap().to_string();
+    let id = upload(&s, fixture("leak_detached_cache.pickle")).await;
     let q = api::TimelineQuery {
         axis: Some(api::Axis::Event),
         buckets: Some(200),
@@ -327,22 +305,7 @@ async fn a_damaged_model_file_is_rebuilt_not_served() {
 async fn concurrent_first_requests_load_a_snapshot_once() {
     let s = state("one-load").await;
     let dir = s.config.data_dir.clone();
-    let bytes = std::fs::read(
-        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../tests/fixtures/leak_detached_cache.pickle"),
-    )
-    .unwrap();
-    let res = server::http::app(s.clone())
-        .oneshot(
-            Request::post(api::routes::upload(&Default::default()))
-                .body(Body::from(bytes))
-                .unwrap(),
-        )
-        .await
-        .unwrap();
-    let up: serde_json::Value =
-        serde_json::from_slice(&res.into_body().collect().await.unwrap().to_bytes()).unwrap();
-    let id = up["id"].as_str().unwrap().to_string();
+    let id = upload(&s, fixture("leak_detached_cache.pickle")).await;
     drop(s);
     // A fresh server: nothing in memory. Eight views of the snapshot asked for at once.
     let s = AppState::open(ServeArgs::for_data_dir(dir)).await.unwrap();
@@ -354,15 +317,10 @@ async fn concurrent_first_requests_load_a_snapshot_once() {
                 buckets: Some(100 + k as usize),
                 ..Default::default()
             };
-            let res = server::http::app(s)
-                .oneshot(
-                    Request::get(api::routes::timeline(&id, &q))
-                        .body(Body::empty())
-                        .unwrap(),
-                )
-                .await
+            let req = Request::get(api::routes::timeline(&id, &q))
+                .body(Body::empty())
                 .unwrap();
-            res.status()
+            call(&s, req).await.0
         }));
     }
     for a in asks {

@@ -1,5 +1,7 @@
 //! Recognises compressed input by its magic bytes and wraps it in a streaming decoder, so a
-//! `.pickle.gz`, `.zst` or `.xz` upload is read without ever holding the whole file.
+//! `.pickle.gz`, `.zst` or `.xz` upload is read without ever holding the whole file; and
+//! [`Hashing`], the reader that hashes what passes through it (a snapshot's content hash, a
+//! model file's checksum).
 
 use std::io::{BufRead, BufReader, Read};
 
@@ -99,4 +101,18 @@ pub fn open<'a, R: Read + 'a>(reader: R) -> Result<(Box<dyn Read + 'a>, Compress
         }
     };
     Ok((boxed, kind))
+}
+
+/// Hashes (XXH3-128) what is read through it.
+pub(crate) struct Hashing<'h, R> {
+    pub inner: R,
+    pub hasher: &'h mut xxhash_rust::xxh3::Xxh3,
+}
+
+impl<R: Read> Read for Hashing<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hasher.update(&buf[..n]);
+        Ok(n)
+    }
 }

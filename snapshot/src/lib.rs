@@ -68,7 +68,7 @@ pub fn read_general<R: Read>(reader: R) -> Result<Snapshot> {
 fn read_impl<R: Read>(reader: R, limits: Limits, fast_path: bool) -> Result<Snapshot> {
     let (decoded, compression) = decompress::open(reader)?;
     let mut hasher = xxhash_rust::xxh3::Xxh3::new();
-    let mut input = pickle::Input::new(Hashing {
+    let mut input = pickle::Input::new(decompress::Hashing {
         inner: decoded,
         hasher: &mut hasher,
     });
@@ -133,20 +133,6 @@ fn read_impl<R: Read>(reader: R, limits: Limits, fast_path: bool) -> Result<Snap
     let mut snap = lower::build(heap, root, format)?;
     snap.content_hash = hasher.digest128();
     Ok(snap)
-}
-
-/// Hashes what passes through it.
-struct Hashing<'h, R> {
-    inner: R,
-    hasher: &'h mut xxhash_rust::xxh3::Xxh3,
-}
-
-impl<R: Read> Read for Hashing<'_, R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.hasher.update(&buf[..n]);
-        Ok(n)
-    }
 }
 
 /// Reads a snapshot held in memory.

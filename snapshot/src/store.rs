@@ -12,6 +12,7 @@
 
 use std::io::{self, Read, Write};
 
+use crate::decompress::Hashing;
 use crate::error::{Error, Result};
 use crate::intern::StrId;
 use crate::model::*;
@@ -188,26 +189,12 @@ pub fn write<T: Write>(snap: &Snapshot, out: &mut T) -> io::Result<()> {
     w.w.flush()
 }
 
-struct R<T: Read> {
-    r: Hashed<T>,
+struct R<'h, T: Read> {
+    r: Hashing<'h, T>,
     offset: u64,
 }
 
-/// Hashes what is read through it.
-struct Hashed<T> {
-    inner: T,
-    hasher: xxhash_rust::xxh3::Xxh3,
-}
-
-impl<T: Read> Read for Hashed<T> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.hasher.update(&buf[..n]);
-        Ok(n)
-    }
-}
-
-impl<T: Read> R<T> {
+impl<T: Read> R<'_, T> {
     fn bad(&self, what: &str) -> Error {
         Error::Malformed {
             offset: self.offset,
@@ -279,10 +266,11 @@ fn static_str(s: &str, known: &[&'static str]) -> &'static str {
 
 /// Reads a model file written by [`write`].
 pub fn read<T: Read>(input: T) -> Result<Snapshot> {
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
     let mut r = R {
-        r: Hashed {
+        r: Hashing {
             inner: input,
-            hasher: xxhash_rust::xxh3::Xxh3::new(),
+            hasher: &mut hasher,
         },
         offset: 0,
     };

@@ -9,6 +9,7 @@ use axum::routing::post;
 use axum::{Json, Router};
 
 use super::error::{ApiError, ApiResult};
+use super::query::declared_length;
 use crate::state::AppState;
 use api::routes;
 
@@ -104,11 +105,4 @@ async fn ingest_batch(
         });
     }
     Ok(Json(ack))
-}
-
-/// The body length a request declares (`Content-Length`), if it does.
-pub(super) fn declared_length(headers: &HeaderMap) -> Option<u64> {
-    headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok()?.trim().parse().ok())
 }

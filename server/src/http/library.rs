@@ -74,7 +74,7 @@ async fn upload(
     // A declared size over the limit is refused before a byte is read; the declared size is
     // the parser's size hint, so it is never trusted past the limit.
     let limit_bytes = s.config.max_upload_bytes;
-    let total_bytes = super::ingest::declared_length(&headers).unwrap_or(0);
+    let total_bytes = super::query::declared_length(&headers).unwrap_or(0);
     if total_bytes > limit_bytes {
         return Err(ApiError::TooLarge { limit_bytes });
     }

@@ -1,5 +1,8 @@
-//! The query-string extractor every handler uses: decodes into an `api` query type, and a
-//! malformed query is a 400 with the decoder's message as JSON, like every other error.
+//! What handlers read from a request before its body: the query-string extractor every handler
+//! uses (decodes into an `api` query type; a malformed query is a 400 with the decoder's message
+//! as JSON, like every other error), and the body length a request declares.
+
+use axum::http::{HeaderMap, header};
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
@@ -20,4 +23,12 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
             .map(ApiQuery)
             .map_err(|e| ApiError::BadRequest(e.to_string()))
     }
+}
+
+/// The body length a request declares (`Content-Length`), if it does: what a handler checks
+/// against its limit before reading any of the body.
+pub fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.trim().parse().ok())
 }

@@ -41,15 +41,7 @@ impl Library {
         .execute(&mut *tx)
         .await?;
         // Each GPU once per batch (its latest reading), then the samples in multi-row inserts.
-        let mut latest: Vec<&wire::GpuSample> = Vec::new();
-        for g in &b.gpus {
-            match latest.iter_mut().find(|x| x.uuid == g.uuid) {
-                Some(x) if x.time_ms <= g.time_ms => *x = g,
-                Some(_) => {}
-                None => latest.push(g),
-            }
-        }
-        for g in latest {
+        for g in newest(&b.gpus, |x, y| x.uuid == y.uuid, |g| g.time_ms) {
             // The series' latest reading (a late batch does not move it back).
             sqlx::query(
                 "INSERT INTO gpu_latest (gpu_uuid, time_ms, used_bytes, reserved_bytes, gpu_util, temperature_c, power_mw) \
@@ -146,18 +138,10 @@ impl Library {
             q.build().execute(&mut *tx).await?;
         }
         // Each allocator series' latest sample in this batch, then into the latest table.
-        let mut newest: Vec<&wire::AllocatorSample> = Vec::new();
-        for a in &b.allocator {
-            let same = |x: &&wire::AllocatorSample| {
-                x.pid == a.pid && x.start_time_ms == a.start_time_ms && x.device == a.device
-            };
-            match newest.iter_mut().find(|x| same(x)) {
-                Some(x) if x.time_ms <= a.time_ms => *x = a,
-                Some(_) => {}
-                None => newest.push(a),
-            }
-        }
-        for a in newest {
+        let same = |x: &wire::AllocatorSample, y: &wire::AllocatorSample| {
+            (x.pid, x.start_time_ms, x.device) == (y.pid, y.start_time_ms, y.device)
+        };
+        for a in newest(&b.allocator, same, |a| a.time_ms) {
             sqlx::query(
                 "INSERT INTO allocator_latest (host, pid, start_key, start_time_ms, device, gpu_uuid, time_ms, step, \
                  allocated_bytes, reserved_bytes, alloc_retries, ooms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
@@ -270,4 +254,21 @@ impl Library {
         }
         Ok(out)
     }
+}
+
+/// The newest sample of each series in a batch (a batch holds few series), in first-seen order.
+fn newest<T>(
+    samples: &[T],
+    same_series: impl Fn(&T, &T) -> bool,
+    time_ms: impl Fn(&T) -> i64,
+) -> Vec<&T> {
+    let mut out: Vec<&T> = Vec::new();
+    for s in samples {
+        match out.iter_mut().find(|x| same_series(x, s)) {
+            Some(x) if time_ms(x) <= time_ms(s) => *x = s,
+            Some(_) => {}
+            None => out.push(s),
+        }
+    }
+    out
 }

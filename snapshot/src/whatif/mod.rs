@@ -308,7 +308,10 @@ pub fn whatif(snap: &Snapshot, index: &Index, opts: &Options) -> Result<WhatIf, 
         )));
     }
     let trace = Trace::new(snap, index, d);
-    let implied = implied_limit(&trace, &recorded_conf);
+    let last_oom = LastOom::of(&trace, &recorded_conf);
+    let implied = last_oom
+        .as_ref()
+        .map(|o| implied_limit(&trace, &recorded_conf, o));
     let limit = match opts.limit_bytes {
         Some(bytes) => Some(LimitInfo {
             bytes,
@@ -347,7 +350,7 @@ pub fn whatif(snap: &Snapshot, index: &Index, opts: &Options) -> Result<WhatIf, 
     // every run, not the record.
     let recorded_under = |l: &Limit| {
         l.bytes >= trace.peak_reserved_bytes
-            && oom_ceiling(&trace, &recorded_conf).is_none_or(|ceiling| l.bytes < ceiling)
+            && last_oom.as_ref().is_none_or(|o| l.bytes < o.ceiling())
     };
     let check_limit = match model_limit.filter(recorded_under) {
         Some(l) => Some(l),
@@ -535,11 +538,30 @@ pub fn oom_whatif(snap: &Snapshot, index: &Index, device: i32) -> Option<OomWhat
     })
 }
 
-/// The smallest limit under which the trace's last OOM would not have happened: what was
-/// reserved then plus the segment the failing request needed.
-fn oom_ceiling(trace: &Trace<'_>, conf: &AllocConf) -> Option<u64> {
-    let &(p, size, _, _) = trace.ooms().last()?;
-    Some(trace.reserved_at(p) + conf.allocation_size(size))
+/// The trace's last OOM: where, what the driver had free, what PyTorch had reserved, and the
+/// segment the failing request needed (under the recorded settings).
+struct LastOom {
+    position: u32,
+    driver_free: u64,
+    reserved: u64,
+    alloc_size: u64,
+}
+
+impl LastOom {
+    fn of(trace: &Trace<'_>, conf: &AllocConf) -> Option<LastOom> {
+        let &(position, size, _, driver_free) = trace.ooms().last()?;
+        Some(LastOom {
+            position,
+            driver_free,
+            reserved: trace.reserved_at(position),
+            alloc_size: conf.allocation_size(size),
+        })
+    }
+
+    /// The smallest limit under which it would not have happened.
+    fn ceiling(&self) -> u64 {
+        self.reserved + self.alloc_size
+    }
 }
 
 /// The limit the trace's last OOM implies. The driver had room for the new segment: a
@@ -547,19 +569,18 @@ fn oom_ceiling(trace: &Trace<'_>, conf: &AllocConf) -> Option<u64> {
 /// what the failing request would have made it (the lower end is used: every run that fits under
 /// it would have fit). Otherwise the device was full: PyTorch's reservation then plus what the
 /// driver had left.
-fn implied_limit(trace: &Trace<'_>, conf: &AllocConf) -> Option<LimitInfo> {
-    let &(p, size, _, driver_free) = trace.ooms().last()?;
-    let reserved = trace.reserved_at(p);
-    let alloc_size = conf.allocation_size(size);
+fn implied_limit(trace: &Trace<'_>, conf: &AllocConf, o: &LastOom) -> LimitInfo {
+    let (p, driver_free, reserved, alloc_size) =
+        (o.position, o.driver_free, o.reserved, o.alloc_size);
     if driver_free >= alloc_size {
         // Every request that got memory before passed the limit's check; the failing one did not.
         let peak = (0..=p)
             .map(|q| trace.reserved_at(q))
             .max()
             .unwrap_or(reserved);
-        let upper = reserved + alloc_size - 1;
+        let upper = o.ceiling() - 1;
         let lower = peak.max(trace.granted_before(p, conf)).min(upper);
-        Some(LimitInfo {
+        LimitInfo {
             bytes: lower,
             kind: "fraction",
             source: "oom",
@@ -571,9 +592,9 @@ fn implied_limit(trace: &Trace<'_>, conf: &AllocConf) -> Option<LimitInfo> {
                 human_bytes(reserved),
                 human_bytes(alloc_size),
             ),
-        })
+        }
     } else {
-        Some(LimitInfo {
+        LimitInfo {
             bytes: reserved + driver_free,
             kind: "device",
             source: "oom",
@@ -583,7 +604,7 @@ fn implied_limit(trace: &Trace<'_>, conf: &AllocConf) -> Option<LimitInfo> {
                 human_bytes(driver_free),
                 human_bytes(reserved + driver_free),
             ),
-        })
+        }
     }
 }
 

@@ -308,13 +308,7 @@ pub fn TimelineView() -> impl IntoView {
     let whatif = LocalResource::new(move || {
         let id = url.id.get();
         let conf = url.get("conf");
-        let q = ::api::WhatIfQuery {
-            device: url.device(),
-            alloc_conf: conf.clone(),
-            limit_bytes: url.get("limit").and_then(|v| v.parse().ok()),
-            limit_kind: url.get("limit_kind"),
-            curves: Some(true),
-        };
+        let q = super::whatif::query(url, conf.clone(), true);
         async move {
             let conf = conf?;
             snapshot::whatif::conf::AllocConf::parse(&conf).ok()?;
@@ -325,16 +319,11 @@ pub fn TimelineView() -> impl IntoView {
         let d = data.get()?.ok()?;
         let (conf, w) = whatif.get().flatten()?;
         let run = w.runs.iter().find(|r| r.alloc_conf == conf)?;
-        let end = run.oom_position.unwrap_or(u32::MAX);
         Some(
             d.timeline
                 .buckets
                 .iter()
-                .map(|k| {
-                    (k.first <= end).then(|| {
-                        ::api::RecordedCurves::max_in(&run.reserved_curve, k.first, k.last.min(end))
-                    })?
-                })
+                .map(|k| super::whatif::simulated_in(run, k.first, k.last))
                 .collect::<Vec<_>>(),
         )
     });
@@ -642,9 +631,9 @@ pub fn TimelineView() -> impl IntoView {
                             <div>{format!("reserved {}", fmt::bytes(b.reserved_max_bytes))}</div>
                             {whatif.get_untracked().flatten().map(|(conf, w)| {
                                 let run = w.runs.iter().find(|r| r.alloc_conf == conf);
-                                let v = run.and_then(|r| match r.oom_position {
-                                    Some(o) if b.first > o => Some("out of memory".to_string()),
-                                    _ => ::api::RecordedCurves::max_in(&r.reserved_curve, b.first, b.last).map(fmt::bytes),
+                                let v = run.map(|r| {
+                                    super::whatif::simulated_in(r, b.first, b.last)
+                                        .map_or("out of memory".to_string(), fmt::bytes)
                                 });
                                 view! { <div class="simulated">{format!("{}: {} (simulated)", super::whatif::conf_name(&conf), v.unwrap_or_default())}</div> }
                             })}

@@ -23,8 +23,9 @@ pub fn conf_name(conf: &str) -> String {
     }
 }
 
-/// The query the tab's URL asks for (`curves` and one setting for the chart's answer).
-fn query(url: UrlState, alloc_conf: Option<String>, curves: bool) -> WhatIfQuery {
+/// The query the URL asks for (`curves` and one setting for a chart's answer): the What if tab's
+/// and the timeline's overlay.
+pub fn query(url: UrlState, alloc_conf: Option<String>, curves: bool) -> WhatIfQuery {
     WhatIfQuery {
         device: url.device(),
         alloc_conf,
@@ -32,6 +33,15 @@ fn query(url: UrlState, alloc_conf: Option<String>, curves: bool) -> WhatIfQuery
         limit_kind: url.get("limit_kind"),
         curves: curves.then_some(true),
     }
+}
+
+/// A run's simulated reserved bytes over positions `first..=last` (the highest); none past where
+/// it runs out of memory.
+pub fn simulated_in(run: &WhatIfRun, first: u32, last: u32) -> Option<u64> {
+    let end = run.oom_position.unwrap_or(u32::MAX);
+    (first <= end)
+        .then(|| RecordedCurves::max_in(&run.reserved_curve, first, last.min(end)))
+        .flatten()
 }
 
 /// The setting shown first: the best-ranked one that is not the recorded one.
