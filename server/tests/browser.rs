@@ -1502,7 +1502,7 @@ async fn the_what_if_tab_shows_the_setting_that_avoids_the_oom() {
     );
     let check = wait_js(
         &c,
-        "document.querySelector('.replay-check.exact').innerText",
+        "document.querySelector('.replay-check.exact')?.innerText",
         "the replay check",
     )
     .await;
@@ -1562,7 +1562,7 @@ async fn the_what_if_tab_shows_the_setting_that_avoids_the_oom() {
         .unwrap();
     let read = wait_js(
         &c,
-        "document.querySelector('.whatif-chart .readout').innerText",
+        "document.querySelector('.whatif-chart .readout')?.innerText",
         "the readout",
     )
     .await;
@@ -1691,7 +1691,7 @@ async fn the_what_if_tab_shows_the_setting_that_avoids_the_oom() {
         .unwrap();
     let read = wait_js(
         &c,
-        "document.querySelector('.whatif-chart .readout').innerText.includes('max_split') && document.querySelector('.whatif-chart .readout').innerText",
+        "document.querySelector('.whatif-chart .readout')?.innerText.includes('max_split') && document.querySelector('.whatif-chart .readout').innerText",
         "the readout past the OOM",
     )
     .await;
@@ -1747,7 +1747,7 @@ async fn the_what_if_tab_shows_the_setting_that_avoids_the_oom() {
     .unwrap();
     let fates = wait_js(
         &c,
-        "document.querySelector('.limit-now').innerText.startsWith('Every run is held to a limit of 3.0 GiB') && document.querySelector('.replay-check.exact') && [...document.querySelectorAll('tr.run .fate')].map(f => f.innerText)",
+        "document.querySelector('.limit-now')?.innerText.startsWith('Every run is held to a limit of 3.0 GiB') && document.querySelector('.replay-check.exact') && [...document.querySelectorAll('tr.run .fate')].map(f => f.innerText)",
         "the runs under 3 GiB",
     )
     .await;
