@@ -85,19 +85,25 @@ fn flush(
     {
         return Ok(0); // nothing to say (a host without NVML and no agent running)
     }
-    let batch = wire::Batch {
-        version: wire::VERSION,
-        collector: cfg.name.clone(),
-        seq: s.take_seq()?,
-        host: cfg.host.clone(),
-        gpus: std::mem::take(&mut pending.gpus),
-        processes: std::mem::take(&mut pending.processes),
-        allocator: agents.allocator,
-        events: agents.events,
-        dropped_samples: std::mem::take(&mut s.dropped_samples) + agents.dropped_samples,
-    };
-    s.push(&batch)?;
-    // Only now, with the batch durable in the spool, may the agents' files go.
+    let mut batch = s.batch(&cfg.name, &cfg.host);
+    batch.gpus = std::mem::take(&mut pending.gpus);
+    batch.processes = std::mem::take(&mut pending.processes);
+    batch.allocator = agents.allocator;
+    batch.events = agents.events;
+    batch.dropped_samples += agents.dropped_samples;
+    let had_disk = s.disk_error.is_none();
+    let on_disk = s.push(&batch)?;
+    if had_disk && !on_disk {
+        eprintln!(
+            "memscope-collector: cannot write the spool ({}); keeping batches in memory \
+             (up to 32 MiB, then dropping and counting the oldest) until it can",
+            s.disk_error.as_deref().unwrap_or("unknown error")
+        );
+    } else if !had_disk && on_disk {
+        eprintln!("memscope-collector: the spool is writable again");
+    }
+    // Only now, with the batch kept (in the spool, or in memory if the disk refused it), may
+    // the agents' files go.
     if let Some(r) = &cfg.relay {
         r.done(&agents.files);
     }
@@ -121,17 +127,42 @@ pub fn ship(spool: &Mutex<Spool>, sender: &Sender, stop: &AtomicBool, log: &dyn 
             std::thread::sleep(Duration::from_millis(50));
             continue;
         }
-        let (seq, path) = &pending[0];
-        match sender.send(path) {
-            Ok(ack) if ack.seq == *seq => {
-                let _ = spool.lock().expect("spool lock").ack(*seq);
+        let seq = pending[0];
+        let (body, spool_id) = {
+            let s = spool.lock().expect("spool lock");
+            (s.body(seq), s.id().to_string())
+        };
+        let Ok(body) = body else {
+            // Dropped by the cap meanwhile (counted there), or unreadable: look again shortly.
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        };
+        match sender.send(&body) {
+            Ok(ack) if ack.acknowledges(Some(&spool_id), seq) => {
+                let _ = spool.lock().expect("spool lock").ack(seq);
                 acked += 1;
                 attempt = 0;
             }
-            Ok(ack) => log(&format!(
-                "server acknowledged seq {} for batch {seq}; keeping it",
-                ack.seq
-            )),
+            Ok(ack) => {
+                // Not an acknowledgement of what was sent (a server older than wire version 2
+                // does not echo the spool id): keep the batch.
+                log(&format!(
+                    "server acknowledged seq {} of spool {:?} for batch {seq} of spool {spool_id}; keeping it",
+                    ack.seq, ack.spool_id
+                ));
+                std::thread::sleep(backoff(6, seed));
+            }
+            Err(SendError::Conflict(message)) => {
+                let kept = spool.lock().expect("spool lock").set_aside(seq);
+                log(&format!(
+                    "CONFLICT: the server already holds batch {seq} of spool {spool_id} with different \
+                     content, so it was not stored: {message}; the batch is kept in {}",
+                    kept.map_or_else(
+                        |e| format!("the spool (moving it failed: {e})"),
+                        |p| p.display().to_string()
+                    )
+                ));
+            }
             Err(SendError::Refused { status, message }) => {
                 // Resending cannot succeed; keep the batch and slow down, so nothing is lost
                 // silently while an operator fixes the token.

@@ -27,9 +27,11 @@ struct Args {
     /// Readings per batch.
     #[arg(long, default_value_t = 10)]
     readings_per_batch: usize,
-    /// Spool folder (unsent batches survive restarts here).
-    #[arg(long, env = "MEMSCOPE_SPOOL_DIR", default_value = "./memscope-spool")]
-    spool_dir: PathBuf,
+    /// Spool folder (unsent batches survive restarts here); default
+    /// `$XDG_STATE_HOME/memscope/spool`, else `~/.local/state/memscope/spool`. Give each
+    /// collector on a host its own.
+    #[arg(long, env = "MEMSCOPE_SPOOL_DIR")]
+    spool_dir: Option<PathBuf>,
     /// Spool size cap in bytes; the oldest batches are dropped (and counted) beyond it.
     #[arg(long, default_value_t = 256 << 20)]
     spool_max_bytes: u64,
@@ -87,18 +89,28 @@ fn main() -> std::process::ExitCode {
         readings_per_batch: args.readings_per_batch.max(1),
         relay: Some(relay::Relay::new(&args.agent_dir)),
     };
-    let result = spool::Spool::open(&args.spool_dir, args.spool_max_bytes)
-        .map_err(anyhow::Error::from)
-        .and_then(|sp| {
-            collector::run(
-                cfg,
-                src,
-                sp,
-                sender::Sender::new(&args.server, &args.token),
-                args.readings,
-                Arc::new(AtomicBool::new(false)),
-            )
-        });
+    let spool_dir = args.spool_dir.clone().unwrap_or_else(spool::default_dir);
+    let sp = spool::Spool::open(&spool_dir, args.spool_max_bytes);
+    match &sp.disk_error {
+        None => eprintln!(
+            "memscope-collector: spool {} (id {}, {} batches waiting)",
+            spool_dir.display(),
+            sp.id(),
+            sp.pending().map_or(0, |p| p.len())
+        ),
+        Some(why) => eprintln!(
+            "memscope-collector: {why}; batches are kept in memory (id {}) until it can be written",
+            sp.id()
+        ),
+    }
+    let result = collector::run(
+        cfg,
+        src,
+        sp,
+        sender::Sender::new(&args.server, &args.token),
+        args.readings,
+        Arc::new(AtomicBool::new(false)),
+    );
     match result {
         Ok((spooled, acked)) => {
             eprintln!(

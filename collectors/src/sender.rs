@@ -1,7 +1,6 @@
 //! Ships spooled batches to the server: `POST /api/ingest` with the collector's token, the spool's
 //! gzip file as the body; the batch is deleted only after the server's acknowledgement.
 
-use std::path::Path;
 use std::time::Duration;
 
 /// Why a batch was not acknowledged.
@@ -11,6 +10,9 @@ pub enum SendError {
     Unreachable(String),
     /// The server refused the batch (bad token, malformed): retrying will not help.
     Refused { status: u16, message: String },
+    /// The server has this batch's key stored with different content (409): resending cannot
+    /// help and deleting it would lose it.
+    Conflict(String),
 }
 
 impl std::fmt::Display for SendError {
@@ -20,6 +22,7 @@ impl std::fmt::Display for SendError {
             SendError::Refused { status, message } => {
                 write!(f, "server refused the batch ({status}): {message}")
             }
+            SendError::Conflict(m) => write!(f, "server holds other content for this batch: {m}"),
         }
     }
 }
@@ -45,23 +48,22 @@ impl Sender {
         }
     }
 
-    /// Sends one spooled batch file; Ok with the server's acknowledgement.
-    pub fn send(&self, path: &Path) -> Result<wire::Ack, SendError> {
-        let body = std::fs::read(path)
-            .map_err(|e| SendError::Unreachable(format!("cannot read spool: {e}")))?;
+    /// Sends one spooled batch (gzip JSON); Ok with the server's acknowledgement.
+    pub fn send(&self, body: &[u8]) -> Result<wire::Ack, SendError> {
         let resp = self
             .agent
             .post(&self.url)
             .header("authorization", &format!("Bearer {}", self.token))
             .header("content-type", "application/json")
             .header("content-encoding", "gzip")
-            .send(&body[..])
+            .send(body)
             .map_err(|e| SendError::Unreachable(e.to_string()))?;
         let status = resp.status().as_u16();
         let text = resp.into_body().read_to_string().unwrap_or_default();
         match status {
             200 => serde_json::from_str(&text)
                 .map_err(|e| SendError::Unreachable(format!("unexpected answer: {e}"))),
+            409 => Err(SendError::Conflict(text)),
             s if (500..600).contains(&s) || s == 429 => {
                 SendError::Unreachable(format!("status {s}")).into_err()
             }

@@ -122,7 +122,7 @@ fn relayed_agent_data_is_joined_with_nvml_and_its_leak_and_oom_are_found() {
                     relay: Some(Relay::new(&agent_dir)),
                 },
                 Box::new(src),
-                Spool::open(&spool_dir, 64 << 20).unwrap(),
+                Spool::open(&spool_dir, 64 << 20),
                 Sender::new(&url, "t1"),
                 None,
                 stop,

@@ -35,7 +35,7 @@ fn server_outage_loses_nothing_and_stores_nothing_twice() {
         readings_per_batch: 4,
         relay: None,
     };
-    let spool = Spool::open(&base.join("spool"), 64 << 20).unwrap();
+    let spool = Spool::open(&base.join("spool"), 64 << 20);
     let sender = Sender::new(&format!("http://127.0.0.1:{port}"), "t1");
     let src = Box::new(Recorded::open(&fixture()).unwrap());
     let collecting = std::thread::spawn(move || {
@@ -100,18 +100,19 @@ fn server_outage_loses_nothing_and_stores_nothing_twice() {
 fn a_wrong_token_keeps_batches_in_the_spool() {
     let (base, port) = scratch("badtoken");
     let server = start_server(&base.join("lib"), port);
-    let mut spool = Spool::open(&base.join("spool"), 64 << 20).unwrap();
+    let mut spool = Spool::open(&base.join("spool"), 64 << 20);
     let mut src = Recorded::open(&fixture()).unwrap();
     let r = src.read(1);
     let batch = wire::Batch {
         gpus: r.gpus,
         processes: r.processes,
-        ..wire::Batch::new("c1", spool.take_seq().unwrap(), "h1")
+        ..spool.batch("c1", "h1")
     };
     spool.push(&batch).unwrap();
-    let (seq, path) = spool.pending().unwrap()[0].clone();
+    let seq = spool.pending().unwrap()[0];
+    let body = spool.body(seq).unwrap();
     let err = Sender::new(&format!("http://127.0.0.1:{port}"), "nope")
-        .send(&path)
+        .send(&body)
         .unwrap_err();
     assert!(
         matches!(
@@ -126,9 +127,10 @@ fn a_wrong_token_keeps_batches_in_the_spool() {
         "refused batches are kept"
     );
     let ack = Sender::new(&format!("http://127.0.0.1:{port}"), "t1")
-        .send(&path)
+        .send(&body)
         .unwrap();
     assert_eq!((ack.seq, ack.duplicate), (seq, false));
+    assert!(ack.acknowledges(Some(spool.id()), seq));
     server.stop();
 }
 
@@ -142,11 +144,11 @@ fn spool_survives_restarts_and_bounds_itself() {
         wire::Batch {
             gpus: r.gpus,
             processes: r.processes,
-            ..wire::Batch::new("c", spool.take_seq().unwrap(), "h")
+            ..spool.batch("c", "h")
         }
     };
     {
-        let mut s = Spool::open(&dir, 1 << 20).unwrap();
+        let mut s = Spool::open(&dir, 1 << 20);
         for _ in 0..3 {
             let b = batch(&mut s);
             s.push(&b).unwrap();
@@ -154,13 +156,16 @@ fn spool_survives_restarts_and_bounds_itself() {
     }
     // A half-written file from a crash is removed; numbering continues after a restart.
     collectors::spool::write_raw(&dir.join("00000000000000000099.part"), b"half").unwrap();
-    let mut s = Spool::open(&dir, 1 << 20).unwrap();
+    let mut s = Spool::open(&dir, 1 << 20);
     assert!(!dir.join("00000000000000000099.part").exists());
-    let seqs: Vec<u64> = s.pending().unwrap().iter().map(|(q, _)| *q).collect();
+    let seqs: Vec<u64> = s.pending().unwrap();
     assert_eq!(seqs, vec![3, 2, 1], "newest first");
     assert_eq!(batch(&mut s).seq, 4);
     // Over the cap, the oldest go and are counted.
-    let mut tiny = Spool::open(&dir, 1).unwrap();
+    let id = s.id().to_string();
+    assert_eq!(id.len(), 32, "128 random bits");
+    let mut tiny = Spool::open(&dir, 1);
+    assert_eq!(tiny.id(), id, "the id is the spool's, kept across restarts");
     let b = batch(&mut tiny);
     tiny.push(&b).unwrap();
     assert_eq!(tiny.pending().unwrap().len(), 1);

@@ -328,3 +328,69 @@ async fn concurrent_first_requests_load_a_snapshot_once() {
     }
     assert_eq!(s.models.loads(), 1, "eight requests, one load");
 }
+
+/// Finding 1: a batch was keyed by `(collector, seq)` alone, so a collector that started again
+/// with a fresh spool had its batches answered `duplicate: true, stored: 0` (and deleted them),
+/// and a used seq with a different body was dropped silently. Now the spool id is in the key,
+/// other content under a used key is a 409, and version-1 batches (no spool id) still work.
+#[tokio::test]
+async fn a_fresh_spool_is_stored_and_a_changed_batch_is_a_conflict() {
+    let s = state("spools").await;
+    let post = |b: &wire::Batch| {
+        Request::post("/api/ingest")
+            .header("authorization", "Bearer s3cret")
+            .body(Body::from(serde_json::to_vec(b).unwrap()))
+            .unwrap()
+    };
+    let event = |msg: &str| wire::Event {
+        time_ms: 1_700_000_000_000,
+        kind: "collector".into(),
+        pid: None,
+        device: None,
+        message: msg.into(),
+        snapshot_id: None,
+    };
+    let batch = |spool: Option<&str>, msg: &str| {
+        let mut b = wire::Batch::new("gpu7", 1, "gpu7");
+        b.spool_id = spool.map(str::to_string);
+        b.events.push(event(msg));
+        b
+    };
+    let ack = |text: &[u8]| serde_json::from_slice::<wire::Ack>(text).unwrap();
+
+    // A version-1 collector, as before: stored, then a duplicate.
+    let mut old = batch(None, "v1");
+    old.version = 1;
+    let (st, text) = call(&s, post(&old)).await;
+    assert_eq!(
+        (st, ack(&text).stored, ack(&text).spool_id),
+        (StatusCode::OK, 1, None)
+    );
+    let (_, text) = call(&s, post(&old)).await;
+    assert!(ack(&text).duplicate);
+
+    // Two lives of one collector, each numbering from 1 in its own spool: both stored.
+    for (spool, msg) in [("aaaa", "first life"), ("bbbb", "second life")] {
+        let (st, text) = call(&s, post(&batch(Some(spool), msg))).await;
+        let a = ack(&text);
+        assert_eq!(st, StatusCode::OK);
+        assert_eq!((a.duplicate, a.stored), (false, 1), "{msg}");
+        assert!(a.acknowledges(Some(spool), 1));
+    }
+    // The same batch again: a duplicate; a different one under the same key: 409, not dropped.
+    let (_, text) = call(&s, post(&batch(Some("bbbb"), "second life"))).await;
+    assert!(ack(&text).duplicate);
+    let (st, text) = call(&s, post(&batch(Some("bbbb"), "something else"))).await;
+    assert_eq!(st, StatusCode::CONFLICT);
+    assert!(String::from_utf8_lossy(&text).contains("different content"));
+    let mut changed_v1 = batch(None, "changed");
+    changed_v1.version = 1;
+    let (st, _) = call(&s, post(&changed_v1)).await;
+    assert_eq!(st, StatusCode::CONFLICT);
+    let counts = s.library.live_counts().await.unwrap();
+    assert_eq!(
+        (counts[3], counts[4]),
+        (3, 3),
+        "three events in three batches"
+    );
+}

@@ -11,8 +11,9 @@
 
 use serde::{Deserialize, Serialize};
 
-/// The version this crate writes and reads.
-pub const VERSION: u32 = 1;
+/// The version this crate writes and reads. 2 added `spool_id` (batches and acknowledgements);
+/// version-1 batches, without it, are still accepted and keyed by `(collector, seq)` as before.
+pub const VERSION: u32 = 2;
 
 /// One upload from a collector.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -20,7 +21,11 @@ pub struct Batch {
     pub version: u32,
     /// The collector's name (what its token was issued for; usually the host name).
     pub collector: String,
-    /// Increasing per collector; the idempotency key with `collector`.
+    /// The spool this batch was written to (random, created with the spool); `None` from
+    /// version-1 senders.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spool_id: Option<String>,
+    /// Increasing per spool; the idempotency key with `collector` and `spool_id`.
     pub seq: u64,
     pub host: String,
     #[serde(default)]
@@ -36,12 +41,21 @@ pub struct Batch {
     pub dropped_samples: u64,
 }
 
+impl Ack {
+    /// Whether this acknowledges `batch`: the same sequence number in the same spool. A
+    /// collector deletes a batch only on such an acknowledgement.
+    pub fn acknowledges(&self, batch_spool_id: Option<&str>, seq: u64) -> bool {
+        self.seq == seq && self.spool_id.as_deref() == batch_spool_id
+    }
+}
+
 impl Batch {
     /// A batch with nothing in it yet, at this crate's version.
     pub fn new(collector: &str, seq: u64, host: &str) -> Batch {
         Batch {
             version: VERSION,
             collector: collector.to_string(),
+            spool_id: None,
             seq,
             host: host.to_string(),
             gpus: Vec::new(),
@@ -176,7 +190,10 @@ pub struct Event {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Ack {
     pub seq: u64,
-    /// True when this `(collector, seq)` had been stored before (nothing stored again).
+    /// The batch's `spool_id`, echoed (absent from version-1 servers and for version-1 batches).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spool_id: Option<String>,
+    /// True when this key had been stored before with the same content (nothing stored again).
     pub duplicate: bool,
     /// Rows stored from this batch.
     pub stored: u64,
@@ -196,6 +213,7 @@ mod tests {
         assert_eq!((b.seq, b.gpus.len(), b.processes.len()), (7, 1, 0));
         assert_eq!(b.gpus[0].memory_used_bytes, None);
         assert_eq!(b.dropped_samples, 0);
+        assert_eq!(b.spool_id, None, "a version-1 batch has no spool id");
     }
 
     #[test]
@@ -203,6 +221,7 @@ mod tests {
         let b = Batch {
             version: VERSION,
             collector: "gpu7".into(),
+            spool_id: Some("3f2a".into()),
             seq: 3,
             host: "gpu7".into(),
             gpus: vec![],

@@ -20,6 +20,9 @@ pub enum ApiError {
     BadRequest(String),
     #[error("{0}")]
     Unauthorized(String),
+    /// The request contradicts what is stored (a batch key resent with other content).
+    #[error("{0}")]
+    Conflict(String),
     #[error(
         "upload is larger than the limit of {limit_bytes} bytes; raise --max-upload-bytes (MEMSCOPE_MAX_UPLOAD_BYTES) to accept it"
     )]
@@ -43,11 +46,21 @@ impl ApiError {
             ApiError::NotFound(_) | ApiError::Missing(_) => StatusCode::NOT_FOUND,
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::TooLarge { .. } | ApiError::BodyTooLarge { .. } => {
                 StatusCode::PAYLOAD_TOO_LARGE
             }
             ApiError::Unreadable(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+impl From<crate::live::IngestError> for ApiError {
+    fn from(e: crate::live::IngestError) -> Self {
+        match e {
+            crate::live::IngestError::Db(e) => e.into(),
+            conflict => ApiError::Conflict(conflict.to_string()),
         }
     }
 }

@@ -1,7 +1,9 @@
 //! The live-collection tables (`migrations/0002_live.sql`, `0003_live_rollups.sql`,
-//! `0004_hosts_processes.sql`). With `library`, the only module that talks to the database.
+//! `0004_hosts_processes.sql`, `0007_latest.sql`, `0008_spool_id.sql`). With `library`, the only
+//! module that talks to the database.
 //!
-//! - `store`: a collector batch stored idempotently (once per `(collector, seq)`).
+//! - `store`: a collector batch stored idempotently (once per `(collector, spool_id, seq)`; the
+//!   same key with other content is a conflict).
 //! - `queries`: the tables read back as rows (latest readings, windows, events, counters).
 //! - `series`: windows, bucket alignment, the outside-PyTorch series and the leak signal (pure).
 //! - `pages`: the live pages' answers (`api` types) shaped from the rows.
@@ -16,3 +18,4 @@ mod store;
 pub use queries::{DeviceAllocator, GpuLatest};
 pub use rollup::RollUp;
 pub use series::{LEAK_MIN_STEPS, Window, align, leak_signal, outside};
+pub use store::IngestError;

@@ -1,34 +1,88 @@
-//! Storing collector batches: one transaction per batch, once per `(collector, seq)`; the host
-//! and process rows kept current by every batch.
+//! Storing collector batches: one transaction per batch, once per `(collector, spool_id, seq)`;
+//! the host and process rows kept current by every batch.
+
+use sha2::Digest;
 
 use crate::library::Library;
 
 /// Rows per multi-row INSERT (16 columns at most: well under SQLite's 32,766 variables).
 const ROWS_PER_INSERT: usize = 1000;
 
+/// Why a batch was not stored.
+#[derive(Debug, thiserror::Error)]
+pub enum IngestError {
+    /// The batch's key was stored before with different content: storing it would lose one of
+    /// the two, acknowledging it would make the sender delete data that is not stored.
+    #[error(
+        "batch {seq} of collector {collector:?} (spool {spool}) was stored before with different content; \
+         two collectors share a name and spool, or a spool was copied: give each collector its own --spool-dir"
+    )]
+    Conflict {
+        collector: String,
+        spool: String,
+        seq: u64,
+    },
+    #[error(transparent)]
+    Db(#[from] sqlx::Error),
+}
+
+/// The batch's content digest: sha256 of its JSON as this server reads it (so resending the same
+/// batch matches however its bytes were compressed or spaced).
+fn digest(b: &wire::Batch) -> Vec<u8> {
+    let json = serde_json::to_vec(b).expect("a parsed batch serialises");
+    sha2::Sha256::digest(&json).to_vec()
+}
+
 impl Library {
-    /// Stores one collector batch in one transaction, once per `(collector, seq)`.
-    pub async fn ingest_batch(&self, b: &wire::Batch) -> sqlx::Result<wire::Ack> {
+    /// Stores one collector batch in one transaction, once per `(collector, spool_id, seq)`: the
+    /// same key with the same content again is a duplicate (acknowledged, nothing stored), with
+    /// other content a conflict.
+    pub async fn ingest_batch(&self, b: &wire::Batch) -> Result<wire::Ack, IngestError> {
         let _turn = self.live_writer.lock().await;
         let mut tx = self.db.begin().await?;
         let now_ms = crate::now_ms();
         let rows = (b.gpus.len() + b.processes.len() + b.allocator.len() + b.events.len()) as i64;
+        let spool = b.spool_id.as_deref().unwrap_or("");
+        let digest = digest(b);
         let fresh = sqlx::query(
-            "INSERT INTO ingested_batches (collector, seq, received_at_ms, rows, dropped) VALUES (?, ?, ?, ?, ?) \
-             ON CONFLICT DO NOTHING",
+            "INSERT INTO ingested_batches (collector, spool_id, seq, received_at_ms, rows, dropped, digest) \
+             VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
         )
         .bind(&b.collector)
+        .bind(spool)
         .bind(b.seq as i64)
         .bind(now_ms)
         .bind(rows)
         .bind(b.dropped_samples as i64)
+        .bind(&digest)
         .execute(&mut *tx)
         .await?
         .rows_affected()
             == 1;
         if !fresh {
+            let stored: Option<Vec<u8>> = sqlx::query_scalar(
+                "SELECT digest FROM ingested_batches WHERE collector = ? AND spool_id = ? AND seq = ?",
+            )
+            .bind(&b.collector)
+            .bind(spool)
+            .bind(b.seq as i64)
+            .fetch_one(&mut *tx)
+            .await?;
+            // Rows stored before digests were kept cannot be compared: trust them as before.
+            if stored.is_some_and(|d| d != digest) {
+                return Err(IngestError::Conflict {
+                    collector: b.collector.clone(),
+                    spool: if spool.is_empty() {
+                        "none".into()
+                    } else {
+                        spool.into()
+                    },
+                    seq: b.seq,
+                });
+            }
             return Ok(wire::Ack {
                 seq: b.seq,
+                spool_id: b.spool_id.clone(),
                 duplicate: true,
                 stored: 0,
             });
@@ -230,6 +284,7 @@ impl Library {
         tx.commit().await?;
         Ok(wire::Ack {
             seq: b.seq,
+            spool_id: b.spool_id.clone(),
             duplicate: false,
             stored: rows as u64,
         })
