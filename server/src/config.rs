@@ -35,9 +35,52 @@ pub struct ServeArgs {
     /// Snapshots indexed at the same time (each takes one core while it runs).
     #[arg(long, env = "MEMSCOPE_INDEX_WORKERS", default_value_t = 2)]
     pub index_workers: usize,
+    /// Most bytes a compressed upload may decompress to (default 16 GiB); parsing takes memory
+    /// in proportion (see the README's "Deploying").
+    #[arg(long, env = "MEMSCOPE_MAX_DECODED_BYTES", default_value_t = 16 << 30)]
+    pub max_decoded_bytes: u64,
+    /// Most a compressed upload may expand past its first 64 MiB, in decompressed bytes per
+    /// compressed byte (real snapshots: 10–30×; a decompression bomb: 1000×). 0: no limit.
+    #[arg(long, env = "MEMSCOPE_MAX_EXPANSION", default_value_t = 100)]
+    pub max_expansion: u64,
+    /// Slowest upload that keeps its parse slot: fewer bytes per second than this, averaged over
+    /// the body idle timeout, and the upload is cut off (so slow clients cannot hold every slot).
+    #[arg(long, env = "MEMSCOPE_MIN_UPLOAD_RATE", default_value_t = 16 << 10)]
+    pub min_upload_bytes_per_s: u64,
+    /// Most connections at once; past it new ones wait to be accepted.
+    #[arg(long, env = "MEMSCOPE_MAX_CONNECTIONS", default_value_t = 512)]
+    pub max_connections: usize,
+    /// Seconds a client has to send a request's headers (also how long an idle keep-alive
+    /// connection stays open).
+    #[arg(long, env = "MEMSCOPE_HEADER_TIMEOUT_SECS", default_value_t = 10.0)]
+    pub header_timeout_secs: f64,
+    /// Seconds a request body may stall before the request is ended.
+    #[arg(long, env = "MEMSCOPE_BODY_IDLE_TIMEOUT_SECS", default_value_t = 30.0)]
+    pub body_idle_timeout_secs: f64,
 }
 
 impl ServeArgs {
+    /// What one client may hold, for the connection loop.
+    pub fn conn_limits(&self) -> crate::listen::ConnLimits {
+        let secs = |s: f64| std::time::Duration::from_secs_f64(s.clamp(0.01, 86_400.0));
+        crate::listen::ConnLimits {
+            max_connections: self.max_connections,
+            header_timeout: secs(self.header_timeout_secs),
+            body_idle_timeout: secs(self.body_idle_timeout_secs),
+            shutdown_grace: std::time::Duration::from_secs(10),
+        }
+    }
+
+    /// The engine's limits for an upload of `size_hint_bytes` (0 if unknown).
+    pub fn read_limits(&self, size_hint_bytes: u64) -> snapshot::Limits {
+        snapshot::Limits {
+            max_decoded_bytes: self.max_decoded_bytes,
+            max_expansion: self.max_expansion,
+            size_hint_bytes,
+            ..snapshot::Limits::default()
+        }
+    }
+
     /// The collector name a bearer token belongs to.
     pub fn collector_for_token(&self, token: &str) -> Option<&str> {
         self.collector_tokens.iter().find_map(|entry| {
@@ -65,6 +108,12 @@ impl ServeArgs {
             index_workers: 2,
             raw_retention_hours: 48.0,
             rollup_retention_days: 30.0,
+            max_decoded_bytes: 16 << 30,
+            max_expansion: 100,
+            min_upload_bytes_per_s: 16 << 10,
+            max_connections: 512,
+            header_timeout_secs: 10.0,
+            body_idle_timeout_secs: 30.0,
         }
     }
 }

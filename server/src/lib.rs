@@ -9,6 +9,7 @@ pub mod config;
 pub mod convert;
 pub mod http;
 pub mod library;
+pub mod listen;
 pub mod live;
 pub mod models;
 pub mod serve;

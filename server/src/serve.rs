@@ -15,13 +15,13 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
     tracing::info!(addr = %listener.local_addr()?, data_dir = %data_dir.display(), "memscope is serving; open http://{}/", listener.local_addr()?);
-    axum::serve(listener, crate::http::app(state))
-        .with_graceful_shutdown(async move {
-            shutdown_signal().await;
-            // Live event streams never end on their own: end them so shutdown can finish.
-            let _ = shutdown.send(true);
-        })
-        .await?;
+    let limits = state.config.conn_limits();
+    crate::listen::serve(listener, crate::http::app(state), limits, async move {
+        shutdown_signal().await;
+        // Live event streams never end on their own: end them so shutdown can finish.
+        let _ = shutdown.send(true);
+    })
+    .await;
     tracing::info!("stopped");
     Ok(())
 }

@@ -26,6 +26,15 @@ pub enum UploadError {
     Interrupted(String),
     #[error("upload is larger than the limit of {limit_bytes} bytes")]
     TooLarge { limit_bytes: u64 },
+    /// The client sent too slowly to keep a parse slot (see `--min-upload-rate`).
+    #[error(
+        "the upload arrived at {got_bytes_per_s} bytes/s, below the server's minimum of {min_bytes_per_s} bytes/s \
+         (--min-upload-rate); it was cut off so that slow clients cannot hold every parse slot"
+    )]
+    TooSlow {
+        got_bytes_per_s: u64,
+        min_bytes_per_s: u64,
+    },
     /// Not a snapshot memscope can read: the engine's message, for the user.
     #[error("{0}")]
     Unreadable(String),
@@ -73,6 +82,35 @@ struct Sink {
     size: u64,
     limit: u64,
     progress: Arc<UploadProgress>,
+    rate: RateFloor,
+}
+
+/// The slowest an upload may arrive while it holds a parse slot: at least `min_bytes_per_s`,
+/// averaged over each `window`.
+struct RateFloor {
+    min_bytes_per_s: u64,
+    window: std::time::Duration,
+    started: Instant,
+    bytes: u64,
+}
+
+impl RateFloor {
+    fn take(&mut self, n: u64) -> UploadResult<()> {
+        self.bytes += n;
+        let elapsed = self.started.elapsed();
+        if elapsed < self.window {
+            return Ok(());
+        }
+        let got_bytes_per_s = (self.bytes as f64 / elapsed.as_secs_f64()) as u64;
+        if got_bytes_per_s < self.min_bytes_per_s {
+            return Err(UploadError::TooSlow {
+                got_bytes_per_s,
+                min_bytes_per_s: self.min_bytes_per_s,
+            });
+        }
+        (self.started, self.bytes) = (Instant::now(), 0);
+        Ok(())
+    }
 }
 
 impl Sink {
@@ -90,6 +128,7 @@ impl Sink {
                 limit_bytes: self.limit,
             });
         }
+        self.rate.take(chunk.len() as u64)?;
         self.hasher.update(&chunk);
         self.file
             .as_mut()
@@ -158,7 +197,26 @@ async fn collector_device_total(
 /// Stores, parses and commits one upload. The body goes to a temporary file (hashed on the way)
 /// and, at the same time, to the parser on a blocking thread, so indexing overlaps the transfer;
 /// a file the parser rejects ends the upload at once.
+///
+/// The work runs in its own task, so a client that disconnects does not cut it short from
+/// outside: its body ends in an error, the parser sees the end of its input and stops, and only
+/// then are the parse slot released and the temporary files removed (issue 13, finding 4). An
+/// upload whose body had fully arrived is committed even if its client is gone.
 pub async fn upload(
+    state: &AppState,
+    name: String,
+    tags: Vec<Tag>,
+    device_total: Option<u64>,
+    body: Body,
+    progress: Arc<UploadProgress>,
+) -> UploadResult<Uploaded> {
+    let state = state.clone();
+    tokio::spawn(async move { upload_task(&state, name, tags, device_total, body, progress).await })
+        .await
+        .map_err(|e| UploadError::Internal(e.into()))?
+}
+
+async fn upload_task(
     state: &AppState,
     name: String,
     tags: Vec<Tag>,
@@ -190,13 +248,14 @@ pub async fn upload(
     let model_path = model_tmp.0.clone();
     let (tx, rx) = tokio::sync::mpsc::channel::<axum::body::Bytes>(64);
     let parse_progress = progress.clone();
+    let limits = state.config.read_limits(size_hint);
     let parser = tokio::task::spawn_blocking(move || -> UploadResult<_> {
         let reader = ChannelReader {
             rx,
             current: axum::body::Bytes::new(),
             progress: parse_progress,
         };
-        let snap = snapshot::read_sized(reader, size_hint)
+        let snap = snapshot::read_with_limits(reader, limits)
             .map_err(|e| UploadError::Unreadable(e.to_string()))?;
         let (index, report) = snapshot::analysis::analyze(&snap, &options);
         let report = crate::convert::report(report);
@@ -212,6 +271,12 @@ pub async fn upload(
         size: 0,
         limit: state.config.max_upload_bytes,
         progress,
+        rate: RateFloor {
+            min_bytes_per_s: state.config.min_upload_bytes_per_s,
+            window: state.config.conn_limits().body_idle_timeout,
+            started: Instant::now(),
+            bytes: 0,
+        },
     };
     // Receive until the end or the parser stops; the parser is joined on every path, so its
     // files are never written after the guards removed them.

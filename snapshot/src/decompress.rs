@@ -61,6 +61,22 @@ impl<R: Read> Read for Named<R> {
 
 /// Wraps `reader` in the decoder its magic bytes call for.
 pub fn open<'a, R: Read + 'a>(reader: R) -> Result<(Box<dyn Read + 'a>, Compression)> {
+    open_bounded(reader, u64::MAX, 0, &Default::default())
+}
+
+/// Like [`open`], with a compressed input's decoder held to `max_bytes` decoded bytes and to
+/// `max_expansion` (see `Limits`); `tripped` is set when it stops one.
+pub(crate) fn open_bounded<'a, R: Read + 'a>(
+    reader: R,
+    max_bytes: u64,
+    max_expansion: u64,
+    tripped: &Tripped,
+) -> Result<(Box<dyn Read + 'a>, Compression)> {
+    let compressed = std::rc::Rc::new(std::cell::Cell::new(0));
+    let reader = Counted {
+        inner: reader,
+        count: compressed.clone(),
+    };
     let mut buffered = BufReader::with_capacity(64 << 10, reader);
     let head = buffered.fill_buf().map_err(|e| Error::Io {
         offset: 0,
@@ -100,7 +116,68 @@ pub fn open<'a, R: Read + 'a>(reader: R) -> Result<(Box<dyn Read + 'a>, Compress
             });
         }
     };
-    Ok((boxed, kind))
+    if kind == Compression::None {
+        return Ok((boxed, kind));
+    }
+    let bounded = Bounded {
+        inner: boxed,
+        compressed,
+        decoded: 0,
+        max_bytes,
+        max_expansion,
+        tripped: tripped.clone(),
+    };
+    Ok((Box::new(bounded), kind))
+}
+
+/// Counts the bytes read through it into a shared cell (the compressed input's size so far).
+struct Counted<R> {
+    inner: R,
+    count: std::rc::Rc<std::cell::Cell<u64>>,
+}
+
+impl<R: Read> Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.count.set(self.count.get() + n as u64);
+        Ok(n)
+    }
+}
+
+/// Stops a decoder whose output outgrows its limits: at most `max_bytes` decoded, and past
+/// `EXPANSION_FLOOR_BYTES` at most `max_expansion` decoded bytes per compressed byte read.
+/// Tripping sets `tripped` to the limit that was passed (the caller turns it into an error).
+/// Where [`Bounded`] says it stopped a decoder: the limit passed and the compressed bytes read.
+pub(crate) type Tripped = std::rc::Rc<std::cell::Cell<Option<(u64, u64)>>>;
+
+pub(crate) struct Bounded<R> {
+    pub inner: R,
+    pub compressed: std::rc::Rc<std::cell::Cell<u64>>,
+    pub decoded: u64,
+    pub max_bytes: u64,
+    pub max_expansion: u64,
+    pub tripped: Tripped,
+}
+
+impl<R: Read> Read for Bounded<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.decoded += n as u64;
+        let by_ratio = match self.max_expansion {
+            0 => u64::MAX,
+            r => self
+                .compressed
+                .get()
+                .saturating_mul(r)
+                .max(crate::values::EXPANSION_FLOOR_BYTES),
+        };
+        let limit = self.max_bytes.min(by_ratio);
+        if self.decoded > limit {
+            self.tripped.set(Some((limit, self.compressed.get())));
+            return Err(std::io::Error::other("decompressed size limit reached"));
+        }
+        Ok(n)
+    }
 }
 
 /// Hashes (XXH3-128) what is read through it.

@@ -55,6 +55,18 @@ pub enum Error {
         message: String,
     },
 
+    /// A compressed input decompressed past the limits on its size (a decompression bomb, or a
+    /// snapshot larger than the reader was allowed to take).
+    #[error(
+        "the compressed input expands past the limit of {limit_bytes} decompressed bytes \
+         ({compressed_bytes} compressed bytes read so far): a decompression bomb, or a snapshot larger \
+         than this reader accepts (on a server: --max-decoded-bytes, --max-expansion)"
+    )]
+    TooExpanded {
+        compressed_bytes: u64,
+        limit_bytes: u64,
+    },
+
     /// Reading the underlying stream failed.
     #[error("reading the snapshot failed at offset {offset}: {source}")]
     Io { offset: u64, source: std::io::Error },

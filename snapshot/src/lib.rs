@@ -30,7 +30,7 @@ use std::io::Read;
 pub use error::{Error, Result};
 pub use intern::{StrId, StringPool};
 pub use model::*;
-pub use values::Limits;
+pub use values::{EXPANSION_FLOOR_BYTES, Limits};
 
 /// Reads a snapshot with the default [`Limits`].
 pub fn read<R: Read>(reader: R) -> Result<Snapshot> {
@@ -66,7 +66,30 @@ pub fn read_general<R: Read>(reader: R) -> Result<Snapshot> {
 }
 
 fn read_impl<R: Read>(reader: R, limits: Limits, fast_path: bool) -> Result<Snapshot> {
-    let (decoded, compression) = decompress::open(reader)?;
+    let tripped = std::rc::Rc::new(std::cell::Cell::new(None));
+    let read = read_decoded(reader, limits, fast_path, &tripped);
+    match tripped.get() {
+        // Whatever the reader made of the cut-off stream, the limit is why it stopped.
+        Some((limit_bytes, compressed_bytes)) => Err(Error::TooExpanded {
+            compressed_bytes,
+            limit_bytes,
+        }),
+        None => read,
+    }
+}
+
+fn read_decoded<R: Read>(
+    reader: R,
+    limits: Limits,
+    fast_path: bool,
+    tripped: &decompress::Tripped,
+) -> Result<Snapshot> {
+    let (decoded, compression) = decompress::open_bounded(
+        reader,
+        limits.max_decoded_bytes,
+        limits.max_expansion,
+        tripped,
+    )?;
     let mut hasher = xxhash_rust::xxh3::Xxh3::new();
     let mut input = pickle::Input::new(decompress::Hashing {
         inner: decoded,

@@ -31,9 +31,19 @@ pub struct Limits {
     pub max_string_pool_bytes: u64,
     /// Deepest nesting when converting generic values (JSON input, allocator settings).
     pub max_depth: usize,
+    /// Most bytes a compressed input may decompress to.
+    pub max_decoded_bytes: u64,
+    /// Most a compressed input may expand (decompressed bytes per compressed byte) once past
+    /// `EXPANSION_FLOOR_BYTES`; 0 for no ratio limit. Real snapshots expand 10–30×; a
+    /// decompression bomb, 1000×.
+    pub max_expansion: u64,
     /// Not a limit: the input's size if known (0 if not), used to reserve the trace columns.
     pub size_hint_bytes: u64,
 }
+
+/// Decompressed bytes below which the expansion ratio is not checked (a small file may compress
+/// very well without being a bomb).
+pub const EXPANSION_FLOOR_BYTES: u64 = 64 << 20;
 
 impl Default for Limits {
     fn default() -> Self {
@@ -45,6 +55,8 @@ impl Default for Limits {
             max_container_items: 128 << 20,
             max_string_pool_bytes: 1 << 30,
             max_depth: 128,
+            max_decoded_bytes: u64::MAX,
+            max_expansion: 0,
             size_hint_bytes: 0,
         }
     }

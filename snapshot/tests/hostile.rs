@@ -204,6 +204,58 @@ fn huge_declared_lengths_are_refused_without_allocating() {
     assert!(read(b"\x80\x04N\x72\xff\xff\xff\xff\x6a\x00\x00\x00\x10.").is_err());
 }
 
+/// Issue 13, finding 4: a 1 MB gzip drove the server to 6.1 GB. A compressed input is held to a
+/// decompressed size, absolute and relative to what was read: a bomb stops at the limit with an
+/// error that says so, while real snapshots (10–30×) pass untouched.
+#[test]
+fn a_decompression_bomb_stops_at_the_limit() {
+    use std::io::Write;
+    // A pickle that keeps the reader busy: a list of 1 MiB strings, 200 of them (200 MiB).
+    let mut pickle = b"\x80\x04](".to_vec();
+    let string = [&b"X"[..], &(1u32 << 20).to_le_bytes(), &vec![b'a'; 1 << 20]].concat();
+    for _ in 0..200 {
+        pickle.extend_from_slice(&string);
+    }
+    pickle.extend_from_slice(b"e.");
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    gz.write_all(&pickle).unwrap();
+    let bomb = gz.finish().unwrap();
+    assert!(bomb.len() < 1 << 20, "{} bytes expand 1000×", bomb.len());
+
+    let limits = Limits {
+        max_expansion: 100,
+        ..Limits::default()
+    };
+    match snapshot::read_with_limits(bomb.as_slice(), limits) {
+        Err(e @ Error::TooExpanded { limit_bytes, .. }) => {
+            assert_eq!(limit_bytes, snapshot::EXPANSION_FLOOR_BYTES);
+            assert!(e.to_string().contains("decompression bomb"), "{e}");
+        }
+        other => panic!("{:?}", other.map(|_| ())),
+    }
+    let absolute = Limits {
+        max_decoded_bytes: 8 << 20,
+        ..Limits::default()
+    };
+    assert!(matches!(
+        snapshot::read_with_limits(bomb.as_slice(), absolute),
+        Err(Error::TooExpanded { limit_bytes, .. }) if limit_bytes == 8 << 20
+    ));
+    // Without limits it is read to the end (and is no snapshot).
+    assert!(matches!(
+        snapshot::read_with_limits(bomb.as_slice(), Limits::default()),
+        Err(Error::NotASnapshot(_))
+    ));
+    // A real compressed snapshot passes under the server's defaults.
+    let real = std::fs::read(common::fixture("big_python.pickle.xz")).unwrap();
+    let server_defaults = Limits {
+        max_expansion: 100,
+        max_decoded_bytes: 16 << 30,
+        ..Limits::default()
+    };
+    snapshot::read_with_limits(real.as_slice(), server_defaults).unwrap();
+}
+
 #[test]
 fn limits_bound_memory() {
     let limits = Limits {

@@ -20,6 +20,9 @@ pub enum ApiError {
     BadRequest(String),
     #[error("{0}")]
     Unauthorized(String),
+    /// The client sent its request too slowly (a stalled body, an upload below the minimum rate).
+    #[error("{0}")]
+    Timeout(String),
     /// The request contradicts what is stored (a batch key resent with other content).
     #[error("{0}")]
     Conflict(String),
@@ -47,6 +50,7 @@ impl ApiError {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::TooLarge { .. } | ApiError::BodyTooLarge { .. } => {
                 StatusCode::PAYLOAD_TOO_LARGE
             }
@@ -88,6 +92,7 @@ impl From<UploadError> for ApiError {
         match e {
             UploadError::Interrupted(m) => ApiError::BadRequest(format!("upload interrupted: {m}")),
             UploadError::TooLarge { limit_bytes } => ApiError::TooLarge { limit_bytes },
+            e @ UploadError::TooSlow { .. } => ApiError::Timeout(e.to_string()),
             UploadError::Unreadable(m) => ApiError::Unreadable(m),
             UploadError::Internal(e) => ApiError::Internal(e),
         }

@@ -52,7 +52,15 @@ async fn ingest_batch(
     }
     let body = axum::body::to_bytes(body, MAX_BATCH_BYTES)
         .await
-        .map_err(|_| too_large())?;
+        .map_err(|e| {
+            let over = std::error::Error::source(&e)
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+            if over {
+                too_large()
+            } else {
+                ApiError::BadRequest(format!("the batch did not arrive whole: {e}"))
+            }
+        })?;
     let gzip = headers
         .get(header::CONTENT_ENCODING)
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"gzip"));
