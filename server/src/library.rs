@@ -123,6 +123,10 @@ pub struct Library {
     /// retries: queued in order, a small batch waits for the batches ahead of it, not for a
     /// back-off (p99 latency of a small batch under saturating load: 835 ms → 37 ms, bench/README.md).
     pub(crate) live_writer: std::sync::Arc<tokio::sync::Mutex<()>>,
+    /// A commit (files renamed into place, then the row) and a delete (the row, then the files)
+    /// of the same content touch the same files: taken one at a time, so a committed row always
+    /// has its files (issue 13, finding 6: a delete racing a re-upload left rows without files).
+    files: std::sync::Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Library {
@@ -156,6 +160,7 @@ impl Library {
             db,
             dir: dir.to_path_buf(),
             live_writer: Default::default(),
+            files: Default::default(),
         };
         lib.remove_orphans().await?;
         Ok(lib)
@@ -350,6 +355,7 @@ impl Library {
         original_tmp: &Path,
     ) -> anyhow::Result<(SnapshotInfo, bool)> {
         let report_json = serde_json::to_string(report)?;
+        let _files = self.files.lock().await;
         std::fs::rename(model_tmp, self.model_path(&info.sha256))?;
         std::fs::rename(original_tmp, self.original_path(&info.sha256))?;
         if self.insert(info, &report_json, content_hash).await? {
@@ -419,8 +425,10 @@ impl Library {
         Ok(done.rows_affected() == 1)
     }
 
-    /// Removes a snapshot: the row first (it disappears at once), then its files.
+    /// Removes a snapshot: the row first (it disappears at once), then its files; never while a
+    /// commit is placing files.
     pub async fn delete(&self, id: &str) -> sqlx::Result<bool> {
+        let _files = self.files.lock().await;
         let sha: Option<String> =
             sqlx::query_scalar("DELETE FROM snapshots WHERE id = ? RETURNING sha256")
                 .bind(id)
