@@ -18,10 +18,11 @@ use std::time::{Duration, Instant};
 
 use common::{scratch, start_server};
 
-fn gpu(time_ms: i64, i: u32) -> wire::GpuSample {
+/// GPU `i` of `host` (a GPU belongs to one host: the server refuses another's).
+fn gpu(host: &str, time_ms: i64, i: u32) -> wire::GpuSample {
     wire::GpuSample {
         time_ms,
-        uuid: format!("GPU-bench-{i}"),
+        uuid: format!("GPU-{host}-{i}"),
         index: i,
         name: Some("NVIDIA H200".into()),
         memory_used_bytes: Some(40 << 30),
@@ -35,10 +36,10 @@ fn gpu(time_ms: i64, i: u32) -> wire::GpuSample {
     }
 }
 
-fn proc_sample(time_ms: i64, i: u32) -> wire::ProcessSample {
+fn proc_sample(host: &str, time_ms: i64, i: u32) -> wire::ProcessSample {
     wire::ProcessSample {
         time_ms,
-        gpu_uuid: format!("GPU-bench-{}", i % 8),
+        gpu_uuid: format!("GPU-{host}-{}", i % 8),
         pid: 1000 + i,
         start_time_ms: Some(1),
         name: Some("python3".into()),
@@ -53,9 +54,9 @@ fn body(collector: &str, seq: u64, n: usize, t0: i64) -> Vec<u8> {
     for k in 0..n {
         let t = t0 + (k / 16) as i64 * 1000;
         if k % 2 == 0 {
-            b.gpus.push(gpu(t, (k % 8) as u32));
+            b.gpus.push(gpu(collector, t, (k % 8) as u32));
         } else {
-            b.processes.push(proc_sample(t, (k % 16) as u32));
+            b.processes.push(proc_sample(collector, t, (k % 16) as u32));
         }
     }
     let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());

@@ -344,28 +344,33 @@ impl Library {
 
     /// Commits an upload: its model file and original (temporary files, fully written) are
     /// renamed into place, then the row is inserted: the row is the commit point. Returns the
-    /// entry that stands: this one, or the one a concurrent upload of the same bytes committed
-    /// first (`false`).
+    /// entry that stands, with its report: this one, or the one a concurrent upload of the same
+    /// bytes committed first (`false`).
     pub async fn commit(
         &self,
         info: &SnapshotInfo,
         content_hash: &str,
-        report: &api::Report,
+        report: api::Report,
         model_tmp: &Path,
         original_tmp: &Path,
-    ) -> anyhow::Result<(SnapshotInfo, bool)> {
-        let report_json = serde_json::to_string(report)?;
+    ) -> anyhow::Result<(SnapshotInfo, bool, api::Report)> {
+        let report_json = serde_json::to_string(&report)?;
         let _files = self.files.lock().await;
         std::fs::rename(model_tmp, self.model_path(&info.sha256))?;
         std::fs::rename(original_tmp, self.original_path(&info.sha256))?;
         if self.insert(info, &report_json, content_hash).await? {
-            return Ok((info.clone(), true));
+            return Ok((info.clone(), true, report));
         }
+        // Deletes wait for the lock held here, so the entry that stands is still there.
         let existing = self
             .find_by_sha(&info.sha256)
             .await?
             .ok_or_else(|| anyhow::anyhow!("snapshot {} vanished while committing", info.id))?;
-        Ok((existing, false))
+        let report = self
+            .report(&existing.id)
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("snapshot {} has no report", existing.id))?;
+        Ok((existing, false, report))
     }
 
     /// Renames and/or replaces the tags of a snapshot; false if there is none with that id.

@@ -145,6 +145,8 @@ pub struct Uploaded {
     /// False when the same bytes were uploaded before (the existing snapshot is returned).
     pub created: bool,
     pub snapshot: SnapshotInfo,
+    /// The entry's report, read with it (so a delete racing the upload cannot separate them).
+    pub report: api::Report,
 }
 
 /// Feeds upload chunks from the async side to the parser thread.
@@ -323,10 +325,14 @@ async fn upload_task(
         None => lib.find_by_content(&content_hash).await?,
     };
     if let Some(existing) = existing {
-        return Ok(Uploaded {
-            created: false,
-            snapshot: existing,
-        });
+        // Gone since (a delete racing this upload): this upload's own copy is committed below.
+        if let Some(report) = lib.report(&existing.id).await? {
+            return Ok(Uploaded {
+                created: false,
+                snapshot: existing,
+                report,
+            });
+        }
     }
     let index_ms = started.elapsed().as_millis() as u64;
     let committed = Instant::now();
@@ -362,14 +368,15 @@ async fn upload_task(
         tags,
         device_total,
     };
-    let (info, created) = lib
-        .commit(&info, &content_hash, &report, &model_tmp.0, &tmp.0)
+    let (info, created, report) = lib
+        .commit(&info, &content_hash, report, &model_tmp.0, &tmp.0)
         .await?;
     if !created {
         // The same bytes were committed by a concurrent upload; theirs stands.
         return Ok(Uploaded {
             created: false,
             snapshot: info,
+            report,
         });
     }
     let commit_ms = committed.elapsed().as_millis() as u64;
@@ -386,5 +393,6 @@ async fn upload_task(
     Ok(Uploaded {
         created: true,
         snapshot: info,
+        report,
     })
 }

@@ -431,3 +431,90 @@ async fn a_delete_racing_a_reupload_never_leaves_a_row_without_files() {
         }
     }
 }
+
+/// Finding 7: a token did not bind identity: collector A could send B's host name and GPUs,
+/// forge B's OOM alerts and take over B's GPU rows. A token now speaks for the host it first
+/// reported, and a GPU for the host that first reported it.
+#[tokio::test]
+async fn a_collector_cannot_speak_for_another_host_or_its_gpus() {
+    let dir = std::env::temp_dir().join(format!(
+        "memscope-hardening-identity-{}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut args = ServeArgs::for_data_dir(dir);
+    args.collector_tokens = vec!["gpu7=s3cret".into(), "gpu8=other".into()];
+    let s = AppState::open(args).await.unwrap();
+    let post = |token: &str, b: &wire::Batch| {
+        Request::post("/api/ingest")
+            .header("authorization", format!("Bearer {token}"))
+            .body(Body::from(serde_json::to_vec(b).unwrap()))
+            .unwrap()
+    };
+    let gpu = |uuid: &str| wire::GpuSample {
+        time_ms: 1_700_000_000_000,
+        uuid: uuid.into(),
+        index: 0,
+        name: None,
+        memory_used_bytes: Some(1),
+        memory_free_bytes: Some(1),
+        memory_total_bytes: Some(2),
+        memory_reserved_bytes: None,
+        gpu_util_percent: None,
+        mem_util_percent: None,
+        temperature_c: None,
+        power_mw: None,
+    };
+    let batch = |collector: &str, seq: u64, host: &str, uuid: &str| {
+        let mut b = wire::Batch::new(collector, seq, host);
+        b.gpus.push(gpu(uuid));
+        b
+    };
+    // Each collector reports its own host and GPU.
+    let (st, _) = call(&s, post("s3cret", &batch("gpu7", 1, "gpu7", "GPU-seven"))).await;
+    assert_eq!(st, StatusCode::OK);
+    let (st, _) = call(&s, post("other", &batch("gpu8", 1, "gpu8", "GPU-eight"))).await;
+    assert_eq!(st, StatusCode::OK);
+    // gpu8 sending as host gpu7, with gpu7's GPU: refused.
+    let (st, text) = call(&s, post("other", &batch("gpu8", 2, "gpu7", "GPU-seven"))).await;
+    assert_eq!(st, StatusCode::FORBIDDEN);
+    let error = |t: &[u8]| {
+        serde_json::from_slice::<serde_json::Value>(t).unwrap()["error"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert!(
+        error(&text).contains("reports host \"gpu8\""),
+        "{}",
+        error(&text)
+    );
+    // gpu8 as itself, claiming gpu7's GPU: refused.
+    let (st, text) = call(&s, post("other", &batch("gpu8", 3, "gpu8", "GPU-seven"))).await;
+    assert_eq!(st, StatusCode::FORBIDDEN);
+    assert!(
+        error(&text).contains("belongs to host \"gpu7\""),
+        "{}",
+        error(&text)
+    );
+    // gpu8 forging an OOM alert for host gpu7: refused.
+    let mut forged = wire::Batch::new("gpu8", 4, "gpu7");
+    forged.events.push(wire::Event {
+        time_ms: 1_700_000_000_000,
+        kind: "oom".into(),
+        pid: Some(1),
+        device: Some(0),
+        message: "forged".into(),
+        snapshot_id: None,
+    });
+    let (st, _) = call(&s, post("other", &forged)).await;
+    assert_eq!(st, StatusCode::FORBIDDEN);
+    // Nothing of it stored; gpu7's GPU still gpu7's.
+    let counts = s.library.live_counts().await.unwrap();
+    assert_eq!((counts[0], counts[3], counts[4]), (2, 0, 2));
+    let owner: String = sqlx::query_scalar("SELECT host FROM gpus WHERE uuid = 'GPU-seven'")
+        .fetch_one(&s.library.db)
+        .await
+        .unwrap();
+    assert_eq!(owner, "gpu7");
+}

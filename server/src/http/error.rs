@@ -23,6 +23,9 @@ pub enum ApiError {
     /// The client sent its request too slowly (a stalled body, an upload below the minimum rate).
     #[error("{0}")]
     Timeout(String),
+    /// Authenticated, but not allowed to do this.
+    #[error("{0}")]
+    Forbidden(String),
     /// The request contradicts what is stored (a batch key resent with other content).
     #[error("{0}")]
     Conflict(String),
@@ -50,6 +53,7 @@ impl ApiError {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::TooLarge { .. } | ApiError::BodyTooLarge { .. } => {
                 StatusCode::PAYLOAD_TOO_LARGE
@@ -64,7 +68,10 @@ impl From<crate::live::IngestError> for ApiError {
     fn from(e: crate::live::IngestError) -> Self {
         match e {
             crate::live::IngestError::Db(e) => e.into(),
-            conflict => ApiError::Conflict(conflict.to_string()),
+            crate::live::IngestError::Forbidden(m) => ApiError::Forbidden(m),
+            conflict @ crate::live::IngestError::Conflict { .. } => {
+                ApiError::Conflict(conflict.to_string())
+            }
         }
     }
 }

@@ -102,7 +102,7 @@ async fn ingest_batch(
             batch.collector
         )));
     }
-    let ack = s.library.ingest_batch(&batch).await?;
+    let ack = s.library.ingest_batch(&batch, &collector).await?;
     if !ack.duplicate {
         // Nobody listening is fine.
         let _ = s.live.send(api::LiveNotice {

@@ -107,10 +107,6 @@ async fn upload(
         });
     }
     let up = result?;
-    let report =
-        s.library.report(&up.snapshot.id).await?.ok_or_else(|| {
-            ApiError::Internal(anyhow::anyhow!("an uploaded snapshot has no report"))
-        })?;
     let status = if up.created {
         StatusCode::CREATED
     } else {
@@ -119,7 +115,7 @@ async fn upload(
     let answer = api::Uploaded {
         id: up.snapshot.id.clone(),
         created: up.created,
-        summary: upload_summary(&report),
+        summary: upload_summary(&up.report),
         snapshot: up.snapshot,
     };
     Ok((status, Json(answer)).into_response())

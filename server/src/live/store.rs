@@ -22,6 +22,9 @@ pub enum IngestError {
         spool: String,
         seq: u64,
     },
+    /// The batch speaks for a host or a GPU its token does not own.
+    #[error("{0}")]
+    Forbidden(String),
     #[error(transparent)]
     Db(#[from] sqlx::Error),
 }
@@ -37,9 +40,17 @@ impl Library {
     /// Stores one collector batch in one transaction, once per `(collector, spool_id, seq)`: the
     /// same key with the same content again is a duplicate (acknowledged, nothing stored), with
     /// other content a conflict.
-    pub async fn ingest_batch(&self, b: &wire::Batch) -> Result<wire::Ack, IngestError> {
+    ///
+    /// `token_name` is the NAME of the token the batch came with: it may speak for one host, the
+    /// first it reported, and for the GPUs no other host reported first.
+    pub async fn ingest_batch(
+        &self,
+        b: &wire::Batch,
+        token_name: &str,
+    ) -> Result<wire::Ack, IngestError> {
         let _turn = self.live_writer.lock().await;
         let mut tx = self.db.begin().await?;
+        check_identity(&mut tx, b, token_name).await?;
         let now_ms = crate::now_ms();
         let rows = (b.gpus.len() + b.processes.len() + b.allocator.len() + b.events.len()) as i64;
         let spool = b.spool_id.as_deref().unwrap_or("");
@@ -113,9 +124,10 @@ impl Library {
             .bind(g.power_mw.map(|v| v as i64))
             .execute(&mut *tx)
             .await?;
+            // A GPU keeps the host that first reported it (check_identity refused any other).
             sqlx::query(
                 "INSERT INTO gpus (uuid, host, idx, name, total_bytes, last_seen_ms) VALUES (?, ?, ?, ?, ?, ?) \
-                 ON CONFLICT (uuid) DO UPDATE SET host = excluded.host, idx = excluded.idx, \
+                 ON CONFLICT (uuid) DO UPDATE SET idx = excluded.idx, \
                  name = coalesce(excluded.name, gpus.name), total_bytes = coalesce(excluded.total_bytes, gpus.total_bytes), \
                  last_seen_ms = max(gpus.last_seen_ms, excluded.last_seen_ms)",
             )
@@ -309,6 +321,51 @@ impl Library {
         }
         Ok(out)
     }
+}
+
+/// Refuses a batch that speaks for a host other than the one its token first reported, or for a
+/// GPU another host reported first; binds the token to its host on its first batch.
+async fn check_identity(
+    tx: &mut sqlx::SqliteConnection,
+    b: &wire::Batch,
+    token_name: &str,
+) -> Result<(), IngestError> {
+    sqlx::query(
+        "INSERT INTO collector_hosts (token_name, host, first_seen_ms) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+    )
+    .bind(token_name)
+    .bind(&b.host)
+    .bind(crate::now_ms())
+    .execute(&mut *tx)
+    .await?;
+    let bound: String = sqlx::query_scalar("SELECT host FROM collector_hosts WHERE token_name = ?")
+        .bind(token_name)
+        .fetch_one(&mut *tx)
+        .await?;
+    if bound != b.host {
+        return Err(IngestError::Forbidden(format!(
+            "the token of collector {token_name:?} reports host {bound:?}, and this batch says {:?}; \
+             give each host its own --collector-token (a renamed host needs a new token name)",
+            b.host
+        )));
+    }
+    let mut uuids: Vec<&str> = b.gpus.iter().map(|g| g.uuid.as_str()).collect();
+    uuids.extend(b.processes.iter().map(|p| p.gpu_uuid.as_str()));
+    uuids.extend(b.allocator.iter().filter_map(|a| a.gpu_uuid.as_deref()));
+    uuids.sort_unstable();
+    uuids.dedup();
+    for uuid in uuids {
+        let owner: Option<String> = sqlx::query_scalar("SELECT host FROM gpus WHERE uuid = ?")
+            .bind(uuid)
+            .fetch_optional(&mut *tx)
+            .await?;
+        if let Some(owner) = owner.filter(|o| *o != b.host) {
+            return Err(IngestError::Forbidden(format!(
+                "GPU {uuid} belongs to host {owner:?}; a collector may only report its own host's GPUs"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The newest sample of each series in a batch (a batch holds few series), in first-seen order.
