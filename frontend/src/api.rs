@@ -39,7 +39,72 @@ fn error_message(body: &str) -> Option<String> {
         .map(|e| e.error)
 }
 
+/// The token the `memscope_token` cookie holds now, if any.
+fn current_token() -> Option<String> {
+    let doc = web_sys::window()?
+        .document()?
+        .dyn_into::<web_sys::HtmlDocument>()
+        .ok()?;
+    let cookies = doc.cookie().ok()?;
+    cookies
+        .split(';')
+        .find_map(|c| c.trim().strip_prefix("memscope_token=").map(str::to_string))
+}
+
+/// After a 401: whether to send again. Yes without asking if another request's prompt set a new
+/// token since this one was sent (requests in flight together ask once), else asks.
+fn token_renewed(sent_with: &Option<String>, message: &str) -> bool {
+    current_token() != *sent_with || ask_for_token(message)
+}
+
+/// After a 401 (the server was started with API tokens): asks for the token once and keeps it in
+/// the `memscope_token` cookie, which every later request carries (fetches, uploads, the live
+/// event stream, downloads). False if the person gave none.
+fn ask_for_token(message: &str) -> bool {
+    let Some(window) = web_sys::window() else {
+        return false;
+    };
+    let answer = window
+        .prompt_with_message(&format!(
+            "{message}\n\nEnter an access token for this memscope server (kept in this browser):"
+        ))
+        .ok()
+        .flatten();
+    let Some(token) = answer
+        .map(|t| t.trim().to_string())
+        .filter(|t| !t.is_empty() && t.chars().all(|c| c.is_ascii_graphic() && c != ';'))
+    else {
+        return false;
+    };
+    let Some(doc) = window
+        .document()
+        .and_then(|d| d.dyn_into::<web_sys::HtmlDocument>().ok())
+    else {
+        return false;
+    };
+    doc.set_cookie(&format!(
+        "memscope_token={token}; path=/; SameSite=Strict; max-age=31536000"
+    ))
+    .is_ok()
+}
+
 async fn request(method: &str, url: &str, body: Option<String>) -> Result<String, String> {
+    let sent_with = current_token();
+    match request_once(method, url, body.clone()).await {
+        Err((401, message)) if token_renewed(&sent_with, &message) => {
+            request_once(method, url, body).await.map_err(|(_, m)| m)
+        }
+        other => other.map_err(|(_, m)| m),
+    }
+}
+
+/// One request: the body, or the status and the server's message.
+async fn request_once(
+    method: &str,
+    url: &str,
+    body: Option<String>,
+) -> Result<String, (u16, String)> {
+    let fail = |m: String| (0u16, m);
     let init = web_sys::RequestInit::new();
     init.set_method(method);
     if let Some(signal) = page_signal() {
@@ -47,26 +112,29 @@ async fn request(method: &str, url: &str, body: Option<String>) -> Result<String
     }
     if let Some(b) = body {
         init.set_body(&JsValue::from_str(&b));
-        let headers = web_sys::Headers::new().map_err(|e| format!("{e:?}"))?;
+        let headers = web_sys::Headers::new().map_err(|e| fail(format!("{e:?}")))?;
         headers
             .set("content-type", "application/json")
-            .map_err(|e| format!("{e:?}"))?;
+            .map_err(|e| fail(format!("{e:?}")))?;
         init.set_headers(&headers);
     }
-    let window = web_sys::window().ok_or("no window")?;
+    let window = web_sys::window().ok_or_else(|| fail("no window".into()))?;
     let resp = JsFuture::from(window.fetch_with_str_and_init(url, &init))
         .await
-        .map_err(|e| format!("network error: {e:?}"))?;
-    let resp: web_sys::Response = resp.dyn_into().map_err(|_| "bad response")?;
-    let text = JsFuture::from(resp.text().map_err(|e| format!("{e:?}"))?)
+        .map_err(|e| fail(format!("network error: {e:?}")))?;
+    let resp: web_sys::Response = resp.dyn_into().map_err(|_| fail("bad response".into()))?;
+    let text = JsFuture::from(resp.text().map_err(|e| fail(format!("{e:?}")))?)
         .await
-        .map_err(|e| format!("{e:?}"))?;
+        .map_err(|e| fail(format!("{e:?}")))?;
     let text = text.as_string().unwrap_or_default();
     if resp.ok() {
         Ok(text)
     } else {
-        Err(error_message(&text)
-            .unwrap_or_else(|| format!("{} {}", resp.status(), resp.status_text())))
+        Err((
+            resp.status(),
+            error_message(&text)
+                .unwrap_or_else(|| format!("{} {}", resp.status(), resp.status_text())),
+        ))
     }
 }
 
@@ -163,15 +231,30 @@ pub async fn delete(id: &str) -> Result<(), String> {
 pub async fn upload(
     file: web_sys::File,
     token: &str,
-    progress: impl Fn(f64, f64) + 'static,
+    progress: impl Fn(f64, f64) + Clone + 'static,
 ) -> Result<api::Uploaded, String> {
-    let xhr = web_sys::XmlHttpRequest::new().map_err(|e| format!("{e:?}"))?;
+    let sent_with = current_token();
+    match upload_once(file.clone(), token, progress.clone()).await {
+        Err((401, message)) if token_renewed(&sent_with, &message) => {
+            upload_once(file, token, progress).await.map_err(|(_, m)| m)
+        }
+        other => other.map_err(|(_, m)| m),
+    }
+}
+
+async fn upload_once(
+    file: web_sys::File,
+    token: &str,
+    progress: impl Fn(f64, f64) + 'static,
+) -> Result<api::Uploaded, (u16, String)> {
+    let fail = |m: String| (0u16, m);
+    let xhr = web_sys::XmlHttpRequest::new().map_err(|e| fail(format!("{e:?}")))?;
     let url = routes::upload(&api::UploadQuery {
         name: Some(file.name()),
         token: Some(token.to_string()),
         ..Default::default()
     });
-    xhr.open("POST", &url).map_err(|e| format!("{e:?}"))?;
+    xhr.open("POST", &url).map_err(|e| fail(format!("{e:?}")))?;
     let on_progress =
         Closure::<dyn Fn(web_sys::ProgressEvent)>::new(move |e: web_sys::ProgressEvent| {
             progress(e.loaded(), e.total())
@@ -191,17 +274,22 @@ pub async fn upload(
         xhr.set_onerror(Some(onerror.unchecked_ref()));
     });
     xhr.send_with_opt_blob(Some(&file))
-        .map_err(|e| format!("{e:?}"))?;
-    JsFuture::from(done).await.map_err(|e| format!("{e:?}"))?;
+        .map_err(|e| fail(format!("{e:?}")))?;
+    JsFuture::from(done)
+        .await
+        .map_err(|e| fail(format!("{e:?}")))?;
     drop(on_progress);
     let status = xhr.status().unwrap_or(0);
     let text = xhr.response_text().ok().flatten().unwrap_or_default();
     if status == 0 {
-        return Err("the upload was interrupted (network error)".into());
+        return Err(fail("the upload was interrupted (network error)".into()));
     }
     if (200..300).contains(&status) {
-        decode(&url, &text)
+        decode(&url, &text).map_err(fail)
     } else {
-        Err(error_message(&text).unwrap_or_else(|| format!("upload failed with status {status}")))
+        Err((
+            status,
+            error_message(&text).unwrap_or_else(|| format!("upload failed with status {status}")),
+        ))
     }
 }

@@ -26,6 +26,22 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     pub collector_tokens: Vec<String>,
+    /// API tokens: `TOKEN` or `write:TOKEN` (may upload, rename, retag, delete and read),
+    /// `read:TOKEN` (may read). With a write token set, changing the library needs one; with a
+    /// read token set, reading does too. Repeat the flag, or comma-separate in the variable.
+    #[arg(long = "api-token", env = "MEMSCOPE_API_TOKENS", value_delimiter = ',')]
+    pub api_tokens: Vec<String>,
+    /// A file of API tokens, one per line: `write TOKEN` or `read TOKEN` (`#` starts a comment).
+    #[arg(long, env = "MEMSCOPE_API_TOKENS_FILE")]
+    pub api_tokens_file: Option<PathBuf>,
+    /// Host names this server answers for (the `Host` header, port aside); any other is refused,
+    /// which stops DNS rebinding. Default: any.
+    #[arg(
+        long = "allowed-host",
+        env = "MEMSCOPE_ALLOWED_HOSTS",
+        value_delimiter = ','
+    )]
+    pub allowed_hosts: Vec<String>,
     /// Raw live samples are kept this long, then rolled up into one-minute min/max/mean rows.
     #[arg(long, env = "MEMSCOPE_RAW_RETENTION_HOURS", default_value_t = 48.0)]
     pub raw_retention_hours: f64,
@@ -71,6 +87,17 @@ impl ServeArgs {
         }
     }
 
+    /// The access settings (tokens, roles, allowed hosts); reads the tokens file.
+    pub fn access(&self) -> anyhow::Result<crate::http::Access> {
+        let file = match &self.api_tokens_file {
+            Some(p) => Some(std::fs::read_to_string(p).map_err(|e| {
+                anyhow::anyhow!("cannot read the API tokens file {}: {e}", p.display())
+            })?),
+            None => None,
+        };
+        crate::http::Access::new(&self.api_tokens, file.as_deref(), &self.allowed_hosts)
+    }
+
     /// The engine's limits for an upload of `size_hint_bytes` (0 if unknown).
     pub fn read_limits(&self, size_hint_bytes: u64) -> snapshot::Limits {
         snapshot::Limits {
@@ -105,6 +132,9 @@ impl ServeArgs {
             max_upload_bytes: 8 << 30,
             cached_snapshots: 4,
             collector_tokens: Vec::new(),
+            api_tokens: Vec::new(),
+            api_tokens_file: None,
+            allowed_hosts: Vec::new(),
             index_workers: 2,
             raw_retention_hours: 48.0,
             rollup_retention_days: 30.0,

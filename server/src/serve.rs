@@ -9,6 +9,12 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let addr = args.addr;
     let data_dir = args.data_dir.clone();
     let state = AppState::open(args).await?;
+    if !addr.ip().is_loopback() && !state.access.guards_writes() {
+        tracing::warn!(
+            "listening on {addr} with no --api-token: anyone who can reach this port can upload, rename \
+             and delete snapshots (see the README's \"Deploying\")"
+        );
+    }
     tokio::spawn(roll_up_forever(state.clone()));
     let shutdown = state.shutdown.clone();
     let listener = tokio::net::TcpListener::bind(addr)

@@ -11,6 +11,8 @@ pub struct AppState {
     pub library: Library,
     pub models: Arc<Models>,
     pub config: Arc<ServeArgs>,
+    /// Who may read and change what (`http::access`).
+    pub access: Arc<crate::http::Access>,
     /// Bounds how many uploads are parsed at once.
     pub index_slots: Arc<tokio::sync::Semaphore>,
     /// Progress of uploads in flight, by the token the client chose.
@@ -33,8 +35,10 @@ pub struct UploadProgress {
 
 impl AppState {
     pub async fn open(config: ServeArgs) -> anyhow::Result<AppState> {
+        let access = Arc::new(config.access()?);
         let library = Library::open(&config.data_dir).await?;
         Ok(AppState {
+            access,
             library,
             models: Arc::new(Models::new(config.cached_snapshots)),
             index_slots: Arc::new(tokio::sync::Semaphore::new(config.index_workers.max(1))),

@@ -1782,3 +1782,56 @@ async fn the_what_if_tab_shows_the_setting_that_avoids_the_oom() {
     c.close().await.unwrap();
     let _ = std::fs::remove_dir_all(&data);
 }
+
+/// Issue 13, finding 8: a server started with API tokens. The dashboard asks for a token once
+/// (the first answer is a 401), keeps it, and everything works after: the library, an upload,
+/// the snapshot's page, without asking again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_with_tokens_asks_for_one_once() {
+    const WRITE: &str = "w-0123456789abcdef";
+    let data = std::env::temp_dir().join(format!("memscope-e2e-tokens-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data);
+    let base = common::start_server_with(&data.join("lib"), |a| {
+        a.api_tokens = vec![WRITE.into(), "read:r-0123456789abcdef".into()];
+    })
+    .await;
+    let (_driver, driver_port) = start_chromedriver();
+    let c = browser(driver_port, &data.join("profile")).await;
+    c.goto(&base).await.unwrap();
+    let mut asked = None;
+    for _ in 0..100 {
+        if let Ok(text) = c.get_alert_text().await {
+            asked = Some(text);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let asked = asked.expect("the page asks for a token");
+    assert!(asked.contains("needs an access token"), "{asked}");
+    c.send_alert_text(WRITE).await.unwrap();
+    c.accept_alert().await.unwrap();
+    wait_js(
+        &c,
+        "document.querySelector('.dropzone')",
+        "the library page",
+    )
+    .await;
+    upload(&c, &root().join("tests/fixtures/oom_fraction.pickle")).await;
+    wait_js(
+        &c,
+        "location.pathname.startsWith('/s/') && document.querySelector('.verdict, .oom, h1')",
+        "the uploaded snapshot's page",
+    )
+    .await;
+    assert!(c.get_alert_text().await.is_err(), "asked once, not again");
+    screenshot(&c, "tokens-snapshot-page").await;
+    // The only errors: the first requests' 401s, before the token was given.
+    let errors: Vec<String> = console_errors(&c)
+        .await
+        .into_iter()
+        .filter(|e| !e.contains("status of 401"))
+        .collect();
+    assert!(errors.is_empty(), "{errors:?}");
+    c.close().await.unwrap();
+    let _ = std::fs::remove_dir_all(&data);
+}

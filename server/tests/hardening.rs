@@ -518,3 +518,84 @@ async fn a_collector_cannot_speak_for_another_host_or_its_gpus() {
         .unwrap();
     assert_eq!(owner, "gpu7");
 }
+
+/// Finding 8: anyone who reached the port could delete or rename snapshots, any Host was
+/// answered (DNS rebinding), and uploads were accepted cross-site.
+#[tokio::test]
+async fn writes_need_a_token_hosts_are_checked_and_other_sites_cannot_write() {
+    const WRITE: &str = "w-0123456789abcdef";
+    const READ: &str = "r-0123456789abcdef";
+    let req = |method: &str, uri: &str, headers: &[(&str, &str)]| {
+        let mut r = Request::builder()
+            .method(method)
+            .uri(uri)
+            .header("host", "memscope.internal:8080");
+        for (k, v) in headers {
+            r = r.header(*k, *v);
+        }
+        r.body(Body::empty()).unwrap()
+    };
+    // Default: no token needed, but a write from another site's page is refused.
+    let s = state("access-open").await;
+    let id = upload(&s, fixture("multistream.pickle")).await;
+    let path = format!("/api/snapshots/{id}");
+    let evil = [("origin", "http://evil.example")];
+    let (st, _) = call(&s, req("DELETE", &path, &evil)).await;
+    assert_eq!(st, StatusCode::FORBIDDEN, "cross-site delete");
+    let (st, _) = call(&s, req("POST", "/api/snapshots", &evil)).await;
+    assert_eq!(st, StatusCode::FORBIDDEN, "cross-site upload");
+    let own = [("origin", "http://memscope.internal:8080")];
+    let (st, _) = call(&s, req("DELETE", &path, &own)).await;
+    assert_eq!(st, StatusCode::NO_CONTENT, "the dashboard's own delete");
+
+    // Tokens: a write token to change the library, a read token to read it.
+    let dir =
+        std::env::temp_dir().join(format!("memscope-hardening-access-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut args = ServeArgs::for_data_dir(dir);
+    args.api_tokens = vec![WRITE.into(), format!("read:{READ}")];
+    args.allowed_hosts = vec!["memscope.internal".into()];
+    let s = AppState::open(args).await.unwrap();
+    let bearer = |t: &str| format!("Bearer {t}");
+    let up = Request::post(api::routes::upload(&Default::default()))
+        .header("host", "memscope.internal")
+        .header("authorization", bearer(WRITE))
+        .body(Body::from(fixture("multistream.pickle")))
+        .unwrap();
+    let (st, body) = call(&s, up).await;
+    assert_eq!(st, StatusCode::CREATED);
+    let id = serde_json::from_slice::<serde_json::Value>(&body).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let path = format!("/api/snapshots/{id}");
+    let (st, text) = call(&s, req("GET", "/api/snapshots", &[])).await;
+    assert_eq!(st, StatusCode::UNAUTHORIZED);
+    assert!(String::from_utf8_lossy(&text).contains("needs an access token"));
+    let (st, _) = call(&s, req("GET", "/api/health", &[])).await;
+    assert_eq!(st, StatusCode::OK, "the health check stays open");
+    let (st, _) = call(&s, req("GET", "/", &[])).await;
+    assert_eq!(
+        st,
+        StatusCode::OK,
+        "the dashboard loads, to ask for the token"
+    );
+    let read = bearer(READ);
+    let (st, _) = call(&s, req("GET", &path, &[("authorization", &read)])).await;
+    assert_eq!(st, StatusCode::OK);
+    let (st, _) = call(&s, req("DELETE", &path, &[("authorization", &read)])).await;
+    assert_eq!(st, StatusCode::FORBIDDEN, "a read token cannot delete");
+    let (st, _) = call(&s, req("DELETE", &path, &[])).await;
+    assert_eq!(st, StatusCode::UNAUTHORIZED);
+    let cookie = format!("theme=dark; memscope_token={WRITE}");
+    let (st, _) = call(&s, req("DELETE", &path, &[("cookie", &cookie)])).await;
+    assert_eq!(st, StatusCode::NO_CONTENT, "the dashboard's cookie");
+    // Another Host (a rebound DNS name) is refused even with a token.
+    let rebound = Request::get("/api/snapshots")
+        .header("host", "attacker.example")
+        .header("authorization", bearer(WRITE))
+        .body(Body::empty())
+        .unwrap();
+    let (st, _) = call(&s, rebound).await;
+    assert_eq!(st, StatusCode::FORBIDDEN);
+}

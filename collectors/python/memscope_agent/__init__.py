@@ -78,9 +78,11 @@ class Settings:
 
     def __init__(self, server=None, token=None, name=None, agent_dir=None, interval_s=None,
                  segments_interval_s=None, record_history=None, max_entries=None,
-                 oom_snapshots=None, snapshot_dir=None, job=None, rank=None, tags=None):
+                 oom_snapshots=None, snapshot_dir=None, job=None, rank=None, tags=None, api_token=None):
         self.server = (server or _env("MEMSCOPE_SERVER") or "").rstrip("/") or None
         self.token = token or _env("MEMSCOPE_TOKEN") or _env("MEMSCOPE_COLLECTOR_TOKEN")
+        # A write token for snapshot uploads, where the server requires one (--api-token).
+        self.api_token = api_token or _env("MEMSCOPE_API_TOKEN")
         self.name = name or _env("MEMSCOPE_NAME") or _env("MEMSCOPE_COLLECTOR_NAME") or socket.gethostname()
         self.agent_dir = agent_dir or _env("MEMSCOPE_AGENT_DIR")
         self.interval_s = float(interval_s if interval_s is not None else _env("MEMSCOPE_INTERVAL_S", 1.0))
@@ -371,10 +373,13 @@ class Agent:
         for i in range(attempts):
             try:
                 with open(path, "rb") as f:
+                    headers = {"content-type": "application/octet-stream",
+                               "content-length": str(os.path.getsize(path))}
+                    if self.s.api_token:
+                        headers["authorization"] = "Bearer " + self.s.api_token
                     req = urllib.request.Request(
                         "%s/api/snapshots?%s" % (self.s.server, query), data=f, method="POST",
-                        headers={"content-type": "application/octet-stream",
-                                 "content-length": str(os.path.getsize(path))})
+                        headers=headers)
                     with urllib.request.urlopen(req, timeout=300) as r:
                         return json.loads(r.read())["id"]
             except urllib.error.HTTPError as e:

@@ -32,6 +32,7 @@ class StubServer:
 
     def __init__(self):
         self.batches, self.uploads, self.down = [], [], False
+        self.upload_auth = []
         stub = self
 
         class H(http.server.BaseHTTPRequestHandler):
@@ -53,6 +54,7 @@ class StubServer:
                     stub.batches.append(batch)
                     answer = {"seq": batch["seq"], "duplicate": False, "stored": 1}
                 else:
+                    stub.upload_auth.append(self.headers["authorization"])
                     stub.uploads.append((self.path, body))
                     answer = {"id": "snap%d" % len(stub.uploads), "created": True}
                 out = json.dumps(answer).encode()
@@ -226,8 +228,17 @@ class DirectMode(unittest.TestCase):
         finally:
             memscope_agent.stop()
         self.assertEqual(sid, "snap1")
+        self.assertEqual(self.srv.upload_auth, [None], "no API token set: none sent")
         self.assertIn("phase%3Deval", self.srv.uploads[0][0])
         self.assertIn("device_total_bytes=150754820096", self.srv.uploads[0][0])
+
+    def test_uploads_carry_the_api_token_where_one_is_set(self):
+        memscope_agent._agent = self.agent(api_token="w-0123456789abcdef")
+        try:
+            memscope_agent.snapshot("with a token")
+        finally:
+            memscope_agent.stop()
+        self.assertEqual(self.srv.upload_auth, ["Bearer w-0123456789abcdef"])
 
     def test_a_refused_batch_is_logged_and_does_not_block_the_rest(self):
         s = Settings(server=self.srv.url, token="wrong", name="gpu7", interval_s=0.05, snapshot_dir=self.snapdir)

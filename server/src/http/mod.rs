@@ -7,6 +7,7 @@
 //!
 //! Every request runs in a `TraceLayer` span; errors are `ApiError`s, logged once inside it.
 
+mod access;
 mod diff;
 mod error;
 mod ingest;
@@ -20,6 +21,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use tower_http::trace::{DefaultMakeSpan, DefaultOnFailure, TraceLayer};
 
+pub use access::{Access, TOKEN_COOKIE};
 pub use error::{ApiError, ApiResult};
 pub use query::ApiQuery;
 
@@ -35,6 +37,11 @@ pub fn app(state: AppState) -> Router {
         .merge(metrics::router())
         .merge(crate::assets::router())
         .fallback(not_found)
+        // Host, Origin and tokens before anything else reads the request.
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            access::guard,
+        ))
         // Uploads are streamed to disk and bounded by --max-upload-bytes instead.
         .layer(DefaultBodyLimit::disable())
         // A span per request at INFO, so an error logged while answering it (ApiError, once)

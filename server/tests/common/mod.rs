@@ -77,6 +77,11 @@ pub async fn browser_with(
             ]
         }),
     );
+    // A prompt (the dashboard asking for an access token) waits for the test to answer it.
+    caps.insert(
+        "unhandledPromptBehavior".into(),
+        serde_json::json!("ignore"),
+    );
     // The console log, read back by `console_errors`.
     caps.insert(
         "goog:loggingPrefs".into(),
@@ -222,16 +227,24 @@ pub fn canvas_pixels(id: &str) -> String {
 
 /// Starts the server in-process on a free port with a library in `dir`; returns its base URL.
 pub async fn start_server(dir: &Path) -> String {
+    start_server_with(dir, |_| {}).await
+}
+
+/// The server on `dir` through its own connection loop, with settings changed by `change`.
+pub async fn start_server_with(dir: &Path, change: impl FnOnce(&mut ServeArgs)) -> String {
     let mut args = ServeArgs::for_data_dir(dir.to_path_buf());
     args.collector_tokens = vec![format!("gpu7={COLLECTOR_TOKEN}")];
+    change(&mut args);
     let state = AppState::open(args).await.unwrap();
+    let limits = state.config.conn_limits();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move {
-        axum::serve(listener, server::http::app(state))
-            .await
-            .unwrap()
-    });
+    tokio::spawn(server::listen::serve(
+        listener,
+        server::http::app(state),
+        limits,
+        std::future::pending(),
+    ));
     base
 }
 
