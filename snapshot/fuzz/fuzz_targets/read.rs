@@ -13,6 +13,8 @@ fuzz_target!(|data: &[u8]| {
         max_container_items: 1 << 20,
         max_string_pool_bytes: 1 << 22,
         max_depth: 64,
+        max_decoded_bytes: 64 << 20,
+        max_expansion: 100,
         size_hint_bytes: 0,
     };
     if let Ok(snap) = snapshot::read_with_limits(data, limits) {
