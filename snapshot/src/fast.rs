@@ -232,7 +232,8 @@ fn entry(c: &mut Cursor, heap: &mut Heap, frames: &mut Vec<FrameId>) -> Option<V
         }
         first = false;
         let v = c.value(heap, frames)?;
-        heap.set_field(&mut fields, k.0, v);
+        // A field the machine would refuse: it refuses it, naming the offset.
+        heap.set_field(&mut fields, k.0, v).ok()?;
     }
     // The dict must be finished: a MARK or SETITEM here would add to it.
     if first || matches!(c.peek(), None | Some(b'(' | b's' | b'u')) {

@@ -728,15 +728,16 @@ impl Heap {
         let mut fields = EntryFields::default();
         for pair in vals.chunks_exact(2) {
             if let Value::Str(StrId(k)) = pair[0] {
-                self.set_field(&mut fields, k, pair[1]);
+                self.set_field(&mut fields, k, pair[1])?;
             }
         }
         Ok(Value::Entry(self.push_entry(&fields)))
     }
 
-    /// Records one key/value of a trace entry (unknown keys are ignored).
+    /// Records one key/value of a trace entry (unknown keys are ignored). A `size` that is not a
+    /// byte count (negative, past 2^56, not an integer) is an error, never a wrapped number.
     #[inline]
-    pub fn set_field(&mut self, f: &mut EntryFields, k: u32, v: Value) {
+    pub fn set_field(&mut self, f: &mut EntryFields, k: u32, v: Value) -> Result<(), String> {
         match k {
             key::ACTION => {
                 if let Value::Str(s) = v {
@@ -748,7 +749,21 @@ impl Heap {
                 }
             }
             key::ADDR => f.addr = self.u64(v).unwrap_or(0),
-            key::SIZE => f.size = self.u64(v).unwrap_or(0),
+            key::SIZE => {
+                f.size = match self.int(v) {
+                    Some(i) if (0..1 << 56).contains(&i) => i as u64,
+                    Some(i) => {
+                        return Err(format!(
+                            "a trace entry's `size` is {i}, which is no byte count"
+                        ));
+                    }
+                    None => {
+                        return Err(
+                            "a trace entry's `size` is not an integer (a byte count)".into()
+                        );
+                    }
+                }
+            }
             key::STREAM => f.stream = self.u64(v).unwrap_or(0),
             key::TIME_US => f.time_us = self.int(v).unwrap_or(0) as i64,
             key::FRAMES => f.stack = self.stack_of(v),
@@ -770,6 +785,7 @@ impl Heap {
             }
             _ => {}
         }
+        Ok(())
     }
 
     /// Appends a trace row; returns its index.

@@ -130,6 +130,29 @@ fn wrong_shapes_and_impossible_sizes_are_errors_not_zeros() {
         let msg = read(json.as_bytes()).unwrap_err().to_string();
         assert!(msg.contains(want), "{json}\n  gave: {msg}");
     }
+    // A trace entry's size wrapped to 16 EiB, or read as 0 when it was not a number.
+    for (size, want) in [
+        ("-512", "`size` is -512"),
+        ("\"big\"", "`size` is not an integer"),
+    ] {
+        let json = format!(
+            r#"{{"segments": [], "device_traces": [[{{"action": "alloc", "addr": 4096, "size": {size}, "stream": 0, "frames": []}}]]}}"#
+        );
+        let msg = read(json.as_bytes()).unwrap_err().to_string();
+        assert!(msg.contains(want), "{json}\n  gave: {msg}");
+    }
+    // In a pickle (the fast path hands it to the machine), with the byte offset.
+    let pickle = b"\x80\x04\x95u\x00\x00\x00\x00\x00\x00\x00}\x94(\x8c\x08segments\x94]\x94\x8c\rdevice_traces\x94]\x94]\x94}\x94(\x8c\x06action\x94\x8c\x05alloc\x94\x8c\x04addr\x94M\x00\x10\x8c\x04size\x94J\x00\xfe\xff\xff\x8c\x06stream\x94K\x00\x8c\x07time_us\x94K\x01\x8c\x06frames\x94]\x94uaau.";
+    match read(pickle) {
+        Err(Error::Malformed { offset, message }) => {
+            assert!(message.contains("`size` is -512"), "{message}");
+            assert!(
+                offset > 60 && offset < pickle.len() as u64,
+                "offset {offset}"
+            );
+        }
+        other => panic!("{:?}", other.map(|_| ())),
+    }
     // The well-formed one reads.
     let ok = r#"{"segments": [{"device": 0, "address": 4096, "total_size": 2097152, "stream": 0, "segment_type": "large", "blocks": [{"size": 2097152, "state": "inactive"}]}], "device_traces": []}"#;
     assert_eq!(read(ok.as_bytes()).unwrap().segments.len(), 1);
