@@ -114,10 +114,17 @@ macro_rules! columns {
     };
 }
 
+/// Connections the live pages' and `/metrics`' reads may hold at once.
+pub const LIVE_READ_CONNECTIONS: u32 = 3;
+
 /// The data folder and its database.
 #[derive(Debug, Clone)]
 pub struct Library {
     pub db: SqlitePool,
+    /// The live pages' and `/metrics`' reads, on connections of their own (read-only): a slow
+    /// window query can hold these, never the ones ingest, uploads and the library use
+    /// (issue 13: abandoned scrapes filled the one pool and ingest timed out).
+    pub live_reads: SqlitePool,
     dir: PathBuf,
     /// Live-data writers take turns here rather than in SQLite's busy handler, which sleeps and
     /// retries: queued in order, a small batch waits for the batches ahead of it, not for a
@@ -149,15 +156,21 @@ impl Library {
             .foreign_keys(true);
         let db = SqlitePoolOptions::new()
             .max_connections(4)
-            .connect_with(options)
+            .connect_with(options.clone())
             .await
             .with_context(|| format!("cannot open the database in {}", dir.display()))?;
         sqlx::migrate!("../migrations")
             .run(&db)
             .await
             .context("cannot apply database migrations")?;
+        let live_reads = SqlitePoolOptions::new()
+            .max_connections(LIVE_READ_CONNECTIONS)
+            .connect_with(options.read_only(true))
+            .await
+            .with_context(|| format!("cannot open the database in {}", dir.display()))?;
         let lib = Library {
             db,
+            live_reads,
             dir: dir.to_path_buf(),
             live_writer: Default::default(),
             files: Default::default(),

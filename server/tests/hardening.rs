@@ -599,3 +599,49 @@ async fn writes_need_a_token_hosts_are_checked_and_other_sites_cannot_write() {
     let (st, _) = call(&s, rebound).await;
     assert_eq!(st, StatusCode::FORBIDDEN);
 }
+
+/// Finding 2 (the pool): abandoned `/metrics` scrapes kept running and filled the one
+/// 4-connection pool, so the library hung and ingest timed out. Live reads now have
+/// connections of their own: with every one of them held by slow queries, ingest and the
+/// library still answer at once (and live pages wait, as they should).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_live_queries_cannot_starve_ingest_or_the_library() {
+    use std::time::Duration;
+    let s = state("pools").await;
+    let mut held = Vec::new();
+    for _ in 0..server::library::LIVE_READ_CONNECTIONS {
+        held.push(s.library.live_reads.acquire().await.unwrap());
+    }
+    let fleet = Request::get(api::routes::live_fleet())
+        .body(Body::empty())
+        .unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), call(&s, fleet))
+            .await
+            .is_err(),
+        "the live pages wait for their own connections"
+    );
+    let mut b = wire::Batch::new("gpu7", 1, "gpu7");
+    b.events.push(wire::Event {
+        time_ms: 1_700_000_000_000,
+        kind: "collector".into(),
+        pid: None,
+        device: None,
+        message: "hello".into(),
+        snapshot_id: None,
+    });
+    let ingest = Request::post("/api/ingest")
+        .header("authorization", "Bearer s3cret")
+        .body(Body::from(serde_json::to_vec(&b).unwrap()))
+        .unwrap();
+    let (st, _) = tokio::time::timeout(Duration::from_secs(2), call(&s, ingest))
+        .await
+        .expect("ingest answers while live reads are busy");
+    assert_eq!(st, StatusCode::OK);
+    let list = Request::get("/api/snapshots").body(Body::empty()).unwrap();
+    let (st, _) = tokio::time::timeout(Duration::from_secs(2), call(&s, list))
+        .await
+        .expect("the library answers while live reads are busy");
+    assert_eq!(st, StatusCode::OK);
+    drop(held);
+}

@@ -32,7 +32,7 @@ impl Library {
     /// The latest reading of every GPU.
     pub async fn latest_gpu_readings(&self) -> sqlx::Result<Vec<GpuLatest>> {
         sqlx::query_as(LATEST_GPU_READINGS)
-            .fetch_all(&self.db)
+            .fetch_all(&self.live_reads)
             .await
     }
 
@@ -40,20 +40,21 @@ impl Library {
     /// (no per-process labels).
     pub async fn latest_allocator_by_device(&self) -> sqlx::Result<Vec<DeviceAllocator>> {
         sqlx::query_as(LATEST_ALLOCATOR_BY_DEVICE)
-            .fetch_all(&self.db)
+            .fetch_all(&self.live_reads)
             .await
     }
 
     /// (batches, samples stored, samples collectors dropped, snapshots, events by kind).
     pub async fn counters(&self) -> sqlx::Result<(i64, i64, i64, i64, Vec<(String, i64)>)> {
-        let (batches, rows, dropped): (i64, i64, i64) =
-            sqlx::query_as(INGEST_TOTALS).fetch_one(&self.db).await?;
+        let (batches, rows, dropped): (i64, i64, i64) = sqlx::query_as(INGEST_TOTALS)
+            .fetch_one(&self.live_reads)
+            .await?;
         let snapshots: i64 = sqlx::query_scalar("SELECT count(*) FROM snapshots")
-            .fetch_one(&self.db)
+            .fetch_one(&self.live_reads)
             .await?;
         let events =
             sqlx::query_as("SELECT kind, count(*) FROM events GROUP BY kind ORDER BY kind")
-                .fetch_all(&self.db)
+                .fetch_all(&self.live_reads)
                 .await?;
         Ok((batches, rows, dropped, snapshots, events))
     }
@@ -178,14 +179,14 @@ impl Library {
     async fn gpus_with_latest(&self, uuid: Option<&str>) -> sqlx::Result<Vec<GpuRow>> {
         sqlx::query_as(GPUS_WITH_LATEST)
             .bind(uuid)
-            .fetch_all(&self.db)
+            .fetch_all(&self.live_reads)
             .await
     }
 
     /// The processes in each GPU's latest reading.
     pub async fn current_gpu_processes(&self) -> sqlx::Result<Vec<GpuProcess>> {
         sqlx::query_as(CURRENT_GPU_PROCESSES)
-            .fetch_all(&self.db)
+            .fetch_all(&self.live_reads)
             .await
     }
 
@@ -193,7 +194,7 @@ impl Library {
     pub async fn agents_since(&self, since_ms: i64) -> sqlx::Result<Vec<AgentLatest>> {
         sqlx::query_as(AGENTS_SINCE)
             .bind(since_ms)
-            .fetch_all(&self.db)
+            .fetch_all(&self.live_reads)
             .await
     }
 
@@ -204,7 +205,7 @@ impl Library {
              WHERE last_seen_ms >= ? ORDER BY last_seen_ms DESC LIMIT 1000",
         )
         .bind(since_ms)
-        .fetch_all(&self.db)
+        .fetch_all(&self.live_reads)
         .await
     }
 
@@ -213,7 +214,7 @@ impl Library {
         sqlx::query_as(
             "SELECT host, collector, first_seen_ms, last_seen_ms FROM hosts ORDER BY host",
         )
-        .fetch_all(&self.db)
+        .fetch_all(&self.live_reads)
         .await
     }
 
@@ -224,7 +225,7 @@ impl Library {
         )
         .bind(since_ms)
         .bind(limit)
-        .fetch_all(&self.db)
+        .fetch_all(&self.live_reads)
         .await
     }
 
@@ -248,7 +249,7 @@ impl Library {
             .bind(w.bucket_ms)
             .bind(uuid)
             .bind(w.to_ms)
-            .fetch_all(&self.db)
+            .fetch_all(&self.live_reads)
             .await
     }
 
@@ -313,7 +314,7 @@ impl Library {
         .bind(host)
         .bind(from_ms)
         .bind(to_ms)
-        .fetch_all(&self.db)
+        .fetch_all(&self.live_reads)
         .await
     }
 
@@ -324,7 +325,7 @@ impl Library {
         )
         .bind(host)
         .bind(pid)
-        .fetch_optional(&self.db)
+        .fetch_optional(&self.live_reads)
         .await?
         .flatten())
     }
@@ -353,7 +354,7 @@ impl Library {
         .bind(pid)
         .bind(start)
         .bind(w.to_ms)
-        .fetch_all(&self.db)
+        .fetch_all(&self.live_reads)
         .await
     }
 
@@ -364,7 +365,7 @@ impl Library {
         )
         .bind(host)
         .bind(pid)
-        .fetch_optional(&self.db)
+        .fetch_optional(&self.live_reads)
         .await?
         .flatten())
     }
@@ -390,7 +391,7 @@ impl Library {
         .bind(host)
         .bind(pid)
         .bind(w.to_ms)
-        .fetch_all(&self.db)
+        .fetch_all(&self.live_reads)
         .await
     }
 
@@ -412,7 +413,7 @@ impl Library {
         .bind(pid)
         .bind(start)
         .bind(device)
-        .fetch_all(&self.db)
+        .fetch_all(&self.live_reads)
         .await?;
         steps.reverse();
         Ok(steps)
@@ -426,7 +427,7 @@ impl Library {
         )
         .bind(host)
         .bind(pid)
-        .fetch_all(&self.db)
+        .fetch_all(&self.live_reads)
         .await
     }
 }
@@ -515,7 +516,7 @@ impl Library {
             "SELECT uuid, name, total_bytes FROM gpus WHERE host = ? AND total_bytes IS NOT NULL",
         )
         .bind(host)
-        .fetch_all(&self.db)
+        .fetch_all(&self.live_reads)
         .await?;
         let used: Vec<String> = match pid {
             Some(pid) => {
@@ -524,7 +525,7 @@ impl Library {
                 )
                 .bind(host)
                 .bind(pid)
-                .fetch_all(&self.db)
+                .fetch_all(&self.live_reads)
                 .await?
             }
             None => Vec::new(),
