@@ -598,7 +598,7 @@ pub fn readout(w: &WhatIf, chosen: Option<&WhatIfRun>, p: u32) -> Option<String>
     ];
     if let Some(r) = chosen {
         let v = match r.oom_position {
-            Some(o) if p >= o => "out of memory".to_string(),
+            Some(o) if p > o => "out of memory".to_string(),
             _ => at(&r.reserved_curve).unwrap_or_default(),
         };
         let whose = if r.recorded {
