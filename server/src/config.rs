@@ -88,14 +88,14 @@ impl ServeArgs {
     }
 
     /// The access settings (tokens, roles, allowed hosts); reads the tokens file.
-    pub fn access(&self) -> anyhow::Result<crate::http::Access> {
+    pub fn access(&self) -> anyhow::Result<crate::access::Access> {
         let file = match &self.api_tokens_file {
             Some(p) => Some(std::fs::read_to_string(p).map_err(|e| {
                 anyhow::anyhow!("cannot read the API tokens file {}: {e}", p.display())
             })?),
             None => None,
         };
-        crate::http::Access::new(&self.api_tokens, file.as_deref(), &self.allowed_hosts)
+        crate::access::Access::new(&self.api_tokens, file.as_deref(), &self.allowed_hosts)
     }
 
     /// The engine's limits for an upload of `size_hint_bytes` (0 if unknown).

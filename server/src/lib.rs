@@ -3,6 +3,7 @@
 //! crate; this crate does the IO around it. What crosses HTTP is the `api` crate's types
 //! (`convert` turns the engine's into them); what collectors send is `wire`'s.
 
+pub mod access;
 pub mod assets;
 pub mod cli;
 pub mod config;

@@ -12,7 +12,7 @@ pub struct AppState {
     pub models: Arc<Models>,
     pub config: Arc<ServeArgs>,
     /// Who may read and change what (`http::access`).
-    pub access: Arc<crate::http::Access>,
+    pub access: Arc<crate::access::Access>,
     /// Bounds how many uploads are parsed at once.
     pub index_slots: Arc<tokio::sync::Semaphore>,
     /// Progress of uploads in flight, by the token the client chose.

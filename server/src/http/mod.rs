@@ -21,7 +21,6 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use tower_http::trace::{DefaultMakeSpan, DefaultOnFailure, TraceLayer};
 
-pub use access::{Access, TOKEN_COOKIE};
 pub use error::{ApiError, ApiResult};
 pub use query::ApiQuery;
 
