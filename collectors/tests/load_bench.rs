@@ -256,8 +256,16 @@ fn four_collectors_queries_and_scrapes_on_a_30m_row_store() {
         ];
         let url = url.clone();
         std::thread::spawn(move || {
-            // The collectors' first batches (a second of readings) come first.
-            std::thread::sleep(Duration::from_secs(3));
+            // The collectors' first batches come first (the server rolls up the seeded day when
+            // it starts, which delays them): wait until their GPU has a page.
+            let ready = format!("{url}{}", paths[1]);
+            while agent
+                .get(&ready)
+                .call()
+                .map_or(true, |r| r.status().as_u16() != 200)
+            {
+                std::thread::sleep(Duration::from_millis(200));
+            }
             let mut i = 0;
             while !stop.load(Ordering::Relaxed) {
                 let ms = timed(&agent, &url, &paths[i % paths.len()]);
