@@ -174,30 +174,26 @@ impl Spool {
         &self.dir
     }
 
-    /// The sequence number the next batch gets. Persisted before it is handed out, so numbers
-    /// only increase across restarts; an error (the disk refused) hands out none.
-    fn take_seq(&mut self) -> std::io::Result<u64> {
+    /// The sequence number the next batch gets, persisted first so numbers only increase across
+    /// restarts. A disk that refuses it does not stop the batch: the number is still unique in
+    /// this spool's memory (its id is fresh when the disk failed at open), and `disk_error` says
+    /// why.
+    fn take_seq(&mut self) -> u64 {
         let seq = self.next_seq;
-        if self.disk_error.is_none() {
-            write_atomic(&self.dir, "next_seq", (seq + 1).to_string().as_bytes())?;
-        }
         self.next_seq += 1;
-        Ok(seq)
+        if self.disk_error.is_none()
+            && let Err(e) =
+                write_atomic(&self.dir, "next_seq", self.next_seq.to_string().as_bytes())
+        {
+            self.disk_error = Some(e.to_string());
+        }
+        seq
     }
 
     /// A new, empty batch from this spool: the next sequence number, the spool's id, and the
     /// drops not yet reported.
     pub fn batch(&mut self, collector: &str, host: &str) -> wire::Batch {
-        // A sequence number that cannot be persisted is still unique in this spool's memory
-        // (its id is fresh when the disk failed at open), so the batch goes on.
-        let seq = match self.take_seq() {
-            Ok(seq) => seq,
-            Err(e) => {
-                self.disk_error.get_or_insert(e.to_string());
-                self.next_seq += 1;
-                self.next_seq - 1
-            }
-        };
+        let seq = self.take_seq();
         wire::Batch {
             spool_id: Some(self.id.clone()),
             dropped_samples: self.dropped_samples,

@@ -73,6 +73,24 @@ fn fixture(name: &str) -> Vec<u8> {
     .unwrap()
 }
 
+/// One NVML reading of GPU `uuid` (1 byte used of 2).
+fn gpu_sample(uuid: &str) -> wire::GpuSample {
+    wire::GpuSample {
+        time_ms: 1_700_000_000_000,
+        uuid: uuid.into(),
+        index: 0,
+        name: None,
+        memory_used_bytes: Some(1),
+        memory_free_bytes: Some(1),
+        memory_total_bytes: Some(2),
+        memory_reserved_bytes: None,
+        gpu_util_percent: None,
+        mem_util_percent: None,
+        temperature_c: None,
+        power_mw: None,
+    }
+}
+
 /// One request through the router: the status and the body.
 async fn call(s: &AppState, req: Request<Body>) -> (StatusCode, Bytes) {
     let res = server::http::app(s.clone()).oneshot(req).await.unwrap();
@@ -157,20 +175,7 @@ async fn no_body_is_read_before_its_request_is_allowed_and_never_past_its_limit(
 async fn any_window_a_client_asks_for_is_answered() {
     let s = state("windows").await;
     let mut b = wire::Batch::new("gpu7", 1, "gpu7");
-    b.gpus.push(wire::GpuSample {
-        time_ms: 1_700_000_000_000,
-        uuid: "GPU-w".into(),
-        index: 0,
-        name: None,
-        memory_used_bytes: Some(1),
-        memory_free_bytes: Some(1),
-        memory_total_bytes: Some(2),
-        memory_reserved_bytes: None,
-        gpu_util_percent: None,
-        mem_util_percent: None,
-        temperature_c: None,
-        power_mw: None,
-    });
+    b.gpus.push(gpu_sample("GPU-w"));
     b.allocator.push(wire::AllocatorSample {
         time_ms: 1_700_000_000_000,
         pid: 42,
@@ -451,23 +456,9 @@ async fn a_collector_cannot_speak_for_another_host_or_its_gpus() {
             .body(Body::from(serde_json::to_vec(b).unwrap()))
             .unwrap()
     };
-    let gpu = |uuid: &str| wire::GpuSample {
-        time_ms: 1_700_000_000_000,
-        uuid: uuid.into(),
-        index: 0,
-        name: None,
-        memory_used_bytes: Some(1),
-        memory_free_bytes: Some(1),
-        memory_total_bytes: Some(2),
-        memory_reserved_bytes: None,
-        gpu_util_percent: None,
-        mem_util_percent: None,
-        temperature_c: None,
-        power_mw: None,
-    };
     let batch = |collector: &str, seq: u64, host: &str, uuid: &str| {
         let mut b = wire::Batch::new(collector, seq, host);
-        b.gpus.push(gpu(uuid));
+        b.gpus.push(gpu_sample(uuid));
         b
     };
     // Each collector reports its own host and GPU.

@@ -10,21 +10,9 @@
 
 mod common;
 
+use common::Rng;
+
 use std::time::{Duration, Instant};
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
 
 /// Pickle fragments the reader acts on: keys as SHORT_BINUNICODE, integers at the edges,
 /// containers and memo operations.

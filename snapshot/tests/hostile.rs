@@ -323,20 +323,10 @@ fn garbage_and_wrong_shapes_get_clear_errors() {
 }
 
 /// Deterministic xorshift so failures reproduce.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
-
 #[test]
 fn random_mutations_never_panic() {
     let base = std::fs::read(common::fixture("multistream.pickle")).unwrap();
-    let mut rng = Rng(0x5eed_1234_abcd_9876);
+    let mut rng = common::Rng(0x5eed_1234_abcd_9876);
     for _ in 0..3000 {
         let mut bytes = base.clone();
         for _ in 0..1 + rng.next() % 8 {
