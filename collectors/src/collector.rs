@@ -63,6 +63,15 @@ pub fn sample(
     if in_batch > 0 {
         spooled += flush(cfg, spool, &mut pending, &nvml_pids)?;
     }
+    // Pushing the last batch may have dropped older ones (the cap): one more batch reports
+    // them now, rather than whenever this spool next sends (never, for one held in memory).
+    // Its own push can drop at most the batches before it, so this ends within a few rounds.
+    for _ in 0..3 {
+        if spool.lock().expect("spool lock").dropped_samples == 0 {
+            break;
+        }
+        flush(cfg, spool, &mut pending, &nvml_pids)?;
+    }
     Ok(spooled)
 }
 
