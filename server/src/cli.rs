@@ -203,6 +203,7 @@ fn whatif(args: WhatifArgs) -> anyhow::Result<()> {
         limit_bytes: args.limit_bytes,
         limit_is_fraction: args.limit_kind == "fraction",
         curves: false,
+        cancel: Default::default(),
     };
     let w = snapshot::whatif::whatif(&snap, &index, &options)
         .with_context(|| format!("cannot replay {name}"))?;

@@ -13,6 +13,7 @@
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use anyhow::Context;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
@@ -134,6 +135,39 @@ pub struct Library {
     /// of the same content touch the same files: taken one at a time, so a committed row always
     /// has its files (issue 13, finding 6: a delete racing a re-upload left rows without files).
     files: std::sync::Arc<tokio::sync::Mutex<()>>,
+    /// Live reads interrupted because their request went away ([`LiveRead`]; `/metrics`).
+    pub live_interrupted: std::sync::Arc<AtomicU64>,
+}
+
+/// SQLite virtual-machine steps between looks at a [`LiveRead`]'s cancel flag (well under 1 ms).
+const INTERRUPT_CHECK_STEPS: i32 = 10_000;
+
+/// One connection of the live-read pool, held for one request's queries. Dropping it (the
+/// request's future was dropped: its client went away) interrupts the statement it may be
+/// running: a progress handler set at acquire looks at the flag this raises, and SQLite stops
+/// the statement with `SQLITE_INTERRUPT` instead of finishing a scan nobody will read.
+pub struct LiveRead {
+    conn: sqlx::pool::PoolConnection<sqlx::Sqlite>,
+    gone: std::sync::Arc<AtomicBool>,
+}
+
+impl std::ops::Deref for LiveRead {
+    type Target = sqlx::SqliteConnection;
+    fn deref(&self) -> &Self::Target {
+        &self.conn
+    }
+}
+
+impl std::ops::DerefMut for LiveRead {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.conn
+    }
+}
+
+impl Drop for LiveRead {
+    fn drop(&mut self) {
+        self.gone.store(true, Ordering::Relaxed);
+    }
 }
 
 impl Library {
@@ -165,6 +199,13 @@ impl Library {
             .context("cannot apply database migrations")?;
         let live_reads = SqlitePoolOptions::new()
             .max_connections(LIVE_READ_CONNECTIONS)
+            // A connection comes back without its last request's progress handler.
+            .after_release(|conn, _| {
+                Box::pin(async move {
+                    conn.lock_handle().await?.remove_progress_handler();
+                    Ok(true)
+                })
+            })
             .connect_with(options.read_only(true))
             .await
             .with_context(|| format!("cannot open the database in {}", dir.display()))?;
@@ -174,9 +215,29 @@ impl Library {
             dir: dir.to_path_buf(),
             live_writer: Default::default(),
             files: Default::default(),
+            live_interrupted: Default::default(),
         };
         lib.remove_orphans().await?;
         Ok(lib)
+    }
+
+    /// A connection for one request's live reads, interrupted if the request goes away.
+    pub async fn live_read(&self) -> sqlx::Result<LiveRead> {
+        let mut conn = self.live_reads.acquire().await?;
+        let gone = std::sync::Arc::new(AtomicBool::new(false));
+        let (flag, interrupted) = (gone.clone(), self.live_interrupted.clone());
+        let mut counted = false;
+        conn.lock_handle()
+            .await?
+            .set_progress_handler(INTERRUPT_CHECK_STEPS, move || {
+                let go_on = !flag.load(Ordering::Relaxed);
+                if !go_on && !counted {
+                    counted = true;
+                    interrupted.fetch_add(1, Ordering::Relaxed);
+                }
+                go_on
+            });
+        Ok(LiveRead { conn, gone })
     }
 
     async fn remove_orphans(&self) -> anyhow::Result<()> {

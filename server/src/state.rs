@@ -21,6 +21,17 @@ pub struct AppState {
     pub live: tokio::sync::broadcast::Sender<api::LiveNotice>,
     /// Set when the server is shutting down, so long-lived event streams end.
     pub shutdown: Arc<tokio::sync::watch::Sender<bool>>,
+    /// Engine work on blocking threads now, and how much stopped early (`/metrics`).
+    pub engine: Arc<EngineCounters>,
+}
+
+/// What the engine's blocking threads are doing for requests.
+#[derive(Debug, Default)]
+pub struct EngineCounters {
+    /// Engine queries running now.
+    pub running: std::sync::atomic::AtomicU64,
+    /// Engine queries that stopped early because their client went away.
+    pub cancelled_total: std::sync::atomic::AtomicU64,
 }
 
 /// How far an upload has got: bytes received, bytes the parser has consumed, and the total the
@@ -45,6 +56,7 @@ impl AppState {
             uploads: Default::default(),
             live: tokio::sync::broadcast::channel(256).0,
             shutdown: Arc::new(tokio::sync::watch::channel(false).0),
+            engine: Default::default(),
             config: Arc::new(config),
         })
     }

@@ -636,3 +636,64 @@ async fn slow_live_queries_cannot_starve_ingest_or_the_library() {
     assert_eq!(st, StatusCode::OK);
     drop(held);
 }
+
+/// "Queries cancelled when their client goes away", for the live store: a request dropped
+/// mid-query (its client disconnected) interrupts the SQLite statement it was running instead
+/// of leaving it to scan for nobody, and the connection goes back to the pool fit for the next
+/// request. The statement here would count to a billion (minutes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_query_whose_request_went_away_is_interrupted() {
+    use std::time::{Duration, Instant};
+    const FOREVER: &str = "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r \
+                           WHERE x < 1000000000) SELECT count(*) FROM r";
+    let s = state("interrupt").await;
+    let rounds = server::library::LIVE_READ_CONNECTIONS as u64 + 1;
+    for round in 1..=rounds {
+        let lib = s.library.clone();
+        let request = async move {
+            let mut c = lib.live_read().await?;
+            sqlx::query_scalar::<_, i64>(FOREVER)
+                .fetch_one(&mut *c)
+                .await
+        };
+        assert!(
+            tokio::time::timeout(Duration::from_millis(100), request)
+                .await
+                .is_err(),
+            "the statement cannot end in 100 ms"
+        );
+        // The request is gone; its statement stops at the next progress check.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while s.library.live_interrupted.load(Ordering::Relaxed) < round {
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: never interrupted"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    // Every connection has been interrupted once; each serves a normal query again (no stale
+    // handler from the request that went away).
+    let started = Instant::now();
+    let mut held = Vec::new();
+    for _ in 0..server::library::LIVE_READ_CONNECTIONS {
+        let mut c = s.library.live_read().await.unwrap();
+        let n: i64 = sqlx::query_scalar(
+            "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r WHERE x < 100000) \
+             SELECT count(*) FROM r",
+        )
+        .fetch_one(&mut *c)
+        .await
+        .unwrap();
+        assert_eq!(n, 100_000);
+        held.push(c);
+    }
+    assert!(started.elapsed() < Duration::from_secs(5));
+    drop(held);
+    let fleet = Request::get(api::routes::live_fleet())
+        .body(Body::empty())
+        .unwrap();
+    let (st, _) = call(&s, fleet).await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(s.library.live_interrupted.load(Ordering::Relaxed), rounds);
+}

@@ -278,3 +278,70 @@ async fn a_decompression_bomb_is_refused_at_its_limit() {
     assert!(r.state.library.list(None).await.unwrap().is_empty());
     assert!(tmp_files(&r.state).is_empty(), "{:?}", tmp_files(&r.state));
 }
+
+/// "Queries cancelled when their client goes away": a what-if replays the trace once per setting
+/// (a fraction of a second on this file, seconds on a GB-scale one). A client that asks and
+/// disconnects stops the replays: the engine answers `Cancelled`, which `/metrics` counts; on
+/// the old code the replays ran to the end for nobody.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_whatif_stops_replaying() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let r = listening("abandon").await;
+    let path = api::routes::upload(&Default::default());
+    let (status, body) = request(r.addr, "POST", &path, &fixture("big_python.pickle")).await;
+    assert_eq!(status, 201, "{body}");
+    let id = serde_json::from_str::<serde_json::Value>(&body).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let whatif = api::routes::whatif(
+        &id,
+        &api::WhatIfQuery {
+            curves: Some(true),
+            ..Default::default()
+        },
+    );
+
+    let engine = r.state.engine.clone();
+    let mut client = TcpStream::connect(r.addr).await.unwrap();
+    let head = format!("GET {whatif} HTTP/1.1\r\nhost: x\r\n\r\n");
+    client.write_all(head.as_bytes()).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while engine.running.load(Relaxed) == 0 {
+        assert!(Instant::now() < deadline, "the what-if never started");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    drop(client);
+    let gone_at = Instant::now();
+    while engine.running.load(Relaxed) > 0 {
+        assert!(Instant::now() < deadline, "the what-if never ended");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let stopped_after = gone_at.elapsed();
+    assert_eq!(
+        engine.cancelled_total.load(Relaxed),
+        1,
+        "the replays ran to the end after the client went away"
+    );
+
+    // The same question asked and waited for is answered in full, and takes longer than the
+    // abandoned one took to stop.
+    let started = Instant::now();
+    let (status, body) = request(r.addr, "GET", &whatif, b"").await;
+    let full = started.elapsed();
+    assert_eq!(status, 200, "{body}");
+    let runs = serde_json::from_str::<serde_json::Value>(&body).unwrap()["runs"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert!(runs >= 10, "{runs} runs");
+    eprintln!(
+        "abandoned what-if stopped {stopped_after:?} after the client left; in full: {full:?}"
+    );
+    let (_, metrics) = request(r.addr, "GET", api::routes::METRICS, b"").await;
+    assert!(
+        metrics.contains("memscope_engine_queries_cancelled_total 1\n")
+            && metrics.contains("memscope_engine_queries_running 0\n"),
+        "{metrics}"
+    );
+}

@@ -10,6 +10,7 @@
 //! This crate does no IO of its own, no async and no HTTP or SQL, and builds for `wasm32`.
 
 pub mod analysis;
+pub mod cancel;
 pub mod decompress;
 pub mod error;
 mod fast;
@@ -27,6 +28,7 @@ pub mod whatif;
 
 use std::io::Read;
 
+pub use cancel::{Cancel, Cancelled};
 pub use error::{Error, Result};
 pub use intern::{StrId, StringPool};
 pub use model::*;

@@ -267,3 +267,22 @@ fn past_an_oom_that_ends_the_trace_a_setting_is_not_said_to_fit() {
     let predicted = w.runs.iter().find(|r| !r.recorded).unwrap();
     assert!(predicted.oom);
 }
+
+/// A what-if whose cancel has fired stops with `Cancelled` (the server fires it when the client
+/// goes away); the same question uncancelled is answered.
+#[test]
+fn a_cancelled_whatif_stops() {
+    let snap = common::read("big_python.pickle.xz");
+    let index = Index::new(&snap);
+    let cancel = snapshot::Cancel::new();
+    let opts = Options {
+        cancel: cancel.clone(),
+        ..Default::default()
+    };
+    assert!(whatif(&snap, &index, &opts).is_ok());
+    cancel.cancel();
+    assert_eq!(
+        whatif(&snap, &index, &opts).err(),
+        Some(snapshot::whatif::WhatIfError::Cancelled)
+    );
+}

@@ -8,7 +8,7 @@ use snapshot::analysis;
 
 use super::error::{ApiError, ApiResult};
 use super::query::ApiQuery;
-use super::snapshots::{device_of, model};
+use super::snapshots::{device_of, model, on_engine};
 use crate::convert;
 use crate::state::AppState;
 use api::routes;
@@ -33,7 +33,7 @@ async fn diff(
     }
     let (info_b, model_b) = sides.pop().expect("two sides");
     let (info_a, model_a) = sides.pop().expect("two sides");
-    let diff = tokio::task::spawn_blocking(move || -> ApiResult<api::Diff> {
+    let diff = on_engine(&s, move |_| -> ApiResult<api::Diff> {
         let side = |m, device| -> ApiResult<analysis::Side<'_>> {
             let m: &crate::models::Loaded = m;
             Ok(analysis::Side {
@@ -48,7 +48,7 @@ async fn diff(
             200,
         )))
     })
-    .await??;
+    .await?;
     Ok(Json(api::DiffAnswer {
         diff,
         a: api::SnapshotRef {

@@ -42,6 +42,9 @@ pub enum ApiError {
     /// The upload is not a snapshot memscope can read: the engine's message, for the user.
     #[error("{0}")]
     Unreadable(String),
+    /// The client went away and its request's engine work stopped early; nobody reads this.
+    #[error("the client went away before the answer was ready")]
+    Cancelled,
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
 }
@@ -60,6 +63,8 @@ impl ApiError {
             }
             ApiError::Unreadable(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            // nginx's "client closed request": never sent, the client is gone.
+            ApiError::Cancelled => StatusCode::from_u16(499).expect("499 is a valid status"),
         }
     }
 }

@@ -2,6 +2,8 @@
 //! One `memscope_` prefix, bytes and `_total` counters, no per-process labels (unbounded
 //! cardinality).
 
+use std::sync::atomic::Ordering;
+
 use axum::Router;
 use axum::extract::State;
 use axum::http::header;
@@ -123,5 +125,20 @@ async fn metrics(State(s): State<AppState>) -> ApiResult<Response> {
     for (kind, n) in events {
         let _ = writeln!(o, "memscope_events_total{{kind=\"{}\"}} {n}", esc(&kind));
     }
+    let running = s.engine.running.load(Ordering::Relaxed);
+    let cancelled = s.engine.cancelled_total.load(Ordering::Relaxed);
+    let interrupted = lib.live_interrupted.load(Ordering::Relaxed);
+    let _ = writeln!(
+        o,
+        "# HELP memscope_engine_queries_running Snapshot analyses running for requests now.\n# TYPE memscope_engine_queries_running gauge\nmemscope_engine_queries_running {running}"
+    );
+    let _ = writeln!(
+        o,
+        "# HELP memscope_engine_queries_cancelled_total Snapshot analyses stopped early because their client went away.\n# TYPE memscope_engine_queries_cancelled_total counter\nmemscope_engine_queries_cancelled_total {cancelled}"
+    );
+    let _ = writeln!(
+        o,
+        "# HELP memscope_live_queries_interrupted_total Live-data queries interrupted because their client went away.\n# TYPE memscope_live_queries_interrupted_total counter\nmemscope_live_queries_interrupted_total {interrupted}"
+    );
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], o).into_response())
 }

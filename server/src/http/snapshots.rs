@@ -3,12 +3,15 @@
 //! model (never the pickle) on a blocking thread and converts the result to its `api` type.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use axum::extract::{Path, State};
 use axum::routing::get;
 use axum::{Json, Router};
+use snapshot::Cancel;
 use snapshot::analysis::{self, index::DeviceIndex};
 use snapshot::model::StackId;
+use snapshot::whatif::WhatIfError;
 
 use super::error::{ApiError, ApiResult};
 use super::query::ApiQuery;
@@ -37,14 +40,43 @@ pub(super) async fn model(s: &AppState, id: &str) -> ApiResult<Arc<Loaded>> {
         .ok_or_else(|| ApiError::NotFound(id.to_string()))
 }
 
-/// Runs a query on a loaded snapshot off the async runtime.
+/// Runs a query on a loaded snapshot off the async runtime (see [`on_engine`]).
 async fn query<T: Send + 'static>(
     s: &AppState,
     id: &str,
-    f: impl FnOnce(&Loaded) -> ApiResult<T> + Send + 'static,
+    f: impl FnOnce(&Loaded, &Cancel) -> ApiResult<T> + Send + 'static,
 ) -> ApiResult<T> {
     let model = model(s, id).await?;
-    tokio::task::spawn_blocking(move || f(&model)).await?
+    on_engine(s, move |cancel| f(&model, cancel)).await
+}
+
+/// Runs engine work on a blocking thread. When the request goes away (its client disconnected,
+/// so the server dropped the handler's future), the work's [`Cancel`] fires: analyses that check
+/// it stop early and answer [`ApiError::Cancelled`], counted in `/metrics`.
+pub(super) async fn on_engine<T: Send + 'static>(
+    s: &AppState,
+    f: impl FnOnce(&Cancel) -> ApiResult<T> + Send + 'static,
+) -> ApiResult<T> {
+    /// Fires the work's cancel when the request's future is dropped (or, harmlessly, ends).
+    struct CancelOnDrop(Cancel);
+    impl Drop for CancelOnDrop {
+        fn drop(&mut self) {
+            self.0.cancel();
+        }
+    }
+    let cancel = Cancel::new();
+    let _fires_when_dropped = CancelOnDrop(cancel.clone());
+    let counters = s.engine.clone();
+    counters.running.fetch_add(1, Ordering::Relaxed);
+    tokio::task::spawn_blocking(move || {
+        let out = f(&cancel);
+        if matches!(out, Err(ApiError::Cancelled)) {
+            counters.cancelled_total.fetch_add(1, Ordering::Relaxed);
+        }
+        counters.running.fetch_sub(1, Ordering::Relaxed);
+        out
+    })
+    .await?
 }
 
 /// The requested device's trace index (default: the first device with a trace).
@@ -78,7 +110,7 @@ async fn timeline(
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<api::TimelineQuery>,
 ) -> ApiResult<Json<api::TimelineAnswer>> {
-    let r = query(&s, &id, move |m| {
+    let r = query(&s, &id, move |m, _| {
         let d = device_of(m, q.device)?;
         let w = analysis::timeline::window(
             &m.snap,
@@ -128,7 +160,7 @@ async fn state_at(
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<api::PositionQuery>,
 ) -> ApiResult<Json<api::AllocatorState>> {
-    let r = query(&s, &id, move |m| {
+    let r = query(&s, &id, move |m, _| {
         let device = match device_of(m, q.device) {
             Ok(d) => d.device,
             // Segments-only snapshots still have a state: the snapshot's own.
@@ -155,7 +187,7 @@ async fn stacks(
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<api::StacksQuery>,
 ) -> ApiResult<Json<api::StackReport>> {
-    let r = query(&s, &id, move |m| {
+    let r = query(&s, &id, move |m, _| {
         let device = device_of(m, q.device)?.device;
         let frames = q.frames.unwrap_or(if m.index.frames.has_python() {
             api::FlameFrames::Python
@@ -183,7 +215,7 @@ async fn events(
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<api::EventsQuery>,
 ) -> ApiResult<Json<api::EventsAround>> {
-    let r = query(&s, &id, move |m| {
+    let r = query(&s, &id, move |m, _| {
         let d = device_of(m, q.device)?;
         let position = q.position.unwrap_or(d.len).min(d.len);
         let around = analysis::timeline::events_around(
@@ -212,7 +244,7 @@ async fn segment_spans(
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<api::DeviceQuery>,
 ) -> ApiResult<Json<api::SegmentSpans>> {
-    let r = query(&s, &id, move |m| {
+    let r = query(&s, &id, move |m, _| {
         let d = device_of(m, q.device)?;
         Ok(api::SegmentSpans {
             device: d.device,
@@ -240,17 +272,21 @@ async fn whatif(
             )));
         }
     };
-    let r = query(&s, &id, move |m| {
+    let r = query(&s, &id, move |m, cancel| {
         let options = snapshot::whatif::Options {
             device: q.device,
             alloc_confs: q.alloc_conf.into_iter().collect(),
             limit_bytes: q.limit_bytes,
             limit_is_fraction,
             curves: q.curves.unwrap_or(false),
+            cancel: cancel.clone(),
         };
         snapshot::whatif::whatif(&m.snap, &m.index, &options)
             .map(convert::whatif)
-            .map_err(|e| ApiError::BadRequest(e.to_string()))
+            .map_err(|e| match e {
+                WhatIfError::Cancelled => ApiError::Cancelled,
+                e => ApiError::BadRequest(e.to_string()),
+            })
     })
     .await?;
     Ok(Json(r))
@@ -260,7 +296,7 @@ async fn frames(
     State(s): State<AppState>,
     Path((id, stack)): Path<(String, u32)>,
 ) -> ApiResult<Json<Vec<api::Frame>>> {
-    let r = query(&s, &id, move |m| {
+    let r = query(&s, &id, move |m, _| {
         if stack as usize >= m.snap.stacks.len() {
             return Err(ApiError::BadRequest(format!("no stack {stack}")));
         }

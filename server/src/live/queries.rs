@@ -31,30 +31,30 @@ pub struct DeviceAllocator {
 impl Library {
     /// The latest reading of every GPU.
     pub async fn latest_gpu_readings(&self) -> sqlx::Result<Vec<GpuLatest>> {
-        sqlx::query_as(LATEST_GPU_READINGS)
-            .fetch_all(&self.live_reads)
-            .await
+        let mut c = self.live_read().await?;
+        sqlx::query_as(LATEST_GPU_READINGS).fetch_all(&mut *c).await
     }
 
     /// PyTorch allocator figures summed per host and device over each process's latest sample
     /// (no per-process labels).
     pub async fn latest_allocator_by_device(&self) -> sqlx::Result<Vec<DeviceAllocator>> {
+        let mut c = self.live_read().await?;
         sqlx::query_as(LATEST_ALLOCATOR_BY_DEVICE)
-            .fetch_all(&self.live_reads)
+            .fetch_all(&mut *c)
             .await
     }
 
     /// (batches, samples stored, samples collectors dropped, snapshots, events by kind).
     pub async fn counters(&self) -> sqlx::Result<(i64, i64, i64, i64, Vec<(String, i64)>)> {
-        let (batches, rows, dropped): (i64, i64, i64) = sqlx::query_as(INGEST_TOTALS)
-            .fetch_one(&self.live_reads)
-            .await?;
+        let mut c = self.live_read().await?;
+        let (batches, rows, dropped): (i64, i64, i64) =
+            sqlx::query_as(INGEST_TOTALS).fetch_one(&mut *c).await?;
         let snapshots: i64 = sqlx::query_scalar("SELECT count(*) FROM snapshots")
-            .fetch_one(&self.live_reads)
+            .fetch_one(&mut *c)
             .await?;
         let events =
             sqlx::query_as("SELECT kind, count(*) FROM events GROUP BY kind ORDER BY kind")
-                .fetch_all(&self.live_reads)
+                .fetch_all(&mut *c)
                 .await?;
         Ok((batches, rows, dropped, snapshots, events))
     }
@@ -177,55 +177,61 @@ impl Library {
 
     /// Every GPU (or the one with `uuid`) with its latest reading.
     async fn gpus_with_latest(&self, uuid: Option<&str>) -> sqlx::Result<Vec<GpuRow>> {
+        let mut c = self.live_read().await?;
         sqlx::query_as(GPUS_WITH_LATEST)
             .bind(uuid)
-            .fetch_all(&self.live_reads)
+            .fetch_all(&mut *c)
             .await
     }
 
     /// The processes in each GPU's latest reading.
     pub async fn current_gpu_processes(&self) -> sqlx::Result<Vec<GpuProcess>> {
+        let mut c = self.live_read().await?;
         sqlx::query_as(CURRENT_GPU_PROCESSES)
-            .fetch_all(&self.live_reads)
+            .fetch_all(&mut *c)
             .await
     }
 
     /// Each agent process's latest sample per device, for processes seen since `since_ms`.
     pub async fn agents_since(&self, since_ms: i64) -> sqlx::Result<Vec<AgentLatest>> {
+        let mut c = self.live_read().await?;
         sqlx::query_as(AGENTS_SINCE)
             .bind(since_ms)
-            .fetch_all(&self.live_reads)
+            .fetch_all(&mut *c)
             .await
     }
 
     /// Processes heard of (NVML or an agent) since `since_ms`, most recent first.
     pub async fn processes_since(&self, since_ms: i64) -> sqlx::Result<Vec<ProcessRow>> {
+        let mut c = self.live_read().await?;
         sqlx::query_as(
             "SELECT host, pid, start_time_ms, name, cgroup, has_agent, first_seen_ms, last_seen_ms FROM processes \
              WHERE last_seen_ms >= ? ORDER BY last_seen_ms DESC LIMIT 1000",
         )
         .bind(since_ms)
-        .fetch_all(&self.live_reads)
+        .fetch_all(&mut *c)
         .await
     }
 
     /// Every host with its collector and when it last reported.
     pub async fn hosts(&self) -> sqlx::Result<Vec<HostRow>> {
+        let mut c = self.live_read().await?;
         sqlx::query_as(
             "SELECT host, collector, first_seen_ms, last_seen_ms FROM hosts ORDER BY host",
         )
-        .fetch_all(&self.live_reads)
+        .fetch_all(&mut *c)
         .await
     }
 
     pub async fn events_since(&self, since_ms: i64, limit: i64) -> sqlx::Result<Vec<EventRow>> {
+        let mut c = self.live_read().await?;
         sqlx::query_as(
             "SELECT host, time_ms, kind, pid, device, message, snapshot_id FROM events WHERE time_ms >= ? \
              ORDER BY time_ms DESC LIMIT ?",
         )
         .bind(since_ms)
         .bind(limit)
-        .fetch_all(&self.live_reads)
+        .fetch_all(&mut *c)
         .await
     }
 
@@ -244,12 +250,13 @@ impl Library {
     where
         T: for<'r> FromRow<'r, sqlx::sqlite::SqliteRow> + Send + Unpin,
     {
+        let mut c = self.live_read().await?;
         sqlx::query_as(sql)
             .bind(w.from_ms)
             .bind(w.bucket_ms)
             .bind(uuid)
             .bind(w.to_ms)
-            .fetch_all(&self.live_reads)
+            .fetch_all(&mut *c)
             .await
     }
 
@@ -307,6 +314,7 @@ impl Library {
         from_ms: i64,
         to_ms: i64,
     ) -> sqlx::Result<Vec<EventRow>> {
+        let mut c = self.live_read().await?;
         sqlx::query_as(
             "SELECT host, time_ms, kind, pid, device, message, snapshot_id FROM events \
              WHERE host = ? AND time_ms BETWEEN ? AND ? ORDER BY time_ms",
@@ -314,18 +322,19 @@ impl Library {
         .bind(host)
         .bind(from_ms)
         .bind(to_ms)
-        .fetch_all(&self.live_reads)
+        .fetch_all(&mut *c)
         .await
     }
 
     /// The start time of the latest process `pid` on `host` that an agent reported from.
     pub async fn latest_process_start(&self, host: &str, pid: i64) -> sqlx::Result<Option<i64>> {
+        let mut c = self.live_read().await?;
         Ok(sqlx::query_scalar(
             "SELECT start_time_ms FROM allocator_samples WHERE host = ? AND pid = ? ORDER BY time_ms DESC LIMIT 1",
         )
         .bind(host)
         .bind(pid)
-        .fetch_optional(&self.live_reads)
+        .fetch_optional(&mut *c)
         .await?
         .flatten())
     }
@@ -338,6 +347,7 @@ impl Library {
         start: Option<i64>,
         w: &Window,
     ) -> sqlx::Result<Vec<AllocatorBucket>> {
+        let mut c = self.live_read().await?;
         sqlx::query_as(
             "SELECT device, max(gpu_uuid), (t - ?1) / ?2 AS b, max(a), max(r), max(ac), max(isp), max(rq), max(rt) FROM ( \
                SELECT device, gpu_uuid, time_ms AS t, allocated_bytes AS a, reserved_bytes AS r, active_bytes AS ac, \
@@ -354,18 +364,19 @@ impl Library {
         .bind(pid)
         .bind(start)
         .bind(w.to_ms)
-        .fetch_all(&self.live_reads)
+        .fetch_all(&mut *c)
         .await
     }
 
     /// The name NVML last gave the process.
     pub async fn process_name(&self, host: &str, pid: i64) -> sqlx::Result<Option<String>> {
+        let mut c = self.live_read().await?;
         Ok(sqlx::query_scalar(
             "SELECT name FROM process_samples WHERE host = ? AND pid = ? AND name IS NOT NULL ORDER BY time_ms DESC LIMIT 1",
         )
         .bind(host)
         .bind(pid)
-        .fetch_optional(&self.live_reads)
+        .fetch_optional(&mut *c)
         .await?
         .flatten())
     }
@@ -378,6 +389,7 @@ impl Library {
         pid: i64,
         w: &Window,
     ) -> sqlx::Result<Vec<(i64, i64)>> {
+        let mut c = self.live_read().await?;
         sqlx::query_as(
             "SELECT (t - ?1) / ?2 AS b, max(v) FROM ( \
                SELECT time_ms AS t, used_bytes AS v FROM process_samples WHERE gpu_uuid = ?3 AND host = ?4 \
@@ -391,7 +403,7 @@ impl Library {
         .bind(host)
         .bind(pid)
         .bind(w.to_ms)
-        .fetch_all(&self.live_reads)
+        .fetch_all(&mut *c)
         .await
     }
 
@@ -403,6 +415,7 @@ impl Library {
         start: Option<i64>,
         device: i64,
     ) -> sqlx::Result<Vec<StepRow>> {
+        let mut c = self.live_read().await?;
         let mut steps: Vec<StepRow> = sqlx::query_as(
             "SELECT step, min(time_ms) AS time_ms, min(allocated_bytes) AS allocated_min_bytes, \
              max(allocated_bytes) AS allocated_max_bytes, max(reserved_bytes) AS reserved_max_bytes \
@@ -413,7 +426,7 @@ impl Library {
         .bind(pid)
         .bind(start)
         .bind(device)
-        .fetch_all(&self.live_reads)
+        .fetch_all(&mut *c)
         .await?;
         steps.reverse();
         Ok(steps)
@@ -421,13 +434,14 @@ impl Library {
 
     /// A process's latest 200 events, newest first.
     pub async fn process_events(&self, host: &str, pid: i64) -> sqlx::Result<Vec<EventRow>> {
+        let mut c = self.live_read().await?;
         sqlx::query_as(
             "SELECT host, time_ms, kind, pid, device, message, snapshot_id FROM events \
              WHERE host = ? AND pid = ? ORDER BY time_ms DESC LIMIT 200",
         )
         .bind(host)
         .bind(pid)
-        .fetch_all(&self.live_reads)
+        .fetch_all(&mut *c)
         .await
     }
 }
@@ -512,11 +526,12 @@ impl Library {
         host: &str,
         pid: Option<i64>,
     ) -> sqlx::Result<Option<(u64, String)>> {
+        let mut c = self.live_read().await?;
         let gpus: Vec<(String, Option<String>, i64)> = sqlx::query_as(
             "SELECT uuid, name, total_bytes FROM gpus WHERE host = ? AND total_bytes IS NOT NULL",
         )
         .bind(host)
-        .fetch_all(&self.live_reads)
+        .fetch_all(&mut *c)
         .await?;
         let used: Vec<String> = match pid {
             Some(pid) => {
@@ -525,7 +540,7 @@ impl Library {
                 )
                 .bind(host)
                 .bind(pid)
-                .fetch_all(&self.live_reads)
+                .fetch_all(&mut *c)
                 .await?
             }
             None => Vec::new(),

@@ -26,6 +26,7 @@ pub mod replay;
 use serde::Serialize;
 
 use crate::analysis::index::Index;
+use crate::cancel::{Cancel, Cancelled};
 use crate::model::Snapshot;
 use crate::units::human_bytes;
 pub use allocator::{Limit, LimitKind, SegAction, SegEvent};
@@ -65,6 +66,8 @@ pub struct Options {
     pub limit_is_fraction: bool,
     /// Keep each run's reserved-bytes curve.
     pub curves: bool,
+    /// Stops the replays early (the server's client went away).
+    pub cancel: Cancel,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -262,6 +265,14 @@ pub enum WhatIfError {
     BadConf(String),
     /// The trace holds figures no device has (a corrupt or hand-edited file).
     Implausible(String),
+    /// [`Options::cancel`] fired.
+    Cancelled,
+}
+
+impl From<Cancelled> for WhatIfError {
+    fn from(_: Cancelled) -> WhatIfError {
+        WhatIfError::Cancelled
+    }
 }
 
 impl std::fmt::Display for WhatIfError {
@@ -270,6 +281,7 @@ impl std::fmt::Display for WhatIfError {
             WhatIfError::NoTrace(m) | WhatIfError::BadConf(m) | WhatIfError::Implausible(m) => {
                 f.write_str(m)
             }
+            WhatIfError::Cancelled => Cancelled.fmt(f),
         }
     }
 }
@@ -356,7 +368,13 @@ pub fn whatif(snap: &Snapshot, index: &Index, opts: &Options) -> Result<WhatIf, 
         Some(l) => Some(l),
         None => implied.as_ref().map(as_model),
     };
-    let checked = trace.replay(recorded_conf.clone(), check_limit, Releases::Discover);
+    let cancel = &opts.cancel;
+    let checked = trace.replay(
+        recorded_conf.clone(),
+        check_limit,
+        Releases::Discover,
+        cancel,
+    )?;
     let check = replay_check(&trace, &checked);
     // Where the program emptied the cache itself: every other run does it there too.
     let releases = checked.external_releases.clone();
@@ -364,7 +382,12 @@ pub fn whatif(snap: &Snapshot, index: &Index, opts: &Options) -> Result<WhatIf, 
     let recorded = if check_limit == model_limit {
         checked
     } else {
-        trace.replay(recorded_conf.clone(), model_limit, Releases::At(&releases))
+        trace.replay(
+            recorded_conf.clone(),
+            model_limit,
+            Releases::At(&releases),
+            cancel,
+        )?
     };
 
     let mut confs: Vec<String> = if opts.alloc_confs.is_empty() {
@@ -387,39 +410,35 @@ pub fn whatif(snap: &Snapshot, index: &Index, opts: &Options) -> Result<WhatIf, 
     };
     let recorded_peak = recorded.stats.peak_reserved_bytes;
     let w = bucket_events(d.len);
-    let mut runs: Vec<Run> = confs
-        .iter()
-        .zip(parsed)
-        .enumerate()
-        .map(|(i, (name, conf))| {
-            let o = if i == recorded_index {
-                recorded.clone()
+    let mut runs: Vec<Run> = Vec::with_capacity(confs.len());
+    for (i, (name, conf)) in confs.iter().zip(parsed).enumerate() {
+        let o = if i == recorded_index {
+            recorded.clone()
+        } else {
+            trace.replay(conf, model_limit, Releases::At(&releases), cancel)?
+        };
+        runs.push(Run {
+            alloc_conf: name.clone(),
+            recorded: i == recorded_index,
+            limit_bytes: limit.as_ref().map(|l| l.bytes),
+            peak_reserved_bytes: o.stats.peak_reserved_bytes,
+            peak_allocated_bytes: o.stats.peak_allocated_bytes,
+            segments_at_end: o.stats.segments,
+            cuda_mallocs: o.stats.device_allocs,
+            cuda_frees: o.stats.device_frees,
+            alloc_retries: o.stats.alloc_retries,
+            oom: o.oom_position.is_some(),
+            oom_position: o.oom_position,
+            fragmentation_at_peak: o.stats.peak_reserved_bytes
+                - o.stats.allocated_at_peak_reserved_bytes,
+            saving_bytes: recorded_peak as i64 - o.stats.peak_reserved_bytes as i64,
+            reserved_curve: if opts.curves {
+                bucket_max(&o.reserved, w)
             } else {
-                trace.replay(conf, model_limit, Releases::At(&releases))
-            };
-            Run {
-                alloc_conf: name.clone(),
-                recorded: i == recorded_index,
-                limit_bytes: limit.as_ref().map(|l| l.bytes),
-                peak_reserved_bytes: o.stats.peak_reserved_bytes,
-                peak_allocated_bytes: o.stats.peak_allocated_bytes,
-                segments_at_end: o.stats.segments,
-                cuda_mallocs: o.stats.device_allocs,
-                cuda_frees: o.stats.device_frees,
-                alloc_retries: o.stats.alloc_retries,
-                oom: o.oom_position.is_some(),
-                oom_position: o.oom_position,
-                fragmentation_at_peak: o.stats.peak_reserved_bytes
-                    - o.stats.allocated_at_peak_reserved_bytes,
-                saving_bytes: recorded_peak as i64 - o.stats.peak_reserved_bytes as i64,
-                reserved_curve: if opts.curves {
-                    bucket_max(&o.reserved, w)
-                } else {
-                    Vec::new()
-                },
-            }
-        })
-        .collect();
+                Vec::new()
+            },
+        });
+    }
     runs.sort_by_key(|r| (r.oom, r.peak_reserved_bytes, !r.recorded));
     Ok(WhatIf {
         device: d.device,

@@ -14,6 +14,7 @@ use super::allocator::{Allocator, Limit, SegAction, SegEvent, Stats};
 use super::conf::AllocConf;
 use crate::analysis::index::{DeviceIndex, Index, NONE};
 use crate::analysis::state::{AllocatorState, state_at};
+use crate::cancel::{Cancel, Cancelled};
 use crate::model::{Action, Snapshot};
 
 /// The trace of one device, prepared once and replayed under any number of settings.
@@ -32,6 +33,9 @@ pub struct Trace<'a> {
     start: AllocatorState,
     pub peak_reserved_bytes: u64,
 }
+
+/// How often (in events) a replay looks at its [`Cancel`]: ~1 ms of replay.
+pub const CANCEL_CHECK_EVENTS: usize = 16_384;
 
 /// One replay's outcome.
 #[derive(Clone, Debug)]
@@ -232,7 +236,15 @@ impl<'a> Trace<'a> {
     /// Replays the trace under `conf` (and `limit`). [`Releases::Discover`] is the replay under
     /// the recorded settings: it takes segment addresses from the trace where the model agrees
     /// with it and finds the releases the program made itself; other settings replay those.
-    pub fn replay(&self, conf: AllocConf, limit: Option<Limit>, releases: Releases<'_>) -> Outcome {
+    ///
+    /// Gives up with [`Cancelled`] within [`CANCEL_CHECK_EVENTS`] events of `cancel` firing.
+    pub fn replay(
+        &self,
+        conf: AllocConf,
+        limit: Option<Limit>,
+        releases: Releases<'_>,
+        cancel: &Cancel,
+    ) -> Result<Outcome, Cancelled> {
         let seeded = matches!(releases, Releases::Discover);
         let mut external = match releases {
             Releases::At(p) => p.iter().peekable(),
@@ -283,6 +295,9 @@ impl<'a> Trace<'a> {
         let mut i = 0usize;
         let mut last_reserved = a.stats.reserved_bytes;
         while i < n {
+            if i.is_multiple_of(CANCEL_CHECK_EVENTS) {
+                cancel.check()?;
+            }
             let r = first + i;
             match t.action[r] {
                 Action::Alloc => {
@@ -360,6 +375,6 @@ impl<'a> Trace<'a> {
         }
         out.stats = a.stats.clone();
         out.segment_events = std::mem::take(&mut a.events);
-        out
+        Ok(out)
     }
 }
