@@ -140,10 +140,13 @@ pub fn write<T: Write>(snap: &Snapshot, out: &mut T) -> io::Result<()> {
     for &a in &t.action {
         w.u8(a as u8)?;
     }
-    for col in [&t.addr, &t.size, &t.stream] {
+    for col in [&t.addr, &t.size] {
         for &v in col {
             w.u64(v)?;
         }
+    }
+    for r in 0..t.len() {
+        w.u64(t.stream(r))?;
     }
     for &v in &t.time_us {
         w.i64(v)?;
@@ -420,7 +423,17 @@ pub fn read<T: Read>(input: T) -> Result<Snapshot> {
     }
     t.addr = r.column::<8, _>(n, u64::from_le_bytes)?;
     t.size = r.column::<8, _>(n, u64::from_le_bytes)?;
-    t.stream = r.column::<8, _>(n, u64::from_le_bytes)?;
+    // Stored as handles (the format predates stream ids), interned again here.
+    let mut too_many_streams = false;
+    let ids = r.column::<8, _>(n, |b| {
+        let id = t.stream_id_of(u64::from_le_bytes(b));
+        too_many_streams |= id.is_none();
+        id.unwrap_or(0)
+    })?;
+    if too_many_streams {
+        return Err(r.bad("more than 65,536 distinct streams"));
+    }
+    t.stream_id = ids;
     t.time_us = r.column::<8, _>(n, i64::from_le_bytes)?;
     t.stack = r.column::<4, _>(n, |b| StackId(u32::from_le_bytes(b)))?;
     if t.stack.iter().any(|s| s.0 >= n_stacks.max(1)) {

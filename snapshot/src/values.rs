@@ -250,7 +250,8 @@ pub(crate) struct EntryFields {
     pub other: Option<StrId>,
     pub addr: u64,
     pub size: u64,
-    pub stream: u64,
+    /// An id of `TraceTable::streams`.
+    pub stream: u16,
     pub time_us: i64,
     pub stack: StackId,
     pub device_free: Option<u64>,
@@ -764,7 +765,12 @@ impl Heap {
                     }
                 }
             }
-            key::STREAM => f.stream = self.u64(v).unwrap_or(0),
+            key::STREAM => {
+                let handle = self.u64(v).unwrap_or(0);
+                f.stream = self.trace.stream_id_of(handle).ok_or_else(|| {
+                    "the trace uses more than 65,536 distinct CUDA streams".to_string()
+                })?;
+            }
             key::TIME_US => f.time_us = self.int(v).unwrap_or(0) as i64,
             key::FRAMES => f.stack = self.stack_of(v),
             key::DEVICE_FREE => f.device_free = self.u64(v),
@@ -808,7 +814,10 @@ impl Heap {
         t.action.push(f.action);
         t.addr.push(f.addr);
         t.size.push(f.size);
-        t.stream.push(f.stream);
+        if t.streams.is_empty() {
+            t.streams.push(0);
+        }
+        t.stream_id.push(f.stream);
         t.time_us.push(f.time_us);
         t.stack.push(f.stack);
         row

@@ -104,7 +104,7 @@ fn integers_of_nine_bytes() {
     let big_stream = (1u64 << 63) + 7;
     assert!(snap.segments.iter().all(|s| s.stream == big_stream));
     assert_eq!(snap.trace.addr[0], u64::MAX - 4095);
-    assert!(snap.trace.stream.iter().all(|&s| s == big_stream));
+    assert!((0..snap.trace.len()).all(|r| snap.trace.stream(r) == big_stream));
     let (_, report) = analysis::analyze(&snap, &Default::default());
     assert_eq!(report.summary.segments, 3);
 }
@@ -143,8 +143,8 @@ fn fast_path_equals_general_machine() {
         let (a, b) = (&fast.trace, &general.trace);
         assert_eq!(a.action, b.action, "{name}");
         assert_eq!(
-            (&a.addr, &a.size, &a.stream, &a.time_us),
-            (&b.addr, &b.size, &b.stream, &b.time_us),
+            (&a.addr, &a.size, &a.stream_id, &a.streams, &a.time_us),
+            (&b.addr, &b.size, &b.stream_id, &b.streams, &b.time_us),
             "{name}"
         );
         assert_eq!(

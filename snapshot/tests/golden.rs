@@ -301,6 +301,39 @@ fn timeline_buckets_keep_the_peak() {
     assert!(allocs.windows(2).all(|w| w[0].size >= w[1].size));
 }
 
+/// The index keeps live bytes with block extremes and reserved bytes as their changes; over any
+/// range the extremes are those of every position in it, and each position reads its own value.
+#[test]
+fn series_extremes_equal_a_scan_of_every_position() {
+    let mut rng = common::Rng(7);
+    for f in [
+        "big_python.pickle.xz",
+        "fragmentation.pickle",
+        "multistream.pickle",
+    ] {
+        let (_, index, _) = common::analyze(f);
+        for d in index.traced() {
+            let mut ranges = vec![(0, d.len), (0, 0), (d.len, d.len), (1, 1)];
+            for _ in 0..300 {
+                let a = rng.below(d.len as usize + 1) as u32;
+                let w = [1usize, 255, 256, 257, 5000][rng.below(5)];
+                let b = (a as usize + rng.below(w)).min(d.len as usize) as u32;
+                ranges.push((a, b));
+            }
+            for (lo, hi) in ranges {
+                let mut want = (u64::MAX, 0, u64::MAX, 0);
+                for p in lo..=hi {
+                    let (l, r) = (d.live_at(p), d.reserved_at(p));
+                    want = (want.0.min(l), want.1.max(l), want.2.min(r), want.3.max(r));
+                }
+                assert_eq!(d.extremes(lo, hi), want, "{f} {lo}..={hi}");
+            }
+            let peak = (0..=d.len).map(|p| d.reserved_at(p)).max().unwrap();
+            assert_eq!(d.peak_reserved(), peak, "{f}");
+        }
+    }
+}
+
 /// On the time axis buckets are equal in time: a bucket's value is the state at its start and
 /// after each event in it, so an idle stretch is flat at the last value before it (not a ramp to
 /// the next event) and the peak is kept; every event is in exactly the buckets around its time.

@@ -276,7 +276,7 @@ pub fn oom_reports(
             let p = e; // the state just before the failed request
             let block = snap.trace.size[r];
             let requested = super::state::segment_request_size(block);
-            let stream = snap.trace.stream[r];
+            let stream = snap.trace.stream(r);
             let device_free = TraceTable::sparse(&snap.trace.device_free, r as u32);
             let state = state_at(snap, index, d.device, p);
             // Block sizes as the allocator rounds them, so reserved − allocated is the real cache.

@@ -34,14 +34,7 @@ impl Bucket {
     /// The lowest and highest live and reserved bytes at positions `lo..=hi`, starting at
     /// `time_us`: what both the event-axis and the time-axis buckets hold.
     fn over(d: &DeviceIndex, lo: u32, hi: u32, time_us: i64) -> Bucket {
-        let (mut lmin, mut lmax, mut rmin, mut rmax) = (u64::MAX, 0, u64::MAX, 0);
-        for p in lo..=hi {
-            let (l, r) = (d.live_at(p), d.reserved_at(p));
-            lmin = lmin.min(l);
-            lmax = lmax.max(l);
-            rmin = rmin.min(r);
-            rmax = rmax.max(r);
-        }
+        let (lmin, lmax, rmin, rmax) = d.extremes(lo, hi);
         Bucket {
             first: lo,
             last: hi,
@@ -596,7 +589,7 @@ pub fn events_around(
                     .map(|s| snap.str(s).to_string()),
                 address: t.addr[r],
                 size_bytes: t.size[r],
-                stream: t.stream[r],
+                stream: t.stream(r),
                 time_us: t.time_us[r],
                 site: index
                     .frames

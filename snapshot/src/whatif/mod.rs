@@ -451,7 +451,12 @@ pub fn whatif(snap: &Snapshot, index: &Index, opts: &Options) -> Result<WhatIf, 
         runs,
         curves: opts.curves.then(|| RecordedCurves {
             bucket_events: w,
-            reserved: bucket_max(&changes(d.len, |p| d.reserved_at(p)), w),
+            reserved: bucket_max(
+                &std::iter::once((0, d.reserved_at_start))
+                    .chain(d.reserved_changes.iter().copied())
+                    .collect::<Vec<_>>(),
+                w,
+            ),
             live: bucket_max(&changes(d.len, |p| d.live_at(p)), w),
         }),
     })

@@ -130,10 +130,7 @@ impl<'a> Trace<'a> {
             })
             .collect();
         let start = state_at(snap, index, d.device, 0);
-        let mut peak = d.reserved_at_start;
-        for &r in &d.reserved_bytes {
-            peak = peak.max(r);
-        }
+        let peak = d.peak_reserved();
         Trace {
             snap,
             d,
@@ -194,7 +191,7 @@ impl<'a> Trace<'a> {
             .map(|i| {
                 let r = first + i as usize;
                 let driver_free = free.get(&(r as u32)).copied().unwrap_or(t.addr[r]);
-                (i, t.size[r], t.stream[r], driver_free)
+                (i, t.size[r], t.stream(r), driver_free)
             })
             .collect()
     }
@@ -303,8 +300,8 @@ impl<'a> Trace<'a> {
                 Action::Alloc => {
                     let addr = t.addr[r];
                     let private = self.private_pool(addr, i as u32);
-                    capturing.insert(t.stream[r], private);
-                    match a.malloc(t.size[r], t.stream[r], private) {
+                    capturing.insert(t.stream(r), private);
+                    match a.malloc(t.size[r], t.stream(r), private) {
                         Some(b) => {
                             out.allocs += 1;
                             if a.block_addr(b) == addr {
@@ -321,8 +318,8 @@ impl<'a> Trace<'a> {
                 Action::Oom => {
                     // The recorded run failed here; with other settings it may not. Its pool is
                     // the one the stream's last request went to (a capture's private pool).
-                    let private = capturing.get(&t.stream[r]).copied().unwrap_or((0, 0));
-                    if a.malloc(t.size[r], t.stream[r], private).is_none() {
+                    let private = capturing.get(&t.stream(r)).copied().unwrap_or((0, 0));
+                    if a.malloc(t.size[r], t.stream(r), private).is_none() {
                         out.oom_position.get_or_insert(i as u32);
                     }
                 }
