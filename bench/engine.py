@@ -3,6 +3,11 @@ same run, same machine. Prints a table and writes bench/results-engine.json.
 
     python3 bench/engine.py FILE [FILE ...]
 
+For each file, best of REPEATS (default 3) child processes each: `memscope analyze --json FILE`
+(the CLI as a user runs it: read, index, every analysis, the JSON report), the engine example
+(parse and analyses timed apart, plus the views the dashboard opens with), and Python's
+`pickle.load`; the speedups are against `pickle.load` measured in the same run.
+
 Each measurement runs in its own child process; peak RSS is that child's own ru_maxrss (wait4).
 The big snapshot is made on a GPU host with bench/make_big_snapshot.py (see bench/README.md).
 """
@@ -10,6 +15,8 @@ import json, os, subprocess, sys, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(ROOT, "target", "release", "examples", "bench")
+# The CLI as users run it (issue 14's figure): `memscope analyze --json FILE`, output discarded.
+MEMSCOPE = os.environ.get("MEMSCOPE_BIN", os.path.join(ROOT, "target", "release", "memscope"))
 REPEATS = int(os.environ.get("REPEATS", "3"))
 
 
@@ -40,6 +47,8 @@ def decompressed(path):
 
 def main():
     subprocess.run(["cargo", "build", "-q", "--release", "-p", "snapshot", "--example", "bench"], cwd=ROOT, check=True)
+    if "MEMSCOPE_BIN" not in os.environ:
+        subprocess.run(["cargo", "build", "-q", "--release", "-p", "server", "--bin", "memscope"], cwd=ROOT, check=True)
     rows = []
     for path in sys.argv[1:]:
         plain = decompressed(path)
@@ -50,6 +59,11 @@ def main():
             r["peak_rss_bytes"] = rss
             if ours is None or r["total_s"] < ours["total_s"]:
                 ours = r
+        cli_s, cli_rss = None, 0
+        for _ in range(REPEATS):
+            s, rss, _ = child([MEMSCOPE, "analyze", "--json", plain])
+            if cli_s is None or s < cli_s:
+                cli_s, cli_rss = s, rss
         py_s, py_rss = None, 0
         for _ in range(REPEATS):
             _, rss, out = child([sys.executable, "-c",
@@ -62,10 +76,13 @@ def main():
             file=os.path.basename(plain), file_mb=size / 1e6, entries=ours["entries"],
             memscope_s=ours["total_s"], parse_s=ours["parse_s"], analyses_s=ours["analyses_s"],
             mb_per_s=size / 1e6 / ours["total_s"], python_pickle_load_s=py_s, speedup=py_s / ours["total_s"],
+            cli_analyze_json_s=cli_s, cli_speedup=py_s / cli_s, cli_rss_mb=cli_rss / 1e6,
+            cli_rss_over_file=cli_rss / size,
             memscope_rss_mb=ours["peak_rss_bytes"] / 1e6, rss_over_file=ours["peak_rss_bytes"] / size,
             python_rss_mb=py_rss / 1e6, python_rss_over_file=py_rss / size,
             model_bytes_per_entry=ours["model_bytes_per_entry"], tables_bytes_per_entry=ours["tables_bytes_per_entry"]))
-    keys = ["file", "file_mb", "entries", "memscope_s", "parse_s", "analyses_s", "mb_per_s", "python_pickle_load_s",
+    keys = ["file", "file_mb", "entries", "cli_analyze_json_s", "cli_speedup", "cli_rss_mb", "cli_rss_over_file",
+            "memscope_s", "parse_s", "analyses_s", "mb_per_s", "python_pickle_load_s",
             "speedup", "memscope_rss_mb", "rss_over_file", "python_rss_mb", "python_rss_over_file",
             "model_bytes_per_entry", "tables_bytes_per_entry"]
     for r in rows:
