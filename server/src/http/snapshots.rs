@@ -17,7 +17,7 @@ use super::error::{ApiError, ApiResult};
 use super::query::ApiQuery;
 use crate::convert;
 use crate::models::Loaded;
-use crate::state::AppState;
+use crate::state::{AppState, EngineCounters};
 use api::routes;
 
 pub fn router() -> Router<AppState> {
@@ -66,14 +66,21 @@ pub(super) async fn on_engine<T: Send + 'static>(
     }
     let cancel = Cancel::new();
     let _fires_when_dropped = CancelOnDrop(cancel.clone());
-    let counters = s.engine.clone();
-    counters.running.fetch_add(1, Ordering::Relaxed);
+    /// Counts the work as running until it ends, by returning or by panicking.
+    struct Running(Arc<EngineCounters>);
+    impl Drop for Running {
+        fn drop(&mut self) {
+            self.0.running.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+    s.engine.running.fetch_add(1, Ordering::Relaxed);
+    let running = Running(s.engine.clone());
     tokio::task::spawn_blocking(move || {
         let out = f(&cancel);
         if matches!(out, Err(ApiError::Cancelled)) {
-            counters.cancelled_total.fetch_add(1, Ordering::Relaxed);
+            running.0.cancelled_total.fetch_add(1, Ordering::Relaxed);
         }
-        counters.running.fetch_sub(1, Ordering::Relaxed);
+        drop(running);
         out
     })
     .await?
