@@ -32,6 +32,9 @@ pub(crate) fn try_entry(
     }
 }
 
+/// Protocol 4's framing opcode, followed by the frame's 8-byte length.
+const FRAME: u8 = 0x95;
+
 struct Cursor<'a> {
     buf: &'a [u8],
     pos: usize,
@@ -44,9 +47,25 @@ impl Cursor<'_> {
         self.pos += 1;
         Some(b)
     }
+    /// The next opcode, past any protocol-4 `FRAME` markers: CPython's pickler ends a 64 KiB
+    /// frame after whatever object crosses the boundary, so one lands inside an entry every
+    /// ~700 entries, and a frame carries no meaning for the reader (the general machine skips
+    /// it the same way).
     #[inline]
-    fn peek(&self) -> Option<u8> {
-        self.buf.get(self.pos).copied()
+    fn op(&mut self) -> Option<u8> {
+        let b = self.peek_op()?;
+        self.pos += 1;
+        Some(b)
+    }
+    #[inline]
+    fn peek_op(&mut self) -> Option<u8> {
+        loop {
+            let b = *self.buf.get(self.pos)?;
+            if b != FRAME {
+                return Some(b);
+            }
+            self.take(9)?;
+        }
     }
     #[inline]
     fn take(&mut self, n: usize) -> Option<&[u8]> {
@@ -63,7 +82,7 @@ impl Cursor<'_> {
     #[inline]
     fn memo_op(&mut self, heap: &mut Heap, v: Value) -> Option<Option<usize>> {
         let next = heap.memo_mark()? as u64;
-        let key = match self.peek() {
+        let key = match self.peek_op() {
             Some(0x94) => {
                 self.pos += 1;
                 next
@@ -109,7 +128,7 @@ impl Cursor<'_> {
     }
 
     fn key(&mut self, heap: &mut Heap) -> Option<StrId> {
-        let v = match self.byte()? {
+        let v = match self.op()? {
             op @ (b'h' | b'j') => self.memo_get(heap, op)?,
             0x8c => {
                 let n = self.byte()? as usize;
@@ -124,7 +143,7 @@ impl Cursor<'_> {
     }
 
     fn value(&mut self, heap: &mut Heap, frames: &mut Vec<FrameId>) -> Option<Value> {
-        Some(match self.byte()? {
+        Some(match self.op()? {
             b'K' => Value::Int(self.byte()? as i64),
             b'M' => Value::Int(u16::from_le_bytes(self.take(2)?.try_into().ok()?) as i64),
             b'J' => Value::Int(i32::from_le_bytes(self.take(4)?.try_into().ok()?) as i64),
@@ -173,11 +192,11 @@ impl Cursor<'_> {
                 _ => None,
             }
         };
-        match self.peek() {
+        match self.peek_op() {
             Some(b'(') => {
                 self.pos += 1;
                 loop {
-                    match self.byte()? {
+                    match self.op()? {
                         op @ (b'h' | b'j') => frame(self, op, frames)?,
                         b'e' => break,
                         _ => return None,
@@ -188,7 +207,7 @@ impl Cursor<'_> {
                 // One frame and APPEND, or (an empty list) the next key of the dict.
                 let save = self.pos;
                 self.pos += 1;
-                match (self.memo_get(heap, op), self.peek()) {
+                match (self.memo_get(heap, op), self.peek_op()) {
                     (Some(Value::Frame(f)), Some(b'a')) => {
                         self.pos += 1;
                         frames.push(f);
@@ -199,7 +218,7 @@ impl Cursor<'_> {
             _ => {}
         }
         // The list must be finished: no further APPEND(S) into it.
-        if matches!(self.peek(), Some(b'(' | b'a' | b'e')) {
+        if matches!(self.peek_op(), Some(b'(' | b'a' | b'e')) {
             return None;
         }
         let v = if frames.is_empty() {
@@ -216,13 +235,13 @@ impl Cursor<'_> {
 
 fn entry(c: &mut Cursor, heap: &mut Heap, frames: &mut Vec<FrameId>) -> Option<Value> {
     let slot = c.memo_op(heap, Value::None)?;
-    if c.byte()? != b'(' {
+    if c.op()? != b'(' {
         return None;
     }
     let mut fields = EntryFields::default();
     let mut first = true;
     loop {
-        if c.peek()? == b'u' {
+        if c.peek_op()? == b'u' {
             c.pos += 1;
             break;
         }
@@ -236,7 +255,7 @@ fn entry(c: &mut Cursor, heap: &mut Heap, frames: &mut Vec<FrameId>) -> Option<V
         heap.set_field(&mut fields, k.0, v).ok()?;
     }
     // The dict must be finished: a MARK or SETITEM here would add to it.
-    if first || matches!(c.peek(), None | Some(b'(' | b's' | b'u')) {
+    if first || matches!(c.peek_op(), None | Some(b'(' | b's' | b'u')) {
         return None;
     }
     let v = Value::Entry(heap.push_entry(&fields));
@@ -244,4 +263,49 @@ fn entry(c: &mut Cursor, heap: &mut Heap, frames: &mut Vec<FrameId>) -> Option<V
         heap.memo_set(slot, v);
     }
     Some(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::values::Limits;
+
+    /// One entry as CPython's protocol-4 pickler writes it, with a `FRAME` marker between two
+    /// fields where a 64 KiB frame boundary can fall.
+    fn entry_bytes(frame_inside: bool) -> Vec<u8> {
+        let mut b = vec![b'}', 0x94, b'('];
+        let s = |b: &mut Vec<u8>, text: &str| {
+            b.extend([0x8c, text.len() as u8]);
+            b.extend(text.as_bytes());
+            b.push(0x94);
+        };
+        s(&mut b, "action");
+        s(&mut b, "alloc");
+        if frame_inside {
+            b.push(FRAME);
+            b.extend(70_000u64.to_le_bytes());
+        }
+        s(&mut b, "addr");
+        b.extend([b'J', 0, 0, 0, 1]);
+        s(&mut b, "size");
+        b.extend([b'K', 64]);
+        b.push(b'u');
+        b.push(b'.');
+        b
+    }
+
+    #[test]
+    fn a_frame_marker_inside_an_entry_stays_on_the_fast_path() {
+        for frame_inside in [false, true] {
+            let bytes = entry_bytes(frame_inside);
+            let mut heap = Heap::new(Limits::default());
+            let (used, v) = try_entry(&bytes, &mut heap, &mut Vec::new()).unwrap_or_else(|| {
+                panic!("fast path refused the entry (frame inside: {frame_inside})")
+            });
+            assert_eq!(used, bytes.len() - 1, "everything up to STOP was read");
+            assert!(matches!(v, Value::Entry(0)));
+            assert_eq!(heap.trace.addr, [1 << 24]);
+            assert_eq!(heap.trace.size, [64]);
+        }
+    }
 }
