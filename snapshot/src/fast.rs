@@ -11,19 +11,16 @@
 //! Measured on the 1M-entry benchmark: see bench/README.md.
 
 use crate::intern::StrId;
-use crate::model::FrameId;
+use crate::model::{FrameId, StackId};
 use crate::values::{EntryFields, Heap, Value, key};
+use rustc_hash::FxHashMap;
 
 /// Reads one entry dict from `buf` (which starts at its `EMPTY_DICT`). Returns the bytes used and
 /// the value to push, or `None` to let the general machine read it.
-pub(crate) fn try_entry(
-    buf: &[u8],
-    heap: &mut Heap,
-    frames: &mut Vec<FrameId>,
-) -> Option<(usize, Value)> {
+pub(crate) fn try_entry(buf: &[u8], heap: &mut Heap, state: &mut State) -> Option<(usize, Value)> {
     let mark = heap.memo_mark()?;
     let mut c = Cursor { buf, pos: 1 };
-    match entry(&mut c, heap, frames) {
+    match entry(&mut c, heap, state) {
         Some(v) => Some((c.pos, v)),
         None => {
             heap.memo_truncate(mark);
@@ -31,6 +28,25 @@ pub(crate) fn try_entry(
         }
     }
 }
+
+/// The fast path's working memory, kept across entries.
+#[derive(Default)]
+pub(crate) struct State {
+    frames: Vec<FrameId>,
+    /// Stacks by the exact bytes of their frame list's body (`BINGET`s of memoized frames).
+    /// A big trace repeats a few thousand lists millions of times, and each frame lookup is a
+    /// cache miss in a memo of millions of slots spread over the file: one hash of ~60 bytes
+    /// replaces a dozen of those and the stack's own hashing (measured in bench/README.md).
+    /// The bytes mean the same stack as long as no memo slot they name is overwritten, which
+    /// only an explicit `PUT` of an existing index does; [`Heap::memo_overwrites`] counts those
+    /// and a change clears the cache.
+    stacks: FxHashMap<Box<[u8]>, StackId>,
+    stack_key_bytes: usize,
+    overwrites_seen: u64,
+}
+
+/// Keys stop being added past this many bytes of cached list bodies (lists still parse, uncached).
+const STACK_CACHE_MAX_BYTES: usize = 64 << 20;
 
 /// Protocol 4's framing opcode, followed by the frame's 8-byte length.
 const FRAME: u8 = 0x95;
@@ -142,7 +158,7 @@ impl Cursor<'_> {
         }
     }
 
-    fn value(&mut self, heap: &mut Heap, frames: &mut Vec<FrameId>) -> Option<Value> {
+    fn value(&mut self, heap: &mut Heap, state: &mut State) -> Option<Value> {
         Some(match self.op()? {
             b'K' => Value::Int(self.byte()? as i64),
             b'M' => Value::Int(u16::from_le_bytes(self.take(2)?.try_into().ok()?) as i64),
@@ -174,14 +190,49 @@ impl Cursor<'_> {
                 self.string(heap, n)?
             }
             op @ (b'h' | b'j') => self.memo_get(heap, op)?,
-            b']' => self.frames_list(heap, frames)?,
+            b']' => self.frames_list(heap, state)?,
             _ => return None,
         })
     }
 
     /// `]` [memo] then nothing (empty), `MARK (BINGET frame)* APPENDS`, or `BINGET frame APPEND`.
-    fn frames_list(&mut self, heap: &mut Heap, frames: &mut Vec<FrameId>) -> Option<Value> {
+    fn frames_list(&mut self, heap: &mut Heap, state: &mut State) -> Option<Value> {
         let slot = self.memo_op(heap, Value::EmptyList)?;
+        let v = match self.cached_stack(heap, state) {
+            Some(id) => Value::Stack(id),
+            None => self.decode_frames(heap, state)?,
+        };
+        // The list must be finished: no further APPEND(S) into it.
+        if matches!(self.peek_op(), Some(b'(' | b'a' | b'e')) {
+            return None;
+        }
+        if let Some(slot) = slot {
+            heap.memo_set(slot, v);
+        }
+        Some(v)
+    }
+
+    /// A `MARK (BINGET)* APPENDS` list whose body was seen before: its stack, with the cursor
+    /// past `APPENDS`. Otherwise `None`, the cursor unmoved.
+    fn cached_stack(&mut self, heap: &Heap, state: &mut State) -> Option<StackId> {
+        if heap.memo_overwrites() != state.overwrites_seen {
+            state.stacks.clear();
+            state.stack_key_bytes = 0;
+            state.overwrites_seen = heap.memo_overwrites();
+        }
+        if self.buf.get(self.pos) != Some(&b'(') {
+            return None;
+        }
+        let end = body_end(self.buf, self.pos + 1)?;
+        let &id = state.stacks.get(&self.buf[self.pos + 1..end])?;
+        self.pos = end + 1;
+        Some(id)
+    }
+
+    /// The frames of a list after its memo op, interned; a `MARK … APPENDS` body of plain
+    /// `BINGET`s is remembered for [`Cursor::cached_stack`].
+    fn decode_frames(&mut self, heap: &mut Heap, state: &mut State) -> Option<Value> {
+        let frames = &mut state.frames;
         frames.clear();
         let frame = |c: &mut Self, op: u8, frames: &mut Vec<FrameId>| -> Option<()> {
             match c.memo_get(heap, op)? {
@@ -192,9 +243,12 @@ impl Cursor<'_> {
                 _ => None,
             }
         };
+        let mut body = None;
         match self.peek_op() {
             Some(b'(') => {
                 self.pos += 1;
+                let start = self.pos;
+                body = body_end(self.buf, start).map(|end| start..end);
                 loop {
                     match self.op()? {
                         op @ (b'h' | b'j') => frame(self, op, frames)?,
@@ -217,23 +271,42 @@ impl Cursor<'_> {
             }
             _ => {}
         }
-        // The list must be finished: no further APPEND(S) into it.
-        if matches!(self.peek_op(), Some(b'(' | b'a' | b'e')) {
-            return None;
+        if frames.is_empty() {
+            return Some(Value::EmptyList);
         }
-        let v = if frames.is_empty() {
-            Value::EmptyList
-        } else {
-            Value::Stack(heap.intern_stack(frames))
-        };
-        if let Some(slot) = slot {
-            heap.memo_set(slot, v);
+        let id = heap.intern_stack(frames);
+        if let Some(body) = body {
+            state.remember(&self.buf[body], id);
         }
-        Some(v)
+        Some(Value::Stack(id))
     }
 }
 
-fn entry(c: &mut Cursor, heap: &mut Heap, frames: &mut Vec<FrameId>) -> Option<Value> {
+/// Where the `APPENDS` of a list body starting at `start` is, if the body is only `BINGET` and
+/// `LONG_BINGET` ops.
+#[inline]
+fn body_end(buf: &[u8], start: usize) -> Option<usize> {
+    let mut p = start;
+    loop {
+        match *buf.get(p)? {
+            b'h' => p += 2,
+            b'j' => p += 5,
+            b'e' => return Some(p),
+            _ => return None,
+        }
+    }
+}
+
+impl State {
+    fn remember(&mut self, body: &[u8], id: StackId) {
+        if self.stack_key_bytes + body.len() <= STACK_CACHE_MAX_BYTES {
+            self.stack_key_bytes += body.len();
+            self.stacks.insert(body.into(), id);
+        }
+    }
+}
+
+fn entry(c: &mut Cursor, heap: &mut Heap, state: &mut State) -> Option<Value> {
     let slot = c.memo_op(heap, Value::None)?;
     if c.op()? != b'(' {
         return None;
@@ -250,7 +323,7 @@ fn entry(c: &mut Cursor, heap: &mut Heap, frames: &mut Vec<FrameId>) -> Option<V
             return None;
         }
         first = false;
-        let v = c.value(heap, frames)?;
+        let v = c.value(heap, state)?;
         // A field the machine would refuse: it refuses it, naming the offset.
         heap.set_field(&mut fields, k.0, v).ok()?;
     }
@@ -299,9 +372,10 @@ mod tests {
         for frame_inside in [false, true] {
             let bytes = entry_bytes(frame_inside);
             let mut heap = Heap::new(Limits::default());
-            let (used, v) = try_entry(&bytes, &mut heap, &mut Vec::new()).unwrap_or_else(|| {
-                panic!("fast path refused the entry (frame inside: {frame_inside})")
-            });
+            let (used, v) =
+                try_entry(&bytes, &mut heap, &mut State::default()).unwrap_or_else(|| {
+                    panic!("fast path refused the entry (frame inside: {frame_inside})")
+                });
             assert_eq!(used, bytes.len() - 1, "everything up to STOP was read");
             assert!(matches!(v, Value::Entry(0)));
             assert_eq!(heap.trace.addr, [1 << 24]);

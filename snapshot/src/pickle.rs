@@ -289,7 +289,7 @@ pub(crate) fn run<R: Read>(input: &mut Input<R>, heap: &mut Heap) -> Result<(Val
     let max_str = heap.limits.max_string_bytes;
     let (mut last_str, mut last_id) = (Vec::<u8>::new(), crate::intern::StrId::EMPTY);
     let fast = heap.fast_path;
-    let mut fast_frames = Vec::with_capacity(256);
+    let mut fast_state = crate::fast::State::default();
 
     macro_rules! bad {
         ($off:expr, $($t:tt)*) => { return Err(Error::malformed($off, format!($($t)*))) };
@@ -395,8 +395,7 @@ pub(crate) fn run<R: Read>(input: &mut Input<R>, heap: &mut Heap) -> Result<(Val
             b'}' => {
                 if fast {
                     let window = input.window_from_previous(FAST_WINDOW)?;
-                    if let Some((used, v)) = crate::fast::try_entry(window, heap, &mut fast_frames)
-                    {
+                    if let Some((used, v)) = crate::fast::try_entry(window, heap, &mut fast_state) {
                         input.skip(used - 1);
                         push!(off, v);
                         continue;

@@ -294,6 +294,8 @@ pub(crate) struct Heap {
     container_items: u64,
     memo: Memo,
     memo_sparse: FxHashMap<u64, Value>,
+    /// How many times a `PUT` replaced an existing memo slot (see `fast::State`).
+    memo_overwrites: u64,
     scratch: Vec<FrameId>,
     /// Item vectors of lowered containers, reused for new ones (saves a malloc per entry).
     spare: Vec<Vec<Value>>,
@@ -324,6 +326,7 @@ impl Heap {
             container_items: 0,
             memo: Memo::default(),
             memo_sparse: FxHashMap::default(),
+            memo_overwrites: 0,
             scratch: Vec::new(),
             spare: Vec::new(),
         }
@@ -502,6 +505,7 @@ impl Heap {
         }
         let len = self.memo.len() as u64;
         if key < len {
+            self.memo_overwrites += 1;
             self.memo[key as usize] = v;
         } else if key == len && self.memo.len() < self.limits.max_memo {
             self.memo.push(v);
@@ -840,6 +844,10 @@ impl Heap {
             self.memo.push(v);
             self.memo.len() - 1
         })
+    }
+
+    pub fn memo_overwrites(&self) -> u64 {
+        self.memo_overwrites
     }
 
     pub fn memo_set(&mut self, slot: usize, v: Value) {

@@ -166,6 +166,79 @@ fn fast_path_equals_general_machine() {
     }
 }
 
+/// The fast path caches stacks by the bytes of their frame list (`fast.rs`); a `PUT` that
+/// replaces a memoized frame changes what the same bytes mean, and the cache must notice.
+#[test]
+fn a_frame_replaced_in_the_memo_is_not_served_from_the_stack_cache() {
+    fn s(b: &mut Vec<u8>, text: &str) {
+        b.extend([0x8c, text.len() as u8]);
+        b.extend(text.as_bytes());
+    }
+    fn frame(b: &mut Vec<u8>, name: &str) {
+        b.extend(b"}(");
+        s(b, "filename");
+        s(b, "model.py");
+        s(b, "line");
+        b.extend([b'K', 7]);
+        s(b, "name");
+        s(b, name);
+        b.push(b'u');
+    }
+    // An entry whose frames are `MARK BINGET 0 APPENDS`, with an optional field first.
+    fn entry(b: &mut Vec<u8>, addr: u8, extra: impl Fn(&mut Vec<u8>)) {
+        b.extend(b"}(");
+        s(b, "action");
+        s(b, "alloc");
+        s(b, "addr");
+        b.extend([b'J', 0, addr, 0, 0]);
+        s(b, "size");
+        b.extend([b'K', 64]);
+        extra(b);
+        s(b, "frames");
+        b.extend(b"](h\x00e");
+        b.push(b'u');
+    }
+    let mut b = vec![0x80, 2, b'}', b'('];
+    s(&mut b, "segments");
+    b.push(b']');
+    s(&mut b, "device_traces");
+    b.extend(b"](](");
+    // Memo slot 0: frame `f`, inside an entry the general machine reads.
+    b.extend(b"}(");
+    s(&mut b, "action");
+    s(&mut b, "alloc");
+    s(&mut b, "frames");
+    b.extend(b"](");
+    frame(&mut b, "f");
+    b.extend(b"q\x00eu");
+    entry(&mut b, 1, |_| {}); // fast path: caches `h\x00` as [f]
+    // Slot 0 replaced by frame `g` (BINPUT of an existing index) before this entry's frames.
+    entry(&mut b, 2, |b| {
+        s(b, "extra");
+        frame(b, "g");
+        b.extend(b"q\x00");
+    });
+    entry(&mut b, 3, |_| {}); // fast path: the same bytes now mean [g]
+    b.extend(b"eeu.");
+
+    for (how, snap) in [
+        ("fast", snapshot::from_bytes(&b).unwrap()),
+        ("general", snapshot::read_general(&b[..]).unwrap()),
+    ] {
+        let names: Vec<String> = (0..snap.trace.len())
+            .map(|r| {
+                let stack = snap.stack(snap.trace.stack[r]);
+                stack
+                    .iter()
+                    .map(|&f| snap.strings.get(snap.frame(f).name).to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+            .collect();
+        assert_eq!(names, ["f", "f", "g", "g"], "{how}");
+    }
+}
+
 /// The content hash is of the decoded bytes: one snapshot compressed three ways hashes alike
 /// (the library keeps it once); another encoding of it is other bytes and hashes differently.
 #[test]
