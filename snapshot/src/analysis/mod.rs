@@ -84,9 +84,14 @@ pub fn report(snap: &Snapshot, index: &Index, options: &Options) -> Report {
             }
         })
         .collect();
+    // The two analyses that walk every event or allocation run side by side.
+    let (summary, leak_suspects) = crate::par::join(
+        || summary(snap, index),
+        || leak_suspects(snap, index, MAX_LEAK_SUSPECTS),
+    );
     Report {
-        summary: summary(snap, index),
-        leak_suspects: leak_suspects(snap, index, MAX_LEAK_SUSPECTS),
+        summary,
+        leak_suspects,
         ooms: oom_reports(snap, index, options.device_total_bytes),
         warnings: warnings(snap, index),
         fragmentation,
