@@ -334,6 +334,50 @@ fn series_extremes_equal_a_scan_of_every_position() {
     }
 }
 
+/// The timeline's largest allocations in a window (by-size walk for wide windows, checkpoint
+/// plus window events for narrow ones) equal a scan of every allocation; `alive_at` equals
+/// each allocation's own interval.
+#[test]
+fn largest_allocations_in_a_window_equal_a_scan_of_every_allocation() {
+    let mut rng = common::Rng(11);
+    for f in [
+        "big_python.pickle.xz",
+        "fragmentation.pickle",
+        "multistream.pickle",
+    ] {
+        let (_, index, _) = common::analyze(f);
+        for d in index.traced() {
+            let mut ranges = vec![(0, d.len), (0, 0), (d.len, d.len), (1, 1)];
+            for _ in 0..200 {
+                let a = rng.below(d.len as usize + 1) as u32;
+                let w = [1usize, 100, 5000, d.len as usize / 9, d.len as usize][rng.below(5)];
+                let b = (a as usize + rng.below(w.max(1))).min(d.len as usize) as u32;
+                ranges.push((a, b));
+            }
+            for (first, last) in ranges {
+                for limit in [1usize, 20, 2000] {
+                    let mut want: Vec<u32> = (0..d.allocations.len() as u32)
+                        .filter(|&i| {
+                            let a = &d.allocations[i as usize];
+                            (a.start == analysis::index::NONE || a.start < last)
+                                && (a.end == analysis::index::NONE || a.end >= first)
+                        })
+                        .collect();
+                    want.sort_by_key(|&i| (std::cmp::Reverse(d.allocations[i as usize].size), i));
+                    want.truncate(limit);
+                    let got =
+                        snapshot::analysis::timeline::largest_overlapping(d, first, last, limit);
+                    assert_eq!(got, want, "{f} {first}..={last} limit {limit}");
+                }
+                let alive: Vec<u32> = (0..d.allocations.len() as u32)
+                    .filter(|&i| d.allocations[i as usize].alive_at(first))
+                    .collect();
+                assert_eq!(d.alive_at(first), alive, "{f} alive at {first}");
+            }
+        }
+    }
+}
+
 /// On the time axis buckets are equal in time: a bucket's value is the state at its start and
 /// after each event in it, so an idle stretch is flat at the last value before it (not a ramp to
 /// the next event) and the peak is kept; every event is in exactly the buckets around its time.

@@ -208,26 +208,47 @@ pub fn allocations_in_window(
     let Some(d) = index.device(device) else {
         return Vec::new();
     };
-    let mut hits: Vec<u32> = d
-        .allocations
-        .iter()
-        .enumerate()
-        .filter(|(_, a)| {
-            let starts_before_end = a.start == NONE || a.start < last;
-            let ends_after_start = a.end == NONE || a.end >= first;
-            starts_before_end && ends_after_start
-        })
-        .map(|(i, _)| i as u32)
-        .collect();
-    let key = |i: &u32| std::cmp::Reverse(d.allocations[*i as usize].size);
+    largest_overlapping(d, first, last, limit)
+        .into_iter()
+        .map(|i| allocation_view(snap, d, i))
+        .collect()
+}
+
+/// Ids of the `limit` largest allocations alive at some position in `first..=last`, largest
+/// first (ties by id). A wide window walks the allocations by size and stops at `limit`; a
+/// narrow one (under an eighth of the trace) takes those alive at `first` (from a checkpoint)
+/// and those made inside it. Neither walks every allocation, which cost 60 ms a query at 12M
+/// events.
+pub fn largest_overlapping(d: &DeviceIndex, first: u32, last: u32, limit: usize) -> Vec<u32> {
+    let overlaps = |a: &crate::analysis::index::Allocation| {
+        let starts_before_end = a.start == NONE || a.start < last;
+        let ends_after_start = a.end == NONE || a.end >= first;
+        starts_before_end && ends_after_start
+    };
+    if (last.saturating_sub(first) as u64) * 8 >= d.len as u64 {
+        return d
+            .by_size()
+            .iter()
+            .copied()
+            .filter(|&i| overlaps(&d.allocations[i as usize]))
+            .take(limit)
+            .collect();
+    }
+    let mut hits = d.alive_at(first);
+    for e in first..last.min(d.len) {
+        let a = d.event_allocation[e as usize];
+        if a != NONE && d.allocations[a as usize].start == e {
+            hits.push(a);
+        }
+    }
+    hits.retain(|&i| overlaps(&d.allocations[i as usize]));
+    let key = |i: &u32| (std::cmp::Reverse(d.allocations[*i as usize].size), *i);
     if hits.len() > limit {
         hits.select_nth_unstable_by_key(limit, key);
         hits.truncate(limit);
     }
-    hits.sort_by_key(key);
-    hits.into_iter()
-        .map(|i| allocation_view(snap, d, i))
-        .collect()
+    hits.sort_unstable_by_key(key);
+    hits
 }
 
 pub fn allocation_view(snap: &Snapshot, d: &DeviceIndex, id: u32) -> AllocationView {
@@ -418,7 +439,7 @@ pub fn window(
     // The first view (no window asked for) shows where memory changes, saying what it folded.
     if range.is_none()
         && axis == Axis::Time
-        && let Some(f) = active_span(snap, d)
+        && let Some(f) = d.active_span_with(|| active_span(snap, d))
     {
         let range = Some((f.from_us as f64, f.to_us as f64));
         return window(snap, index, d, Some(axis), range, buckets, limit).map(|w| TimelineWindow {
