@@ -1,0 +1,122 @@
+"""The 1 GB snapshot through the server (issue 14): upload + indexing, then every view the
+dashboard opens, warm, and the first timeline after a restart (cold model cache).
+
+    python3 bench/server_views.py FILE [--runs N]
+
+Starts `target/release/memscope serve` on a fresh data folder and a free port, uploads FILE
+with a streamed POST (as the dashboard's file input does), times each view's request N times
+(min and median, ms, wall clock from this process over loopback), reads the server's peak RSS
+(VmHWM), restarts it on the same folder and times the first timeline. Prints a table and one
+JSON line. Standard library only.
+"""
+import http.client, json, os, shutil, signal, socket, statistics, subprocess, sys, tempfile, time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MEMSCOPE = os.environ.get("MEMSCOPE_BIN", os.path.join(ROOT, "target", "release", "memscope"))
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def start(data, port):
+    p = subprocess.Popen([MEMSCOPE, "serve", "--data-dir", data, "--addr", f"127.0.0.1:{port}"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(600):
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            c.request("GET", "/api/health")
+            if c.getresponse().status == 200:
+                return p
+        except OSError:
+            time.sleep(0.05)
+    sys.exit("server did not start")
+
+
+def get(port, path):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    t = time.perf_counter()
+    c.request("GET", path)
+    r = c.getresponse()
+    body = r.read()
+    ms = (time.perf_counter() - t) * 1e3
+    if r.status != 200:
+        sys.exit(f"GET {path}: {r.status} {body[:200]!r}")
+    return ms, json.loads(body)
+
+
+def peak_rss_mb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+
+
+def main():
+    path = sys.argv[1]
+    runs = int(sys.argv[sys.argv.index("--runs") + 1]) if "--runs" in sys.argv else 5
+    size = os.path.getsize(path)
+    data = tempfile.mkdtemp(prefix="memscope-bench-")
+    port = free_port()
+    server = start(data, port)
+    try:
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=3600)
+        t = time.perf_counter()
+        with open(path, "rb") as f:
+            c.request("POST", "/api/snapshots?name=" + os.path.basename(path), body=f,
+                      headers={"Content-Length": str(size), "Content-Type": "application/octet-stream"})
+            sent = time.perf_counter() - t
+            r = c.getresponse()
+            up = json.loads(r.read())
+        upload_s = time.perf_counter() - t
+        if r.status not in (200, 201):
+            sys.exit(f"upload: {r.status} {up}")
+        sid = up["id"]
+        base = f"/api/snapshots/{sid}"
+        _, tl = get(port, base + "/timeline")
+        events = tl["timeline"]["events"]
+        mid = events // 2
+        views = {
+            "report": base,
+            "timeline (first view)": base + "/timeline",
+            "timeline, event axis, whole": base + "/timeline?axis=event",
+            "timeline, zoom 1/100 at the middle": f"{base}/timeline?axis=event&from={mid}&to={mid + events // 100}",
+            "timeline, zoom 1/10": f"{base}/timeline?axis=event&from={mid}&to={mid + events // 10}",
+            "state at the middle event": f"{base}/state?position={mid}",
+            "segments": base + "/segments",
+            "stacks": base + "/stacks",
+            "events around the middle": f"{base}/events?position={mid}",
+        }
+        times = {}
+        for name, p in views.items():
+            ms = [get(port, p)[0] for _ in range(runs)]
+            times[name] = (min(ms), statistics.median(ms))
+        rss = peak_rss_mb(server.pid)
+        server.send_signal(signal.SIGTERM)
+        server.wait(60)
+        server = start(data, port)
+        cold_ms, _ = get(port, base + "/timeline")
+        out = {
+            "file": path, "file_mb": size / 1e6, "events": events,
+            "upload_and_index_s": upload_s, "body_sent_s": sent,
+            "server_peak_rss_mb": rss, "cold_first_timeline_ms": cold_ms,
+            "views_ms": {k: {"min": v[0], "median": v[1]} for k, v in times.items()},
+        }
+        print(f"{os.path.basename(path)}: {size / 1e6:.0f} MB, {events} events")
+        print(f"  upload + indexing          {upload_s:8.2f} s  (body sent after {sent:.2f} s)")
+        print(f"  server peak RSS            {rss:8.0f} MB")
+        for k, (lo, med) in times.items():
+            print(f"  {k:34s} {lo:7.1f} ms min, {med:7.1f} ms median")
+        print(f"  first timeline after restart {cold_ms:6.0f} ms")
+        print(json.dumps(out))
+    finally:
+        server.kill()
+        shutil.rmtree(data, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
