@@ -29,16 +29,16 @@ fn main() {
     // Tile the device's rows: each copy shifted past the previous one in time and addresses,
     // appended after the table (the device's rows become one range again).
     let t = &mut snap.trace;
-    let span_us = t.time_us[rows.end as usize - 1] - t.time_us[rows.start as usize] + 1;
+    let span_us = t.time_us.get(rows.end as usize - 1) - t.time_us.get(rows.start as usize) + 1;
     let mut copied = 0;
     for k in 1..tiles {
         for r in rows.clone() {
             let r = r as usize;
             t.action.push(t.action[r]);
             t.addr.push(t.addr[r].wrapping_add(k as u64 * (1 << 40)));
-            t.size.push(t.size[r]);
+            t.size.push(t.size.get(r));
             t.stream_id.push(t.stream_id[r]);
-            t.time_us.push(t.time_us[r] + k as i64 * span_us);
+            t.time_us.push(t.time_us.get(r) + k as i64 * span_us);
             t.stack.push(t.stack[r]);
             copied += 1;
         }

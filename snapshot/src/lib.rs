@@ -20,6 +20,7 @@ pub mod intern;
 mod json;
 mod lower;
 pub mod model;
+pub mod packed;
 pub mod par;
 mod pickle;
 pub mod store;

@@ -8,6 +8,8 @@
 use std::ops::Range;
 
 use rustc_hash::FxHashMap;
+
+use crate::packed::{Packed, Word};
 use serde::Serialize;
 
 use crate::intern::{StrId, StringPool};
@@ -173,7 +175,8 @@ impl Action {
 pub struct TraceTable {
     pub action: Vec<Action>,
     pub addr: Vec<u64>,
-    pub size: Vec<u64>,
+    /// Bytes, 4 a row where neighbours are within 4 GiB ([`Packed`]).
+    pub size: Packed<u64>,
     /// Each row's CUDA stream as an index into `streams` ([`TraceTable::stream`] reads it): a
     /// program uses a handful of streams, so 2 bytes a row instead of 8.
     pub stream_id: Vec<u16>,
@@ -181,7 +184,7 @@ pub struct TraceTable {
     /// stream) once any row exists.
     pub streams: Vec<u64>,
     /// Microseconds since the Unix epoch; 0 where the file has no `time_us` (before PyTorch 2.2).
-    pub time_us: Vec<i64>,
+    pub time_us: Packed<i64>,
     pub stack: Vec<StackId>,
     /// `device_free` of `oom` entries: bytes the driver reported free.
     pub device_free: Vec<(u32, u64)>,
@@ -223,11 +226,9 @@ impl TraceTable {
     }
     pub fn heap_bytes(&self) -> usize {
         self.action.capacity()
-            + (self.addr.capacity()
-                + self.size.capacity()
-                + self.streams.capacity()
-                + self.time_us.capacity())
-                * 8
+            + (self.addr.capacity() + self.streams.capacity()) * 8
+            + self.size.heap_bytes()
+            + self.time_us.heap_bytes()
             + self.stream_id.capacity() * 2
             + self.stack.capacity() * 4
             + (self.device_free.capacity() + self.compile_context.capacity()) * 16
@@ -278,11 +279,15 @@ impl TraceTable {
             let moved: Vec<T> = window.iter().map(|&r| col[r as usize]).collect();
             col[lo..lo + moved.len()].copy_from_slice(&moved);
         }
+        fn apply_packed<T: Word>(col: &mut Packed<T>, window: &[u32], lo: usize) {
+            let moved: Vec<T> = window.iter().map(|&r| col.get(r as usize)).collect();
+            col.set_range(lo, &moved);
+        }
         apply(&mut self.action, window, lo);
         apply(&mut self.addr, window, lo);
-        apply(&mut self.size, window, lo);
+        apply_packed(&mut self.size, window, lo);
         apply(&mut self.stream_id, window, lo);
-        apply(&mut self.time_us, window, lo);
+        apply_packed(&mut self.time_us, window, lo);
         apply(&mut self.stack, window, lo);
         // The window holds exactly rows lo..=hi (everything outside it is in place): their new
         // positions fit a dense array (a hash map over a 12M-row window was a quarter of the
@@ -322,10 +327,10 @@ impl TraceTable {
         TraceTable {
             action: rows.iter().map(|&r| self.action[r as usize]).collect(),
             addr: rows.iter().map(|&r| self.addr[r as usize]).collect(),
-            size: rows.iter().map(|&r| self.size[r as usize]).collect(),
+            size: rows.iter().map(|&r| self.size.get(r as usize)).collect(),
             stream_id: rows.iter().map(|&r| self.stream_id[r as usize]).collect(),
             streams: self.streams.clone(),
-            time_us: rows.iter().map(|&r| self.time_us[r as usize]).collect(),
+            time_us: rows.iter().map(|&r| self.time_us.get(r as usize)).collect(),
             stack: rows.iter().map(|&r| self.stack[r as usize]).collect(),
             device_free: remap(&pos, &self.device_free),
             compile_context: remap(&pos, &self.compile_context),

@@ -10,6 +10,7 @@
 //! instead of served as wrong answers. It is a cache: the server keeps the original upload and
 //! rebuilds the model from it when either check fails.
 
+use crate::packed::Packed;
 use std::io::{self, Read, Write};
 
 use crate::decompress::Hashing;
@@ -140,15 +141,16 @@ pub fn write<T: Write>(snap: &Snapshot, out: &mut T) -> io::Result<()> {
     for &a in &t.action {
         w.u8(a as u8)?;
     }
-    for col in [&t.addr, &t.size] {
-        for &v in col {
-            w.u64(v)?;
-        }
+    for &v in &t.addr {
+        w.u64(v)?;
+    }
+    for v in t.size.iter() {
+        w.u64(v)?;
     }
     for r in 0..t.len() {
         w.u64(t.stream(r))?;
     }
-    for &v in &t.time_us {
+    for v in t.time_us.iter() {
         w.i64(v)?;
     }
     for &v in &t.stack {
@@ -241,9 +243,18 @@ impl<T: Read> R<'_, T> {
     fn column<const N: usize, V>(
         &mut self,
         n: usize,
-        mut conv: impl FnMut([u8; N]) -> V,
+        conv: impl FnMut([u8; N]) -> V,
     ) -> Result<Vec<V>> {
-        let mut out = Vec::with_capacity(n);
+        self.column_into(n, Vec::with_capacity(n), conv)
+    }
+
+    /// Like [`Reader::column`], into any collection (a [`crate::packed::Packed`] column).
+    fn column_into<const N: usize, V, C: Extend<V>>(
+        &mut self,
+        n: usize,
+        mut out: C,
+        mut conv: impl FnMut([u8; N]) -> V,
+    ) -> Result<C> {
         let mut buf = vec![0u8; (1 << 16) * N];
         let mut left = n;
         while left > 0 {
@@ -422,7 +433,7 @@ pub fn read<T: Read>(input: T) -> Result<Snapshot> {
         return Err(r.bad("unknown action code"));
     }
     t.addr = r.column::<8, _>(n, u64::from_le_bytes)?;
-    t.size = r.column::<8, _>(n, u64::from_le_bytes)?;
+    t.size = r.column_into::<8, _, _>(n, Packed::new(), u64::from_le_bytes)?;
     // Stored as handles (the format predates stream ids), interned again here.
     let mut too_many_streams = false;
     let ids = r.column::<8, _>(n, |b| {
@@ -434,7 +445,7 @@ pub fn read<T: Read>(input: T) -> Result<Snapshot> {
         return Err(r.bad("more than 65,536 distinct streams"));
     }
     t.stream_id = ids;
-    t.time_us = r.column::<8, _>(n, i64::from_le_bytes)?;
+    t.time_us = r.column_into::<8, _, _>(n, Packed::new(), i64::from_le_bytes)?;
     t.stack = r.column::<4, _>(n, |b| StackId(u32::from_le_bytes(b)))?;
     if t.stack.iter().any(|s| s.0 >= n_stacks.max(1)) {
         return Err(r.bad("stack id out of range"));

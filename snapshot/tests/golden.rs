@@ -292,8 +292,8 @@ fn timeline_buckets_keep_the_peak() {
         d.peak_live_bytes
     );
     // A time window maps to the positions inside it.
-    let t0 = snap.trace.time_us[d.row(1000)] as f64;
-    let t1 = snap.trace.time_us[d.row(2000)] as f64;
+    let t0 = snap.trace.time_us.get(d.row(1000)) as f64;
+    let t1 = snap.trace.time_us.get(d.row(2000)) as f64;
     let (a, b) = analysis::timeline::window_positions(&snap, d, analysis::Axis::Time, t0, t1);
     assert!(a <= 1000 && b >= 2000 && b - a < 1500, "{a}..{b}");
     let allocs = analysis::allocations_in_window(&snap, &index, 0, a, b, 50);
@@ -368,6 +368,12 @@ fn largest_allocations_in_a_window_equal_a_scan_of_every_allocation() {
                     let got =
                         snapshot::analysis::timeline::largest_overlapping(d, first, last, limit);
                     assert_eq!(got, want, "{f} {first}..={last} limit {limit}");
+                    // With only the 10 largest in order, most wide windows take the full scan.
+                    let top = &d.top_by_size()[..d.top_by_size().len().min(10)];
+                    let got = snapshot::analysis::timeline::largest_overlapping_given(
+                        d, top, first, last, limit,
+                    );
+                    assert_eq!(got, want, "{f} {first}..={last} limit {limit}, top 10");
                 }
                 let alive: Vec<u32> = (0..d.allocations.len() as u32)
                     .filter(|&i| d.allocations[i as usize].alive_at(first))
@@ -393,7 +399,7 @@ fn time_buckets_hold_each_value_until_the_next_event() {
     ] {
         let (snap, index, _) = common::analyze(fixture);
         let d = index.traced().next().expect("a traced device");
-        let time = |e: u32| snap.trace.time_us[d.row(e)];
+        let time = |e: u32| snap.trace.time_us.get(d.row(e));
         let (t0, t1) = (time(0), time(d.len - 1));
         let n = 1000;
         let tl = analysis::timeline::timeline_by_time(&snap, &index, d.device, t0, t1, n).unwrap();

@@ -78,12 +78,15 @@ pub struct Checkpoint {
     pub alive: Vec<u32>,
 }
 
+/// How many of the largest allocations [`DeviceIndex::top_by_size`] keeps in order.
+pub const TOP_BY_SIZE: usize = 1 << 16;
+
 /// What the timeline derives from a device index once and then reuses on every query (each
 /// was a pass over the whole trace per query: 60 ms apiece on a 12M-event trace).
 #[derive(Clone, Debug, Default)]
 struct LazyViews {
-    /// Allocation ids, largest first (ties by id).
-    by_size: std::sync::OnceLock<Vec<u32>>,
+    /// The [`TOP_BY_SIZE`] largest allocations' ids, largest first (ties by id).
+    top_by_size: std::sync::OnceLock<Vec<u32>>,
     /// [`super::timeline::active_span`].
     active_span: std::sync::OnceLock<Option<super::timeline::Fitted>>,
 }
@@ -96,7 +99,7 @@ pub struct DeviceIndex {
     pub first_row: u32,
     pub len: u32,
     /// Live (allocated, as requested) bytes after event `i`, counting allocations made before the trace.
-    pub live_bytes: Vec<u64>,
+    pub live_bytes: crate::packed::Packed<u64>,
     /// The lowest and highest of `live_bytes` in each block of [`SERIES_BLOCK`] events, so the
     /// extremes over any range cost O(range / block + block) ([`DeviceIndex::extremes`]).
     live_blocks: Vec<(u64, u64)>,
@@ -127,12 +130,17 @@ impl DeviceIndex {
         (self.first_row + event) as usize
     }
 
+    /// This device's rows of the trace table.
+    pub fn rows(&self) -> std::ops::Range<usize> {
+        self.first_row as usize..(self.first_row + self.len) as usize
+    }
+
     /// Live bytes at position `p`.
     pub fn live_at(&self, p: u32) -> u64 {
         if p == 0 {
             self.live_at_start
         } else {
-            self.live_bytes[(p - 1) as usize]
+            self.live_bytes.get((p - 1) as usize)
         }
     }
 
@@ -173,7 +181,7 @@ impl DeviceIndex {
                     a = block_end;
                 } else {
                     let end = block_end.min(b);
-                    for &v in &self.live_bytes[a..end] {
+                    for v in self.live_bytes.iter_range(a..end) {
                         lmin = lmin.min(v);
                         lmax = lmax.max(v);
                     }
@@ -225,13 +233,19 @@ impl DeviceIndex {
         v
     }
 
-    /// Allocation ids, largest first (ties by id); sorted on first use.
-    pub fn by_size(&self) -> &[u32] {
-        self.lazy.by_size.get_or_init(|| {
+    /// The ids of the [`TOP_BY_SIZE`] largest allocations (all of them if fewer), largest first,
+    /// ties by id; found on first use (a selection, then a sort of the few: sorting all 4M
+    /// allocations of a 12M-event trace took most of a second).
+    pub fn top_by_size(&self) -> &[u32] {
+        self.lazy.top_by_size.get_or_init(|| {
+            let key = |i: u32| (std::cmp::Reverse(self.allocations[i as usize].size), i);
             let mut ids: Vec<u32> = (0..self.allocations.len() as u32).collect();
-            ids.sort_unstable_by_key(|&i| {
-                (std::cmp::Reverse(self.allocations[i as usize].size), i)
-            });
+            if ids.len() > TOP_BY_SIZE {
+                ids.select_nth_unstable_by_key(TOP_BY_SIZE, |&i| key(i));
+                ids.truncate(TOP_BY_SIZE);
+            }
+            ids.sort_unstable_by_key(|&i| key(i));
+            ids.shrink_to_fit();
             ids
         })
     }
@@ -245,7 +259,7 @@ impl DeviceIndex {
     }
 
     pub fn heap_bytes(&self) -> usize {
-        self.live_bytes.capacity() * 8
+        self.live_bytes.heap_bytes()
             + self.live_blocks.capacity() * 16
             + self.reserved_changes.capacity() * 16
             + self.allocations.capacity() * std::mem::size_of::<Allocation>()
@@ -256,7 +270,7 @@ impl DeviceIndex {
                 .iter()
                 .map(|c| c.alive.capacity() * 4 + 32)
                 .sum::<usize>()
-            + self.lazy.by_size.get().map_or(0, |v| v.capacity() * 4)
+            + self.lazy.top_by_size.get().map_or(0, |v| v.capacity() * 4)
     }
 }
 
@@ -436,7 +450,7 @@ fn build_device(snap: &Snapshot, device: i32, rows: std::ops::Range<u32>) -> Dev
     // An allocation or segment as a trace row describes it.
     let allocation = |r: usize, stack: StackId, start: u32| Allocation {
         addr: t.addr[r],
-        size: t.size[r],
+        size: t.size.get(r),
         stream: t.stream(r),
         stack,
         start,
@@ -445,7 +459,7 @@ fn build_device(snap: &Snapshot, device: i32, rows: std::ops::Range<u32>) -> Dev
     };
     let segment = |r: usize, start: u32, end: u32| SegmentSpan {
         address: t.addr[r],
-        size: t.size[r],
+        size: t.size.get(r),
         stream: t.stream(r),
         segment_type: SegmentType::Unknown,
         pool_id: (0, 0),
@@ -497,25 +511,25 @@ fn build_device(snap: &Snapshot, device: i32, rows: std::ops::Range<u32>) -> Dev
                 event_allocation[i] = id;
             }
             Action::SegmentAlloc => {
-                reserved_delta += t.size[r] as i128;
+                reserved_delta += t.size.get(r) as i128;
                 let id = segs.len() as u32;
                 segs.push(segment(r, e, NONE));
                 open_segs.insert(t.addr[r], id);
             }
             Action::SegmentFree => {
-                reserved_delta -= t.size[r] as i128;
+                reserved_delta -= t.size.get(r) as i128;
                 match open_segs.remove(&t.addr[r]) {
                     Some(id) => segs[id as usize].end = e,
                     None => segs.push(segment(r, NONE, e)),
                 }
             }
             Action::SegmentMap => {
-                reserved_delta += t.size[r] as i128;
-                mapped.map(t.addr[r], t.size[r], t.stream(r), e);
+                reserved_delta += t.size.get(r) as i128;
+                mapped.map(t.addr[r], t.size.get(r), t.stream(r), e);
             }
             Action::SegmentUnmap => {
-                reserved_delta -= t.size[r] as i128;
-                mapped.unmap(t.addr[r], t.size[r], t.stream(r), e);
+                reserved_delta -= t.size.get(r) as i128;
+                mapped.unmap(t.addr[r], t.size.get(r), t.stream(r), e);
             }
             _ => {}
         }
@@ -633,9 +647,18 @@ fn series(
     event_allocation: &[u32],
     live_at_start: u64,
     reserved_at_start: u64,
-) -> (Vec<u64>, Vec<(u64, u64)>, Vec<(u32, u64)>, u32, u64) {
+) -> (
+    crate::packed::Packed<u64>,
+    Vec<(u64, u64)>,
+    Vec<(u32, u64)>,
+    u32,
+    u64,
+) {
     let n = event_allocation.len();
-    let mut live_bytes = Vec::with_capacity(n);
+    let mut live_bytes = crate::packed::Packed::new();
+    live_bytes.reserve(n);
+    let mut live_blocks = Vec::with_capacity(n / SERIES_BLOCK + 1);
+    let mut block = (u64::MAX, 0u64);
     let mut reserved_changes = Vec::new();
     let mut last_reserved = reserved_at_start;
     let (mut live, mut reserved) = (live_at_start as i128, reserved_at_start as i128);
@@ -643,14 +666,19 @@ fn series(
     for (i, &a) in event_allocation.iter().enumerate() {
         let r = first + i;
         match t.action[r] {
-            Action::Alloc => live += t.size[r] as i128,
+            Action::Alloc => live += t.size.get(r) as i128,
             Action::FreeCompleted => live -= allocations[a as usize].size as i128,
-            Action::SegmentAlloc | Action::SegmentMap => reserved += t.size[r] as i128,
-            Action::SegmentFree | Action::SegmentUnmap => reserved -= t.size[r] as i128,
+            Action::SegmentAlloc | Action::SegmentMap => reserved += t.size.get(r) as i128,
+            Action::SegmentFree | Action::SegmentUnmap => reserved -= t.size.get(r) as i128,
             _ => {}
         }
         let l = live.max(0) as u64;
         live_bytes.push(l);
+        block = (block.0.min(l), block.1.max(l));
+        if (i + 1) % SERIES_BLOCK == 0 || i + 1 == n {
+            live_blocks.push(block);
+            block = (u64::MAX, 0);
+        }
         let r = reserved.max(0) as u64;
         if r != last_reserved {
             reserved_changes.push((i as u32 + 1, r));
@@ -661,13 +689,6 @@ fn series(
             peak_position = i as u32 + 1;
         }
     }
-    let live_blocks = live_bytes
-        .chunks(SERIES_BLOCK)
-        .map(|c| {
-            c.iter()
-                .fold((u64::MAX, 0), |(a, b), &v| (a.min(v), b.max(v)))
-        })
-        .collect();
     (
         live_bytes,
         live_blocks,

@@ -213,7 +213,7 @@ fn device_suspects(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Vec<LeakS
         let times: Vec<i64> = acc
             .starts
             .iter()
-            .map(|&e| snap.trace.time_us[d.row(e)])
+            .map(|&e| snap.trace.time_us.get(d.row(e)))
             .collect();
         let (per_step_bytes, growth) = growth_words(
             acc.bytes,

@@ -274,7 +274,7 @@ pub fn oom_reports(
                 continue;
             }
             let p = e; // the state just before the failed request
-            let block = snap.trace.size[r];
+            let block = snap.trace.size.get(r);
             let requested = super::state::segment_request_size(block);
             let stream = snap.trace.stream(r);
             let device_free = TraceTable::sparse(&snap.trace.device_free, r as u32);
@@ -305,7 +305,7 @@ pub fn oom_reports(
             out.push(OomReport {
                 device: d.device,
                 position: p,
-                time_us: snap.trace.time_us[r],
+                time_us: snap.trace.time_us.get(r),
                 requested_bytes: requested,
                 block_bytes: block,
                 stream,

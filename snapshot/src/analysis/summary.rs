@@ -116,10 +116,10 @@ pub fn summary(snap: &Snapshot, index: &Index) -> Summary {
         for r in rows.clone() {
             match t.action[r] {
                 Action::Alloc => {
-                    if let Some(old) = live.insert(t.addr[r], t.size[r]) {
+                    if let Some(old) = live.insert(t.addr[r], t.size.get(r)) {
                         bytes -= old;
                     }
-                    bytes += t.size[r];
+                    bytes += t.size.get(r);
                     peak = peak.max(bytes);
                 }
                 Action::FreeCompleted => {
@@ -130,16 +130,15 @@ pub fn summary(snap: &Snapshot, index: &Index) -> Summary {
                 _ => {}
             }
         }
-        let times = &t.time_us[rows.clone()];
-        let has_time = times.iter().any(|&x| x != 0);
+        let has_time = t.time_us.iter_range(rows.clone()).any(|x| x != 0);
         let di = index.device(d.device);
         s.devices.insert(
             d.device.to_string(),
             DeviceSummary {
                 entries: rows.len() as u64,
                 actions,
-                first_time_us: has_time.then(|| times[0]),
-                last_time_us: has_time.then(|| times[times.len() - 1]),
+                first_time_us: has_time.then(|| t.time_us.get(rows.start)),
+                last_time_us: has_time.then(|| t.time_us.get(rows.end - 1)),
                 alive_at_end_from_trace: live.len() as u64,
                 alive_at_end_bytes_from_trace: bytes,
                 peak_traced_live_bytes: peak,

@@ -77,9 +77,9 @@ pub fn window_positions(
             (clamp(lo), clamp(hi))
         }
         Axis::Time => {
-            let times = &snap.trace.time_us[d.first_row as usize..(d.first_row + d.len) as usize];
-            let first = times.partition_point(|&t| (t as f64) < lo) as u32;
-            let last = times.partition_point(|&t| (t as f64) <= hi) as u32;
+            let (times, rows) = (&snap.trace.time_us, d.rows());
+            let first = times.partition_point(rows.clone(), |t| (t as f64) < lo) as u32;
+            let last = times.partition_point(rows, |t| (t as f64) <= hi) as u32;
             (first, last.max(first))
         }
     }
@@ -91,7 +91,7 @@ pub fn time_at(snap: &Snapshot, d: &DeviceIndex, p: u32) -> i64 {
         return 0;
     }
     let e = p.saturating_sub(1).min(d.len - 1);
-    snap.trace.time_us[d.row(e)]
+    snap.trace.time_us.get(d.row(e))
 }
 
 /// Live and reserved bytes over positions `first..=last`, reduced to at most `buckets` buckets.
@@ -160,9 +160,9 @@ pub fn timeline_by_time(
 ) -> Option<Timeline> {
     let d = index.device(device)?;
     let t1_us = t1_us.max(t0_us + 1);
-    let times = &snap.trace.time_us[d.first_row as usize..(d.first_row + d.len) as usize];
+    let (times, rows) = (&snap.trace.time_us, d.rows());
     // Events before `t` (the last bucket also takes the events at exactly its end).
-    let before = |t: i64| times.partition_point(|&x| x < t) as u32;
+    let before = |t: i64| times.partition_point(rows.clone(), |x| x < t) as u32;
     let n = buckets.clamp(1, 100_000);
     let span = (t1_us - t0_us) as i128;
     let edge = |k: usize| t0_us + (span * k as i128 / n as i128) as i64;
@@ -171,7 +171,7 @@ pub fn timeline_by_time(
     let first = lo;
     for k in 0..n {
         let hi = if k + 1 == n {
-            times.partition_point(|&x| x <= t1_us) as u32
+            times.partition_point(rows.clone(), |x| x <= t1_us) as u32
         } else {
             before(edge(k + 1))
         };
@@ -215,33 +215,54 @@ pub fn allocations_in_window(
 }
 
 /// Ids of the `limit` largest allocations alive at some position in `first..=last`, largest
-/// first (ties by id). A wide window walks the allocations by size and stops at `limit`; a
-/// narrow one (under an eighth of the trace) takes those alive at `first` (from a checkpoint)
-/// and those made inside it. Neither walks every allocation, which cost 60 ms a query at 12M
-/// events.
+/// first (ties by id). A wide window walks the largest allocations in order and stops at `limit`
+/// (every allocation outside that list is smaller than all in it); a narrow one (under an eighth
+/// of the trace) takes those alive at `first` (from a checkpoint) and those made inside it.
+/// Only a wide window that overlaps too few of the largest scans every allocation, which cost
+/// 60 ms a query at 12M events.
 pub fn largest_overlapping(d: &DeviceIndex, first: u32, last: u32, limit: usize) -> Vec<u32> {
+    largest_overlapping_given(d, d.top_by_size(), first, last, limit)
+}
+
+/// [`largest_overlapping`] with the largest allocations' ids given (`top`, a prefix of all ids
+/// by size): tests pass a short one to reach the fallback scan.
+#[doc(hidden)]
+pub fn largest_overlapping_given(
+    d: &DeviceIndex,
+    top: &[u32],
+    first: u32,
+    last: u32,
+    limit: usize,
+) -> Vec<u32> {
     let overlaps = |a: &crate::analysis::index::Allocation| {
         let starts_before_end = a.start == NONE || a.start < last;
         let ends_after_start = a.end == NONE || a.end >= first;
         starts_before_end && ends_after_start
     };
-    if (last.saturating_sub(first) as u64) * 8 >= d.len as u64 {
-        return d
-            .by_size()
+    let mut hits: Vec<u32> = if (last.saturating_sub(first) as u64) * 8 >= d.len as u64 {
+        let hits: Vec<u32> = top
             .iter()
             .copied()
             .filter(|&i| overlaps(&d.allocations[i as usize]))
             .take(limit)
             .collect();
-    }
-    let mut hits = d.alive_at(first);
-    for e in first..last.min(d.len) {
-        let a = d.event_allocation[e as usize];
-        if a != NONE && d.allocations[a as usize].start == e {
-            hits.push(a);
+        if hits.len() == limit || top.len() == d.allocations.len() {
+            return hits;
         }
-    }
-    hits.retain(|&i| overlaps(&d.allocations[i as usize]));
+        (0..d.allocations.len() as u32)
+            .filter(|&i| overlaps(&d.allocations[i as usize]))
+            .collect()
+    } else {
+        let mut hits = d.alive_at(first);
+        for e in first..last.min(d.len) {
+            let a = d.event_allocation[e as usize];
+            if a != NONE && d.allocations[a as usize].start == e {
+                hits.push(a);
+            }
+        }
+        hits.retain(|&i| overlaps(&d.allocations[i as usize]));
+        hits
+    };
     let key = |i: &u32| (std::cmp::Reverse(d.allocations[*i as usize].size), *i);
     if hits.len() > limit {
         hits.select_nth_unstable_by_key(limit, key);
@@ -261,8 +282,8 @@ pub fn allocation_view(snap: &Snapshot, d: &DeviceIndex, id: u32) -> AllocationV
         stream: a.stream,
         start: opt(a.start),
         end: opt(a.end),
-        start_time_us: opt(a.start).map(|e| snap.trace.time_us[d.row(e)]),
-        end_time_us: opt(a.end).map(|e| snap.trace.time_us[d.row(e)]),
+        start_time_us: opt(a.start).map(|e| snap.trace.time_us.get(d.row(e))),
+        end_time_us: opt(a.end).map(|e| snap.trace.time_us.get(d.row(e))),
         stack: a.stack,
     }
 }
@@ -378,19 +399,20 @@ pub fn active_span(snap: &Snapshot, d: &DeviceIndex) -> Option<Fitted> {
     if d.len < MIN_EVENTS_TO_FIT {
         return None;
     }
-    let times = &snap.trace.time_us[d.first_row as usize..(d.first_row + d.len) as usize];
-    if times[0] == 0 {
+    let (n, first) = (d.len as usize, d.first_row as usize);
+    let time = |e: usize| snap.trace.time_us.get(first + e);
+    if time(0) == 0 {
         return None;
     }
-    let (mut lo, mut hi) = (0usize, times.len()); // events kept: lo..hi
+    let (mut lo, mut hi) = (0usize, n); // events kept: lo..hi
     let (mut idle_before, mut idle_after) = (0i64, 0i64);
     for _ in 0..3 {
-        let span = times[hi - 1] - times[lo];
+        let span = time(hi - 1) - time(lo);
         if span <= 0 || hi - lo < 2 {
             break;
         }
         let (gap, at) = (lo + 1..hi)
-            .map(|i| (times[i] - times[i - 1], i))
+            .map(|i| (time(i) - time(i - 1), i))
             .max_by_key(|&(g, i)| (g, std::cmp::Reverse(i)))?;
         if (gap as f64) <= span as f64 * IDLE_SHARE || gap < MIN_IDLE_US {
             break;
@@ -403,16 +425,16 @@ pub fn active_span(snap: &Snapshot, d: &DeviceIndex) -> Option<Fitted> {
             idle_after += gap;
         }
     }
-    if lo == 0 && hi == times.len() {
+    if lo == 0 && hi == n {
         return None;
     }
-    let (a, b) = (times[lo], times[hi - 1]);
+    let (a, b) = (time(lo), time(hi - 1));
     let pad = ((b - a) / 30).max(1_000);
     Some(Fitted {
-        from_us: (a - pad).max(times[0]),
-        to_us: (b + pad).min(times[times.len() - 1]),
+        from_us: (a - pad).max(time(0)),
+        to_us: (b + pad).min(time(n - 1)),
         events_before: lo as u32,
-        events_after: (times.len() - hi) as u32,
+        events_after: (n - hi) as u32,
         idle_before_us: idle_before,
         idle_after_us: idle_after,
     })
@@ -434,7 +456,7 @@ pub fn window(
 ) -> Option<TimelineWindow> {
     let device = d.device;
     let t = &snap.trace;
-    let has_time = d.len > 0 && t.time_us[d.row(0)] != 0;
+    let has_time = d.len > 0 && t.time_us.get(d.row(0)) != 0;
     let axis = axis.unwrap_or(if has_time { Axis::Time } else { Axis::Event });
     // The first view (no window asked for) shows where memory changes, saying what it folded.
     if range.is_none()
@@ -501,8 +523,8 @@ pub fn window(
         .filter(|&e| t.action[d.row(e)] == crate::model::Action::Oom)
         .map(|e| OomMarker {
             position: e,
-            time_us: t.time_us[d.row(e)],
-            requested_bytes: t.size[d.row(e)],
+            time_us: t.time_us.get(d.row(e)),
+            requested_bytes: t.size.get(d.row(e)),
         })
         .collect();
     Some(TimelineWindow {
@@ -609,9 +631,9 @@ pub fn events_around(
                     .flatten()
                     .map(|s| snap.str(s).to_string()),
                 address: t.addr[r],
-                size_bytes: t.size[r],
+                size_bytes: t.size.get(r),
                 stream: t.stream(r),
-                time_us: t.time_us[r],
+                time_us: t.time_us.get(r),
                 site: index
                     .frames
                     .label(snap, t.stack[r])

@@ -310,9 +310,11 @@ pub fn whatif(snap: &Snapshot, index: &Index, opts: &Options) -> Result<WhatIf, 
     // No device has a petabyte: a size beyond that is a corrupt trace, and the model's address
     // arithmetic is not meant for it.
     let rows = d.first_row as usize..(d.first_row + d.len) as usize;
-    if let Some(&size) = snap.trace.size[rows]
-        .iter()
-        .find(|&&s| s > MAX_PLAUSIBLE_BYTES)
+    if let Some(size) = snap
+        .trace
+        .size
+        .iter_range(rows)
+        .find(|&s| s > MAX_PLAUSIBLE_BYTES)
     {
         return Err(WhatIfError::Implausible(format!(
             "the trace asks for {} at once, more than any device has: it cannot be replayed",

@@ -83,7 +83,7 @@ impl<'a> Trace<'a> {
             recorded.push(SegEvent {
                 action,
                 addr: t.addr[r],
-                size: t.size[r],
+                size: t.size.get(r),
             });
             recorded_at.push(i as u32);
             if matches!(action, SegAction::Free | SegAction::Unmap) {
@@ -101,14 +101,14 @@ impl<'a> Trace<'a> {
                 // `oom`): the allocator's retry if that request could not have had its segment.
                 let retry = (j < n)
                     .then(|| match t.action[first + j] {
-                        Action::Oom => Some(t.size[first + j]),
+                        Action::Oom => Some(t.size.get(first + j)),
                         Action::SegmentAlloc | Action::SegmentMap => {
                             let mut k = j + 1;
                             while k < n && t.action[first + k] == Action::SegmentMap {
                                 k += 1;
                             }
                             (k < n && t.action[first + k] == Action::Alloc)
-                                .then(|| t.size[first + k])
+                                .then(|| t.size.get(first + k))
                         }
                         _ => None,
                     })
@@ -191,7 +191,7 @@ impl<'a> Trace<'a> {
             .map(|i| {
                 let r = first + i as usize;
                 let driver_free = free.get(&(r as u32)).copied().unwrap_or(t.addr[r]);
-                (i, t.size[r], t.stream(r), driver_free)
+                (i, t.size.get(r), t.stream(r), driver_free)
             })
             .collect()
     }
@@ -218,7 +218,8 @@ impl<'a> Trace<'a> {
                 j -= 1;
             }
             if j < i {
-                let asked = self.reserved_at(j as u32) + conf.allocation_size(t.size[first + i]);
+                let asked =
+                    self.reserved_at(j as u32) + conf.allocation_size(t.size.get(first + i));
                 most = most.max(asked);
             }
         }
@@ -301,7 +302,7 @@ impl<'a> Trace<'a> {
                     let addr = t.addr[r];
                     let private = self.private_pool(addr, i as u32);
                     capturing.insert(t.stream(r), private);
-                    match a.malloc(t.size[r], t.stream(r), private) {
+                    match a.malloc(t.size.get(r), t.stream(r), private) {
                         Some(b) => {
                             out.allocs += 1;
                             if a.block_addr(b) == addr {
@@ -319,7 +320,7 @@ impl<'a> Trace<'a> {
                     // The recorded run failed here; with other settings it may not. Its pool is
                     // the one the stream's last request went to (a capture's private pool).
                     let private = capturing.get(&t.stream(r)).copied().unwrap_or((0, 0));
-                    if a.malloc(t.size[r], t.stream(r), private).is_none() {
+                    if a.malloc(t.size.get(r), t.stream(r), private).is_none() {
                         out.oom_position.get_or_insert(i as u32);
                     }
                 }
