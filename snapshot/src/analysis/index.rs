@@ -27,7 +27,8 @@ pub struct Allocation {
     pub addr: u64,
     /// Bytes the caller asked for (trace `size`).
     pub size: u64,
-    pub stream: u64,
+    /// (The stream is its alloc or free row's, or for an allocation alive across the whole
+    /// trace its block's segment's: [`DeviceIndex::stream_of`]. Not stored: 8 bytes of 40.)
     pub stack: StackId,
     /// Event index of the `alloc`, or [`NONE`] if it was made before the trace starts.
     pub start: u32,
@@ -114,6 +115,9 @@ pub struct DeviceIndex {
     pub event_allocation: Vec<u32>,
     pub segments: Vec<SegmentSpan>,
     pub checkpoints: Vec<Checkpoint>,
+    /// The streams of allocations made before the trace (`start` = [`NONE`]), by id ascending;
+    /// the others' is their alloc row's ([`DeviceIndex::stream_of`]).
+    pre_trace_streams: Vec<(u32, u64)>,
     /// Views derived on first use by the dashboard's timeline (never by `memscope analyze`).
     lazy: LazyViews,
     /// Position and bytes of the highest live bytes.
@@ -128,6 +132,21 @@ pub struct DeviceIndex {
 impl DeviceIndex {
     pub fn row(&self, event: u32) -> usize {
         (self.first_row + event) as usize
+    }
+
+    /// The CUDA stream of allocation `id`.
+    pub fn stream_of(&self, t: &TraceTable, id: u32) -> u64 {
+        let a = &self.allocations[id as usize];
+        if a.start != NONE {
+            return t.stream(self.row(a.start));
+        }
+        match self
+            .pre_trace_streams
+            .binary_search_by_key(&id, |&(i, _)| i)
+        {
+            Ok(k) => self.pre_trace_streams[k].1,
+            Err(_) => 0,
+        }
     }
 
     /// This device's rows of the trace table.
@@ -271,6 +290,7 @@ impl DeviceIndex {
                 .map(|c| c.alive.capacity() * 4 + 32)
                 .sum::<usize>()
             + self.lazy.top_by_size.get().map_or(0, |v| v.capacity() * 4)
+            + self.pre_trace_streams.capacity() * 16
     }
 }
 
@@ -445,13 +465,13 @@ fn build_device(snap: &Snapshot, device: i32, rows: std::ops::Range<u32>) -> Dev
     let mut open_segs: FxHashMap<u64, u32> = FxHashMap::default();
     let mut mapped = MappedRanges::default();
     let mut predating_freed = 0;
+    let mut pre_trace_streams: Vec<(u32, u64)> = Vec::new();
     let mut reserved_delta: i128 = 0;
 
     // An allocation or segment as a trace row describes it.
     let allocation = |r: usize, stack: StackId, start: u32| Allocation {
         addr: t.addr[r],
         size: t.size.get(r),
-        stream: t.stream(r),
         stack,
         start,
         free_requested: NONE,
@@ -487,6 +507,7 @@ fn build_device(snap: &Snapshot, device: i32, rows: std::ops::Range<u32>) -> Dev
                     None => {
                         // Made before the trace started.
                         let id = allocations.len() as u32;
+                        pre_trace_streams.push((id, t.stream(r)));
                         allocations.push(Allocation {
                             free_requested: e,
                             ..allocation(r, StackId::EMPTY, NONE)
@@ -503,6 +524,7 @@ fn build_device(snap: &Snapshot, device: i32, rows: std::ops::Range<u32>) -> Dev
                     Some(id) => id,
                     None => {
                         predating_freed += 1;
+                        pre_trace_streams.push((allocations.len() as u32, t.stream(r)));
                         allocations.push(allocation(r, StackId::EMPTY, NONE));
                         (allocations.len() - 1) as u32
                     }
@@ -575,10 +597,10 @@ fn build_device(snap: &Snapshot, device: i32, rows: std::ops::Range<u32>) -> Dev
                 continue;
             }
             predating_alive += 1;
+            pre_trace_streams.push((allocations.len() as u32, seg.stream));
             allocations.push(Allocation {
                 addr: b.address,
                 size: b.requested_size,
-                stream: seg.stream,
                 stack: b.stack,
                 start: NONE,
                 free_requested: if b.state == BlockState::ActivePendingFree {
@@ -629,6 +651,7 @@ fn build_device(snap: &Snapshot, device: i32, rows: std::ops::Range<u32>) -> Dev
         event_allocation,
         segments: segs,
         checkpoints,
+        pre_trace_streams,
         lazy: LazyViews::default(),
         peak_position,
         peak_live_bytes: peak,

@@ -279,7 +279,7 @@ pub fn allocation_view(snap: &Snapshot, d: &DeviceIndex, id: u32) -> AllocationV
         id,
         addr: a.addr,
         size: a.size,
-        stream: a.stream,
+        stream: d.stream_of(&snap.trace, id),
         start: opt(a.start),
         end: opt(a.end),
         start_time_us: opt(a.start).map(|e| snap.trace.time_us.get(d.row(e))),
