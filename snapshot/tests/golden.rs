@@ -345,7 +345,8 @@ fn largest_allocations_in_a_window_equal_a_scan_of_every_allocation() {
         "fragmentation.pickle",
         "multistream.pickle",
     ] {
-        let (_, index, _) = common::analyze(f);
+        let (snap, index, _) = common::analyze(f);
+        let t = &snap.trace;
         for d in index.traced() {
             let mut ranges = vec![(0, d.len), (0, 0), (d.len, d.len), (1, 1)];
             for _ in 0..200 {
@@ -363,15 +364,15 @@ fn largest_allocations_in_a_window_equal_a_scan_of_every_allocation() {
                                 && (a.end == analysis::index::NONE || a.end >= first)
                         })
                         .collect();
-                    want.sort_by_key(|&i| (std::cmp::Reverse(d.allocations[i as usize].size), i));
+                    want.sort_by_key(|&i| (std::cmp::Reverse(d.size_of(t, i)), i));
                     want.truncate(limit);
                     let got =
-                        snapshot::analysis::timeline::largest_overlapping(d, first, last, limit);
+                        snapshot::analysis::timeline::largest_overlapping(t, d, first, last, limit);
                     assert_eq!(got, want, "{f} {first}..={last} limit {limit}");
                     // With only the 10 largest in order, most wide windows take the full scan.
-                    let top = &d.top_by_size()[..d.top_by_size().len().min(10)];
+                    let top = &d.top_by_size(t)[..d.top_by_size(t).len().min(10)];
                     let got = snapshot::analysis::timeline::largest_overlapping_given(
-                        d, top, first, last, limit,
+                        t, d, top, first, last, limit,
                     );
                     assert_eq!(got, want, "{f} {first}..={last} limit {limit}, top 10");
                 }

@@ -24,11 +24,9 @@ pub const SERIES_BLOCK: usize = 256;
 /// One allocation's lifetime in a device trace.
 #[derive(Clone, Debug, Serialize)]
 pub struct Allocation {
-    pub addr: u64,
-    /// Bytes the caller asked for (trace `size`).
-    pub size: u64,
-    /// (The stream is its alloc or free row's, or for an allocation alive across the whole
-    /// trace its block's segment's: [`DeviceIndex::stream_of`]. Not stored: 8 bytes of 40.)
+    // Address, size and stream are its alloc row's (or, made before the trace, in
+    // `DeviceIndex::pre_trace`): [`DeviceIndex::addr_of`], [`DeviceIndex::size_of`],
+    // [`DeviceIndex::stream_of`]. Not stored: 24 of 40 bytes, 4M times in a 12M-event trace.
     pub stack: StackId,
     /// Event index of the `alloc`, or [`NONE`] if it was made before the trace starts.
     pub start: u32,
@@ -79,6 +77,51 @@ pub struct Checkpoint {
     pub alive: Vec<u32>,
 }
 
+/// What the trace does not say about an allocation made before it: from its free row or, alive
+/// at the end, its block.
+#[derive(Clone, Copy, Debug)]
+struct PreTrace {
+    id: u32,
+    addr: u64,
+    size: u64,
+    stream: u64,
+}
+
+impl PreTrace {
+    fn of_row(t: &TraceTable, r: usize, id: u32) -> PreTrace {
+        PreTrace {
+            id,
+            addr: t.addr[r],
+            size: t.size.get(r),
+            stream: t.stream(r),
+        }
+    }
+}
+
+fn pre_of(pre: &[PreTrace], id: u32) -> Option<&PreTrace> {
+    pre.binary_search_by_key(&id, |p| p.id)
+        .ok()
+        .map(|k| &pre[k])
+}
+
+/// Address and size of allocation `id` of a device whose trace starts at row `first`.
+#[inline]
+fn addr_size(
+    t: &TraceTable,
+    first: usize,
+    allocations: &[Allocation],
+    pre: &[PreTrace],
+    id: u32,
+) -> (u64, u64) {
+    let a = &allocations[id as usize];
+    if a.start != NONE {
+        let r = first + a.start as usize;
+        (t.addr[r], t.size.get(r))
+    } else {
+        pre_of(pre, id).map_or((0, 0), |p| (p.addr, p.size))
+    }
+}
+
 /// How many of the largest allocations [`DeviceIndex::top_by_size`] keeps in order.
 pub const TOP_BY_SIZE: usize = 1 << 16;
 
@@ -115,9 +158,9 @@ pub struct DeviceIndex {
     pub event_allocation: Vec<u32>,
     pub segments: Vec<SegmentSpan>,
     pub checkpoints: Vec<Checkpoint>,
-    /// The streams of allocations made before the trace (`start` = [`NONE`]), by id ascending;
-    /// the others' is their alloc row's ([`DeviceIndex::stream_of`]).
-    pre_trace_streams: Vec<(u32, u64)>,
+    /// Address, size and stream of the allocations made before the trace (`start` = [`NONE`]),
+    /// by id ascending; the others' are their alloc row's.
+    pre_trace: Vec<PreTrace>,
     /// Views derived on first use by the dashboard's timeline (never by `memscope analyze`).
     lazy: LazyViews,
     /// Position and bytes of the highest live bytes.
@@ -140,13 +183,33 @@ impl DeviceIndex {
         if a.start != NONE {
             return t.stream(self.row(a.start));
         }
-        match self
-            .pre_trace_streams
-            .binary_search_by_key(&id, |&(i, _)| i)
-        {
-            Ok(k) => self.pre_trace_streams[k].1,
-            Err(_) => 0,
-        }
+        pre_of(&self.pre_trace, id).map_or(0, |p| p.stream)
+    }
+
+    /// The address of allocation `id`.
+    #[inline]
+    pub fn addr_of(&self, t: &TraceTable, id: u32) -> u64 {
+        addr_size(
+            t,
+            self.first_row as usize,
+            &self.allocations,
+            &self.pre_trace,
+            id,
+        )
+        .0
+    }
+
+    /// The bytes allocation `id` asked for (its trace `size`).
+    #[inline]
+    pub fn size_of(&self, t: &TraceTable, id: u32) -> u64 {
+        addr_size(
+            t,
+            self.first_row as usize,
+            &self.allocations,
+            &self.pre_trace,
+            id,
+        )
+        .1
     }
 
     /// This device's rows of the trace table.
@@ -255,9 +318,10 @@ impl DeviceIndex {
     /// The ids of the [`TOP_BY_SIZE`] largest allocations (all of them if fewer), largest first,
     /// ties by id; found on first use (a selection, then a sort of the few: sorting all 4M
     /// allocations of a 12M-event trace took most of a second).
-    pub fn top_by_size(&self) -> &[u32] {
+    pub fn top_by_size(&self, snap_trace: &TraceTable) -> &[u32] {
         self.lazy.top_by_size.get_or_init(|| {
-            let key = |i: u32| (std::cmp::Reverse(self.allocations[i as usize].size), i);
+            let t = snap_trace;
+            let key = |i: u32| (std::cmp::Reverse(self.size_of(t, i)), i);
             let mut ids: Vec<u32> = (0..self.allocations.len() as u32).collect();
             if ids.len() > TOP_BY_SIZE {
                 ids.select_nth_unstable_by_key(TOP_BY_SIZE, |&i| key(i));
@@ -290,7 +354,7 @@ impl DeviceIndex {
                 .map(|c| c.alive.capacity() * 4 + 32)
                 .sum::<usize>()
             + self.lazy.top_by_size.get().map_or(0, |v| v.capacity() * 4)
-            + self.pre_trace_streams.capacity() * 16
+            + self.pre_trace.capacity() * std::mem::size_of::<PreTrace>()
     }
 }
 
@@ -465,13 +529,11 @@ fn build_device(snap: &Snapshot, device: i32, rows: std::ops::Range<u32>) -> Dev
     let mut open_segs: FxHashMap<u64, u32> = FxHashMap::default();
     let mut mapped = MappedRanges::default();
     let mut predating_freed = 0;
-    let mut pre_trace_streams: Vec<(u32, u64)> = Vec::new();
+    let mut pre_trace: Vec<PreTrace> = Vec::new();
     let mut reserved_delta: i128 = 0;
 
     // An allocation or segment as a trace row describes it.
-    let allocation = |r: usize, stack: StackId, start: u32| Allocation {
-        addr: t.addr[r],
-        size: t.size.get(r),
+    let allocation = |stack: StackId, start: u32| Allocation {
         stack,
         start,
         free_requested: NONE,
@@ -498,7 +560,7 @@ fn build_device(snap: &Snapshot, device: i32, rows: std::ops::Range<u32>) -> Dev
                     // Reused without a recorded free: close the old one here.
                     allocations[prev as usize].end = e;
                 }
-                allocations.push(allocation(r, t.stack[r], e));
+                allocations.push(allocation(t.stack[r], e));
                 event_allocation[i] = id;
             }
             Action::FreeRequested => {
@@ -507,10 +569,10 @@ fn build_device(snap: &Snapshot, device: i32, rows: std::ops::Range<u32>) -> Dev
                     None => {
                         // Made before the trace started.
                         let id = allocations.len() as u32;
-                        pre_trace_streams.push((id, t.stream(r)));
+                        pre_trace.push(PreTrace::of_row(t, r, id));
                         allocations.push(Allocation {
                             free_requested: e,
-                            ..allocation(r, StackId::EMPTY, NONE)
+                            ..allocation(StackId::EMPTY, NONE)
                         });
                         open.insert(t.addr[r], id);
                         id
@@ -524,8 +586,8 @@ fn build_device(snap: &Snapshot, device: i32, rows: std::ops::Range<u32>) -> Dev
                     Some(id) => id,
                     None => {
                         predating_freed += 1;
-                        pre_trace_streams.push((allocations.len() as u32, t.stream(r)));
-                        allocations.push(allocation(r, StackId::EMPTY, NONE));
+                        pre_trace.push(PreTrace::of_row(t, r, allocations.len() as u32));
+                        allocations.push(allocation(StackId::EMPTY, NONE));
                         (allocations.len() - 1) as u32
                     }
                 };
@@ -597,10 +659,13 @@ fn build_device(snap: &Snapshot, device: i32, rows: std::ops::Range<u32>) -> Dev
                 continue;
             }
             predating_alive += 1;
-            pre_trace_streams.push((allocations.len() as u32, seg.stream));
-            allocations.push(Allocation {
+            pre_trace.push(PreTrace {
+                id: allocations.len() as u32,
                 addr: b.address,
                 size: b.requested_size,
+                stream: seg.stream,
+            });
+            allocations.push(Allocation {
                 stack: b.stack,
                 start: NONE,
                 free_requested: if b.state == BlockState::ActivePendingFree {
@@ -617,10 +682,10 @@ fn build_device(snap: &Snapshot, device: i32, rows: std::ops::Range<u32>) -> Dev
 
     // Series: live and reserved bytes after every event; checkpoints of the live set. Both only
     // read what the pass above built, so they run side by side.
-    let live_at_start: u64 = allocations
+    let live_at_start: u64 = pre_trace
         .iter()
-        .filter(|a| a.start == NONE)
-        .map(|a| a.size)
+        .filter(|p| allocations[p.id as usize].start == NONE)
+        .map(|p| p.size)
         .sum();
     let reserved_at_start = (reserved_end as i128 - reserved_delta).max(0) as u64;
     let ((live_bytes, live_blocks, reserved_changes, peak_position, peak), checkpoints) =
@@ -630,6 +695,7 @@ fn build_device(snap: &Snapshot, device: i32, rows: std::ops::Range<u32>) -> Dev
                     t,
                     first,
                     &allocations,
+                    &pre_trace,
                     &event_allocation,
                     live_at_start,
                     reserved_at_start,
@@ -651,7 +717,7 @@ fn build_device(snap: &Snapshot, device: i32, rows: std::ops::Range<u32>) -> Dev
         event_allocation,
         segments: segs,
         checkpoints,
-        pre_trace_streams,
+        pre_trace,
         lazy: LazyViews::default(),
         peak_position,
         peak_live_bytes: peak,
@@ -667,6 +733,7 @@ fn series(
     t: &TraceTable,
     first: usize,
     allocations: &[Allocation],
+    pre_trace: &[PreTrace],
     event_allocation: &[u32],
     live_at_start: u64,
     reserved_at_start: u64,
@@ -690,7 +757,9 @@ fn series(
         let r = first + i;
         match t.action[r] {
             Action::Alloc => live += t.size.get(r) as i128,
-            Action::FreeCompleted => live -= allocations[a as usize].size as i128,
+            Action::FreeCompleted => {
+                live -= addr_size(t, first, allocations, pre_trace, a).1 as i128
+            }
             Action::SegmentAlloc | Action::SegmentMap => reserved += t.size.get(r) as i128,
             Action::SegmentFree | Action::SegmentUnmap => reserved -= t.size.get(r) as i128,
             _ => {}

@@ -19,7 +19,7 @@ use serde::Serialize;
 
 use super::index::{DeviceIndex, Index, NONE};
 use crate::frames::{FrameView, view};
-use crate::model::{FrameId, Snapshot, StackId};
+use crate::model::{FrameId, Snapshot, StackId, TraceTable};
 use crate::units::human_bytes;
 
 pub const MIN_COUNT: u32 = 3;
@@ -112,7 +112,7 @@ impl SiteOf {
 }
 
 /// Allocations grouped by the site `site_of` gives their stack.
-fn accumulate(d: &DeviceIndex, site_of: &SiteOf) -> FxHashMap<Site, Acc> {
+fn accumulate(t: &TraceTable, d: &DeviceIndex, site_of: &SiteOf) -> FxHashMap<Site, Acc> {
     // Stack → index into `accs`, filled as stacks are met.
     let mut acc_of = vec![u32::MAX; site_of.0.len()];
     let mut accs: Vec<(Site, Acc)> = Vec::new();
@@ -146,14 +146,15 @@ fn accumulate(d: &DeviceIndex, site_of: &SiteOf) -> FxHashMap<Site, Acc> {
         let acc = &mut accs[k as usize].1;
         acc.total += 1;
         if a.end == NONE {
-            acc.bytes += a.size;
+            let size = t.size.get(d.row(a.start));
+            acc.bytes += size;
             acc.count += 1;
             acc.tenths |= 1 << ((a.start as u64 * 10 / d.len as u64).min(9));
             acc.first = acc.first.min(a.start);
             acc.last = acc.last.max(a.start);
-            *acc.by_stack.entry(a.stack).or_default() += a.size;
+            *acc.by_stack.entry(a.stack).or_default() += size;
             acc.starts.push(a.start);
-            acc.sizes = (acc.sizes.0.min(a.size), acc.sizes.1.max(a.size));
+            acc.sizes = (acc.sizes.0.min(size), acc.sizes.1.max(size));
         }
     }
     accs.into_iter().collect()
@@ -172,7 +173,7 @@ fn device_suspects(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Vec<LeakS
             *slot = Some(fc.label(snap, a.stack));
         }
     }
-    let first = accumulate(d, &site_of);
+    let first = accumulate(&snap.trace, d, &site_of);
     let suspect_sites: rustc_hash::FxHashSet<FrameId> = first
         .iter()
         .filter(|(_, acc)| acc.is_suspect())
@@ -195,7 +196,7 @@ fn device_suspects(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Vec<LeakS
             *site = Some(*outer);
         }
     }
-    let by = accumulate(d, &site_of);
+    let by = accumulate(&snap.trace, d, &site_of);
     let steps = step_starts(snap, d.device);
     let mut out = Vec::new();
     for (site, mut acc) in by {
@@ -364,7 +365,10 @@ pub fn series_where(
     let pos = |k: usize| (n as u64 * k as u64 / (points - 1) as u64) as u32;
     let first_after = |e: u32| first_sample_after(e, n, points);
     let mut delta = vec![0i128; points + 1];
-    for a in d.allocations.iter().filter(|a| keep(a.stack)) {
+    for (id, a) in d.allocations.iter().enumerate() {
+        if !keep(a.stack) {
+            continue;
+        }
         // Alive at position p iff start < p <= end: first sample k with pos(k) > start.
         let from = if a.start == NONE {
             0
@@ -377,8 +381,9 @@ pub fn series_where(
             first_after(a.end)
         };
         if from < to {
-            delta[from] += a.size as i128;
-            delta[to] -= a.size as i128;
+            let size = d.size_of(&snap.trace, id as u32) as i128;
+            delta[from] += size;
+            delta[to] -= size;
         }
     }
     let mut live = 0i128;

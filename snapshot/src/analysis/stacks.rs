@@ -42,7 +42,12 @@ pub struct StackReport {
 }
 
 /// Live bytes and counts per stack at position `p`.
-pub fn live_by_stack(index: &Index, device: i32, p: u32) -> Vec<(StackId, u64, u32)> {
+pub fn live_by_stack(
+    t: &crate::model::TraceTable,
+    index: &Index,
+    device: i32,
+    p: u32,
+) -> Vec<(StackId, u64, u32)> {
     let Some(d) = index.device(device) else {
         return Vec::new();
     };
@@ -50,7 +55,7 @@ pub fn live_by_stack(index: &Index, device: i32, p: u32) -> Vec<(StackId, u64, u
     for a in d.alive_at(p) {
         let al = &d.allocations[a as usize];
         let e = by.entry(al.stack).or_default();
-        e.0 += al.size;
+        e.0 += d.size_of(t, a);
         e.1 += 1;
     }
     let mut v: Vec<_> = by.into_iter().map(|(s, (b, c))| (s, b, c)).collect();
@@ -91,7 +96,7 @@ pub fn stacks_at_with(
 ) -> Option<StackReport> {
     let d = index.device(device)?;
     let p = p.unwrap_or(d.peak_position).min(d.len);
-    let per_stack = live_by_stack(index, device, p);
+    let per_stack = live_by_stack(&snap.trace, index, device, p);
     let fc = &index.frames;
 
     let mut sites: FxHashMap<Option<FrameId>, CallSite> = FxHashMap::default();

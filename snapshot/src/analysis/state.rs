@@ -201,7 +201,7 @@ pub fn state_at(snap: &Snapshot, index: &Index, device: i32, p: u32) -> Allocato
     };
     if p >= d.len {
         let mut s = final_state(snap, device, d.len);
-        attach_allocations(d, &mut s);
+        attach_allocations(&snap.trace, d, &mut s);
         for seg in s.segments.iter_mut().filter(|s| s.is_expandable) {
             seg.mapped = Some(mapped_growth(
                 d,
@@ -212,31 +212,41 @@ pub fn state_at(snap: &Snapshot, index: &Index, device: i32, p: u32) -> Allocato
         }
         return s;
     }
-    rebuilt_state(d, device, p)
+    rebuilt_state(&snap.trace, d, device, p)
 }
 
-fn rebuilt_state(d: &DeviceIndex, device: i32, p: u32) -> AllocatorState {
-    let mut alive: Vec<u32> = d.alive_at(p);
-    alive.sort_by_key(|&a| d.allocations[a as usize].addr);
+fn rebuilt_state(
+    t: &crate::model::TraceTable,
+    d: &DeviceIndex,
+    device: i32,
+    p: u32,
+) -> AllocatorState {
+    // (address, requested size, id) of the allocations alive, by address.
+    let mut alive: Vec<(u64, u64, u32)> = d
+        .alive_at(p)
+        .into_iter()
+        .map(|a| (d.addr_of(t, a), d.size_of(t, a), a))
+        .collect();
+    alive.sort_by_key(|&(addr, _, _)| addr);
     let mut segments = Vec::new();
     for s in segments_at(d, p) {
         let (lo, hi) = (s.address, s.address.saturating_add(s.size));
-        let first = alive.partition_point(|&a| d.allocations[a as usize].addr < lo);
+        let first = alive.partition_point(|&(addr, _, _)| addr < lo);
         let mut blocks = Vec::new();
         let mut cursor = lo;
-        for &a in &alive[first..] {
+        for &(addr, requested, a) in &alive[first..] {
             let al = &d.allocations[a as usize];
-            if al.addr >= hi {
+            if addr >= hi {
                 break;
             }
-            if al.addr > cursor {
-                blocks.push(inactive(cursor, al.addr - cursor));
+            if addr > cursor {
+                blocks.push(inactive(cursor, addr - cursor));
             }
-            let size = round_size(al.size).min(hi - al.addr);
+            let size = round_size(requested).min(hi - addr);
             blocks.push(BlockView {
-                address: al.addr,
+                address: addr,
                 size,
-                requested_size: al.size,
+                requested_size: requested,
                 state: if al.pending_free_at(p) {
                     BlockState::ActivePendingFree
                 } else {
@@ -245,7 +255,7 @@ fn rebuilt_state(d: &DeviceIndex, device: i32, p: u32) -> AllocatorState {
                 allocation: Some(a),
                 stack: al.stack,
             });
-            cursor = cursor.max(al.addr + size);
+            cursor = cursor.max(addr + size);
         }
         if cursor < hi {
             blocks.push(inactive(cursor, hi - cursor));
@@ -330,13 +340,13 @@ fn inactive(address: u64, size: u64) -> BlockView {
 }
 
 /// Links the exact final blocks to their allocations, for stacks and times.
-fn attach_allocations(d: &DeviceIndex, state: &mut AllocatorState) {
+fn attach_allocations(t: &crate::model::TraceTable, d: &DeviceIndex, state: &mut AllocatorState) {
     let by_addr: rustc_hash::FxHashMap<u64, u32> = d
         .allocations
         .iter()
         .enumerate()
         .filter(|(_, a)| a.end == NONE)
-        .map(|(i, a)| (a.addr, i as u32))
+        .map(|(i, _)| (d.addr_of(t, i as u32), i as u32))
         .collect();
     for s in &mut state.segments {
         for b in &mut s.blocks {

@@ -208,7 +208,7 @@ pub fn allocations_in_window(
     let Some(d) = index.device(device) else {
         return Vec::new();
     };
-    largest_overlapping(d, first, last, limit)
+    largest_overlapping(&snap.trace, d, first, last, limit)
         .into_iter()
         .map(|i| allocation_view(snap, d, i))
         .collect()
@@ -220,14 +220,21 @@ pub fn allocations_in_window(
 /// of the trace) takes those alive at `first` (from a checkpoint) and those made inside it.
 /// Only a wide window that overlaps too few of the largest scans every allocation, which cost
 /// 60 ms a query at 12M events.
-pub fn largest_overlapping(d: &DeviceIndex, first: u32, last: u32, limit: usize) -> Vec<u32> {
-    largest_overlapping_given(d, d.top_by_size(), first, last, limit)
+pub fn largest_overlapping(
+    t: &TraceTable,
+    d: &DeviceIndex,
+    first: u32,
+    last: u32,
+    limit: usize,
+) -> Vec<u32> {
+    largest_overlapping_given(t, d, d.top_by_size(t), first, last, limit)
 }
 
 /// [`largest_overlapping`] with the largest allocations' ids given (`top`, a prefix of all ids
 /// by size): tests pass a short one to reach the fallback scan.
 #[doc(hidden)]
 pub fn largest_overlapping_given(
+    t: &TraceTable,
     d: &DeviceIndex,
     top: &[u32],
     first: u32,
@@ -263,7 +270,7 @@ pub fn largest_overlapping_given(
         hits.retain(|&i| overlaps(&d.allocations[i as usize]));
         hits
     };
-    let key = |i: &u32| (std::cmp::Reverse(d.allocations[*i as usize].size), *i);
+    let key = |i: &u32| (std::cmp::Reverse(d.size_of(t, *i)), *i);
     if hits.len() > limit {
         hits.select_nth_unstable_by_key(limit, key);
         hits.truncate(limit);
@@ -277,8 +284,8 @@ pub fn allocation_view(snap: &Snapshot, d: &DeviceIndex, id: u32) -> AllocationV
     let opt = |e: u32| (e != NONE).then_some(e);
     AllocationView {
         id,
-        addr: a.addr,
-        size: a.size,
+        addr: d.addr_of(&snap.trace, id),
+        size: d.size_of(&snap.trace, id),
         stream: d.stream_of(&snap.trace, id),
         start: opt(a.start),
         end: opt(a.end),
