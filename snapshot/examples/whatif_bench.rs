@@ -37,7 +37,7 @@ fn main() {
             t.action.push(t.action[r]);
             t.addr.push(t.addr[r].wrapping_add(k as u64 * (1 << 40)));
             t.size.push(t.size.get(r));
-            t.stream_id.push(t.stream_id[r]);
+            t.stream_id.push(t.stream_id.get(r));
             t.time_us.push(t.time_us.get(r) + k as i64 * span_us);
             t.stack.push(t.stack[r]);
             copied += 1;

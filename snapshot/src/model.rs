@@ -9,7 +9,7 @@ use std::ops::Range;
 
 use rustc_hash::FxHashMap;
 
-use crate::packed::{Packed, Word};
+use crate::packed::{Packed, Runs, Word};
 use serde::Serialize;
 
 use crate::intern::{StrId, StringPool};
@@ -179,7 +179,7 @@ pub struct TraceTable {
     pub size: Packed<u64>,
     /// Each row's CUDA stream as an index into `streams` ([`TraceTable::stream`] reads it): a
     /// program uses a handful of streams, so 2 bytes a row instead of 8.
-    pub stream_id: Vec<u16>,
+    pub stream_id: Runs,
     /// The distinct stream handles, in order of first use; `streams[0]` is 0 (the default
     /// stream) once any row exists.
     pub streams: Vec<u64>,
@@ -207,7 +207,7 @@ impl TraceTable {
     /// Row `r`'s CUDA stream handle.
     #[inline]
     pub fn stream(&self, r: usize) -> u64 {
-        self.streams[self.stream_id[r] as usize]
+        self.streams[self.stream_id.get(r) as usize]
     }
 
     /// The id of stream handle `stream`, added if new; `None` past 65,536 distinct streams.
@@ -229,7 +229,7 @@ impl TraceTable {
             + (self.addr.capacity() + self.streams.capacity()) * 8
             + self.size.heap_bytes()
             + self.time_us.heap_bytes()
-            + self.stream_id.capacity() * 2
+            + self.stream_id.heap_bytes()
             + self.stack.capacity() * 4
             + (self.device_free.capacity() + self.compile_context.capacity()) * 16
             + (self.user_metadata.capacity() + self.other_action.capacity()) * 8
@@ -239,7 +239,6 @@ impl TraceTable {
         self.action.reserve(rows);
         self.addr.reserve(rows);
         self.size.reserve(rows);
-        self.stream_id.reserve(rows);
         self.time_us.reserve(rows);
         self.stack.reserve(rows);
     }
@@ -286,7 +285,11 @@ impl TraceTable {
         apply(&mut self.action, window, lo);
         apply(&mut self.addr, window, lo);
         apply_packed(&mut self.size, window, lo);
-        apply(&mut self.stream_id, window, lo);
+        let moved: Vec<u16> = window
+            .iter()
+            .map(|&r| self.stream_id.get(r as usize))
+            .collect();
+        self.stream_id.set_range(lo, &moved);
         apply_packed(&mut self.time_us, window, lo);
         apply(&mut self.stack, window, lo);
         // The window holds exactly rows lo..=hi (everything outside it is in place): their new
@@ -328,7 +331,10 @@ impl TraceTable {
             action: rows.iter().map(|&r| self.action[r as usize]).collect(),
             addr: rows.iter().map(|&r| self.addr[r as usize]).collect(),
             size: rows.iter().map(|&r| self.size.get(r as usize)).collect(),
-            stream_id: rows.iter().map(|&r| self.stream_id[r as usize]).collect(),
+            stream_id: rows
+                .iter()
+                .map(|&r| self.stream_id.get(r as usize))
+                .collect(),
             streams: self.streams.clone(),
             time_us: rows.iter().map(|&r| self.time_us.get(r as usize)).collect(),
             stack: rows.iter().map(|&r| self.stack[r as usize]).collect(),

@@ -288,6 +288,142 @@ impl<T: Word + PartialEq, const N: usize> PartialEq<[T; N]> for Packed<T> {
     }
 }
 
+/// A column of small ids that seldom change from one row to the next (a trace's CUDA stream):
+/// stored as runs, 6 bytes a run instead of 2 a row (one run for a single-stream program),
+/// falling back to 2 bytes a row when runs are short (streams interleaved event by event).
+#[derive(Clone)]
+pub enum Runs {
+    Runs {
+        /// First row of each run, ascending.
+        starts: Vec<u32>,
+        values: Vec<u16>,
+        len: usize,
+    },
+    Dense(Vec<u16>),
+}
+
+impl Default for Runs {
+    fn default() -> Self {
+        Runs::Runs {
+            starts: Vec::new(),
+            values: Vec::new(),
+            len: 0,
+        }
+    }
+}
+
+impl Runs {
+    pub fn len(&self) -> usize {
+        match self {
+            Runs::Runs { len, .. } => *len,
+            Runs::Dense(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    #[inline]
+    pub fn push(&mut self, v: u16) {
+        match self {
+            Runs::Runs {
+                starts,
+                values,
+                len,
+            } => {
+                if values.last() != Some(&v) {
+                    // More runs than a third of the rows: plain ids are smaller.
+                    if values.len() > 1024 && values.len() * 3 > *len {
+                        let mut dense: Vec<u16> = (0..*len).map(|i| self.get(i)).collect();
+                        dense.push(v);
+                        *self = Runs::Dense(dense);
+                        return;
+                    }
+                    starts.push(*len as u32);
+                    values.push(v);
+                }
+                *len += 1;
+            }
+            Runs::Dense(d) => d.push(v),
+        }
+    }
+
+    /// Value `i`. Panics past the end.
+    #[inline]
+    pub fn get(&self, i: usize) -> u16 {
+        match self {
+            Runs::Runs {
+                starts,
+                values,
+                len,
+            } => {
+                assert!(i < *len, "row {i} past the end ({len})");
+                values[starts.partition_point(|&s| s as usize <= i) - 1]
+            }
+            Runs::Dense(d) => d[i],
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = u16> + '_ {
+        (0..self.len()).map(|i| self.get(i))
+    }
+
+    /// Writes `vals` at rows `at..` (the column is rebuilt; only rows put back in order use it).
+    pub fn set_range(&mut self, at: usize, vals: &[u16]) {
+        let mut all: Vec<u16> = self.iter().collect();
+        all[at..at + vals.len()].copy_from_slice(vals);
+        *self = all.into_iter().collect();
+    }
+
+    pub fn shrink_to_fit(&mut self) {
+        match self {
+            Runs::Runs { starts, values, .. } => {
+                starts.shrink_to_fit();
+                values.shrink_to_fit();
+            }
+            Runs::Dense(d) => d.shrink_to_fit(),
+        }
+    }
+
+    pub fn heap_bytes(&self) -> usize {
+        match self {
+            Runs::Runs { starts, values, .. } => starts.capacity() * 4 + values.capacity() * 2,
+            Runs::Dense(d) => d.capacity() * 2,
+        }
+    }
+}
+
+impl FromIterator<u16> for Runs {
+    fn from_iter<I: IntoIterator<Item = u16>>(iter: I) -> Self {
+        let mut r = Runs::default();
+        for v in iter {
+            r.push(v);
+        }
+        r
+    }
+}
+
+impl Extend<u16> for Runs {
+    fn extend<I: IntoIterator<Item = u16>>(&mut self, iter: I) {
+        for v in iter {
+            self.push(v);
+        }
+    }
+}
+
+impl PartialEq for Runs {
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.iter().zip(other.iter()).all(|(a, b)| a == b)
+    }
+}
+
+impl std::fmt::Debug for Runs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -360,6 +496,22 @@ mod tests {
             p.set_range(at, &patch);
             let got: Vec<i64> = p.iter().collect();
             assert_eq!(got, want, "round {round}");
+        }
+    }
+
+    #[test]
+    fn runs_read_back_exactly_and_fall_back_to_dense() {
+        let patterns: [&dyn Fn(usize) -> u16; 3] =
+            [&|_| 0, &|i| (i / 1000 % 3) as u16, &|i| (i % 2) as u16];
+        for (k, f) in patterns.iter().enumerate() {
+            let want: Vec<u16> = (0..20_000).map(f).collect();
+            let mut r: Runs = want.iter().copied().collect();
+            assert_eq!(r.iter().collect::<Vec<_>>(), want, "pattern {k}");
+            assert_eq!(matches!(r, Runs::Dense(_)), k == 2, "pattern {k}");
+            r.set_range(5, &[7, 7, 7]);
+            let mut patched = want.clone();
+            patched[5..8].copy_from_slice(&[7, 7, 7]);
+            assert_eq!(r.iter().collect::<Vec<_>>(), patched, "pattern {k}");
         }
     }
 

@@ -10,7 +10,7 @@
 //! instead of served as wrong answers. It is a cache: the server keeps the original upload and
 //! rebuilds the model from it when either check fails.
 
-use crate::packed::Packed;
+use crate::packed::{Packed, Runs};
 use std::io::{self, Read, Write};
 
 use crate::decompress::Hashing;
@@ -436,7 +436,7 @@ pub fn read<T: Read>(input: T) -> Result<Snapshot> {
     t.size = r.column_into::<8, _, _>(n, Packed::new(), u64::from_le_bytes)?;
     // Stored as handles (the format predates stream ids), interned again here.
     let mut too_many_streams = false;
-    let ids = r.column::<8, _>(n, |b| {
+    let ids = r.column_into::<8, _, _>(n, Runs::default(), |b| {
         let id = t.stream_id_of(u64::from_le_bytes(b));
         too_many_streams |= id.is_none();
         id.unwrap_or(0)
