@@ -122,6 +122,20 @@ fn addr_size(
     }
 }
 
+/// The timeline's first view fitted to where memory changes (`timeline::active_span`): what lies
+/// outside it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Fitted {
+    pub from_us: i64,
+    pub to_us: i64,
+    /// Events before and after the window (made before or after the idle stretch).
+    pub events_before: u32,
+    pub events_after: u32,
+    /// The idle stretches left out (no event at all), before and after.
+    pub idle_before_us: i64,
+    pub idle_after_us: i64,
+}
+
 /// How many of the largest allocations [`DeviceIndex::top_by_size`] keeps in order.
 pub const TOP_BY_SIZE: usize = 1 << 16;
 
@@ -131,8 +145,8 @@ pub const TOP_BY_SIZE: usize = 1 << 16;
 struct LazyViews {
     /// The [`TOP_BY_SIZE`] largest allocations' ids, largest first (ties by id).
     top_by_size: std::sync::OnceLock<Vec<u32>>,
-    /// [`super::timeline::active_span`].
-    active_span: std::sync::OnceLock<Option<super::timeline::Fitted>>,
+    /// The timeline's active span (`timeline::active_span`).
+    active_span: std::sync::OnceLock<Option<Fitted>>,
 }
 
 /// Derived tables of one device trace.
@@ -333,11 +347,11 @@ impl DeviceIndex {
         })
     }
 
-    /// The active span of the time axis ([`super::timeline::active_span`]), computed once.
+    /// The active span of the time axis (`timeline::active_span`), computed once.
     pub(crate) fn active_span_with(
         &self,
-        compute: impl FnOnce() -> Option<super::timeline::Fitted>,
-    ) -> Option<super::timeline::Fitted> {
+        compute: impl FnOnce() -> Option<Fitted>,
+    ) -> Option<Fitted> {
         *self.lazy.active_span.get_or_init(compute)
     }
 

@@ -378,18 +378,8 @@ pub struct TimelineWindow {
     pub fitted: Option<Fitted>,
 }
 
-/// The first view fitted to where memory changes: what lies outside it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub struct Fitted {
-    pub from_us: i64,
-    pub to_us: i64,
-    /// Events before and after the window (made before or after the idle stretch).
-    pub events_before: u32,
-    pub events_after: u32,
-    /// The idle stretches left out (no event at all), before and after.
-    pub idle_before_us: i64,
-    pub idle_after_us: i64,
-}
+// (Defined beside the index, which keeps each device's once computed.)
+pub use super::index::Fitted;
 
 /// An idle stretch longer than this share of what is shown gets folded out of the first view.
 const IDLE_SHARE: f64 = 0.5;
