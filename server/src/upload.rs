@@ -138,13 +138,16 @@ impl Sink {
         }
         self.rate.take(chunk.len() as u64)?;
         self.hasher.update(&chunk);
-        let file = self.file.as_mut().expect("file created before receiving");
-        file.write_all(&chunk).await?;
-        if let Some((upto, sync)) = self.syncing.take_if(|(_, h)| h.is_finished()) {
-            sync.await.map_err(|e| UploadError::Internal(e.into()))??;
-            self.synced_bytes = upto;
+        self.file
+            .as_mut()
+            .expect("file created before receiving")
+            .write_all(&chunk)
+            .await?;
+        if self.syncing.as_ref().is_some_and(|(_, h)| h.is_finished()) {
+            self.settle().await?;
         }
         if self.syncing.is_none() && self.size - self.synced_bytes >= SYNC_EVERY_BYTES {
+            let file = self.file.as_mut().expect("file created before receiving");
             file.flush().await?;
             let std = file.try_clone().await?.into_std().await;
             let upto = self.size;

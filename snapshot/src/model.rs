@@ -9,7 +9,7 @@ use std::ops::Range;
 
 use rustc_hash::FxHashMap;
 
-use crate::packed::{Packed, Runs, Word};
+use crate::packed::{Column, Packed, Runs};
 use serde::Serialize;
 
 use crate::intern::{StrId, StringPool};
@@ -274,23 +274,15 @@ impl TraceTable {
             .unwrap_or(first);
         let window = &order[first..=last];
         let (lo, hi) = ((base as usize + first), (base as usize + last));
-        fn apply<T: Copy>(col: &mut [T], window: &[u32], lo: usize) {
-            let moved: Vec<T> = window.iter().map(|&r| col[r as usize]).collect();
-            col[lo..lo + moved.len()].copy_from_slice(&moved);
-        }
-        fn apply_packed<T: Word>(col: &mut Packed<T>, window: &[u32], lo: usize) {
-            let moved: Vec<T> = window.iter().map(|&r| col.get(r as usize)).collect();
-            col.set_range(lo, &moved);
+        fn apply<C: Column>(col: &mut C, window: &[u32], lo: usize) {
+            let moved: Vec<C::Item> = window.iter().map(|&r| col.value(r as usize)).collect();
+            col.put(lo, &moved);
         }
         apply(&mut self.action, window, lo);
         apply(&mut self.addr, window, lo);
-        apply_packed(&mut self.size, window, lo);
-        let moved: Vec<u16> = window
-            .iter()
-            .map(|&r| self.stream_id.get(r as usize))
-            .collect();
-        self.stream_id.set_range(lo, &moved);
-        apply_packed(&mut self.time_us, window, lo);
+        apply(&mut self.size, window, lo);
+        apply(&mut self.stream_id, window, lo);
+        apply(&mut self.time_us, window, lo);
         apply(&mut self.stack, window, lo);
         // The window holds exactly rows lo..=hi (everything outside it is in place): their new
         // positions fit a dense array (a hash map over a 12M-row window was a quarter of the

@@ -424,6 +424,45 @@ impl std::fmt::Debug for Runs {
     }
 }
 
+/// A column whose values can be read and written back by row: what putting a trace's rows back
+/// in order (`TraceTable::reorder_within`) needs of every column, plain or compact.
+pub trait Column {
+    type Item: Copy;
+    fn value(&self, i: usize) -> Self::Item;
+    /// Writes `values` at rows `at..at + values.len()`.
+    fn put(&mut self, at: usize, values: &[Self::Item]);
+}
+
+impl<T: Copy> Column for Vec<T> {
+    type Item = T;
+    fn value(&self, i: usize) -> T {
+        self[i]
+    }
+    fn put(&mut self, at: usize, values: &[T]) {
+        self[at..at + values.len()].copy_from_slice(values);
+    }
+}
+
+impl<T: Word> Column for Packed<T> {
+    type Item = T;
+    fn value(&self, i: usize) -> T {
+        self.get(i)
+    }
+    fn put(&mut self, at: usize, values: &[T]) {
+        self.set_range(at, values);
+    }
+}
+
+impl Column for Runs {
+    type Item = u16;
+    fn value(&self, i: usize) -> u16 {
+        self.get(i)
+    }
+    fn put(&mut self, at: usize, values: &[u16]) {
+        self.set_range(at, values);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -248,7 +248,7 @@ impl<T: Read> R<'_, T> {
         self.column_into(n, Vec::with_capacity(n), conv)
     }
 
-    /// Like [`Reader::column`], into any collection (a [`crate::packed::Packed`] column).
+    /// Like `column`, into any collection (a [`Packed`] or [`Runs`] column).
     fn column_into<const N: usize, V, C: Extend<V>>(
         &mut self,
         n: usize,

@@ -157,14 +157,14 @@ impl Memo {
     fn set(&mut self, i: usize, v: Value) {
         assert!(i < self.len, "memo index in range");
         let old = self.chunks[i / MEMO_CHUNK][i % MEMO_CHUNK];
-        if old >> 32 == slot::WIDE {
-            let probe = self.pack_narrow(v);
-            if probe.is_none() {
+        let w = match self.pack_narrow(v) {
+            Some(w) => w,
+            None if old >> 32 == slot::WIDE => {
                 self.wide[old as u32 as usize] = v;
                 return;
             }
-        }
-        let w = self.pack(v);
+            None => self.pack(v),
+        };
         self.chunks[i / MEMO_CHUNK][i % MEMO_CHUNK] = w;
     }
 

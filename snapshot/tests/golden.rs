@@ -301,26 +301,35 @@ fn timeline_buckets_keep_the_peak() {
     assert!(allocs.windows(2).all(|w| w[0].size >= w[1].size));
 }
 
+/// Fixtures whose traces the series and window tests walk position by position.
+const SERIES_FIXTURES: [&str; 3] = [
+    "big_python.pickle.xz",
+    "fragmentation.pickle",
+    "multistream.pickle",
+];
+
+/// Position ranges over a trace of `len` events: the whole trace, both ends, and `n` random
+/// ranges whose widths are drawn from `widths`.
+fn position_ranges(rng: &mut common::Rng, len: u32, widths: &[usize], n: usize) -> Vec<(u32, u32)> {
+    let mut ranges = vec![(0, len), (0, 0), (len, len), (1, 1)];
+    for _ in 0..n {
+        let a = rng.below(len as usize + 1) as u32;
+        let w = widths[rng.below(widths.len())];
+        let b = (a as usize + rng.below(w)).min(len as usize) as u32;
+        ranges.push((a, b));
+    }
+    ranges
+}
+
 /// The index keeps live bytes with block extremes and reserved bytes as their changes; over any
 /// range the extremes are those of every position in it, and each position reads its own value.
 #[test]
 fn series_extremes_equal_a_scan_of_every_position() {
     let mut rng = common::Rng(7);
-    for f in [
-        "big_python.pickle.xz",
-        "fragmentation.pickle",
-        "multistream.pickle",
-    ] {
+    for f in SERIES_FIXTURES {
         let (_, index, _) = common::analyze(f);
         for d in index.traced() {
-            let mut ranges = vec![(0, d.len), (0, 0), (d.len, d.len), (1, 1)];
-            for _ in 0..300 {
-                let a = rng.below(d.len as usize + 1) as u32;
-                let w = [1usize, 255, 256, 257, 5000][rng.below(5)];
-                let b = (a as usize + rng.below(w)).min(d.len as usize) as u32;
-                ranges.push((a, b));
-            }
-            for (lo, hi) in ranges {
+            for (lo, hi) in position_ranges(&mut rng, d.len, &[1, 255, 256, 257, 5000], 300) {
                 let mut want = (u64::MAX, 0, u64::MAX, 0);
                 for p in lo..=hi {
                     let (l, r) = (d.live_at(p), d.reserved_at(p));
@@ -340,22 +349,12 @@ fn series_extremes_equal_a_scan_of_every_position() {
 #[test]
 fn largest_allocations_in_a_window_equal_a_scan_of_every_allocation() {
     let mut rng = common::Rng(11);
-    for f in [
-        "big_python.pickle.xz",
-        "fragmentation.pickle",
-        "multistream.pickle",
-    ] {
+    for f in SERIES_FIXTURES {
         let (snap, index, _) = common::analyze(f);
         let t = &snap.trace;
         for d in index.traced() {
-            let mut ranges = vec![(0, d.len), (0, 0), (d.len, d.len), (1, 1)];
-            for _ in 0..200 {
-                let a = rng.below(d.len as usize + 1) as u32;
-                let w = [1usize, 100, 5000, d.len as usize / 9, d.len as usize][rng.below(5)];
-                let b = (a as usize + rng.below(w.max(1))).min(d.len as usize) as u32;
-                ranges.push((a, b));
-            }
-            for (first, last) in ranges {
+            let widths = [1, 100, 5000, d.len as usize / 9, d.len as usize];
+            for (first, last) in position_ranges(&mut rng, d.len, &widths, 200) {
                 for limit in [1usize, 20, 2000] {
                     let mut want: Vec<u32> = (0..d.allocations.len() as u32)
                         .filter(|&i| {

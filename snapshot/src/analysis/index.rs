@@ -98,27 +98,37 @@ impl PreTrace {
     }
 }
 
-fn pre_of(pre: &[PreTrace], id: u32) -> Option<&PreTrace> {
-    pre.binary_search_by_key(&id, |p| p.id)
+/// Where allocation `id`'s address, size and stream are: `Ok(row)`, its alloc row in a trace
+/// starting at row `first`, or `Err` with its [`PreTrace`] if it was made before the trace.
+#[inline]
+fn origin<'a>(
+    first: usize,
+    allocations: &[Allocation],
+    pre: &'a [PreTrace],
+    id: u32,
+) -> Result<usize, Option<&'a PreTrace>> {
+    let a = &allocations[id as usize];
+    if a.start != NONE {
+        return Ok(first + a.start as usize);
+    }
+    Err(pre
+        .binary_search_by_key(&id, |p| p.id)
         .ok()
-        .map(|k| &pre[k])
+        .map(|k| &pre[k]))
 }
 
-/// Address and size of allocation `id` of a device whose trace starts at row `first`.
+/// The bytes allocation `id` asked for (see [`origin`]).
 #[inline]
-fn addr_size(
+fn size_of(
     t: &TraceTable,
     first: usize,
     allocations: &[Allocation],
     pre: &[PreTrace],
     id: u32,
-) -> (u64, u64) {
-    let a = &allocations[id as usize];
-    if a.start != NONE {
-        let r = first + a.start as usize;
-        (t.addr[r], t.size.get(r))
-    } else {
-        pre_of(pre, id).map_or((0, 0), |p| (p.addr, p.size))
+) -> u64 {
+    match origin(first, allocations, pre, id) {
+        Ok(r) => t.size.get(r),
+        Err(p) => p.map_or(0, |p| p.size),
     }
 }
 
@@ -193,37 +203,41 @@ impl DeviceIndex {
 
     /// The CUDA stream of allocation `id`.
     pub fn stream_of(&self, t: &TraceTable, id: u32) -> u64 {
-        let a = &self.allocations[id as usize];
-        if a.start != NONE {
-            return t.stream(self.row(a.start));
+        match self.origin(id) {
+            Ok(r) => t.stream(r),
+            Err(p) => p.map_or(0, |p| p.stream),
         }
-        pre_of(&self.pre_trace, id).map_or(0, |p| p.stream)
     }
 
     /// The address of allocation `id`.
     #[inline]
     pub fn addr_of(&self, t: &TraceTable, id: u32) -> u64 {
-        addr_size(
-            t,
-            self.first_row as usize,
-            &self.allocations,
-            &self.pre_trace,
-            id,
-        )
-        .0
+        match self.origin(id) {
+            Ok(r) => t.addr[r],
+            Err(p) => p.map_or(0, |p| p.addr),
+        }
     }
 
     /// The bytes allocation `id` asked for (its trace `size`).
     #[inline]
     pub fn size_of(&self, t: &TraceTable, id: u32) -> u64 {
-        addr_size(
+        size_of(
             t,
             self.first_row as usize,
             &self.allocations,
             &self.pre_trace,
             id,
         )
-        .1
+    }
+
+    #[inline]
+    fn origin(&self, id: u32) -> Result<usize, Option<&PreTrace>> {
+        origin(
+            self.first_row as usize,
+            &self.allocations,
+            &self.pre_trace,
+            id,
+        )
     }
 
     /// This device's rows of the trace table.
@@ -332,9 +346,8 @@ impl DeviceIndex {
     /// The ids of the [`TOP_BY_SIZE`] largest allocations (all of them if fewer), largest first,
     /// ties by id; found on first use (a selection, then a sort of the few: sorting all 4M
     /// allocations of a 12M-event trace took most of a second).
-    pub fn top_by_size(&self, snap_trace: &TraceTable) -> &[u32] {
+    pub fn top_by_size(&self, t: &TraceTable) -> &[u32] {
         self.lazy.top_by_size.get_or_init(|| {
-            let t = snap_trace;
             let key = |i: u32| (std::cmp::Reverse(self.size_of(t, i)), i);
             let mut ids: Vec<u32> = (0..self.allocations.len() as u32).collect();
             if ids.len() > TOP_BY_SIZE {
@@ -696,11 +709,8 @@ fn build_device(snap: &Snapshot, device: i32, rows: std::ops::Range<u32>) -> Dev
 
     // Series: live and reserved bytes after every event; checkpoints of the live set. Both only
     // read what the pass above built, so they run side by side.
-    let live_at_start: u64 = pre_trace
-        .iter()
-        .filter(|p| allocations[p.id as usize].start == NONE)
-        .map(|p| p.size)
-        .sum();
+    // Every allocation made before the trace was alive at its start.
+    let live_at_start: u64 = pre_trace.iter().map(|p| p.size).sum();
     let reserved_at_start = (reserved_end as i128 - reserved_delta).max(0) as u64;
     let ((live_bytes, live_blocks, reserved_changes, peak_position, peak), checkpoints) =
         crate::par::join(
@@ -771,9 +781,7 @@ fn series(
         let r = first + i;
         match t.action[r] {
             Action::Alloc => live += t.size.get(r) as i128,
-            Action::FreeCompleted => {
-                live -= addr_size(t, first, allocations, pre_trace, a).1 as i128
-            }
+            Action::FreeCompleted => live -= size_of(t, first, allocations, pre_trace, a) as i128,
             Action::SegmentAlloc | Action::SegmentMap => reserved += t.size.get(r) as i128,
             Action::SegmentFree | Action::SegmentUnmap => reserved -= t.size.get(r) as i128,
             _ => {}

@@ -338,7 +338,6 @@ fn duration_words(us: u64) -> String {
     }
 }
 
-/// Live bytes of the allocations whose stack passes `keep`, at `points` evenly spaced positions.
 /// The first of `points` evenly spaced samples over `n` events (sample k at position
 /// n·k/(points−1)) that lies after position `e`, or `points` if none: e·(points−1)/n is within a
 /// step of it (a linear search per allocation was most of the leak analysis on big traces).
@@ -354,6 +353,7 @@ fn first_sample_after(e: u32, n: u32, points: usize) -> usize {
     k
 }
 
+/// Live bytes of the allocations whose stack passes `keep`, at `points` evenly spaced positions.
 pub fn series_where(
     snap: &Snapshot,
     d: &DeviceIndex,
