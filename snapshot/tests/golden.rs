@@ -215,6 +215,26 @@ fn oom_fraction_reports_one_fragmentation_oom_of_24_mib() {
     assert_eq!(largest.line, 181);
 }
 
+/// A recording the analyses were not written against (tests/fixtures/record_unseen.py): the
+/// planted leak is found, and the OOM's what-if, whose candidates include expandable segments,
+/// replays a request larger than a whole expandable reservation as an allocation that fails
+/// (it used to index past the reservation's last block and panic).
+#[test]
+fn lstm_leak_and_an_oom_larger_than_any_reservation() {
+    let (snap, index, report) = common::analyze("lstm_leak_oom.pickle.gz");
+    let leak = &report.leak_suspects[0];
+    assert_eq!(report.leak_suspects.len(), 1);
+    assert_eq!((leak.site.as_ref().unwrap().line, leak.count), (31, 80));
+    assert_eq!(report.ooms.len(), 1);
+    let oom = &report.ooms[0];
+    assert_eq!(oom.verdict, Verdict::Exhaustion);
+    assert!(oom.requested_bytes > 150 << 30);
+    let sim = snapshot::whatif::oom_whatif(&snap, &index, 0).unwrap();
+    assert!(sim.replay_exact);
+    assert!(sim.settings_tried > 1);
+    assert_eq!((sim.settings_avoiding, sim.alloc_conf), (0, None));
+}
+
 #[test]
 fn multistream_shows_the_pending_free() {
     let (snap, index, report) = common::analyze("multistream.pickle");

@@ -869,6 +869,12 @@ impl Allocator {
         while self.blocks[c as usize].size < size {
             let remaining = size - self.blocks[c as usize].size;
             let next = self.blocks[c as usize].next;
+            if next == NIL {
+                // A request larger than a whole reservation (a fresh one is not checked for
+                // room): nothing maps it, the allocation fails. PyTorch reserves the device's
+                // memory per segment, so there too such a request can only run out of memory.
+                return None;
+            }
             let s = remaining.min(self.blocks[next as usize].size);
             if !self.map_block(next, s) {
                 return None;
