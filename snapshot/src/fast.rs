@@ -207,7 +207,7 @@ impl Cursor<'_> {
             return None;
         }
         if let Some(slot) = slot {
-            heap.memo_set(slot, v);
+            heap.memo_set(slot, v)?;
         }
         Some(v)
     }
@@ -333,7 +333,7 @@ fn entry(c: &mut Cursor, heap: &mut Heap, state: &mut State) -> Option<Value> {
     }
     let v = Value::Entry(heap.push_entry(&fields));
     if let Some(slot) = slot {
-        heap.memo_set(slot, v);
+        heap.memo_set(slot, v)?;
     }
     Some(v)
 }
