@@ -442,7 +442,7 @@ async fn dashboard_end_to_end() {
         &c,
         "(() => { const c = document.getElementById('segment-timeline'); if (!c) return 0; \
          const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let n = 0; \
-         for (let i = 0; i < d.length; i += 4) { if (d[i] < 200) n++; } return n > 100; })()",
+         for (let i = 0; i < d.length; i += 4) { if (d[i+3] > 0 && d[i] < 200) n++; } return n > 100; })()",
         "the cached-segment timeline",
     )
     .await;
@@ -464,6 +464,24 @@ async fn dashboard_end_to_end() {
     .await;
     let label = label.as_str().unwrap();
     assert!(label.starts_with("0x") && label.contains("MiB"), "{label}");
+    // Hovering an allocated block names it, then the top of the stack that made it.
+    c.execute(
+        "document.querySelector('.segmap .block.active_allocated').dispatchEvent(new MouseEvent('mouseover', {bubbles: true}));",
+        vec![],
+    )
+    .await
+    .unwrap();
+    let hover = wait_js(
+        &c,
+        "(() => { const t = document.querySelector('.segments .hover').innerText; return t.includes(' ← ') && t; })()",
+        "a hovered block's stack",
+    )
+    .await;
+    let hover = hover.as_str().unwrap();
+    assert!(
+        hover.starts_with("active_allocated block ") && hover.contains("requested"),
+        "{hover}"
+    );
     // Allocated blocks by call site (the legend names the leak's line), the event at the position
     // named, its neighbours listed; a click on one goes there.
     let sites = wait_js(&c, "document.querySelector('.sites-legend') && document.querySelector('.sites-legend').innerText", "the sites legend").await;
@@ -1371,6 +1389,98 @@ async fn screenshot_url() {
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     screenshot(&c, &name).await;
     c.close().await.unwrap();
+}
+
+/// A state with more segments than the list keeps in the document (oom_fraction: 266 at the
+/// snapshot): the list scrolls inside itself with room for every row, only a window of rows is
+/// built, and scrolling to the end shows the last segment the API names, its blocks described on
+/// hover.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_segment_list_scrolls_to_its_last_row() {
+    let Session {
+        data, _driver, c, ..
+    } = session("long-segments").await;
+    upload(&c, &root().join("tests/fixtures/oom_fraction.pickle")).await;
+    wait_js(&c, "location.pathname.startsWith('/s/')", "the upload").await;
+    let mut url = c.current_url().await.unwrap();
+    url.set_query(Some("view=segments"));
+    c.goto(url.as_str()).await.unwrap();
+    wait_js(
+        &c,
+        "document.querySelectorAll('.segmap .segrow').length > 0",
+        "the rows",
+    )
+    .await;
+    let shape = c
+        .execute(
+            "const m = document.querySelector('.segmap'); \
+             return [document.querySelectorAll('.segrow').length, \
+                     document.querySelector('.segmap-space').getBoundingClientRect().height, \
+                     m.scrollHeight > m.clientHeight];",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        shape,
+        serde_json::json!([120, 266 * 16, true]),
+        "120 rows built, room for all 266, the list scrolls"
+    );
+    // The API's last segment at the same position (the snapshot, unchanged by the trace).
+    let last = c
+        .execute(
+            "const id = location.pathname.split('/')[2]; \
+             return fetch(`/api/snapshots/${id}/state`).then(r => r.json()).then(s => { \
+               const g = s.segments[s.segments.length - 1]; \
+               return [s.segments.length, '0x' + g.address.toString(16)]; });",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(last[0], 266);
+    c.execute(
+        "const m = document.querySelector('.segmap'); m.scrollIntoView(); m.scrollTop = m.scrollHeight; \
+         m.dispatchEvent(new Event('scroll'));",
+        vec![],
+    )
+    .await
+    .unwrap();
+    let bottom = wait_js(
+        &c,
+        "(() => { const m = document.querySelector('.segmap'), r = m.getBoundingClientRect(); \
+           const e = document.elementFromPoint(r.left + 60, r.bottom - 14); const row = e && e.closest('.segrow'); \
+           return row && row.dataset.s === '265' && [row.querySelector('.seg-label').innerText, document.querySelectorAll('.segrow').length]; })()",
+        "the last row in view",
+    )
+    .await;
+    let label = bottom[0].as_str().unwrap();
+    assert!(
+        label.starts_with(&format!("{} · ", last[1].as_str().unwrap())),
+        "{label} is the API's last segment {}",
+        last[1]
+    );
+    assert!(
+        bottom[1].as_u64().unwrap() <= 120,
+        "still a window: {bottom}"
+    );
+    // A block there is described on hover.
+    c.execute(
+        "document.querySelector('.segrow[data-s=\"265\"] .block').dispatchEvent(new MouseEvent('mouseover', {bubbles: true}));",
+        vec![],
+    )
+    .await
+    .unwrap();
+    let hover = wait_js(
+        &c,
+        "document.querySelector('.segments .hover').innerText",
+        "the hovered block",
+    )
+    .await;
+    assert!(hover.as_str().unwrap().contains(" block "), "{hover}");
+    screenshot(&c, "segments-long-list-end").await;
+    assert!(console_errors(&c).await.is_empty());
+    c.close().await.unwrap();
+    let _ = std::fs::remove_dir_all(&data);
 }
 
 /// An expandable segment grows by mapped pages: stepping through the trace, its row is as large

@@ -72,12 +72,41 @@ fn segment_map(
     hovered: RwSignal<String>,
     replayable: bool,
 ) -> impl IntoView {
-    let t = &st.total;
+    let rows = st.segments.len();
     let largest = st
         .segments
         .iter()
         .map(|s| s.total_bytes as f64)
         .fold(1.0, f64::max);
+    let first_rows = rows_html(&st, largest, 0..rows.min(WINDOW_ROWS));
+    // The hover and scroll handlers read the state; the header reads it first.
+    let st = std::rc::Rc::new(st);
+    let (st_hover, st_scroll) = (st.clone(), st.clone());
+    let window = NodeRef::<leptos::html::Div>::new();
+    let shown_from = std::cell::Cell::new(0usize);
+    // Past the rows in view (and a margin), the rows are made as the list scrolls.
+    let on_scroll = move |ev: web_sys::Event| {
+        use wasm_bindgen::JsCast;
+        let (Some(list), Some(win)) = (
+            ev.target()
+                .and_then(|t| t.dyn_into::<web_sys::Element>().ok()),
+            window.get_untracked(),
+        ) else {
+            return;
+        };
+        let top_row = (list.scroll_top() as f64 / ROW_PX) as usize;
+        let from = top_row.saturating_sub(WINDOW_ROWS / 4) / STEP_ROWS * STEP_ROWS;
+        if from == shown_from.get() {
+            return;
+        }
+        shown_from.set(from);
+        let to = (from + WINDOW_ROWS).min(st_scroll.segments.len());
+        web_sys::HtmlElement::style(&win)
+            .set_property("top", &format!("{}px", from as f64 * ROW_PX))
+            .ok();
+        win.set_inner_html(&rows_html(&st_scroll, largest, from..to));
+    };
+    let t = &st.total;
     view! {
         <p>{format!(
             "{} {}, reserved {}, allocated {}, rounding waste {}, cached free {} in {} blocks (largest {}){}",
@@ -107,66 +136,225 @@ fn segment_map(
         </p>
         {site_legend(&st)}
         {mapped_note(&st)}
-        <div class="segmap">
-            {st.segments
-                .iter()
-                .map(|s| {
-                    let total = (s.total_bytes as f64).max(1.0);
-                    let width = (total / largest * 100.0).max(0.5);
-                    let fr = &s.fragmentation;
-                    let title = format!(
-                        "segment {:#x}: {} {} pool, stream {}{}: allocated {}, rounding waste {}, cached free {} in {} blocks (largest {})",
-                        s.address,
-                        fmt::bytes(total),
-                        match s.segment_type {
-                            ::api::SegmentType::Small => "small",
-                            ::api::SegmentType::Large => "large",
-                            ::api::SegmentType::Unknown => "unknown",
-                        },
-                        s.stream,
-                        s.mapped.as_ref().map(|m| format!(", expandable: {}", mapped_words(s.total_bytes, m))).unwrap_or_default(),
-                        fmt::bytes(fr.allocated_bytes),
-                        fmt::bytes(fr.internal_bytes),
-                        fmt::bytes(fr.external_bytes),
-                        fr.inactive_blocks,
-                        fmt::bytes(fr.largest_free_bytes),
-                    );
-                    let label = format!(
-                        "{:#x} · {}{}",
-                        s.address,
-                        fmt::bytes(s.total_bytes),
-                        if s.is_expandable { " ⇢" } else { "" }
-                    );
-                    // The range the current event mapped, outlined where it sits.
-                    let just_mapped = s
-                        .mapped
-                        .as_ref()
-                        .and_then(|m| m.last)
-                        .filter(|l| l.event + 1 == st.position && l.address >= s.address)
-                        .map(|l| {
-                            let left = (l.address - s.address) as f64 / total * 100.0;
-                            let w = l.bytes as f64 / total * 100.0;
-                            view! {
-                                <div
-                                    class="just-mapped"
-                                    style=format!("left:{left:.3}%;width:{w:.3}%")
-                                    title=format!("mapped by this event: {}", fmt::bytes(l.bytes))
-                                ></div>
-                            }
-                        });
-                    view! {
-                        <div class="segrow" class:expandable=s.is_expandable title=title>
-                            <span class="seg-label">{label}</span>
-                            <div class="seg" style=format!("width:calc((100% - 17em) * {:.4})", width / 100.0)>
-                                {s.blocks.iter().map(|b| block(b, total, &st.sites, url, hovered)).collect_view()}
-                                {just_mapped}
-                            </div>
-                        </div>
-                    }
-                })
-                .collect_view()}
+        <div
+            class="segmap"
+            on:mouseover=move |ev: web_sys::MouseEvent| hover(&ev, &st_hover, url, hovered)
+            on:scroll=on_scroll
+        >
+            <div class="segmap-space" style=format!("height:{}px", rows as f64 * ROW_PX)>
+                <div inner_html=site_rules(&st)></div>
+                <div class="segmap-window" node_ref=window inner_html=first_rows></div>
+            </div>
         </div>
     }
+}
+
+/// A segment row's height in CSS pixels (`.segrow` in style.css: 14 px of bar, 1 px above and below).
+const ROW_PX: f64 = 16.0;
+/// Rows in the document at once. A 1 GB snapshot tiled in address space has ~800 segments and
+/// ~4,300 blocks at an event: as elements, all of them took Chromium 1.4–1.9 s to build and lay
+/// out, and still 100–160 ms as one string of HTML (bench/README.md). The list shows ~45 rows
+/// (70vh); the ones around them are made as it scrolls, so the cost is the same for any size.
+const WINDOW_ROWS: usize = 120;
+/// The window moves in steps of this many rows (not at every scrolled pixel).
+const STEP_ROWS: usize = 10;
+
+/// Each call site's colour for allocated blocks, as one rule per site (not a style per block).
+fn site_rules(st: &::api::AllocatorState) -> String {
+    use std::fmt::Write;
+    let mut h = String::from("<style>");
+    for (i, f) in st.sites.iter().enumerate() {
+        let _ = write!(
+            h,
+            ".segmap .block.active_allocated.s{i}{{background-color:{}}}",
+            site_colour(f)
+        );
+    }
+    h.push_str("</style>");
+    h
+}
+
+/// Segment rows `range` as HTML: a block carries only its width, its waste and classes; what it
+/// is and which line made it are said on hover ([`hover`]) from the state the view holds.
+fn rows_html(st: &::api::AllocatorState, largest: f64, range: std::ops::Range<usize>) -> String {
+    use std::fmt::Write;
+    let mut h = String::with_capacity(range.len() * 400);
+    for (si, s) in st
+        .segments
+        .iter()
+        .enumerate()
+        .skip(range.start)
+        .take(range.len())
+    {
+        let total = (s.total_bytes as f64).max(1.0);
+        let width = (total / largest * 100.0).max(0.5);
+        let label = format!(
+            "{:#x} · {}{}",
+            s.address,
+            fmt::bytes(s.total_bytes),
+            if s.is_expandable { " ⇢" } else { "" }
+        );
+        let _ = write!(
+            h,
+            r#"<div class="segrow{}" data-s="{si}"><span class="seg-label">{}</span><div class="seg" style="width:calc((100% - 17em) * {:.4})">"#,
+            if s.is_expandable { " expandable" } else { "" },
+            escape(&label),
+            width / 100.0
+        );
+        for (bi, b) in s.blocks.iter().enumerate() {
+            let w = b.size_bytes as f64 / total * 100.0;
+            let waste = b.size_bytes.saturating_sub(b.requested_bytes);
+            let _ = write!(h, r#"<div class="block {}"#, b.state.as_str());
+            // Allocated blocks take their call site's colour; the others keep their state's.
+            if let (::api::BlockState::ActiveAllocated, Some(site)) = (b.state, b.site) {
+                let _ = write!(h, " s{site}");
+            }
+            let _ = write!(h, r#"" data-b="{bi}" style="width:{w:.3}%"#);
+            if waste > 0 {
+                let _ = write!(
+                    h,
+                    ";--waste:{:.2}%",
+                    (waste as f64 / (b.size_bytes as f64).max(1.0) * 100.0).min(100.0)
+                );
+            }
+            h.push_str(r#""></div>"#);
+        }
+        // The range the current event mapped, outlined where it sits.
+        if let Some(l) = s
+            .mapped
+            .as_ref()
+            .and_then(|m| m.last)
+            .filter(|l| l.event + 1 == st.position && l.address >= s.address)
+        {
+            let left = (l.address - s.address) as f64 / total * 100.0;
+            let w = l.bytes as f64 / total * 100.0;
+            let _ = write!(
+                h,
+                r#"<div class="just-mapped" style="left:{left:.3}%;width:{w:.3}%" title="{}"></div>"#,
+                escape(&format!("mapped by this event: {}", fmt::bytes(l.bytes)))
+            );
+        }
+        h.push_str("</div></div>");
+    }
+    h
+}
+
+/// A segment in words: where, how big, which pool and stream, how full.
+fn segment_words(s: &::api::SegmentView) -> String {
+    let fr = &s.fragmentation;
+    format!(
+        "segment {:#x}: {} {} pool, stream {}{}: allocated {}, rounding waste {}, cached free {} in {} blocks (largest {})",
+        s.address,
+        fmt::bytes(s.total_bytes),
+        match s.segment_type {
+            ::api::SegmentType::Small => "small",
+            ::api::SegmentType::Large => "large",
+            ::api::SegmentType::Unknown => "unknown",
+        },
+        s.stream,
+        s.mapped
+            .as_ref()
+            .map(|m| format!(", expandable: {}", mapped_words(s.total_bytes, m)))
+            .unwrap_or_default(),
+        fmt::bytes(fr.allocated_bytes),
+        fmt::bytes(fr.internal_bytes),
+        fmt::bytes(fr.external_bytes),
+        fr.inactive_blocks,
+        fmt::bytes(fr.largest_free_bytes),
+    )
+}
+
+/// A block in words: state, size, what was asked for, and the line that made it.
+fn block_words(b: &::api::BlockView, sites: &[::api::Frame]) -> String {
+    let site = b.site.and_then(|i| sites.get(i as usize));
+    if b.state == ::api::BlockState::Inactive {
+        // A cached free block was asked for by no one: no request, no waste.
+        return format!("inactive block {} (cached free)", fmt::bytes(b.size_bytes));
+    }
+    format!(
+        "{} block {} (requested {}, rounding waste {}){}",
+        b.state.as_str(),
+        fmt::bytes(b.size_bytes),
+        fmt::bytes(b.requested_bytes),
+        fmt::bytes(b.size_bytes.saturating_sub(b.requested_bytes)),
+        site.map(|f| format!(" from {}", f.short()))
+            .unwrap_or_default()
+    )
+}
+
+/// Hovering a row or a block: its description becomes the element's tooltip and the line under
+/// the toolbar; for a block, the top of its stack follows once fetched.
+fn hover(
+    ev: &web_sys::MouseEvent,
+    st: &::api::AllocatorState,
+    url: UrlState,
+    hovered: RwSignal<String>,
+) {
+    use wasm_bindgen::JsCast;
+    let Some(el) = ev
+        .target()
+        .and_then(|t| t.dyn_into::<web_sys::Element>().ok())
+    else {
+        return;
+    };
+    let index = |e: &web_sys::Element, attr: &str| {
+        e.get_attribute(attr).and_then(|v| v.parse::<usize>().ok())
+    };
+    let Some(row) = el.closest(".segrow").ok().flatten() else {
+        return;
+    };
+    let Some(seg) = index(&row, "data-s").and_then(|i| st.segments.get(i)) else {
+        return;
+    };
+    if row.get_attribute("title").is_none() {
+        row.set_attribute("title", &segment_words(seg)).ok();
+    }
+    let Some((block, b)) = el
+        .closest(".block")
+        .ok()
+        .flatten()
+        .and_then(|e| Some((index(&e, "data-b").and_then(|i| seg.blocks.get(i))?, e)))
+        .map(|(b, e)| (e, b))
+    else {
+        return;
+    };
+    let info = block_words(b, &st.sites);
+    if block.get_attribute("title").is_none() {
+        block.set_attribute("title", &info).ok();
+    }
+    if hovered.get_untracked().starts_with(&info) {
+        return;
+    }
+    hovered.set(info.clone());
+    if b.stack.0 > 0 {
+        let (id, stack) = (url.id.get_untracked(), b.stack);
+        leptos::task::spawn_local(async move {
+            if let Ok(frames) = api::frames(&id, stack).await {
+                let f: Vec<String> = frames.iter().take(4).map(::api::Frame::short).collect();
+                // Only if the pointer is still on that block.
+                if hovered.get_untracked() == info {
+                    hovered.set(format!("{info}: {}", f.join(" ← ")));
+                }
+            }
+        });
+    }
+}
+
+/// Text made safe inside an HTML element or a quoted attribute (file and function names come
+/// from the user's snapshot).
+fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// An expandable segment's mapped bytes in words: how much, and how it got there.
@@ -337,70 +525,18 @@ fn EventList(pos: Memo<u64>) -> impl IntoView {
     }
 }
 
-/// One block: width by size, its rounding waste shaded; hovering names it and its stack.
-fn block(
-    b: &::api::BlockView,
-    segment_bytes: f64,
-    sites: &[::api::Frame],
-    url: UrlState,
-    hovered: RwSignal<String>,
-) -> impl IntoView + use<> {
-    let size = b.size_bytes as f64;
-    let w = size / segment_bytes * 100.0;
-    let waste = b.size_bytes.saturating_sub(b.requested_bytes);
-    let site = b.site.and_then(|i| sites.get(i as usize));
-    let info = format!(
-        "{} block {} (requested {}, rounding waste {}){}",
-        b.state.as_str(),
-        fmt::bytes(b.size_bytes),
-        fmt::bytes(b.requested_bytes),
-        fmt::bytes(waste),
-        site.map(|f| format!(" from {}", f.short()))
-            .unwrap_or_default()
-    );
-    // Allocated blocks take their call site's colour; the others keep their state's.
-    let colour = match (b.state, site) {
-        (::api::BlockState::ActiveAllocated, Some(f)) => {
-            format!("background-color:{};", site_colour(f))
-        }
-        _ => String::new(),
-    };
-    let (id, stack) = (url.id.get_untracked(), b.stack);
-    let info2 = info.clone();
-    view! {
-        <div
-            class=format!("block {}", b.state.as_str())
-            style=format!(
-                "{colour}width:{w:.3}%;--waste:{:.2}%",
-                (waste as f64 / size.max(1.0) * 100.0).min(100.0)
-            )
-            title=info
-            on:mouseenter=move |_| {
-                let (id, info) = (id.clone(), info2.clone());
-                hovered.set(info.clone());
-                if stack.0 > 0 {
-                    leptos::task::spawn_local(async move {
-                        if let Ok(frames) = api::frames(&id, stack).await {
-                            let f: Vec<String> = frames.iter().take(4).map(::api::Frame::short).collect();
-                            hovered.set(format!("{info}: {}", f.join(" ← ")));
-                        }
-                    });
-                }
-            }
-        ></div>
-    }
-}
-
 /// The cached-segment timeline: each segment a row (by address), a bar from its cudaMalloc to its
 /// cudaFree; the chosen position as a line. Click to choose a position.
 #[component]
 fn SegmentTimeline(pos: Memo<u64>, events: u64) -> impl IntoView {
     let url: UrlState = expect_context();
     let canvas = NodeRef::<leptos::html::Canvas>::new();
+    // Only the device: a step changes the URL's position, and the spans stay the same.
+    let device = Memo::new(move |_| url.device());
     let spans = LocalResource::new(move || {
         let id = url.id.get();
         let q = ::api::DeviceQuery {
-            device: url.device(),
+            device: device.get(),
         };
         async move { api::segments(&id, &q).await }
     });
