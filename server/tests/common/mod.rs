@@ -281,7 +281,7 @@ pub async fn open_tab(c: &Client, tab: &str) {
 /// How many canvas pixels are not (near) white: > 0 once the timeline is drawn.
 pub const CANVAS_PIXELS: &str = "(() => { const c = document.getElementById('timeline-canvas'); if (!c) return 0; \
     const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let n = 0; \
-    for (let i = 0; i < d.length; i += 4) { if (d[i] < 200 || d[i+1] < 200 || d[i+2] < 200) n++; } return n; })()";
+    for (let i = 0; i < d.length; i += 4) { if (d[i+3] > 0 && (d[i] < 200 || d[i+1] < 200 || d[i+2] < 200)) n++; } return n; })()";
 
 /// Navigation start → `cond` true and a frame painted after it, in milliseconds, from the page's
 /// own clock (`performance.now()` counts from navigation start), together with the page's first
