@@ -245,6 +245,63 @@ impl<T: Word> Packed<T> {
     }
 }
 
+/// A [`Packed`] column as the model file stores it (`store.rs`): its parts as they are in
+/// memory, so a reopened model is the column itself, not a re-encoding of every value.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct PackedParts {
+    pub base: Vec<i64>,
+    pub off: Vec<u32>,
+    pub wide_blocks: Vec<u32>,
+    pub wide_values: Vec<i64>,
+    pub tail: Vec<i64>,
+}
+
+impl<T: Word> Packed<T> {
+    /// The column's parts, for the model file: bases, offsets, wide blocks, their values, tail.
+    #[allow(clippy::type_complexity)]
+    pub fn parts(&self) -> (&[i64], &[u32], &[u32], &[i64], &[i64]) {
+        (
+            &self.base,
+            &self.off,
+            &self.wide_blocks,
+            &self.wide_values,
+            &self.tail,
+        )
+    }
+
+    /// The column from its parts, or why they do not make one (every read is then in bounds
+    /// and every wide block found).
+    pub fn from_parts(p: PackedParts) -> Result<Self, &'static str> {
+        if p.off.len() != p.base.len() * BLOCK {
+            return Err("packed column: offsets do not fill its blocks");
+        }
+        if p.tail.len() >= BLOCK {
+            return Err("packed column: tail of a full block");
+        }
+        if p.wide_values.len() != p.wide_blocks.len() * BLOCK {
+            return Err("packed column: wide values do not fill its wide blocks");
+        }
+        if !p.wide_blocks.windows(2).all(|w| w[0] < w[1])
+            || p.wide_blocks
+                .iter()
+                .any(|&b| p.base.get(b as usize) != Some(&WIDE))
+            || p.base.iter().filter(|&&b| b == WIDE).count() != p.wide_blocks.len()
+        {
+            return Err("packed column: wide blocks do not match its bases");
+        }
+        let mut tail = p.tail;
+        tail.reserve_exact(BLOCK - tail.len());
+        Ok(Packed {
+            base: p.base,
+            off: p.off,
+            wide_blocks: p.wide_blocks,
+            wide_values: p.wide_values,
+            tail,
+            _t: std::marker::PhantomData,
+        })
+    }
+}
+
 fn min_max(values: &[i64]) -> (i64, i64) {
     values
         .iter()
@@ -394,6 +451,34 @@ impl Runs {
     }
 }
 
+impl Runs {
+    /// The column from runs (first row of each, ascending from 0, and its value) over `len`
+    /// rows, or why they do not make one.
+    pub fn from_runs(starts: Vec<u32>, values: Vec<u16>, len: usize) -> Result<Self, &'static str> {
+        let ok = starts.len() == values.len()
+            && starts.first().is_none_or(|&s| s == 0)
+            && starts.windows(2).all(|w| w[0] < w[1])
+            && starts.last().is_none_or(|&s| (s as usize) < len)
+            && (len == 0) == starts.is_empty();
+        if !ok {
+            return Err("stream runs out of order or out of range");
+        }
+        Ok(Runs::Runs {
+            starts,
+            values,
+            len,
+        })
+    }
+
+    /// The largest id in the column, if any row.
+    pub fn max_value(&self) -> Option<u16> {
+        match self {
+            Runs::Runs { values, .. } => values.iter().copied().max(),
+            Runs::Dense(d) => d.iter().copied().max(),
+        }
+    }
+}
+
 impl FromIterator<u16> for Runs {
     fn from_iter<I: IntoIterator<Item = u16>>(iter: I) -> Self {
         let mut r = Runs::default();
@@ -505,6 +590,52 @@ mod tests {
             assert_eq!(got, want, "n {n}");
             let u: Packed<u64> = want.iter().map(|&v| v as u64).collect();
             assert!(u.iter().zip(&want).all(|(a, &b)| a == b as u64));
+        }
+    }
+
+    #[test]
+    fn a_column_rebuilt_from_its_parts_is_the_same_and_bad_parts_are_refused() {
+        for n in [0, 1, BLOCK, 5 * BLOCK + 17, 40 * BLOCK + 3] {
+            let p: Packed<i64> = values(n, 11 + n as u64).into_iter().collect();
+            let (base, off, wide_blocks, wide_values, tail) = p.parts();
+            let parts = PackedParts {
+                base: base.to_vec(),
+                off: off.to_vec(),
+                wide_blocks: wide_blocks.to_vec(),
+                wide_values: wide_values.to_vec(),
+                tail: tail.to_vec(),
+            };
+            let mut q = Packed::<i64>::from_parts(parts.clone()).unwrap();
+            assert_eq!(q, p, "n {n}");
+            // It stays a working column: pushing past a block boundary.
+            q.extend((0..BLOCK as i64).map(|i| i * 3));
+            assert_eq!(q.len(), n + BLOCK);
+            assert_eq!(q.get(n + BLOCK - 1), (BLOCK as i64 - 1) * 3);
+            if n >= 5 * BLOCK {
+                let mut bad = parts.clone();
+                bad.off.pop();
+                assert!(Packed::<i64>::from_parts(bad).is_err());
+                let mut bad = parts.clone();
+                bad.tail = vec![0; BLOCK];
+                assert!(Packed::<i64>::from_parts(bad).is_err());
+                let mut bad = parts.clone();
+                assert!(
+                    !bad.wide_blocks.is_empty(),
+                    "the test values have wide blocks"
+                );
+                bad.wide_blocks[0] += 1;
+                assert!(Packed::<i64>::from_parts(bad).is_err());
+            }
+        }
+        assert!(Runs::from_runs(vec![0, 5], vec![1, 2], 9).is_ok());
+        for (starts, values, len) in [
+            (vec![1, 5], vec![1, 2], 9),
+            (vec![0, 5], vec![1], 9),
+            (vec![0, 9], vec![1, 2], 9),
+            (vec![0, 5, 5], vec![1, 2, 3], 9),
+            (vec![], vec![], 3),
+        ] {
+            assert!(Runs::from_runs(starts, values, len).is_err());
         }
     }
 

@@ -10,7 +10,7 @@
 //! instead of served as wrong answers. It is a cache: the server keeps the original upload and
 //! rebuilds the model from it when either check fails.
 
-use crate::packed::{Packed, Runs};
+use crate::packed::{Packed, PackedParts, Runs, Word};
 use std::io::{self, Read, Write};
 
 use crate::decompress::Hashing;
@@ -20,8 +20,9 @@ use crate::model::*;
 
 const MAGIC: &[u8; 8] = b"MSMODEL\0";
 /// Bump when the layout changes; older files are then rebuilt from the originals.
-/// 2: the checksum at the end.
-pub const VERSION: u32 = 2;
+/// 2: the checksum at the end. 3: sizes and times as their packed parts, streams as runs of ids
+/// (the file as compact as the tables: 37 → ~21 bytes a trace entry).
+pub const VERSION: u32 = 3;
 
 struct W<'a, T: Write> {
     w: &'a mut T,
@@ -61,6 +62,29 @@ impl<T: Write> W<'_, T> {
         self.u32(b.len() as u32)?;
         self.buf.extend_from_slice(b);
         self.flush_if_big()
+    }
+    /// A length-prefixed array of fixed-size values, in bulk.
+    fn array<const N: usize, V: Copy>(
+        &mut self,
+        values: &[V],
+        bytes: impl Fn(V) -> [u8; N],
+    ) -> io::Result<()> {
+        self.len(values.len())?;
+        for chunk in values.chunks(1 << 14) {
+            for &v in chunk {
+                self.buf.extend_from_slice(&bytes(v));
+            }
+            self.flush_if_big()?;
+        }
+        Ok(())
+    }
+    fn packed<V: Word>(&mut self, p: &Packed<V>) -> io::Result<()> {
+        let (base, off, wide_blocks, wide_values, tail) = p.parts();
+        self.array(base, i64::to_le_bytes)?;
+        self.array(off, u32::to_le_bytes)?;
+        self.array(wide_blocks, u32::to_le_bytes)?;
+        self.array(wide_values, i64::to_le_bytes)?;
+        self.array(tail, i64::to_le_bytes)
     }
     fn len(&mut self, n: usize) -> io::Result<()> {
         self.u32(u32::try_from(n).map_err(|_| io::Error::other("table too large"))?)
@@ -144,15 +168,25 @@ pub fn write<T: Write>(snap: &Snapshot, out: &mut T) -> io::Result<()> {
     for &v in &t.addr {
         w.u64(v)?;
     }
-    for v in t.size.iter() {
-        w.u64(v)?;
+    w.packed(&t.size)?;
+    w.array(&t.streams, u64::to_le_bytes)?;
+    match &t.stream_id {
+        Runs::Runs {
+            starts,
+            values,
+            len,
+        } => {
+            w.u8(0)?;
+            w.array(starts, u32::to_le_bytes)?;
+            w.array(values, u16::to_le_bytes)?;
+            w.len(*len)?;
+        }
+        Runs::Dense(ids) => {
+            w.u8(1)?;
+            w.array(ids, u16::to_le_bytes)?;
+        }
     }
-    for r in 0..t.len() {
-        w.u64(t.stream(r))?;
-    }
-    for v in t.time_us.iter() {
-        w.i64(v)?;
-    }
+    w.packed(&t.time_us)?;
     for &v in &t.stack {
         w.u32(v.0)?;
     }
@@ -239,22 +273,14 @@ impl<T: Read> R<'_, T> {
         self.offset += n;
         String::from_utf8(s).map_err(|_| self.bad("string is not UTF-8"))
     }
-    /// `n` little-endian values of `N` bytes each, read in blocks.
+    /// `n` little-endian values of `N` bytes each, read in blocks. The room reserved up front is
+    /// capped: a damaged length runs into the file's end (an error) before it takes memory.
     fn column<const N: usize, V>(
         &mut self,
         n: usize,
-        conv: impl FnMut([u8; N]) -> V,
-    ) -> Result<Vec<V>> {
-        self.column_into(n, Vec::with_capacity(n), conv)
-    }
-
-    /// Like `column`, into any collection (a [`Packed`] or [`Runs`] column).
-    fn column_into<const N: usize, V, C: Extend<V>>(
-        &mut self,
-        n: usize,
-        mut out: C,
         mut conv: impl FnMut([u8; N]) -> V,
-    ) -> Result<C> {
+    ) -> Result<Vec<V>> {
+        let mut out = Vec::with_capacity(n.min(64 << 20));
         let mut buf = vec![0u8; (1 << 16) * N];
         let mut left = n;
         while left > 0 {
@@ -271,6 +297,28 @@ impl<T: Read> R<'_, T> {
             left -= k;
         }
         Ok(out)
+    }
+}
+
+impl<T: Read> R<'_, T> {
+    /// A packed column of `n` values, as [`W::packed`] wrote it.
+    fn packed<V: Word>(&mut self, n: usize) -> Result<Packed<V>> {
+        let mut parts = PackedParts::default();
+        let k = self.u32()? as usize;
+        parts.base = self.column::<8, _>(k, i64::from_le_bytes)?;
+        let k = self.u32()? as usize;
+        parts.off = self.column::<4, _>(k, u32::from_le_bytes)?;
+        let k = self.u32()? as usize;
+        parts.wide_blocks = self.column::<4, _>(k, u32::from_le_bytes)?;
+        let k = self.u32()? as usize;
+        parts.wide_values = self.column::<8, _>(k, i64::from_le_bytes)?;
+        let k = self.u32()? as usize;
+        parts.tail = self.column::<8, _>(k, i64::from_le_bytes)?;
+        let p = Packed::from_parts(parts).map_err(|e| self.bad(e))?;
+        if p.len() != n {
+            return Err(self.bad("packed column of the wrong length"));
+        }
+        Ok(p)
     }
 }
 
@@ -433,19 +481,33 @@ pub fn read<T: Read>(input: T) -> Result<Snapshot> {
         return Err(r.bad("unknown action code"));
     }
     t.addr = r.column::<8, _>(n, u64::from_le_bytes)?;
-    t.size = r.column_into::<8, _, _>(n, Packed::new(), u64::from_le_bytes)?;
-    // Stored as handles (the format predates stream ids), interned again here.
-    let mut too_many_streams = false;
-    let ids = r.column_into::<8, _, _>(n, Runs::default(), |b| {
-        let id = t.stream_id_of(u64::from_le_bytes(b));
-        too_many_streams |= id.is_none();
-        id.unwrap_or(0)
-    })?;
-    if too_many_streams {
-        return Err(r.bad("more than 65,536 distinct streams"));
+    t.size = r.packed(n)?;
+    let k = r.u32()? as usize;
+    t.streams = r.column::<8, _>(k, u64::from_le_bytes)?;
+    t.stream_id = match r.u8()? {
+        0 => {
+            let k = r.u32()? as usize;
+            let starts = r.column::<4, _>(k, u32::from_le_bytes)?;
+            let k = r.u32()? as usize;
+            let values = r.column::<2, _>(k, u16::from_le_bytes)?;
+            let len = r.u32()? as usize;
+            Runs::from_runs(starts, values, len).map_err(|e| r.bad(e))?
+        }
+        1 => {
+            let k = r.u32()? as usize;
+            Runs::Dense(r.column::<2, _>(k, u16::from_le_bytes)?)
+        }
+        _ => return Err(r.bad("unknown stream column kind")),
+    };
+    if t.stream_id.len() != n
+        || t.stream_id
+            .max_value()
+            .is_some_and(|v| v as usize >= t.streams.len())
+        || (n > 0 && t.streams.first() != Some(&0))
+    {
+        return Err(r.bad("stream ids out of range"));
     }
-    t.stream_id = ids;
-    t.time_us = r.column_into::<8, _, _>(n, Packed::new(), i64::from_le_bytes)?;
+    t.time_us = r.packed(n)?;
     t.stack = r.column::<4, _>(n, |b| StackId(u32::from_le_bytes(b)))?;
     if t.stack.iter().any(|s| s.0 >= n_stacks.max(1)) {
         return Err(r.bad("stack id out of range"));

@@ -18,7 +18,31 @@ fn model_file_round_trips_every_fixture() {
         );
         assert_eq!(snap.trace.stack, back.trace.stack, "{name}");
         assert_eq!(snap.trace.time_us, back.trace.time_us, "{name}");
+        assert_eq!(snap.trace.size, back.trace.size, "{name}");
+        assert_eq!(snap.trace.addr, back.trace.addr, "{name}");
+        assert!(
+            (0..snap.trace.len()).all(|r| snap.trace.stream(r) == back.trace.stream(r)),
+            "{name}"
+        );
     }
+}
+
+/// Streams interleaved row by row are kept as plain ids, not runs; that form round-trips too.
+#[test]
+fn interleaved_streams_round_trip() {
+    let mut snap = common::read("multistream.pickle");
+    let n = snap.trace.len();
+    let k = snap.trace.streams.len() as u16;
+    assert!(k >= 2 && n > 0, "multistream has streams");
+    snap.trace.stream_id = snapshot::packed::Runs::Dense((0..n).map(|i| i as u16 % k).collect());
+    let mut bytes = Vec::new();
+    snapshot::store::write(&snap, &mut bytes).unwrap();
+    let back = snapshot::store::read(bytes.as_slice()).unwrap();
+    assert!(matches!(
+        back.trace.stream_id,
+        snapshot::packed::Runs::Dense(_)
+    ));
+    assert!((0..n).all(|r| snap.trace.stream(r) == back.trace.stream(r)));
 }
 
 #[test]
