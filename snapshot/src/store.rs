@@ -298,22 +298,20 @@ impl<T: Read> R<'_, T> {
         }
         Ok(out)
     }
-}
-
-impl<T: Read> R<'_, T> {
+    /// A length-prefixed array, as [`W::array`] wrote it.
+    fn array<const N: usize, V>(&mut self, conv: impl FnMut([u8; N]) -> V) -> Result<Vec<V>> {
+        let n = self.u32()? as usize;
+        self.column(n, conv)
+    }
     /// A packed column of `n` values, as [`W::packed`] wrote it.
     fn packed<V: Word>(&mut self, n: usize) -> Result<Packed<V>> {
-        let mut parts = PackedParts::default();
-        let k = self.u32()? as usize;
-        parts.base = self.column::<8, _>(k, i64::from_le_bytes)?;
-        let k = self.u32()? as usize;
-        parts.off = self.column::<4, _>(k, u32::from_le_bytes)?;
-        let k = self.u32()? as usize;
-        parts.wide_blocks = self.column::<4, _>(k, u32::from_le_bytes)?;
-        let k = self.u32()? as usize;
-        parts.wide_values = self.column::<8, _>(k, i64::from_le_bytes)?;
-        let k = self.u32()? as usize;
-        parts.tail = self.column::<8, _>(k, i64::from_le_bytes)?;
+        let parts = PackedParts {
+            base: self.array(i64::from_le_bytes)?,
+            off: self.array(u32::from_le_bytes)?,
+            wide_blocks: self.array(u32::from_le_bytes)?,
+            wide_values: self.array(i64::from_le_bytes)?,
+            tail: self.array(i64::from_le_bytes)?,
+        };
         let p = Packed::from_parts(parts).map_err(|e| self.bad(e))?;
         if p.len() != n {
             return Err(self.bad("packed column of the wrong length"));
@@ -482,21 +480,15 @@ pub fn read<T: Read>(input: T) -> Result<Snapshot> {
     }
     t.addr = r.column::<8, _>(n, u64::from_le_bytes)?;
     t.size = r.packed(n)?;
-    let k = r.u32()? as usize;
-    t.streams = r.column::<8, _>(k, u64::from_le_bytes)?;
+    t.streams = r.array(u64::from_le_bytes)?;
     t.stream_id = match r.u8()? {
         0 => {
-            let k = r.u32()? as usize;
-            let starts = r.column::<4, _>(k, u32::from_le_bytes)?;
-            let k = r.u32()? as usize;
-            let values = r.column::<2, _>(k, u16::from_le_bytes)?;
+            let starts = r.array(u32::from_le_bytes)?;
+            let values = r.array(u16::from_le_bytes)?;
             let len = r.u32()? as usize;
             Runs::from_runs(starts, values, len).map_err(|e| r.bad(e))?
         }
-        1 => {
-            let k = r.u32()? as usize;
-            Runs::Dense(r.column::<2, _>(k, u16::from_le_bytes)?)
-        }
+        1 => Runs::Dense(r.array(u16::from_le_bytes)?),
         _ => return Err(r.bad("unknown stream column kind")),
     };
     if t.stream_id.len() != n

@@ -67,9 +67,9 @@ impl Default for Limits {
 /// of 4-byte slots: the values a memo holds by the million (strings, frames, stacks, trace rows,
 /// placeholders) are a 4-bit tag and a 28-bit id; anything wider (integers, floats, containers,
 /// ids past 2^28) goes to a side table and the slot holds its index. A quarter of the 16 bytes a
-/// [`Value`] takes: 216 MB less while a 12M-event file is read, and the slots a trace reaches
-/// back to (an allocation's shared frame list, read again at its free) sit 4× closer together
-/// in the cache (measured in bench/README.md).
+/// [`Value`] takes; about two slots an event, so ~100 MB less than 8-byte slots while a
+/// 12M-event file is read (computed), and the 1M-event benchmark's peak 54 → 43 MB (measured,
+/// bench/README.md).
 #[derive(Debug, Default)]
 struct Memo {
     chunks: Vec<Box<[u32]>>,
@@ -581,7 +581,7 @@ impl Heap {
         let len = self.memo.len() as u64;
         let side_table_full = || HeapErr::Limit {
             what: "wide memo values",
-            limit: 1 << 28,
+            limit: slot::ID_MASK as u64 + 1,
         };
         if key < len {
             self.memo_overwrites += 1;

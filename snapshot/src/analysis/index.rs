@@ -540,8 +540,6 @@ impl MappedRanges {
     }
 }
 
-// Event loops index several columns (and `event_allocation`) by the same row.
-#[allow(clippy::needless_range_loop)]
 /// Ids `0..n` of the `top` largest by `size_of`, largest first, ties by id (see
 /// [`DeviceIndex::top_by_size`]: sizes counted by power of two, then only the classes that hold
 /// the largest `top` are kept, selected and sorted with their sizes).
@@ -575,6 +573,8 @@ fn largest_ids(n: u32, top: usize, size_of: impl Fn(u32) -> u64) -> Vec<u32> {
     keyed.into_iter().map(|(_, i)| i).collect()
 }
 
+// Event loops index several columns (and `event_allocation`) by the same row.
+#[allow(clippy::needless_range_loop)]
 fn build_device(snap: &Snapshot, device: i32, rows: std::ops::Range<u32>) -> DeviceIndex {
     let t: &TraceTable = &snap.trace;
     let n = rows.len();
@@ -607,8 +607,6 @@ fn build_device(snap: &Snapshot, device: i32, rows: std::ops::Range<u32>) -> Dev
         end,
     };
 
-    // `i` is the event, its row and its slot at once.
-    #[allow(clippy::needless_range_loop)]
     for i in 0..n {
         let r = first + i;
         let e = i as u32;

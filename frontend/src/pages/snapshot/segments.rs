@@ -100,7 +100,7 @@ fn segment_map(
             return;
         }
         shown_from.set(from);
-        let to = (from + WINDOW_ROWS).min(st_scroll.segments.len());
+        let to = (from + WINDOW_ROWS).min(rows);
         web_sys::HtmlElement::style(&win)
             .set_property("top", &format!("{}px", from as f64 * ROW_PX))
             .ok();
