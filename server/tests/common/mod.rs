@@ -33,22 +33,49 @@ impl Drop for Driver {
     }
 }
 
+/// Chromedriver on a free port, answering `/status` as ready. The port is picked by binding
+/// and releasing it, so another process (a parallel test's Chromium) can take it first: a
+/// driver that exits, or a port that answers but not as a ready chromedriver, is retried on
+/// a new port.
 pub fn start_chromedriver() -> (Driver, u16) {
-    let port = free_port();
-    // In its guard at once, so it is killed even if it never starts listening.
-    let driver = Driver(Command::new("chromedriver")
-        .arg(format!("--port={port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("chromedriver not found: install Debian's chromium and chromium-driver (./scripts/test does)"));
-    for _ in 0..100 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return (driver, port);
+    for _attempt in 0..4 {
+        let port = free_port();
+        // In its guard at once, so it is killed even if it never starts listening.
+        let mut driver = Driver(Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("chromedriver not found: install Debian's chromium and chromium-driver (./scripts/test does)"));
+        for _ in 0..100 {
+            if driver.0.try_wait().ok().flatten().is_some() {
+                break; // exited: most likely the port was taken
+            }
+            if driver_ready(port) {
+                return (driver, port);
+            }
+            std::thread::sleep(Duration::from_millis(50));
         }
-        std::thread::sleep(Duration::from_millis(50));
     }
-    panic!("chromedriver did not start");
+    panic!("chromedriver did not start (4 ports tried)");
+}
+
+/// Whether `port` answers `GET /status` as a ready chromedriver.
+fn driver_ready(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let req =
+        format!("GET /status HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
+    if s.write_all(req.as_bytes()).is_err() {
+        return false;
+    }
+    let mut bytes = Vec::new();
+    let _ = s.read_to_end(&mut bytes); // what came before a timeout is kept
+    let answer = String::from_utf8_lossy(&bytes);
+    answer.starts_with("HTTP/1.1 200") && answer.contains("\"ready\":true")
 }
 
 pub async fn browser(driver_port: u16, profile: &Path) -> Client {
@@ -87,11 +114,21 @@ pub async fn browser_with(
         "goog:loggingPrefs".into(),
         serde_json::json!({ "browser": "ALL" }),
     );
-    ClientBuilder::new(hyper_util_connector())
-        .capabilities(caps)
-        .connect(&format!("http://127.0.0.1:{driver_port}"))
-        .await
-        .expect("connect to chromedriver")
+    // A session that fails to start on a loaded machine (two cores, several Chromiums) is
+    // asked for again before the test gives up.
+    let mut last_error = None;
+    for _attempt in 0..3 {
+        match ClientBuilder::new(hyper_util_connector())
+            .capabilities(caps.clone())
+            .connect(&format!("http://127.0.0.1:{driver_port}"))
+            .await
+        {
+            Ok(client) => return client,
+            Err(e) => last_error = Some(e),
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    panic!("connect to chromedriver: {:?}", last_error.unwrap())
 }
 
 pub fn hyper_util_connector() -> hyper_util::client::legacy::connect::HttpConnector {
