@@ -23,6 +23,7 @@ pub mod library;
 pub mod live;
 pub mod report;
 pub mod routes;
+pub mod runs;
 pub mod views;
 pub mod whatif;
 
@@ -33,6 +34,7 @@ pub use format::*;
 pub use library::*;
 pub use live::*;
 pub use report::*;
+pub use runs::*;
 pub use views::*;
 pub use whatif::*;
 

@@ -7,6 +7,7 @@ use serde::Serialize;
 use crate::diff::DiffQuery;
 use crate::library::{ListQuery, UploadQuery};
 use crate::live::WindowQuery;
+use crate::runs::RunSeriesQuery;
 use crate::views::{DeviceQuery, EventsQuery, PositionQuery, StacksQuery, TimelineQuery};
 use crate::whatif::WhatIfQuery;
 
@@ -24,6 +25,9 @@ pub const EVENTS: &str = "/api/snapshots/{id}/events";
 pub const WHATIF: &str = "/api/snapshots/{id}/whatif";
 pub const UPLOAD_PROGRESS: &str = "/api/uploads/{token}";
 pub const DIFF: &str = "/api/diff/{a}/{b}";
+pub const RUNS: &str = "/api/runs";
+pub const RUN: &str = "/api/runs/{id}";
+pub const RUN_SERIES: &str = "/api/runs/{id}/series";
 pub const INGEST: &str = "/api/ingest";
 pub const METRICS: &str = "/metrics";
 pub const LIVE_FLEET: &str = "/api/live/fleet";
@@ -35,6 +39,7 @@ pub const LIVE_STREAM: &str = "/api/live/stream";
 pub const PAGE_LIBRARY: &str = "/";
 pub const PAGE_SNAPSHOT: &str = "/s/{id}";
 pub const PAGE_DIFF: &str = "/diff/{a}/{b}";
+pub const PAGE_RUN: &str = "/runs/{id}";
 pub const PAGE_LIVE: &str = "/live";
 pub const PAGE_LIVE_GPU: &str = "/live/gpu/{uuid}";
 pub const PAGE_LIVE_PROCESS: &str = "/live/process/{host}/{pid}";
@@ -114,6 +119,17 @@ pub fn frames(id: &str, stack: crate::StackId) -> String {
 pub fn diff(a: &str, b: &str, q: &DiffQuery) -> String {
     with_query(format!("/api/diff/{}/{}", encode(a), encode(b)), q)
 }
+/// The runs in the library (jobs whose snapshots carry ranks).
+pub fn runs() -> String {
+    RUNS.to_string()
+}
+/// A run's report; `id` is its job.
+pub fn run(id: &str) -> String {
+    format!("/api/runs/{}", encode(id))
+}
+pub fn run_series(id: &str, q: &RunSeriesQuery) -> String {
+    with_query(format!("/api/runs/{}/series", encode(id)), q)
+}
 pub fn ingest() -> String {
     INGEST.to_string()
 }
@@ -159,6 +175,10 @@ pub mod page {
     /// `b` against `a`; `?device_a=&device_b=` when chosen.
     pub fn diff(a: &str, b: &str, q: &crate::diff::DiffQuery) -> String {
         super::with_query(format!("/diff/{}/{}", encode(a), encode(b)), q)
+    }
+    /// A run's page (its ranks side by side).
+    pub fn run(id: &str) -> String {
+        format!("/runs/{}", encode(id))
     }
     pub fn live() -> String {
         super::PAGE_LIVE.to_string()
@@ -239,6 +259,8 @@ mod tests {
             (FRAMES, frames("i", crate::StackId(3))),
             (UPLOAD_PROGRESS, upload_progress("t")),
             (DIFF, diff("a", "b", &Default::default())),
+            (RUN, run("j")),
+            (RUN_SERIES, run_series("j", &Default::default())),
             (LIVE_GPU, live_gpu("u", &Default::default())),
             (LIVE_PROCESS, live_process("h", 1, &Default::default())),
         ];

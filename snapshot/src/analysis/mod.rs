@@ -7,6 +7,7 @@ pub mod diff;
 pub mod index;
 pub mod leaks;
 pub mod oom;
+pub mod run;
 pub mod stacks;
 pub mod state;
 pub mod summary;
