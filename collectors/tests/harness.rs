@@ -40,6 +40,7 @@ fn the_analyses_find_what_the_harness_planted() {
         "cuda_graph",
         "ranks.rank0",
         "ranks.rank1",
+        "ranks.run",
     ] {
         assert!(
             text.lines()

@@ -29,7 +29,7 @@ def gpu_count():
     return torch.cuda.device_count()
 
 
-def run_scenario(name, args, rank=None, world=1):
+def run_scenario(name, args, rank=None, world=1, local_rank=None):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(HERE), AGENT_DIR, env.get("PYTHONPATH", "")])
     env.update({"MEMSCOPE_SERVER": args.server, "MEMSCOPE_TAGS": "scenario=%s,harness=1" % name,
@@ -42,7 +42,10 @@ def run_scenario(name, args, rank=None, world=1):
     if name == "expandable_segments":
         env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
     if rank is not None:
-        env.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world)})
+        env.update({"RANK": str(rank), "LOCAL_RANK": str(rank if local_rank is None else local_rank),
+                    "WORLD_SIZE": str(world)})
+        # The ranks of one job: the server makes a run of the snapshots that share it.
+        env["MEMSCOPE_JOB"] = "harness-%s" % name
     return subprocess.Popen([sys.executable, "-m", "memscope_harness.scenarios", name, "--out", args.out],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -77,11 +80,13 @@ def main():
                     if old.startswith(name + "."):
                         os.remove(os.path.join(args.out, old))
                 if name == "ranks":
-                    n = gpu_count()
-                    if n < 2:
-                        print("ranks: skipped (one GPU here; it needs two or more)", flush=True)
-                        continue
-                    procs = [run_scenario(name, args, r, n) for r in range(n)]
+                    gpus = gpu_count()
+                    n = max(gpus, 2)
+                    if gpus < 2:
+                        # Two ranks still differ, and one still fails, on one GPU: each process
+                        # has its own share of it (set_per_process_memory_fraction).
+                        print("ranks: %d ranks share %d GPU" % (n, gpus), flush=True)
+                    procs = [run_scenario(name, args, r, n, r % max(gpus, 1)) for r in range(n)]
                 else:
                     procs = [run_scenario(name, args)]
                 t = time.time()

@@ -284,15 +284,51 @@ def cuda_graph(run):
 
 
 def ranks(run):
+    """One rank of a two-rank job whose ranks differ by a known amount, and where one rank runs out
+    of memory. Every rank holds the same weights and runs the same steps (each a
+    `ProfilerStep#N` scope, as the profiler's schedule writes them: the marks a run page aligns
+    ranks by when clocks differ); rank 1 also holds `RANK_EXTRA` more at one line (a pipeline
+    stage with more layers), and at its step 3 asks for more than its share (4 GiB) and fails.
+    Rank 0 finishes and dumps its snapshot; rank 1's snapshot is the one the agent dumped at the
+    OOM, as a job that dies leaves it."""
     rank = int(os.environ.get("RANK", "0"))
-    peak = (rank + 1) << 30
-    x = torch.empty(peak, dtype=torch.uint8, device="cuda")  # PLANT: rank_peak
-    torch.cuda.synchronize()
-    time.sleep(2)
-    run.upload()
-    del x
-    run.finish(expect={"rank": rank, "peak_bytes": peak, "line": planted_line("rank_peak")},
-               device=torch.cuda.current_device())
+    device = torch.cuda.current_device()
+    total = torch.cuda.get_device_properties(device).total_memory
+    torch.cuda.set_per_process_memory_fraction(RANK_LIMIT / total, device)
+    weights = torch.empty(512 * MIB, dtype=torch.uint8, device="cuda")  # PLANT: rank_weights
+    extra = None
+    if rank == 1:
+        extra = torch.empty(RANK_EXTRA, dtype=torch.uint8, device="cuda")  # PLANT: rank_imbalance
+    raised, oom_step = False, None
+    for step in range(6):
+        with torch.profiler.record_function("ProfilerStep#%d" % step):
+            run.step(step)
+            acts = [torch.empty(64 * MIB, dtype=torch.uint8, device="cuda") for _ in range(4)]  # PLANT: rank_activations
+            if rank == 1 and step == 3:
+                try:
+                    torch.empty(2 << 30, dtype=torch.uint8, device="cuda")  # PLANT: rank_oom
+                except torch.OutOfMemoryError:
+                    raised, oom_step = True, step
+            del acts
+        torch.cuda.synchronize()
+        time.sleep(0.3)
+        if raised:
+            break  # the job dies here: no snapshot but the agent's
+    peak = torch.cuda.max_memory_allocated()
+    if rank != 1:
+        run.upload()
+    del weights, extra
+    torch.cuda.set_per_process_memory_fraction(1.0, device)
+    run.finish(expect={"rank": rank, "peak_bytes": peak, "oom": rank == 1, "limit_bytes": RANK_LIMIT,
+                       "extra_bytes": RANK_EXTRA if rank == 1 else 0,
+                       "imbalance_line": planted_line("rank_imbalance"), "oom_line": planted_line("rank_oom"),
+                       "job": os.environ.get("MEMSCOPE_JOB")},
+               device=device, raised=raised, oom_step=oom_step,
+               device_total_bytes=total)
+
+
+RANK_LIMIT = 4 << 30
+RANK_EXTRA = 2 << 30
 
 
 SCENARIOS = {

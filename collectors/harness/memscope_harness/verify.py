@@ -104,6 +104,8 @@ def check_scenario(server, truth, reports, live):
     c = Checks(name + (".rank%s" % truth["expect"]["rank"] if name == "ranks" else ""))
     e = truth["expect"]
     rep = reports.get("harness")
+    if name == "ranks" and e.get("oom"):
+        rep = reports.get("oom")  # the failing rank's snapshot is the one dumped at its OOM
     if name != "oom_fragmentation" and rep is None:
         c.check("snapshot uploaded", "a snapshot tagged scenario=%s" % name, "none on the server", False)
         return c.rows
@@ -204,13 +206,47 @@ def check_scenario(server, truth, reports, live):
         peak = rep["devices"].get(dev, {}).get("peak_live_bytes")
         c.check("peak of rank %d on device %s" % (e["rank"], dev), mib(e["peak_bytes"]) + " (+64 MiB)", mib(peak),
                 peak is not None and e["peak_bytes"] <= peak <= e["peak_bytes"] + 64 * MIB)
+        if e.get("oom"):
+            c.check("the rank raised OutOfMemoryError", True, truth.get("raised"), truth.get("raised") is True)
+            lines = [(o.get("site") or {}).get("line") for o in rep["ooms"]]
+            c.check("its OOM at the planted line", e["oom_line"], lines, e["oom_line"] in lines)
+    return c.rows
+
+
+def check_run(server, truths):
+    """The ranks scenario's run (`GET /api/runs/{job}`): both ranks, the failing rank first, the
+    imbalance with the planted line and the planted amount."""
+    c = Checks("ranks.run")
+    ranks = {t["expect"]["rank"]: t for t in truths}
+    job = next(iter(ranks.values()))["expect"].get("job")
+    if not job:
+        return c.rows
+    try:
+        run = server.get("/api/runs/%s" % urllib.parse.quote(job, safe=""))
+    except Exception as err:  # no run is a failed check
+        c.check("run of job %s" % job, "%d ranks" % len(ranks), "%s: %s" % (type(err).__name__, err), False)
+        return c.rows
+    found = sorted(r["rank"] for r in run["ranks"])
+    c.check("ranks in the run", sorted(ranks), found, found == sorted(ranks))
+    failing = [r for r, t in sorted(ranks.items()) if t["expect"].get("oom")]
+    first = (run.get("failed") or {}).get("rank")
+    c.check("the rank that ran out of memory, shown first", failing[:1], [first, run["ranks"][0]["rank"]],
+            bool(failing) and first == failing[0] and run["ranks"][0]["rank"] == failing[0])
+    extra = max(t["expect"]["extra_bytes"] for t in truths)
+    imb = run.get("imbalance") or {}
+    top = (imb.get("sites") or [{}])[0]
+    site = top.get("site") or {}
+    line = next(iter(ranks.values()))["expect"]["imbalance_line"]
+    c.check("the imbalance's call site", "%s:%d +%s" % (truths[0]["file"], line, mib(extra)),
+            "%s:%s +%s" % (os.path.basename(site.get("filename", "?")), site.get("line"), mib(top.get("delta_bytes"))),
+            in_file(site, truths[0]) and site.get("line") == line and top.get("delta_bytes") == extra)
     return c.rows
 
 
 def verify(server, out_dir, live=True, uploaded=None):
     """Rows for every truth file in `out_dir`. `uploaded`: (truth file, kind) → id, for
     snapshots uploaded by the verifier itself (--fixtures)."""
-    rows = []
+    rows, ranks = [], []
     for path in sorted(glob.glob(os.path.join(out_dir, "*.truth.json"))):
         with open(path) as f:
             truth = json.load(f)
@@ -229,6 +265,10 @@ def verify(server, out_dir, live=True, uploaded=None):
         except Exception as e:  # a broken answer is a failed check, not a crash
             rows.append({"scenario": truth["scenario"], "check": "verification", "expected": "answers",
                          "found": "%s: %s" % (type(e).__name__, e), "result": "FAIL"})
+        if truth["scenario"] == "ranks":
+            ranks.append(truth)
+    if len(ranks) >= 2:
+        rows += check_run(server, ranks)
     return rows
 
 
@@ -267,6 +307,8 @@ def upload_fixtures(server, out_dir):
             truth = json.load(f)
         for s in truth.get("snapshots", []):
             tags = {"scenario": truth["scenario"], "kind": s["kind"], "pid": truth["pid"]}
+            if truth["scenario"] == "ranks":  # as the agent tags a rank's uploads
+                tags.update({"job": truth["expect"]["job"], "rank": truth["expect"]["rank"]})
             # As the agent did: it sends the device's total memory with every snapshot.
             uploaded[(path, s["kind"])] = server.upload(os.path.join(out_dir, s["file"]), "fixture " + s["file"], tags,
                                                         truth.get("device_total_bytes"))
