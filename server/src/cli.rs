@@ -79,8 +79,11 @@ pub struct DiffArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct AnalyzeArgs {
-    /// The snapshot file; `-` reads standard input.
-    pub file: PathBuf,
+    /// The snapshot file (`-` reads standard input); or a folder of per-rank snapshots, or
+    /// several files: the ranks of one run side by side (ranks from `rank{N}` in the file names,
+    /// else the files' order by name).
+    #[arg(required = true, num_args = 1..)]
+    pub files: Vec<PathBuf>,
     /// Print one JSON object instead of the human report.
     #[arg(long)]
     pub json: bool,
@@ -91,6 +94,33 @@ pub struct AnalyzeArgs {
     /// Leak suspects to list in the human report.
     #[arg(long, default_value_t = 5)]
     pub top: usize,
+}
+
+/// Snapshot files in a folder (not its subfolders), by name: what `analyze DIR` reads.
+fn snapshot_files(dir: &std::path::Path) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("cannot list {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file())
+        .filter(|p| {
+            let name = p
+                .file_name()
+                .map(|n| n.to_string_lossy().to_lowercase())
+                .unwrap_or_default();
+            [".pickle", ".pkl", ".json"].iter().any(|ext| {
+                ["", ".gz", ".zst", ".xz"]
+                    .iter()
+                    .any(|c| name.ends_with(&format!("{ext}{c}")))
+            })
+        })
+        .collect();
+    files.sort();
+    anyhow::ensure!(
+        !files.is_empty(),
+        "{} has no snapshot files (*.pickle, *.pkl, *.json, optionally .gz/.zst/.xz)",
+        dir.display()
+    );
+    Ok(files)
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
@@ -176,8 +206,12 @@ fn diff(args: DiffArgs) -> anyhow::Result<()> {
 }
 
 fn analyze(args: AnalyzeArgs) -> anyhow::Result<()> {
-    let name = args.file.display().to_string();
-    let snap = read(&args.file)?;
+    let file = match args.files.as_slice() {
+        [one] if !one.is_dir() => one.clone(),
+        _ => return analyze_run(args),
+    };
+    let name = file.display().to_string();
+    let snap = read(&file)?;
     let options = snapshot::analysis::Options {
         device_total_bytes: args.device_total_bytes,
     };
@@ -192,6 +226,91 @@ fn analyze(args: AnalyzeArgs) -> anyhow::Result<()> {
         writeln!(out)?;
     } else {
         out.write_all(crate::text::render(&name, &report, args.top).as_bytes())?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// Several snapshots, or a folder of them, as the ranks of one run.
+fn analyze_run(args: AnalyzeArgs) -> anyhow::Result<()> {
+    let (id, files) = match args.files.as_slice() {
+        [dir] => (
+            dir.canonicalize()
+                .ok()
+                .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+                .unwrap_or_else(|| "run".into()),
+            snapshot_files(dir)?,
+        ),
+        files => {
+            // The folder the files share names the run.
+            let parents: Vec<Option<PathBuf>> = files
+                .iter()
+                .map(|f| {
+                    f.canonicalize()
+                        .ok()
+                        .and_then(|p| p.parent().map(PathBuf::from))
+                })
+                .collect();
+            let shared = parents.windows(2).all(|w| w[0] == w[1]);
+            let id = parents[0]
+                .as_ref()
+                .filter(|_| shared)
+                .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+                .unwrap_or_else(|| "run".into());
+            (id, files.to_vec())
+        }
+    };
+    let names: Vec<String> = files
+        .iter()
+        .map(|f| {
+            f.file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    let (ranks, by_name) = api::ranks_of_names(&names);
+    let options = snapshot::analysis::Options {
+        device_total_bytes: args.device_total_bytes,
+    };
+    let mut loaded = Vec::with_capacity(files.len());
+    for (i, f) in files.iter().enumerate() {
+        let snap = read(f)?;
+        let (index, report) = snapshot::analysis::analyze(&snap, &options);
+        loaded.push((
+            ranks[i],
+            f.display().to_string(),
+            snap,
+            index,
+            crate::convert::report(report),
+        ));
+    }
+    loaded.sort_by_key(|l| l.0);
+    let members: Vec<crate::runs::Member> = loaded
+        .iter()
+        .map(|(rank, name, snap, index, report)| crate::runs::Member {
+            rank: *rank,
+            snapshot_id: name.clone(),
+            name: name.clone(),
+            earlier: 0,
+            report,
+            snap,
+            index,
+        })
+        .collect();
+    let (report, _) = crate::runs::report(&id, &members, 1);
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    if args.json {
+        // The same object `GET /api/runs/{id}` answers.
+        serde_json::to_writer(&mut out, &report)?;
+        writeln!(out)?;
+    } else {
+        let how = if by_name {
+            "from the file names"
+        } else {
+            "by the files' order (no rank{N} in every name)"
+        };
+        out.write_all(crate::text::render_run(&report, how).as_bytes())?;
     }
     out.flush()?;
     Ok(())

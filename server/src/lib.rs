@@ -13,6 +13,7 @@ pub mod library;
 pub mod listen;
 pub mod live;
 pub mod models;
+pub mod runs;
 pub mod serve;
 pub mod state;
 pub mod text;

@@ -355,6 +355,36 @@ impl Library {
         Ok(out)
     }
 
+    /// Snapshots tagged `job=…` (of `job` only, when given), with their `rank=` tag: what runs
+    /// are made of (`crate::runs`).
+    pub async fn job_rows(&self, job: Option<&str>) -> sqlx::Result<Vec<crate::runs::JobRow>> {
+        type R = (String, String, String, i64, i64, i64, Option<String>);
+        let rows: Vec<R> = sqlx::query_as(
+            "SELECT t.value, s.id, s.name, s.uploaded_at_ms, s.peak_bytes, s.ooms, \
+             (SELECT r.value FROM snapshot_tags r WHERE r.snapshot_id = s.id AND r.key = 'rank' \
+              ORDER BY r.value LIMIT 1) \
+             FROM snapshots s JOIN snapshot_tags t ON t.snapshot_id = s.id AND t.key = 'job' \
+             WHERE ?1 IS NULL OR t.value = ?1",
+        )
+        .bind(job)
+        .fetch_all(&self.db)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(job, id, name, at, peak, ooms, rank)| crate::runs::JobRow {
+                    job,
+                    id,
+                    name,
+                    uploaded_at_ms: at,
+                    peak_bytes: peak.max(0) as u64,
+                    ooms: ooms.max(0) as u64,
+                    rank_tag: rank,
+                },
+            )
+            .collect())
+    }
+
     /// Inserts a fully ingested snapshot (the commit point of an upload). Returns false if a
     /// snapshot with the same content was inserted first.
     async fn insert(

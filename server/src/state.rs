@@ -23,6 +23,8 @@ pub struct AppState {
     pub shutdown: Arc<tokio::sync::watch::Sender<bool>>,
     /// Engine work on blocking threads now, and how much stopped early (`/metrics`).
     pub engine: Arc<EngineCounters>,
+    /// Run reports computed lately (`http::runs`).
+    pub runs: Arc<crate::runs::RunCache>,
 }
 
 /// What the engine's blocking threads are doing for requests.
@@ -57,6 +59,7 @@ impl AppState {
             live: tokio::sync::broadcast::channel(256).0,
             shutdown: Arc::new(tokio::sync::watch::channel(false).0),
             engine: Default::default(),
+            runs: Default::default(),
             config: Arc::new(config),
         })
     }

@@ -321,3 +321,88 @@ pub fn render_whatif(name: &str, w: &snapshot::whatif::WhatIf) -> String {
     }
     o
 }
+
+/// A run's report (`memscope analyze DIR`): the failing rank first, the imbalance, every rank.
+pub fn render_run(r: &api::RunReport, ranks_from: &str) -> String {
+    let mut o = String::new();
+    let secs = |t: i64| {
+        if r.alignment.is_time() {
+            format!("{:.3} s", t as f64 / 1e6)
+        } else {
+            format!("event {t}")
+        }
+    };
+    let _ = writeln!(
+        o,
+        "run {}: {} ranks (ranks {ranks_from})",
+        r.id,
+        r.ranks.len()
+    );
+    let _ = writeln!(o, "  {}", r.alignment_note);
+    let _ = writeln!(o);
+    match &r.failed {
+        Some(f) => {
+            let _ = writeln!(
+                o,
+                "OUT OF MEMORY: rank {} {} at {} ({}), asking for {}",
+                f.rank,
+                if f.order_known {
+                    "ran out first"
+                } else {
+                    "ran out (which first is not known)"
+                },
+                secs(f.at),
+                f.oom.verdict.as_str().replace('_', " "),
+                hb(f.oom.requested_bytes)
+            );
+            let _ = writeln!(o, "  {}", f.oom.explanation);
+            if let Some(s) = &f.oom.site {
+                let _ = writeln!(o, "  at {}:{} in {}", s.filename, s.line, s.name);
+            }
+            if !f.then.is_empty() {
+                let then: Vec<String> = f.then.iter().map(|r| r.to_string()).collect();
+                let _ = writeln!(
+                    o,
+                    "  then rank{} {}",
+                    if then.len() > 1 { "s" } else { "" },
+                    then.join(", ")
+                );
+            }
+        }
+        None => {
+            let _ = writeln!(o, "No rank ran out of memory.");
+        }
+    }
+    let _ = writeln!(o);
+    if let Some(i) = &r.imbalance {
+        let _ = writeln!(o, "Imbalance: {}", i.summary);
+        for s in i.sites.iter().take(5) {
+            let site = s.site.as_ref().map_or("(no frames)".to_string(), |f| {
+                format!("{}:{} in {}", f.filename, f.line, f.name)
+            });
+            let _ = writeln!(o, "  +{:>10}  {site}", hb(s.delta_bytes as u64));
+        }
+        let _ = writeln!(o);
+    }
+    let _ = writeln!(
+        o,
+        "  {:>4}  {:>8}  {:>10}  {:>10}  {:>10}  {:>10}  {:>5}  {:>4}  snapshot",
+        "rank", "events", "peak", "peak res.", "reserved", "cached free", "leaks", "OOMs"
+    );
+    for k in &r.ranks {
+        let _ = writeln!(
+            o,
+            "  {:>4}  {:>8}  {:>10}  {:>10}  {:>10}  {:>10}  {:>5}  {:>4}  {}",
+            k.rank,
+            thousands(k.events as u64),
+            hb(k.peak_live_bytes),
+            hb(k.peak_reserved_bytes),
+            hb(k.reserved_bytes),
+            hb(k.cached_free_bytes),
+            k.leak_suspects,
+            k.ooms,
+            k.name
+        );
+    }
+    o
+}

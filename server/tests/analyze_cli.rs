@@ -209,3 +209,71 @@ fn diff_of_two_runs_names_the_new_leak() {
         "{err}"
     );
 }
+
+/// A folder of per-rank snapshots (torchtitan's `iteration_N/rank{r}_memory_snapshot.pickle`
+/// layout) is one run: ranks from the names, the failing rank first, the imbalance's line.
+#[test]
+fn a_folder_of_ranks_is_analysed_as_one_run() {
+    let dir = std::env::temp_dir()
+        .join(format!("memscope-cli-run-{}", std::process::id()))
+        .join("iteration_4");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for (from, to) in [
+        ("harness/ranks.rank0.pickle", "rank0_memory_snapshot.pickle"),
+        (
+            "harness/ranks.rank1.oom.pickle",
+            "rank1_memory_snapshot.pickle",
+        ),
+    ] {
+        std::fs::copy(fixture(from), dir.join(to)).unwrap();
+    }
+    std::fs::write(dir.join("notes.txt"), "not a snapshot").unwrap();
+
+    let out = memscope(&["analyze", "--json", dir.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run: api::RunReport = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(run.id, "iteration_4");
+    assert_eq!(run.ranks.iter().map(|r| r.rank).collect::<Vec<_>>(), [1, 0]);
+    let failed = run.failed.as_ref().unwrap();
+    assert_eq!(failed.rank, 1);
+    let imb = run.imbalance.as_ref().unwrap();
+    assert_eq!(imb.sites[0].delta_bytes, 2 << 30);
+
+    let out = memscope(&["analyze", dir.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("rank 1 ran out first"), "{text}");
+    assert!(text.contains("ranks from the file names"), "{text}");
+    assert!(text.contains("scenarios.py:301"), "{text}");
+
+    // Several files are the run of the folder they share.
+    let out = memscope(&[
+        "analyze",
+        "--json",
+        fixture("harness/ranks.rank0.pickle").to_str().unwrap(),
+        fixture("harness/ranks.rank1.oom.pickle").to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run: api::RunReport = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(run.failed.unwrap().rank, 1);
+
+    let empty = dir.parent().unwrap().join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let out = memscope(&["analyze", empty.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("has no snapshot files"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = std::fs::remove_dir_all(dir.parent().unwrap());
+}

@@ -481,6 +481,7 @@ async fn every_page_route_serves_the_dashboard() {
         "/",
         "/s/0123456789abcdef?view=timeline",
         "/diff/0123456789abcdef/fedcba9876543210?device_b=1",
+        "/runs/job%201",
         "/live",
         "/live/gpu/GPU-aaa",
         "/live/process/host/42",
@@ -561,6 +562,12 @@ async fn every_api_route_builder_reaches_its_handler() {
         ),
         ("GET", routes::whatif(&id, &Default::default())),
         ("GET", routes::diff(&id, &id, &Default::default())),
+        ("GET", routes::runs()),
+        ("GET", routes::run("no-such-job")),
+        (
+            "GET",
+            routes::run_series("no-such-job", &Default::default()),
+        ),
         ("GET", routes::upload_progress("t")),
         ("POST", routes::ingest()),
         ("GET", routes::metrics()),
@@ -570,6 +577,7 @@ async fn every_api_route_builder_reaches_its_handler() {
         ("GET", routes::page::library()),
         ("GET", routes::page::snapshot(&id, &[("view", "timeline")])),
         ("GET", routes::page::diff(&id, &id, &Default::default())),
+        ("GET", routes::page::run("job 1")),
         ("GET", routes::page::live()),
         ("GET", routes::page::live_gpu("GPU-aaa")),
         ("GET", routes::page::live_process("host", 42, Some(7))),
@@ -1064,4 +1072,108 @@ async fn whatif_ranks_the_settings_that_avoid_the_oom() {
     let from_cli: api::WhatIf = serde_json::from_slice(&cli.stdout).unwrap();
     assert_eq!(from_cli.runs.len(), snapshot::whatif::CANDIDATES.len());
     assert_eq!(from_cli.runs[0].alloc_conf, "expandable_segments:True");
+}
+
+/// Two ranks of one job (the harness's GPU run: rank 1 holds 2 GiB more at one line and runs out
+/// of memory under its 4 GiB share), uploaded with `job` and `rank` tags, plus a snapshot of the
+/// same job without a rank and a rank of another job: the run has exactly the two ranks, the
+/// failing rank first, the imbalance with the planted line, and series on one axis.
+#[tokio::test]
+async fn a_jobs_ranks_make_a_run_with_the_imbalance_and_the_failing_rank_first() {
+    let (dir, state) = open_state("runs").await;
+    let up = |name: &'static str, tags: &'static str| {
+        let state = state.clone();
+        async move {
+            let (st, v) = call(
+                &state,
+                "POST",
+                &format!(
+                    "/api/snapshots?name={name}&tags={}",
+                    api::routes::encode(tags)
+                ),
+                fixture(&format!("harness/{name}")),
+            )
+            .await;
+            assert_eq!(st, StatusCode::CREATED, "{v}");
+            v["id"].as_str().unwrap().to_string()
+        }
+    };
+    let r0 = up("ranks.rank0.pickle", "job=train 7,rank=0").await;
+    // Rank from the file name (`rank1`), no rank tag.
+    let r1 = up("ranks.rank1.oom.pickle", "job=train 7").await;
+    up("steady.pickle", "job=train 7").await; // no rank: not a member
+    up("leak_list.pickle", "job=other,rank=0").await; // one rank: not listed as a run
+
+    let (st, runs) = call(&state, "GET", &api::routes::runs(), vec![]).await;
+    assert_eq!(st, StatusCode::OK, "{runs}");
+    let runs: Vec<api::RunInfo> = serde_json::from_value(runs).unwrap();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0].id, "train 7");
+    let members: Vec<(u32, &str)> = runs[0]
+        .ranks
+        .iter()
+        .map(|m| (m.rank, m.snapshot_id.as_str()))
+        .collect();
+    assert_eq!(members, [(0, r0.as_str()), (1, r1.as_str())]);
+
+    let (st, v) = call(&state, "GET", &api::routes::run("train 7"), vec![]).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let run: api::RunReport = serde_json::from_value(v).unwrap();
+    assert_eq!(run.alignment, api::Alignment::Clock);
+    assert_eq!(
+        run.ranks.iter().map(|r| r.rank).collect::<Vec<_>>(),
+        [1, 0],
+        "the failing rank first"
+    );
+    let failed = run.failed.as_ref().expect("rank 1 ran out of memory");
+    assert_eq!((failed.rank, failed.snapshot_id.as_str()), (1, r1.as_str()));
+    assert!(failed.order_known);
+    assert_eq!(failed.oom.requested_bytes, 2 << 30);
+    assert_eq!(failed.oom.site.as_ref().map(|f| f.line), Some(309));
+    assert_eq!(Some(failed.at), run.ranks[0].first_oom_at);
+    let imb = run.imbalance.as_ref().expect("two ranks differ");
+    assert_eq!((imb.heaviest_rank, imb.lightest_rank), (1, 0));
+    assert_eq!(imb.max_peak_bytes - imb.min_peak_bytes, 2 << 30);
+    assert_eq!(imb.sites[0].delta_bytes, 2 << 30);
+    assert_eq!(imb.sites[0].site.as_ref().map(|f| f.line), Some(301));
+    assert!(imb.summary.contains("scenarios.py:301"), "{}", imb.summary);
+    // The same figures as each rank's own report.
+    let (_, rep1) = call(&state, "GET", &api::routes::snapshot(&r1), vec![]).await;
+    assert_eq!(
+        rep1["devices"]["0"]["peak_live_bytes"].as_u64(),
+        Some(run.ranks[0].peak_live_bytes)
+    );
+
+    let (st, v) = call(
+        &state,
+        "GET",
+        &api::routes::run_series("train 7", &api::RunSeriesQuery { buckets: Some(40) }),
+        vec![],
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let series: api::RunSeries = serde_json::from_value(v).unwrap();
+    assert_eq!(series.ranks.len(), 2);
+    assert_eq!(series.ranks[0].rank, 1);
+    for (r, row) in series.ranks.iter().zip(&run.ranks) {
+        assert_eq!(r.live_bytes.len(), 40);
+        assert_eq!(
+            r.live_bytes.iter().flatten().max(),
+            Some(&row.peak_live_bytes)
+        );
+    }
+    // Rank 0's trace starts later than rank 1's on the shared clock: its first buckets are empty.
+    assert!(series.ranks[1].live_bytes[0].is_none());
+
+    let (st, v) = call(&state, "GET", &api::routes::run("nobody"), vec![]).await;
+    assert_eq!(st, StatusCode::NOT_FOUND, "{v}");
+    let (st, _) = call(
+        &state,
+        "GET",
+        &api::routes::run_series("train 7", &api::RunSeriesQuery { buckets: Some(0) }),
+        vec![],
+    )
+    .await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
+    let _ = std::fs::remove_dir_all(dir);
 }

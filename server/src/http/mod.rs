@@ -15,6 +15,7 @@ mod library;
 mod live;
 mod metrics;
 mod query;
+mod runs;
 mod snapshots;
 
 use axum::Router;
@@ -31,6 +32,7 @@ pub fn app(state: AppState) -> Router {
         .merge(library::router())
         .merge(snapshots::router())
         .merge(diff::router())
+        .merge(runs::router())
         .merge(ingest::router())
         .merge(live::router())
         .merge(metrics::router())
