@@ -192,6 +192,19 @@ pub async fn diff(a: &str, b: &str, q: &api::DiffQuery) -> Result<api::DiffAnswe
     get(routes::diff(a, b, q)).await
 }
 
+/// The library's runs (jobs with two ranks or more).
+pub async fn runs() -> Result<Vec<api::RunInfo>, String> {
+    get(routes::runs()).await
+}
+
+pub async fn run(id: &str) -> Result<api::RunReport, String> {
+    get(routes::run(id)).await
+}
+
+pub async fn run_series(id: &str, q: &api::RunSeriesQuery) -> Result<api::RunSeries, String> {
+    get(routes::run_series(id, q)).await
+}
+
 pub async fn upload_progress(token: &str) -> Result<api::UploadProgress, String> {
     get(routes::upload_progress(token)).await
 }
@@ -228,15 +241,19 @@ pub async fn delete(id: &str) -> Result<(), String> {
 
 /// Uploads `file`, calling `progress(sent, total)` as bytes go out; resolves to the server's
 /// answer (after it has indexed the file) or its error message.
+/// Uploads `file` with `tags` (`job=…,rank=…`, when it is one of several uploaded together).
 pub async fn upload(
     file: web_sys::File,
     token: &str,
+    tags: Option<String>,
     progress: impl Fn(f64, f64) + Clone + 'static,
 ) -> Result<api::Uploaded, String> {
     let sent_with = current_token();
-    match upload_once(file.clone(), token, progress.clone()).await {
+    match upload_once(file.clone(), token, tags.clone(), progress.clone()).await {
         Err((401, message)) if token_renewed(&sent_with, &message) => {
-            upload_once(file, token, progress).await.map_err(|(_, m)| m)
+            upload_once(file, token, tags, progress)
+                .await
+                .map_err(|(_, m)| m)
         }
         other => other.map_err(|(_, m)| m),
     }
@@ -245,6 +262,7 @@ pub async fn upload(
 async fn upload_once(
     file: web_sys::File,
     token: &str,
+    tags: Option<String>,
     progress: impl Fn(f64, f64) + 'static,
 ) -> Result<api::Uploaded, (u16, String)> {
     let fail = |m: String| (0u16, m);
@@ -252,6 +270,7 @@ async fn upload_once(
     let url = routes::upload(&api::UploadQuery {
         name: Some(file.name()),
         token: Some(token.to_string()),
+        tags,
         ..Default::default()
     });
     xhr.open("POST", &url).map_err(|e| fail(format!("{e:?}")))?;

@@ -1945,3 +1945,160 @@ async fn a_server_with_tokens_asks_for_one_once() {
     c.close().await.unwrap();
     let _ = std::fs::remove_dir_all(&data);
 }
+
+/// A job's ranks chosen together (files named `rank{N}`, as torchtitan writes them): the page
+/// tags them as one run and opens the run page, which shows the rank that ran out of memory
+/// first, the imbalance with the planted line, every rank's memory drawn on one axis with a
+/// hover read-out, and a table whose ranks open their own snapshots; the library lists the run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jobs_ranks_chosen_together_open_as_a_run() {
+    let Session {
+        data,
+        base,
+        _driver,
+        c,
+        ..
+    } = session("run").await;
+    let dir = data.join("iteration_4");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut paths = Vec::new();
+    for (from, to) in [
+        ("ranks.rank0.pickle", "rank0_memory_snapshot.pickle"),
+        ("ranks.rank1.oom.pickle", "rank1_memory_snapshot.pickle"),
+    ] {
+        let p = dir.join(to);
+        std::fs::copy(root().join("tests/fixtures/harness").join(from), &p).unwrap();
+        paths.push(p.canonicalize().unwrap().display().to_string());
+    }
+    wait_js(
+        &c,
+        "document.querySelector('#file-input')",
+        "the file input",
+    )
+    .await;
+    c.find(fantoccini::Locator::Css("#file-input"))
+        .await
+        .unwrap()
+        .send_keys(&paths.join("\n"))
+        .await
+        .unwrap();
+    wait_js(&c, "location.pathname.startsWith('/runs/')", "the run page").await;
+    wait_js(
+        &c,
+        "document.querySelector('.card.failed')",
+        "the failing rank",
+    )
+    .await;
+    let failed = wait_js(
+        &c,
+        "document.querySelector('.card.failed').innerText",
+        "text",
+    )
+    .await;
+    let failed = failed.as_str().unwrap();
+    assert!(
+        failed.contains("Rank 1 ran out of memory first"),
+        "{failed}"
+    );
+    assert!(failed.contains("scenarios.py:309"), "{failed}");
+    let imb = wait_js(
+        &c,
+        "document.querySelector('.card.imbalance').innerText",
+        "imbalance",
+    )
+    .await;
+    let imb = imb.as_str().unwrap();
+    assert!(imb.contains("3.67×"), "{imb}");
+    assert!(imb.contains("scenarios.py:301"), "{imb}");
+    assert!(imb.contains("+2.0 GiB"), "{imb}");
+    // The table: the failing rank first, each row a link to that rank's snapshot.
+    let order = wait_js(
+        &c,
+        "Array.from(document.querySelectorAll('tr.rank-row')).map(r => r.dataset.rank).join(',')",
+        "rank rows",
+    )
+    .await;
+    assert_eq!(order, "1,0");
+    // Both ranks drawn: opaque pixels on each row's canvas.
+    let drawn = "Array.from(document.querySelectorAll('.rank-chart canvas')).map(c => { \
+        const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let n = 0; \
+        for (let i = 0; i < d.length; i += 4) if (d[i+3] > 0 && d[i+2] > 150 && d[i] < 120) n++; return n; })";
+    wait_js(
+        &c,
+        &format!(
+            "(() => {{ const v = {drawn}; return v.length == 2 && v.every(n => n > 100); }})()"
+        ),
+        "both ranks' charts drawn",
+    )
+    .await;
+    // Hover over rank 1's row, a third of the way along: its figures at that moment.
+    c.execute(
+        "const cv = document.querySelector('.rank-chart[data-rank=\"1\"] canvas'); const r = cv.getBoundingClientRect(); \
+         cv.dispatchEvent(new MouseEvent('mousemove', {bubbles: true, clientX: r.left + 96 + (r.width - 96) * 0.2, clientY: r.top + 10}));",
+        vec![],
+    )
+    .await
+    .unwrap();
+    let readout = wait_js(
+        &c,
+        "document.querySelector('.run-readout').innerText.includes('rank 1') && document.querySelector('.run-readout').innerText",
+        "the hover read-out",
+    )
+    .await;
+    // Between steps rank 1 holds its weights and the planted 2 GiB (2.5 GiB live) in the 2.8 GiB
+    // it reserved at its first step.
+    assert!(
+        readout
+            .as_str()
+            .unwrap()
+            .contains("live 2.5 GiB, reserved 2.8 GiB"),
+        "{readout}"
+    );
+    screenshot(&c, "run").await;
+    assert!(
+        console_errors(&c).await.is_empty(),
+        "{:?}",
+        console_errors(&c).await
+    );
+
+    // A rank opens its own snapshot.
+    click(&c, "tr.rank-row a").await;
+    wait_js(
+        &c,
+        "location.pathname.startsWith('/s/')",
+        "rank 1's snapshot",
+    )
+    .await;
+
+    // The library lists the run with both ranks, rank 1 marked as the one that failed.
+    c.goto(&base).await.unwrap();
+    let row = wait_js(
+        &c,
+        "document.querySelector('tr.run-row') && document.querySelector('tr.run-row').innerText",
+        "the run in the library",
+    )
+    .await;
+    let row = row.as_str().unwrap();
+    assert!(row.contains("iteration_4") || row.contains("run-"), "{row}");
+    assert_eq!(
+        wait_js(
+            &c,
+            "document.querySelectorAll('tr.run-row a.rank-chip').length",
+            "chips"
+        )
+        .await,
+        2
+    );
+    assert_eq!(
+        wait_js(
+            &c,
+            "document.querySelector('a.rank-chip.failed').innerText",
+            "failed chip"
+        )
+        .await,
+        "1"
+    );
+    screenshot(&c, "library-with-run").await;
+    c.close().await.unwrap();
+    let _ = std::fs::remove_dir_all(data);
+}

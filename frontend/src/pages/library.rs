@@ -55,7 +55,10 @@ pub fn Library() -> impl IntoView {
     let dragging = RwSignal::new(false);
     let navigate = StoredValue::new_local(leptos_router::hooks::use_navigate());
 
-    let start_upload = move |file: web_sys::File| {
+    // A folder, or several files named by rank (`rank{N}`), chosen or dropped together are one
+    // run: tagged with one job and their ranks; once all have landed the page opens the run.
+    let batch = RwSignal::new(None::<(String, usize)>);
+    let start_upload = move |file: web_sys::File, tags: Option<String>| {
         let key = next_key.get_value();
         next_key.set_value(key + 1);
         uploads.update(|u| {
@@ -112,7 +115,7 @@ pub fn Library() -> impl IntoView {
                     }
                 })
             };
-            match api::upload(file, &token, progress).await {
+            match api::upload(file, &token, tags, progress).await {
                 Ok(v) => {
                     let landing = v.summary.landing_view();
                     let (id, created) = (v.id, v.created);
@@ -125,6 +128,20 @@ pub fn Library() -> impl IntoView {
                         }
                     });
                     refresh.try_update(|r| *r += 1);
+                    // The last of a run's uploads opens the run.
+                    let run_done = uploads.try_with_untracked(|all| {
+                        all.iter()
+                            .all(|x| matches!(x.state, UploadState::Done { .. }))
+                    });
+                    if let (Some(true), Some(Some((job, n)))) =
+                        (run_done, batch.try_get_untracked())
+                        && n >= 2
+                    {
+                        navigate.try_with_value(|go| {
+                            go(&::api::routes::page::run(&job), Default::default())
+                        });
+                        return;
+                    }
                     // A single new upload opens its snapshot once it is indexed, on the view that
                     // answers its question (OOM, leak, else the timeline); a file already in the
                     // library says so and stays here.
@@ -143,15 +160,40 @@ pub fn Library() -> impl IntoView {
         });
     };
     let take_files = move |files: Option<web_sys::FileList>| {
-        if let Some(files) = files {
-            for i in 0..files.length() {
-                if let Some(f) = files.get(i) {
-                    start_upload(f);
-                }
+        let Some(files) = files else { return };
+        let mut all: Vec<web_sys::File> =
+            (0..files.length()).filter_map(|i| files.get(i)).collect();
+        // A folder brings every file in it: only snapshots are uploaded.
+        let from_folder = all.iter().any(|f| relative_path(f).contains('/'));
+        if from_folder {
+            all.retain(|f| is_snapshot_name(&f.name()));
+        }
+        all.sort_by_key(|f| f.name());
+        let (ranks, by_name) =
+            ::api::ranks_of_names(&all.iter().map(|f| f.name()).collect::<Vec<_>>());
+        // A run: a folder, or files whose names each carry their own rank. Other files chosen
+        // together (two runs to compare, say) stay snapshots of their own.
+        if all.len() < 2 || !(from_folder || by_name) {
+            batch.set(None);
+            for f in all {
+                start_upload(f, None);
             }
+            return;
+        }
+        let job = run_job(&all);
+        batch.set(Some((job.clone(), all.len())));
+        for (f, rank) in all.into_iter().zip(ranks) {
+            start_upload(f, Some(format!("job={job},rank={rank}")));
         }
     };
 
+    // Chromium and Firefox pick a folder with this (not a standard attribute: set on the element).
+    let folder_input = NodeRef::<leptos::html::Input>::new();
+    Effect::new(move |_| {
+        if let Some(i) = folder_input.get() {
+            let _ = i.set_attribute("webkitdirectory", "");
+        }
+    });
     view! {
         <section
             class="dropzone"
@@ -172,6 +214,21 @@ pub fn Library() -> impl IntoView {
                 <code>"torch.cuda.memory._dump_snapshot"</code>
                 " pickles, .gz/.zst/.xz, or JSON), or "
                 <label class="button">
+                    "choose a folder of ranks"
+                    <input
+                        id="folder-input"
+                        type="file"
+                        node_ref=folder_input
+                        class="file-input"
+                        on:change=move |ev| {
+                            let input: web_sys::HtmlInputElement = event_target(&ev);
+                            take_files(input.files());
+                            input.set_value("");
+                        }
+                    />
+                </label>
+                " or "
+                <label class="button">
                     "choose files"
                     <input
                         id="file-input"
@@ -186,6 +243,10 @@ pub fn Library() -> impl IntoView {
                     />
                 </label>
             </p>
+            <p class="hint">"A folder of per-rank snapshots, or several files named rank0, rank1, …, chosen at once are one run: the ranks side by side."</p>
+            {move || batch.get().map(|(job, n)| view! {
+                <p class="run-batch">{format!("Run “{job}”, {n} ranks: ")}<a class="open-run" href=::api::routes::page::run(&job)>"open the run"</a></p>
+            })}
             <ul class="uploads">
                 {move || {
                     uploads
@@ -241,6 +302,7 @@ pub fn Library() -> impl IntoView {
                 }}
             </ul>
         </section>
+        <Runs refresh=refresh/>
         <section class="library">
             <div class="toolbar">
                 <h2>"Library"</h2>
@@ -399,6 +461,87 @@ fn LibraryTable(
             <tbody>{rows}</tbody>
         </table>
     }
+}
+
+/// The runs in the library: jobs whose snapshots carry two ranks or more.
+#[component]
+fn Runs(refresh: RwSignal<u32>) -> impl IntoView {
+    let runs = LocalResource::new(move || {
+        refresh.track();
+        api::runs()
+    });
+    move || {
+        match runs.get() {
+        Some(Ok(list)) if !list.is_empty() => view! {
+            <section class="runs">
+                <h2>"Runs"</h2>
+                <table class="runs-table">
+                    <thead><tr><th>"job"</th><th>"ranks"</th><th class="num">"peak, lowest – highest"</th><th class="num">"OOMs"</th><th>"uploaded"</th></tr></thead>
+                    <tbody>
+                        {list.into_iter().map(|r| {
+                            let lo = r.ranks.iter().map(|m| m.peak_bytes).min().unwrap_or(0);
+                            let hi = r.ranks.iter().map(|m| m.peak_bytes).max().unwrap_or(0);
+                            let ooms: u64 = r.ranks.iter().map(|m| m.ooms).sum();
+                            let failing: Vec<String> = r.ranks.iter().filter(|m| m.ooms > 0).map(|m| format!("rank {}", m.rank)).collect();
+                            view! {
+                                <tr class="run-row" data-run=r.id.clone()>
+                                    <td><a class="run-link" href=::api::routes::page::run(&r.id)>{r.id.clone()}</a></td>
+                                    <td>{r.ranks.iter().map(|m| view! {
+                                        <a class="rank-chip" class:failed={m.ooms > 0} href=::api::routes::page::snapshot_home(&m.snapshot_id) title=m.name.clone()>{m.rank}</a>
+                                    }).collect_view()}</td>
+                                    <td class="num">{format!("{} – {}", fmt::bytes(lo), fmt::bytes(hi))}</td>
+                                    <td class="num" class:alert={ooms > 0}>{if failing.is_empty() { "0".to_string() } else { format!("{ooms} ({})", failing.join(", ")) }}</td>
+                                    <td class="date">{fmt::date(r.uploaded_at_ms)}</td>
+                                </tr>
+                            }
+                        }).collect_view()}
+                    </tbody>
+                </table>
+            </section>
+        }.into_any(),
+        // No runs (or the list failed: the library below says why) take no room.
+        _ => ().into_any(),
+    }
+    }
+}
+
+/// A file's path inside the folder it was chosen with (empty for files chosen one by one).
+fn relative_path(f: &web_sys::File) -> String {
+    js_sys::Reflect::get(f, &"webkitRelativePath".into())
+        .ok()
+        .and_then(|v| v.as_string())
+        .unwrap_or_default()
+}
+
+/// Whether a file's name is a snapshot's (what `memscope analyze DIR` reads too).
+fn is_snapshot_name(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    [".pickle", ".pkl", ".json"].iter().any(|ext| {
+        ["", ".gz", ".zst", ".xz"]
+            .iter()
+            .any(|c| n.ends_with(&format!("{ext}{c}")))
+    })
+}
+
+/// The job of files uploaded together: the folder that holds them, else the time.
+fn run_job(files: &[web_sys::File]) -> String {
+    let folder = files.first().map(relative_path).and_then(|p| {
+        let mut parts: Vec<&str> = p.split('/').collect();
+        parts.pop();
+        parts.last().map(|s| s.to_string())
+    });
+    folder.filter(|f| !f.is_empty()).unwrap_or_else(|| {
+        let d = js_sys::Date::new_0();
+        format!(
+            "run-{:04}{:02}{:02}-{:02}{:02}{:02}",
+            d.get_full_year(),
+            d.get_month() + 1,
+            d.get_date(),
+            d.get_hours(),
+            d.get_minutes(),
+            d.get_seconds()
+        )
+    })
 }
 
 /// Resolves after `ms` milliseconds.

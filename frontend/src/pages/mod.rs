@@ -3,5 +3,6 @@
 pub mod diff;
 pub mod library;
 pub mod live;
+pub mod run;
 pub mod snapshot;
 pub mod widgets;
