@@ -2102,3 +2102,55 @@ async fn a_jobs_ranks_chosen_together_open_as_a_run() {
     c.close().await.unwrap();
     let _ = std::fs::remove_dir_all(data);
 }
+
+/// A folder chosen with the folder picker (`webkitdirectory`): its snapshots become one run
+/// named by the folder, other files in it are left alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_folder_of_ranks_opens_as_the_folders_run() {
+    let Session {
+        data, _driver, c, ..
+    } = session("run-folder").await;
+    let dir = data.join("iteration_9");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (from, to) in [
+        ("ranks.rank0.pickle", "rank0_memory_snapshot.pickle"),
+        ("ranks.rank1.oom.pickle", "rank1_memory_snapshot.pickle"),
+    ] {
+        std::fs::copy(
+            root().join("tests/fixtures/harness").join(from),
+            dir.join(to),
+        )
+        .unwrap();
+    }
+    std::fs::write(dir.join("notes.txt"), "not a snapshot").unwrap();
+    wait_js(
+        &c,
+        "document.querySelector('#folder-input')",
+        "the folder input",
+    )
+    .await;
+    c.find(fantoccini::Locator::Css("#folder-input"))
+        .await
+        .unwrap()
+        .send_keys(&dir.canonicalize().unwrap().display().to_string())
+        .await
+        .unwrap();
+    assert_eq!(
+        wait_js(
+            &c,
+            "location.pathname.startsWith('/runs/') && location.pathname",
+            "the run page"
+        )
+        .await,
+        "/runs/iteration_9"
+    );
+    wait_js(
+        &c,
+        "document.querySelectorAll('tr.rank-row').length == 2",
+        "two ranks",
+    )
+    .await;
+    assert!(console_errors(&c).await.is_empty());
+    c.close().await.unwrap();
+    let _ = std::fs::remove_dir_all(data);
+}

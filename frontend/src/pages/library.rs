@@ -187,6 +187,12 @@ pub fn Library() -> impl IntoView {
         }
     };
 
+    // A file input's choice: uploaded, and the input emptied so the same choice can be made again.
+    let picked = move |ev: web_sys::Event| {
+        let input: web_sys::HtmlInputElement = event_target(&ev);
+        take_files(input.files());
+        input.set_value("");
+    };
     // Chromium and Firefox pick a folder with this (not a standard attribute: set on the element).
     let folder_input = NodeRef::<leptos::html::Input>::new();
     Effect::new(move |_| {
@@ -220,11 +226,7 @@ pub fn Library() -> impl IntoView {
                         type="file"
                         node_ref=folder_input
                         class="file-input"
-                        on:change=move |ev| {
-                            let input: web_sys::HtmlInputElement = event_target(&ev);
-                            take_files(input.files());
-                            input.set_value("");
-                        }
+                        on:change=picked
                     />
                 </label>
                 " or "
@@ -235,11 +237,7 @@ pub fn Library() -> impl IntoView {
                         type="file"
                         multiple=true
                         class="file-input"
-                        on:change=move |ev| {
-                            let input: web_sys::HtmlInputElement = event_target(&ev);
-                            take_files(input.files());
-                            input.set_value("");
-                        }
+                        on:change=picked
                     />
                 </label>
             </p>

@@ -31,6 +31,10 @@ async fn list(State(s): State<AppState>) -> ApiResult<Json<Vec<api::RunInfo>>> {
 const DEFAULT_BUCKETS: u32 = 600;
 const MAX_BUCKETS: u32 = 4_000;
 
+/// Ranks a run may have to be opened (each rank's model is in memory while its run is computed:
+/// ~5 MB for 100k events).
+const MAX_RANKS: usize = 256;
+
 /// Model loads of one run at a time.
 const LOADS_AT_ONCE: usize = 2;
 
@@ -41,6 +45,13 @@ async fn computed(s: &AppState, id: &str, buckets: u32) -> ApiResult<Computed> {
             ApiError::NotFound(format!("{id} (no snapshots tagged job={id} with a rank)"))
         })?;
     chosen.sort_by_key(|c| c.rank);
+    if chosen.len() > MAX_RANKS {
+        return Err(ApiError::BadRequest(format!(
+            "{id} has {} ranks; a run page opens at most {MAX_RANKS} (their models are held in \
+             memory together): tag a subset with its own job to compare them",
+            chosen.len()
+        )));
+    }
     let key: Key = (
         id.to_string(),
         chosen

@@ -331,25 +331,22 @@ mod tests {
         crate::read(std::fs::File::open(path).unwrap()).unwrap()
     }
 
+    /// Ranks 0 and 1, both on device 0 (the harness ran them on one GPU).
+    fn two_ranks<'a>(r: [(&'a Snapshot, &'a Index); 2]) -> [RankInput<'a>; 2] {
+        [0, 1].map(|k| RankInput {
+            rank: k as u32,
+            snap: r[k].0,
+            index: r[k].1,
+            device: 0,
+        })
+    }
+
     #[test]
     fn two_ranks_on_one_clock_with_the_failing_rank_first() {
         let (s0, s1) = (load("ranks.rank0.pickle"), load("ranks.rank1.oom.pickle"));
         let (i0, _) = analyze(&s0, &Default::default());
         let (i1, _) = analyze(&s1, &Default::default());
-        let ranks = [
-            RankInput {
-                rank: 0,
-                snap: &s0,
-                index: &i0,
-                device: 0,
-            },
-            RankInput {
-                rank: 1,
-                snap: &s1,
-                index: &i1,
-                device: 0,
-            },
-        ];
+        let ranks = two_ranks([(&s0, &i0), (&s1, &i1)]);
         let run = analyze_run(&ranks);
         assert_eq!(run.alignment, Alignment::Clock);
         assert_eq!((run.heaviest, run.lightest), (Some(1), Some(0)));
@@ -395,20 +392,7 @@ mod tests {
         }
         let (i0, _) = analyze(&s0, &Default::default());
         let (i1, _) = analyze(&s1, &Default::default());
-        let ranks = [
-            RankInput {
-                rank: 0,
-                snap: &s0,
-                index: &i0,
-                device: 0,
-            },
-            RankInput {
-                rank: 1,
-                snap: &s1,
-                index: &i1,
-                device: 0,
-            },
-        ];
+        let ranks = two_ranks([(&s0, &i0), (&s1, &i1)]);
         let run = analyze_run(&ranks);
         assert_eq!(
             run.alignment,
