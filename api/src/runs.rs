@@ -182,6 +182,17 @@ pub fn rank_in_name(name: &str) -> Option<u32> {
     found
 }
 
+/// Whether a file's name is a snapshot's: `.pickle`, `.pkl` or `.json`, optionally `.gz`, `.zst`
+/// or `.xz` (what `memscope analyze DIR` reads, and what the dashboard uploads from a folder).
+pub fn is_snapshot_file_name(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    [".pickle", ".pkl", ".json"].iter().any(|ext| {
+        ["", ".gz", ".zst", ".xz"]
+            .iter()
+            .any(|c| n.ends_with(&format!("{ext}{c}")))
+    })
+}
+
 /// The ranks of files taken together as one run: `rank{N}` from every name when the names give
 /// each file a different rank (`true`), else the files' order (`false`).
 pub fn ranks_of_names<S: AsRef<str>>(names: &[S]) -> (Vec<u32>, bool) {
@@ -198,7 +209,23 @@ pub fn ranks_of_names<S: AsRef<str>>(names: &[S]) -> (Vec<u32>, bool) {
 
 #[cfg(test)]
 mod tests {
-    use super::{rank_in_name, ranks_of_names};
+    use super::{is_snapshot_file_name, rank_in_name, ranks_of_names};
+
+    #[test]
+    fn snapshot_files_are_known_by_their_names() {
+        for name in [
+            "rank0.pickle",
+            "a.PKL",
+            "s.json.gz",
+            "s.pickle.zst",
+            "s.pickle.xz",
+        ] {
+            assert!(is_snapshot_file_name(name), "{name}");
+        }
+        for name in ["notes.txt", "s.pickle.bz2", "pickle"] {
+            assert!(!is_snapshot_file_name(name), "{name}");
+        }
+    }
 
     #[test]
     fn ranks_come_from_names_only_when_every_name_has_its_own() {

@@ -103,15 +103,8 @@ fn snapshot_files(dir: &std::path::Path) -> anyhow::Result<Vec<PathBuf>> {
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.is_file())
         .filter(|p| {
-            let name = p
-                .file_name()
-                .map(|n| n.to_string_lossy().to_lowercase())
-                .unwrap_or_default();
-            [".pickle", ".pkl", ".json"].iter().any(|ext| {
-                ["", ".gz", ".zst", ".xz"]
-                    .iter()
-                    .any(|c| name.ends_with(&format!("{ext}{c}")))
-            })
+            p.file_name()
+                .is_some_and(|n| api::is_snapshot_file_name(&n.to_string_lossy()))
         })
         .collect();
     files.sort();

@@ -432,6 +432,17 @@ pub fn segment_span(s: &index::SegmentSpan) -> api::SegmentSpan {
     }
 }
 
+/// How a run's ranks were put on one axis.
+pub fn alignment(a: &snapshot::analysis::run::Alignment) -> api::Alignment {
+    use snapshot::analysis::run::Alignment;
+    match a {
+        Alignment::Clock => api::Alignment::Clock,
+        Alignment::Mark { name } => api::Alignment::Mark { name: name.clone() },
+        Alignment::Start => api::Alignment::Start,
+        Alignment::Events => api::Alignment::Events,
+    }
+}
+
 pub fn diff(d: diff::Diff) -> api::Diff {
     api::Diff {
         device_a: d.device_a,

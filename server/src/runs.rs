@@ -130,15 +130,6 @@ fn device_of(m: &Member) -> i32 {
         .map_or(0, |d| d.device)
 }
 
-fn alignment(a: &Alignment) -> api::Alignment {
-    match a {
-        Alignment::Clock => api::Alignment::Clock,
-        Alignment::Mark { name } => api::Alignment::Mark { name: name.clone() },
-        Alignment::Start => api::Alignment::Start,
-        Alignment::Events => api::Alignment::Events,
-    }
-}
-
 /// Call sites of the imbalance to list.
 const IMBALANCE_SITES: usize = 10;
 
@@ -278,7 +269,7 @@ pub fn report(id: &str, members: &[Member], buckets: usize) -> (api::RunReport, 
 
     let s = engine::series(&inputs, &run, buckets);
     let series = api::RunSeries {
-        alignment: alignment(&run.alignment),
+        alignment: convert::alignment(&run.alignment),
         from: rel(s.from),
         to: rel(s.to),
         bucket: s.bucket,
@@ -293,7 +284,7 @@ pub fn report(id: &str, members: &[Member], buckets: usize) -> (api::RunReport, 
     };
     let report = api::RunReport {
         id: id.to_string(),
-        alignment: alignment(&run.alignment),
+        alignment: convert::alignment(&run.alignment),
         alignment_note: run.alignment_note,
         origin_us: if time_axis { origin } else { 0 },
         ranks: rows,

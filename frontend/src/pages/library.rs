@@ -166,7 +166,7 @@ pub fn Library() -> impl IntoView {
         // A folder brings every file in it: only snapshots are uploaded.
         let from_folder = all.iter().any(|f| relative_path(f).contains('/'));
         if from_folder {
-            all.retain(|f| is_snapshot_name(&f.name()));
+            all.retain(|f| ::api::is_snapshot_file_name(&f.name()));
         }
         all.sort_by_key(|f| f.name());
         let (ranks, by_name) =
@@ -509,16 +509,6 @@ fn relative_path(f: &web_sys::File) -> String {
         .ok()
         .and_then(|v| v.as_string())
         .unwrap_or_default()
-}
-
-/// Whether a file's name is a snapshot's (what `memscope analyze DIR` reads too).
-fn is_snapshot_name(name: &str) -> bool {
-    let n = name.to_ascii_lowercase();
-    [".pickle", ".pkl", ".json"].iter().any(|ext| {
-        ["", ".gz", ".zst", ".xz"]
-            .iter()
-            .any(|c| n.ends_with(&format!("{ext}{c}")))
-    })
 }
 
 /// The job of files uploaded together: the folder that holds them, else the time.
