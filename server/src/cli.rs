@@ -1,7 +1,7 @@
 //! Command-line flags and what each subcommand does.
 
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -139,14 +139,12 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
 /// Reads a snapshot file (`-`: standard input).
 fn read(path: &std::path::Path) -> anyhow::Result<snapshot::Snapshot> {
     let name = path.display().to_string();
-    let (reader, size): (Box<dyn Read>, u64) = if name == "-" {
-        (Box::new(std::io::stdin().lock()), 0)
-    } else {
-        let file = File::open(path).with_context(|| format!("cannot open {name}"))?;
-        let size = file.metadata().map(|m| m.len()).unwrap_or(0);
-        (Box::new(file), size)
-    };
-    snapshot::read_sized(reader, size).with_context(|| format!("cannot read {name}"))
+    if name == "-" {
+        return snapshot::read(std::io::stdin().lock())
+            .with_context(|| "cannot read standard input");
+    }
+    File::open(path).with_context(|| format!("cannot open {name}"))?;
+    crate::models::read_snapshot_file(path).with_context(|| format!("cannot read {name}"))
 }
 
 fn diff(args: DiffArgs) -> anyhow::Result<()> {

@@ -126,9 +126,8 @@ impl Models {
                 Ok(s) => s,
                 Err(e) => {
                     tracing::warn!(error = %e, path = %model_path.display(), "model file unusable; rebuilding it from the original upload");
-                    let f = std::fs::File::open(&original).with_context(|| format!("original upload {} is missing", original.display()))?;
-                    let size = f.metadata().map(|m| m.len()).unwrap_or(0);
-                    let snap = snapshot::read_sized(f, size)?;
+                    std::fs::metadata(&original).with_context(|| format!("original upload {} is missing", original.display()))?;
+                    let snap = read_snapshot_file(&original).with_context(|| format!("original upload {} is unreadable", original.display()))?;
                     write_model_file(&snap, &model_path)?;
                     snap
                 }
@@ -141,4 +140,17 @@ impl Models {
         self.insert(id, loaded.clone());
         Ok(Some(loaded))
     }
+}
+
+/// Reads a snapshot file, a plain one with its later trace entries decoded on a second thread
+/// (`snapshot::read_file`: the file is opened again at an offset).
+pub fn read_snapshot_file(path: &std::path::Path) -> anyhow::Result<snapshot::Snapshot> {
+    let size = std::fs::metadata(path)?.len();
+    let open_at = |offset: u64| {
+        use std::io::{Seek, SeekFrom};
+        let mut f = std::fs::File::open(path)?;
+        f.seek(SeekFrom::Start(offset))?;
+        Ok(f)
+    };
+    Ok(snapshot::read_file(open_at, size)?)
 }

@@ -32,7 +32,20 @@ fn main() {
     for _ in 0..repeats {
         drop(last.take());
         let t0 = Instant::now();
-        let snap = snapshot::read_sized(std::fs::File::open(&path).unwrap(), file_bytes).unwrap();
+        let snap = if std::env::var_os("MEMSCOPE_ONE_THREAD").is_some() {
+            snapshot::read_sized(std::fs::File::open(&path).unwrap(), file_bytes).unwrap()
+        } else {
+            snapshot::read_file(
+                |offset| {
+                    use std::io::{Seek, SeekFrom};
+                    let mut f = std::fs::File::open(&path)?;
+                    f.seek(SeekFrom::Start(offset))?;
+                    Ok(f)
+                },
+                file_bytes,
+            )
+            .unwrap()
+        };
         let parse_s = t0.elapsed().as_secs_f64();
         let (index, report) = snapshot::analysis::analyze(&snap, &Default::default());
         for d in &index.devices {

@@ -1,32 +1,107 @@
 //! A fast path for the one shape that makes up nearly all of a big snapshot: a trace-entry dict.
 //!
-//! `pickle::run` calls [`try_entry`] at every `EMPTY_DICT`. It decodes the dict straight from the
-//! input buffer when it has exactly the shape CPython's pickler writes for a trace entry (first key
-//! `action`; scalar values, strings, and a `frames` list of already-memoized frames), interning the
-//! stack and appending the trace row without building any container. On anything else it returns
-//! `None` having changed nothing that matters (the memo is truncated back; strings, frames and
-//! stacks it interned are harmless), and the general machine reads the same bytes. The result is
-//! identical either way; `tests/formats.rs` and the golden tests compare both paths.
+//! It works in two steps so that the first can run on another thread:
+//! - [`decode`] reads one entry dict straight from the bytes into tokens (numbers, new strings,
+//!   memo references, the `BINGET`s of a frames list) when it has exactly the shape CPython's
+//!   pickler writes for a trace entry. It needs nothing but the bytes: no memo, no tables.
+//! - [`apply`] turns those tokens into a trace row, resolving memo references, interning strings
+//!   and stacks and pushing memo slots in the order the bytes would, or refuses having changed
+//!   nothing that matters (the memo is truncated back; strings and stacks it interned are
+//!   harmless).
 //!
-//! Measured on the 1M-entry benchmark: see bench/README.md.
+//! `pickle::run` calls [`try_entry`] (both steps) at every `EMPTY_DICT`; on a refusal the general
+//! machine reads the same bytes, and the result is identical either way (`tests/formats.rs` and
+//! the golden tests compare both paths). A refusal is always safe, so the two steps may disagree
+//! with the general machine only by refusing.
+//!
+//! For a big plain file, [`predecode`] runs [`decode`] on a second thread over the file's later
+//! part (`lib.rs` opens it again at an offset), and the parsing thread, on reaching an
+//! `EMPTY_DICT` at an offset the pre-decoder read an entry from, only applies its tokens
+//! ([`Tape`]). An entry decoded from the same bytes is the same entry whatever led the
+//! pre-decoder there, so it needs no other agreement with the parser than the offset; memo
+//! references are resolved by the parser, in order, so nothing of the memo is shared.
+//!
+//! Measured on the 1M- and 12M-event benchmarks: see bench/README.md.
 
-use crate::intern::StrId;
+use std::ops::Range;
+
 use crate::model::{FrameId, StackId};
 use crate::values::{EntryFields, Heap, Value, key};
 use rustc_hash::FxHashMap;
 
+/// The memo op that may follow a new object.
+#[derive(Clone, Copy, Debug)]
+enum MemoOp {
+    No,
+    /// `MEMOIZE`: the next index.
+    Next,
+    /// `BINPUT`/`LONG_BINPUT`: only accepted when it names the next index.
+    At(u32),
+}
+
+/// One key or value of an entry.
+#[derive(Clone, Copy, Debug)]
+enum Tok {
+    Int(i64),
+    Float(f64),
+    None,
+    Bool(bool),
+    /// A new string: `len` bytes of valid UTF-8 at `at` in the arena.
+    Str {
+        at: u32,
+        len: u32,
+        memo: MemoOp,
+    },
+    /// `BINGET`/`LONG_BINGET` of a memo index.
+    Ref(u32),
+    /// A frames list: the `BINGET` ops of its frames (`len` bytes at `at`; none: empty).
+    List {
+        memo: MemoOp,
+        at: u32,
+        len: u32,
+    },
+}
+
+#[derive(Clone, Debug)]
+struct Head {
+    /// Stream offset of the entry's `EMPTY_DICT` (0 on the serial path, where it is not needed).
+    offset: u64,
+    /// Bytes from `EMPTY_DICT` to the dict's `SETITEMS`, inclusive.
+    len: u32,
+    memo: MemoOp,
+    fields: Range<u32>,
+}
+
+/// Decoded entries: what [`decode`] writes and [`apply`] reads.
+#[derive(Default, Debug)]
+pub(crate) struct Entries {
+    heads: Vec<Head>,
+    fields: Vec<(Tok, Tok)>,
+    arena: Vec<u8>,
+}
+
+impl Entries {
+    fn clear(&mut self) {
+        self.heads.clear();
+        self.fields.clear();
+        self.arena.clear();
+    }
+
+    /// Bytes entry `i` spans.
+    pub fn len_bytes(&self, i: usize) -> usize {
+        self.heads[i].len as usize
+    }
+}
+
 /// Reads one entry dict from `buf` (which starts at its `EMPTY_DICT`). Returns the bytes used and
 /// the value to push, or `None` to let the general machine read it.
+#[cfg(test)]
 pub(crate) fn try_entry(buf: &[u8], heap: &mut Heap, state: &mut State) -> Option<(usize, Value)> {
-    let mark = heap.memo_mark()?;
-    let mut c = Cursor { buf, pos: 1 };
-    match entry(&mut c, heap, state) {
-        Some(v) => Some((c.pos, v)),
-        None => {
-            heap.memo_truncate(mark);
-            None
-        }
+    let mut one = Entries::default();
+    if !decode(buf, heap.limits.max_string_bytes, 0, &mut one) {
+        return None;
     }
+    apply(&one, 0, heap, state).map(|v| (one.len_bytes(0), v))
 }
 
 /// The fast path's working memory, kept across entries.
@@ -94,79 +169,84 @@ impl Cursor<'_> {
         Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
     }
 
-    /// An optional memo op after a new object: MEMOIZE, or BINPUT/LONG_BINPUT of the next index.
+    /// An optional memo op after a new object.
     #[inline]
-    fn memo_op(&mut self, heap: &mut Heap, v: Value) -> Option<Option<usize>> {
-        let next = heap.memo_mark()? as u64;
-        let key = match self.peek_op() {
+    fn memo_op(&mut self) -> Option<MemoOp> {
+        Some(match self.peek_op() {
             Some(0x94) => {
                 self.pos += 1;
-                next
+                MemoOp::Next
             }
             Some(b'q') => {
                 self.pos += 1;
-                self.byte()? as u64
+                MemoOp::At(self.byte()? as u32)
             }
             Some(b'r') => {
                 self.pos += 1;
-                self.u32()? as u64
+                MemoOp::At(self.u32()?)
             }
-            _ => return Some(None),
-        };
-        if key != next {
-            return None;
-        }
-        Some(Some(heap.memo_push(v)?))
+            _ => MemoOp::No,
+        })
     }
 
-    #[inline]
-    fn memo_get(&mut self, heap: &Heap, op: u8) -> Option<Value> {
-        let key = if op == b'h' {
-            self.byte()? as usize
+    #[inline(always)]
+    fn memo_ref(&mut self, op: u8) -> Option<Tok> {
+        Some(Tok::Ref(if op == b'h' {
+            self.byte()? as u32
         } else {
-            self.u32()? as usize
-        };
-        match heap.memo_peek(key)? {
-            Value::Obj(_) => None,
-            v => Some(v),
-        }
+            self.u32()?
+        }))
     }
 
-    fn string(&mut self, heap: &mut Heap, n: usize) -> Option<Value> {
-        if n as u64 > heap.limits.max_string_bytes {
+    #[inline(always)]
+    fn string(&mut self, n: usize, max_str: u64, arena: &mut Vec<u8>) -> Option<Tok> {
+        if n as u64 > max_str {
             return None;
         }
         let raw = self.take(n)?;
-        let s = std::str::from_utf8(raw).ok()?;
-        let v = Value::Str(heap.intern(s).ok()?);
-        self.memo_op(heap, v)?;
-        Some(v)
+        std::str::from_utf8(raw).ok()?;
+        let at = u32::try_from(arena.len()).ok()?;
+        arena.extend_from_slice(raw);
+        let memo = self.memo_op()?;
+        Some(Tok::Str {
+            at,
+            len: n as u32,
+            memo,
+        })
     }
 
-    fn key(&mut self, heap: &mut Heap) -> Option<StrId> {
-        let v = match self.op()? {
-            op @ (b'h' | b'j') => self.memo_get(heap, op)?,
+    #[inline(always)]
+    fn key(&mut self, max_str: u64, arena: &mut Vec<u8>) -> Option<Tok> {
+        match self.op()? {
+            op @ (b'h' | b'j') => self.memo_ref(op),
             0x8c => {
                 let n = self.byte()? as usize;
-                self.string(heap, n)?
+                self.string(n, max_str, arena)
             }
-            _ => return None,
-        };
-        match v {
-            Value::Str(s) => Some(s),
             _ => None,
         }
     }
 
-    fn value(&mut self, heap: &mut Heap, state: &mut State) -> Option<Value> {
+    #[inline(always)]
+    fn value(&mut self, max_str: u64, arena: &mut Vec<u8>) -> Option<Tok> {
         Some(match self.op()? {
-            b'K' => Value::Int(self.byte()? as i64),
-            b'M' => Value::Int(u16::from_le_bytes(self.take(2)?.try_into().ok()?) as i64),
-            b'J' => Value::Int(i32::from_le_bytes(self.take(4)?.try_into().ok()?) as i64),
+            b'K' => Tok::Int(self.byte()? as i64),
+            b'M' => Tok::Int(u16::from_le_bytes(self.take(2)?.try_into().ok()?) as i64),
+            b'J' => Tok::Int(i32::from_le_bytes(self.take(4)?.try_into().ok()?) as i64),
             0x8a => {
                 let n = self.byte()? as usize;
                 if n > 8 {
                     return None;
+                }
+                // Eight bytes in view (nearly always): one load and a sign-extending shift
+                // instead of a variable-length copy.
+                if n > 0
+                    && let Some(word) = self.buf.get(self.pos..self.pos + 8)
+                {
+                    self.pos += n;
+                    let raw = u64::from_le_bytes(word.try_into().ok()?);
+                    let shift = 64 - 8 * n as u32;
+                    return Some(Tok::Int(((raw << shift) as i64) >> shift));
                 }
                 let bytes = self.take(n)?;
                 let mut buf = [if bytes.last().is_some_and(|b| b & 0x80 != 0) {
@@ -175,83 +255,45 @@ impl Cursor<'_> {
                     0
                 }; 8];
                 buf[..n].copy_from_slice(bytes);
-                Value::Int(i64::from_le_bytes(buf))
+                Tok::Int(i64::from_le_bytes(buf))
             }
-            b'G' => Value::Float(f64::from_be_bytes(self.take(8)?.try_into().ok()?)),
-            b'N' => Value::None,
-            0x88 => Value::Bool(true),
-            0x89 => Value::Bool(false),
+            b'G' => Tok::Float(f64::from_be_bytes(self.take(8)?.try_into().ok()?)),
+            b'N' => Tok::None,
+            0x88 => Tok::Bool(true),
+            0x89 => Tok::Bool(false),
             0x8c => {
                 let n = self.byte()? as usize;
-                self.string(heap, n)?
+                self.string(n, max_str, arena)?
             }
             b'X' => {
                 let n = self.u32()? as usize;
-                self.string(heap, n)?
+                self.string(n, max_str, arena)?
             }
-            op @ (b'h' | b'j') => self.memo_get(heap, op)?,
-            b']' => self.frames_list(heap, state)?,
+            op @ (b'h' | b'j') => self.memo_ref(op)?,
+            b']' => self.frames_list(arena)?,
             _ => return None,
         })
     }
 
     /// `]` [memo] then nothing (empty), `MARK (BINGET frame)* APPENDS`, or `BINGET frame APPEND`.
-    fn frames_list(&mut self, heap: &mut Heap, state: &mut State) -> Option<Value> {
-        let slot = self.memo_op(heap, Value::EmptyList)?;
-        let v = match self.cached_stack(heap, state) {
-            Some(id) => Value::Stack(id),
-            None => self.decode_frames(heap, state)?,
-        };
-        // The list must be finished: no further APPEND(S) into it.
-        if matches!(self.peek_op(), Some(b'(' | b'a' | b'e')) {
-            return None;
-        }
-        if let Some(slot) = slot {
-            heap.memo_set(slot, v)?;
-        }
-        Some(v)
-    }
-
-    /// A `MARK (BINGET)* APPENDS` list whose body was seen before: its stack, with the cursor
-    /// past `APPENDS`. Otherwise `None`, the cursor unmoved.
-    fn cached_stack(&mut self, heap: &Heap, state: &mut State) -> Option<StackId> {
-        if heap.memo_overwrites() != state.overwrites_seen {
-            state.stacks.clear();
-            state.stack_key_bytes = 0;
-            state.overwrites_seen = heap.memo_overwrites();
-        }
-        if self.buf.get(self.pos) != Some(&b'(') {
-            return None;
-        }
-        let end = body_end(self.buf, self.pos + 1)?;
-        let &id = state.stacks.get(&self.buf[self.pos + 1..end])?;
-        self.pos = end + 1;
-        Some(id)
-    }
-
-    /// The frames of a list after its memo op, interned; a `MARK … APPENDS` body of plain
-    /// `BINGET`s is remembered for [`Cursor::cached_stack`].
-    fn decode_frames(&mut self, heap: &mut Heap, state: &mut State) -> Option<Value> {
-        let frames = &mut state.frames;
-        frames.clear();
-        let frame = |c: &mut Self, op: u8, frames: &mut Vec<FrameId>| -> Option<()> {
-            match c.memo_get(heap, op)? {
-                Value::Frame(f) => {
-                    frames.push(f);
-                    Some(())
-                }
-                _ => None,
-            }
-        };
-        let mut body = None;
+    /// The `BINGET` ops are copied to the arena as they are (past any `FRAME` marker).
+    fn frames_list(&mut self, arena: &mut Vec<u8>) -> Option<Tok> {
+        let memo = self.memo_op()?;
+        let at = u32::try_from(arena.len()).ok()?;
         match self.peek_op() {
             Some(b'(') => {
                 self.pos += 1;
-                let start = self.pos;
-                body = body_end(self.buf, start).map(|end| start..end);
                 loop {
                     match self.op()? {
-                        op @ (b'h' | b'j') => frame(self, op, frames)?,
+                        b'h' => {
+                            let i = self.byte()?;
+                            arena.extend_from_slice(&[b'h', i]);
+                        }
+                        b'j' => {
+                            let i = self.take(4)?;
+                            arena.push(b'j');
+                            arena.extend_from_slice(i);
+                        }
                         b'e' => break,
                         _ => return None,
                     }
@@ -259,83 +301,373 @@ impl Cursor<'_> {
             }
             Some(op @ (b'h' | b'j')) => {
                 // One frame and APPEND, or (an empty list) the next key of the dict.
-                let save = self.pos;
-                self.pos += 1;
-                match (self.memo_get(heap, op), self.peek_op()) {
-                    (Some(Value::Frame(f)), Some(b'a')) => {
-                        self.pos += 1;
-                        frames.push(f);
-                    }
-                    _ => self.pos = save,
+                let (buf, save) = (self.buf, self.pos);
+                let n = if op == b'h' { 2 } else { 5 };
+                let one = buf.get(save..save + n)?;
+                self.pos += n;
+                if self.peek_op() == Some(b'a') {
+                    self.pos += 1;
+                    arena.extend_from_slice(one);
+                } else {
+                    self.pos = save;
                 }
             }
             _ => {}
         }
-        if frames.is_empty() {
-            return Some(Value::EmptyList);
+        // The list must be finished: no further APPEND(S) into it.
+        if matches!(self.peek_op(), Some(b'(' | b'a' | b'e')) {
+            return None;
         }
-        let id = heap.intern_stack(frames);
-        if let Some(body) = body {
-            state.remember(&self.buf[body], id);
-        }
-        Some(Value::Stack(id))
+        let len = arena.len() as u32 - at;
+        Some(Tok::List { memo, at, len })
     }
 }
 
-/// Where the `APPENDS` of a list body starting at `start` is, if the body is only `BINGET` and
-/// `LONG_BINGET` ops.
-#[inline]
-fn body_end(buf: &[u8], start: usize) -> Option<usize> {
-    let mut p = start;
-    loop {
-        match *buf.get(p)? {
-            b'h' => p += 2,
-            b'j' => p += 5,
-            b'e' => return Some(p),
-            _ => return None,
+/// Decodes the entry dict at the start of `buf` (its `EMPTY_DICT`) into `out`; false (and `out`
+/// as it was) when the bytes are not a trace entry of the fast path's shape. `offset` is the
+/// stream offset of `buf[0]`, kept with the entry.
+pub(crate) fn decode(buf: &[u8], max_str: u64, offset: u64, out: &mut Entries) -> bool {
+    let (fields, arena) = (out.fields.len(), out.arena.len());
+    match decode_fields(buf, max_str, out) {
+        Some((len, memo)) if u32::try_from(len).is_ok() => {
+            out.heads.push(Head {
+                offset,
+                len: len as u32,
+                memo,
+                fields: fields as u32..out.fields.len() as u32,
+            });
+            true
+        }
+        _ => {
+            out.fields.truncate(fields);
+            out.arena.truncate(arena);
+            false
         }
     }
 }
 
-impl State {
-    fn remember(&mut self, body: &[u8], id: StackId) {
-        if self.stack_key_bytes + body.len() <= STACK_CACHE_MAX_BYTES {
-            self.stack_key_bytes += body.len();
-            self.stacks.insert(body.into(), id);
-        }
+fn decode_fields(buf: &[u8], max_str: u64, out: &mut Entries) -> Option<(usize, MemoOp)> {
+    if buf.first() != Some(&b'}') || u32::try_from(out.fields.len() + 64).is_err() {
+        return None;
     }
-}
-
-fn entry(c: &mut Cursor, heap: &mut Heap, state: &mut State) -> Option<Value> {
-    let slot = c.memo_op(heap, Value::None)?;
+    let mut c = Cursor { buf, pos: 1 };
+    let memo = c.memo_op()?;
     if c.op()? != b'(' {
         return None;
     }
-    let mut fields = EntryFields::default();
-    let mut first = true;
+    let first = out.fields.len();
     loop {
         if c.peek_op()? == b'u' {
             c.pos += 1;
             break;
         }
-        let k = c.key(heap)?;
-        if first && k.0 != key::ACTION {
-            return None;
-        }
-        first = false;
-        let v = c.value(heap, state)?;
-        // A field the machine would refuse: it refuses it, naming the offset.
-        heap.set_field(&mut fields, k.0, v).ok()?;
+        let k = c.key(max_str, &mut out.arena)?;
+        let v = c.value(max_str, &mut out.arena)?;
+        out.fields.push((k, v));
     }
     // The dict must be finished: a MARK or SETITEM here would add to it.
-    if first || matches!(c.peek_op(), None | Some(b'(' | b's' | b'u')) {
+    if out.fields.len() == first || matches!(c.peek_op(), None | Some(b'(' | b's' | b'u')) {
         return None;
+    }
+    Some((c.pos, memo))
+}
+
+/// Turns decoded entry `i` into a trace row (module docs); `None`: the general machine must read
+/// it, and nothing that matters was changed.
+pub(crate) fn apply(e: &Entries, i: usize, heap: &mut Heap, state: &mut State) -> Option<Value> {
+    let mark = heap.memo_mark()?;
+    let v = apply_entry(e, &e.heads[i], heap, state);
+    if v.is_none() {
+        heap.memo_truncate(mark);
+    }
+    v
+}
+
+fn apply_entry(e: &Entries, head: &Head, heap: &mut Heap, state: &mut State) -> Option<Value> {
+    let slot = memo(heap, head.memo, Value::None)?;
+    let mut fields = EntryFields::default();
+    let pairs = &e.fields[head.fields.start as usize..head.fields.end as usize];
+    for (n, &(k, v)) in pairs.iter().enumerate() {
+        let Value::Str(k) = resolve(e, k, heap, state)? else {
+            return None;
+        };
+        if n == 0 && k.0 != key::ACTION {
+            return None;
+        }
+        let v = resolve(e, v, heap, state)?;
+        // A field the machine would refuse: it refuses it, naming the offset.
+        heap.set_field(&mut fields, k.0, v).ok()?;
     }
     let v = Value::Entry(heap.push_entry(&fields));
     if let Some(slot) = slot {
         heap.memo_set(slot, v)?;
     }
     Some(v)
+}
+
+/// Applies a memo op to a new value: the slot it took, if any.
+#[inline]
+fn memo(heap: &mut Heap, op: MemoOp, v: Value) -> Option<Option<usize>> {
+    match op {
+        MemoOp::No => Some(None),
+        MemoOp::Next => Some(Some(heap.memo_push(v)?)),
+        MemoOp::At(i) if i as usize == heap.memo_mark()? => Some(Some(heap.memo_push(v)?)),
+        MemoOp::At(_) => None,
+    }
+}
+
+#[inline(always)]
+fn resolve(e: &Entries, t: Tok, heap: &mut Heap, state: &mut State) -> Option<Value> {
+    Some(match t {
+        Tok::Int(i) => Value::Int(i),
+        Tok::Float(f) => Value::Float(f),
+        Tok::None => Value::None,
+        Tok::Bool(b) => Value::Bool(b),
+        Tok::Str { at, len, memo: m } => {
+            let raw = &e.arena[at as usize..(at + len) as usize];
+            let v = Value::Str(heap.intern(std::str::from_utf8(raw).ok()?).ok()?);
+            memo(heap, m, v)?;
+            v
+        }
+        Tok::Ref(i) => match heap.memo_peek(i as usize)? {
+            Value::Obj(_) => return None,
+            v => v,
+        },
+        Tok::List { memo: m, at, len } => {
+            let slot = memo(heap, m, Value::EmptyList)?;
+            let v = if len == 0 {
+                Value::EmptyList
+            } else {
+                state.stack(&e.arena[at as usize..(at + len) as usize], heap)?
+            };
+            if let Some(slot) = slot {
+                heap.memo_set(slot, v)?;
+            }
+            v
+        }
+    })
+}
+
+impl State {
+    /// The stack of a frames list's `BINGET` ops, which must all name memoized frames.
+    fn stack(&mut self, body: &[u8], heap: &mut Heap) -> Option<Value> {
+        if heap.memo_overwrites() != self.overwrites_seen {
+            self.stacks.clear();
+            self.stack_key_bytes = 0;
+            self.overwrites_seen = heap.memo_overwrites();
+        }
+        if let Some(&id) = self.stacks.get(body) {
+            return Some(Value::Stack(id));
+        }
+        self.frames.clear();
+        let mut c = Cursor { buf: body, pos: 0 };
+        while let Some(op) = c.byte() {
+            let Tok::Ref(i) = c.memo_ref(op)? else {
+                return None;
+            };
+            match heap.memo_peek(i as usize)? {
+                Value::Frame(f) => self.frames.push(f),
+                _ => return None,
+            }
+        }
+        let id = heap.intern_stack(&self.frames);
+        if self.stack_key_bytes + body.len() <= STACK_CACHE_MAX_BYTES {
+            self.stack_key_bytes += body.len();
+            self.stacks.insert(body.into(), id);
+        }
+        Some(Value::Stack(id))
+    }
+}
+
+/// Entries a pre-decoder sends at a time.
+#[cfg(not(target_arch = "wasm32"))]
+const BATCH_ENTRIES: usize = 4096;
+
+/// Entries decoded ahead from the parser's own window: few enough that their tokens are still
+/// in cache when applied, enough that applying never reads tokens just written (a store still
+/// in flight makes the load that reads it wait).
+const INLINE_ENTRIES: usize = 512;
+
+/// Decoded entries by stream offset, for the parser: decoded ahead in batches from its own
+/// window, and past `start` by a pre-decoder thread when there is one.
+#[derive(Default)]
+pub(crate) struct Tape {
+    inline: Entries,
+    inline_next: usize,
+    #[cfg(not(target_arch = "wasm32"))]
+    remote: Option<Remote>,
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+struct Remote {
+    rx: std::sync::mpsc::Receiver<Entries>,
+    cur: Entries,
+    next: usize,
+    /// The pre-decoder's first offset: entries before it are never on its tape.
+    start: u64,
+    done: bool,
+}
+
+impl Tape {
+    /// A tape fed by a pre-decoder ([`predecode`]) from offset `start` on.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn with_predecoder(rx: std::sync::mpsc::Receiver<Entries>, start: u64) -> Tape {
+        Tape {
+            remote: Some(Remote {
+                rx,
+                cur: Entries::default(),
+                next: 0,
+                start,
+                done: false,
+            }),
+            ..Tape::default()
+        }
+    }
+
+    /// The decoded entry that starts at `offset`, where the parser met an `EMPTY_DICT`;
+    /// `window` is the parser's view of the bytes from there. `None`: the bytes there are not a
+    /// fast-path entry. The parser never goes back, so entries before `offset` are dropped.
+    pub fn at(&mut self, offset: u64, window: &[u8], max_str: u64) -> Option<(&Entries, usize)> {
+        #[cfg(not(target_arch = "wasm32"))]
+        if let Some(r) = self.remote.as_mut()
+            && offset >= r.start
+            && !r.done
+        {
+            match r.at(offset) {
+                Some(i) => return self.remote.as_ref().map(|r| (&r.cur, i)),
+                // The pre-decoder passed this offset without an entry: one entry from here.
+                None if !r.done => return self.decode_here(offset, window, max_str, 1),
+                None => {}
+            }
+        }
+        while let Some(h) = self.inline.heads.get(self.inline_next) {
+            if h.offset > offset {
+                break;
+            }
+            self.inline_next += 1;
+            if h.offset == offset {
+                return Some((&self.inline, self.inline_next - 1));
+            }
+        }
+        self.decode_here(offset, window, max_str, INLINE_ENTRIES)
+    }
+
+    /// Decodes up to `limit` consecutive entries of a list from `window` (at `offset`).
+    fn decode_here(
+        &mut self,
+        offset: u64,
+        window: &[u8],
+        max_str: u64,
+        limit: usize,
+    ) -> Option<(&Entries, usize)> {
+        let e = &mut self.inline;
+        e.clear();
+        let mut p = 0;
+        while e.heads.len() < limit && decode(&window[p..], max_str, offset + p as u64, e) {
+            p += e.heads[e.heads.len() - 1].len as usize;
+            // What separates entries in a list: APPENDS and MARK between batches, FRAME markers.
+            loop {
+                match window.get(p) {
+                    Some(b'e' | b'(') => p += 1,
+                    Some(&FRAME) => p += 9,
+                    _ => break,
+                }
+            }
+            if window.get(p) != Some(&b'}') {
+                break;
+            }
+        }
+        self.inline_next = 0;
+        if e.heads.first()?.offset == offset {
+            self.inline_next = 1;
+            return Some((&self.inline, 0));
+        }
+        None
+    }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+impl Remote {
+    /// The index in `cur` of the pre-decoder's entry at `offset`, waiting for it to get that
+    /// far; `None` if it has none there (or has ended: then `done`).
+    fn at(&mut self, offset: u64) -> Option<usize> {
+        loop {
+            if let Some(h) = self.cur.heads.get(self.next) {
+                if h.offset > offset {
+                    return None;
+                }
+                self.next += 1;
+                if h.offset == offset {
+                    return Some(self.next - 1);
+                }
+                continue;
+            }
+            match self.rx.recv() {
+                Ok(batch) => {
+                    self.cur = batch;
+                    self.next = 0;
+                }
+                Err(_) => {
+                    self.done = true;
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+/// The pre-decoder: reads `r` (the stream from offset `start`), decodes every entry dict it finds
+/// and sends them in batches until the stream ends or the parser hangs up. Bytes that are not an
+/// entry are stepped over to the next `EMPTY_DICT`; what it reads from a false start is never used
+/// (the parser asks only for offsets where it meets an `EMPTY_DICT` itself).
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) fn predecode<R: std::io::Read>(
+    mut r: R,
+    start: u64,
+    max_str: u64,
+    tx: std::sync::mpsc::SyncSender<Entries>,
+) {
+    /// Bytes in view before an entry is decoded, as the parser's window (`pickle::FAST_WINDOW`).
+    const WINDOW: usize = 64 << 10;
+    let mut buf = vec![0u8; 4 << 20];
+    let (mut lo, mut hi, mut base, mut eof) = (0usize, 0usize, start, false);
+    let mut batch = Entries::default();
+    loop {
+        if hi - lo < WINDOW && !eof {
+            buf.copy_within(lo..hi, 0);
+            base += lo as u64;
+            hi -= lo;
+            lo = 0;
+            while hi < buf.len() && !eof {
+                match r.read(&mut buf[hi..]) {
+                    Ok(0) | Err(_) => eof = true,
+                    Ok(n) => hi += n,
+                }
+            }
+            continue;
+        }
+        let Some(p) = buf[lo..hi].iter().position(|&b| b == b'}') else {
+            if eof {
+                break;
+            }
+            lo = hi;
+            continue;
+        };
+        let at = lo + p;
+        if hi - at < WINDOW && !eof {
+            lo = at;
+            continue;
+        }
+        if decode(&buf[at..hi], max_str, base + at as u64, &mut batch) {
+            lo = at + batch.heads.last().map_or(1, |h| h.len as usize);
+            if batch.heads.len() >= BATCH_ENTRIES && tx.send(std::mem::take(&mut batch)).is_err() {
+                return;
+            }
+        } else {
+            lo = at + 1;
+        }
+    }
+    let _ = tx.send(batch);
 }
 
 #[cfg(test)]

@@ -69,9 +69,63 @@ pub fn read_general<R: Read>(reader: R) -> Result<Snapshot> {
     read_impl(reader, Limits::default(), false)
 }
 
+/// Reads a snapshot file with the trace's later entries decoded ahead on a second thread
+/// (`fast.rs`): `open_at(offset)` opens the same file at a byte offset, and `size_bytes` is its
+/// length. The result is the same as [`read_sized`]'s; compressed and small files are read on one
+/// thread. The file must not change while it is read.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn read_file<R, F>(open_at: F, size_bytes: u64) -> Result<Snapshot>
+where
+    R: Read + Send,
+    F: Fn(u64) -> std::io::Result<R> + Sync,
+{
+    // The parser does the first part itself, then only applies what the pre-decoder read: 30%
+    // balances the two threads on big files (bench/README.md).
+    let start = (size_bytes >= PREDECODE_MIN_BYTES).then_some(size_bytes / 10 * 3);
+    read_file_from(open_at, size_bytes, start)
+}
+
+/// [`read_file`] with the pre-decoder starting at `start` (none: one thread), whatever the size;
+/// for tests.
+#[doc(hidden)]
+#[cfg(not(target_arch = "wasm32"))]
+pub fn read_file_from<R, F>(open_at: F, size_bytes: u64, start: Option<u64>) -> Result<Snapshot>
+where
+    R: Read + Send,
+    F: Fn(u64) -> std::io::Result<R> + Sync,
+{
+    let reader = open_at(0).map_err(|source| Error::Io { offset: 0, source })?;
+    let open = |offset: u64| -> Option<Box<dyn Read + Send + '_>> {
+        open_at(offset)
+            .ok()
+            .map(|r| Box::new(r) as Box<dyn Read + Send>)
+    };
+    let limits = Limits {
+        size_hint_bytes: size_bytes,
+        ..Limits::default()
+    };
+    read_impl_with(reader, limits, true, start.map(|s| (&open as Reopen, s)))
+}
+
+/// Opens the input again at an offset, for a pre-decoder thread.
+type Reopen<'a> = &'a (dyn Fn(u64) -> Option<Box<dyn Read + Send + 'a>> + Sync);
+
+/// Plain pickles from this size on are read with a pre-decoder thread when they can be reopened.
+#[cfg(not(target_arch = "wasm32"))]
+const PREDECODE_MIN_BYTES: u64 = 32 << 20;
+
 fn read_impl<R: Read>(reader: R, limits: Limits, fast_path: bool) -> Result<Snapshot> {
+    read_impl_with(reader, limits, fast_path, None)
+}
+
+fn read_impl_with<R: Read>(
+    reader: R,
+    limits: Limits,
+    fast_path: bool,
+    reopen: Option<(Reopen, u64)>,
+) -> Result<Snapshot> {
     let tripped = std::rc::Rc::new(std::cell::Cell::new(None));
-    let read = read_decoded(reader, limits, fast_path, &tripped);
+    let read = read_decoded(reader, limits, fast_path, &tripped, reopen);
     match tripped.get() {
         // Whatever the reader made of the cut-off stream, the limit is why it stopped.
         Some((limit_bytes, compressed_bytes)) => Err(Error::TooExpanded {
@@ -87,6 +141,7 @@ fn read_decoded<R: Read>(
     limits: Limits,
     fast_path: bool,
     tripped: &decompress::Tripped,
+    reopen: Option<(Reopen, u64)>,
 ) -> Result<Snapshot> {
     let (decoded, compression) = decompress::open_bounded(
         reader,
@@ -131,7 +186,16 @@ fn read_decoded<R: Read>(
         }
         Some(first) => {
             format.encoding = "pickle";
-            let (root, info) = match pickle::run(&mut input, &mut heap) {
+            let parsed = match reopen {
+                #[cfg(not(target_arch = "wasm32"))]
+                Some((reopen, start))
+                    if fast_path && matches!(compression, decompress::Compression::None) =>
+                {
+                    parse_with_predecoder(&mut input, &mut heap, reopen, start)
+                }
+                _ => pickle::run(&mut input, &mut heap, &mut fast::Tape::default()),
+            };
+            let (root, info) = match parsed {
                 Ok(r) => r,
                 // Protocol 2+ pickles start with PROTO (0x80); anything else that fails to parse
                 // is most likely not a pickle at all, so say that rather than how parsing failed.
@@ -160,6 +224,30 @@ fn read_decoded<R: Read>(
     let mut snap = lower::build(heap, root, format)?;
     snap.content_hash = hasher.digest128();
     Ok(snap)
+}
+
+/// Parses with a pre-decoder thread reading from `start` on (`fast.rs`).
+#[cfg(not(target_arch = "wasm32"))]
+fn parse_with_predecoder<R: Read>(
+    input: &mut pickle::Input<R>,
+    heap: &mut values::Heap,
+    reopen: Reopen,
+    start: u64,
+) -> Result<(values::Value, pickle::PickleInfo)> {
+    let max_str = heap.limits.max_string_bytes;
+    std::thread::scope(|s| {
+        let mut tape = match reopen(start) {
+            Some(r) => {
+                let (tx, rx) = std::sync::mpsc::sync_channel(4);
+                s.spawn(move || fast::predecode(r, start, max_str, tx));
+                fast::Tape::with_predecoder(rx, start)
+            }
+            None => fast::Tape::default(),
+        };
+        // The tape (and with it the channel) is dropped before the scope ends, so a pre-decoder
+        // still reading stops at its next batch.
+        pickle::run(input, heap, &mut tape)
+    })
 }
 
 /// Reads a snapshot held in memory.

@@ -116,8 +116,23 @@ impl<R: Read> Input<R> {
         Ok(&self.buf[self.pos - 1..self.end])
     }
 
-    pub fn skip(&mut self, n: usize) {
-        self.pos += n;
+    /// Steps over `n` bytes, reading on where they go past the buffer.
+    pub fn advance(&mut self, mut n: usize) -> Result<()> {
+        loop {
+            let here = self.end - self.pos;
+            if n <= here {
+                self.pos += n;
+                return Ok(());
+            }
+            n -= here;
+            self.pos = self.end;
+            if !self.fill()? {
+                return Err(Error::Truncated {
+                    offset: self.offset(),
+                    context: "a trace entry",
+                });
+            }
+        }
     }
 
     /// Tries to read up to `n` bytes of lookahead into the buffer; true if at least `n` are there.
@@ -281,7 +296,14 @@ fn decode_long(bytes: &[u8]) -> Option<i128> {
 }
 
 /// Runs the machine over `input` until STOP; returns the top-level value.
-pub(crate) fn run<R: Read>(input: &mut Input<R>, heap: &mut Heap) -> Result<(Value, PickleInfo)> {
+///
+/// Trace entries come through `tape` (`fast.rs`): decoded ahead from the machine's own buffer, or
+/// by a pre-decoder thread.
+pub(crate) fn run<R: Read>(
+    input: &mut Input<R>,
+    heap: &mut Heap,
+    tape: &mut crate::fast::Tape,
+) -> Result<(Value, PickleInfo)> {
     let mut stack: Vec<Value> = Vec::with_capacity(1024);
     let mut marks: Vec<usize> = Vec::with_capacity(64);
     let mut info = PickleInfo::default();
@@ -395,8 +417,12 @@ pub(crate) fn run<R: Read>(input: &mut Input<R>, heap: &mut Heap) -> Result<(Val
             b'}' => {
                 if fast {
                     let window = input.window_from_previous(FAST_WINDOW)?;
-                    if let Some((used, v)) = crate::fast::try_entry(window, heap, &mut fast_state) {
-                        input.skip(used - 1);
+                    let applied = tape.at(off, window, max_str).and_then(|(entries, i)| {
+                        crate::fast::apply(entries, i, heap, &mut fast_state)
+                            .map(|v| (entries.len_bytes(i), v))
+                    });
+                    if let Some((used, v)) = applied {
+                        input.advance(used - 1)?;
                         push!(off, v);
                         continue;
                     }

@@ -820,7 +820,7 @@ impl Heap {
 
     /// Records one key/value of a trace entry (unknown keys are ignored). A `size` that is not a
     /// byte count (negative, past 2^56, not an integer) is an error, never a wrapped number.
-    #[inline]
+    #[inline(always)]
     pub fn set_field(&mut self, f: &mut EntryFields, k: u32, v: Value) -> Result<(), String> {
         match k {
             key::ACTION => {

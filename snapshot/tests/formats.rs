@@ -140,30 +140,68 @@ fn fast_path_equals_general_machine() {
         )
         .unwrap();
         let general = snapshot::read_general(std::fs::File::open(&path).unwrap()).unwrap();
-        let (a, b) = (&fast.trace, &general.trace);
-        assert_eq!(a.action, b.action, "{name}");
-        assert_eq!(
-            (&a.addr, &a.size, &a.stream_id, &a.streams, &a.time_us),
-            (&b.addr, &b.size, &b.stream_id, &b.streams, &b.time_us),
-            "{name}"
-        );
-        assert_eq!(
-            (&a.device_free, &a.compile_context, &a.user_metadata),
-            (&b.device_free, &b.compile_context, &b.user_metadata),
-            "{name}"
-        );
-        for r in 0..a.len() {
-            let fa = snapshot::frames::full_stack(&fast, a.stack[r]);
-            let fb = snapshot::frames::full_stack(&general, b.stack[r]);
-            assert_eq!(fa, fb, "{name} row {r}");
-        }
-        assert_eq!(
-            format!("{:?}", fast.devices),
-            format!("{:?}", general.devices),
-            "{name}"
-        );
-        assert_eq!(fast.blocks.len(), general.blocks.len(), "{name}");
+        assert_same_tables(name, &fast, &general);
     }
+}
+
+/// A pre-decoder thread (`read_file`) gives the tables of one thread wherever it starts: at an
+/// entry, inside one, inside the segments, past the end.
+#[test]
+fn a_predecoder_thread_gives_the_tables_of_one_thread() {
+    for name in common::REAL_AND_VARIANTS {
+        let bytes = common::decompressed(&common::fixture(name));
+        let one = snapshot::from_bytes(&bytes).unwrap();
+        let len = bytes.len() as u64;
+        let mut starts = vec![
+            0,
+            1,
+            len / 7,
+            len / 3,
+            len / 2,
+            len * 9 / 10,
+            len - 1,
+            len + 5,
+        ];
+        // Offsets that fall on an entry's first byte, and one byte after it.
+        let entry = bytes.windows(3).position(|w| w == b"}\x94(").unwrap_or(0) as u64;
+        starts.extend([entry, entry + 1]);
+        for start in starts {
+            let two = snapshot::read_file_from(
+                |offset| Ok(&bytes[(offset as usize).min(bytes.len())..]),
+                len,
+                Some(start),
+            )
+            .unwrap();
+            assert_same_tables(&format!("{name} from {start}"), &two, &one);
+            assert_eq!(two.content_hash, one.content_hash, "{name}");
+        }
+    }
+}
+
+fn assert_same_tables(name: &str, fast: &snapshot::Snapshot, general: &snapshot::Snapshot) {
+    let (a, b) = (&fast.trace, &general.trace);
+    assert_eq!(a.action, b.action, "{name}");
+    assert_eq!(
+        (&a.addr, &a.size, &a.stream_id, &a.streams, &a.time_us),
+        (&b.addr, &b.size, &b.stream_id, &b.streams, &b.time_us),
+        "{name}"
+    );
+    assert_eq!(
+        (&a.device_free, &a.compile_context, &a.user_metadata),
+        (&b.device_free, &b.compile_context, &b.user_metadata),
+        "{name}"
+    );
+    for r in 0..a.len() {
+        let fa = snapshot::frames::full_stack(fast, a.stack[r]);
+        let fb = snapshot::frames::full_stack(general, b.stack[r]);
+        assert_eq!(fa, fb, "{name} row {r}");
+    }
+    assert_eq!(
+        format!("{:?}", fast.devices),
+        format!("{:?}", general.devices),
+        "{name}"
+    );
+    assert_eq!(fast.blocks.len(), general.blocks.len(), "{name}");
 }
 
 /// The fast path caches stacks by the bytes of their frame list (`fast.rs`); a `PUT` that
@@ -221,10 +259,22 @@ fn a_frame_replaced_in_the_memo_is_not_served_from_the_stack_cache() {
     entry(&mut b, 3, |_| {}); // fast path: the same bytes now mean [g]
     b.extend(b"eeu.");
 
-    for (how, snap) in [
-        ("fast", snapshot::from_bytes(&b).unwrap()),
-        ("general", snapshot::read_general(&b[..]).unwrap()),
-    ] {
+    let mut reads = vec![
+        ("fast".to_string(), snapshot::from_bytes(&b).unwrap()),
+        (
+            "general".to_string(),
+            snapshot::read_general(&b[..]).unwrap(),
+        ),
+    ];
+    for start in 0..b.len() as u64 {
+        let two = snapshot::read_file_from(
+            |offset| Ok(&b[offset as usize..]),
+            b.len() as u64,
+            Some(start),
+        );
+        reads.push((format!("pre-decoded from {start}"), two.unwrap()));
+    }
+    for (how, snap) in reads {
         let names: Vec<String> = (0..snap.trace.len())
             .map(|r| {
                 let stack = snap.stack(snap.trace.stack[r]);

@@ -102,3 +102,13 @@ fn restrict(ours: &serde_json::Value, reference: &serde_json::Value) -> serde_js
         (o, _) => o.clone(),
     }
 }
+
+/// A fixture's bytes as a plain pickle (`x.pickle.xz` is read from its plain twin `x.pickle`).
+#[allow(dead_code)]
+pub fn decompressed(path: &std::path::Path) -> Vec<u8> {
+    let plain = match path.to_str().and_then(|p| p.strip_suffix(".xz")) {
+        Some(p) => PathBuf::from(p),
+        None => path.to_path_buf(),
+    };
+    std::fs::read(&plain).unwrap_or_else(|e| panic!("{}: {e}", plain.display()))
+}
