@@ -18,6 +18,7 @@ pub mod serve;
 pub mod state;
 pub mod text;
 pub mod upload;
+pub mod views;
 
 /// Now, in Unix epoch milliseconds (the unit every stored time uses).
 pub fn now_ms() -> i64 {

@@ -264,6 +264,14 @@ impl Library {
                 }
             }
         }
+        // Stored first views of snapshots no longer in the library (a crash during a delete).
+        if let Ok(views) = std::fs::read_dir(self.dir.join("views")) {
+            for e in views.flatten() {
+                if !known.contains(e.file_name().to_string_lossy().as_ref()) {
+                    let _ = std::fs::remove_dir_all(e.path());
+                }
+            }
+        }
         Ok(())
     }
 
@@ -275,6 +283,10 @@ impl Library {
     }
     pub fn model_path(&self, sha256: &str) -> PathBuf {
         self.dir.join("models").join(format!("{sha256}.msmodel"))
+    }
+    /// Stored first views of a snapshot (`crate::views`).
+    pub fn views_dir(&self, sha256: &str) -> PathBuf {
+        self.dir.join("views").join(sha256)
     }
 
     async fn tags(&self, id: &str) -> sqlx::Result<Vec<Tag>> {
@@ -534,6 +546,18 @@ impl Library {
         Ok(done.rows_affected() == 1)
     }
 
+    /// Stores a first view of snapshot `id` (`crate::views`), unless the snapshot was deleted
+    /// meanwhile (under the files lock, so a delete never leaves a views folder behind).
+    pub async fn store_view(&self, id: &str, key: &str, answer: Vec<u8>) -> anyhow::Result<()> {
+        let _files = self.files.lock().await;
+        let Some(info) = self.get(id).await? else {
+            return Ok(());
+        };
+        let (dir, key) = (self.views_dir(&info.sha256), key.to_string());
+        tokio::task::spawn_blocking(move || crate::views::write(&dir, &key, &answer)).await?;
+        Ok(())
+    }
+
     /// Removes a snapshot: the row first (it disappears at once), then its files; never while a
     /// commit is placing files.
     pub async fn delete(&self, id: &str) -> sqlx::Result<bool> {
@@ -547,6 +571,7 @@ impl Library {
             Some(sha) => {
                 let _ = std::fs::remove_file(self.original_path(&sha));
                 let _ = std::fs::remove_file(self.model_path(&sha));
+                let _ = std::fs::remove_dir_all(self.views_dir(&sha));
                 Ok(true)
             }
             None => Ok(false),

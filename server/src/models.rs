@@ -120,6 +120,7 @@ impl Models {
         let span = tracing::Span::current();
         let loaded = tokio::task::spawn_blocking(move || -> anyhow::Result<Loaded> {
             let _in_request = span.enter();
+            let t0 = std::time::Instant::now();
             let snap = match std::fs::File::open(&model_path).map_err(anyhow::Error::from).and_then(|f| {
                 snapshot::store::read(std::io::BufReader::with_capacity(1 << 20, f)).map_err(anyhow::Error::from)
             }) {
@@ -132,7 +133,14 @@ impl Models {
                     snap
                 }
             };
+            let read_ms = t0.elapsed().as_secs_f64() * 1e3;
             let index = Index::new(&snap);
+            tracing::info!(
+                events = snap.trace.len(),
+                read_ms = read_ms.round(),
+                index_ms = (t0.elapsed().as_secs_f64() * 1e3 - read_ms).round(),
+                "snapshot model loaded"
+            );
             Ok(Loaded { snap, index })
         })
         .await??;

@@ -278,9 +278,12 @@ async fn a_damaged_model_file_is_rebuilt_not_served() {
         body
     };
     let id = upload(&s, fixture("leak_detached_cache.pickle")).await;
+    // A window: the whole trace's answer is stored apart from the model (`server::views`).
     let q = api::TimelineQuery {
         axis: Some(api::Axis::Event),
         buckets: Some(200),
+        from: Some(0.0),
+        to: Some(1e12),
         ..Default::default()
     };
     let before = get(s.clone(), api::routes::timeline(&id, &q)).await;
@@ -332,6 +335,97 @@ async fn concurrent_first_requests_load_a_snapshot_once() {
         assert_eq!(a.await.unwrap(), StatusCode::OK);
     }
     assert_eq!(s.models.loads(), 1, "eight requests, one load");
+}
+
+/// Issue 14: the whole-trace timeline (what a snapshot page asks for first) is stored once
+/// computed and, after a restart, answered from the store with the same bytes, before the model
+/// is loaded; the model then loads in the background for the next question. A windowed query is
+/// never stored, a broken stored answer is computed again, and deleting the snapshot removes its
+/// stored answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_trace_timeline_is_answered_from_the_store_after_a_restart() {
+    async fn get(s: &AppState, id: &str, q: &api::TimelineQuery) -> Bytes {
+        let req = Request::get(api::routes::timeline(id, q))
+            .body(Body::empty())
+            .unwrap();
+        let (status, body) = call(s, req).await;
+        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+        body
+    }
+    let s = state("first-views").await;
+    let dir = s.config.data_dir.clone();
+    let id = upload(&s, fixture("leak_detached_cache.pickle")).await;
+    let whole = api::TimelineQuery {
+        buckets: Some(300),
+        allocations: Some(50),
+        ..Default::default()
+    };
+    let window = api::TimelineQuery {
+        from: Some(0.0),
+        to: Some(1e12),
+        ..whole.clone()
+    };
+    let first = get(&s, &id, &whole).await;
+    let first_window = get(&s, &id, &window).await;
+    let sha = s.library.get(&id).await.unwrap().unwrap().sha256;
+    let views = s.library.views_dir(&sha);
+    let key = server::views::timeline_key(&whole).unwrap();
+    let stored = views.join(format!("{key}.json"));
+    // Stored off the request's path: wait for it.
+    for _ in 0..200 {
+        if stored.exists() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(std::fs::read(&stored).unwrap(), first);
+    let names = || -> Vec<String> {
+        std::fs::read_dir(&views)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().to_string())
+            .collect()
+    };
+    assert_eq!(
+        names(),
+        vec![format!("{key}.json")],
+        "the window is not stored"
+    );
+    drop(s);
+
+    // A fresh server: nothing in memory. The same bytes, answered before any model load.
+    let s = AppState::open(ServeArgs::for_data_dir(dir.clone()))
+        .await
+        .unwrap();
+    let loads_before = s.models.loads();
+    let again = get(&s, &id, &whole).await;
+    assert_eq!(again, first);
+    assert_eq!(loads_before, 0);
+    // The model is loaded ahead, for the next question.
+    for _ in 0..500 {
+        if s.models.cached(&id).is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(s.models.cached(&id).is_some(), "loaded in the background");
+    assert_eq!(s.models.loads(), 1);
+    assert_eq!(get(&s, &id, &window).await, first_window);
+    drop(s);
+
+    // A stored answer that does not read is computed again (and the answer is right).
+    std::fs::write(&stored, &first[..first.len() / 2]).unwrap();
+    let s = AppState::open(ServeArgs::for_data_dir(dir)).await.unwrap();
+    assert_eq!(get(&s, &id, &whole).await, first);
+    assert_eq!(s.models.loads(), 1, "computed from the model");
+
+    // Deleting the snapshot removes its stored answers.
+    let req = Request::delete(api::routes::snapshot(&id))
+        .body(Body::empty())
+        .unwrap();
+    let (status, _) = call(&s, req).await;
+    assert!(status.is_success(), "{status}");
+    assert!(!views.exists(), "{}", views.display());
 }
 
 /// Finding 1: a batch was keyed by `(collector, seq)` alone, so a collector that started again

@@ -112,12 +112,65 @@ async fn report(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult<
     Ok(Json(r))
 }
 
+/// The timeline of a window, or of the whole trace: that answer is stored once computed
+/// (`crate::views`) and read back from then on, and a model not in memory is loaded meanwhile.
 async fn timeline(
     State(s): State<AppState>,
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<api::TimelineQuery>,
-) -> ApiResult<Json<api::TimelineAnswer>> {
-    let r = query(&s, &id, move |m, _| {
+) -> ApiResult<axum::response::Response> {
+    let json = |body: Vec<u8>| {
+        use axum::response::IntoResponse;
+        (
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+            .into_response()
+    };
+    let stored = match crate::views::timeline_key(&q) {
+        Some(key) => {
+            let info = s
+                .library
+                .get(&id)
+                .await?
+                .ok_or_else(|| ApiError::NotFound(id.clone()))?;
+            Some((s.library.views_dir(&info.sha256), key))
+        }
+        None => None,
+    };
+    if let Some((dir, key)) = &stored
+        && let Some(body) = crate::views::read(dir, key).await
+    {
+        if s.models.cached(&id).is_none() {
+            // For the page's next question (a zoom, an event's state).
+            let (models, library, id) = (s.models.clone(), s.library.clone(), id.clone());
+            tokio::spawn(async move {
+                if let Err(e) = models.get(&library, &id).await {
+                    tracing::warn!(error = %e, id, "loading a model ahead failed");
+                }
+            });
+        }
+        return Ok(json(body));
+    }
+    let answer = timeline_answer(&s, &id, q).await?;
+    let body = serde_json::to_vec(&answer).map_err(anyhow::Error::from)?;
+    if let Some((_, key)) = stored {
+        let (library, copy) = (s.library.clone(), body.clone());
+        tokio::spawn(async move {
+            if let Err(e) = library.store_view(&id, &key, copy).await {
+                tracing::warn!(error = %e, id, "could not store a first view");
+            }
+        });
+    }
+    Ok(json(body))
+}
+
+async fn timeline_answer(
+    s: &AppState,
+    id: &str,
+    q: api::TimelineQuery,
+) -> ApiResult<api::TimelineAnswer> {
+    query(s, id, move |m, _| {
         let d = device_of(m, q.device)?;
         let w = analysis::timeline::window(
             &m.snap,
@@ -158,8 +211,7 @@ async fn timeline(
             }),
         })
     })
-    .await?;
-    Ok(Json(r))
+    .await
 }
 
 async fn state_at(
