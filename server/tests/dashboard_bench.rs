@@ -3,6 +3,10 @@
 //!     MEMSCOPE_BENCH_FILES=/path/big_cpp.pickle,tests/fixtures/big_python.pickle \
 //!         cargo test --release -p server --test dashboard_bench -- --ignored --nocapture
 //!
+//! `MEMSCOPE_BENCH_RUNS=N` runs each file N times; `MEMSCOPE_OFFICIAL_VIEWER=DIR` measures
+//! PyTorch's viewer too (`bench/official_viewer.rs`), in the first `MEMSCOPE_OFFICIAL_RUNS` runs
+//! of each file (all by default), each of its pages given `MEMSCOPE_OFFICIAL_LIMIT_S` (300 s).
+//!
 //! For each file: choosing the file to a drawn timeline (upload + indexing + page + draw);
 //! reopening it in a fresh browser against a fresh server process state (cold cache: model file
 //! load) to a drawn timeline; the segment view at an event and stepping; the page's renderer peak
@@ -35,11 +39,11 @@ fn cmdline(pid: u32) -> String {
         .replace('\0', " ")
 }
 
-/// Peak RSS (VmHWM) of the largest renderer process of the browser started with `profile`
-/// (so renderers of other Chromium instances on the machine do not count), in bytes.
-fn renderer_peak_rss(profile: &std::path::Path) -> u64 {
+/// The renderer processes of the browser started with `profile` (so renderers of other Chromium
+/// instances on the machine do not count).
+fn renderers(profile: &std::path::Path) -> Vec<u32> {
     let profile = profile.display().to_string();
-    let mut best = 0;
+    let mut found = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
         let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
             continue;
@@ -48,12 +52,12 @@ fn renderer_peak_rss(profile: &std::path::Path) -> u64 {
             continue;
         }
         // Walk up to the browser process and check it is ours.
-        let (mut p, mut ours) = (pid, false);
+        let mut p = pid;
         for _ in 0..6 {
             match parent_of(p) {
                 Some(pp) if pp > 1 => {
                     if cmdline(pp).contains(&profile) {
-                        ours = true;
+                        found.push(pid);
                         break;
                     }
                     p = pp;
@@ -61,19 +65,44 @@ fn renderer_peak_rss(profile: &std::path::Path) -> u64 {
                 _ => break,
             }
         }
-        if !ours {
-            continue;
-        }
-        if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status"))
-            && let Some(kb) = status
-                .lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-        {
-            best = best.max(kb * 1024);
-        }
     }
-    best
+    found
+}
+
+/// Peak RSS (VmHWM) of the largest renderer process of the browser started with `profile`, in
+/// bytes.
+fn renderer_peak_rss(profile: &std::path::Path) -> u64 {
+    renderers(profile)
+        .into_iter()
+        .filter_map(|pid| {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+            let kb = status
+                .lines()
+                .find(|l| l.starts_with("VmHWM:"))?
+                .split_whitespace()
+                .nth(1)?
+                .parse::<u64>()
+                .ok()?;
+            Some(kb * 1024)
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// CPU seconds (user + system) used so far by the renderers of the browser started with
+/// `profile`.
+fn renderer_cpu_s(profile: &std::path::Path) -> f64 {
+    let ticks_per_s = 100.0; // USER_HZ on Linux
+    renderers(profile)
+        .into_iter()
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let fields: Vec<&str> = stat.rsplit(')').next()?.split_whitespace().collect();
+            // After the command: state is field 0, utime 11, stime 12.
+            let t = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+            Some(t / ticks_per_s)
+        })
+        .sum()
 }
 
 fn http_get(base: &str, path: &str) -> (u16, usize) {
@@ -230,6 +259,18 @@ async fn dashboard_benchmark() {
             .unwrap();
             tokio::time::sleep(Duration::from_millis(150)).await;
         }
+        // The reopen was answered from the stored first view while the model loaded in the
+        // background; a windowed query waits for that load, so the views below are timed on a
+        // loaded model (the load itself is in "the same with no stored first view").
+        c.execute_async(
+            &format!(
+                "const done = arguments[arguments.length - 1]; \
+                 fetch('/api/snapshots/{id}/timeline?from=0&to=1&axis=event&buckets=10').then(r => done(r.status));"
+            ),
+            vec![],
+        )
+        .await
+        .unwrap();
         let events: u64 = {
             let (_, _) = http_get(&base2, &format!("/api/snapshots/{id}/info"));
             let info = c.execute(&format!("return fetch('/api/snapshots/{id}/info').then(r => r.json()).then(j => j.entries)"), vec![]).await.unwrap();
@@ -268,7 +309,37 @@ async fn dashboard_benchmark() {
             ),
         )
         .await;
+        // 5. The leaks and OOM views: navigation start to their suspects / reports (or their
+        // "none" line) in place, by the page's clock.
+        let mut report_views_ms = Vec::new();
+        for (view, drawn) in [
+            (
+                "leaks",
+                "document.querySelector('section.leaks article.suspect, p.ok')",
+            ),
+            (
+                "oom",
+                "document.querySelector('section.ooms article.oom, p.ok')",
+            ),
+        ] {
+            c.goto(&format!("{base2}/s/{id}?view={view}"))
+                .await
+                .unwrap();
+            report_views_ms.push(common::nav_to_drawn_ms(&c, drawn).await.0);
+        }
         let renderer_rss = renderer_peak_rss(&data.join("p2"));
+        c.close().await.unwrap();
+
+        // Reopening once more with the stored first views removed (`server::views`): a fourth
+        // server on the same library, so the first timeline waits for the model file's load.
+        let _ = std::fs::remove_dir_all(data.join("lib").join("views"));
+        let base4 = start_server(&data.join("lib")).await;
+        let c = browser(driver_port, &data.join("p6")).await;
+        c.goto(&format!("{base4}/s/{id}?view=timeline"))
+            .await
+            .unwrap();
+        let (reopen_unstored_nav_ms, _) =
+            common::nav_to_drawn_ms(&c, &format!("{CANVAS_PIXELS} > 5000")).await;
         c.close().await.unwrap();
 
         // The same browser's renderer with a blank page, for scale.
@@ -278,14 +349,20 @@ async fn dashboard_benchmark() {
         let blank_rss = renderer_peak_rss(&data.join("p3"));
         c.close().await.unwrap();
 
-        // The official viewer on the same file, in the same browser and run.
+        // The official viewer on the same file, in the same browser and run (in the first
+        // MEMSCOPE_OFFICIAL_RUNS runs of each file, all by default: on a GB-scale file each of its
+        // pages may take its whole limit).
+        let official_runs: usize = std::env::var("MEMSCOPE_OFFICIAL_RUNS")
+            .ok()
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(runs);
         let official = match std::env::var_os("MEMSCOPE_OFFICIAL_VIEWER") {
-            Some(dir) => {
+            Some(dir) if n % runs < official_runs => {
                 let work = data.join("official");
                 let site = official_viewer::serve(std::path::Path::new(&dir), &path, &work).await;
                 official_viewer::measure(driver_port, &site, &path, &work, blank_rss).await
             }
-            None => serde_json::Value::Null,
+            _ => serde_json::Value::Null,
         };
 
         // 4. Query latencies over loopback HTTP (the server is warm): zoom windows, steps, stacks.
@@ -331,6 +408,9 @@ async fn dashboard_benchmark() {
                 "choose_to_drawn_timeline_s": choose_to_drawn_s,
                 "reopen_to_drawn_timeline_s": reopen_s,
                 "reopen_nav_to_drawn_timeline_s": reopen_nav_ms / 1e3,
+                "reopen_unstored_nav_to_drawn_timeline_s": reopen_unstored_nav_ms / 1e3,
+                "leaks_view_nav_to_drawn_s": report_views_ms[0] / 1e3,
+                "oom_view_nav_to_drawn_s": report_views_ms[1] / 1e3,
                 "fresh_browser_library_page_s": library_ready_s,
                 "reopen_from_library_to_drawn_timeline_s": reopen_in_app_s,
                 "fresh_browser_static_page_s": static_ready_s,
@@ -380,6 +460,11 @@ fn print_summary(results: &[serde_json::Value]) {
             "official_viewer.choose_to_drawn_timeline_s",
         ),
         (
+            "the same with no stored first view: the page waits for the model file's load (s)",
+            "reopen_unstored_nav_to_drawn_timeline_s",
+            "-",
+        ),
+        (
             "the same, memscope by WebDriver's wall clock (s)",
             "reopen_to_drawn_timeline_s",
             "official_viewer.choose_to_drawn_timeline_s",
@@ -402,6 +487,16 @@ fn print_summary(results: &[serde_json::Value]) {
         (
             "stacks view at the peak, navigation start → icicle and table drawn (s)",
             "stacks_view_nav_to_drawn_s",
+            "-",
+        ),
+        (
+            "leaks view, navigation start → suspects drawn (s)",
+            "leaks_view_nav_to_drawn_s",
+            "-",
+        ),
+        (
+            "OOM view, navigation start → reports drawn (s)",
+            "oom_view_nav_to_drawn_s",
             "-",
         ),
         (
@@ -444,7 +539,19 @@ fn print_summary(results: &[serde_json::Value]) {
                 Some(m) => format!("{m:.3} [{:.3}–{:.3}]", a[0], a[a.len() - 1]),
                 None => "-".into(),
             };
-            let theirs_cell = median(&b).map_or("-".into(), |m| format!("{m:.3}"));
+            // A figure the viewer did not reach says how it failed (the first run's words).
+            let failure = theirs.strip_suffix("_s").and_then(|figure| {
+                let path = format!("{figure}_failure");
+                runs.iter().find_map(|r| {
+                    let v = path.split('.').try_fold(*r, |v, k| v.get(k))?;
+                    v.as_str().map(str::to_string)
+                })
+            });
+            let theirs_cell = match (median(&b), failure) {
+                (Some(m), _) => format!("{m:.3}"),
+                (None, Some(how)) => format!("failed: {how}"),
+                (None, None) => "-".into(),
+            };
             let ratio = match (median(&a), median(&b)) {
                 (Some(a), Some(b)) if b > 0.0 => format!("{:.3}", a / b),
                 _ => "-".into(),

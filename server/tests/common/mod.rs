@@ -248,13 +248,28 @@ impl fantoccini::wd::WebDriverCompatibleCommand for BrowserLog {
 
 /// The console's errors since the last read (level SEVERE), one line each.
 pub async fn console_errors(c: &Client) -> Vec<String> {
-    let log = c.issue_cmd(BrowserLog).await.expect("the browser log");
-    log.as_array()
+    console_lines(c)
+        .await
+        .expect("the browser log")
         .into_iter()
-        .flatten()
-        .filter(|e| e["level"] == "SEVERE")
-        .map(|e| e["message"].as_str().unwrap_or_default().to_string())
+        .filter_map(|(level, message)| (level == "SEVERE").then_some(message))
         .collect()
+}
+
+/// Every console line since the last read, as (level, message); `None` when the browser cannot
+/// answer (its page crashed).
+pub async fn console_lines(c: &Client) -> Option<Vec<(String, String)>> {
+    let log = c.issue_cmd(BrowserLog).await.ok()?;
+    Some(
+        log.as_array()
+            .into_iter()
+            .flatten()
+            .map(|e| {
+                let text = |k: &str| e[k].as_str().unwrap_or_default().to_string();
+                (text("level"), text("message"))
+            })
+            .collect(),
+    )
 }
 
 /// Non-background pixels of the canvas with this id.
