@@ -3,7 +3,7 @@
 //! the database.
 //!
 //! Layout of the data folder:
-//! - `memscope.db`: the `snapshots` and `snapshot_tags` tables (`migrations/`).
+//! - `memscope.db`: the `snapshots` and `snapshot_tags` tables (`migrations/sqlite/`).
 //! - `originals/SHA256`: each upload exactly as received (the source of truth).
 //! - `models/SHA256.msmodel`: the parsed tables (`snapshot::store`), so opening never re-parses.
 //! - `tmp/`: uploads and models being written; emptied at start.
@@ -193,7 +193,7 @@ impl Library {
             .connect_with(options.clone())
             .await
             .with_context(|| format!("cannot open the database in {}", dir.display()))?;
-        sqlx::migrate!("../migrations")
+        sqlx::migrate!("../migrations/sqlite")
             .run(&db)
             .await
             .context("cannot apply database migrations")?;

@@ -1,4 +1,4 @@
-//! The live-collection tables (`migrations/0002_live.sql`, `0003_live_rollups.sql`,
+//! The live-collection tables (`migrations/sqlite/0002_live.sql`, `0003_live_rollups.sql`,
 //! `0004_hosts_processes.sql`, `0007_latest.sql`, `0008_spool_id.sql`). With `library`, the only
 //! module that talks to the database.
 //!

@@ -1,0 +1,201 @@
+//! The PostgreSQL schema (`migrations/postgres/`, issue 16) against the SQLite one the server
+//! applies today (`migrations/sqlite/`): the same tables with the same columns and the same
+//! NOT NULLs, and the dialect's own mechanisms doing what SQLite's do (a process key with an
+//! unknown start time stays one key; rows of a day with no partition yet wait in the DEFAULT
+//! partition and move when the day is made).
+//!
+//! Runs a throwaway cluster through `scripts/pg-cluster` (Debian's `postgresql`, which
+//! `scripts/test` installs) and talks to it with `psql`.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use server::config::ServeArgs;
+use server::state::AppState;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// A cluster in a temporary folder, stopped and removed when dropped.
+struct Cluster {
+    dir: PathBuf,
+    url: String,
+}
+
+impl Cluster {
+    fn start(tag: &str) -> Cluster {
+        let dir = std::env::temp_dir().join(format!("memscope-pg-{tag}-{}", std::process::id()));
+        let out = Command::new(root().join("scripts/pg-cluster"))
+            .args(["start", dir.to_str().unwrap()])
+            .output()
+            .expect("scripts/pg-cluster");
+        assert!(
+            out.status.success(),
+            "scripts/pg-cluster start: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let url = String::from_utf8(out.stdout).unwrap().trim().to_string();
+        Cluster { dir, url }
+    }
+
+    /// Runs `sql` (or the file `-f PATH`) and returns the rows, fields separated by `|`.
+    fn psql(&self, args: &[&str]) -> Vec<String> {
+        let out = Command::new("psql")
+            .arg(&self.url)
+            .args(["-v", "ON_ERROR_STOP=1", "-q", "-tA", "-F", "|"])
+            .args(args)
+            .output()
+            .expect("psql");
+        assert!(
+            out.status.success(),
+            "psql {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect()
+    }
+
+    fn sql(&self, sql: &str) -> Vec<String> {
+        self.psql(&["-c", sql])
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = Command::new(root().join("scripts/pg-cluster"))
+            .args(["stop", self.dir.to_str().unwrap()])
+            .status();
+    }
+}
+
+fn migrations(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "sql"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// (table, column, NOT NULL) of every table the server's SQLite migrations make.
+async fn sqlite_columns() -> BTreeSet<(String, String, bool)> {
+    let dir = std::env::temp_dir().join(format!("memscope-pg-sqlite-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let state = AppState::open(ServeArgs::for_data_dir(dir.clone()))
+        .await
+        .unwrap();
+    drop(state);
+    let pool = sqlx::SqlitePool::connect(&format!("sqlite:{}", dir.join("memscope.db").display()))
+        .await
+        .unwrap();
+    let rows: Vec<(String, String, i64, i64)> = sqlx::query_as(
+        "SELECT m.name, p.name, p.\"notnull\", p.pk FROM sqlite_master m, pragma_table_info(m.name) p \
+         WHERE m.type = 'table' AND m.name NOT LIKE 'sqlite_%' AND m.name != '_sqlx_migrations'",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+    let _ = std::fs::remove_dir_all(&dir);
+    // A primary key's columns are NOT NULL in PostgreSQL; SQLite allows NULL in a non-integer
+    // primary key only for compatibility, and the server never writes one.
+    rows.into_iter()
+        .map(|(t, c, notnull, pk)| (t, c, notnull == 1 || pk > 0))
+        .collect()
+}
+
+#[tokio::test]
+async fn postgres_has_the_sqlite_schema_in_its_own_dialect() {
+    let pg = Cluster::start("schema");
+    for f in migrations(&root().join("migrations/postgres")) {
+        pg.psql(&["-f", f.to_str().unwrap()]);
+    }
+    // Tables as queries see them: partitioned parents and plain tables, not the partitions.
+    let pg_columns: BTreeSet<(String, String, bool)> = pg
+        .sql(
+            "SELECT c.relname, a.attname, a.attnotnull FROM pg_class c \
+             JOIN pg_namespace n ON n.oid = c.relnamespace \
+             JOIN pg_attribute a ON a.attrelid = c.oid \
+             WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') AND NOT c.relispartition \
+             AND a.attnum > 0 AND NOT a.attisdropped",
+        )
+        .into_iter()
+        .map(|l| {
+            let f: Vec<&str> = l.split('|').collect();
+            (f[0].to_string(), f[1].to_string(), f[2] == "t")
+        })
+        .collect();
+    let sqlite = sqlite_columns().await;
+    let only_pg: Vec<_> = pg_columns.difference(&sqlite).collect();
+    let only_sqlite: Vec<_> = sqlite.difference(&pg_columns).collect();
+    assert!(
+        only_pg.is_empty() && only_sqlite.is_empty(),
+        "(table, column, NOT NULL) only in PostgreSQL: {only_pg:?}; only in SQLite: {only_sqlite:?}"
+    );
+    assert!(sqlite.len() > 150, "{} columns", sqlite.len());
+}
+
+#[tokio::test]
+async fn postgres_keys_and_day_partitions_behave_as_sqlite_does() {
+    let pg = Cluster::start("behaviour");
+    for f in migrations(&root().join("migrations/postgres")) {
+        pg.psql(&["-f", f.to_str().unwrap()]);
+    }
+    // A process with an unknown start time is one key, as `coalesce(start_time_ms, -1)` makes
+    // it in SQLite: the second insert conflicts and updates.
+    for _ in 0..2 {
+        pg.sql(
+            "INSERT INTO processes (host, pid, start_time_ms, first_seen_ms, last_seen_ms) \
+             VALUES ('h', 7, NULL, 1, 2) ON CONFLICT (host, pid, start_time_ms) \
+             DO UPDATE SET last_seen_ms = processes.last_seen_ms + 1",
+        );
+    }
+    assert_eq!(
+        pg.sql("SELECT count(*), max(last_seen_ms) FROM processes"),
+        vec!["1|3"]
+    );
+    // A roll-up of a day with no partition yet waits in the default partition ...
+    let day_ms: i64 = 86_400_000;
+    let t = 20_000 * day_ms + 3_600_000; // 2024-10-04, 01:00 UTC
+    pg.sql(&format!(
+        "INSERT INTO gpu_samples_1m (gpu_uuid, minute_ms, n) VALUES ('GPU-1', {t}, 60)"
+    ));
+    assert_eq!(
+        pg.sql("SELECT tableoid::regclass FROM gpu_samples_1m"),
+        vec!["gpu_samples_1m_default"]
+    );
+    // ... and moves to its day when the day is made (six tables, one day each).
+    assert_eq!(
+        pg.sql(&format!("SELECT memscope_day_partitions({t}, {})", t + 1)),
+        vec!["6"]
+    );
+    assert_eq!(
+        pg.sql("SELECT tableoid::regclass, n FROM gpu_samples_1m"),
+        vec!["gpu_samples_1m_d20241004|60"]
+    );
+    // Made once: calling again makes none; the next day is separate.
+    assert_eq!(
+        pg.sql(&format!(
+            "SELECT memscope_day_partitions({t}, {})",
+            t + day_ms
+        )),
+        vec!["6"]
+    );
+    assert_eq!(
+        pg.sql(&format!(
+            "SELECT memscope_day_partitions({t}, {})",
+            t + day_ms
+        )),
+        vec!["0"]
+    );
+    // Retention drops a whole day.
+    pg.sql("DROP TABLE gpu_samples_1m_d20241004");
+    assert_eq!(pg.sql("SELECT count(*) FROM gpu_samples_1m"), vec!["0"]);
+}
