@@ -8,6 +8,7 @@ pub mod assets;
 pub mod cli;
 pub mod config;
 pub mod convert;
+pub mod db;
 pub mod http;
 pub mod library;
 pub mod listen;

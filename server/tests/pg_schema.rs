@@ -8,7 +8,7 @@
 //! `scripts/test` installs) and talks to it with `psql`.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 use server::config::ServeArgs;
@@ -74,14 +74,13 @@ impl Drop for Cluster {
     }
 }
 
-fn migrations(dir: &Path) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+/// Applies `migrations/postgres/` the way a server does at start.
+async fn migrate(pg: &Cluster) {
+    server::db::connect_postgres(&pg.url, 2)
+        .await
         .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "sql"))
-        .collect();
-    files.sort();
-    files
+        .close()
+        .await;
 }
 
 /// (table, column, NOT NULL) of every table the server's SQLite migrations make.
@@ -114,9 +113,7 @@ async fn sqlite_columns() -> BTreeSet<(String, String, bool)> {
 #[tokio::test]
 async fn postgres_has_the_sqlite_schema_in_its_own_dialect() {
     let pg = Cluster::start("schema");
-    for f in migrations(&root().join("migrations/postgres")) {
-        pg.psql(&["-f", f.to_str().unwrap()]);
-    }
+    migrate(&pg).await;
     // Tables as queries see them: partitioned parents and plain tables, not the partitions.
     let pg_columns: BTreeSet<(String, String, bool)> = pg
         .sql(
@@ -124,7 +121,7 @@ async fn postgres_has_the_sqlite_schema_in_its_own_dialect() {
              JOIN pg_namespace n ON n.oid = c.relnamespace \
              JOIN pg_attribute a ON a.attrelid = c.oid \
              WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') AND NOT c.relispartition \
-             AND a.attnum > 0 AND NOT a.attisdropped",
+             AND a.attnum > 0 AND NOT a.attisdropped AND c.relname != '_sqlx_migrations'",
         )
         .into_iter()
         .map(|l| {
@@ -145,9 +142,7 @@ async fn postgres_has_the_sqlite_schema_in_its_own_dialect() {
 #[tokio::test]
 async fn postgres_keys_and_day_partitions_behave_as_sqlite_does() {
     let pg = Cluster::start("behaviour");
-    for f in migrations(&root().join("migrations/postgres")) {
-        pg.psql(&["-f", f.to_str().unwrap()]);
-    }
+    migrate(&pg).await;
     // A process with an unknown start time is one key, as `coalesce(start_time_ms, -1)` makes
     // it in SQLite: the second insert conflicts and updates.
     for _ in 0..2 {
@@ -198,4 +193,44 @@ async fn postgres_keys_and_day_partitions_behave_as_sqlite_does() {
     // Retention drops a whole day.
     pg.sql("DROP TABLE gpu_samples_1m_d20241004");
     assert_eq!(pg.sql("SELECT count(*) FROM gpu_samples_1m"), vec!["0"]);
+}
+
+/// Several servers starting at once against one new database: the first to take sqlx's
+/// migration lock applies the migrations, the others find them applied; every one starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn servers_starting_together_apply_the_migrations_once() {
+    let pg = Cluster::start("together");
+    let starts: Vec<_> = (0..4)
+        .map(|_| {
+            let url = pg.url.clone();
+            tokio::spawn(async move { server::db::connect_postgres(&url, 2).await })
+        })
+        .collect();
+    for s in starts {
+        s.await.unwrap().unwrap().close().await;
+    }
+    let files = std::fs::read_dir(root().join("migrations/postgres"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "sql")
+        })
+        .count();
+    assert_eq!(
+        pg.sql("SELECT count(*), bool_and(success) FROM _sqlx_migrations"),
+        vec![format!("{files}|t")]
+    );
+    assert_eq!(pg.sql("SELECT rows FROM ingest_totals"), vec!["0"]);
+    // A wrong address is an error that names it, without the password.
+    let e = server::db::connect_postgres("postgres://memscope:s3cret@127.0.0.1:1/memscope", 1)
+        .await
+        .unwrap_err();
+    let text = format!("{e:#}");
+    assert!(
+        text.contains("127.0.0.1:1") && !text.contains("s3cret"),
+        "{text}"
+    );
 }
