@@ -30,6 +30,18 @@ pub struct TimelineQuery {
     pub allocations: Option<usize>,
 }
 
+impl TimelineQuery {
+    /// `buckets`, or its default.
+    pub fn buckets_or_default(&self) -> usize {
+        self.buckets.unwrap_or(1000)
+    }
+
+    /// `allocations`, or its default, held to the most the server returns (20,000).
+    pub fn allocations_or_default(&self) -> usize {
+        self.allocations.unwrap_or(2000).min(20_000)
+    }
+}
+
 /// Live and reserved bytes over a run of events (min and max within it).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Bucket {

@@ -33,8 +33,7 @@ pub fn timeline_key(q: &api::TimelineQuery) -> Option<String> {
             .trim_matches('"')
             .to_string()
     });
-    let buckets = q.buckets.unwrap_or(1000);
-    let allocations = q.allocations.unwrap_or(2000).min(20_000);
+    let (buckets, allocations) = (q.buckets_or_default(), q.allocations_or_default());
     Some(format!(
         "v{}-timeline-d{device}-a{axis}-b{buckets}-n{allocations}",
         env!("CARGO_PKG_VERSION")

@@ -27,43 +27,36 @@ struct Cluster {
 impl Cluster {
     fn start(tag: &str) -> Cluster {
         let dir = std::env::temp_dir().join(format!("memscope-pg-{tag}-{}", std::process::id()));
-        let out = Command::new(root().join("scripts/pg-cluster"))
-            .args(["start", dir.to_str().unwrap()])
-            .output()
-            .expect("scripts/pg-cluster");
-        assert!(
-            out.status.success(),
-            "scripts/pg-cluster start: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let url = String::from_utf8(out.stdout).unwrap().trim().to_string();
+        let mut start = Command::new(root().join("scripts/pg-cluster"));
+        start.args(["start", dir.to_str().unwrap()]);
+        let url = stdout_of(start, "scripts/pg-cluster start")
+            .trim()
+            .to_string();
         Cluster { dir, url }
     }
 
-    /// Runs `sql` (or the file `-f PATH`) and returns the rows, fields separated by `|`.
-    fn psql(&self, args: &[&str]) -> Vec<String> {
-        let out = Command::new("psql")
-            .arg(&self.url)
-            .args(["-v", "ON_ERROR_STOP=1", "-q", "-tA", "-F", "|"])
-            .args(args)
-            .output()
-            .expect("psql");
-        assert!(
-            out.status.success(),
-            "psql {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout)
-            .unwrap()
+    /// Runs `sql` and returns the rows, fields separated by `|`.
+    fn sql(&self, sql: &str) -> Vec<String> {
+        let mut psql = Command::new("psql");
+        psql.arg(&self.url)
+            .args(["-v", "ON_ERROR_STOP=1", "-q", "-tA", "-F", "|", "-c", sql]);
+        stdout_of(psql, &format!("psql -c {sql:?}"))
             .lines()
             .filter(|l| !l.is_empty())
             .map(str::to_string)
             .collect()
     }
+}
 
-    fn sql(&self, sql: &str) -> Vec<String> {
-        self.psql(&["-c", sql])
-    }
+/// What `cmd` printed, once it succeeded (its error output otherwise, in the panic).
+fn stdout_of(mut cmd: Command, what: &str) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
 }
 
 impl Drop for Cluster {

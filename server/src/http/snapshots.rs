@@ -178,8 +178,8 @@ async fn timeline_answer(
             d,
             q.axis.map(convert::axis_in),
             q.from.zip(q.to),
-            q.buckets.unwrap_or(1000),
-            q.allocations.unwrap_or(2000).min(20_000),
+            q.buckets_or_default(),
+            q.allocations_or_default(),
         )
         .ok_or_else(|| ApiError::BadRequest("empty trace".into()))?;
         Ok(api::TimelineAnswer {

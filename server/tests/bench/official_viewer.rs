@@ -167,8 +167,9 @@ fn last_lines(console: &[String]) -> String {
     }
 }
 
-/// What became of one page of the viewer: seconds from `t0` to drawn, or how it failed (a crashed
-/// page, an uncaught error, nothing drawn in `DRAW_LIMIT`), with the console lines that say why.
+/// What became of one page of the viewer: seconds from its action to drawn, or how it failed (a
+/// crashed page, an uncaught error, nothing drawn within [`draw_limit`]), with the console lines
+/// that say why.
 /// The renderer's peak RSS is sampled on the side meanwhile, so it is known after a crash too.
 struct Outcome {
     drawn: Result<f64, String>,
