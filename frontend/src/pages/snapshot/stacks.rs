@@ -15,6 +15,9 @@ use crate::{api, fmt};
 pub fn Stacks(report: Arc<::api::Report>) -> impl IntoView {
     let url: UrlState = expect_context();
     let events = shown_events(&report, url);
+    // The table's order outlives a reload (another moment, other frames): a user who sorted by
+    // call site keeps that order while stepping through events.
+    let sort = RwSignal::new(("bytes", true));
     // Absent: the server's choice (Python when the snapshot has Python frames).
     let frames = Memo::new(move |_| match url.get("frames").as_deref() {
         Some("python") => Some(::api::FlameFrames::Python),
@@ -76,11 +79,13 @@ pub fn Stacks(report: Arc<::api::Report>) -> impl IntoView {
                                 fmt::bytes(s.total_bytes),
                                 s.count,
                                 s.position,
-                                if url.get("pos").is_none() { " (the peak)" } else { "" },
+                                // From the answer, not the URL: while the next moment loads,
+                                // the shown one keeps its own label.
+                                if is_peak(&report, &s) { " (the peak)" } else { "" },
                             )}
                         </p>
                         <super::icicle::Icicle flame=s.flame/>
-                        <SitesTable sites=s.sites total=total/>
+                        <SitesTable sites=s.sites total=total sort=sort/>
                     </section>
                 }
                     .into_any()
@@ -89,10 +94,23 @@ pub fn Stacks(report: Arc<::api::Report>) -> impl IntoView {
     }
 }
 
+/// Whether an answer is at its device's peak (the server's default moment, or the same event
+/// picked on the slider).
+fn is_peak(report: &::api::Report, s: &::api::StackReport) -> bool {
+    report
+        .devices
+        .get(&s.device.to_string())
+        .is_some_and(|d| d.peak_position == s.position)
+}
+
 /// Call sites, sortable by bytes, count or name (click a column header).
 #[component]
-fn SitesTable(sites: Vec<::api::CallSite>, total: f64) -> impl IntoView {
-    let sort = RwSignal::new(("bytes", true));
+fn SitesTable(
+    sites: Vec<::api::CallSite>,
+    total: f64,
+    /// (column, descending), owned by the tab so that it survives a reload.
+    sort: RwSignal<(&'static str, bool)>,
+) -> impl IntoView {
     let header = move |key: &'static str, label: &'static str| {
         view! {
             <th class="sortable" on:click=move |_| sort.update(|s| *s = (key, if s.0 == key { !s.1 } else { true }))>
