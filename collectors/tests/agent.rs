@@ -250,7 +250,7 @@ fn a_collector_without_nvml_says_so_and_still_relays() {
         );
     }
     let counts = server.rt.block_on(async {
-        let lib = server::library::Library::open(&base.join("lib"))
+        let lib = server::testing::open_library(&base.join("lib"))
             .await
             .unwrap();
         lib.live_counts().await.unwrap()

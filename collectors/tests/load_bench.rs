@@ -103,7 +103,8 @@ fn percentiles(mut ms: Vec<f64>) -> String {
 fn seed(dir: &std::path::Path, rows: i64) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let lib = server::library::Library::open(dir).await.unwrap();
+        let lib = server::library::Library::open(dir, None).await.unwrap();
+        let db = lib.db.as_sqlite().expect("a SQLite benchmark");
         let half = rows / 2;
         let t0 = collector::now_ms() - 24 * 3_600_000; // the last day: inside raw retention
         for sql in [
@@ -126,7 +127,7 @@ fn seed(dir: &std::path::Path, rows: i64) {
             sqlx::query(sqlx::AssertSqlSafe(sql))
                 .bind(half)
                 .bind(t0)
-                .execute(&lib.db)
+                .execute(db)
                 .await
                 .unwrap();
         }
@@ -146,15 +147,16 @@ fn timed(agent: &ureq::Agent, url: &str, path: &str) -> f64 {
 fn count_new(dir: &std::path::Path) -> (i64, i64) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let lib = server::library::Library::open(dir).await.unwrap();
+        let lib = server::library::Library::open(dir, None).await.unwrap();
+        let db = lib.db.as_sqlite().expect("a SQLite benchmark");
         let gpus: i64 =
             sqlx::query_scalar("SELECT count(*) FROM gpu_samples WHERE gpu_uuid LIKE 'GPU-load%'")
-                .fetch_one(&lib.db)
+                .fetch_one(db)
                 .await
                 .unwrap();
         let procs: i64 =
             sqlx::query_scalar("SELECT count(*) FROM process_samples WHERE host LIKE 'load%'")
-                .fetch_one(&lib.db)
+                .fetch_one(db)
                 .await
                 .unwrap();
         (gpus, procs)

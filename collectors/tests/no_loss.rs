@@ -75,7 +75,7 @@ fn server_outage_loses_nothing_and_stores_nothing_twice() {
 
     // Every sample exactly once.
     let counts = server.rt.block_on(async {
-        let lib = server::library::Library::open(&base.join("lib"))
+        let lib = server::testing::open_library(&base.join("lib"))
             .await
             .unwrap();
         lib.live_counts().await.unwrap()

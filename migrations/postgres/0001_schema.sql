@@ -6,7 +6,8 @@
 --
 -- Dialect choices:
 -- - Times (…_ms, Unix epoch milliseconds), bytes and counts are BIGINT; small enumerations
---   (GPU index, device ordinal, utilisation %) INTEGER; flags BOOLEAN; digests BYTEA.
+--   (GPU index, device ordinal, utilisation %) too: one integer type, as in SQLite, so every
+--   integer column reads back as a 64-bit value in either backend; flags BOOLEAN; digests BYTEA.
 -- - SQLite keys a process by `coalesce(start_time_ms, -1)` in expression indexes; here a NULL
 --   start time is a value like any other through `UNIQUE NULLS NOT DISTINCT` (PostgreSQL 15),
 --   which partitioned tables accept (they refuse expressions in unique indexes).
@@ -69,7 +70,7 @@ CREATE INDEX ingested_batches_received ON ingested_batches (received_at_ms);
 CREATE TABLE gpus (
     uuid         TEXT PRIMARY KEY,
     host         TEXT NOT NULL,
-    idx          INTEGER NOT NULL,
+    idx          BIGINT NOT NULL,
     name         TEXT,
     total_bytes  BIGINT,
     last_seen_ms BIGINT NOT NULL
@@ -81,9 +82,9 @@ CREATE TABLE gpu_samples (
     used_bytes     BIGINT,
     free_bytes     BIGINT,
     reserved_bytes BIGINT,
-    gpu_util       INTEGER,
-    mem_util       INTEGER,
-    temperature_c  INTEGER,
+    gpu_util       BIGINT,
+    mem_util       BIGINT,
+    temperature_c  BIGINT,
     power_mw       BIGINT
 ) PARTITION BY RANGE (time_ms);
 CREATE TABLE gpu_samples_default PARTITION OF gpu_samples DEFAULT;
@@ -108,7 +109,7 @@ CREATE TABLE allocator_samples (
     host                     TEXT NOT NULL,
     pid                      BIGINT NOT NULL,
     start_time_ms            BIGINT,
-    device                   INTEGER NOT NULL,
+    device                   BIGINT NOT NULL,
     time_ms                  BIGINT NOT NULL,
     step                     BIGINT,
     allocated_bytes          BIGINT NOT NULL,
@@ -132,7 +133,7 @@ CREATE TABLE events (
     time_ms     BIGINT NOT NULL,
     kind        TEXT NOT NULL,
     pid         BIGINT,
-    device      INTEGER,
+    device      BIGINT,
     message     TEXT NOT NULL,
     snapshot_id TEXT
 );
@@ -147,8 +148,8 @@ CREATE TABLE gpu_samples_1m (
     used_max_bytes    BIGINT,
     used_mean_bytes   BIGINT,
     reserved_bytes    BIGINT,
-    gpu_util_mean     INTEGER,
-    temperature_max_c INTEGER,
+    gpu_util_mean     BIGINT,
+    temperature_max_c BIGINT,
     power_mean_mw     BIGINT,
     PRIMARY KEY (gpu_uuid, minute_ms)
 ) PARTITION BY RANGE (minute_ms);
@@ -175,7 +176,7 @@ CREATE TABLE allocator_samples_1m (
     host                     TEXT NOT NULL,
     pid                      BIGINT NOT NULL,
     start_time_ms            BIGINT,
-    device                   INTEGER NOT NULL,
+    device                   BIGINT NOT NULL,
     gpu_uuid                 TEXT,
     minute_ms                BIGINT NOT NULL,
     n                        BIGINT NOT NULL,
@@ -227,7 +228,7 @@ CREATE TABLE allocator_latest (
     pid             BIGINT NOT NULL,
     start_key       BIGINT NOT NULL,   -- start_time_ms, or -1 when unknown (a key is never NULL)
     start_time_ms   BIGINT,
-    device          INTEGER NOT NULL,
+    device          BIGINT NOT NULL,
     gpu_uuid        TEXT,
     time_ms         BIGINT NOT NULL,
     step            BIGINT,
@@ -244,8 +245,8 @@ CREATE TABLE gpu_latest (
     time_ms        BIGINT NOT NULL,
     used_bytes     BIGINT,
     reserved_bytes BIGINT,
-    gpu_util       INTEGER,
-    temperature_c  INTEGER,
+    gpu_util       BIGINT,
+    temperature_c  BIGINT,
     power_mw       BIGINT
 );
 

@@ -11,6 +11,11 @@ pub struct ServeArgs {
     /// Folder for the database (memscope.db), uploaded originals and model files; created if missing.
     #[arg(long, env = "MEMSCOPE_DATA_DIR", default_value = "./memscope-data")]
     pub data_dir: PathBuf,
+    /// A PostgreSQL database to keep the library and the live data in (`postgres://USER:PASSWORD@HOST:PORT/DB`),
+    /// shared by every server started with it. Default: SQLite in the data folder. With
+    /// several servers, the data folder must be one shared folder too (uploads' files live there).
+    #[arg(long, env = "MEMSCOPE_DATABASE_URL")]
+    pub database_url: Option<String>,
     /// Largest upload accepted, in bytes (default 8 GiB).
     #[arg(long, env = "MEMSCOPE_MAX_UPLOAD_BYTES", default_value_t = 8 << 30)]
     pub max_upload_bytes: u64,
@@ -129,6 +134,7 @@ impl ServeArgs {
         ServeArgs {
             addr: "127.0.0.1:0".parse().expect("literal address"),
             data_dir,
+            database_url: None,
             max_upload_bytes: 8 << 30,
             cached_snapshots: 4,
             collector_tokens: Vec::new(),

@@ -17,6 +17,7 @@ pub mod models;
 pub mod runs;
 pub mod serve;
 pub mod state;
+pub mod testing;
 pub mod text;
 pub mod upload;
 pub mod views;

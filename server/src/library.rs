@@ -1,9 +1,10 @@
-//! The snapshot library on disk: the SQLite database (through sqlx, migrations applied at start)
-//! and the data folder's files. Only this module and `live` (the live-collection tables) talk to
-//! the database.
+//! The snapshot library: the database (SQLite in the data folder, or a shared PostgreSQL:
+//! `db.rs`; migrations applied at start) and the data folder's files. Only this module and `live`
+//! (the live-collection tables) talk to the database.
 //!
 //! Layout of the data folder:
-//! - `memscope.db`: the `snapshots` and `snapshot_tags` tables (`migrations/sqlite/`).
+//! - `memscope.db`: the `snapshots` and `snapshot_tags` tables (`migrations/sqlite/`), unless the
+//!   server runs on PostgreSQL.
 //! - `originals/SHA256`: each upload exactly as received (the source of truth).
 //! - `models/SHA256.msmodel`: the parsed tables (`snapshot::store`), so opening never re-parses.
 //! - `tmp/`: uploads and models being written; emptied at start.
@@ -12,12 +13,13 @@
 //! place. Files without a row (a crash between rename and insert) are removed at start.
 
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 
 use anyhow::Context;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{FromRow, SqlitePool};
+use sqlx::FromRow;
+
+use crate::db::{Db, LiveRead};
+use crate::with_db;
 
 pub use api::{SnapshotInfo, Tag};
 
@@ -88,22 +90,21 @@ impl Row {
     }
 }
 
-async fn insert_tags(
-    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
-    id: &str,
-    tags: &[Tag],
-) -> sqlx::Result<()> {
-    for t in tags {
-        sqlx::query(
-            "INSERT OR IGNORE INTO snapshot_tags (snapshot_id, key, value) VALUES (?, ?, ?)",
-        )
-        .bind(id)
-        .bind(&t.key)
-        .bind(&t.value)
-        .execute(&mut **tx)
-        .await?;
-    }
-    Ok(())
+/// Inserts a snapshot's tags in transaction `$tx` (either backend).
+macro_rules! insert_tags {
+    ($tx:expr, $id:expr, $tags:expr) => {
+        for t in $tags {
+            sqlx::query(
+                "INSERT INTO snapshot_tags (snapshot_id, key, value) VALUES ($1, $2, $3) \
+                 ON CONFLICT DO NOTHING",
+            )
+            .bind($id)
+            .bind(&t.key)
+            .bind(&t.value)
+            .execute(&mut *$tx)
+            .await?;
+        }
+    };
 }
 
 /// The columns of [`Row`], for `concat!` (sqlx takes only static SQL).
@@ -121,15 +122,16 @@ pub const LIVE_READ_CONNECTIONS: u32 = 3;
 /// The data folder and its database.
 #[derive(Debug, Clone)]
 pub struct Library {
-    pub db: SqlitePool,
+    pub db: Db,
     /// The live pages' and `/metrics`' reads, on connections of their own (read-only): a slow
     /// window query can hold these, never the ones ingest, uploads and the library use
     /// (issue 13: abandoned scrapes filled the one pool and ingest timed out).
-    pub live_reads: SqlitePool,
+    pub live_reads: Db,
     dir: PathBuf,
-    /// Live-data writers take turns here rather than in SQLite's busy handler, which sleeps and
-    /// retries: queued in order, a small batch waits for the batches ahead of it, not for a
-    /// back-off (p99 latency of a small batch under saturating load: 835 ms → 37 ms, bench/README.md).
+    /// Live-data writers of this server take turns here rather than in SQLite's busy handler,
+    /// which sleeps and retries: queued in order, a small batch waits for the batches ahead of
+    /// it, not for a back-off (p99 latency of a small batch under saturating load: 835 ms →
+    /// 37 ms, bench/README.md).
     pub(crate) live_writer: std::sync::Arc<tokio::sync::Mutex<()>>,
     /// A commit (files renamed into place, then the row) and a delete (the row, then the files)
     /// of the same content touch the same files: taken one at a time, so a committed row always
@@ -139,41 +141,14 @@ pub struct Library {
     pub live_interrupted: std::sync::Arc<AtomicU64>,
 }
 
-/// SQLite virtual-machine steps between looks at a [`LiveRead`]'s cancel flag (well under 1 ms).
-const INTERRUPT_CHECK_STEPS: i32 = 10_000;
-
-/// One connection of the live-read pool, held for one request's queries. Dropping it (the
-/// request's future was dropped: its client went away) interrupts the statement it may be
-/// running: a progress handler set at acquire looks at the flag this raises, and SQLite stops
-/// the statement with `SQLITE_INTERRUPT` instead of finishing a scan nobody will read.
-pub struct LiveRead {
-    conn: sqlx::pool::PoolConnection<sqlx::Sqlite>,
-    gone: std::sync::Arc<AtomicBool>,
-}
-
-impl std::ops::Deref for LiveRead {
-    type Target = sqlx::SqliteConnection;
-    fn deref(&self) -> &Self::Target {
-        &self.conn
-    }
-}
-
-impl std::ops::DerefMut for LiveRead {
-    fn deref_mut(&mut self) -> &mut Self::Target {
-        &mut self.conn
-    }
-}
-
-impl Drop for LiveRead {
-    fn drop(&mut self) {
-        self.gone.store(true, Ordering::Relaxed);
-    }
-}
+/// Connections to PostgreSQL for ingest, uploads and the library (live reads have their own).
+const POSTGRES_CONNECTIONS: u32 = 8;
 
 impl Library {
-    /// Opens (creating if needed) the library in `dir`, applies migrations and removes leftovers
-    /// of interrupted uploads.
-    pub async fn open(dir: &Path) -> anyhow::Result<Library> {
+    /// Opens (creating if needed) the library in `dir` on SQLite in `dir`, or on the PostgreSQL
+    /// database at `database_url`; applies migrations and removes leftovers of interrupted
+    /// uploads.
+    pub async fn open(dir: &Path, database_url: Option<&str>) -> anyhow::Result<Library> {
         for sub in ["originals", "models", "tmp"] {
             std::fs::create_dir_all(dir.join(sub))
                 .with_context(|| format!("cannot create {}", dir.join(sub).display()))?;
@@ -181,34 +156,23 @@ impl Library {
         for e in std::fs::read_dir(dir.join("tmp"))? {
             let _ = std::fs::remove_file(e?.path());
         }
-        let options = SqliteConnectOptions::from_str("sqlite:")?
-            .filename(dir.join("memscope.db"))
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            // An acknowledged upload survives a crash or power loss.
-            .synchronous(SqliteSynchronous::Full)
-            .foreign_keys(true);
-        let db = SqlitePoolOptions::new()
-            .max_connections(4)
-            .connect_with(options.clone())
-            .await
-            .with_context(|| format!("cannot open the database in {}", dir.display()))?;
-        sqlx::migrate!("../migrations/sqlite")
-            .run(&db)
-            .await
-            .context("cannot apply database migrations")?;
-        let live_reads = SqlitePoolOptions::new()
-            .max_connections(LIVE_READ_CONNECTIONS)
-            // A connection comes back without its last request's progress handler.
-            .after_release(|conn, _| {
-                Box::pin(async move {
-                    conn.lock_handle().await?.remove_progress_handler();
-                    Ok(true)
-                })
-            })
-            .connect_with(options.read_only(true))
-            .await
-            .with_context(|| format!("cannot open the database in {}", dir.display()))?;
+        let (db, live_reads) = match database_url {
+            None => {
+                let (pool, options) = crate::db::open_sqlite(&dir.join("memscope.db")).await?;
+                let db = Db::Sqlite(pool);
+                let reads =
+                    crate::db::live_read_pool(&db, Some(options), None, LIVE_READ_CONNECTIONS)
+                        .await?;
+                (db, reads)
+            }
+            Some(url) => {
+                let db =
+                    Db::Postgres(crate::db::connect_postgres(url, POSTGRES_CONNECTIONS).await?);
+                let reads =
+                    crate::db::live_read_pool(&db, None, Some(url), LIVE_READ_CONNECTIONS).await?;
+                (db, reads)
+            }
+        };
         let lib = Library {
             db,
             live_reads,
@@ -223,30 +187,18 @@ impl Library {
 
     /// A connection for one request's live reads, interrupted if the request goes away.
     pub async fn live_read(&self) -> sqlx::Result<LiveRead> {
-        let mut conn = self.live_reads.acquire().await?;
-        let gone = std::sync::Arc::new(AtomicBool::new(false));
-        let (flag, interrupted) = (gone.clone(), self.live_interrupted.clone());
-        let mut counted = false;
-        conn.lock_handle()
-            .await?
-            .set_progress_handler(INTERRUPT_CHECK_STEPS, move || {
-                let go_on = !flag.load(Ordering::Relaxed);
-                if !go_on && !counted {
-                    counted = true;
-                    interrupted.fetch_add(1, Ordering::Relaxed);
-                }
-                go_on
-            });
-        Ok(LiveRead { conn, gone })
+        self.live_reads.live_read(&self.live_interrupted).await
     }
 
     async fn remove_orphans(&self) -> anyhow::Result<()> {
         let known: std::collections::HashSet<String> =
-            sqlx::query_scalar::<_, String>("SELECT sha256 FROM snapshots")
-                .fetch_all(&self.db)
-                .await?
-                .into_iter()
-                .collect();
+            with_db!(&self.db, |p| sqlx::query_scalar::<_, String>(
+                "SELECT sha256 FROM snapshots"
+            )
+            .fetch_all(p)
+            .await)?
+            .into_iter()
+            .collect();
         for sub in ["originals", "models"] {
             for e in std::fs::read_dir(self.dir.join(sub))? {
                 let path = e?.path();
@@ -290,12 +242,12 @@ impl Library {
     }
 
     async fn tags(&self, id: &str) -> sqlx::Result<Vec<Tag>> {
-        let rows: Vec<(String, String)> = sqlx::query_as(
-            "SELECT key, value FROM snapshot_tags WHERE snapshot_id = ? ORDER BY key, value",
+        let rows: Vec<(String, String)> = with_db!(&self.db, |p| sqlx::query_as(
+            "SELECT key, value FROM snapshot_tags WHERE snapshot_id = $1 ORDER BY key, value",
         )
         .bind(id)
-        .fetch_all(&self.db)
-        .await?;
+        .fetch_all(p)
+        .await)?;
         Ok(rows
             .into_iter()
             .map(|(key, value)| Tag { key, value })
@@ -303,14 +255,14 @@ impl Library {
     }
 
     pub async fn get(&self, id: &str) -> sqlx::Result<Option<SnapshotInfo>> {
-        let row = sqlx::query_as::<_, Row>(concat!(
+        let row = with_db!(&self.db, |p| sqlx::query_as::<_, Row>(concat!(
             "SELECT ",
             columns!(),
-            " FROM snapshots WHERE id = ?"
+            " FROM snapshots WHERE id = $1"
         ))
         .bind(id)
-        .fetch_optional(&self.db)
-        .await?;
+        .fetch_optional(p)
+        .await)?;
         Ok(match row {
             Some(r) => {
                 let tags = self.tags(&r.id).await?;
@@ -321,10 +273,12 @@ impl Library {
     }
 
     pub async fn find_by_sha(&self, sha256: &str) -> sqlx::Result<Option<SnapshotInfo>> {
-        let id: Option<String> = sqlx::query_scalar("SELECT id FROM snapshots WHERE sha256 = ?")
-            .bind(sha256)
-            .fetch_optional(&self.db)
-            .await?;
+        let id: Option<String> = with_db!(&self.db, |p| sqlx::query_scalar(
+            "SELECT id FROM snapshots WHERE sha256 = $1"
+        )
+        .bind(sha256)
+        .fetch_optional(p)
+        .await)?;
         match id {
             Some(id) => self.get(&id).await,
             None => Ok(None),
@@ -334,11 +288,12 @@ impl Library {
     /// The entry whose decoded bytes hash to `content_hash` (the same snapshot, however it was
     /// compressed), if any.
     pub async fn find_by_content(&self, content_hash: &str) -> sqlx::Result<Option<SnapshotInfo>> {
-        let id: Option<String> =
-            sqlx::query_scalar("SELECT id FROM snapshots WHERE content_hash = ? LIMIT 1")
-                .bind(content_hash)
-                .fetch_optional(&self.db)
-                .await?;
+        let id: Option<String> = with_db!(&self.db, |p| sqlx::query_scalar(
+            "SELECT id FROM snapshots WHERE content_hash = $1 LIMIT 1"
+        )
+        .bind(content_hash)
+        .fetch_optional(p)
+        .await)?;
         match id {
             Some(id) => self.get(&id).await,
             None => Ok(None),
@@ -348,17 +303,17 @@ impl Library {
     /// Every snapshot, newest first; `query` matches name, id or any tag (case-insensitive).
     pub async fn list(&self, query: Option<&str>) -> sqlx::Result<Vec<SnapshotInfo>> {
         let pattern = format!("%{}%", query.unwrap_or("").to_lowercase());
-        let rows = sqlx::query_as::<_, Row>(concat!(
+        let rows = with_db!(&self.db, |p| sqlx::query_as::<_, Row>(concat!(
             "SELECT ",
             columns!(),
-            " FROM snapshots s WHERE ?1 = '%%' OR lower(s.name) LIKE ?1 OR s.id LIKE ?1 \
+            " FROM snapshots s WHERE $1 = '%%' OR lower(s.name) LIKE $1 OR s.id LIKE $1 \
              OR EXISTS (SELECT 1 FROM snapshot_tags t WHERE t.snapshot_id = s.id \
-                        AND (lower(t.value) LIKE ?1 OR lower(t.key || '=' || t.value) LIKE ?1)) \
+                        AND (lower(t.value) LIKE $1 OR lower(t.key || '=' || t.value) LIKE $1)) \
              ORDER BY uploaded_at_ms DESC, id"
         ))
         .bind(&pattern)
-        .fetch_all(&self.db)
-        .await?;
+        .fetch_all(p)
+        .await)?;
         let mut out = Vec::with_capacity(rows.len());
         for r in rows {
             let tags = self.tags(&r.id).await?;
@@ -371,16 +326,16 @@ impl Library {
     /// are made of (`crate::runs`).
     pub async fn job_rows(&self, job: Option<&str>) -> sqlx::Result<Vec<crate::runs::JobRow>> {
         type R = (String, String, String, i64, i64, i64, Option<String>);
-        let rows: Vec<R> = sqlx::query_as(
+        let rows: Vec<R> = with_db!(&self.db, |p| sqlx::query_as(
             "SELECT t.value, s.id, s.name, s.uploaded_at_ms, s.peak_bytes, s.ooms, \
              (SELECT r.value FROM snapshot_tags r WHERE r.snapshot_id = s.id AND r.key = 'rank' \
               ORDER BY r.value LIMIT 1) \
              FROM snapshots s JOIN snapshot_tags t ON t.snapshot_id = s.id AND t.key = 'job' \
-             WHERE ?1 IS NULL OR t.value = ?1",
+             WHERE $1 IS NULL OR t.value = $1",
         )
         .bind(job)
-        .fetch_all(&self.db)
-        .await?;
+        .fetch_all(p)
+        .await)?;
         Ok(rows
             .into_iter()
             .map(
@@ -405,52 +360,56 @@ impl Library {
         report_json: &str,
         content_hash: &str,
     ) -> sqlx::Result<bool> {
-        let mut tx = self.db.begin().await?;
-        let done = sqlx::query(
-            "INSERT INTO snapshots (id, sha256, name, uploaded_at_ms, size_bytes, decoded_bytes, encoding, compression, \
-             devices, entries, peak_bytes, reserved_bytes, allocated_bytes, leak_suspects, ooms, warnings, index_ms, report_json, \
-             device_total_bytes, device_total_source, device_total_detail, content_hash) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-        )
-        .bind(&info.id)
-        .bind(&info.sha256)
-        .bind(&info.name)
-        .bind(info.uploaded_at_ms)
-        .bind(info.size_bytes as i64)
-        .bind(info.decoded_bytes as i64)
-        .bind(info.encoding.as_str())
-        .bind(info.compression.as_str())
-        .bind(serde_json::to_string(&info.devices).unwrap_or_else(|_| "[]".into()))
-        .bind(info.entries as i64)
-        .bind(info.peak_bytes as i64)
-        .bind(info.reserved_bytes as i64)
-        .bind(info.allocated_bytes as i64)
-        .bind(info.leak_suspects as i64)
-        .bind(info.ooms as i64)
-        .bind(info.warnings as i64)
-        .bind(info.index_ms as i64)
-        .bind(report_json)
-        .bind(info.device_total.as_ref().map(|t| t.total_bytes as i64))
-        .bind(info.device_total.as_ref().map(|t| t.source.as_str()))
-        .bind(info.device_total.as_ref().and_then(|t| t.detail.clone()))
-        .bind(content_hash)
-        .execute(&mut *tx)
-        .await?;
-        if done.rows_affected() == 0 {
-            return Ok(false);
-        }
-        insert_tags(&mut tx, &info.id, &info.tags).await?;
-        tx.commit().await?;
-        Ok(true)
+        with_db!(&self.db, |p| {
+            let mut tx = p.begin().await?;
+            let done = sqlx::query(
+                "INSERT INTO snapshots (id, sha256, name, uploaded_at_ms, size_bytes, decoded_bytes, encoding, \
+                 compression, devices, entries, peak_bytes, reserved_bytes, allocated_bytes, leak_suspects, ooms, \
+                 warnings, index_ms, report_json, device_total_bytes, device_total_source, device_total_detail, \
+                 content_hash) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, \
+                 $18, $19, $20, $21, $22) ON CONFLICT DO NOTHING",
+            )
+            .bind(&info.id)
+            .bind(&info.sha256)
+            .bind(&info.name)
+            .bind(info.uploaded_at_ms)
+            .bind(info.size_bytes as i64)
+            .bind(info.decoded_bytes as i64)
+            .bind(info.encoding.as_str())
+            .bind(info.compression.as_str())
+            .bind(serde_json::to_string(&info.devices).unwrap_or_else(|_| "[]".into()))
+            .bind(info.entries as i64)
+            .bind(info.peak_bytes as i64)
+            .bind(info.reserved_bytes as i64)
+            .bind(info.allocated_bytes as i64)
+            .bind(info.leak_suspects as i64)
+            .bind(info.ooms as i64)
+            .bind(info.warnings as i64)
+            .bind(info.index_ms as i64)
+            .bind(report_json)
+            .bind(info.device_total.as_ref().map(|t| t.total_bytes as i64))
+            .bind(info.device_total.as_ref().map(|t| t.source.as_str()))
+            .bind(info.device_total.as_ref().and_then(|t| t.detail.clone()))
+            .bind(content_hash)
+            .execute(&mut *tx)
+            .await?;
+            if done.rows_affected() == 0 {
+                return Ok(false);
+            }
+            insert_tags!(tx, &info.id, &info.tags);
+            tx.commit().await?;
+            Ok(true)
+        })
     }
 
     /// The report stored at upload (`memscope analyze --json`'s object).
     pub async fn report(&self, id: &str) -> anyhow::Result<Option<api::Report>> {
-        let json: Option<String> =
-            sqlx::query_scalar("SELECT report_json FROM snapshots WHERE id = ?")
-                .bind(id)
-                .fetch_optional(&self.db)
-                .await?;
+        let json: Option<String> = with_db!(&self.db, |p| sqlx::query_scalar(
+            "SELECT report_json FROM snapshots WHERE id = $1"
+        )
+        .bind(id)
+        .fetch_optional(p)
+        .await)?;
         json.map(|j| {
             serde_json::from_str(&j)
                 .with_context(|| format!("the stored report of snapshot {id} does not read"))
@@ -496,30 +455,33 @@ impl Library {
         name: Option<&str>,
         tags: Option<&[Tag]>,
     ) -> sqlx::Result<bool> {
-        let mut tx = self.db.begin().await?;
-        let exists: Option<i64> = sqlx::query_scalar("SELECT 1 FROM snapshots WHERE id = ?")
-            .bind(id)
-            .fetch_optional(&mut *tx)
-            .await?;
-        if exists.is_none() {
-            return Ok(false);
-        }
-        if let Some(name) = name {
-            sqlx::query("UPDATE snapshots SET name = ? WHERE id = ?")
-                .bind(name)
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
-        }
-        if let Some(tags) = tags {
-            sqlx::query("DELETE FROM snapshot_tags WHERE snapshot_id = ?")
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
-            insert_tags(&mut tx, id, tags).await?;
-        }
-        tx.commit().await?;
-        Ok(true)
+        with_db!(&self.db, |p| {
+            let mut tx = p.begin().await?;
+            let exists: Option<String> =
+                sqlx::query_scalar("SELECT id FROM snapshots WHERE id = $1")
+                    .bind(id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            if exists.is_none() {
+                return Ok(false);
+            }
+            if let Some(name) = name {
+                sqlx::query("UPDATE snapshots SET name = $1 WHERE id = $2")
+                    .bind(name)
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            if let Some(tags) = tags {
+                sqlx::query("DELETE FROM snapshot_tags WHERE snapshot_id = $1")
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
+                insert_tags!(tx, id, tags);
+            }
+            tx.commit().await?;
+            Ok(true)
+        })
     }
 
     /// Records a snapshot's device total memory with the report judged under it (one
@@ -532,18 +494,19 @@ impl Library {
         report: &api::Report,
     ) -> anyhow::Result<bool> {
         let report_json = serde_json::to_string(report)?;
-        let done = sqlx::query(
-            "UPDATE snapshots SET device_total_bytes = ?, device_total_source = ?, \
-             device_total_detail = ?, report_json = ? WHERE id = ?",
+        let done = with_db!(&self.db, |p| sqlx::query(
+            "UPDATE snapshots SET device_total_bytes = $1, device_total_source = $2, \
+             device_total_detail = $3, report_json = $4 WHERE id = $5",
         )
         .bind(total.total_bytes as i64)
         .bind(total.source.as_str())
         .bind(&total.detail)
-        .bind(report_json)
+        .bind(&report_json)
         .bind(id)
-        .execute(&self.db)
-        .await?;
-        Ok(done.rows_affected() == 1)
+        .execute(p)
+        .await
+        .map(|d| d.rows_affected()))?;
+        Ok(done == 1)
     }
 
     /// Stores a first view of snapshot `id` (`crate::views`), unless the snapshot was deleted
@@ -562,11 +525,12 @@ impl Library {
     /// commit is placing files.
     pub async fn delete(&self, id: &str) -> sqlx::Result<bool> {
         let _files = self.files.lock().await;
-        let sha: Option<String> =
-            sqlx::query_scalar("DELETE FROM snapshots WHERE id = ? RETURNING sha256")
-                .bind(id)
-                .fetch_optional(&self.db)
-                .await?;
+        let sha: Option<String> = with_db!(&self.db, |p| sqlx::query_scalar(
+            "DELETE FROM snapshots WHERE id = $1 RETURNING sha256"
+        )
+        .bind(id)
+        .fetch_optional(p)
+        .await)?;
         match sha {
             Some(sha) => {
                 let _ = std::fs::remove_file(self.original_path(&sha));

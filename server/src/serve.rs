@@ -8,6 +8,10 @@ use crate::state::AppState;
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let addr = args.addr;
     let data_dir = args.data_dir.clone();
+    let database = match &args.database_url {
+        Some(url) => crate::db::redact(url),
+        None => format!("sqlite:{}", data_dir.join("memscope.db").display()),
+    };
     let state = AppState::open(args).await?;
     if !addr.ip().is_loopback() && !state.access.guards_writes() {
         tracing::warn!(
@@ -20,7 +24,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
-    tracing::info!(addr = %listener.local_addr()?, data_dir = %data_dir.display(), "memscope is serving; open http://{}/", listener.local_addr()?);
+    tracing::info!(addr = %listener.local_addr()?, data_dir = %data_dir.display(), %database, "memscope is serving; open http://{}/", listener.local_addr()?);
     let limits = state.config.conn_limits();
     crate::listen::serve(listener, crate::http::app(state), limits, async move {
         shutdown_signal().await;

@@ -49,7 +49,7 @@ pub struct UploadProgress {
 impl AppState {
     pub async fn open(config: ServeArgs) -> anyhow::Result<AppState> {
         let access = Arc::new(config.access()?);
-        let library = Library::open(&config.data_dir).await?;
+        let library = Library::open(&config.data_dir, config.database_url.as_deref()).await?;
         Ok(AppState {
             access,
             library,

@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
-use server::config::ServeArgs;
 use server::state::AppState;
 use tower::ServiceExt;
 
@@ -53,7 +52,7 @@ async fn call(
 /// A fresh library in a temporary folder.
 async fn open_state(tag: &str) -> (PathBuf, AppState) {
     let dir = temp_dir(tag);
-    let state = AppState::open(ServeArgs::for_data_dir(dir.clone()))
+    let state = AppState::open(server::testing::serve_args(dir.clone()))
         .await
         .unwrap();
     (dir, state)
@@ -169,7 +168,7 @@ async fn upload_list_get_update_delete() {
 #[tokio::test]
 async fn bad_uploads_are_rejected_and_leave_nothing() {
     let dir = temp_dir("bad");
-    let mut args = ServeArgs::for_data_dir(dir.clone());
+    let mut args = server::testing::serve_args(dir.clone());
     args.max_upload_bytes = 100_000;
     let state = AppState::open(args).await.unwrap();
 
@@ -246,7 +245,7 @@ async fn queries_answer_from_the_model() {
             .join(up["snapshot"]["sha256"].as_str().unwrap()),
     )
     .unwrap();
-    let state = AppState::open(ServeArgs::for_data_dir(dir.clone()))
+    let state = AppState::open(server::testing::serve_args(dir.clone()))
         .await
         .unwrap();
     let (st, tl) = call(
@@ -602,7 +601,7 @@ async fn a_damaged_model_is_rebuilt_from_the_original() {
     );
     let model = dir.join("models").join(format!("{sha}.msmodel"));
     std::fs::write(&model, b"MSMODEL\0garbage").unwrap();
-    let state = AppState::open(ServeArgs::for_data_dir(dir.clone()))
+    let state = AppState::open(server::testing::serve_args(dir.clone()))
         .await
         .unwrap();
     let (st, s) = call(&state, "GET", &format!("/api/snapshots/{id}/state"), vec![]).await;

@@ -12,7 +12,6 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use serde_json::Value;
-use server::config::ServeArgs;
 use server::state::AppState;
 use tower::ServiceExt;
 
@@ -139,7 +138,7 @@ fn stem(fixture: &str) -> String {
 async fn open(tag: &str) -> AppState {
     let dir = std::env::temp_dir().join(format!("memscope-golden-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let mut args = ServeArgs::for_data_dir(dir);
+    let mut args = server::testing::serve_args(dir);
     args.collector_tokens = vec!["gpu7=s3cret".into()];
     AppState::open(args).await.unwrap()
 }

@@ -7,14 +7,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use axum::body::{Body, Bytes};
 use axum::http::{Request, StatusCode, header};
 use http_body_util::BodyExt;
-use server::config::ServeArgs;
 use server::state::AppState;
 use tower::ServiceExt;
 
 async fn state(tag: &str) -> AppState {
     let dir = std::env::temp_dir().join(format!("memscope-hardening-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let mut args = ServeArgs::for_data_dir(dir);
+    let mut args = server::testing::serve_args(dir);
     args.collector_tokens = vec!["gpu7=s3cret".into()];
     AppState::open(args).await.unwrap()
 }
@@ -298,7 +297,7 @@ async fn a_damaged_model_file_is_rebuilt_not_served() {
     let mid = m.len() / 2;
     m[mid] ^= 1;
     std::fs::write(&model, &m).unwrap();
-    let s = AppState::open(ServeArgs::for_data_dir(dir.clone()))
+    let s = AppState::open(server::testing::serve_args(dir.clone()))
         .await
         .unwrap();
     let after = get(s.clone(), api::routes::timeline(&id, &q)).await;
@@ -316,7 +315,9 @@ async fn concurrent_first_requests_load_a_snapshot_once() {
     let id = upload(&s, fixture("leak_detached_cache.pickle")).await;
     drop(s);
     // A fresh server: nothing in memory. Eight views of the snapshot asked for at once.
-    let s = AppState::open(ServeArgs::for_data_dir(dir)).await.unwrap();
+    let s = AppState::open(server::testing::serve_args(dir))
+        .await
+        .unwrap();
     let mut asks = Vec::new();
     for k in 0..8u32 {
         let (s, id) = (s.clone(), id.clone());
@@ -394,7 +395,7 @@ async fn a_whole_trace_timeline_is_answered_from_the_store_after_a_restart() {
     drop(s);
 
     // A fresh server: nothing in memory. The same bytes, answered before any model load.
-    let s = AppState::open(ServeArgs::for_data_dir(dir.clone()))
+    let s = AppState::open(server::testing::serve_args(dir.clone()))
         .await
         .unwrap();
     let loads_before = s.models.loads();
@@ -415,7 +416,9 @@ async fn a_whole_trace_timeline_is_answered_from_the_store_after_a_restart() {
 
     // A stored answer that does not read is computed again (and the answer is right).
     std::fs::write(&stored, &first[..first.len() / 2]).unwrap();
-    let s = AppState::open(ServeArgs::for_data_dir(dir)).await.unwrap();
+    let s = AppState::open(server::testing::serve_args(dir))
+        .await
+        .unwrap();
     assert_eq!(get(&s, &id, &whole).await, first);
     assert_eq!(s.models.loads(), 1, "computed from the model");
 
@@ -541,7 +544,7 @@ async fn a_collector_cannot_speak_for_another_host_or_its_gpus() {
         std::process::id()
     ));
     let _ = std::fs::remove_dir_all(&dir);
-    let mut args = ServeArgs::for_data_dir(dir);
+    let mut args = server::testing::serve_args(dir);
     args.collector_tokens = vec!["gpu7=s3cret".into(), "gpu8=other".into()];
     let s = AppState::open(args).await.unwrap();
     let post = |token: &str, b: &wire::Batch| {
@@ -597,10 +600,12 @@ async fn a_collector_cannot_speak_for_another_host_or_its_gpus() {
     // Nothing of it stored; gpu7's GPU still gpu7's.
     let counts = s.library.live_counts().await.unwrap();
     assert_eq!((counts[0], counts[3], counts[4]), (2, 0, 2));
-    let owner: String = sqlx::query_scalar("SELECT host FROM gpus WHERE uuid = 'GPU-seven'")
-        .fetch_one(&s.library.db)
-        .await
-        .unwrap();
+    let owner: String = server::with_db!(&s.library.db, |p| sqlx::query_scalar(
+        "SELECT host FROM gpus WHERE uuid = 'GPU-seven'"
+    )
+    .fetch_one(p)
+    .await)
+    .unwrap();
     assert_eq!(owner, "gpu7");
 }
 
@@ -637,7 +642,7 @@ async fn writes_need_a_token_hosts_are_checked_and_other_sites_cannot_write() {
     let dir =
         std::env::temp_dir().join(format!("memscope-hardening-access-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let mut args = ServeArgs::for_data_dir(dir);
+    let mut args = server::testing::serve_args(dir);
     args.api_tokens = vec![WRITE.into(), format!("read:{READ}")];
     args.allowed_hosts = vec!["memscope.internal".into()];
     let s = AppState::open(args).await.unwrap();
@@ -695,7 +700,7 @@ async fn slow_live_queries_cannot_starve_ingest_or_the_library() {
     let s = state("pools").await;
     let mut held = Vec::new();
     for _ in 0..server::library::LIVE_READ_CONNECTIONS {
-        held.push(s.library.live_reads.acquire().await.unwrap());
+        held.push(s.library.live_read().await.unwrap());
     }
     let fleet = Request::get(api::routes::live_fleet())
         .body(Body::empty())
@@ -732,9 +737,9 @@ async fn slow_live_queries_cannot_starve_ingest_or_the_library() {
 }
 
 /// "Queries cancelled when their client goes away", for the live store: a request dropped
-/// mid-query (its client disconnected) interrupts the SQLite statement it was running instead
-/// of leaving it to scan for nobody, and the connection goes back to the pool fit for the next
-/// request. The statement here would count to a billion (minutes).
+/// mid-query (its client disconnected) interrupts the statement it was running instead of
+/// leaving it to scan for nobody (on PostgreSQL: it no longer runs in the server), and the pool
+/// serves the next request. The statement here would count to a billion (minutes).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_live_query_whose_request_went_away_is_interrupted() {
     use std::time::{Duration, Instant};
@@ -746,9 +751,9 @@ async fn a_live_query_whose_request_went_away_is_interrupted() {
         let lib = s.library.clone();
         let request = async move {
             let mut c = lib.live_read().await?;
-            sqlx::query_scalar::<_, i64>(FOREVER)
-                .fetch_one(&mut *c)
-                .await
+            server::with_live!(c, |conn| sqlx::query_scalar::<_, i64>(FOREVER)
+                .fetch_one(&mut *conn)
+                .await)
         };
         assert!(
             tokio::time::timeout(Duration::from_millis(100), request)
@@ -766,18 +771,39 @@ async fn a_live_query_whose_request_went_away_is_interrupted() {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
+    // On PostgreSQL the statements ran in the server: none of them may still be running there.
+    if let server::db::Db::Postgres(pool) = &s.library.db {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let running: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                 AND state = 'active' AND query LIKE 'WITH RECURSIVE r(x)%x < 1000000000%'",
+            )
+            .fetch_one(pool)
+            .await
+            .unwrap();
+            if running == 0 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{running} abandoned statements still run in PostgreSQL"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
     // Every connection has been interrupted once; each serves a normal query again (no stale
     // handler from the request that went away).
     let started = Instant::now();
     let mut held = Vec::new();
     for _ in 0..server::library::LIVE_READ_CONNECTIONS {
         let mut c = s.library.live_read().await.unwrap();
-        let n: i64 = sqlx::query_scalar(
+        let n: i64 = server::with_live!(c, |conn| sqlx::query_scalar(
             "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r WHERE x < 100000) \
              SELECT count(*) FROM r",
         )
-        .fetch_one(&mut *c)
-        .await
+        .fetch_one(&mut *conn)
+        .await)
         .unwrap();
         assert_eq!(n, 100_000);
         held.push(c);

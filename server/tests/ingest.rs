@@ -8,14 +8,13 @@ use std::path::PathBuf;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
-use server::config::ServeArgs;
 use server::state::AppState;
 use tower::ServiceExt;
 
 async fn state(tag: &str) -> AppState {
     let dir = std::env::temp_dir().join(format!("memscope-ingest-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let mut args = ServeArgs::for_data_dir(dir);
+    let mut args = server::testing::serve_args(dir);
     args.collector_tokens = vec!["gpu7=s3cret".into(), "gpu8=other".into()];
     AppState::open(args).await.unwrap()
 }

@@ -6,7 +6,6 @@
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
-use server::config::ServeArgs;
 use server::now_ms;
 use server::state::AppState;
 use tower::ServiceExt;
@@ -17,7 +16,7 @@ use common::scenario::{GIB, MIB, alloc, batch, scenario};
 async fn state(tag: &str) -> AppState {
     let dir = std::env::temp_dir().join(format!("memscope-live-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let mut args = ServeArgs::for_data_dir(dir);
+    let mut args = server::testing::serve_args(dir);
     args.collector_tokens = vec!["gpu7=s3cret".into()];
     AppState::open(args).await.unwrap()
 }
@@ -94,18 +93,18 @@ async fn fleet_gpu_and_process_pages_show_the_planted_figures() {
         host["collector"], "gpu7/gpu7:100:42",
         "the last batch was the agent's"
     );
-    let (n, agent, name): (i64, bool, Option<String>) = sqlx::query_as(
-        "SELECT count(*), max(has_agent), max(name) FROM processes WHERE host = 'gpu7' AND pid = 100",
+    let p100: Vec<(bool, Option<String>)> = server::with_db!(&s.library.db, |p| sqlx::query_as(
+        "SELECT has_agent, name FROM processes WHERE host = 'gpu7' AND pid = 100",
     )
-    .fetch_one(&s.library.db)
-    .await
+    .fetch_all(p)
+    .await)
     .unwrap();
-    assert_eq!((n, agent, name.as_deref()), (1, true, Some("python")));
-    let p200: (bool, i64, i64) = sqlx::query_as(
+    assert_eq!(p100, [(true, Some("python".to_string()))]);
+    let p200: (bool, i64, i64) = server::with_db!(&s.library.db, |p| sqlx::query_as(
         "SELECT has_agent, first_seen_ms, last_seen_ms FROM processes WHERE pid = 200",
     )
-    .fetch_one(&s.library.db)
-    .await
+    .fetch_one(p)
+    .await)
     .unwrap();
     assert_eq!(p200, (false, t0, t0 + 119_000));
 
@@ -184,11 +183,11 @@ async fn roll_ups_keep_min_max_mean_and_the_pages_still_draw_from_them() {
     assert_eq!(r.rolled_rows, 60 + 120 + 60);
     let after = s.library.live_counts().await.unwrap();
     assert_eq!(after[0], before[0] - 60);
-    let (n, min, max, mean): (i64, i64, i64, i64) = sqlx::query_as(
+    let (n, min, max, mean): (i64, i64, i64, i64) = server::with_db!(&s.library.db, |p| sqlx::query_as(
         "SELECT n, allocated_min_bytes, allocated_max_bytes, allocated_mean_bytes FROM allocator_samples_1m",
     )
-    .fetch_one(&s.library.db)
-    .await
+    .fetch_one(p)
+    .await)
     .unwrap();
     assert_eq!((n, min as u64, max as u64), (60, GIB, GIB + 59 * MIB));
     assert_eq!(mean as u64, GIB + 59 * MIB / 2);
@@ -199,11 +198,12 @@ async fn roll_ups_keep_min_max_mean_and_the_pages_still_draw_from_them() {
         .push(alloc(t0 + 30_500, 30, GIB - MIB, 2 * GIB));
     ingest(&s, &late).await;
     s.library.roll_up(t0 + 60_000, 0).await.unwrap();
-    let (n, min): (i64, i64) =
-        sqlx::query_as("SELECT n, allocated_min_bytes FROM allocator_samples_1m")
-            .fetch_one(&s.library.db)
-            .await
-            .unwrap();
+    let (n, min): (i64, i64) = server::with_db!(&s.library.db, |p| sqlx::query_as(
+        "SELECT n, allocated_min_bytes FROM allocator_samples_1m"
+    )
+    .fetch_one(p)
+    .await)
+    .unwrap();
     assert_eq!((n, min as u64), (61, GIB - MIB));
 
     // The GPU page over the whole window still has the first minute (from the roll-up).

@@ -29,7 +29,7 @@ async fn store(rows: i64) -> (AppState, std::path::PathBuf) {
     let s = AppState::open(ServeArgs::for_data_dir(dir.clone()))
         .await
         .unwrap();
-    let db = &s.library.db;
+    let db = s.library.db.as_sqlite().expect("a SQLite benchmark");
     for sql in [
         "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?1) \
          INSERT INTO allocator_samples (host, pid, start_time_ms, device, time_ms, allocated_bytes, reserved_bytes, alloc_retries, ooms) \
@@ -91,7 +91,7 @@ async fn metrics_and_fleet_answer_in_time_independent_of_history() {
     let (s, dir) = store(40_000).await;
     let t = Instant::now();
     let rows: Vec<(String, i64, i64, i64, i64, i64)> = sqlx::query_as(OLD_LATEST_ALLOCATOR)
-        .fetch_all(&s.library.db)
+        .fetch_all(s.library.db.as_sqlite().unwrap())
         .await
         .unwrap();
     let old_ms = t.elapsed().as_secs_f64() * 1000.0;

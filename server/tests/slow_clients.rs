@@ -6,7 +6,6 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use server::config::ServeArgs;
 use server::state::AppState;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -28,7 +27,7 @@ impl Drop for Running {
 async fn listening(tag: &str) -> Running {
     let dir = std::env::temp_dir().join(format!("memscope-slow-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let mut args = ServeArgs::for_data_dir(dir);
+    let mut args = server::testing::serve_args(dir);
     args.max_connections = 16;
     args.header_timeout_secs = 0.5;
     args.body_idle_timeout_secs = 0.5;
@@ -182,7 +181,7 @@ async fn a_stalled_body_ends_its_request() {
     // Unauthenticated: refused before the body (finding 3), then closed.
     assert!(text.starts_with("HTTP/1.1 401"), "{text}");
     // With a token the body is awaited, for at most the idle timeout.
-    let mut args = ServeArgs::for_data_dir(
+    let mut args = server::testing::serve_args(
         std::env::temp_dir().join(format!("memscope-slow-stall2-{}", std::process::id())),
     );
     let _ = std::fs::remove_dir_all(&args.data_dir);

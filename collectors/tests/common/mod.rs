@@ -34,7 +34,7 @@ pub fn start_server(dir: &std::path::Path, port: u16) -> Server {
         .build()
         .unwrap();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let mut args = server::config::ServeArgs::for_data_dir(dir.to_path_buf());
+    let mut args = server::testing::serve_args(dir.to_path_buf());
     args.collector_tokens = vec!["c1=t1".into()];
     rt.spawn(async move {
         let state = server::state::AppState::open(args).await.unwrap();

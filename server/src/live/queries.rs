@@ -4,7 +4,9 @@
 use sqlx::FromRow;
 
 use super::series::{Bucketed, FILL_MS, Window, align};
+use crate::db::Dialects;
 use crate::library::Library;
+use crate::with_live;
 
 /// The latest NVML reading of one GPU.
 #[derive(Debug, Clone, FromRow)]
@@ -32,30 +34,37 @@ impl Library {
     /// The latest reading of every GPU.
     pub async fn latest_gpu_readings(&self) -> sqlx::Result<Vec<GpuLatest>> {
         let mut c = self.live_read().await?;
-        sqlx::query_as(LATEST_GPU_READINGS).fetch_all(&mut *c).await
+        with_live!(c, |conn| sqlx::query_as(LATEST_GPU_READINGS)
+            .fetch_all(&mut *conn)
+            .await)
     }
 
     /// PyTorch allocator figures summed per host and device over each process's latest sample
     /// (no per-process labels).
     pub async fn latest_allocator_by_device(&self) -> sqlx::Result<Vec<DeviceAllocator>> {
         let mut c = self.live_read().await?;
-        sqlx::query_as(LATEST_ALLOCATOR_BY_DEVICE)
-            .fetch_all(&mut *c)
-            .await
+        with_live!(c, |conn| sqlx::query_as(LATEST_ALLOCATOR_BY_DEVICE)
+            .fetch_all(&mut *conn)
+            .await)
     }
 
     /// (batches, samples stored, samples collectors dropped, snapshots, events by kind).
     pub async fn counters(&self) -> sqlx::Result<(i64, i64, i64, i64, Vec<(String, i64)>)> {
         let mut c = self.live_read().await?;
         let (batches, rows, dropped): (i64, i64, i64) =
-            sqlx::query_as(INGEST_TOTALS).fetch_one(&mut *c).await?;
-        let snapshots: i64 = sqlx::query_scalar("SELECT count(*) FROM snapshots")
-            .fetch_one(&mut *c)
-            .await?;
-        let events =
-            sqlx::query_as("SELECT kind, count(*) FROM events GROUP BY kind ORDER BY kind")
-                .fetch_all(&mut *c)
-                .await?;
+            with_live!(c, |conn| sqlx::query_as(INGEST_TOTALS)
+                .fetch_one(&mut *conn)
+                .await)?;
+        let snapshots: i64 = with_live!(c, |conn| sqlx::query_scalar(
+            "SELECT count(*) FROM snapshots"
+        )
+        .fetch_one(&mut *conn)
+        .await)?;
+        let events = with_live!(c, |conn| sqlx::query_as(
+            "SELECT kind, count(*) FROM events GROUP BY kind ORDER BY kind"
+        )
+        .fetch_all(&mut *conn)
+        .await)?;
         Ok((batches, rows, dropped, snapshots, events))
     }
 }
@@ -144,20 +153,33 @@ pub struct StepRow {
 // batch (migration 0007), so none of them searches the sample tables (a test checks the plans).
 const LATEST_GPU_READINGS: &str = "SELECT g.host, g.uuid, g.idx, l.used_bytes, g.total_bytes, l.reserved_bytes \
      FROM gpus g JOIN gpu_latest l ON l.gpu_uuid = g.uuid ORDER BY g.host, g.idx";
-const LATEST_ALLOCATOR_BY_DEVICE: &str = "SELECT host, device, sum(allocated_bytes) AS allocated_bytes, \
-     sum(reserved_bytes) AS reserved_bytes, coalesce(sum(alloc_retries), 0) AS alloc_retries, \
-     coalesce(sum(ooms), 0) AS ooms FROM allocator_latest GROUP BY host, device ORDER BY host, device";
+const LATEST_ALLOCATOR_BY_DEVICE: &str = "SELECT host, device, CAST(sum(allocated_bytes) AS BIGINT) AS allocated_bytes, \
+     CAST(sum(reserved_bytes) AS BIGINT) AS reserved_bytes, \
+     CAST(coalesce(sum(alloc_retries), 0) AS BIGINT) AS alloc_retries, \
+     CAST(coalesce(sum(ooms), 0) AS BIGINT) AS ooms FROM allocator_latest GROUP BY host, device ORDER BY host, device";
 const INGEST_TOTALS: &str = "SELECT batches, rows, dropped FROM ingest_totals WHERE id = 1";
 const GPUS_WITH_LATEST: &str = "SELECT g.host, g.uuid, g.idx, g.name, g.total_bytes, g.last_seen_ms, l.used_bytes, \
      l.reserved_bytes, l.gpu_util, l.temperature_c, l.power_mw FROM gpus g \
      LEFT JOIN gpu_latest l ON l.gpu_uuid = g.uuid \
-     WHERE ?1 IS NULL OR g.uuid = ?1 ORDER BY g.host, g.idx";
-// CROSS JOIN keeps gpus the outer loop (SQLite's rule), so the samples are searched by index.
-const CURRENT_GPU_PROCESSES: &str = "SELECT p.gpu_uuid, p.pid, p.start_time_ms, p.name, p.used_bytes \
-     FROM gpus g CROSS JOIN process_samples p ON p.gpu_uuid = g.uuid AND p.time_ms = g.last_seen_ms \
-     ORDER BY p.used_bytes DESC";
+     WHERE $1 IS NULL OR g.uuid = $1 ORDER BY g.host, g.idx";
+// CROSS JOIN keeps gpus the outer loop (SQLite's rule), so the samples are searched by index;
+// PostgreSQL takes no ON after CROSS JOIN and plans the join by itself.
+macro_rules! current_gpu_processes {
+    ($join:literal) => {
+        concat!(
+            "SELECT p.gpu_uuid, p.pid, p.start_time_ms, p.name, p.used_bytes FROM gpus g ",
+            $join,
+            " process_samples p ON p.gpu_uuid = g.uuid AND p.time_ms = g.last_seen_ms \
+             ORDER BY p.used_bytes DESC"
+        )
+    };
+}
+const CURRENT_GPU_PROCESSES: Dialects = Dialects {
+    sqlite: current_gpu_processes!("CROSS JOIN"),
+    postgres: current_gpu_processes!("JOIN"),
+};
 const AGENTS_SINCE: &str = "SELECT host, pid, start_time_ms, device, gpu_uuid, time_ms, step, allocated_bytes, \
-     reserved_bytes, alloc_retries, ooms FROM allocator_latest WHERE time_ms >= ? ORDER BY host, pid, device";
+     reserved_bytes, alloc_retries, ooms FROM allocator_latest WHERE time_ms >= $1 ORDER BY host, pid, device";
 
 /// The queries that must not grow with stored history.
 #[cfg(test)]
@@ -166,7 +188,7 @@ pub(crate) const HISTORY_INDEPENDENT: [&str; 6] = [
     LATEST_ALLOCATOR_BY_DEVICE,
     INGEST_TOTALS,
     GPUS_WITH_LATEST,
-    CURRENT_GPU_PROCESSES,
+    CURRENT_GPU_PROCESSES.sqlite,
     AGENTS_SINCE,
 ];
 
@@ -178,69 +200,75 @@ impl Library {
     /// Every GPU (or the one with `uuid`) with its latest reading.
     async fn gpus_with_latest(&self, uuid: Option<&str>) -> sqlx::Result<Vec<GpuRow>> {
         let mut c = self.live_read().await?;
-        sqlx::query_as(GPUS_WITH_LATEST)
+        with_live!(c, |conn| sqlx::query_as(GPUS_WITH_LATEST)
             .bind(uuid)
-            .fetch_all(&mut *c)
-            .await
+            .fetch_all(&mut *conn)
+            .await)
     }
 
     /// The processes in each GPU's latest reading.
     pub async fn current_gpu_processes(&self) -> sqlx::Result<Vec<GpuProcess>> {
         let mut c = self.live_read().await?;
-        sqlx::query_as(CURRENT_GPU_PROCESSES)
-            .fetch_all(&mut *c)
-            .await
+        with_live!(c, |conn| sqlx::query_as(
+            self.db.sql(&CURRENT_GPU_PROCESSES)
+        )
+        .fetch_all(&mut *conn)
+        .await)
     }
 
     /// Each agent process's latest sample per device, for processes seen since `since_ms`.
     pub async fn agents_since(&self, since_ms: i64) -> sqlx::Result<Vec<AgentLatest>> {
         let mut c = self.live_read().await?;
-        sqlx::query_as(AGENTS_SINCE)
+        with_live!(c, |conn| sqlx::query_as(AGENTS_SINCE)
             .bind(since_ms)
-            .fetch_all(&mut *c)
-            .await
+            .fetch_all(&mut *conn)
+            .await)
     }
 
     /// Processes heard of (NVML or an agent) since `since_ms`, most recent first.
     pub async fn processes_since(&self, since_ms: i64) -> sqlx::Result<Vec<ProcessRow>> {
         let mut c = self.live_read().await?;
-        sqlx::query_as(
+        with_live!(c, |conn| {
+            sqlx::query_as(
             "SELECT host, pid, start_time_ms, name, cgroup, has_agent, first_seen_ms, last_seen_ms FROM processes \
-             WHERE last_seen_ms >= ? ORDER BY last_seen_ms DESC LIMIT 1000",
+             WHERE last_seen_ms >= $1 ORDER BY last_seen_ms DESC LIMIT 1000",
         )
         .bind(since_ms)
-        .fetch_all(&mut *c)
+        .fetch_all(&mut *conn)
         .await
+        })
     }
 
     /// Every host with its collector and when it last reported.
     pub async fn hosts(&self) -> sqlx::Result<Vec<HostRow>> {
         let mut c = self.live_read().await?;
-        sqlx::query_as(
+        with_live!(c, |conn| sqlx::query_as(
             "SELECT host, collector, first_seen_ms, last_seen_ms FROM hosts ORDER BY host",
         )
-        .fetch_all(&mut *c)
-        .await
+        .fetch_all(&mut *conn)
+        .await)
     }
 
     pub async fn events_since(&self, since_ms: i64, limit: i64) -> sqlx::Result<Vec<EventRow>> {
         let mut c = self.live_read().await?;
-        sqlx::query_as(
-            "SELECT host, time_ms, kind, pid, device, message, snapshot_id FROM events WHERE time_ms >= ? \
-             ORDER BY time_ms DESC LIMIT ?",
+        with_live!(c, |conn| {
+            sqlx::query_as(
+            "SELECT host, time_ms, kind, pid, device, message, snapshot_id FROM events WHERE time_ms >= $1 \
+             ORDER BY time_ms DESC LIMIT $2",
         )
         .bind(since_ms)
         .bind(limit)
-        .fetch_all(&mut *c)
+        .fetch_all(&mut *conn)
         .await
+        })
     }
 
     pub async fn gpu(&self, uuid: &str) -> sqlx::Result<Option<GpuRow>> {
         Ok(self.gpus_with_latest(Some(uuid)).await?.pop())
     }
 
-    /// Rows of one GPU's series over a window: `sql` takes ?1 = window start, ?2 = bucket width,
-    /// ?3 = the GPU's UUID, ?4 = window end (raw rows and roll-ups alike).
+    /// Rows of one GPU's series over a window: `sql` takes $1 = window start, $2 = bucket width,
+    /// $3 = the GPU's UUID, $4 = window end (raw rows and roll-ups alike).
     async fn gpu_window_rows<T>(
         &self,
         sql: &'static str,
@@ -248,25 +276,28 @@ impl Library {
         w: &Window,
     ) -> sqlx::Result<Vec<T>>
     where
-        T: for<'r> FromRow<'r, sqlx::sqlite::SqliteRow> + Send + Unpin,
+        T: for<'r> FromRow<'r, sqlx::sqlite::SqliteRow>
+            + for<'r> FromRow<'r, sqlx::postgres::PgRow>
+            + Send
+            + Unpin,
     {
         let mut c = self.live_read().await?;
-        sqlx::query_as(sql)
+        with_live!(c, |conn| sqlx::query_as(sql)
             .bind(w.from_ms)
             .bind(w.bucket_ms)
             .bind(uuid)
             .bind(w.to_ms)
-            .fetch_all(&mut *c)
-            .await
+            .fetch_all(&mut *conn)
+            .await)
     }
 
     /// NVML used memory of a GPU, bucketed (raw samples and roll-ups).
     pub async fn gpu_used_series(&self, uuid: &str, w: &Window) -> sqlx::Result<Vec<Option<i64>>> {
         let rows: Vec<(i64, i64)> = self
             .gpu_window_rows(
-                "SELECT (t - ?1) / ?2 AS b, max(v) FROM ( \
-                   SELECT time_ms AS t, used_bytes AS v FROM gpu_samples WHERE gpu_uuid = ?3 AND time_ms BETWEEN ?1 AND ?4 \
-                   UNION ALL SELECT minute_ms, used_max_bytes FROM gpu_samples_1m WHERE gpu_uuid = ?3 AND minute_ms BETWEEN ?1 AND ?4) \
+                "SELECT (t - $1) / $2 AS b, max(v) FROM ( \
+                   SELECT time_ms AS t, used_bytes AS v FROM gpu_samples WHERE gpu_uuid = $3 AND time_ms BETWEEN $1 AND $4 \
+                   UNION ALL SELECT minute_ms, used_max_bytes FROM gpu_samples_1m WHERE gpu_uuid = $3 AND minute_ms BETWEEN $1 AND $4) AS w \
                  WHERE v IS NOT NULL GROUP BY b",
                 uuid,
                 w,
@@ -278,11 +309,11 @@ impl Library {
     /// Per-process NVML used memory on a GPU: (pid, start, name, bucket, used).
     pub async fn gpu_process_rows(&self, uuid: &str, w: &Window) -> sqlx::Result<Vec<Bucketed>> {
         self.gpu_window_rows(
-            "SELECT pid, (t - ?1) / ?2 AS b, max(v), max(st), max(name) FROM ( \
+            "SELECT pid, (t - $1) / $2 AS b, max(v), max(st), max(name) FROM ( \
                SELECT pid, start_time_ms AS st, name, time_ms AS t, used_bytes AS v FROM process_samples \
-               WHERE gpu_uuid = ?3 AND time_ms BETWEEN ?1 AND ?4 \
+               WHERE gpu_uuid = $3 AND time_ms BETWEEN $1 AND $4 \
                UNION ALL SELECT pid, start_time_ms, name, minute_ms, used_max_bytes FROM process_samples_1m \
-               WHERE gpu_uuid = ?3 AND minute_ms BETWEEN ?1 AND ?4) GROUP BY pid, b",
+               WHERE gpu_uuid = $3 AND minute_ms BETWEEN $1 AND $4) AS w GROUP BY pid, b",
             uuid,
             w,
         )
@@ -296,11 +327,11 @@ impl Library {
         w: &Window,
     ) -> sqlx::Result<Vec<(i64, i64, i64, i64, Option<i64>)>> {
         self.gpu_window_rows(
-            "SELECT pid, (t - ?1) / ?2 AS b, max(r), max(a), max(st) FROM ( \
+            "SELECT pid, (t - $1) / $2 AS b, max(r), max(a), max(st) FROM ( \
                SELECT pid, start_time_ms AS st, time_ms AS t, reserved_bytes AS r, allocated_bytes AS a FROM allocator_samples \
-               WHERE gpu_uuid = ?3 AND time_ms BETWEEN ?1 AND ?4 \
+               WHERE gpu_uuid = $3 AND time_ms BETWEEN $1 AND $4 \
                UNION ALL SELECT pid, start_time_ms, minute_ms, reserved_max_bytes, allocated_max_bytes FROM allocator_samples_1m \
-               WHERE gpu_uuid = ?3 AND minute_ms BETWEEN ?1 AND ?4) GROUP BY pid, b",
+               WHERE gpu_uuid = $3 AND minute_ms BETWEEN $1 AND $4) AS w GROUP BY pid, b",
             uuid,
             w,
         )
@@ -315,27 +346,27 @@ impl Library {
         to_ms: i64,
     ) -> sqlx::Result<Vec<EventRow>> {
         let mut c = self.live_read().await?;
-        sqlx::query_as(
+        with_live!(c, |conn| sqlx::query_as(
             "SELECT host, time_ms, kind, pid, device, message, snapshot_id FROM events \
-             WHERE host = ? AND time_ms BETWEEN ? AND ? ORDER BY time_ms",
+             WHERE host = $1 AND time_ms BETWEEN $2 AND $3 ORDER BY time_ms",
         )
         .bind(host)
         .bind(from_ms)
         .bind(to_ms)
-        .fetch_all(&mut *c)
-        .await
+        .fetch_all(&mut *conn)
+        .await)
     }
 
     /// The start time of the latest process `pid` on `host` that an agent reported from.
     pub async fn latest_process_start(&self, host: &str, pid: i64) -> sqlx::Result<Option<i64>> {
         let mut c = self.live_read().await?;
-        Ok(sqlx::query_scalar(
-            "SELECT start_time_ms FROM allocator_samples WHERE host = ? AND pid = ? ORDER BY time_ms DESC LIMIT 1",
+        Ok(with_live!(c, |conn| sqlx::query_scalar(
+            "SELECT start_time_ms FROM allocator_samples WHERE host = $1 AND pid = $2 ORDER BY time_ms DESC LIMIT 1",
         )
         .bind(host)
         .bind(pid)
-        .fetch_optional(&mut *c)
-        .await?
+        .fetch_optional(&mut *conn)
+        .await)?
         .flatten())
     }
 
@@ -348,14 +379,15 @@ impl Library {
         w: &Window,
     ) -> sqlx::Result<Vec<AllocatorBucket>> {
         let mut c = self.live_read().await?;
-        sqlx::query_as(
-            "SELECT device, max(gpu_uuid), (t - ?1) / ?2 AS b, max(a), max(r), max(ac), max(isp), max(rq), max(rt) FROM ( \
+        with_live!(c, |conn| {
+            sqlx::query_as(
+            "SELECT device, max(gpu_uuid), (t - $1) / $2 AS b, max(a), max(r), max(ac), max(isp), max(rq), max(rt) FROM ( \
                SELECT device, gpu_uuid, time_ms AS t, allocated_bytes AS a, reserved_bytes AS r, active_bytes AS ac, \
                inactive_split_bytes AS isp, requested_bytes AS rq, alloc_retries AS rt FROM allocator_samples \
-               WHERE host = ?3 AND pid = ?4 AND start_time_ms IS ?5 AND time_ms BETWEEN ?1 AND ?6 \
+               WHERE host = $3 AND pid = $4 AND start_time_ms IS NOT DISTINCT FROM $5 AND time_ms BETWEEN $1 AND $6 \
                UNION ALL SELECT device, gpu_uuid, minute_ms, allocated_max_bytes, reserved_max_bytes, NULL, \
                inactive_split_max_bytes, NULL, alloc_retries FROM allocator_samples_1m \
-               WHERE host = ?3 AND pid = ?4 AND start_time_ms IS ?5 AND minute_ms BETWEEN ?1 AND ?6) \
+               WHERE host = $3 AND pid = $4 AND start_time_ms IS NOT DISTINCT FROM $5 AND minute_ms BETWEEN $1 AND $6) AS w \
              GROUP BY device, b ORDER BY device, b",
         )
         .bind(w.from_ms)
@@ -364,20 +396,21 @@ impl Library {
         .bind(pid)
         .bind(start)
         .bind(w.to_ms)
-        .fetch_all(&mut *c)
+        .fetch_all(&mut *conn)
         .await
+        })
     }
 
     /// The name NVML last gave the process.
     pub async fn process_name(&self, host: &str, pid: i64) -> sqlx::Result<Option<String>> {
         let mut c = self.live_read().await?;
-        Ok(sqlx::query_scalar(
-            "SELECT name FROM process_samples WHERE host = ? AND pid = ? AND name IS NOT NULL ORDER BY time_ms DESC LIMIT 1",
+        Ok(with_live!(c, |conn| sqlx::query_scalar(
+            "SELECT name FROM process_samples WHERE host = $1 AND pid = $2 AND name IS NOT NULL ORDER BY time_ms DESC LIMIT 1",
         )
         .bind(host)
         .bind(pid)
-        .fetch_optional(&mut *c)
-        .await?
+        .fetch_optional(&mut *conn)
+        .await)?
         .flatten())
     }
 
@@ -390,12 +423,13 @@ impl Library {
         w: &Window,
     ) -> sqlx::Result<Vec<(i64, i64)>> {
         let mut c = self.live_read().await?;
-        sqlx::query_as(
-            "SELECT (t - ?1) / ?2 AS b, max(v) FROM ( \
-               SELECT time_ms AS t, used_bytes AS v FROM process_samples WHERE gpu_uuid = ?3 AND host = ?4 \
-               AND pid = ?5 AND time_ms BETWEEN ?1 AND ?6 \
-               UNION ALL SELECT minute_ms, used_max_bytes FROM process_samples_1m WHERE gpu_uuid = ?3 \
-               AND host = ?4 AND pid = ?5 AND minute_ms BETWEEN ?1 AND ?6) GROUP BY b",
+        with_live!(c, |conn| {
+            sqlx::query_as(
+            "SELECT (t - $1) / $2 AS b, max(v) FROM ( \
+               SELECT time_ms AS t, used_bytes AS v FROM process_samples WHERE gpu_uuid = $3 AND host = $4 \
+               AND pid = $5 AND time_ms BETWEEN $1 AND $6 \
+               UNION ALL SELECT minute_ms, used_max_bytes FROM process_samples_1m WHERE gpu_uuid = $3 \
+               AND host = $4 AND pid = $5 AND minute_ms BETWEEN $1 AND $6) AS w GROUP BY b",
         )
         .bind(w.from_ms)
         .bind(w.bucket_ms)
@@ -403,8 +437,9 @@ impl Library {
         .bind(host)
         .bind(pid)
         .bind(w.to_ms)
-        .fetch_all(&mut *c)
+        .fetch_all(&mut *conn)
         .await
+        })
     }
 
     /// A process's per-step figures on one device, the latest 2000 steps, oldest first.
@@ -416,18 +451,20 @@ impl Library {
         device: i64,
     ) -> sqlx::Result<Vec<StepRow>> {
         let mut c = self.live_read().await?;
-        let mut steps: Vec<StepRow> = sqlx::query_as(
+        let mut steps: Vec<StepRow> = with_live!(c, |conn| {
+            sqlx::query_as(
             "SELECT step, min(time_ms) AS time_ms, min(allocated_bytes) AS allocated_min_bytes, \
              max(allocated_bytes) AS allocated_max_bytes, max(reserved_bytes) AS reserved_max_bytes \
-             FROM allocator_samples WHERE host = ? AND pid = ? AND start_time_ms IS ? AND device = ? \
+             FROM allocator_samples WHERE host = $1 AND pid = $2 AND start_time_ms IS NOT DISTINCT FROM $3 AND device = $4 \
              AND step IS NOT NULL GROUP BY step ORDER BY step DESC LIMIT 2000",
         )
         .bind(host)
         .bind(pid)
         .bind(start)
         .bind(device)
-        .fetch_all(&mut *c)
-        .await?;
+        .fetch_all(&mut *conn)
+        .await
+        })?;
         steps.reverse();
         Ok(steps)
     }
@@ -435,14 +472,14 @@ impl Library {
     /// A process's latest 200 events, newest first.
     pub async fn process_events(&self, host: &str, pid: i64) -> sqlx::Result<Vec<EventRow>> {
         let mut c = self.live_read().await?;
-        sqlx::query_as(
+        with_live!(c, |conn| sqlx::query_as(
             "SELECT host, time_ms, kind, pid, device, message, snapshot_id FROM events \
-             WHERE host = ? AND pid = ? ORDER BY time_ms DESC LIMIT 200",
+             WHERE host = $1 AND pid = $2 ORDER BY time_ms DESC LIMIT 200",
         )
         .bind(host)
         .bind(pid)
-        .fetch_all(&mut *c)
-        .await
+        .fetch_all(&mut *conn)
+        .await)
     }
 }
 
@@ -527,22 +564,22 @@ impl Library {
         pid: Option<i64>,
     ) -> sqlx::Result<Option<(u64, String)>> {
         let mut c = self.live_read().await?;
-        let gpus: Vec<(String, Option<String>, i64)> = sqlx::query_as(
-            "SELECT uuid, name, total_bytes FROM gpus WHERE host = ? AND total_bytes IS NOT NULL",
+        let gpus: Vec<(String, Option<String>, i64)> = with_live!(c, |conn| {
+            sqlx::query_as(
+            "SELECT uuid, name, total_bytes FROM gpus WHERE host = $1 AND total_bytes IS NOT NULL",
         )
         .bind(host)
-        .fetch_all(&mut *c)
-        .await?;
+        .fetch_all(&mut *conn)
+        .await
+        })?;
         let used: Vec<String> = match pid {
-            Some(pid) => {
-                sqlx::query_scalar(
-                    "SELECT DISTINCT gpu_uuid FROM process_samples WHERE host = ? AND pid = ?",
-                )
-                .bind(host)
-                .bind(pid)
-                .fetch_all(&mut *c)
-                .await?
-            }
+            Some(pid) => with_live!(c, |conn| sqlx::query_scalar(
+                "SELECT DISTINCT gpu_uuid FROM process_samples WHERE host = $1 AND pid = $2",
+            )
+            .bind(host)
+            .bind(pid)
+            .fetch_all(&mut *conn)
+            .await)?,
             None => Vec::new(),
         };
         let candidates: Vec<_> = gpus
@@ -566,10 +603,13 @@ mod tests {
 
     /// What each query's plan does, one line per step ("SCAN …", "SEARCH …").
     async fn plan(lib: &Library, sql: &str) -> Vec<String> {
+        let crate::db::Db::Sqlite(db) = &lib.db else {
+            unreachable!("opened on SQLite")
+        };
         let rows: Vec<(i64, i64, i64, String)> =
             sqlx::query_as(sqlx::AssertSqlSafe(format!("EXPLAIN QUERY PLAN {sql}")))
                 .bind(0i64)
-                .fetch_all(&lib.db)
+                .fetch_all(db)
                 .await
                 .unwrap();
         rows.into_iter().map(|r| r.3).collect()
@@ -582,7 +622,7 @@ mod tests {
         // batch log, whose sizes grow with stored history.
         let dir = std::env::temp_dir().join(format!("memscope-plans-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let lib = Library::open(&dir).await.unwrap();
+        let lib = Library::open(&dir, None).await.unwrap();
         for sql in HISTORY_INDEPENDENT {
             for step in plan(&lib, sql).await {
                 // "SCAN <table or alias> …": the sample tables, the batch log, or their aliases.

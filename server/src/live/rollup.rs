@@ -1,48 +1,131 @@
 //! The roll-up: raw samples older than the raw retention folded into one-minute rows (min, max,
 //! mean), and everything older than the roll-up retention deleted, in one transaction.
 
+use crate::db::Dialects;
 use crate::library::Library;
+use crate::with_db;
 
-/// Folds raw `gpu_samples` older than `?1` into one-minute rows (merging into a row already there).
-const GPU_ROLL_UP: &str = "INSERT INTO gpu_samples_1m (gpu_uuid, minute_ms, n, used_min_bytes, used_max_bytes, used_mean_bytes, \
-     reserved_bytes, gpu_util_mean, temperature_max_c, power_mean_mw) \
-     SELECT gpu_uuid, time_ms / 60000 * 60000 AS m, count(*), min(used_bytes), max(used_bytes), \
-     CAST(avg(used_bytes) AS INTEGER), max(reserved_bytes), CAST(avg(gpu_util) AS INTEGER), max(temperature_c), \
-     CAST(avg(power_mw) AS INTEGER) FROM gpu_samples WHERE time_ms < ?1 GROUP BY gpu_uuid, m \
-     ON CONFLICT (gpu_uuid, minute_ms) DO UPDATE SET \
-     used_mean_bytes = (used_mean_bytes * n + excluded.used_mean_bytes * excluded.n) / (n + excluded.n), \
-     n = n + excluded.n, used_min_bytes = min(used_min_bytes, excluded.used_min_bytes), \
-     used_max_bytes = max(used_max_bytes, excluded.used_max_bytes), \
-     temperature_max_c = max(temperature_max_c, excluded.temperature_max_c)";
+/// Folds raw `gpu_samples` older than `$1` into one-minute rows (merging into a row already
+/// there). `$max`/`$min`: the dialect's larger and smaller of two values.
+macro_rules! gpu_roll_up {
+    ($max:literal, $min:literal) => {
+        concat!(
+            "INSERT INTO gpu_samples_1m (gpu_uuid, minute_ms, n, used_min_bytes, used_max_bytes, used_mean_bytes, \
+             reserved_bytes, gpu_util_mean, temperature_max_c, power_mean_mw) \
+             SELECT gpu_uuid, time_ms / 60000 * 60000 AS m, count(*), min(used_bytes), max(used_bytes), ",
+            mean!("used_bytes"),
+            ", max(reserved_bytes), ",
+            mean!("gpu_util"),
+            ", max(temperature_c), ",
+            mean!("power_mw"),
+            " FROM gpu_samples WHERE time_ms < $1 GROUP BY gpu_uuid, m \
+             ON CONFLICT (gpu_uuid, minute_ms) DO UPDATE SET \
+             used_mean_bytes = (gpu_samples_1m.used_mean_bytes * gpu_samples_1m.n \
+             + excluded.used_mean_bytes * excluded.n) / (gpu_samples_1m.n + excluded.n), \
+             n = gpu_samples_1m.n + excluded.n, \
+             used_min_bytes = ", $min, "(gpu_samples_1m.used_min_bytes, excluded.used_min_bytes), \
+             used_max_bytes = ", $max, "(gpu_samples_1m.used_max_bytes, excluded.used_max_bytes), \
+             temperature_max_c = ", $max, "(gpu_samples_1m.temperature_max_c, excluded.temperature_max_c)"
+        )
+    };
+}
 
-/// Folds raw `process_samples` older than `?1` into one-minute rows (merging into a row already there).
-const PROCESS_ROLL_UP: &str = "INSERT INTO process_samples_1m (host, gpu_uuid, pid, start_time_ms, minute_ms, name, n, used_min_bytes, \
-     used_max_bytes, used_mean_bytes) \
-     SELECT host, gpu_uuid, pid, start_time_ms, time_ms / 60000 * 60000 AS m, max(name), count(*), \
-     min(used_bytes), max(used_bytes), CAST(avg(used_bytes) AS INTEGER) FROM process_samples \
-     WHERE time_ms < ?1 GROUP BY host, gpu_uuid, pid, start_time_ms, m \
-     ON CONFLICT (host, gpu_uuid, pid, coalesce(start_time_ms, -1), minute_ms) DO UPDATE SET \
-     used_mean_bytes = (used_mean_bytes * n + excluded.used_mean_bytes * excluded.n) / (n + excluded.n), \
-     n = n + excluded.n, used_min_bytes = min(used_min_bytes, excluded.used_min_bytes), \
-     used_max_bytes = max(used_max_bytes, excluded.used_max_bytes)";
+/// The mean of a BIGINT column as a BIGINT, truncated, in either dialect (PostgreSQL's `avg`
+/// is NUMERIC and rounds; SQLite's is REAL).
+macro_rules! mean {
+    ($col:literal) => {
+        concat!(
+            "CAST(sum(",
+            $col,
+            ") AS BIGINT) / NULLIF(count(",
+            $col,
+            "), 0)"
+        )
+    };
+}
 
-/// Folds raw `allocator_samples` older than `?1` into one-minute rows (merging into a row already there).
-const ALLOCATOR_ROLL_UP: &str = "INSERT INTO allocator_samples_1m (host, pid, start_time_ms, device, gpu_uuid, minute_ms, n, last_step, \
-     allocated_min_bytes, allocated_max_bytes, allocated_mean_bytes, reserved_max_bytes, reserved_mean_bytes, \
-     inactive_split_max_bytes, alloc_retries, ooms) \
-     SELECT host, pid, start_time_ms, device, max(gpu_uuid), time_ms / 60000 * 60000 AS m, count(*), max(step), \
-     min(allocated_bytes), max(allocated_bytes), CAST(avg(allocated_bytes) AS INTEGER), max(reserved_bytes), \
-     CAST(avg(reserved_bytes) AS INTEGER), max(inactive_split_bytes), max(alloc_retries), max(ooms) \
-     FROM allocator_samples WHERE time_ms < ?1 GROUP BY host, pid, start_time_ms, device, m \
-     ON CONFLICT (host, pid, coalesce(start_time_ms, -1), device, minute_ms) DO UPDATE SET \
-     allocated_mean_bytes = (allocated_mean_bytes * n + excluded.allocated_mean_bytes * excluded.n) / (n + excluded.n), \
-     reserved_mean_bytes = (reserved_mean_bytes * n + excluded.reserved_mean_bytes * excluded.n) / (n + excluded.n), \
-     n = n + excluded.n, last_step = max(last_step, excluded.last_step), \
-     allocated_min_bytes = min(allocated_min_bytes, excluded.allocated_min_bytes), \
-     allocated_max_bytes = max(allocated_max_bytes, excluded.allocated_max_bytes), \
-     reserved_max_bytes = max(reserved_max_bytes, excluded.reserved_max_bytes), \
-     inactive_split_max_bytes = max(inactive_split_max_bytes, excluded.inactive_split_max_bytes), \
-     alloc_retries = max(alloc_retries, excluded.alloc_retries), ooms = max(ooms, excluded.ooms)";
+/// Folds raw `process_samples` older than `$1` into one-minute rows (merging into a row already
+/// there). `$key`: the conflict target (a nullable start time keys by expression in SQLite).
+macro_rules! process_roll_up {
+    ($key:literal, $max:literal, $min:literal) => {
+        concat!(
+            "INSERT INTO process_samples_1m (host, gpu_uuid, pid, start_time_ms, minute_ms, name, n, used_min_bytes, \
+             used_max_bytes, used_mean_bytes) \
+             SELECT host, gpu_uuid, pid, start_time_ms, time_ms / 60000 * 60000 AS m, max(name), count(*), \
+             min(used_bytes), max(used_bytes), ",
+            mean!("used_bytes"),
+            " FROM process_samples WHERE time_ms < $1 GROUP BY host, gpu_uuid, pid, start_time_ms, m \
+             ON CONFLICT ", $key, " DO UPDATE SET \
+             used_mean_bytes = (process_samples_1m.used_mean_bytes * process_samples_1m.n \
+             + excluded.used_mean_bytes * excluded.n) / (process_samples_1m.n + excluded.n), \
+             n = process_samples_1m.n + excluded.n, \
+             used_min_bytes = ", $min, "(process_samples_1m.used_min_bytes, excluded.used_min_bytes), \
+             used_max_bytes = ", $max, "(process_samples_1m.used_max_bytes, excluded.used_max_bytes)"
+        )
+    };
+}
+
+/// Folds raw `allocator_samples` older than `$1` into one-minute rows (merging into a row
+/// already there).
+macro_rules! allocator_roll_up {
+    ($key:literal, $max:literal, $min:literal) => {
+        concat!(
+            "INSERT INTO allocator_samples_1m (host, pid, start_time_ms, device, gpu_uuid, minute_ms, n, last_step, \
+             allocated_min_bytes, allocated_max_bytes, allocated_mean_bytes, reserved_max_bytes, reserved_mean_bytes, \
+             inactive_split_max_bytes, alloc_retries, ooms) \
+             SELECT host, pid, start_time_ms, device, max(gpu_uuid), time_ms / 60000 * 60000 AS m, count(*), max(step), \
+             min(allocated_bytes), max(allocated_bytes), ",
+            mean!("allocated_bytes"),
+            ", max(reserved_bytes), ",
+            mean!("reserved_bytes"),
+            ", max(inactive_split_bytes), max(alloc_retries), max(ooms) \
+             FROM allocator_samples WHERE time_ms < $1 GROUP BY host, pid, start_time_ms, device, m \
+             ON CONFLICT ", $key, " DO UPDATE SET \
+             allocated_mean_bytes = (allocator_samples_1m.allocated_mean_bytes * allocator_samples_1m.n \
+             + excluded.allocated_mean_bytes * excluded.n) / (allocator_samples_1m.n + excluded.n), \
+             reserved_mean_bytes = (allocator_samples_1m.reserved_mean_bytes * allocator_samples_1m.n \
+             + excluded.reserved_mean_bytes * excluded.n) / (allocator_samples_1m.n + excluded.n), \
+             n = allocator_samples_1m.n + excluded.n, \
+             last_step = ", $max, "(allocator_samples_1m.last_step, excluded.last_step), \
+             allocated_min_bytes = ", $min, "(allocator_samples_1m.allocated_min_bytes, excluded.allocated_min_bytes), \
+             allocated_max_bytes = ", $max, "(allocator_samples_1m.allocated_max_bytes, excluded.allocated_max_bytes), \
+             reserved_max_bytes = ", $max, "(allocator_samples_1m.reserved_max_bytes, excluded.reserved_max_bytes), \
+             inactive_split_max_bytes = ", $max,
+            "(allocator_samples_1m.inactive_split_max_bytes, excluded.inactive_split_max_bytes), \
+             alloc_retries = ", $max, "(allocator_samples_1m.alloc_retries, excluded.alloc_retries), \
+             ooms = ", $max, "(allocator_samples_1m.ooms, excluded.ooms)"
+        )
+    };
+}
+
+const GPU_ROLL_UP: Dialects = Dialects {
+    sqlite: gpu_roll_up!("max", "min"),
+    postgres: gpu_roll_up!("greatest", "least"),
+};
+const PROCESS_ROLL_UP: Dialects = Dialects {
+    sqlite: process_roll_up!(
+        "(host, gpu_uuid, pid, coalesce(start_time_ms, -1), minute_ms)",
+        "max",
+        "min"
+    ),
+    postgres: process_roll_up!(
+        "(host, gpu_uuid, pid, start_time_ms, minute_ms)",
+        "greatest",
+        "least"
+    ),
+};
+const ALLOCATOR_ROLL_UP: Dialects = Dialects {
+    sqlite: allocator_roll_up!(
+        "(host, pid, coalesce(start_time_ms, -1), device, minute_ms)",
+        "max",
+        "min"
+    ),
+    postgres: allocator_roll_up!(
+        "(host, pid, start_time_ms, device, minute_ms)",
+        "greatest",
+        "least"
+    ),
+};
 
 /// What one roll-up pass did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -61,53 +144,57 @@ impl Library {
     pub async fn roll_up(&self, raw_before_ms: i64, rollup_before_ms: i64) -> sqlx::Result<RollUp> {
         let cut = raw_before_ms.div_euclid(60_000) * 60_000;
         let _turn = self.live_writer.lock().await;
-        let mut tx = self.db.begin().await?;
-        let mut rolled = 0u64;
-        for (insert, delete) in [
-            (GPU_ROLL_UP, "DELETE FROM gpu_samples WHERE time_ms < ?"),
-            (
-                PROCESS_ROLL_UP,
-                "DELETE FROM process_samples WHERE time_ms < ?",
-            ),
-            (
-                ALLOCATOR_ROLL_UP,
-                "DELETE FROM allocator_samples WHERE time_ms < ?",
-            ),
-        ] {
-            sqlx::query(insert).bind(cut).execute(&mut *tx).await?;
-            rolled += sqlx::query(delete)
-                .bind(cut)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-        }
-        // The latest rows stand for raw samples: they go with them.
-        for q in [
-            "DELETE FROM gpu_latest WHERE time_ms < ?",
-            "DELETE FROM allocator_latest WHERE time_ms < ?",
-        ] {
-            sqlx::query(sqlx::AssertSqlSafe(q))
-                .bind(cut)
-                .execute(&mut *tx)
-                .await?;
-        }
-        let mut expired = 0u64;
-        for q in [
-            "DELETE FROM gpu_samples_1m WHERE minute_ms < ?",
-            "DELETE FROM process_samples_1m WHERE minute_ms < ?",
-            "DELETE FROM allocator_samples_1m WHERE minute_ms < ?",
-            "DELETE FROM events WHERE time_ms < ?",
-            "DELETE FROM ingested_batches WHERE received_at_ms < ?",
-            "DELETE FROM processes WHERE last_seen_ms < ?",
-            "DELETE FROM hosts WHERE last_seen_ms < ?",
-        ] {
-            expired += sqlx::query(sqlx::AssertSqlSafe(q))
-                .bind(rollup_before_ms)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-        }
-        tx.commit().await?;
+        let backend = self.db.backend();
+        let (rolled, expired) = with_db!(&self.db, |pool| {
+            let mut tx = pool.begin().await?;
+            let mut rolled = 0u64;
+            for (insert, delete) in [
+                (GPU_ROLL_UP, "DELETE FROM gpu_samples WHERE time_ms < $1"),
+                (
+                    PROCESS_ROLL_UP,
+                    "DELETE FROM process_samples WHERE time_ms < $1",
+                ),
+                (
+                    ALLOCATOR_ROLL_UP,
+                    "DELETE FROM allocator_samples WHERE time_ms < $1",
+                ),
+            ] {
+                sqlx::query(insert.get(backend))
+                    .bind(cut)
+                    .execute(&mut *tx)
+                    .await?;
+                rolled += sqlx::query(delete)
+                    .bind(cut)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+            }
+            // The latest rows stand for raw samples: they go with them.
+            for q in [
+                "DELETE FROM gpu_latest WHERE time_ms < $1",
+                "DELETE FROM allocator_latest WHERE time_ms < $1",
+            ] {
+                sqlx::query(q).bind(cut).execute(&mut *tx).await?;
+            }
+            let mut expired = 0u64;
+            for q in [
+                "DELETE FROM gpu_samples_1m WHERE minute_ms < $1",
+                "DELETE FROM process_samples_1m WHERE minute_ms < $1",
+                "DELETE FROM allocator_samples_1m WHERE minute_ms < $1",
+                "DELETE FROM events WHERE time_ms < $1",
+                "DELETE FROM ingested_batches WHERE received_at_ms < $1",
+                "DELETE FROM processes WHERE last_seen_ms < $1",
+                "DELETE FROM hosts WHERE last_seen_ms < $1",
+            ] {
+                expired += sqlx::query(q)
+                    .bind(rollup_before_ms)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+            }
+            tx.commit().await?;
+            (rolled, expired)
+        });
         Ok(RollUp {
             rolled_rows: rolled,
             expired_rows: expired,

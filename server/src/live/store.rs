@@ -3,7 +3,9 @@
 
 use sha2::Digest;
 
+use crate::db::Dialects;
 use crate::library::Library;
+use crate::with_db;
 
 /// Rows per multi-row INSERT (16 columns at most: well under SQLite's 32,766 variables).
 const ROWS_PER_INSERT: usize = 1000;
@@ -36,111 +38,71 @@ fn digest(b: &wire::Batch) -> Vec<u8> {
     sha2::Sha256::digest(&json).to_vec()
 }
 
-impl Library {
-    /// Stores one collector batch in one transaction, once per `(collector, spool_id, seq)`: the
-    /// same key with the same content again is a duplicate (acknowledged, nothing stored), with
-    /// other content a conflict.
-    ///
-    /// `token_name` is the NAME of the token the batch came with: it may speak for one host, the
-    /// first it reported, and for the GPUs no other host reported first.
-    pub async fn ingest_batch(
-        &self,
-        b: &wire::Batch,
-        token_name: &str,
-    ) -> Result<wire::Ack, IngestError> {
-        let _turn = self.live_writer.lock().await;
-        let mut tx = self.db.begin().await?;
-        check_identity(&mut tx, b, token_name).await?;
-        let now_ms = crate::now_ms();
-        let rows = (b.gpus.len() + b.processes.len() + b.allocator.len() + b.events.len()) as i64;
-        let spool = b.spool_id.as_deref().unwrap_or("");
-        let digest = digest(b);
-        let fresh = sqlx::query(
-            "INSERT INTO ingested_batches (collector, spool_id, seq, received_at_ms, rows, dropped, digest) \
-             VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+/// Upserts whose merge takes the larger or smaller of two values: scalar `max`/`min` in SQLite,
+/// `greatest`/`least` in PostgreSQL; and the process key on a nullable start time.
+macro_rules! gpus_upsert {
+    ($max:literal) => {
+        concat!(
+            "INSERT INTO gpus (uuid, host, idx, name, total_bytes, last_seen_ms) VALUES ($1, $2, $3, $4, $5, $6) \
+             ON CONFLICT (uuid) DO UPDATE SET idx = excluded.idx, \
+             name = coalesce(excluded.name, gpus.name), total_bytes = coalesce(excluded.total_bytes, gpus.total_bytes), \
+             last_seen_ms = ",
+            $max,
+            "(gpus.last_seen_ms, excluded.last_seen_ms)"
         )
-        .bind(&b.collector)
-        .bind(spool)
-        .bind(b.seq as i64)
-        .bind(now_ms)
-        .bind(rows)
-        .bind(b.dropped_samples as i64)
-        .bind(&digest)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected()
-            == 1;
-        if !fresh {
-            let stored: Option<Vec<u8>> = sqlx::query_scalar(
-                "SELECT digest FROM ingested_batches WHERE collector = ? AND spool_id = ? AND seq = ?",
-            )
-            .bind(&b.collector)
-            .bind(spool)
-            .bind(b.seq as i64)
-            .fetch_one(&mut *tx)
-            .await?;
-            // Rows stored before digests were kept cannot be compared: trust them as before.
-            if stored.is_some_and(|d| d != digest) {
-                return Err(IngestError::Conflict {
-                    collector: b.collector.clone(),
-                    spool: if spool.is_empty() {
-                        "none".into()
-                    } else {
-                        spool.into()
-                    },
-                    seq: b.seq,
-                });
-            }
-            return Ok(wire::Ack {
-                seq: b.seq,
-                spool_id: b.spool_id.clone(),
-                duplicate: true,
-                stored: 0,
-            });
-        }
-        sqlx::query(
-            "UPDATE ingest_totals SET batches = batches + 1, rows = rows + ?, dropped = dropped + ? WHERE id = 1",
+    };
+}
+const GPUS_UPSERT: Dialects = Dialects {
+    sqlite: gpus_upsert!("max"),
+    postgres: gpus_upsert!("greatest"),
+};
+macro_rules! hosts_upsert {
+    ($max:literal) => {
+        concat!(
+            "INSERT INTO hosts (host, collector, first_seen_ms, last_seen_ms) VALUES ($1, $2, $3, $3) \
+             ON CONFLICT (host) DO UPDATE SET collector = excluded.collector, last_seen_ms = ",
+            $max,
+            "(hosts.last_seen_ms, excluded.last_seen_ms)"
         )
-        .bind(rows)
-        .bind(b.dropped_samples as i64)
-        .execute(&mut *tx)
-        .await?;
-        // Each GPU once per batch (its latest reading), then the samples in multi-row inserts.
-        for g in newest(&b.gpus, |x, y| x.uuid == y.uuid, |g| g.time_ms) {
-            // The series' latest reading (a late batch does not move it back).
-            sqlx::query(
-                "INSERT INTO gpu_latest (gpu_uuid, time_ms, used_bytes, reserved_bytes, gpu_util, temperature_c, power_mw) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (gpu_uuid) DO UPDATE SET time_ms = excluded.time_ms, \
-                 used_bytes = excluded.used_bytes, reserved_bytes = excluded.reserved_bytes, gpu_util = excluded.gpu_util, \
-                 temperature_c = excluded.temperature_c, power_mw = excluded.power_mw \
-                 WHERE excluded.time_ms >= gpu_latest.time_ms",
-            )
-            .bind(&g.uuid)
-            .bind(g.time_ms)
-            .bind(g.memory_used_bytes.map(|v| v as i64))
-            .bind(g.memory_reserved_bytes.map(|v| v as i64))
-            .bind(g.gpu_util_percent.map(|v| v as i64))
-            .bind(g.temperature_c)
-            .bind(g.power_mw.map(|v| v as i64))
-            .execute(&mut *tx)
-            .await?;
-            // A GPU keeps the host that first reported it (check_identity refused any other).
-            sqlx::query(
-                "INSERT INTO gpus (uuid, host, idx, name, total_bytes, last_seen_ms) VALUES (?, ?, ?, ?, ?, ?) \
-                 ON CONFLICT (uuid) DO UPDATE SET idx = excluded.idx, \
-                 name = coalesce(excluded.name, gpus.name), total_bytes = coalesce(excluded.total_bytes, gpus.total_bytes), \
-                 last_seen_ms = max(gpus.last_seen_ms, excluded.last_seen_ms)",
-            )
-            .bind(&g.uuid)
-            .bind(&b.host)
-            .bind(g.index as i64)
-            .bind(&g.name)
-            .bind(g.memory_total_bytes.map(|v| v as i64))
-            .bind(g.time_ms)
-            .execute(&mut *tx)
-            .await?;
-        }
-        let opt = |v: Option<u64>| v.map(|v| v as i64);
+    };
+}
+const HOSTS_UPSERT: Dialects = Dialects {
+    sqlite: hosts_upsert!("max"),
+    postgres: hosts_upsert!("greatest"),
+};
+macro_rules! processes_upsert {
+    ($key:literal, $max:literal, $min:literal) => {
+        concat!(
+            "INSERT INTO processes (host, pid, start_time_ms, name, cgroup, has_agent, first_seen_ms, last_seen_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT ",
+            $key,
+            " DO UPDATE SET name = coalesce(excluded.name, processes.name), \
+             cgroup = coalesce(excluded.cgroup, processes.cgroup), \
+             has_agent = processes.has_agent OR excluded.has_agent, first_seen_ms = ",
+            $min,
+            "(processes.first_seen_ms, excluded.first_seen_ms), last_seen_ms = ",
+            $max,
+            "(processes.last_seen_ms, excluded.last_seen_ms)"
+        )
+    };
+}
+const PROCESSES_UPSERT: Dialects = Dialects {
+    sqlite: processes_upsert!("(host, pid, coalesce(start_time_ms, -1))", "max", "min"),
+    postgres: processes_upsert!("(host, pid, start_time_ms)", "greatest", "least"),
+};
+
+/// The batch's samples into their tables, in the fastest way each backend offers.
+trait InsertSamples {
+    async fn insert_samples(&mut self, b: &wire::Batch) -> sqlx::Result<()>;
+}
+
+fn opt(v: Option<u64>) -> Option<i64> {
+    v.map(|v| v as i64)
+}
+
+impl InsertSamples for sqlx::SqliteConnection {
+    /// Multi-row `INSERT … VALUES`, [`ROWS_PER_INSERT`] rows per statement.
+    async fn insert_samples(&mut self, b: &wire::Batch) -> sqlx::Result<()> {
         for chunk in b.gpus.chunks(ROWS_PER_INSERT) {
             let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
                 "INSERT INTO gpu_samples (gpu_uuid, time_ms, used_bytes, free_bytes, reserved_bytes, gpu_util, mem_util, \
@@ -152,12 +114,12 @@ impl Library {
                     .push_bind(opt(g.memory_used_bytes))
                     .push_bind(opt(g.memory_free_bytes))
                     .push_bind(opt(g.memory_reserved_bytes))
-                    .push_bind(g.gpu_util_percent.map(|v| v as i64))
-                    .push_bind(g.mem_util_percent.map(|v| v as i64))
-                    .push_bind(g.temperature_c)
-                    .push_bind(g.power_mw.map(|v| v as i64));
+                    .push_bind(g.gpu_util_percent.map(i64::from))
+                    .push_bind(g.mem_util_percent.map(i64::from))
+                    .push_bind(g.temperature_c.map(i64::from))
+                    .push_bind(g.power_mw.map(i64::from));
             });
-            q.build().execute(&mut *tx).await?;
+            q.build().execute(&mut *self).await?;
         }
         for chunk in b.processes.chunks(ROWS_PER_INSERT) {
             let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
@@ -166,14 +128,14 @@ impl Library {
             q.push_values(chunk, |mut row, p| {
                 row.push_bind(&b.host)
                     .push_bind(&p.gpu_uuid)
-                    .push_bind(p.pid as i64)
+                    .push_bind(i64::from(p.pid))
                     .push_bind(p.start_time_ms)
                     .push_bind(p.time_ms)
                     .push_bind(&p.name)
                     .push_bind(&p.cgroup)
                     .push_bind(p.used_bytes as i64);
             });
-            q.build().execute(&mut *tx).await?;
+            q.build().execute(&mut *self).await?;
         }
         for chunk in b.allocator.chunks(ROWS_PER_INSERT) {
             let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
@@ -183,9 +145,9 @@ impl Library {
             );
             q.push_values(chunk, |mut row, a| {
                 row.push_bind(&b.host)
-                    .push_bind(a.pid as i64)
+                    .push_bind(i64::from(a.pid))
                     .push_bind(a.start_time_ms)
-                    .push_bind(a.device)
+                    .push_bind(i64::from(a.device))
                     .push_bind(a.time_ms)
                     .push_bind(opt(a.step))
                     .push_bind(a.allocated_bytes as i64)
@@ -201,104 +163,304 @@ impl Library {
             });
             // Relayed agent samples can arrive twice (see the migration); store them once.
             q.push(" ON CONFLICT DO NOTHING");
-            q.build().execute(&mut *tx).await?;
+            q.build().execute(&mut *self).await?;
         }
-        // Each allocator series' latest sample in this batch, then into the latest table.
-        let same = |x: &wire::AllocatorSample, y: &wire::AllocatorSample| {
-            (x.pid, x.start_time_ms, x.device) == (y.pid, y.start_time_ms, y.device)
-        };
-        for a in newest(&b.allocator, same, |a| a.time_ms) {
+        Ok(())
+    }
+}
+
+impl InsertSamples for sqlx::PgConnection {
+    /// One `INSERT … SELECT FROM UNNEST` per table: a column per array parameter, so a statement
+    /// takes any number of rows and parses once (no 65,535-parameter limit, no VALUES list).
+    async fn insert_samples(&mut self, b: &wire::Batch) -> sqlx::Result<()> {
+        if !b.gpus.is_empty() {
+            let g = &b.gpus;
             sqlx::query(
-                "INSERT INTO allocator_latest (host, pid, start_key, start_time_ms, device, gpu_uuid, time_ms, step, \
-                 allocated_bytes, reserved_bytes, alloc_retries, ooms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
-                 ON CONFLICT (host, pid, start_key, device) DO UPDATE SET gpu_uuid = excluded.gpu_uuid, \
-                 time_ms = excluded.time_ms, step = excluded.step, allocated_bytes = excluded.allocated_bytes, \
-                 reserved_bytes = excluded.reserved_bytes, alloc_retries = excluded.alloc_retries, ooms = excluded.ooms \
-                 WHERE excluded.time_ms >= allocator_latest.time_ms",
+                "INSERT INTO gpu_samples (gpu_uuid, time_ms, used_bytes, free_bytes, reserved_bytes, gpu_util, mem_util, \
+                 temperature_c, power_mw) SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], \
+                 $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[])",
             )
-            .bind(&b.host)
-            .bind(a.pid as i64)
-            .bind(a.start_time_ms.unwrap_or(-1))
-            .bind(a.start_time_ms)
-            .bind(a.device)
-            .bind(&a.gpu_uuid)
-            .bind(a.time_ms)
-            .bind(opt(a.step))
-            .bind(a.allocated_bytes as i64)
-            .bind(a.reserved_bytes as i64)
-            .bind(opt(a.alloc_retries))
-            .bind(opt(a.ooms))
-            .execute(&mut *tx)
+            .bind(g.iter().map(|g| g.uuid.as_str()).collect::<Vec<_>>())
+            .bind(g.iter().map(|g| g.time_ms).collect::<Vec<_>>())
+            .bind(g.iter().map(|g| opt(g.memory_used_bytes)).collect::<Vec<_>>())
+            .bind(g.iter().map(|g| opt(g.memory_free_bytes)).collect::<Vec<_>>())
+            .bind(g.iter().map(|g| opt(g.memory_reserved_bytes)).collect::<Vec<_>>())
+            .bind(g.iter().map(|g| g.gpu_util_percent.map(i64::from)).collect::<Vec<_>>())
+            .bind(g.iter().map(|g| g.mem_util_percent.map(i64::from)).collect::<Vec<_>>())
+            .bind(g.iter().map(|g| g.temperature_c.map(i64::from)).collect::<Vec<_>>())
+            .bind(g.iter().map(|g| g.power_mw.map(i64::from)).collect::<Vec<_>>())
+            .execute(&mut *self)
             .await?;
         }
-        for e in &b.events {
+        if !b.processes.is_empty() {
+            let p = &b.processes;
             sqlx::query(
-                "INSERT INTO events (host, time_ms, kind, pid, device, message, snapshot_id) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO process_samples (host, gpu_uuid, pid, start_time_ms, time_ms, name, cgroup, used_bytes) \
+                 SELECT $1, * FROM UNNEST($2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[], $7::text[], \
+                 $8::bigint[])",
             )
             .bind(&b.host)
-            .bind(e.time_ms)
-            .bind(&e.kind)
-            .bind(e.pid.map(|v| v as i64))
-            .bind(e.device)
-            .bind(&e.message)
-            .bind(&e.snapshot_id)
-            .execute(&mut *tx)
+            .bind(p.iter().map(|p| p.gpu_uuid.as_str()).collect::<Vec<_>>())
+            .bind(p.iter().map(|p| i64::from(p.pid)).collect::<Vec<_>>())
+            .bind(p.iter().map(|p| p.start_time_ms).collect::<Vec<_>>())
+            .bind(p.iter().map(|p| p.time_ms).collect::<Vec<_>>())
+            .bind(p.iter().map(|p| p.name.as_deref()).collect::<Vec<_>>())
+            .bind(p.iter().map(|p| p.cgroup.as_deref()).collect::<Vec<_>>())
+            .bind(p.iter().map(|p| p.used_bytes as i64).collect::<Vec<_>>())
+            .execute(&mut *self)
             .await?;
         }
-        // The host and the processes this batch speaks of (one row each, kept current).
+        if !b.allocator.is_empty() {
+            let a = &b.allocator;
+            let col = |f: fn(&wire::AllocatorSample) -> Option<u64>| {
+                a.iter().map(|x| opt(f(x))).collect::<Vec<_>>()
+            };
+            sqlx::query(
+                "INSERT INTO allocator_samples (host, pid, start_time_ms, device, time_ms, step, allocated_bytes, \
+                 reserved_bytes, active_bytes, inactive_split_bytes, requested_bytes, alloc_retries, ooms, gpu_uuid, \
+                 segments, largest_free_block_bytes) \
+                 SELECT $1, * FROM UNNEST($2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], \
+                 $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[], $12::bigint[], $13::bigint[], \
+                 $14::text[], $15::bigint[], $16::bigint[]) ON CONFLICT DO NOTHING",
+            )
+            .bind(&b.host)
+            .bind(a.iter().map(|x| i64::from(x.pid)).collect::<Vec<_>>())
+            .bind(a.iter().map(|x| x.start_time_ms).collect::<Vec<_>>())
+            .bind(a.iter().map(|x| i64::from(x.device)).collect::<Vec<_>>())
+            .bind(a.iter().map(|x| x.time_ms).collect::<Vec<_>>())
+            .bind(col(|x| x.step))
+            .bind(a.iter().map(|x| x.allocated_bytes as i64).collect::<Vec<_>>())
+            .bind(a.iter().map(|x| x.reserved_bytes as i64).collect::<Vec<_>>())
+            .bind(col(|x| x.active_bytes))
+            .bind(col(|x| x.inactive_split_bytes))
+            .bind(col(|x| x.requested_bytes))
+            .bind(col(|x| x.alloc_retries))
+            .bind(col(|x| x.ooms))
+            .bind(a.iter().map(|x| x.gpu_uuid.as_deref()).collect::<Vec<_>>())
+            .bind(col(|x| x.segments))
+            .bind(col(|x| x.largest_free_block_bytes))
+            .execute(&mut *self)
+            .await?;
+        }
+        Ok(())
+    }
+}
+
+/// Refuses a batch that speaks for a host other than the one its token first reported, or for a
+/// GPU another host reported first; binds the token to its host on its first batch. `$tx`: a
+/// transaction of either backend.
+macro_rules! check_identity {
+    ($tx:expr, $b:expr, $token_name:expr) => {{
+        let (b, token_name): (&wire::Batch, &str) = ($b, $token_name);
         sqlx::query(
-            "INSERT INTO hosts (host, collector, first_seen_ms, last_seen_ms) VALUES (?1, ?2, ?3, ?3) \
-             ON CONFLICT (host) DO UPDATE SET collector = excluded.collector, \
-             last_seen_ms = max(last_seen_ms, excluded.last_seen_ms)",
+            "INSERT INTO collector_hosts (token_name, host, first_seen_ms) VALUES ($1, $2, $3) \
+             ON CONFLICT DO NOTHING",
         )
+        .bind(token_name)
         .bind(&b.host)
-        .bind(&b.collector)
-        .bind(now_ms)
-        .execute(&mut *tx)
+        .bind(crate::now_ms())
+        .execute(&mut *$tx)
         .await?;
-        type Seen<'a> = (Option<&'a str>, Option<&'a str>, bool, i64, i64);
-        let mut procs: std::collections::BTreeMap<(u32, Option<i64>), Seen> = Default::default();
-        for p in &b.processes {
-            let e = procs
-                .entry((p.pid, p.start_time_ms))
-                .or_insert((None, None, false, p.time_ms, p.time_ms));
-            e.0 = p.name.as_deref().or(e.0);
-            e.1 = p.cgroup.as_deref().or(e.1);
-            (e.3, e.4) = (e.3.min(p.time_ms), e.4.max(p.time_ms));
+        let bound: String =
+            sqlx::query_scalar("SELECT host FROM collector_hosts WHERE token_name = $1")
+                .bind(token_name)
+                .fetch_one(&mut *$tx)
+                .await?;
+        if bound != b.host {
+            return Err(IngestError::Forbidden(format!(
+                "the token of collector {token_name:?} reports host {bound:?}, and this batch says {:?}; \
+                 give each host its own --collector-token (a renamed host needs a new token name)",
+                b.host
+            )));
         }
-        for a in &b.allocator {
-            let e = procs
-                .entry((a.pid, a.start_time_ms))
-                .or_insert((None, None, true, a.time_ms, a.time_ms));
-            e.2 = true;
-            (e.3, e.4) = (e.3.min(a.time_ms), e.4.max(a.time_ms));
+        for uuid in batch_gpus(b) {
+            let owner: Option<String> = sqlx::query_scalar("SELECT host FROM gpus WHERE uuid = $1")
+                .bind(uuid)
+                .fetch_optional(&mut *$tx)
+                .await?;
+            if let Some(owner) = owner.filter(|o| *o != b.host) {
+                return Err(IngestError::Forbidden(format!(
+                    "GPU {uuid} belongs to host {owner:?}; a collector may only report its own host's GPUs"
+                )));
+            }
         }
-        for ((pid, start), (name, cgroup, agent, first, last)) in procs {
-            sqlx::query(
-                "INSERT INTO processes (host, pid, start_time_ms, name, cgroup, has_agent, first_seen_ms, last_seen_ms) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (host, pid, coalesce(start_time_ms, -1)) DO UPDATE SET \
-                 name = coalesce(excluded.name, name), cgroup = coalesce(excluded.cgroup, cgroup), \
-                 has_agent = max(has_agent, excluded.has_agent), \
-                 first_seen_ms = min(first_seen_ms, excluded.first_seen_ms), \
-                 last_seen_ms = max(last_seen_ms, excluded.last_seen_ms)",
+    }};
+}
+
+impl Library {
+    /// Stores one collector batch in one transaction, once per `(collector, spool_id, seq)`: the
+    /// same key with the same content again is a duplicate (acknowledged, nothing stored), with
+    /// other content a conflict.
+    ///
+    /// `token_name` is the NAME of the token the batch came with: it may speak for one host, the
+    /// first it reported, and for the GPUs no other host reported first.
+    pub async fn ingest_batch(
+        &self,
+        b: &wire::Batch,
+        token_name: &str,
+    ) -> Result<wire::Ack, IngestError> {
+        let _turn = self.live_writer.lock().await;
+        let backend = self.db.backend();
+        let rows = (b.gpus.len() + b.processes.len() + b.allocator.len() + b.events.len()) as i64;
+        let spool = b.spool_id.as_deref().unwrap_or("");
+        let digest = digest(b);
+        with_db!(&self.db, |pool| {
+            let mut tx = pool.begin().await?;
+            check_identity!(tx, b, token_name);
+            let now_ms = crate::now_ms();
+            let fresh = sqlx::query(
+                "INSERT INTO ingested_batches (collector, spool_id, seq, received_at_ms, rows, dropped, digest) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
             )
-            .bind(&b.host)
-            .bind(pid as i64)
-            .bind(start)
-            .bind(name)
-            .bind(cgroup)
-            .bind(agent)
-            .bind(first)
-            .bind(last)
+            .bind(&b.collector)
+            .bind(spool)
+            .bind(b.seq as i64)
+            .bind(now_ms)
+            .bind(rows)
+            .bind(b.dropped_samples as i64)
+            .bind(&digest)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
+                == 1;
+            if !fresh {
+                let stored: Option<Vec<u8>> = sqlx::query_scalar(
+                    "SELECT digest FROM ingested_batches WHERE collector = $1 AND spool_id = $2 AND seq = $3",
+                )
+                .bind(&b.collector)
+                .bind(spool)
+                .bind(b.seq as i64)
+                .fetch_one(&mut *tx)
+                .await?;
+                // Rows stored before digests were kept cannot be compared: trust them as before.
+                if stored.is_some_and(|d| d != digest) {
+                    return Err(IngestError::Conflict {
+                        collector: b.collector.clone(),
+                        spool: if spool.is_empty() {
+                            "none".into()
+                        } else {
+                            spool.into()
+                        },
+                        seq: b.seq,
+                    });
+                }
+                return Ok(wire::Ack {
+                    seq: b.seq,
+                    spool_id: b.spool_id.clone(),
+                    duplicate: true,
+                    stored: 0,
+                });
+            }
+            sqlx::query(
+                "UPDATE ingest_totals SET batches = batches + 1, rows = rows + $1, dropped = dropped + $2 WHERE id = 1",
+            )
+            .bind(rows)
+            .bind(b.dropped_samples as i64)
             .execute(&mut *tx)
             .await?;
-        }
-        tx.commit().await?;
-        Ok(wire::Ack {
-            seq: b.seq,
-            spool_id: b.spool_id.clone(),
-            duplicate: false,
-            stored: rows as u64,
+            // Each GPU once per batch (its latest reading), then the samples.
+            for g in newest(&b.gpus, |x, y| x.uuid == y.uuid, |g| g.time_ms) {
+                // The series' latest reading (a late batch does not move it back).
+                sqlx::query(
+                    "INSERT INTO gpu_latest (gpu_uuid, time_ms, used_bytes, reserved_bytes, gpu_util, temperature_c, \
+                     power_mw) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (gpu_uuid) DO UPDATE SET \
+                     time_ms = excluded.time_ms, used_bytes = excluded.used_bytes, \
+                     reserved_bytes = excluded.reserved_bytes, gpu_util = excluded.gpu_util, \
+                     temperature_c = excluded.temperature_c, power_mw = excluded.power_mw \
+                     WHERE excluded.time_ms >= gpu_latest.time_ms",
+                )
+                .bind(&g.uuid)
+                .bind(g.time_ms)
+                .bind(opt(g.memory_used_bytes))
+                .bind(opt(g.memory_reserved_bytes))
+                .bind(g.gpu_util_percent.map(i64::from))
+                .bind(g.temperature_c.map(i64::from))
+                .bind(g.power_mw.map(i64::from))
+                .execute(&mut *tx)
+                .await?;
+                // A GPU keeps the host that first reported it (check_identity refused any other).
+                sqlx::query(GPUS_UPSERT.get(backend))
+                    .bind(&g.uuid)
+                    .bind(&b.host)
+                    .bind(i64::from(g.index))
+                    .bind(&g.name)
+                    .bind(opt(g.memory_total_bytes))
+                    .bind(g.time_ms)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            InsertSamples::insert_samples(&mut *tx, b).await?;
+            // Each allocator series' latest sample in this batch, then into the latest table.
+            let same = |x: &wire::AllocatorSample, y: &wire::AllocatorSample| {
+                (x.pid, x.start_time_ms, x.device) == (y.pid, y.start_time_ms, y.device)
+            };
+            for a in newest(&b.allocator, same, |a| a.time_ms) {
+                sqlx::query(
+                    "INSERT INTO allocator_latest (host, pid, start_key, start_time_ms, device, gpu_uuid, time_ms, \
+                     step, allocated_bytes, reserved_bytes, alloc_retries, ooms) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+                     ON CONFLICT (host, pid, start_key, device) DO UPDATE SET gpu_uuid = excluded.gpu_uuid, \
+                     time_ms = excluded.time_ms, step = excluded.step, allocated_bytes = excluded.allocated_bytes, \
+                     reserved_bytes = excluded.reserved_bytes, alloc_retries = excluded.alloc_retries, \
+                     ooms = excluded.ooms WHERE excluded.time_ms >= allocator_latest.time_ms",
+                )
+                .bind(&b.host)
+                .bind(i64::from(a.pid))
+                .bind(a.start_time_ms.unwrap_or(-1))
+                .bind(a.start_time_ms)
+                .bind(i64::from(a.device))
+                .bind(&a.gpu_uuid)
+                .bind(a.time_ms)
+                .bind(opt(a.step))
+                .bind(a.allocated_bytes as i64)
+                .bind(a.reserved_bytes as i64)
+                .bind(opt(a.alloc_retries))
+                .bind(opt(a.ooms))
+                .execute(&mut *tx)
+                .await?;
+            }
+            for e in &b.events {
+                sqlx::query(
+                    "INSERT INTO events (host, time_ms, kind, pid, device, message, snapshot_id) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                )
+                .bind(&b.host)
+                .bind(e.time_ms)
+                .bind(&e.kind)
+                .bind(e.pid.map(i64::from))
+                .bind(e.device.map(i64::from))
+                .bind(&e.message)
+                .bind(&e.snapshot_id)
+                .execute(&mut *tx)
+                .await?;
+            }
+            // The host and the processes this batch speaks of (one row each, kept current).
+            sqlx::query(HOSTS_UPSERT.get(backend))
+                .bind(&b.host)
+                .bind(&b.collector)
+                .bind(now_ms)
+                .execute(&mut *tx)
+                .await?;
+            for ((pid, start), (name, cgroup, agent, first, last)) in seen_processes(b) {
+                sqlx::query(PROCESSES_UPSERT.get(backend))
+                    .bind(&b.host)
+                    .bind(i64::from(pid))
+                    .bind(start)
+                    .bind(name)
+                    .bind(cgroup)
+                    .bind(agent)
+                    .bind(first)
+                    .bind(last)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            tx.commit().await?;
+            Ok(wire::Ack {
+                seq: b.seq,
+                spool_id: b.spool_id.clone(),
+                duplicate: false,
+                stored: rows as u64,
+            })
         })
     }
 
@@ -315,57 +477,44 @@ impl Library {
         .into_iter()
         .enumerate()
         {
-            out[i] = sqlx::query_scalar(sqlx::AssertSqlSafe(q))
-                .fetch_one(&self.db)
-                .await?;
+            out[i] = with_db!(&self.db, |p| sqlx::query_scalar(q).fetch_one(p).await)?;
         }
         Ok(out)
     }
 }
 
-/// Refuses a batch that speaks for a host other than the one its token first reported, or for a
-/// GPU another host reported first; binds the token to its host on its first batch.
-async fn check_identity(
-    tx: &mut sqlx::SqliteConnection,
-    b: &wire::Batch,
-    token_name: &str,
-) -> Result<(), IngestError> {
-    sqlx::query(
-        "INSERT INTO collector_hosts (token_name, host, first_seen_ms) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
-    )
-    .bind(token_name)
-    .bind(&b.host)
-    .bind(crate::now_ms())
-    .execute(&mut *tx)
-    .await?;
-    let bound: String = sqlx::query_scalar("SELECT host FROM collector_hosts WHERE token_name = ?")
-        .bind(token_name)
-        .fetch_one(&mut *tx)
-        .await?;
-    if bound != b.host {
-        return Err(IngestError::Forbidden(format!(
-            "the token of collector {token_name:?} reports host {bound:?}, and this batch says {:?}; \
-             give each host its own --collector-token (a renamed host needs a new token name)",
-            b.host
-        )));
+/// A process a batch speaks of: (name, cgroup, has an agent, first seen, last seen).
+type Seen<'a> = (Option<&'a str>, Option<&'a str>, bool, i64, i64);
+
+/// The processes of a batch's NVML and agent samples, by (pid, start time).
+fn seen_processes(b: &wire::Batch) -> std::collections::BTreeMap<(u32, Option<i64>), Seen<'_>> {
+    let mut procs: std::collections::BTreeMap<(u32, Option<i64>), Seen> = Default::default();
+    for p in &b.processes {
+        let e = procs
+            .entry((p.pid, p.start_time_ms))
+            .or_insert((None, None, false, p.time_ms, p.time_ms));
+        e.0 = p.name.as_deref().or(e.0);
+        e.1 = p.cgroup.as_deref().or(e.1);
+        (e.3, e.4) = (e.3.min(p.time_ms), e.4.max(p.time_ms));
     }
+    for a in &b.allocator {
+        let e = procs
+            .entry((a.pid, a.start_time_ms))
+            .or_insert((None, None, true, a.time_ms, a.time_ms));
+        e.2 = true;
+        (e.3, e.4) = (e.3.min(a.time_ms), e.4.max(a.time_ms));
+    }
+    procs
+}
+
+/// Every GPU a batch speaks of, once each.
+fn batch_gpus(b: &wire::Batch) -> Vec<&str> {
     let mut uuids: Vec<&str> = b.gpus.iter().map(|g| g.uuid.as_str()).collect();
     uuids.extend(b.processes.iter().map(|p| p.gpu_uuid.as_str()));
     uuids.extend(b.allocator.iter().filter_map(|a| a.gpu_uuid.as_deref()));
     uuids.sort_unstable();
     uuids.dedup();
-    for uuid in uuids {
-        let owner: Option<String> = sqlx::query_scalar("SELECT host FROM gpus WHERE uuid = ?")
-            .bind(uuid)
-            .fetch_optional(&mut *tx)
-            .await?;
-        if let Some(owner) = owner.filter(|o| *o != b.host) {
-            return Err(IngestError::Forbidden(format!(
-                "GPU {uuid} belongs to host {owner:?}; a collector may only report its own host's GPUs"
-            )));
-        }
-    }
-    Ok(())
+    uuids
 }
 
 /// The newest sample of each series in a batch (a batch holds few series), in first-seen order.
