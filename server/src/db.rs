@@ -26,6 +26,19 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use sqlx::SqlitePool;
 use sqlx::pool::PoolConnection;
 
+/// This server process's name in a shared data folder: its temporary files' folder and the
+/// suffix of files it writes before renaming them into place. Unique across hosts sharing the
+/// folder (process id and start time).
+pub fn instance_id() -> &'static str {
+    static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ID.get_or_init(|| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        format!("{}-{nanos:x}", std::process::id())
+    })
+}
+
 /// Which engine a [`Db`] runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {

@@ -7,18 +7,19 @@
 //!   server runs on PostgreSQL.
 //! - `originals/SHA256`: each upload exactly as received (the source of truth).
 //! - `models/SHA256.msmodel`: the parsed tables (`snapshot::store`), so opening never re-parses.
-//! - `tmp/`: uploads and models being written; emptied at start.
+//! - `tmp/INSTANCE/`: uploads and models being written, one folder per server process (several
+//!   may share the data folder on PostgreSQL); a gone server's folder is removed at start.
 //!
 //! An upload becomes visible only when its row is inserted, after both files were renamed into
 //! place. Files without a row (a crash between rename and insert) are removed at start.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::Context;
 use sqlx::FromRow;
 
-use crate::db::{Db, LiveRead};
+use crate::db::{Db, LiveRead, instance_id};
 use crate::with_db;
 
 pub use api::{SnapshotInfo, Tag};
@@ -139,7 +140,26 @@ pub struct Library {
     files: std::sync::Arc<tokio::sync::Mutex<()>>,
     /// Live reads interrupted because their request went away ([`LiveRead`]; `/metrics`).
     pub live_interrupted: std::sync::Arc<AtomicU64>,
+    /// This library's folder in `tmp/` (instance and a count: one process may open a folder's
+    /// library more than once, as tests do).
+    tmp_name: String,
+    /// Held while this server runs: its `tmp/INSTANCE/` is in use (see [`Library::take_tmp`]).
+    _tmp_lock: std::sync::Arc<std::fs::File>,
 }
+
+/// See [`Library::files_guard`].
+struct FilesGuard<'a> {
+    _local: tokio::sync::MutexGuard<'a, ()>,
+    /// Rolled back on drop, which releases the advisory lock.
+    _shared: Option<sqlx::Transaction<'static, sqlx::Postgres>>,
+}
+
+/// Libraries opened by this process (see `tmp_name`).
+static OPENED: AtomicU64 = AtomicU64::new(0);
+
+/// Files without a row younger than this are left at start on a shared database: another
+/// server may be between renaming an upload's files into place and inserting its row.
+const ORPHAN_GRACE: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// Connections to PostgreSQL for ingest, uploads and the library (live reads have their own).
 const POSTGRES_CONNECTIONS: u32 = 8;
@@ -153,9 +173,12 @@ impl Library {
             std::fs::create_dir_all(dir.join(sub))
                 .with_context(|| format!("cannot create {}", dir.join(sub).display()))?;
         }
-        for e in std::fs::read_dir(dir.join("tmp"))? {
-            let _ = std::fs::remove_file(e?.path());
-        }
+        let tmp_name = format!(
+            "{}-{}",
+            instance_id(),
+            OPENED.fetch_add(1, Ordering::Relaxed)
+        );
+        let tmp_lock = Self::take_tmp(dir, &tmp_name)?;
         let (db, live_reads) = match database_url {
             None => {
                 let (pool, options) = crate::db::open_sqlite(&dir.join("memscope.db")).await?;
@@ -180,6 +203,8 @@ impl Library {
             live_writer: Default::default(),
             files: Default::default(),
             live_interrupted: Default::default(),
+            tmp_name,
+            _tmp_lock: std::sync::Arc::new(tmp_lock),
         };
         lib.remove_orphans().await?;
         Ok(lib)
@@ -188,6 +213,35 @@ impl Library {
     /// A connection for one request's live reads, interrupted if the request goes away.
     pub async fn live_read(&self) -> sqlx::Result<LiveRead> {
         self.live_reads.live_read(&self.live_interrupted).await
+    }
+
+    /// Makes this server's `tmp/INSTANCE/` and locks it (an exclusive lock on its `.lock`, held
+    /// until the process ends), and removes what servers that are gone left in `tmp/`: folders
+    /// whose lock is free, and loose files of older versions. Several servers may share the data
+    /// folder (PostgreSQL); none removes another's upload in progress.
+    fn take_tmp(dir: &Path, name: &str) -> anyhow::Result<std::fs::File> {
+        let tmp = dir.join("tmp");
+        for e in std::fs::read_dir(&tmp)?.flatten() {
+            let path = e.path();
+            if !path.is_dir() {
+                let _ = std::fs::remove_file(&path);
+                continue;
+            }
+            let free = match std::fs::File::open(path.join(".lock")) {
+                Ok(f) => f.try_lock().is_ok(),
+                Err(_) => true,
+            };
+            if free {
+                let _ = std::fs::remove_dir_all(&path);
+            }
+        }
+        let mine = tmp.join(name);
+        std::fs::create_dir_all(&mine)
+            .with_context(|| format!("cannot create {}", mine.display()))?;
+        let lock = std::fs::File::create(mine.join(".lock"))?;
+        lock.try_lock()
+            .with_context(|| format!("cannot lock {}", mine.display()))?;
+        Ok(lock)
     }
 
     async fn remove_orphans(&self) -> anyhow::Result<()> {
@@ -210,7 +264,7 @@ impl Library {
                     .next()
                     .unwrap_or("")
                     .to_string();
-                if !known.contains(&stem) {
+                if !known.contains(&stem) && self.may_remove_orphan(&path) {
                     tracing::warn!(path = %path.display(), "removing a file left by an interrupted upload");
                     let _ = std::fs::remove_file(&path);
                 }
@@ -227,8 +281,25 @@ impl Library {
         Ok(())
     }
 
+    /// Whether a file without a row is an orphan to remove: at once on SQLite (this server's
+    /// own folder), after [`ORPHAN_GRACE`] on a shared database.
+    fn may_remove_orphan(&self, path: &Path) -> bool {
+        match self.db.backend() {
+            crate::db::Backend::Sqlite => true,
+            crate::db::Backend::Postgres => std::fs::metadata(path)
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age > ORPHAN_GRACE),
+        }
+    }
+
     pub fn tmp_path(&self, name: &str) -> PathBuf {
-        self.dir.join("tmp").join(name)
+        self.tmp_dir().join(name)
+    }
+    /// This server's folder of temporary files (and its `.lock`).
+    pub fn tmp_dir(&self) -> PathBuf {
+        self.dir.join("tmp").join(&self.tmp_name)
     }
     pub fn original_path(&self, sha256: &str) -> PathBuf {
         self.dir.join("originals").join(sha256)
@@ -430,7 +501,7 @@ impl Library {
         original_tmp: &Path,
     ) -> anyhow::Result<(SnapshotInfo, bool, api::Report)> {
         let report_json = serde_json::to_string(&report)?;
-        let _files = self.files.lock().await;
+        let _files = self.files_guard(&info.id).await?;
         std::fs::rename(model_tmp, self.model_path(&info.sha256))?;
         std::fs::rename(original_tmp, self.original_path(&info.sha256))?;
         if self.insert(info, &report_json, content_hash).await? {
@@ -509,10 +580,33 @@ impl Library {
         Ok(done == 1)
     }
 
+    /// Held while a snapshot's files are placed or removed with its row (see `files`): this
+    /// server's lock, and on PostgreSQL an advisory lock on the snapshot's id held by a
+    /// transaction, so that servers sharing the data folder take turns too (a snapshot's id is
+    /// its content's: a re-upload of deleted bytes has the same). Dropping it releases both.
+    async fn files_guard(&self, id: &str) -> sqlx::Result<FilesGuard<'_>> {
+        let local = self.files.lock().await;
+        let shared = match &self.db {
+            Db::Sqlite(_) => None,
+            Db::Postgres(pool) => {
+                let mut tx = pool.begin().await?;
+                sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
+                Some(tx)
+            }
+        };
+        Ok(FilesGuard {
+            _local: local,
+            _shared: shared,
+        })
+    }
+
     /// Stores a first view of snapshot `id` (`crate::views`), unless the snapshot was deleted
     /// meanwhile (under the files lock, so a delete never leaves a views folder behind).
     pub async fn store_view(&self, id: &str, key: &str, answer: Vec<u8>) -> anyhow::Result<()> {
-        let _files = self.files.lock().await;
+        let _files = self.files_guard(id).await?;
         let Some(info) = self.get(id).await? else {
             return Ok(());
         };
@@ -524,7 +618,7 @@ impl Library {
     /// Removes a snapshot: the row first (it disappears at once), then its files; never while a
     /// commit is placing files.
     pub async fn delete(&self, id: &str) -> sqlx::Result<bool> {
-        let _files = self.files.lock().await;
+        let _files = self.files_guard(id).await?;
         let sha: Option<String> = with_db!(&self.db, |p| sqlx::query_scalar(
             "DELETE FROM snapshots WHERE id = $1 RETURNING sha256"
         )
@@ -545,7 +639,8 @@ impl Library {
 
 /// Writes a model file (`snapshot::store`) atomically: to a sibling `.part`, fsync, rename.
 pub fn write_model_file(snap: &snapshot::Snapshot, path: &Path) -> std::io::Result<()> {
-    let part = path.with_extension("part");
+    // Named by this server: two servers sharing the folder may rebuild the same model at once.
+    let part = path.with_extension(format!("part-{}", instance_id()));
     {
         let mut f = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&part)?);
         snapshot::store::write(snap, &mut f)?;

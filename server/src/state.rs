@@ -50,14 +50,25 @@ impl AppState {
     pub async fn open(config: ServeArgs) -> anyhow::Result<AppState> {
         let access = Arc::new(config.access()?);
         let library = Library::open(&config.data_dir, config.database_url.as_deref()).await?;
+        let live = tokio::sync::broadcast::channel(256).0;
+        let shutdown = Arc::new(tokio::sync::watch::channel(false).0);
+        // Every server's batches into this one's live stream (PostgreSQL only), listening
+        // before the first request can store one.
+        if let Some(listener) = library.listen_live().await? {
+            tokio::spawn(crate::live::notices::forward(
+                listener,
+                live.clone(),
+                shutdown.subscribe(),
+            ));
+        }
         Ok(AppState {
             access,
             library,
             models: Arc::new(Models::new(config.cached_snapshots)),
             index_slots: Arc::new(tokio::sync::Semaphore::new(config.index_workers.max(1))),
             uploads: Default::default(),
-            live: tokio::sync::broadcast::channel(256).0,
-            shutdown: Arc::new(tokio::sync::watch::channel(false).0),
+            live,
+            shutdown,
             engine: Default::default(),
             runs: Default::default(),
             config: Arc::new(config),

@@ -77,7 +77,7 @@ pub fn write(dir: &Path, key: &str, answer: &[u8]) {
             return Ok(());
         }
         let target = file(dir, key);
-        let part = target.with_extension("part");
+        let part = target.with_extension(format!("part-{}", crate::db::instance_id()));
         std::fs::write(&part, answer)?;
         std::fs::rename(&part, &target)
     };

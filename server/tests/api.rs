@@ -63,11 +63,14 @@ async fn upload_fixture(state: &AppState, name: &str) -> serde_json::Value {
     call(state, "POST", "/api/snapshots", fixture(name)).await.1
 }
 
+/// Files in the data folder: originals, models and temporary files (each server's `tmp/` folder
+/// holds its `.lock`, not counted).
 fn files_in(dir: &std::path::Path) -> usize {
-    ["originals", "models", "tmp"]
-        .iter()
-        .map(|s| std::fs::read_dir(dir.join(s)).map_or(0, |d| d.count()))
-        .sum()
+    let count = |d: std::path::PathBuf| std::fs::read_dir(d).map_or(0, |d| d.count());
+    let tmp: usize = std::fs::read_dir(dir.join("tmp"))
+        .map(|d| d.flatten().map(|e| count(e.path()).saturating_sub(1)).sum())
+        .unwrap_or(0);
+    count(dir.join("originals")) + count(dir.join("models")) + tmp
 }
 
 #[tokio::test]

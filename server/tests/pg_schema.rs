@@ -8,64 +8,13 @@
 //! `scripts/test` installs) and talks to it with `psql`.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
-use std::process::Command;
 
 use server::config::ServeArgs;
 use server::state::AppState;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// A cluster in a temporary folder, stopped and removed when dropped.
-struct Cluster {
-    dir: PathBuf,
-    url: String,
-}
-
-impl Cluster {
-    fn start(tag: &str) -> Cluster {
-        let dir = std::env::temp_dir().join(format!("memscope-pg-{tag}-{}", std::process::id()));
-        let mut start = Command::new(root().join("scripts/pg-cluster"));
-        start.args(["start", dir.to_str().unwrap()]);
-        let url = stdout_of(start, "scripts/pg-cluster start")
-            .trim()
-            .to_string();
-        Cluster { dir, url }
-    }
-
-    /// Runs `sql` and returns the rows, fields separated by `|`.
-    fn sql(&self, sql: &str) -> Vec<String> {
-        let mut psql = Command::new("psql");
-        psql.arg(&self.url)
-            .args(["-v", "ON_ERROR_STOP=1", "-q", "-tA", "-F", "|", "-c", sql]);
-        stdout_of(psql, &format!("psql -c {sql:?}"))
-            .lines()
-            .filter(|l| !l.is_empty())
-            .map(str::to_string)
-            .collect()
-    }
-}
-
-/// What `cmd` printed, once it succeeded (its error output otherwise, in the panic).
-fn stdout_of(mut cmd: Command, what: &str) -> String {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
-    assert!(
-        out.status.success(),
-        "{what}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = Command::new(root().join("scripts/pg-cluster"))
-            .args(["stop", self.dir.to_str().unwrap()])
-            .status();
-    }
-}
+#[path = "common/pg.rs"]
+mod pg;
+use pg::{Cluster, root};
 
 /// Applies `migrations/postgres/` the way a server does at start.
 async fn migrate(pg: &Cluster) {

@@ -84,9 +84,10 @@ fn open_fds() -> usize {
 }
 
 fn tmp_files(s: &AppState) -> Vec<String> {
-    std::fs::read_dir(s.config.data_dir.join("tmp"))
+    std::fs::read_dir(s.library.tmp_dir())
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .filter(|n| n != ".lock")
         .collect()
 }
 

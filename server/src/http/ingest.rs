@@ -103,7 +103,8 @@ async fn ingest_batch(
         )));
     }
     let ack = s.library.ingest_batch(&batch, &collector).await?;
-    if !ack.duplicate {
+    // On PostgreSQL every server hears of the batch from the database (`live/notices.rs`).
+    if !ack.duplicate && s.library.db.backend() == crate::db::Backend::Sqlite {
         // Nobody listening is fine.
         let _ = s.live.send(api::LiveNotice {
             host: batch.host.clone(),

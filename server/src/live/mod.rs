@@ -8,7 +8,9 @@
 //! - `series`: windows, bucket alignment, the outside-PyTorch series and the leak signal (pure).
 //! - `pages`: the live pages' answers (`api` types) shaped from the rows.
 //! - `rollup`: raw samples into one-minute rows, and retention.
+//! - `notices`: batches announced to every server's live stream (PostgreSQL's LISTEN/NOTIFY).
 
+pub mod notices;
 mod pages;
 mod queries;
 mod rollup;

@@ -1,7 +1,7 @@
 //! The roll-up: raw samples older than the raw retention folded into one-minute rows (min, max,
 //! mean), and everything older than the roll-up retention deleted, in one transaction.
 
-use crate::db::Dialects;
+use crate::db::{Backend, Db, Dialects};
 use crate::library::Library;
 use crate::with_db;
 
@@ -134,7 +134,15 @@ pub struct RollUp {
     pub rolled_rows: u64,
     /// Rows (raw or one-minute) deleted for being older than their retention.
     pub expired_rows: u64,
+    /// Another server was rolling up (PostgreSQL): this pass did nothing.
+    pub skipped: bool,
 }
+
+/// The PostgreSQL advisory lock that lets one server at a time roll up and expire.
+const ROLL_UP_LOCK: i64 = 0x6d65_6d73_726f_6c6c; // "memsroll"
+
+/// One day in milliseconds: a day partition's width (PostgreSQL).
+const DAY_MS: i64 = 86_400_000;
 
 impl Library {
     /// Folds raw samples older than `raw_before_ms` (rounded down to a minute) into one-minute
@@ -145,8 +153,45 @@ impl Library {
         let cut = raw_before_ms.div_euclid(60_000) * 60_000;
         let _turn = self.live_writer.lock().await;
         let backend = self.db.backend();
+        let mut dropped = 0u64;
+        if let Db::Postgres(pool) = &self.db {
+            // Partitions first, in a short transaction of their own (making and dropping one
+            // locks its table briefly): the coming days', so that new rows never land in a
+            // DEFAULT partition, and whole days past the retention dropped rather than deleted.
+            let mut tx = pool.begin().await?;
+            if !try_lock(&mut tx).await? {
+                return Ok(RollUp {
+                    skipped: true,
+                    ..RollUp::default()
+                });
+            }
+            let now = crate::now_ms();
+            sqlx::query("SELECT memscope_day_partitions($1, $2)")
+                .bind(now - DAY_MS)
+                .bind(now + 2 * DAY_MS)
+                .execute(&mut *tx)
+                .await?;
+            let rows: i64 = sqlx::query_scalar("SELECT memscope_drop_days_before($1)")
+                .bind(rollup_before_ms)
+                .fetch_one(&mut *tx)
+                .await?;
+            dropped = rows as u64;
+            tx.commit().await?;
+        }
         let (rolled, expired) = with_db!(&self.db, |pool| {
             let mut tx = pool.begin().await?;
+            // One server at a time (PostgreSQL): the others skip this minute.
+            if backend == Backend::Postgres
+                && !sqlx::query_scalar::<_, bool>("SELECT pg_try_advisory_xact_lock($1)")
+                    .bind(ROLL_UP_LOCK)
+                    .fetch_one(&mut *tx)
+                    .await?
+            {
+                return Ok(RollUp {
+                    skipped: true,
+                    ..RollUp::default()
+                });
+            }
             let mut rolled = 0u64;
             for (insert, delete) in [
                 (GPU_ROLL_UP, "DELETE FROM gpu_samples WHERE time_ms < $1"),
@@ -197,7 +242,16 @@ impl Library {
         });
         Ok(RollUp {
             rolled_rows: rolled,
-            expired_rows: expired,
+            expired_rows: expired + dropped,
+            skipped: false,
         })
     }
+}
+
+/// Takes the roll-up's advisory lock for the transaction `tx`, if no other server holds it.
+async fn try_lock(tx: &mut sqlx::PgConnection) -> sqlx::Result<bool> {
+    sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
+        .bind(ROLL_UP_LOCK)
+        .fetch_one(tx)
+        .await
 }

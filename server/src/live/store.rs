@@ -3,7 +3,7 @@
 
 use sha2::Digest;
 
-use crate::db::Dialects;
+use crate::db::{Backend, Dialects};
 use crate::library::Library;
 use crate::with_db;
 
@@ -299,8 +299,13 @@ impl Library {
         b: &wire::Batch,
         token_name: &str,
     ) -> Result<wire::Ack, IngestError> {
-        let _turn = self.live_writer.lock().await;
         let backend = self.db.backend();
+        // SQLite has one writer at a time: queue here (see `live_writer`). PostgreSQL takes
+        // concurrent batches, whichever server they reach; row locks order them.
+        let _turn = match backend {
+            Backend::Sqlite => Some(self.live_writer.lock().await),
+            Backend::Postgres => None,
+        };
         let rows = (b.gpus.len() + b.processes.len() + b.allocator.len() + b.events.len()) as i64;
         let spool = b.spool_id.as_deref().unwrap_or("");
         let digest = digest(b);
@@ -351,13 +356,6 @@ impl Library {
                     stored: 0,
                 });
             }
-            sqlx::query(
-                "UPDATE ingest_totals SET batches = batches + 1, rows = rows + $1, dropped = dropped + $2 WHERE id = 1",
-            )
-            .bind(rows)
-            .bind(b.dropped_samples as i64)
-            .execute(&mut *tx)
-            .await?;
             // Each GPU once per batch (its latest reading), then the samples.
             for g in newest(&b.gpus, |x, y| x.uuid == y.uuid, |g| g.time_ms) {
                 // The series' latest reading (a late batch does not move it back).
@@ -451,6 +449,29 @@ impl Library {
                     .bind(agent)
                     .bind(first)
                     .bind(last)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            // The running totals last: every batch updates this one row, so its lock is held
+            // only from here to the commit (concurrent batches on PostgreSQL queue on it).
+            sqlx::query(
+                "UPDATE ingest_totals SET batches = batches + 1, rows = rows + $1, dropped = dropped + $2 WHERE id = 1",
+            )
+            .bind(rows)
+            .bind(b.dropped_samples as i64)
+            .execute(&mut *tx)
+            .await?;
+            if backend == Backend::Postgres {
+                // Delivered at commit to every server listening (`live/notices.rs`).
+                let notice = api::LiveNotice {
+                    host: b.host.clone(),
+                    time_ms: now_ms,
+                    rows: rows as u64,
+                    events: b.events.len(),
+                };
+                sqlx::query("SELECT pg_notify($1, $2)")
+                    .bind(super::notices::CHANNEL)
+                    .bind(serde_json::to_string(&notice).expect("a notice serialises"))
                     .execute(&mut *tx)
                     .await?;
             }
