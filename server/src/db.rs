@@ -308,6 +308,50 @@ pub fn redact(url: &str) -> String {
     }
 }
 
+/// The PostgreSQL advisory lock that lets one server at a time roll up, expire and make day
+/// partitions (`live/rollup.rs`).
+pub(crate) const ROLL_UP_LOCK: i64 = 0x6d65_6d73_726f_6c6c; // "memsroll"
+
+/// One day in milliseconds: a day partition's width (PostgreSQL).
+const DAY_MS: i64 = 86_400_000;
+
+/// PostgreSQL: makes the day partitions from yesterday to the day after tomorrow (those not made
+/// yet) and, with `drop_before_ms`, drops whole days before it; returns the rows dropped, or
+/// `None` when another server holds the roll-up's lock (it is doing the same).
+pub(crate) async fn make_days(
+    pool: &sqlx::PgPool,
+    drop_before_ms: Option<i64>,
+) -> sqlx::Result<Option<u64>> {
+    let mut tx = pool.begin().await?;
+    if !try_lock(&mut tx).await? {
+        return Ok(None);
+    }
+    let now = crate::now_ms();
+    sqlx::query("SELECT memscope_day_partitions($1, $2)")
+        .bind(now - DAY_MS)
+        .bind(now + 2 * DAY_MS)
+        .execute(&mut *tx)
+        .await?;
+    let mut dropped = 0;
+    if let Some(before_ms) = drop_before_ms {
+        let rows: i64 = sqlx::query_scalar("SELECT memscope_drop_days_before($1)")
+            .bind(before_ms)
+            .fetch_one(&mut *tx)
+            .await?;
+        dropped = rows as u64;
+    }
+    tx.commit().await?;
+    Ok(Some(dropped))
+}
+
+/// Takes the roll-up's advisory lock for the transaction `tx`, if no other server holds it.
+async fn try_lock(tx: &mut sqlx::PgConnection) -> sqlx::Result<bool> {
+    sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
+        .bind(ROLL_UP_LOCK)
+        .fetch_one(tx)
+        .await
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -189,8 +189,13 @@ impl Library {
                 (db, reads)
             }
             Some(url) => {
-                let db =
-                    Db::Postgres(crate::db::connect_postgres(url, POSTGRES_CONNECTIONS).await?);
+                let pool = crate::db::connect_postgres(url, POSTGRES_CONNECTIONS).await?;
+                // Today's partitions before the first batch (the roll-up makes the coming
+                // days' every minute); skipped while another server rolls up (it makes them).
+                crate::db::make_days(&pool, None)
+                    .await
+                    .context("cannot create the day partitions of the sample tables")?;
+                let db = Db::Postgres(pool);
                 let reads =
                     crate::db::live_read_pool(&db, None, Some(url), LIVE_READ_CONNECTIONS).await?;
                 (db, reads)

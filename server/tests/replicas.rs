@@ -296,6 +296,14 @@ async fn roll_up_runs_on_one_server_at_a_time() {
     let two = server::library::Library::open(&data, Some(&pg.url))
         .await
         .unwrap();
+    // Opening made today's day partitions, so the first batch does not land in a DEFAULT one.
+    assert_eq!(
+        pg.sql(
+            "SELECT count(*) FROM pg_class WHERE relname = \
+             'gpu_samples_d' || to_char(now() AT TIME ZONE 'UTC', 'YYYYMMDD')"
+        ),
+        ["1"]
+    );
     pg.sql(
         "INSERT INTO gpu_samples (gpu_uuid, time_ms, used_bytes) \
          SELECT 'GPU-r', 1700000000000 + i * 100, i FROM generate_series(0, 199999) i",

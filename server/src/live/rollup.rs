@@ -138,12 +138,6 @@ pub struct RollUp {
     pub skipped: bool,
 }
 
-/// The PostgreSQL advisory lock that lets one server at a time roll up and expire.
-const ROLL_UP_LOCK: i64 = 0x6d65_6d73_726f_6c6c; // "memsroll"
-
-/// One day in milliseconds: a day partition's width (PostgreSQL).
-const DAY_MS: i64 = 86_400_000;
-
 impl Library {
     /// Folds raw samples older than `raw_before_ms` (rounded down to a minute) into one-minute
     /// rows (min/max/mean; a late sample for an already rolled-up minute is merged in) and deletes
@@ -158,32 +152,22 @@ impl Library {
             // Partitions first, in a short transaction of their own (making and dropping one
             // locks its table briefly): the coming days', so that new rows never land in a
             // DEFAULT partition, and whole days past the retention dropped rather than deleted.
-            let mut tx = pool.begin().await?;
-            if !try_lock(&mut tx).await? {
-                return Ok(RollUp {
-                    skipped: true,
-                    ..RollUp::default()
-                });
+            match crate::db::make_days(pool, Some(rollup_before_ms)).await? {
+                Some(rows) => dropped = rows,
+                None => {
+                    return Ok(RollUp {
+                        skipped: true,
+                        ..RollUp::default()
+                    });
+                }
             }
-            let now = crate::now_ms();
-            sqlx::query("SELECT memscope_day_partitions($1, $2)")
-                .bind(now - DAY_MS)
-                .bind(now + 2 * DAY_MS)
-                .execute(&mut *tx)
-                .await?;
-            let rows: i64 = sqlx::query_scalar("SELECT memscope_drop_days_before($1)")
-                .bind(rollup_before_ms)
-                .fetch_one(&mut *tx)
-                .await?;
-            dropped = rows as u64;
-            tx.commit().await?;
         }
         let (rolled, expired) = with_db!(&self.db, |pool| {
             let mut tx = pool.begin().await?;
             // One server at a time (PostgreSQL): the others skip this minute.
             if backend == Backend::Postgres
                 && !sqlx::query_scalar::<_, bool>("SELECT pg_try_advisory_xact_lock($1)")
-                    .bind(ROLL_UP_LOCK)
+                    .bind(crate::db::ROLL_UP_LOCK)
                     .fetch_one(&mut *tx)
                     .await?
             {
@@ -246,12 +230,4 @@ impl Library {
             skipped: false,
         })
     }
-}
-
-/// Takes the roll-up's advisory lock for the transaction `tx`, if no other server holds it.
-async fn try_lock(tx: &mut sqlx::PgConnection) -> sqlx::Result<bool> {
-    sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
-        .bind(ROLL_UP_LOCK)
-        .fetch_one(tx)
-        .await
 }
