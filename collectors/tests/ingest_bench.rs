@@ -1,22 +1,27 @@
-//! Benchmark (not a timed test; run it and read the figures): server ingest over HTTP into SQLite,
-//! the way collectors send it (gzip JSON batches, `POST /api/ingest`, bearer token), against a
-//! real server on a loopback port.
+//! Benchmark (not a timed test; run it and read the figures): server ingest over HTTP the way
+//! collectors send it (gzip JSON batches, `POST /api/ingest`, bearer token), against a real
+//! server on a loopback port, into SQLite and into PostgreSQL in the same run (issue 16).
 //!
 //! `cargo test --release -p collectors --test ingest_bench -- --ignored --nocapture`
 //! Env: MEMSCOPE_BENCH_SECONDS (default 20), MEMSCOPE_BENCH_SENDERS (default 4),
-//! MEMSCOPE_BENCH_BATCH (samples per batch, default 2000).
+//! MEMSCOPE_BENCH_BATCH (samples per batch, default 2000), MEMSCOPE_BENCH_DATABASE_URL (a
+//! PostgreSQL database to use; without it a throwaway cluster with PostgreSQL's durable defaults,
+//! fsync on, via `scripts/pg-cluster`; `none` skips PostgreSQL).
 //!
-//! Prints: sustained samples/s with several senders (full batches: a backlog being drained), and
-//! the latency of a collector's normal batch (one second of one 8-GPU host: 8 GPU readings and
-//! 16 process readings) on an idle server and while the sustained load runs.
+//! Prints, per backend: sustained samples/s with several senders (full batches: a backlog being
+//! drained), and the latency of a collector's normal batch (one second of one 8-GPU host: 8 GPU
+//! readings and 16 process readings) on an idle server and while the sustained load runs; then
+//! PostgreSQL's rate as a ratio of SQLite's.
 
 mod common;
+#[path = "../../server/tests/common/pg.rs"]
+mod pg;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{scratch, start_server};
+use common::{scratch, start_server_on};
 
 /// GPU `i` of `host` (a GPU belongs to one host: the server refuses another's).
 fn gpu(host: &str, time_ms: i64, i: u32) -> wire::GpuSample {
@@ -49,14 +54,16 @@ fn proc_sample(host: &str, time_ms: i64, i: u32) -> wire::ProcessSample {
 }
 
 /// A gzip JSON batch of `n` samples (GPU and process readings, half each).
-fn body(collector: &str, seq: u64, n: usize, t0: i64) -> Vec<u8> {
-    let mut b = wire::Batch::new(collector, seq, collector);
+/// (A token speaks for one host: the latency probes are collector c1's agents on host `c1`, each
+/// load sender a host of its own with its own token.)
+fn body(collector: &str, host: &str, seq: u64, n: usize, t0: i64) -> Vec<u8> {
+    let mut b = wire::Batch::new(collector, seq, host);
     for k in 0..n {
         let t = t0 + (k / 16) as i64 * 1000;
         if k % 2 == 0 {
-            b.gpus.push(gpu(collector, t, (k % 8) as u32));
+            b.gpus.push(gpu(host, t, (k % 8) as u32));
         } else {
-            b.processes.push(proc_sample(collector, t, (k % 16) as u32));
+            b.processes.push(proc_sample(host, t, (k % 16) as u32));
         }
     }
     let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
@@ -64,13 +71,27 @@ fn body(collector: &str, seq: u64, n: usize, t0: i64) -> Vec<u8> {
     e.finish().unwrap()
 }
 
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// Where a load sender's batch `seq` starts: a backlog of the last day being drained, batch
+/// after batch (16 samples a second), so the rows land in the current days' partitions on
+/// PostgreSQL, as a real backlog's would.
+fn backlog_ms(seq: u64, per_batch: usize) -> i64 {
+    now_ms() - 23 * 3_600_000 + seq as i64 * (per_batch as i64 / 16) * 1000
+}
+
 /// Batches each sender has encoded before the clock starts.
 const PREPARED: u64 = 400;
 
-fn post(agent: &ureq::Agent, url: &str, body: &[u8]) {
+fn post(agent: &ureq::Agent, url: &str, token: &str, body: &[u8]) {
     let mut r = agent
         .post(url)
-        .header("authorization", "Bearer t1")
+        .header("authorization", format!("Bearer {token}"))
         .header("content-type", "application/json")
         .header("content-encoding", "gzip")
         .send(body)
@@ -104,9 +125,15 @@ fn latency(url: &str, collector: &str, secs: f64) -> Vec<f64> {
     let start = Instant::now();
     let mut seq = 1;
     while start.elapsed().as_secs_f64() < secs {
-        let b = body(collector, seq, 24, 1_700_000_000_000 + seq as i64 * 1000);
+        let b = body(
+            collector,
+            "c1",
+            seq,
+            24,
+            now_ms() - 3_600_000 + seq as i64 * 1000,
+        );
         let t = Instant::now();
-        post(&agent, url, &b);
+        post(&agent, url, "t1", &b);
         out.push(t.elapsed().as_secs_f64() * 1e3);
         seq += 1;
         std::thread::sleep(Duration::from_millis(50));
@@ -126,9 +153,58 @@ fn ingest_rate_and_latency_over_http() {
     let secs = env("MEMSCOPE_BENCH_SECONDS", 20) as f64;
     let senders = env("MEMSCOPE_BENCH_SENDERS", 4) as usize;
     let per_batch = env("MEMSCOPE_BENCH_BATCH", 2000) as usize;
-    let (base, port) = scratch("ingest-bench");
-    // The in-process server's token is c1=t1; every sender is a sub-collector of c1.
-    let server = start_server(&base.join("lib"), port);
+
+    let (sqlite, _) = measure("SQLite", None, secs, senders, per_batch);
+    let given = std::env::var("MEMSCOPE_BENCH_DATABASE_URL").ok();
+    if given.as_deref() == Some("none") {
+        return;
+    }
+    let cluster = given
+        .is_none()
+        .then(|| pg::Cluster::start_durable("ingest-bench"));
+    let url = given.unwrap_or_else(|| cluster.as_ref().unwrap().url.clone());
+    if let Some(c) = &cluster {
+        let settings = c.sql(
+            "SELECT current_setting('fsync'), current_setting('synchronous_commit'), version()",
+        );
+        println!(
+            "PostgreSQL: fsync|synchronous_commit|version = {}",
+            settings.join(" ")
+        );
+    }
+    let (postgres, n) = measure("PostgreSQL", Some(url), secs, senders, per_batch);
+    if let Some(c) = &cluster {
+        let bytes: f64 = c.sql("SELECT pg_database_size(current_database())")[0]
+            .parse()
+            .unwrap();
+        println!(
+            "database: {:.1} MB for {n} samples ({:.0} B/sample incl. indexes)",
+            bytes / 1e6,
+            bytes / n as f64
+        );
+    }
+    println!(
+        "PostgreSQL / SQLite: {:.2}x the samples/s (same run, same machine)",
+        postgres / sqlite
+    );
+}
+
+/// One backend's figures (printed); returns the sustained samples/s and the samples stored.
+fn measure(
+    label: &str,
+    database_url: Option<String>,
+    secs: f64,
+    senders: usize,
+    per_batch: usize,
+) -> (f64, u64) {
+    println!("--- {label} ---");
+    let (base, port) = scratch(&format!("ingest-bench-{}", label.to_lowercase()));
+    let on_postgres = database_url.is_some();
+    // Tokens: c1=t1 (the latency probes) and load-W=t-load-W for each sender.
+    let tokens: Vec<String> = std::iter::once("c1=t1".to_string())
+        .chain((0..senders).map(|w| format!("load-{w}=t-load-{w}")))
+        .collect();
+    let server = start_server_on(&base.join("lib"), port, database_url, &tokens);
     let url = format!("http://127.0.0.1:{port}/api/ingest");
 
     let idle = latency(&url, "c1/latency-idle", 3.0);
@@ -139,10 +215,11 @@ fn ingest_rate_and_latency_over_http() {
             (1..=PREPARED)
                 .map(|seq| {
                     body(
-                        &format!("c1/load-{w}"),
+                        &format!("load-{w}"),
+                        &format!("load-{w}"),
                         seq,
                         per_batch,
-                        1_700_000_000_000 + seq as i64 * 60_000,
+                        backlog_ms(seq, per_batch),
                     )
                 })
                 .collect()
@@ -165,15 +242,16 @@ fn ingest_rate_and_latency_over_http() {
                         Some(b) => b,
                         None => {
                             fresh = body(
-                                &format!("c1/load-{w}"),
+                                &format!("load-{w}"),
+                                &format!("load-{w}"),
                                 seq,
                                 per_batch,
-                                1_700_000_000_000 + seq as i64 * 60_000,
+                                backlog_ms(seq, per_batch),
                             );
                             &fresh
                         }
                     };
-                    post(&agent, &url, b);
+                    post(&agent, &url, &format!("t-load-{w}"), b);
                     stored.fetch_add(per_batch as u64, Ordering::Relaxed);
                     seq += 1;
                 }
@@ -187,6 +265,21 @@ fn ingest_rate_and_latency_over_http() {
     }
     let elapsed = start.elapsed().as_secs_f64();
     let n = stored.load(Ordering::Relaxed);
+    // Every acknowledged sample is in the store (the totals row is written in each batch's
+    // transaction), so the figure counts stored samples, not requests.
+    let acknowledged = n + 24 * (idle.len() + loaded.len()) as u64;
+    let metrics = ureq::get(&format!("http://127.0.0.1:{port}/metrics"))
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_to_string()
+        .unwrap();
+    let stored_total: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("memscope_ingest_samples_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("memscope_ingest_samples_total in /metrics");
+    assert_eq!(stored_total, acknowledged, "samples stored vs acknowledged");
     println!(
         "ingest over HTTP: {n} samples in {elapsed:.1} s = {:.0} samples/s sustained \
          ({senders} senders on the same machine, {per_batch} samples per gzip batch)",
@@ -200,12 +293,17 @@ fn ingest_rate_and_latency_over_http() {
         "latency of a 24-sample batch, under load:    {}",
         percentiles(loaded)
     );
-    let db = base.join("lib").join("memscope.db");
-    println!(
-        "database: {:.1} MB for {} samples ({:.0} B/sample incl. indexes)",
-        std::fs::metadata(&db).map(|m| m.len()).unwrap_or(0) as f64 / 1e6,
-        n,
-        std::fs::metadata(&db).map(|m| m.len()).unwrap_or(0) as f64 / n.max(1) as f64
-    );
+    if !on_postgres {
+        let db = base.join("lib").join("memscope.db");
+        let bytes = std::fs::metadata(&db).map(|m| m.len()).unwrap_or(0) as f64;
+        println!(
+            "database: {:.1} MB for {} samples ({:.0} B/sample incl. indexes)",
+            bytes / 1e6,
+            n,
+            bytes / n.max(1) as f64
+        );
+    }
     server.stop();
+    let _ = std::fs::remove_dir_all(&base);
+    (n as f64 / elapsed, acknowledged)
 }

@@ -28,14 +28,32 @@ pub struct Server {
 }
 
 pub fn start_server(dir: &std::path::Path, port: u16) -> Server {
+    start_server_on(
+        dir,
+        port,
+        server::testing::database_for(dir),
+        &["c1=t1".to_string()],
+    )
+}
+
+/// A server on `dir` whose database is `database_url` (SQLite in `dir` when `None`), whatever
+/// the run's backend (the benchmarks compare both in one run), taking `collector_tokens`
+/// (`NAME=TOKEN` each).
+pub fn start_server_on(
+    dir: &std::path::Path,
+    port: u16,
+    database_url: Option<String>,
+    collector_tokens: &[String],
+) -> Server {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let mut args = server::testing::serve_args(dir.to_path_buf());
-    args.collector_tokens = vec!["c1=t1".into()];
+    let mut args = server::config::ServeArgs::for_data_dir(dir.to_path_buf());
+    args.database_url = database_url;
+    args.collector_tokens = collector_tokens.to_vec();
     rt.spawn(async move {
         let state = server::state::AppState::open(args).await.unwrap();
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))

@@ -17,9 +17,20 @@ pub struct Cluster {
 
 impl Cluster {
     pub fn start(tag: &str) -> Cluster {
+        Cluster::start_with(tag, false)
+    }
+
+    /// A cluster with PostgreSQL's durable defaults (fsync and full-page writes on), for
+    /// benchmarks; `start`'s clusters skip them.
+    pub fn start_durable(tag: &str) -> Cluster {
+        Cluster::start_with(tag, true)
+    }
+
+    fn start_with(tag: &str, durable: bool) -> Cluster {
         let dir = std::env::temp_dir().join(format!("memscope-pg-{tag}-{}", std::process::id()));
         let mut start = Command::new(root().join("scripts/pg-cluster"));
         start.args(["start", dir.to_str().unwrap()]);
+        start.env("PG_CLUSTER_FSYNC", if durable { "on" } else { "off" });
         let url = stdout_of(start, "scripts/pg-cluster start")
             .trim()
             .to_string();
