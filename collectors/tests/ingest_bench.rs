@@ -71,18 +71,11 @@ fn body(collector: &str, host: &str, seq: u64, n: usize, t0: i64) -> Vec<u8> {
     e.finish().unwrap()
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
-}
-
 /// Where a load sender's batch `seq` starts: a backlog of the last day being drained, batch
 /// after batch (16 samples a second), so the rows land in the current days' partitions on
 /// PostgreSQL, as a real backlog's would.
 fn backlog_ms(seq: u64, per_batch: usize) -> i64 {
-    now_ms() - 23 * 3_600_000 + seq as i64 * (per_batch as i64 / 16) * 1000
+    server::now_ms() - 23 * 3_600_000 + seq as i64 * (per_batch as i64 / 16) * 1000
 }
 
 /// Batches each sender has encoded before the clock starts.
@@ -130,7 +123,7 @@ fn latency(url: &str, collector: &str, secs: f64) -> Vec<f64> {
             "c1",
             seq,
             24,
-            now_ms() - 3_600_000 + seq as i64 * 1000,
+            server::now_ms() - 3_600_000 + seq as i64 * 1000,
         );
         let t = Instant::now();
         post(&agent, url, "t1", &b);

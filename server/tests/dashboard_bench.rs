@@ -16,6 +16,8 @@
 mod common;
 #[path = "bench/official_viewer.rs"]
 mod official_viewer;
+#[path = "common/stats.rs"]
+mod stats;
 
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
@@ -117,21 +119,6 @@ fn http_get(base: &str, path: &str) -> (u16, usize) {
     s.read_to_end(&mut out).unwrap();
     let status = String::from_utf8_lossy(&out[9..12]).parse().unwrap_or(0);
     (status, out.len())
-}
-
-fn percentile(v: &mut [f64], p: f64) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[((v.len() as f64 - 1.0) * p).round() as usize]
-}
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -366,7 +353,7 @@ async fn dashboard_benchmark() {
         };
 
         // 4. Query latencies over loopback HTTP (the server is warm): zoom windows, steps, stacks.
-        let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ n as u64);
+        let mut rng = stats::Rng(0x9e37_79b9_7f4a_7c15 ^ n as u64);
         let (mut tl, mut st, mut sk) = (Vec::new(), Vec::new(), Vec::new());
         let base_c = base2.clone();
         let id_c = id.clone();
@@ -391,9 +378,9 @@ async fn dashboard_benchmark() {
                 }
             }
             let r = serde_json::json!({
-                "timeline_ms_p50": percentile(&mut tl.clone(), 0.5), "timeline_ms_p95": percentile(&mut tl, 0.95),
-                "state_ms_p50": percentile(&mut st.clone(), 0.5), "state_ms_p95": percentile(&mut st, 0.95),
-                "stacks_ms_p50": percentile(&mut sk.clone(), 0.5), "stacks_ms_p95": percentile(&mut sk, 0.95),
+                "timeline_ms_p50": stats::percentile(&mut tl.clone(), 0.5), "timeline_ms_p95": stats::percentile(&mut tl, 0.95),
+                "state_ms_p50": stats::percentile(&mut st.clone(), 0.5), "state_ms_p95": stats::percentile(&mut st, 0.95),
+                "stacks_ms_p50": stats::percentile(&mut sk.clone(), 0.5), "stacks_ms_p95": stats::percentile(&mut sk, 0.95),
             });
             r
         })
@@ -417,8 +404,8 @@ async fn dashboard_benchmark() {
                 "segments_view_s": segments_s,
                 "segments_view_nav_to_drawn_s": segments_nav_ms / 1e3,
                 "stacks_view_nav_to_drawn_s": stacks_nav_ms / 1e3,
-                "segments_step_s_p50": percentile(&mut steps_sorted.clone(), 0.5),
-                "segments_step_s_max": percentile(&mut steps_sorted, 1.0),
+                "segments_step_s_p50": stats::percentile(&mut steps_sorted.clone(), 0.5),
+                "segments_step_s_max": stats::percentile(&mut steps_sorted, 1.0),
                 "renderer_peak_rss_mb": renderer_rss as f64 / 1e6,
                 "renderer_above_blank_mb": (renderer_rss as f64 - blank_rss as f64) / 1e6,
                 "blank_page_renderer_rss_mb": blank_rss as f64 / 1e6,

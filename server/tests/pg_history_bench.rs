@@ -20,6 +20,8 @@
 
 #[path = "common/pg.rs"]
 mod pg;
+#[path = "common/stats.rs"]
+mod stats;
 
 use std::time::Instant;
 
@@ -45,26 +47,8 @@ fn env(k: &str, d: i64) -> i64 {
         .unwrap_or(d)
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
-}
-
 fn host_name(h: i64) -> String {
     format!("host-{h:04}")
-}
-
-/// A tiny deterministic generator (xorshift) for picking series.
-struct Rng(u64);
-impl Rng {
-    fn below(&mut self, n: i64) -> i64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % n as u64) as i64
-    }
 }
 
 /// Milliseconds to answer `uri` (status 200 asserted) and the answer's size.
@@ -83,12 +67,6 @@ async fn answer(s: &AppState, uri: &str) -> (f64, usize) {
         String::from_utf8_lossy(&body)
     );
     (t.elapsed().as_secs_f64() * 1000.0, body.len())
-}
-
-fn summary(mut v: Vec<f64>) -> (f64, f64, f64) {
-    v.sort_by(f64::total_cmp);
-    let p = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
-    (p(0.5), p(0.95), p(1.0))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -115,7 +93,7 @@ async fn live_pages_over_a_fleet_history() {
         panic!("a PostgreSQL benchmark")
     };
 
-    let now = now_ms();
+    let now = server::now_ms();
     let raw_from = (now - RAW_MS) / MINUTE_MS * MINUTE_MS;
     let history_from = raw_from - days * DAY_MS;
     let started_ms = history_from - MINUTE_MS;
@@ -343,7 +321,8 @@ async fn live_pages_over_a_fleet_history() {
     }
 
     // The pages: `queries` answers each, a random GPU or process each time.
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = stats::Rng(0x9e37_79b9_7f4a_7c15);
+    let mut pick = |n: i64| (rng.next() % n as u64) as i64;
     let windows = [
         ("10 min", 10.0),
         ("1 hour", 60.0),
@@ -367,11 +346,11 @@ async fn live_pages_over_a_fleet_history() {
         let (mut gpu, mut process) = (Vec::new(), Vec::new());
         let (mut gpu_bytes, mut process_bytes) = (0, 0);
         for _ in 0..queries {
-            let g = rng.below(gpus);
+            let g = pick(gpus);
             let (ms, n) = answer(&s, &api::routes::live_gpu(&uuids[g as usize], &q)).await;
             gpu.push(ms);
             gpu_bytes = n;
-            let g = rng.below(gpus);
+            let g = pick(gpus);
             let uri = api::routes::live_process(
                 &host_name(g / GPUS_PER_HOST),
                 4000 + g % GPUS_PER_HOST,
@@ -391,9 +370,13 @@ async fn live_pages_over_a_fleet_history() {
         "{:<32} {:>5} {:>9} {:>9} {:>9} {:>9}",
         "query", "n", "p50 ms", "p95 ms", "max ms", "answer"
     );
-    for (what, v, n) in lines {
+    for (what, mut v, n) in lines {
         let count = v.len();
-        let (p50, p95, max) = summary(v);
+        let (p50, p95, max) = (
+            stats::percentile(&mut v, 0.5),
+            stats::percentile(&mut v, 0.95),
+            stats::percentile(&mut v, 1.0),
+        );
         println!(
             "{what:<32} {count:>5} {p50:>9.1} {p95:>9.1} {max:>9.1} {:>8.0}K",
             n as f64 / 1e3
