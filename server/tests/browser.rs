@@ -1367,6 +1367,9 @@ async fn live_pages_show_the_outside_pytorch_band_and_update_without_reload() {
     )
     .await;
     screenshot(&c, "live-process").await;
+    // The fleet, GPU and process pages logged no errors on the way.
+    let errors = console_errors(&c).await;
+    assert!(errors.is_empty(), "console errors: {errors:#?}");
     c.close().await.unwrap();
 }
 
