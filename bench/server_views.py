@@ -11,7 +11,7 @@ with a streamed POST (as the dashboard's file input does), times each view's req
 times a zoom (the first question that needs the model). Prints a table and one
 JSON line. Standard library only.
 """
-import http.client, json, os, shutil, signal, socket, statistics, subprocess, sys, tempfile, time
+import http.client, json, os, re, shutil, signal, socket, statistics, subprocess, sys, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MEMSCOPE = os.environ.get("MEMSCOPE_BIN", os.path.join(ROOT, "target", "release", "memscope"))
@@ -26,8 +26,9 @@ def free_port():
 
 
 def start(data, port):
+    log = open(os.path.join(data, "server.log"), "ab")
     p = subprocess.Popen([MEMSCOPE, "serve", "--data-dir", data, "--addr", f"127.0.0.1:{port}"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                         stdout=log, stderr=log)
     for _ in range(600):
         try:
             c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
@@ -77,6 +78,12 @@ def main():
         upload_s = time.perf_counter() - t
         if r.status not in (200, 201):
             sys.exit(f"upload: {r.status} {up}")
+        # The server's own account: from the body's last byte to the analyses done and to the
+        # commit (the client's "body sent" is earlier by what the socket buffers held).
+        ingested = [l for l in open(os.path.join(data, "server.log"), errors="replace")
+                    if "snapshot ingested" in l][-1]
+        ingested = re.sub(r"\x1b\[[0-9;]*m", "", ingested)
+        server_ms = {k: int(v) for k, v in re.findall(r"(\w+_ms)=(\d+)", ingested)}
         sid = up["id"]
         base = f"/api/snapshots/{sid}"
         _, tl = get(port, base + "/timeline")
@@ -110,13 +117,16 @@ def main():
         cold_window_ms, _ = get(port, f"{base}/timeline?axis=event&from={mid}&to={mid + events // 100}")
         out = {
             "file": path, "file_mb": size / 1e6, "events": events,
-            "upload_and_index_s": upload_s, "body_sent_s": sent,
+            "upload_and_index_s": upload_s, "body_sent_s": sent, "server_ms": server_ms,
             "server_peak_rss_mb": rss, "cold_first_timeline_ms": cold_ms,
             "cold_first_window_ms": cold_window_ms,
             "views_ms": {k: {"min": v[0], "median": v[1]} for k, v in times.items()},
         }
         print(f"{os.path.basename(path)}: {size / 1e6:.0f} MB, {events} events")
         print(f"  upload + indexing          {upload_s:8.2f} s  (body sent after {sent:.2f} s)")
+        print(f"  after the body's last byte (server): parsed and indexed {server_ms.get('parsed_after_last_byte_ms')} ms, "
+              f"analysed {server_ms.get('analysed_after_last_byte_ms')} ms, "
+              f"committed {server_ms.get('after_last_byte_ms')} ms")
         print(f"  server peak RSS            {rss:8.0f} MB")
         for k, (lo, med) in times.items():
             print(f"  {k:34s} {lo:7.1f} ms min, {med:7.1f} ms median")

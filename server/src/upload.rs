@@ -284,17 +284,19 @@ async fn upload_task(
             current: axum::body::Bytes::new(),
             progress: parse_progress,
         };
-        let snap = snapshot::read_with_limits(reader, limits)
+        // The trace is indexed while it is parsed, so only the reconciliation with the final
+        // segments is left when the last byte arrives.
+        let (snap, index) = snapshot::read_indexed_with_limits(reader, limits)
             .map_err(|e| UploadError::Unreadable(e.to_string()))?;
-        // The model file holds the tables only, so it is written while the analyses run (on a
-        // 1 GB upload each takes most of a second).
-        let ((index, report), written) = snapshot::par::join(
-            || snapshot::analysis::analyze(&snap, &options),
+        let parsed_at = Instant::now();
+        // The model file is written while the analyses run.
+        let (report, written) = snapshot::par::join(
+            || snapshot::analysis::report(&snap, &index, &options),
             || write_model_file(&snap, &model_path),
         );
         written?;
         let report = crate::convert::report(report);
-        Ok((snap, index, report))
+        Ok((snap, index, report, parsed_at))
     });
 
     // Fused: the drain loop below may poll again after the end.
@@ -314,6 +316,9 @@ async fn upload_task(
         synced_bytes: 0,
         syncing: None,
     };
+    // When the last byte of the body arrived: the indexing after it is what the client waits
+    // for once its upload is sent (logged as `after_last_byte_ms`).
+    let mut last_byte_at = Instant::now();
     // Receive until the end or the parser stops; the parser is joined on every path, so its
     // files are never written after the guards removed them.
     let received: UploadResult<()> = async {
@@ -321,6 +326,7 @@ async fn upload_task(
         let mut tx = Some(tx);
         while let Some(chunk) = stream.next().await {
             let chunk = sink.take(chunk).await?;
+            last_byte_at = Instant::now();
             if let Some(t) = &tx
                 && t.send(chunk).await.is_err()
             {
@@ -337,13 +343,16 @@ async fn upload_task(
     let parsed = parser.await.map_err(|e| UploadError::Internal(e.into()))?;
     received?;
     let receive_ms = started.elapsed().as_millis() as u64;
+    let analysed_after_last_byte = last_byte_at.elapsed();
     if sink.size == 0 {
         return Err(UploadError::Unreadable("the upload is empty".into()));
     }
-    let (snap, index, report) = parsed?;
+    let (snap, index, report, parsed_at) = parsed?;
+    let parsed_after_last_byte = parsed_at.saturating_duration_since(last_byte_at);
     // Store what the parser did not need (trailing bytes after the pickle's STOP).
     while let Some(chunk) = stream.next().await {
         sink.take(chunk).await?;
+        last_byte_at = Instant::now();
     }
     sink.settle().await?;
     let Sink {
@@ -422,7 +431,10 @@ async fn upload_task(
         receive_ms,
         index_ms,
         commit_ms,
-        "snapshot ingested (index_ms counts from the first byte)"
+        parsed_after_last_byte_ms = parsed_after_last_byte.as_millis() as u64,
+        analysed_after_last_byte_ms = analysed_after_last_byte.as_millis() as u64,
+        after_last_byte_ms = last_byte_at.elapsed().as_millis() as u64,
+        "snapshot ingested (index_ms counts from the first byte; after_last_byte_ms: from the body's last byte to the commit)"
     );
     state.models.insert(&id, Arc::new(Loaded { snap, index }));
     Ok(Uploaded {

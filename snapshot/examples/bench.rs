@@ -27,27 +27,35 @@ fn main() {
     let path = args.next().expect("usage: bench FILE [REPEATS]");
     let repeats: usize = args.next().map_or(1, |r| r.parse().unwrap());
     let file_bytes = std::fs::metadata(&path).unwrap().len();
-    let mut best = (f64::MAX, 0.0, 0.0);
+    let mut best = (f64::MAX, 0.0, 0.0, 0.0, 0.0);
     let mut last = None;
     for _ in 0..repeats {
         drop(last.take());
         let t0 = Instant::now();
-        let snap = if std::env::var_os("MEMSCOPE_ONE_THREAD").is_some() {
+        let open_at = |offset| {
+            use std::io::{Seek, SeekFrom};
+            let mut f = std::fs::File::open(&path)?;
+            f.seek(SeekFrom::Start(offset))?;
+            Ok(f)
+        };
+        let mut followed = None;
+        let snap = if std::env::var_os("MEMSCOPE_FOLLOW").is_some() {
+            // Indexed while parsing (as uploads are): the index step below only reconciles.
+            let (snap, index) = snapshot::read_file_indexed(open_at, file_bytes).unwrap();
+            followed = Some(index);
+            snap
+        } else if std::env::var_os("MEMSCOPE_ONE_THREAD").is_some() {
             snapshot::read_sized(std::fs::File::open(&path).unwrap(), file_bytes).unwrap()
         } else {
-            snapshot::read_file(
-                |offset| {
-                    use std::io::{Seek, SeekFrom};
-                    let mut f = std::fs::File::open(&path)?;
-                    f.seek(SeekFrom::Start(offset))?;
-                    Ok(f)
-                },
-                file_bytes,
-            )
-            .unwrap()
+            snapshot::read_file(open_at, file_bytes).unwrap()
         };
         let parse_s = t0.elapsed().as_secs_f64();
-        let (index, report) = snapshot::analysis::analyze(&snap, &Default::default());
+        let t1 = Instant::now();
+        let index = followed.unwrap_or_else(|| snapshot::analysis::Index::new(&snap));
+        let index_s = t1.elapsed().as_secs_f64();
+        let t2 = Instant::now();
+        let report = snapshot::analysis::report(&snap, &index, &Default::default());
+        let report_s = t2.elapsed().as_secs_f64();
         for d in &index.devices {
             let _ = snapshot::analysis::stacks_at(&snap, &index, d.device, None, 50);
             let _ = snapshot::analysis::state_at(&snap, &index, d.device, d.len / 2);
@@ -58,7 +66,7 @@ fn main() {
         }
         let total_s = t0.elapsed().as_secs_f64();
         if total_s < best.0 {
-            best = (total_s, parse_s, total_s - parse_s);
+            best = (total_s, parse_s, total_s - parse_s, index_s, report_s);
         }
         last = Some((snap, index, report));
     }
@@ -73,6 +81,8 @@ fn main() {
         "total_s": best.0,
         "parse_s": best.1,
         "analyses_s": best.2,
+        "index_s": best.3,
+        "report_s": best.4,
         "decoded_mb_per_s": snap.format.decoded_bytes as f64 / 1e6 / best.0,
         "tables_bytes_per_entry": snap.heap_bytes() as f64 / entries as f64,
         "model_bytes_per_entry": model as f64 / entries as f64,

@@ -14,6 +14,8 @@ pub mod cancel;
 pub mod decompress;
 pub mod error;
 mod fast;
+#[cfg(not(target_arch = "wasm32"))]
+mod follow;
 pub mod frames;
 pub mod gpus;
 pub mod intern;
@@ -94,6 +96,20 @@ where
     R: Read + Send,
     F: Fn(u64) -> std::io::Result<R> + Sync,
 {
+    read_file_with(open_at, size_bytes, start, false).map(|p| p.snap)
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn read_file_with<R, F>(
+    open_at: F,
+    size_bytes: u64,
+    start: Option<u64>,
+    follow: bool,
+) -> Result<Parsed>
+where
+    R: Read + Send,
+    F: Fn(u64) -> std::io::Result<R> + Sync,
+{
     let reader = open_at(0).map_err(|source| Error::Io { offset: 0, source })?;
     let open = |offset: u64| -> Option<Box<dyn Read + Send + '_>> {
         open_at(offset)
@@ -104,7 +120,13 @@ where
         size_hint_bytes: size_bytes,
         ..Limits::default()
     };
-    read_impl_with(reader, limits, true, start.map(|s| (&open as Reopen, s)))
+    read_impl_with(
+        reader,
+        limits,
+        true,
+        start.map(|s| (&open as Reopen, s)),
+        follow,
+    )
 }
 
 /// Opens the input again at an offset, for a pre-decoder thread.
@@ -115,7 +137,49 @@ type Reopen<'a> = &'a (dyn Fn(u64) -> Option<Box<dyn Read + Send + 'a>> + Sync);
 const PREDECODE_MIN_BYTES: u64 = 32 << 20;
 
 fn read_impl<R: Read>(reader: R, limits: Limits, fast_path: bool) -> Result<Snapshot> {
-    read_impl_with(reader, limits, fast_path, None)
+    read_impl_with(reader, limits, fast_path, None, false).map(|p| p.snap)
+}
+
+/// A parsed snapshot, with the device traces indexed during the parse if that was asked for.
+struct Parsed {
+    snap: Snapshot,
+    built: Option<Vec<((u32, u32), analysis::index::DeviceBuilder)>>,
+}
+
+impl Parsed {
+    fn indexed(self) -> (Snapshot, analysis::Index) {
+        let index = analysis::Index::with_built(&self.snap, self.built.unwrap_or_default());
+        (self.snap, index)
+    }
+}
+
+/// Reads a snapshot like [`read_with_limits`] and indexes its device traces while it is parsed
+/// (`follow.rs`, on a second thread): when the input ends, only a reconciliation with the final
+/// segments is left, so the index is ready a small constant after the last byte for any trace
+/// length. The same [`analysis::Index`] as [`analysis::Index::new`] builds after a plain read.
+pub fn read_indexed_with_limits<R: Read>(
+    reader: R,
+    limits: Limits,
+) -> Result<(Snapshot, analysis::Index)> {
+    read_impl_with(
+        reader,
+        limits,
+        true,
+        None,
+        cfg!(not(target_arch = "wasm32")),
+    )
+    .map(Parsed::indexed)
+}
+
+/// [`read_file`], indexing while it parses like [`read_indexed_with_limits`].
+#[cfg(not(target_arch = "wasm32"))]
+pub fn read_file_indexed<R, F>(open_at: F, size_bytes: u64) -> Result<(Snapshot, analysis::Index)>
+where
+    R: Read + Send,
+    F: Fn(u64) -> std::io::Result<R> + Sync,
+{
+    let start = (size_bytes >= PREDECODE_MIN_BYTES).then_some(size_bytes / 10 * 3);
+    read_file_with(open_at, size_bytes, start, true).map(Parsed::indexed)
 }
 
 fn read_impl_with<R: Read>(
@@ -123,9 +187,10 @@ fn read_impl_with<R: Read>(
     limits: Limits,
     fast_path: bool,
     reopen: Option<(Reopen, u64)>,
-) -> Result<Snapshot> {
+    follow: bool,
+) -> Result<Parsed> {
     let tripped = std::rc::Rc::new(std::cell::Cell::new(None));
-    let read = read_decoded(reader, limits, fast_path, &tripped, reopen);
+    let read = read_decoded(reader, limits, fast_path, &tripped, reopen, follow);
     match tripped.get() {
         // Whatever the reader made of the cut-off stream, the limit is why it stopped.
         Some((limit_bytes, compressed_bytes)) => Err(Error::TooExpanded {
@@ -142,7 +207,8 @@ fn read_decoded<R: Read>(
     fast_path: bool,
     tripped: &decompress::Tripped,
     reopen: Option<(Reopen, u64)>,
-) -> Result<Snapshot> {
+    follow: bool,
+) -> Result<Parsed> {
     let (decoded, compression) = decompress::open_bounded(
         reader,
         limits.max_decoded_bytes,
@@ -156,6 +222,14 @@ fn read_decoded<R: Read>(
     });
     let mut heap = values::Heap::new(limits);
     heap.fast_path = fast_path;
+    #[cfg(not(target_arch = "wasm32"))]
+    if follow {
+        heap.follow = Some(follow::Follower::start(
+            (heap.limits.size_hint_bytes / 40).min(1 << 28) as usize,
+        ));
+    }
+    #[cfg(target_arch = "wasm32")]
+    let _ = follow;
     if heap.limits.size_hint_bytes > 0 {
         // The smallest trace entries take about 40 bytes of pickle.
         heap.trace
@@ -221,9 +295,13 @@ fn read_decoded<R: Read>(
         }
     };
     drop(input);
+    #[cfg(not(target_arch = "wasm32"))]
+    let built = heap.follow.take().and_then(follow::Follower::finish);
+    #[cfg(target_arch = "wasm32")]
+    let built = None;
     let mut snap = lower::build(heap, root, format)?;
     snap.content_hash = hasher.digest128();
-    Ok(snap)
+    Ok(Parsed { snap, built })
 }
 
 /// Parses with a pre-decoder thread reading from `start` on (`fast.rs`).

@@ -261,19 +261,34 @@ impl TraceTable {
     }
 
     /// Puts row `order[k]` at position `base + k`, where `order` is a permutation of
-    /// `base..base + order.len()`. Only the window that is out of place is copied.
-    pub(crate) fn reorder_within(&mut self, base: u32, order: &[u32]) {
-        let misplaced = |(k, &r): (usize, &u32)| r != base + k as u32;
-        let Some(first) = order.iter().enumerate().position(misplaced) else {
-            return;
-        };
-        let last = order
-            .iter()
-            .enumerate()
-            .rposition(misplaced)
-            .unwrap_or(first);
-        let window = &order[first..=last];
-        let (lo, hi) = ((base as usize + first), (base as usize + last));
+    /// `base..base + order.len()`. The order is cut into the shortest stretches that are
+    /// permutations of themselves (rows move within an `APPENDS` batch of the pickle), and only
+    /// those out of place are copied: the memory this takes is a stretch's, not the trace's.
+    pub(crate) fn reorder_within(&mut self, base: u32, order: impl Iterator<Item = u32>) {
+        let (mut start, mut reach) = (0usize, 0usize);
+        let mut stretch: Vec<u32> = Vec::new();
+        for (k, r) in order.enumerate() {
+            stretch.push(r);
+            reach = reach.max((r - base) as usize);
+            if reach == k {
+                let lo = base as usize + start;
+                if stretch
+                    .iter()
+                    .enumerate()
+                    .any(|(j, &r)| r as usize != lo + j)
+                {
+                    self.reorder_window(lo, &stretch);
+                }
+                stretch.clear();
+                start = k + 1;
+            }
+        }
+    }
+
+    /// Puts row `window[k]` at position `lo + k`, where `window` is a permutation of
+    /// `lo..lo + window.len()`.
+    fn reorder_window(&mut self, lo: usize, window: &[u32]) {
+        let hi = lo + window.len() - 1;
         fn apply<C: Column>(col: &mut C, window: &[u32], lo: usize) {
             let moved: Vec<C::Item> = window.iter().map(|&r| col.value(r as usize)).collect();
             col.put(lo, &moved);
@@ -284,20 +299,22 @@ impl TraceTable {
         apply(&mut self.stream_id, window, lo);
         apply(&mut self.time_us, window, lo);
         apply(&mut self.stack, window, lo);
-        // The window holds exactly rows lo..=hi (everything outside it is in place): their new
-        // positions fit a dense array (a hash map over a 12M-row window was a quarter of the
-        // parse of a tiled 1 GB file).
+        // The window holds exactly rows lo..=hi: their new positions fit a dense array (a hash
+        // map over a 12M-row window was a quarter of the parse of a tiled 1 GB file).
         let mut new_pos = vec![0u32; window.len()];
         for (k, &r) in window.iter().enumerate() {
             new_pos[r as usize - lo] = (lo + k) as u32;
         }
+        // Sparse columns are sorted by row, and rows of the window stay in it: only the slice
+        // inside the window changes.
         fn remap<T: Copy>(col: &mut [(u32, T)], new_pos: &[u32], lo: usize, hi: usize) {
-            for (r, _) in col.iter_mut() {
-                if (lo..=hi).contains(&(*r as usize)) {
-                    *r = new_pos[*r as usize - lo];
-                }
+            let from = col.partition_point(|&(r, _)| (r as usize) < lo);
+            let to = col.partition_point(|&(r, _)| (r as usize) <= hi);
+            let inside = &mut col[from..to];
+            for (r, _) in inside.iter_mut() {
+                *r = new_pos[*r as usize - lo];
             }
-            col.sort_by_key(|&(r, _)| r);
+            inside.sort_by_key(|&(r, _)| r);
         }
         remap(&mut self.device_free, &new_pos, lo, hi);
         remap(&mut self.compile_context, &new_pos, lo, hi);

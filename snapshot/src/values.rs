@@ -257,8 +257,9 @@ pub(crate) enum Items {
     /// A list holding consecutive trace rows `start..start+len` (the common case, kept compact).
     Entries { start: u32, len: u32 },
     /// A list of trace rows not in table order (the fast path and the general machine create rows
-    /// at different moments, so a batch that mixes them is permuted); still 4 bytes a row.
-    Rows(Vec<u32>),
+    /// at different moments, so a batch that mixes them is permuted), as runs of consecutive rows
+    /// `(first, len)`: a 12M-entry trace has ~100 breaks, so ~1 KB instead of 48 MB.
+    Rows(Vec<(u32, u32)>),
 }
 
 #[derive(Debug)]
@@ -314,7 +315,10 @@ fn entry_values(items: &Items) -> Vec<Value> {
     match items {
         Items::Vals(v) => v.clone(),
         Items::Entries { start, len } => (*start..start + len).map(Value::Entry).collect(),
-        Items::Rows(rows) => rows.iter().map(|&r| Value::Entry(r)).collect(),
+        Items::Rows(runs) => runs
+            .iter()
+            .flat_map(|&(first, len)| (first..first + len).map(Value::Entry))
+            .collect(),
     }
 }
 
@@ -374,6 +378,9 @@ pub(crate) struct Heap {
     scratch: Vec<FrameId>,
     /// Item vectors of lowered containers, reused for new ones (saves a malloc per entry).
     spare: Vec<Vec<Value>>,
+    /// Indexes trace rows while they are parsed (`follow.rs`), when asked for.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub follow: Option<crate::follow::Follower>,
 }
 
 impl Heap {
@@ -404,6 +411,8 @@ impl Heap {
             memo_overwrites: 0,
             scratch: Vec::new(),
             spare: Vec::new(),
+            #[cfg(not(target_arch = "wasm32"))]
+            follow: None,
         }
     }
 
@@ -492,6 +501,19 @@ impl Heap {
         Ok(&self.slot(cid)?.items)
     }
 
+    /// Takes a list of trace rows out of its container (left empty) if nothing else refers to
+    /// it: the rows of a device trace, without copying them.
+    pub fn take_rows(&mut self, cid: Cid) -> Option<Vec<(u32, u32)>> {
+        let c = self.slot_mut(cid).ok()?;
+        if c.refs != 1 {
+            return None;
+        }
+        match &mut c.items {
+            Items::Rows(rows) => Some(std::mem::take(rows)),
+            _ => None,
+        }
+    }
+
     /// The list's values, with compact entry lists expanded.
     pub fn list_values(&self, cid: Cid) -> Result<Vec<Value>, HeapErr> {
         Ok(entry_values(self.items(cid)?))
@@ -523,17 +545,28 @@ impl Heap {
             } else {
                 v
             };
+            #[cfg(not(target_arch = "wasm32"))]
+            if let (Some(f), Value::Entry(e)) = (&mut self.follow, v) {
+                let list = (cid.idx as u64) << 32 | cid.generation as u64;
+                match &items {
+                    Items::Vals(vals) if vals.is_empty() => f.appended(list, e, true),
+                    Items::Entries { .. } | Items::Rows(_) => f.appended(list, e, false),
+                    // Entries among other values: indexed after parsing.
+                    Items::Vals(_) => f.lost(),
+                }
+            }
             match (&mut items, v) {
                 (Items::Vals(vals), Value::Entry(e)) if vals.is_empty() => {
                     items = Items::Entries { start: e, len: 1 }
                 }
                 (Items::Entries { start, len }, Value::Entry(e)) if e == *start + *len => *len += 1,
                 (Items::Entries { start, len }, Value::Entry(e)) => {
-                    let mut rows: Vec<u32> = (*start..*start + *len).collect();
-                    rows.push(e);
-                    items = Items::Rows(rows);
+                    items = Items::Rows(vec![(*start, *len), (e, 1)]);
                 }
-                (Items::Rows(rows), Value::Entry(e)) => rows.push(e),
+                (Items::Rows(runs), Value::Entry(e)) => match runs.last_mut() {
+                    Some((first, len)) if *first + *len == e => *len += 1,
+                    _ => runs.push((e, 1)),
+                },
                 (Items::Entries { .. } | Items::Rows(_), v) => {
                     let mut vals = entry_values(&items);
                     vals.push(v);
@@ -689,7 +722,7 @@ impl Heap {
         let n = match &items {
             Items::Vals(v) => v.len() as u64,
             Items::Entries { len, .. } => *len as u64,
-            Items::Rows(r) => r.len() as u64,
+            Items::Rows(runs) => runs.iter().map(|&(_, len)| len as u64).sum(),
         };
         match lowered {
             Some(l) => {
@@ -903,6 +936,19 @@ impl Heap {
         t.stream_id.push(f.stream);
         t.time_us.push(f.time_us);
         t.stack.push(f.stack);
+        #[cfg(not(target_arch = "wasm32"))]
+        if let Some(follow) = &mut self.follow {
+            follow.pushed(
+                row,
+                crate::analysis::index::Row {
+                    action: f.action,
+                    addr: f.addr,
+                    size: f.size,
+                    stream: t.streams.get(f.stream as usize).copied().unwrap_or(0),
+                    stack: f.stack,
+                },
+            );
+        }
         row
     }
 

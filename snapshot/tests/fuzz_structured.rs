@@ -187,14 +187,22 @@ fn run_one(bytes: &[u8]) -> bool {
         max_expansion: 100,
         size_hint_bytes: 0,
     };
+    let indexed = snapshot::read_indexed_with_limits(bytes, limits.clone());
     if let Ok(snap) = snapshot::read_with_limits(bytes, limits) {
         let (index, _report) = snapshot::analysis::analyze(&snap, &Default::default());
+        // Indexing while parsing gives the same index, whatever shape the input has.
+        let (_, during) = indexed.expect("read while indexing");
+        assert_eq!(
+            format!("{:?}", during.devices),
+            format!("{:?}", index.devices)
+        );
         for d in &index.devices {
             let _ = snapshot::analysis::state_at(&snap, &index, d.device, d.len / 2);
             let _ = snapshot::analysis::timeline(&snap, &index, d.device, 0, d.len, 16);
         }
         return true;
     }
+    assert!(indexed.is_err(), "read only while indexing");
     false
 }
 

@@ -70,7 +70,8 @@ impl SegmentSpan {
     }
 }
 
-/// The live allocations at one position.
+/// The allocations made in the trace that are alive at one position (see
+/// [`DeviceIndex::alive_at`] for all of them).
 #[derive(Clone, Debug)]
 pub struct Checkpoint {
     pub position: u32,
@@ -85,17 +86,6 @@ struct PreTrace {
     addr: u64,
     size: u64,
     stream: u64,
-}
-
-impl PreTrace {
-    fn of_row(t: &TraceTable, r: usize, id: u32) -> PreTrace {
-        PreTrace {
-            id,
-            addr: t.addr[r],
-            size: t.size.get(r),
-            stream: t.stream(r),
-        }
-    }
 }
 
 /// Where allocation `id`'s address, size and stream are: `Ok(row)`, its alloc row in a trace
@@ -334,9 +324,11 @@ impl DeviceIndex {
             }
         }
         // An allocation closed by a reuse of its address (no free recorded) stays in the set
-        // above, since its closing event is the new allocation's.
+        // above, since its closing event is the new allocation's. Checkpoints hold allocations
+        // made in the trace; those made before it are added here.
         let mut v: Vec<u32> = alive
             .into_iter()
+            .chain(self.pre_trace.iter().map(|pre| pre.id))
             .filter(|&a| self.allocations[a as usize].alive_at(p))
             .collect();
         v.sort_unstable();
@@ -387,14 +379,39 @@ impl DeviceIndex {
 pub struct Index {
     pub devices: Vec<DeviceIndex>,
     pub frames: FrameClass,
+    /// How many device traces were indexed while the snapshot was parsed (the rest after).
+    pub built_while_parsing: usize,
 }
 
 impl Index {
     pub fn new(snap: &Snapshot) -> Index {
+        Index::with_built(snap, Vec::new())
+    }
+
+    /// The index, taking each device trace's tables from `built` where a builder followed
+    /// exactly its rows while the snapshot was parsed (`follow.rs`: keyed by the first row and
+    /// length its list's rows have in the table), and building the others.
+    pub fn with_built(snap: &Snapshot, built: Vec<((u32, u32), DeviceBuilder)>) -> Index {
+        let mut built: Vec<Option<((u32, u32), DeviceBuilder)>> =
+            built.into_iter().map(Some).collect();
+        let mut built_while_parsing = 0;
         let mut devices: Vec<DeviceIndex> = snap
             .devices
             .iter()
-            .map(|d| build_device(snap, d.device, d.rows.clone()))
+            .map(|d| {
+                let followed = built.iter_mut().find(|b| {
+                    b.as_ref().is_some_and(|((first, len), b)| {
+                        *first == d.rows.start && *len as usize == d.rows.len() && b.len() == *len
+                    })
+                });
+                match followed.and_then(Option::take) {
+                    Some((_, b)) if !d.rows.is_empty() => {
+                        built_while_parsing += 1;
+                        b.finish(snap, d.device, d.rows.start)
+                    }
+                    _ => build_device(snap, d.device, d.rows.clone()),
+                }
+            })
             .collect();
         // A device with segments but no trace list at all (PyTorch 1.13 wrote none): an empty
         // trace, so its segments can still be shown as they were at the snapshot.
@@ -412,6 +429,7 @@ impl Index {
         Index {
             devices,
             frames: FrameClass::new(snap),
+            built_while_parsing,
         }
     }
 
@@ -573,319 +591,390 @@ fn largest_ids(n: u32, top: usize, size_of: impl Fn(u32) -> u64) -> Vec<u32> {
     keyed.into_iter().map(|(_, i)| i).collect()
 }
 
-// Event loops index several columns (and `event_allocation`) by the same row.
-#[allow(clippy::needless_range_loop)]
-fn build_device(snap: &Snapshot, device: i32, rows: std::ops::Range<u32>) -> DeviceIndex {
-    let t: &TraceTable = &snap.trace;
-    let n = rows.len();
-    let first = rows.start as usize;
-    let mut allocations: Vec<Allocation> = Vec::new();
-    let mut event_allocation = vec![NONE; n];
-    let mut open: FxHashMap<u64, u32> = FxHashMap::default();
-    let mut segs: Vec<SegmentSpan> = Vec::new();
-    let mut open_segs: FxHashMap<u64, u32> = FxHashMap::default();
-    let mut mapped = MappedRanges::default();
-    let mut predating_freed = 0;
-    let mut pre_trace: Vec<PreTrace> = Vec::new();
-    let mut reserved_delta: i128 = 0;
+/// What the index reads of one trace row: the fields that open and close allocations and
+/// segments. Rows come from the [`TraceTable`] ([`Index::new`]) or, while a pickle is parsed,
+/// straight from the parser (`follow.rs`), so a trace is indexed as its bytes arrive.
+#[derive(Clone, Copy, Debug)]
+pub struct Row {
+    pub action: Action,
+    pub addr: u64,
+    pub size: u64,
+    pub stream: u64,
+    pub stack: StackId,
+}
 
-    // An allocation or segment as a trace row describes it.
-    let allocation = |stack: StackId, start: u32| Allocation {
-        stack,
-        start,
-        free_requested: NONE,
-        end: NONE,
-    };
-    let segment = |r: usize, start: u32, end: u32| SegmentSpan {
-        address: t.addr[r],
-        size: t.size.get(r),
-        stream: t.stream(r),
-        segment_type: SegmentType::Unknown,
-        pool_id: (0, 0),
-        is_expandable: false,
-        start,
-        end,
-    };
+impl Row {
+    pub fn of(t: &TraceTable, r: usize) -> Row {
+        Row {
+            action: t.action[r],
+            addr: t.addr[r],
+            size: t.size.get(r),
+            stream: t.stream(r),
+            stack: t.stack[r],
+        }
+    }
+}
 
-    for i in 0..n {
-        let r = first + i;
-        let e = i as u32;
-        match t.action[r] {
+/// One device trace's index, built row by row in trace order ([`DeviceBuilder::push`]) and
+/// completed against the snapshot's segments at the end ([`DeviceBuilder::finish`]), which costs
+/// O(segments + blocks), not O(trace): every per-event table is final when the last row is in.
+/// The live series is kept relative to the trace's start (what allocations made before the trace
+/// hold is known only at the end, from their frees and the final blocks) and shifted in
+/// O(events / block) by [`Packed::add_to_all`]; reserved bytes likewise; checkpoints hold the
+/// allocations made in the trace, and [`DeviceIndex::alive_at`] adds those made before it.
+pub struct DeviceBuilder {
+    allocations: Vec<Allocation>,
+    event_allocation: Vec<u32>,
+    /// Open allocations by address, with the bytes their free gives back.
+    open: FxHashMap<u64, (u32, u64)>,
+    segs: Vec<SegmentSpan>,
+    open_segs: FxHashMap<u64, u32>,
+    mapped: MappedRanges,
+    predating_freed: u32,
+    pre_trace: Vec<PreTrace>,
+    /// Live bytes after each event minus the live bytes at the start.
+    live_rel: i128,
+    live_bytes: crate::packed::Packed<u64>,
+    live_blocks: Vec<(u64, u64)>,
+    block: (i64, i64),
+    /// Reserved bytes minus those at the start, and where that changes (`(p, delta)`).
+    reserved_delta: i128,
+    reserved_deltas: Vec<(u32, i128)>,
+    peak_position: u32,
+    peak_rel: i128,
+    /// Allocations made in the trace alive now, and each one's place in `alive`.
+    alive: Vec<u32>,
+    place: Vec<u32>,
+    checkpoints: Vec<Checkpoint>,
+}
+
+impl Default for DeviceBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl DeviceBuilder {
+    pub fn new() -> DeviceBuilder {
+        DeviceBuilder {
+            allocations: Vec::new(),
+            event_allocation: Vec::new(),
+            open: FxHashMap::default(),
+            segs: Vec::new(),
+            open_segs: FxHashMap::default(),
+            mapped: MappedRanges::default(),
+            predating_freed: 0,
+            pre_trace: Vec::new(),
+            live_rel: 0,
+            live_bytes: crate::packed::Packed::new(),
+            live_blocks: Vec::new(),
+            block: (i64::MAX, i64::MIN),
+            reserved_delta: 0,
+            reserved_deltas: Vec::new(),
+            peak_position: 0,
+            peak_rel: 0,
+            alive: Vec::new(),
+            place: Vec::new(),
+            checkpoints: Vec::new(),
+        }
+    }
+
+    /// Events pushed so far.
+    pub fn len(&self) -> u32 {
+        self.event_allocation.len() as u32
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.event_allocation.is_empty()
+    }
+
+    /// Room for `n` more events.
+    pub fn reserve(&mut self, n: usize) {
+        self.event_allocation.reserve(n);
+        self.live_bytes.reserve(n);
+        self.live_blocks.reserve(n / SERIES_BLOCK + 1);
+    }
+
+    fn new_allocation(&mut self, stack: StackId, start: u32) -> u32 {
+        self.allocations.push(Allocation {
+            stack,
+            start,
+            free_requested: NONE,
+            end: NONE,
+        });
+        self.place.push(NONE);
+        (self.allocations.len() - 1) as u32
+    }
+
+    /// An allocation made before the trace, first seen at a free: its address, size and stream
+    /// are the free row's.
+    fn predating(&mut self, row: &Row) -> u32 {
+        let id = self.new_allocation(StackId::EMPTY, NONE);
+        self.pre_trace.push(PreTrace {
+            id,
+            addr: row.addr,
+            size: row.size,
+            stream: row.stream,
+        });
+        id
+    }
+
+    fn segment(row: &Row, start: u32, end: u32) -> SegmentSpan {
+        SegmentSpan {
+            address: row.addr,
+            size: row.size,
+            stream: row.stream,
+            segment_type: SegmentType::Unknown,
+            pool_id: (0, 0),
+            is_expandable: false,
+            start,
+            end,
+        }
+    }
+
+    /// The next event of the trace.
+    pub fn push(&mut self, row: Row) {
+        let e = self.event_allocation.len() as u32;
+        if e.is_multiple_of(CHECKPOINT_EVERY) {
+            self.checkpoint(e);
+        }
+        let mut id = NONE;
+        match row.action {
             Action::Alloc => {
-                let id = allocations.len() as u32;
-                if let Some(prev) = open.insert(t.addr[r], id) {
-                    // Reused without a recorded free: close the old one here.
-                    allocations[prev as usize].end = e;
+                id = self.new_allocation(row.stack, e);
+                if let Some((prev, _)) = self.open.insert(row.addr, (id, row.size)) {
+                    // Reused without a recorded free: closed here. It stays in `alive` (the
+                    // event is the new allocation's); `alive_at` filters it by its interval.
+                    self.allocations[prev as usize].end = e;
                 }
-                allocations.push(allocation(t.stack[r], e));
-                event_allocation[i] = id;
+                self.live_rel += row.size as i128;
+                self.place[id as usize] = self.alive.len() as u32;
+                self.alive.push(id);
             }
             Action::FreeRequested => {
-                let id = match open.get(&t.addr[r]) {
-                    Some(&id) => id,
+                id = match self.open.get(&row.addr) {
+                    Some(&(id, _)) => id,
                     None => {
-                        // Made before the trace started.
-                        let id = allocations.len() as u32;
-                        pre_trace.push(PreTrace::of_row(t, r, id));
-                        allocations.push(Allocation {
-                            free_requested: e,
-                            ..allocation(StackId::EMPTY, NONE)
-                        });
-                        open.insert(t.addr[r], id);
+                        let id = self.predating(&row);
+                        self.open.insert(row.addr, (id, row.size));
                         id
                     }
                 };
-                allocations[id as usize].free_requested = e;
-                event_allocation[i] = id;
+                self.allocations[id as usize].free_requested = e;
             }
             Action::FreeCompleted => {
-                let id = match open.remove(&t.addr[r]) {
-                    Some(id) => id,
+                let size;
+                (id, size) = match self.open.remove(&row.addr) {
+                    Some(open) => open,
                     None => {
-                        predating_freed += 1;
-                        pre_trace.push(PreTrace::of_row(t, r, allocations.len() as u32));
-                        allocations.push(allocation(StackId::EMPTY, NONE));
-                        (allocations.len() - 1) as u32
+                        self.predating_freed += 1;
+                        (self.predating(&row), row.size)
                     }
                 };
-                allocations[id as usize].end = e;
-                event_allocation[i] = id;
+                self.allocations[id as usize].end = e;
+                self.live_rel -= size as i128;
+                let at = self.place[id as usize];
+                if at != NONE {
+                    self.alive.swap_remove(at as usize);
+                    if let Some(&moved) = self.alive.get(at as usize) {
+                        self.place[moved as usize] = at;
+                    }
+                    self.place[id as usize] = NONE;
+                }
             }
             Action::SegmentAlloc => {
-                reserved_delta += t.size.get(r) as i128;
-                let id = segs.len() as u32;
-                segs.push(segment(r, e, NONE));
-                open_segs.insert(t.addr[r], id);
+                self.reserved_delta += row.size as i128;
+                let sid = self.segs.len() as u32;
+                self.segs.push(Self::segment(&row, e, NONE));
+                self.open_segs.insert(row.addr, sid);
             }
             Action::SegmentFree => {
-                reserved_delta -= t.size.get(r) as i128;
-                match open_segs.remove(&t.addr[r]) {
-                    Some(id) => segs[id as usize].end = e,
-                    None => segs.push(segment(r, NONE, e)),
+                self.reserved_delta -= row.size as i128;
+                match self.open_segs.remove(&row.addr) {
+                    Some(sid) => self.segs[sid as usize].end = e,
+                    None => self.segs.push(Self::segment(&row, NONE, e)),
                 }
             }
             Action::SegmentMap => {
-                reserved_delta += t.size.get(r) as i128;
-                mapped.map(t.addr[r], t.size.get(r), t.stream(r), e);
+                self.reserved_delta += row.size as i128;
+                self.mapped.map(row.addr, row.size, row.stream, e);
             }
             Action::SegmentUnmap => {
-                reserved_delta -= t.size.get(r) as i128;
-                mapped.unmap(t.addr[r], t.size.get(r), t.stream(r), e);
+                self.reserved_delta -= row.size as i128;
+                self.mapped.unmap(row.addr, row.size, row.stream, e);
             }
             _ => {}
         }
+        self.event_allocation.push(id);
+        let l = self.live_rel as i64;
+        self.live_bytes.push(l as u64);
+        self.block = (self.block.0.min(l), self.block.1.max(l));
+        if (e as usize + 1).is_multiple_of(SERIES_BLOCK) {
+            self.live_blocks
+                .push((self.block.0 as u64, self.block.1 as u64));
+            self.block = (i64::MAX, i64::MIN);
+        }
+        let last = self.reserved_deltas.last().map_or(0, |&(_, d)| d);
+        if self.reserved_delta != last {
+            self.reserved_deltas.push((e + 1, self.reserved_delta));
+        }
+        if self.live_rel > self.peak_rel {
+            self.peak_rel = self.live_rel;
+            self.peak_position = e + 1;
+        }
     }
 
-    // Reconcile with the snapshot's segments and blocks (exact at the end of the trace).
-    let mut predating_alive = 0;
-    let mut reserved_end: u64 = 0;
-    for seg in snap.segments.iter().filter(|s| s.device == device) {
-        reserved_end += seg.total_size;
-        if seg.is_expandable {
-            mapped.reconcile(seg);
-            // Its blocks are matched to allocations below like any segment's.
+    fn checkpoint(&mut self, position: u32) {
+        let mut alive = self.alive.clone();
+        alive.sort_unstable();
+        self.checkpoints.push(Checkpoint { position, alive });
+    }
+
+    /// The index of device `device`, whose trace is rows `first_row..` of the snapshot's table:
+    /// the trace's tables reconciled with the device's segments and blocks (exact at the end of
+    /// the trace).
+    pub fn finish(mut self, snap: &Snapshot, device: i32, first_row: u32) -> DeviceIndex {
+        let n = self.len();
+        if n.is_multiple_of(CHECKPOINT_EVERY) {
+            self.checkpoint(n);
         }
-        match open_segs.get(&seg.address).filter(|_| !seg.is_expandable) {
-            Some(&id) => {
-                let s = &mut segs[id as usize];
-                s.size = seg.total_size;
-                s.segment_type = seg.segment_type;
-                s.pool_id = seg.pool_id;
-                s.is_expandable = seg.is_expandable;
-                s.stream = seg.stream;
+        if self.block.0 <= self.block.1 {
+            self.live_blocks
+                .push((self.block.0 as u64, self.block.1 as u64));
+        }
+        let DeviceBuilder {
+            mut allocations,
+            event_allocation,
+            open,
+            mut segs,
+            open_segs,
+            mut mapped,
+            predating_freed,
+            mut pre_trace,
+            mut live_bytes,
+            mut live_blocks,
+            reserved_delta,
+            reserved_deltas,
+            peak_position,
+            peak_rel,
+            checkpoints,
+            ..
+        } = self;
+        let mut predating_alive = 0;
+        let mut reserved_end: u64 = 0;
+        for seg in snap.segments.iter().filter(|s| s.device == device) {
+            reserved_end += seg.total_size;
+            if seg.is_expandable {
+                mapped.reconcile(seg);
+                // Its blocks are matched to allocations below like any segment's.
             }
-            None if seg.is_expandable => {}
-            None => segs.push(SegmentSpan {
-                address: seg.address,
-                size: seg.total_size,
-                stream: seg.stream,
-                segment_type: seg.segment_type,
-                pool_id: seg.pool_id,
-                is_expandable: seg.is_expandable,
-                start: NONE,
-                end: NONE,
-            }),
-        }
-        for b in snap.blocks_of(seg) {
-            if !b.state.is_active() {
-                continue;
-            }
-            if let Some(&id) = open.get(&b.address)
-                && allocations[id as usize].end == NONE
-            {
-                continue;
-            }
-            predating_alive += 1;
-            pre_trace.push(PreTrace {
-                id: allocations.len() as u32,
-                addr: b.address,
-                size: b.requested_size,
-                stream: seg.stream,
-            });
-            allocations.push(Allocation {
-                stack: b.stack,
-                start: NONE,
-                free_requested: if b.state == BlockState::ActivePendingFree {
-                    0
-                } else {
-                    NONE
-                },
-                end: NONE,
-            });
-        }
-    }
-    segs.extend(mapped.pieces);
-    segs.sort_by_key(|s| (s.address, s.start.wrapping_add(1)));
-
-    // Series: live and reserved bytes after every event; checkpoints of the live set. Both only
-    // read what the pass above built, so they run side by side.
-    // Every allocation made before the trace was alive at its start.
-    let live_at_start: u64 = pre_trace.iter().map(|p| p.size).sum();
-    let reserved_at_start = (reserved_end as i128 - reserved_delta).max(0) as u64;
-    let ((live_bytes, live_blocks, reserved_changes, peak_position, peak), checkpoints) =
-        crate::par::join(
-            || {
-                series(
-                    t,
-                    first,
-                    &allocations,
-                    &pre_trace,
-                    &event_allocation,
-                    live_at_start,
-                    reserved_at_start,
-                )
-            },
-            || checkpoints(&allocations, &event_allocation),
-        );
-
-    DeviceIndex {
-        device,
-        first_row: rows.start,
-        len: n as u32,
-        live_blocks,
-        live_bytes,
-        reserved_changes,
-        live_at_start,
-        reserved_at_start,
-        allocations,
-        event_allocation,
-        segments: segs,
-        checkpoints,
-        pre_trace,
-        lazy: LazyViews::default(),
-        peak_position,
-        peak_live_bytes: peak,
-        predating_alive,
-        predating_freed,
-    }
-}
-
-/// Live bytes after every event (with per-block extremes), reserved bytes where they change, and
-/// the live peak with its position.
-#[allow(clippy::type_complexity)]
-fn series(
-    t: &TraceTable,
-    first: usize,
-    allocations: &[Allocation],
-    pre_trace: &[PreTrace],
-    event_allocation: &[u32],
-    live_at_start: u64,
-    reserved_at_start: u64,
-) -> (
-    crate::packed::Packed<u64>,
-    Vec<(u64, u64)>,
-    Vec<(u32, u64)>,
-    u32,
-    u64,
-) {
-    let n = event_allocation.len();
-    let mut live_bytes = crate::packed::Packed::new();
-    live_bytes.reserve(n);
-    let mut live_blocks = Vec::with_capacity(n / SERIES_BLOCK + 1);
-    let mut block = (u64::MAX, 0u64);
-    let mut reserved_changes = Vec::new();
-    let mut last_reserved = reserved_at_start;
-    let (mut live, mut reserved) = (live_at_start as i128, reserved_at_start as i128);
-    let (mut peak_position, mut peak) = (0u32, live_at_start);
-    for (i, &a) in event_allocation.iter().enumerate() {
-        let r = first + i;
-        match t.action[r] {
-            Action::Alloc => live += t.size.get(r) as i128,
-            Action::FreeCompleted => live -= size_of(t, first, allocations, pre_trace, a) as i128,
-            Action::SegmentAlloc | Action::SegmentMap => reserved += t.size.get(r) as i128,
-            Action::SegmentFree | Action::SegmentUnmap => reserved -= t.size.get(r) as i128,
-            _ => {}
-        }
-        let l = live.max(0) as u64;
-        live_bytes.push(l);
-        block = (block.0.min(l), block.1.max(l));
-        if (i + 1) % SERIES_BLOCK == 0 || i + 1 == n {
-            live_blocks.push(block);
-            block = (u64::MAX, 0);
-        }
-        let r = reserved.max(0) as u64;
-        if r != last_reserved {
-            reserved_changes.push((i as u32 + 1, r));
-            last_reserved = r;
-        }
-        if l > peak {
-            peak = l;
-            peak_position = i as u32 + 1;
-        }
-    }
-    (
-        live_bytes,
-        live_blocks,
-        reserved_changes,
-        peak_position,
-        peak,
-    )
-}
-
-/// The live set every [`CHECKPOINT_EVERY`] events. Allocations alive are kept in a vector with
-/// each one's place in it (a hash set was a fifth of the index build on 12M events).
-// The loop runs to n inclusive, for the checkpoint at the end.
-#[allow(clippy::needless_range_loop)]
-fn checkpoints(allocations: &[Allocation], event_allocation: &[u32]) -> Vec<Checkpoint> {
-    let n = event_allocation.len();
-    let mut checkpoints = Vec::new();
-    let mut place = vec![NONE; allocations.len()];
-    let mut alive: Vec<u32> = Vec::new();
-    for (i, a) in allocations.iter().enumerate() {
-        if a.start == NONE {
-            place[i] = alive.len() as u32;
-            alive.push(i as u32);
-        }
-    }
-    for i in 0..=n {
-        if (i as u32).is_multiple_of(CHECKPOINT_EVERY) {
-            let mut v = alive.clone();
-            v.sort_unstable();
-            checkpoints.push(Checkpoint {
-                position: i as u32,
-                alive: v,
-            });
-        }
-        if i == n {
-            break;
-        }
-        let a = event_allocation[i];
-        if a != NONE {
-            let alloc = &allocations[a as usize];
-            if alloc.start == i as u32 && place[a as usize] == NONE {
-                place[a as usize] = alive.len() as u32;
-                alive.push(a);
-            } else if alloc.end == i as u32 && place[a as usize] != NONE {
-                let at = place[a as usize] as usize;
-                alive.swap_remove(at);
-                if let Some(&moved) = alive.get(at) {
-                    place[moved as usize] = at as u32;
+            match open_segs.get(&seg.address).filter(|_| !seg.is_expandable) {
+                Some(&id) => {
+                    let s = &mut segs[id as usize];
+                    s.size = seg.total_size;
+                    s.segment_type = seg.segment_type;
+                    s.pool_id = seg.pool_id;
+                    s.is_expandable = seg.is_expandable;
+                    s.stream = seg.stream;
                 }
-                place[a as usize] = NONE;
+                None if seg.is_expandable => {}
+                None => segs.push(SegmentSpan {
+                    address: seg.address,
+                    size: seg.total_size,
+                    stream: seg.stream,
+                    segment_type: seg.segment_type,
+                    pool_id: seg.pool_id,
+                    is_expandable: seg.is_expandable,
+                    start: NONE,
+                    end: NONE,
+                }),
+            }
+            for b in snap.blocks_of(seg) {
+                if !b.state.is_active() {
+                    continue;
+                }
+                if let Some(&(id, _)) = open.get(&b.address)
+                    && allocations[id as usize].end == NONE
+                {
+                    continue;
+                }
+                predating_alive += 1;
+                pre_trace.push(PreTrace {
+                    id: allocations.len() as u32,
+                    addr: b.address,
+                    size: b.requested_size,
+                    stream: seg.stream,
+                });
+                allocations.push(Allocation {
+                    stack: b.stack,
+                    start: NONE,
+                    free_requested: if b.state == BlockState::ActivePendingFree {
+                        0
+                    } else {
+                        NONE
+                    },
+                    end: NONE,
+                });
             }
         }
+        segs.extend(mapped.pieces);
+        segs.sort_by_key(|s| (s.address, s.start.wrapping_add(1)));
+
+        // Every allocation made before the trace was alive at its start: the series move up by
+        // what they held. Reserved bytes at the start are what the final segments hold less
+        // what the trace added.
+        let live_at_start: u64 = pre_trace.iter().map(|p| p.size).sum();
+        live_bytes.add_to_all(live_at_start as i64);
+        for b in &mut live_blocks {
+            b.0 = b.0.wrapping_add(live_at_start);
+            b.1 = b.1.wrapping_add(live_at_start);
+        }
+        let reserved_at_start = (reserved_end as i128 - reserved_delta).max(0) as u64;
+        let mut reserved_changes: Vec<(u32, u64)> = Vec::with_capacity(reserved_deltas.len());
+        let mut last = reserved_at_start;
+        for (p, d) in reserved_deltas {
+            let r = (reserved_at_start as i128 + d).max(0) as u64;
+            if r != last {
+                reserved_changes.push((p, r));
+                last = r;
+            }
+        }
+        allocations.shrink_to_fit();
+        let mut event_allocation = event_allocation;
+        event_allocation.shrink_to_fit();
+        live_bytes.shrink_to_fit();
+        live_blocks.shrink_to_fit();
+        DeviceIndex {
+            device,
+            first_row,
+            len: n,
+            live_bytes,
+            live_blocks,
+            reserved_changes,
+            live_at_start,
+            reserved_at_start,
+            allocations,
+            event_allocation,
+            segments: segs,
+            checkpoints,
+            pre_trace,
+            lazy: LazyViews::default(),
+            peak_position,
+            peak_live_bytes: (live_at_start as i128 + peak_rel) as u64,
+            predating_alive,
+            predating_freed,
+        }
     }
-    checkpoints
+}
+
+fn build_device(snap: &Snapshot, device: i32, rows: std::ops::Range<u32>) -> DeviceIndex {
+    let t: &TraceTable = &snap.trace;
+    let mut b = DeviceBuilder::new();
+    b.reserve(rows.len());
+    for r in rows.clone() {
+        b.push(Row::of(t, r as usize));
+    }
+    b.finish(snap, device, rows.start)
 }
 
 #[cfg(test)]

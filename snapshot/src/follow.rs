@@ -1,0 +1,197 @@
+//! Indexing while parsing: the parser hands every trace row, once it is known to be the next
+//! entry of a device's trace list, to a second thread that feeds
+//! [`DeviceBuilder`](crate::analysis::index::DeviceBuilder)s. When the pickle's last byte is read
+//! the per-event tables are built, and [`Index::with_built`](crate::analysis::Index::with_built)
+//! only reconciles them with the final segments: an upload's indexing ends a small constant after
+//! its last byte whatever the trace's length (issue 14), instead of a pass over the whole trace.
+//!
+//! Rows are kept as the parser creates them ([`Follower::pushed`]) and handed on in the order
+//! lists receive them ([`Follower::appended`]): list order, which is the order the finished table
+//! has (the parser creates some rows out of order where its fast path and its general machine
+//! take turns, and puts them back in list order at the end). Only lists of entries filled one
+//! after another are followed (what `_dump_snapshot` writes); anything else (a row in two lists,
+//! entries inside another container, lists filled in turns) stops the follower, and the index is
+//! built from the finished tables as before. The result is the same either way (tests compare
+//! both on every fixture).
+
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+
+use crate::analysis::index::{DeviceBuilder, Row};
+
+/// Rows per message to the builder thread.
+const CHUNK_ROWS: usize = 1 << 14;
+
+/// The next rows in list order, and where among them new lists start (positions counted from
+/// the first row ever sent).
+struct Chunk {
+    first: u64,
+    rows: Vec<Row>,
+    run_starts: Vec<u64>,
+}
+
+/// The parser's side (see the module docs).
+#[derive(Debug)]
+pub(crate) struct Follower {
+    /// Rows created from `staged_base` on that no list has taken yet (`None`: taken).
+    staged: std::collections::VecDeque<Option<Row>>,
+    staged_base: u32,
+    /// Rows taken, in list order, not sent yet.
+    out: Vec<Row>,
+    sent: u64,
+    run_starts: Vec<u64>,
+    /// Each list's lowest row and length: where its rows are once the parse puts them in order.
+    runs: Vec<(u32, u32)>,
+    /// The list being filled.
+    list: u64,
+    tx: Option<SyncSender<Chunk>>,
+    builder: Option<std::thread::JoinHandle<Vec<DeviceBuilder>>>,
+}
+
+impl Follower {
+    /// A follower with its builder thread started; `rows_hint` is about how many rows the
+    /// parse will create (0 if unknown), reserved up front so the tables never grow by copying.
+    pub fn start(rows_hint: usize) -> Follower {
+        let (tx, rx) = sync_channel::<Chunk>(8);
+        let builder = std::thread::Builder::new()
+            .name("memscope-index".into())
+            .spawn(move || build(rx, rows_hint))
+            .ok();
+        Follower {
+            staged: std::collections::VecDeque::with_capacity(4096),
+            staged_base: 0,
+            out: Vec::with_capacity(CHUNK_ROWS),
+            sent: 0,
+            run_starts: Vec::new(),
+            runs: Vec::new(),
+            list: u64::MAX,
+            tx: builder.is_some().then_some(tx),
+            builder,
+        }
+    }
+
+    fn following(&self) -> bool {
+        self.tx.is_some()
+    }
+
+    /// Stops following; the index is built after parsing instead.
+    fn stop(&mut self) {
+        self.tx = None;
+        self.staged = Default::default();
+        self.out = Vec::new();
+    }
+
+    /// The parser created trace row `row`.
+    #[inline]
+    pub fn pushed(&mut self, row: u32, r: Row) {
+        if !self.following() {
+            return;
+        }
+        if self.staged_base as usize + self.staged.len() != row as usize {
+            return self.stop();
+        }
+        self.staged.push_back(Some(r));
+    }
+
+    /// Row `row` was appended to list `list` (an id of the container); `new_list` if it is the
+    /// list's first.
+    #[inline]
+    pub fn appended(&mut self, list: u64, row: u32, new_list: bool) {
+        if !self.following() {
+            return;
+        }
+        if new_list {
+            self.list = list;
+        } else if list != self.list {
+            // Lists filled in turns.
+            return self.stop();
+        }
+        let taken = row
+            .checked_sub(self.staged_base)
+            .and_then(|k| self.staged.get_mut(k as usize))
+            .and_then(Option::take);
+        let Some(r) = taken else {
+            // A row appended twice, or one the follower never saw.
+            return self.stop();
+        };
+        while let Some(None) = self.staged.front() {
+            self.staged.pop_front();
+            self.staged_base += 1;
+        }
+        if new_list {
+            self.run_starts.push(self.sent + self.out.len() as u64);
+            self.runs.push((row, 0));
+        }
+        match self.runs.last_mut() {
+            Some(run) => {
+                run.0 = run.0.min(row);
+                run.1 += 1;
+            }
+            None => return self.stop(),
+        }
+        self.out.push(r);
+        if self.out.len() >= CHUNK_ROWS {
+            self.flush();
+        }
+    }
+
+    /// A row went somewhere the follower does not follow.
+    pub fn lost(&mut self) {
+        self.stop();
+    }
+
+    /// Sends the rows taken.
+    fn flush(&mut self) {
+        if self.out.is_empty() {
+            return;
+        }
+        let rows = std::mem::replace(&mut self.out, Vec::with_capacity(CHUNK_ROWS));
+        let chunk = Chunk {
+            first: self.sent,
+            run_starts: std::mem::take(&mut self.run_starts),
+            rows,
+        };
+        self.sent += chunk.rows.len() as u64;
+        let sent = self.tx.as_ref().is_some_and(|tx| tx.send(chunk).is_ok());
+        if !sent {
+            self.stop();
+        }
+    }
+
+    /// The parse is over: each list's builder with the list's lowest row and length, or `None`
+    /// if the follower stopped (the index is then built from the tables).
+    pub fn finish(mut self) -> Option<Vec<((u32, u32), DeviceBuilder)>> {
+        if self.following() {
+            self.flush();
+        }
+        let followed = self.following();
+        self.tx = None;
+        let built = self.builder.take()?.join().ok()?;
+        (followed && built.len() == self.runs.len())
+            .then(|| self.runs.iter().copied().zip(built).collect())
+    }
+}
+
+/// The builder thread: one [`DeviceBuilder`] per list, fed in list order.
+fn build(rx: Receiver<Chunk>, rows_hint: usize) -> Vec<DeviceBuilder> {
+    let mut builders: Vec<DeviceBuilder> = Vec::new();
+    for chunk in rx {
+        let mut starts = chunk.run_starts.iter().copied().peekable();
+        for (k, row) in chunk.rows.into_iter().enumerate() {
+            if starts.next_if_eq(&(chunk.first + k as u64)).is_some() {
+                let mut b = DeviceBuilder::new();
+                if builders.is_empty() {
+                    // Most snapshots trace one device; reserved but untouched room costs address
+                    // space only.
+                    b.reserve(rows_hint);
+                }
+                builders.push(b);
+            }
+            match builders.last_mut() {
+                Some(b) => b.push(row),
+                // Rows always begin with a list's first; anything else is not followed.
+                None => return Vec::new(),
+            }
+        }
+    }
+    builders
+}
