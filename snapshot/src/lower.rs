@@ -144,7 +144,7 @@ pub(crate) fn build(mut heap: Heap, root: Value, mut format: Format) -> Result<S
             let r = match rows.permutation_base() {
                 Some(base) if !rows.is_empty() => {
                     if !rows.in_order() {
-                        snap.trace.reorder_within(base, rows.iter());
+                        snap.trace.reorder_within(base, &rows.0);
                     }
                     base..base + rows.len() as u32
                 }

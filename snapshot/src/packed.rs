@@ -459,9 +459,54 @@ impl Runs {
 
     /// Writes `vals` at rows `at..` (the column is rebuilt; only rows put back in order use it).
     pub fn set_range(&mut self, at: usize, vals: &[u16]) {
-        let mut all: Vec<u16> = self.iter().collect();
-        all[at..at + vals.len()].copy_from_slice(vals);
-        *self = all.into_iter().collect();
+        let end = at + vals.len();
+        assert!(end <= self.len(), "set_range past the end");
+        if vals.is_empty() {
+            return;
+        }
+        let Runs::Runs {
+            starts,
+            values,
+            len,
+        } = self
+        else {
+            let Runs::Dense(d) = self else { unreachable!() };
+            d[at..end].copy_from_slice(vals);
+            return;
+        };
+        // Only the runs over `at..end` are replaced (rebuilding the column cost 68 ms on a
+        // 12M-row trace for a 2,000-row window): the head of the run holding `at`, `vals` as
+        // runs, and the rest of the run holding `end - 1` where it goes on past `end`.
+        let first = starts.partition_point(|&s| s as usize <= at) - 1;
+        let last = starts.partition_point(|&s| (s as usize) < end) - 1;
+        let mut new: Vec<(u32, u16)> = Vec::new();
+        let mut put = |row: usize, v: u16| {
+            if new.last().is_none_or(|&(_, w)| w != v) {
+                new.push((row as u32, v));
+            }
+        };
+        if (starts[first] as usize) < at {
+            put(starts[first] as usize, values[first]);
+        }
+        for (k, &v) in vals.iter().enumerate() {
+            put(at + k, v);
+        }
+        let kept = last + 1;
+        if end < *len && starts.get(kept).is_none_or(|&s| s as usize > end) {
+            put(end, values[last]);
+        }
+        // Runs stay maximal: equal neighbours across the edges are one run.
+        let prev = first.checked_sub(1).map(|p| values[p]);
+        if prev.is_some() && new.first().map(|&(_, v)| v) == prev {
+            new.remove(0);
+        }
+        let (from, mut to) = (first, kept);
+        let tail = new.last().map(|&(_, v)| v).or(prev);
+        if tail.is_some() && values.get(to).copied() == tail {
+            to += 1;
+        }
+        starts.splice(from..to, new.iter().map(|&(s, _)| s));
+        values.splice(from..to, new.iter().map(|&(_, v)| v));
     }
 
     pub fn shrink_to_fit(&mut self) {
@@ -702,6 +747,52 @@ mod tests {
         p.shrink_to_fit();
         assert!(p.wide_blocks.is_empty());
         assert!(p.heap_bytes() < 100 * BLOCK * 4 + 100 * 8 + BLOCK * 8 + 64);
+    }
+
+    /// Writing a range of a run column equals writing the plain ids, and leaves the runs
+    /// maximal (no two neighbours with one value), for ranges at either end, inside one run,
+    /// across many, and merging with both neighbours.
+    #[test]
+    fn runs_set_range_matches_plain_ids() {
+        let mut x = 7u64;
+        let mut next = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        for round in 0..2000 {
+            let n = 1 + next(60) as usize;
+            let mut want: Vec<u16> = Vec::with_capacity(n);
+            for _ in 0..n {
+                let v = match want.last() {
+                    Some(&v) if next(4) != 0 => v,
+                    _ => next(3) as u16,
+                };
+                want.push(v);
+            }
+            let mut r: Runs = want.iter().copied().collect();
+            let at = next(n as u64) as usize;
+            let len = next((n - at) as u64 + 1) as usize;
+            let patch: Vec<u16> = (0..len).map(|_| next(3) as u16).collect();
+            want[at..at + len].copy_from_slice(&patch);
+            r.set_range(at, &patch);
+            assert_eq!(r.iter().collect::<Vec<_>>(), want, "round {round}");
+            if let Runs::Runs {
+                starts,
+                values,
+                len,
+            } = &r
+            {
+                assert_eq!(*len, n);
+                assert_eq!(starts.first(), Some(&0), "round {round}");
+                assert!(starts.windows(2).all(|w| w[0] < w[1]), "round {round}");
+                assert!(
+                    values.windows(2).all(|w| w[0] != w[1]),
+                    "round {round}: {values:?}"
+                );
+            }
+        }
     }
 
     #[test]

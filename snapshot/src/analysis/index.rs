@@ -22,7 +22,7 @@ pub const CHECKPOINT_EVERY: u32 = 8192;
 pub const SERIES_BLOCK: usize = 256;
 
 /// One allocation's lifetime in a device trace.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Copy, Debug, Serialize)]
 pub struct Allocation {
     // Address, size and stream are its alloc row's (or, made before the trace, in
     // `DeviceIndex::pre_trace`): [`DeviceIndex::addr_of`], [`DeviceIndex::size_of`],
@@ -81,11 +81,11 @@ pub struct Checkpoint {
 /// What the trace does not say about an allocation made before it: from its free row or, alive
 /// at the end, its block.
 #[derive(Clone, Copy, Debug)]
-struct PreTrace {
-    id: u32,
-    addr: u64,
-    size: u64,
-    stream: u64,
+pub(crate) struct PreTrace {
+    pub(crate) id: u32,
+    pub(crate) addr: u64,
+    pub(crate) size: u64,
+    pub(crate) stream: u64,
 }
 
 /// Where allocation `id`'s address, size and stream are: `Ok(row)`, its alloc row in a trace
@@ -142,11 +142,25 @@ pub const TOP_BY_SIZE: usize = 1 << 16;
 /// What the timeline derives from a device index once and then reuses on every query (each
 /// was a pass over the whole trace per query: 60 ms apiece on a 12M-event trace).
 #[derive(Clone, Debug, Default)]
-struct LazyViews {
+pub(crate) struct LazyViews {
     /// The [`TOP_BY_SIZE`] largest allocations' ids, largest first (ties by id).
-    top_by_size: std::sync::OnceLock<Vec<u32>>,
+    pub(crate) top_by_size: std::sync::OnceLock<Vec<u32>>,
     /// The timeline's active span (`timeline::active_span`).
-    active_span: std::sync::OnceLock<Option<Fitted>>,
+    pub(crate) active_span: std::sync::OnceLock<Option<Fitted>>,
+}
+
+/// What the summary replays of a device trace (alloc / free_completed from its first event,
+/// allocations made before it not counted, as the fixtures' reference figures are computed),
+/// counted while the index is built so the report does not walk the trace again.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TracedCounts {
+    /// Events of each action, by `Action as usize`.
+    pub actions: [u64; 11],
+    /// Allocations made in the trace and open at its end, and their bytes.
+    pub alive_at_end: u64,
+    pub alive_at_end_bytes: u64,
+    /// The highest of those bytes at any position.
+    pub peak_bytes: u64,
 }
 
 /// Derived tables of one device trace.
@@ -160,7 +174,7 @@ pub struct DeviceIndex {
     pub live_bytes: crate::packed::Packed<u64>,
     /// The lowest and highest of `live_bytes` in each block of [`SERIES_BLOCK`] events, so the
     /// extremes over any range cost O(range / block + block) ([`DeviceIndex::extremes`]).
-    live_blocks: Vec<(u64, u64)>,
+    pub(crate) live_blocks: Vec<(u64, u64)>,
     /// Reserved (segment) bytes from each position where they change on: `(p, bytes at p and
     /// after)`, positions ascending, all ≥ 1. Reserved memory moves only at segment events (72
     /// times in the tiled 12M-event benchmark), so a value per event cost 8 B for nothing.
@@ -174,9 +188,10 @@ pub struct DeviceIndex {
     pub checkpoints: Vec<Checkpoint>,
     /// Address, size and stream of the allocations made before the trace (`start` = [`NONE`]),
     /// by id ascending; the others' are their alloc row's.
-    pre_trace: Vec<PreTrace>,
-    /// Views derived on first use by the dashboard's timeline (never by `memscope analyze`).
-    lazy: LazyViews,
+    pub(crate) pre_trace: Vec<PreTrace>,
+    /// Views derived on first use by the dashboard's timeline (never by `memscope analyze`), or
+    /// ahead of it (`timeline::derive_views`) when the index is stored.
+    pub(crate) lazy: LazyViews,
     /// Position and bytes of the highest live bytes.
     pub peak_position: u32,
     pub peak_live_bytes: u64,
@@ -184,6 +199,7 @@ pub struct DeviceIndex {
     pub predating_alive: u32,
     /// Frees whose allocation predates the trace.
     pub predating_freed: u32,
+    pub traced: TracedCounts,
 }
 
 impl DeviceIndex {
@@ -642,10 +658,8 @@ pub struct DeviceBuilder {
     reserved_deltas: Vec<(u32, i128)>,
     peak_position: u32,
     peak_rel: i128,
-    /// Allocations made in the trace alive now, and each one's place in `alive`.
-    alive: Vec<u32>,
-    place: Vec<u32>,
     checkpoints: Vec<Checkpoint>,
+    traced: TracedCounts,
 }
 
 impl Default for DeviceBuilder {
@@ -673,9 +687,8 @@ impl DeviceBuilder {
             reserved_deltas: Vec::new(),
             peak_position: 0,
             peak_rel: 0,
-            alive: Vec::new(),
-            place: Vec::new(),
             checkpoints: Vec::new(),
+            traced: TracedCounts::default(),
         }
     }
 
@@ -702,7 +715,6 @@ impl DeviceBuilder {
             free_requested: NONE,
             end: NONE,
         });
-        self.place.push(NONE);
         (self.allocations.len() - 1) as u32
     }
 
@@ -739,17 +751,23 @@ impl DeviceBuilder {
             self.checkpoint(e);
         }
         let mut id = NONE;
+        self.traced.actions[row.action as usize] += 1;
         match row.action {
             Action::Alloc => {
                 id = self.new_allocation(row.stack, e);
-                if let Some((prev, _)) = self.open.insert(row.addr, (id, row.size)) {
-                    // Reused without a recorded free: closed here. It stays in `alive` (the
-                    // event is the new allocation's); `alive_at` filters it by its interval.
+                self.traced.alive_at_end += 1;
+                if let Some((prev, prev_size)) = self.open.insert(row.addr, (id, row.size)) {
+                    // Reused without a recorded free: closed here (the event is the new
+                    // allocation's; `alive_at` filters the old one by its interval).
                     self.allocations[prev as usize].end = e;
+                    if self.allocations[prev as usize].start != NONE {
+                        self.traced.alive_at_end -= 1;
+                        self.traced.alive_at_end_bytes -= prev_size;
+                    }
                 }
+                self.traced.alive_at_end_bytes += row.size;
+                self.traced.peak_bytes = self.traced.peak_bytes.max(self.traced.alive_at_end_bytes);
                 self.live_rel += row.size as i128;
-                self.place[id as usize] = self.alive.len() as u32;
-                self.alive.push(id);
             }
             Action::FreeRequested => {
                 id = match self.open.get(&row.addr) {
@@ -765,7 +783,13 @@ impl DeviceBuilder {
             Action::FreeCompleted => {
                 let size;
                 (id, size) = match self.open.remove(&row.addr) {
-                    Some(open) => open,
+                    Some(open) => {
+                        if self.allocations[open.0 as usize].start != NONE {
+                            self.traced.alive_at_end -= 1;
+                            self.traced.alive_at_end_bytes -= open.1;
+                        }
+                        open
+                    }
                     None => {
                         self.predating_freed += 1;
                         (self.predating(&row), row.size)
@@ -773,14 +797,6 @@ impl DeviceBuilder {
                 };
                 self.allocations[id as usize].end = e;
                 self.live_rel -= size as i128;
-                let at = self.place[id as usize];
-                if at != NONE {
-                    self.alive.swap_remove(at as usize);
-                    if let Some(&moved) = self.alive.get(at as usize) {
-                        self.place[moved as usize] = at;
-                    }
-                    self.place[id as usize] = NONE;
-                }
             }
             Action::SegmentAlloc => {
                 self.reserved_delta += row.size as i128;
@@ -824,8 +840,18 @@ impl DeviceBuilder {
         }
     }
 
+    /// The allocations made in the trace and open now: those `open` holds (allocations made
+    /// before the trace are added by `alive_at`; one closed by the reuse of its address is no
+    /// longer there). Taken from `open` rather than from a list of its own kept beside it, which
+    /// cost 4 bytes an allocation at the parse's memory peak (16 MB on 12M events).
     fn checkpoint(&mut self, position: u32) {
-        let mut alive = self.alive.clone();
+        let allocations = &self.allocations;
+        let mut alive: Vec<u32> = self
+            .open
+            .values()
+            .map(|&(id, _)| id)
+            .filter(|&id| allocations[id as usize].start != NONE)
+            .collect();
         alive.sort_unstable();
         self.checkpoints.push(Checkpoint { position, alive });
     }
@@ -858,6 +884,7 @@ impl DeviceBuilder {
             peak_position,
             peak_rel,
             checkpoints,
+            traced,
             ..
         } = self;
         let mut predating_alive = 0;
@@ -963,6 +990,7 @@ impl DeviceBuilder {
             peak_live_bytes: (live_at_start as i128 + peak_rel) as u64,
             predating_alive,
             predating_freed,
+            traced,
         }
     }
 }

@@ -199,10 +199,14 @@ fn device_suspects(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Vec<LeakS
     let by = accumulate(&snap.trace, d, &site_of);
     let steps = step_starts(snap, d.device);
     let mut out = Vec::new();
+    // The suspects' sites, each with its slot in `out`: their series are drawn in one pass
+    // over the allocations below (one pass per suspect was most of this analysis).
+    let mut suspects: Vec<Site> = Vec::new();
     for (site, mut acc) in by {
         if !acc.is_suspect() {
             continue;
         }
+        suspects.push(site);
         let spread = acc.tenths.count_ones() as f64 / 10.0;
         let shown = acc
             .by_stack
@@ -224,7 +228,6 @@ fn device_suspects(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Vec<LeakS
             &times,
             steps.as_ref(),
         );
-        let in_site = |s: StackId| site_of.get(s) == Some(site);
         out.push(LeakSuspect {
             device: d.device,
             bytes: acc.bytes,
@@ -241,8 +244,27 @@ fn device_suspects(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Vec<LeakS
             frames: fc.display(snap, shown),
             per_step_bytes,
             growth,
-            series: series_where(snap, d, in_site, SERIES_POINTS),
+            series: Vec::new(),
         });
+    }
+    // Each stack's suspect, by stack id.
+    let suspect_of: Vec<u32> = site_of
+        .0
+        .iter()
+        .map(|site| {
+            site.and_then(|site| suspects.iter().position(|&s| s == site))
+                .map_or(NONE, |k| k as u32)
+        })
+        .collect();
+    let series = series_by(
+        snap,
+        d,
+        |s| suspect_of.get(s.0 as usize).copied().unwrap_or(NONE),
+        suspects.len(),
+        SERIES_POINTS,
+    );
+    for (suspect, series) in out.iter_mut().zip(series) {
+        suspect.series = series;
     }
     out
 }
@@ -353,20 +375,26 @@ fn first_sample_after(e: u32, n: u32, points: usize) -> usize {
     k
 }
 
-/// Live bytes of the allocations whose stack passes `keep`, at `points` evenly spaced positions.
-pub fn series_where(
+/// Live bytes of `groups` sets of allocations at `points` evenly spaced positions, in one pass:
+/// `group_of` gives a stack's group, or [`NONE`] for none.
+pub fn series_by(
     snap: &Snapshot,
     d: &DeviceIndex,
-    keep: impl Fn(StackId) -> bool,
+    group_of: impl Fn(StackId) -> u32,
+    groups: usize,
     points: usize,
-) -> Vec<SeriesPoint> {
+) -> Vec<Vec<SeriesPoint>> {
+    if groups == 0 {
+        return Vec::new();
+    }
     let n = d.len.max(1);
     let points = points.max(2);
     let pos = |k: usize| (n as u64 * k as u64 / (points - 1) as u64) as u32;
     let first_after = |e: u32| first_sample_after(e, n, points);
-    let mut delta = vec![0i128; points + 1];
+    let mut delta = vec![0i128; groups * (points + 1)];
     for (id, a) in d.allocations.iter().enumerate() {
-        if !keep(a.stack) {
+        let g = group_of(a.stack);
+        if g == NONE {
             continue;
         }
         // Alive at position p iff start < p <= end: first sample k with pos(k) > start.
@@ -382,20 +410,28 @@ pub fn series_where(
         };
         if from < to {
             let size = d.size_of(&snap.trace, id as u32) as i128;
-            delta[from] += size;
-            delta[to] -= size;
+            let row = &mut delta[g as usize * (points + 1)..][..points + 1];
+            row[from] += size;
+            row[to] -= size;
         }
     }
-    let mut live = 0i128;
-    (0..points)
-        .map(|k| {
-            live += delta[k];
-            let p = pos(k);
-            SeriesPoint {
-                position: p,
-                time_us: super::timeline::time_at(snap, d, p),
-                live_bytes: live.max(0) as u64,
-            }
+    let times: Vec<i64> = (0..points)
+        .map(|k| super::timeline::time_at(snap, d, pos(k)))
+        .collect();
+    delta
+        .chunks(points + 1)
+        .map(|row| {
+            let mut live = 0i128;
+            (0..points)
+                .map(|k| {
+                    live += row[k];
+                    SeriesPoint {
+                        position: pos(k),
+                        time_us: times[k],
+                        live_bytes: live.max(0) as u64,
+                    }
+                })
+                .collect()
         })
         .collect()
 }

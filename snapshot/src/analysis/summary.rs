@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 
-use rustc_hash::FxHashMap;
 use serde::Serialize;
 
 use super::index::Index;
@@ -95,12 +94,12 @@ pub fn summary(snap: &Snapshot, index: &Index) -> Summary {
         }
         let t = &snap.trace;
         let rows = d.rows.start as usize..d.rows.end as usize;
+        // Counted while the index was built (one pass over the trace, not one more here).
+        let di = index
+            .device(d.device)
+            .expect("the index has every device of the snapshot");
         let mut actions: BTreeMap<String, u64> = BTreeMap::new();
-        let mut counts = [0u64; 11];
-        for r in rows.clone() {
-            counts[t.action[r] as usize] += 1;
-        }
-        for (i, &c) in counts.iter().enumerate() {
+        for (i, &c) in di.traced.actions.iter().enumerate() {
             if c > 0 && i != Action::Other as usize {
                 actions.insert(Action::KNOWN[i].as_str().to_string(), c);
             }
@@ -110,28 +109,7 @@ pub fn summary(snap: &Snapshot, index: &Index) -> Summary {
                 *actions.entry(snap.str(name).to_string()).or_default() += 1;
             }
         }
-        // Replay alloc / free_completed from the trace start, as the reference figures do.
-        let mut live: FxHashMap<u64, u64> = FxHashMap::default();
-        let (mut bytes, mut peak) = (0u64, 0u64);
-        for r in rows.clone() {
-            match t.action[r] {
-                Action::Alloc => {
-                    if let Some(old) = live.insert(t.addr[r], t.size.get(r)) {
-                        bytes -= old;
-                    }
-                    bytes += t.size.get(r);
-                    peak = peak.max(bytes);
-                }
-                Action::FreeCompleted => {
-                    if let Some(old) = live.remove(&t.addr[r]) {
-                        bytes -= old;
-                    }
-                }
-                _ => {}
-            }
-        }
         let has_time = t.time_us.iter_range(rows.clone()).any(|x| x != 0);
-        let di = index.device(d.device);
         s.devices.insert(
             d.device.to_string(),
             DeviceSummary {
@@ -139,11 +117,11 @@ pub fn summary(snap: &Snapshot, index: &Index) -> Summary {
                 actions,
                 first_time_us: has_time.then(|| t.time_us.get(rows.start)),
                 last_time_us: has_time.then(|| t.time_us.get(rows.end - 1)),
-                alive_at_end_from_trace: live.len() as u64,
-                alive_at_end_bytes_from_trace: bytes,
-                peak_traced_live_bytes: peak,
-                peak_live_bytes: di.map_or(0, |d| d.peak_live_bytes),
-                peak_position: di.map_or(0, |d| d.peak_position),
+                alive_at_end_from_trace: di.traced.alive_at_end,
+                alive_at_end_bytes_from_trace: di.traced.alive_at_end_bytes,
+                peak_traced_live_bytes: di.traced.peak_bytes,
+                peak_live_bytes: di.peak_live_bytes,
+                peak_position: di.peak_position,
             },
         );
     }

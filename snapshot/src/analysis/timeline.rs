@@ -388,6 +388,16 @@ const MIN_EVENTS_TO_FIT: u32 = 50;
 /// Gaps shorter than this are not idleness a person would want folded.
 const MIN_IDLE_US: i64 = 100_000;
 
+/// Derives now what the dashboard's first timeline of each device would (the largest
+/// allocations, the active span), so that a stored index carries them and a server that reopens
+/// the snapshot draws its first timeline without a pass over the trace.
+pub fn derive_views(snap: &Snapshot, index: &Index) {
+    for d in &index.devices {
+        d.top_by_size(&snap.trace);
+        d.active_span_with(|| active_span(snap, d));
+    }
+}
+
 /// Where memory changes on `d`'s time axis: the trace without its long idle stretches (model
 /// build, data loading, a final wait before the snapshot), cutting at most three times at a gap
 /// with no event that is longer than half of what remains and keeping the busier side. `None`
