@@ -7,11 +7,14 @@
 //!   server runs on PostgreSQL.
 //! - `originals/SHA256`: each upload exactly as received (the source of truth).
 //! - `models/SHA256.msmodel`: the parsed tables (`snapshot::store`), so opening never re-parses.
+//!   A cache: an upload is answered before its model file is written ([`Library::place_model`]),
+//!   and a missing or damaged one is rebuilt from the original (`crate::models`).
 //! - `tmp/INSTANCE/`: uploads and models being written, one folder per server process (several
 //!   may share the data folder on PostgreSQL); a gone server's folder is removed at start.
 //!
-//! An upload becomes visible only when its row is inserted, after both files were renamed into
-//! place. Files without a row (a crash between rename and insert) are removed at start.
+//! An upload becomes visible only when its row is inserted, after its original was renamed into
+//! place; its model file follows. Files without a row (a crash between rename and insert, a
+//! delete) are removed at start, and a model file is placed only while its row stands.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -145,6 +148,27 @@ pub struct Library {
     tmp_name: String,
     /// Held while this server runs: its `tmp/INSTANCE/` is in use (see [`Library::take_tmp`]).
     _tmp_lock: std::sync::Arc<std::fs::File>,
+    /// Model files being written after their upload was answered.
+    model_writes: std::sync::Arc<InFlight>,
+}
+
+/// A count of background jobs and a way to wait until there are none.
+#[derive(Debug, Default)]
+struct InFlight {
+    count: std::sync::atomic::AtomicUsize,
+    idle: tokio::sync::Notify,
+}
+
+/// One model file being written ([`Library::model_write`]); counted until dropped.
+#[derive(Debug)]
+pub struct ModelWrite(std::sync::Arc<InFlight>);
+
+impl Drop for ModelWrite {
+    fn drop(&mut self) {
+        if self.0.count.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
 }
 
 /// See [`Library::files_guard`].
@@ -210,6 +234,7 @@ impl Library {
             live_interrupted: Default::default(),
             tmp_name,
             _tmp_lock: std::sync::Arc::new(tmp_lock),
+            model_writes: Default::default(),
         };
         lib.remove_orphans().await?;
         Ok(lib)
@@ -493,21 +518,19 @@ impl Library {
         .transpose()
     }
 
-    /// Commits an upload: its model file and original (temporary files, fully written) are
-    /// renamed into place, then the row is inserted: the row is the commit point. Returns the
-    /// entry that stands, with its report: this one, or the one a concurrent upload of the same
-    /// bytes committed first (`false`).
+    /// Commits an upload: its original (a temporary file, fully written and synced) is renamed
+    /// into place, then the row is inserted: the row is the commit point. The model file follows
+    /// ([`Library::place_model`]). Returns the entry that stands, with its report: this one, or
+    /// the one a concurrent upload of the same bytes committed first (`false`).
     pub async fn commit(
         &self,
         info: &SnapshotInfo,
         content_hash: &str,
         report: api::Report,
-        model_tmp: &Path,
         original_tmp: &Path,
     ) -> anyhow::Result<(SnapshotInfo, bool, api::Report)> {
         let report_json = serde_json::to_string(&report)?;
         let _files = self.files_guard(&info.id).await?;
-        std::fs::rename(model_tmp, self.model_path(&info.sha256))?;
         std::fs::rename(original_tmp, self.original_path(&info.sha256))?;
         if self.insert(info, &report_json, content_hash).await? {
             return Ok((info.clone(), true, report));
@@ -522,6 +545,41 @@ impl Library {
             .await?
             .ok_or_else(|| anyhow::anyhow!("snapshot {} has no report", existing.id))?;
         Ok((existing, false, report))
+    }
+
+    /// Counts a model file write begun after its upload was answered, until the returned guard
+    /// drops ([`Library::model_writes_done`] waits for none to be left).
+    pub fn model_write(&self) -> ModelWrite {
+        self.model_writes.count.fetch_add(1, Ordering::AcqRel);
+        ModelWrite(self.model_writes.clone())
+    }
+
+    /// Waits until no model file is being written (shutdown, and tests that look at the files).
+    pub async fn model_writes_done(&self) {
+        loop {
+            let idle = self.model_writes.idle.notified();
+            if self.model_writes.count.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            idle.await;
+        }
+    }
+
+    /// Puts snapshot `id`'s model file, written to `model_tmp`, in place, if its row still
+    /// stands (under the files lock: a delete in between leaves no model file behind). Returns
+    /// whether it was placed.
+    pub async fn place_model(
+        &self,
+        id: &str,
+        sha256: &str,
+        model_tmp: &Path,
+    ) -> anyhow::Result<bool> {
+        let _files = self.files_guard(id).await?;
+        if self.get(id).await?.is_none_or(|info| info.sha256 != sha256) {
+            return Ok(false);
+        }
+        std::fs::rename(model_tmp, self.model_path(sha256))?;
+        Ok(true)
     }
 
     /// Renames and/or replaces the tags of a snapshot; false if there is none with that id.
@@ -642,13 +700,18 @@ impl Library {
     }
 }
 
-/// Writes a model file (`snapshot::store`) atomically: to a sibling `.part`, fsync, rename.
-pub fn write_model_file(snap: &snapshot::Snapshot, path: &Path) -> std::io::Result<()> {
+/// Writes a model file (`snapshot::store`, with the index when given) atomically: to a sibling
+/// `.part`, fsync, rename.
+pub fn write_model_file(
+    snap: &snapshot::Snapshot,
+    index: Option<&snapshot::analysis::Index>,
+    path: &Path,
+) -> std::io::Result<()> {
     // Named by this server: two servers sharing the folder may rebuild the same model at once.
     let part = path.with_extension(format!("part-{}", instance_id()));
     {
         let mut f = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&part)?);
-        snapshot::store::write(snap, &mut f)?;
+        snapshot::store::write(snap, index, &mut f)?;
         f.into_inner().map_err(|e| e.into_error())?.sync_all()?;
     }
     std::fs::rename(&part, path)

@@ -116,29 +116,45 @@ impl Models {
         };
         let model_path = lib.model_path(&info.sha256);
         let original = lib.original_path(&info.sha256);
+        if !model_path.exists() {
+            // Perhaps still being written after its upload (`upload::write_model_later`): that
+            // is cheaper to wait for than a parse of the original.
+            lib.model_writes_done().await;
+        }
         // The load runs on a blocking thread; its log lines belong to the request that asked.
         let span = tracing::Span::current();
         let loaded = tokio::task::spawn_blocking(move || -> anyhow::Result<Loaded> {
             let _in_request = span.enter();
             let t0 = std::time::Instant::now();
-            let snap = match std::fs::File::open(&model_path).map_err(anyhow::Error::from).and_then(|f| {
+            let (snap, stored) = match std::fs::File::open(&model_path).map_err(anyhow::Error::from).and_then(|f| {
                 snapshot::store::read(std::io::BufReader::with_capacity(1 << 20, f)).map_err(anyhow::Error::from)
             }) {
-                Ok(s) => s,
+                Ok(read) => read,
                 Err(e) => {
-                    tracing::warn!(error = %e, path = %model_path.display(), "model file unusable; rebuilding it from the original upload");
+                    if model_path.exists() {
+                        tracing::warn!(error = %e, path = %model_path.display(), "model file unusable; rebuilding it from the original upload");
+                    } else {
+                        // The server stopped before writing it, or it was removed.
+                        tracing::info!(path = %model_path.display(), "no model file; building it from the original upload");
+                    }
                     std::fs::metadata(&original).with_context(|| format!("original upload {} is missing", original.display()))?;
                     let snap = read_snapshot_file(&original).with_context(|| format!("original upload {} is unreadable", original.display()))?;
-                    write_model_file(&snap, &model_path)?;
-                    snap
+                    let index = Index::new(&snap);
+                    snapshot::analysis::timeline::derive_views(&snap, &index);
+                    write_model_file(&snap, Some(&index), &model_path)?;
+                    (snap, Some(index))
                 }
             };
             let read_ms = t0.elapsed().as_secs_f64() * 1e3;
-            let index = Index::new(&snap);
+            // Files written before the index was stored (model version 3) are rebuilt above;
+            // one without it is indexed here.
+            let index_stored = stored.is_some();
+            let index = stored.unwrap_or_else(|| Index::new(&snap));
             tracing::info!(
                 events = snap.trace.len(),
                 read_ms = read_ms.round(),
                 index_ms = (t0.elapsed().as_secs_f64() * 1e3 - read_ms).round(),
+                index_stored,
                 "snapshot model loaded"
             );
             Ok(Loaded { snap, index })

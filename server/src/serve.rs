@@ -1,6 +1,6 @@
 //! `memscope serve`: opens the library, listens, and shuts down gracefully on Ctrl-C or SIGTERM
-//! (requests in flight finish; uploads not yet committed leave only temporary files, removed at
-//! the next start).
+//! (requests in flight finish, then model files being written; uploads not yet committed leave
+//! only temporary files, removed at the next start).
 
 use crate::config::ServeArgs;
 use crate::state::AppState;
@@ -26,12 +26,21 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
     tracing::info!(addr = %listener.local_addr()?, data_dir = %data_dir.display(), %database, "memscope is serving; open http://{}/", listener.local_addr()?);
     let limits = state.config.conn_limits();
+    let library = state.library.clone();
     crate::listen::serve(listener, crate::http::app(state), limits, async move {
         shutdown_signal().await;
         // Live event streams never end on their own: end them so shutdown can finish.
         let _ = shutdown.send(true);
     })
     .await;
+    // Model files of answered uploads still being written: finished if they can be in the
+    // grace period, else rebuilt from the originals when next opened.
+    if tokio::time::timeout(limits.shutdown_grace, library.model_writes_done())
+        .await
+        .is_err()
+    {
+        tracing::warn!("model files still being written at shutdown are rebuilt when next needed");
+    }
     tracing::info!("stopped");
     Ok(())
 }

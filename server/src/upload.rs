@@ -1,8 +1,9 @@
 //! Snapshot uploads: the body is streamed to a temporary file (hashed on the way, never held whole
 //! in memory) and, at the same time, parsed and analysed on a blocking thread (the async runtime
 //! keeps serving; indexing overlaps the transfer), deduplicated by content hash, and handed to
-//! `Library::commit` (files renamed into place, then the row). Any failure removes the temporary
-//! files, so a bad or interrupted upload leaves nothing behind. Errors are `UploadError`s; the
+//! `Library::commit` (the original renamed into place, then the row); the model file, index
+//! included, is written after the answer. Any failure removes the temporary files, so a bad or
+//! interrupted upload leaves nothing behind. Errors are `UploadError`s; the
 //! HTTP layer turns them into answers.
 
 use std::path::PathBuf;
@@ -223,6 +224,46 @@ async fn collector_device_total(
     }
 }
 
+/// Writes a committed upload's model file, index included, in the background: it is a cache
+/// (`crate::models` rebuilds a missing one from the original), so the client is answered without
+/// waiting for it. A failure is logged; the next load after the snapshot leaves memory rebuilds
+/// the file.
+fn write_model_later(state: &AppState, id: String, sha256: String, loaded: Arc<Loaded>) {
+    let lib = state.library.clone();
+    let counted = lib.model_write();
+    tokio::spawn(async move {
+        let _counted = counted;
+        let started = Instant::now();
+        let tmp = TempFile(lib.tmp_path(&format!("{}.msmodel", unique_name("model"))));
+        let path = tmp.0.clone();
+        let written = tokio::task::spawn_blocking(move || {
+            // Stored with the index, and what a first timeline derives, so that reopening the
+            // snapshot after a restart derives nothing.
+            snapshot::analysis::timeline::derive_views(&loaded.snap, &loaded.index);
+            write_model_file(&loaded.snap, Some(&loaded.index), &path)
+        })
+        .await
+        .map_err(anyhow::Error::from)
+        .and_then(|w| w.map_err(anyhow::Error::from));
+        let placed = match written {
+            Ok(()) => lib.place_model(&id, &sha256, &tmp.0).await,
+            Err(e) => Err(e),
+        };
+        match placed {
+            Ok(placed) => tracing::info!(
+                id,
+                placed,
+                model_write_ms = started.elapsed().as_millis() as u64,
+                model_bytes = std::fs::metadata(lib.model_path(&sha256)).map_or(0, |m| m.len()),
+                "model file written after the answer"
+            ),
+            Err(e) => {
+                tracing::warn!(id, error = %e, "could not write the model file; it is rebuilt from the original when next needed")
+            }
+        }
+    });
+}
+
 /// Stores, parses and commits one upload. The body goes to a temporary file (hashed on the way)
 /// and, at the same time, to the parser on a blocking thread, so indexing overlaps the transfer;
 /// a file the parser rejects ends the upload at once.
@@ -273,8 +314,6 @@ async fn upload_task(
         .await
         .map_err(|e| UploadError::Internal(e.into()))?;
     let tmp = TempFile(lib.tmp_path(&unique_name("upload")));
-    let model_tmp = TempFile(lib.tmp_path(&format!("{}.msmodel", unique_name("model"))));
-    let model_path = model_tmp.0.clone();
     let (tx, rx) = tokio::sync::mpsc::channel::<axum::body::Bytes>(64);
     let parse_progress = progress.clone();
     let limits = state.config.read_limits(size_hint);
@@ -289,13 +328,8 @@ async fn upload_task(
         let (snap, index) = snapshot::read_indexed_with_limits(reader, limits)
             .map_err(|e| UploadError::Unreadable(e.to_string()))?;
         let parsed_at = Instant::now();
-        // The model file is written while the analyses run.
-        let (report, written) = snapshot::par::join(
-            || snapshot::analysis::report(&snap, &index, &options),
-            || write_model_file(&snap, &model_path),
-        );
-        written?;
-        let report = crate::convert::report(report);
+        // The model file is written after the answer (`write_model_later`).
+        let report = crate::convert::report(snapshot::analysis::report(&snap, &index, &options));
         Ok((snap, index, report, parsed_at))
     });
 
@@ -412,9 +446,7 @@ async fn upload_task(
         tags,
         device_total,
     };
-    let (info, created, report) = lib
-        .commit(&info, &content_hash, report, &model_tmp.0, &tmp.0)
-        .await?;
+    let (info, created, report) = lib.commit(&info, &content_hash, report, &tmp.0).await?;
     if !created {
         // The same bytes were committed by a concurrent upload; theirs stands.
         return Ok(Uploaded {
@@ -436,7 +468,9 @@ async fn upload_task(
         after_last_byte_ms = last_byte_at.elapsed().as_millis() as u64,
         "snapshot ingested (index_ms counts from the first byte; after_last_byte_ms: from the body's last byte to the commit)"
     );
-    state.models.insert(&id, Arc::new(Loaded { snap, index }));
+    let loaded = Arc::new(Loaded { snap, index });
+    state.models.insert(&id, loaded.clone());
+    write_model_later(state, id, info.sha256.clone(), loaded);
     Ok(Uploaded {
         created: true,
         snapshot: info,

@@ -158,7 +158,8 @@ async fn upload_list_get_update_delete() {
         serde_json::json!([{"key":"host","value":"gpu7"}])
     );
 
-    // Delete removes the row and the files.
+    // Delete removes the row and the files (the model file's, written after the answer, too).
+    state.library.model_writes_done().await;
     let before = files_in(&dir);
     let (st, _) = call(&state, "DELETE", &format!("/api/snapshots/{id}"), vec![]).await;
     assert_eq!(st, StatusCode::NO_CONTENT);
@@ -603,6 +604,11 @@ async fn a_damaged_model_is_rebuilt_from_the_original() {
         up["snapshot"]["sha256"].as_str().unwrap().to_string(),
     );
     let model = dir.join("models").join(format!("{sha}.msmodel"));
+    state.library.model_writes_done().await;
+    assert!(
+        model.exists(),
+        "the model file is written after the upload's answer"
+    );
     std::fs::write(&model, b"MSMODEL\0garbage").unwrap();
     let state = AppState::open(server::testing::serve_args(dir.clone()))
         .await
@@ -751,6 +757,7 @@ async fn an_internal_error_is_logged_once_inside_its_request() {
         .to_string();
     // Lose both files behind the snapshot and forget it in memory: opening it must fail.
     let info = state.library.get(&id).await.unwrap().unwrap();
+    state.library.model_writes_done().await;
     std::fs::remove_file(state.library.model_path(&info.sha256)).unwrap();
     std::fs::remove_file(state.library.original_path(&info.sha256)).unwrap();
     state.models.remove(&id);

@@ -286,6 +286,7 @@ async fn a_damaged_model_file_is_rebuilt_not_served() {
         ..Default::default()
     };
     let before = get(s.clone(), api::routes::timeline(&id, &q)).await;
+    s.library.model_writes_done().await;
     drop(s);
     // One flipped bit in the middle of the model file, then a fresh server (nothing cached).
     let model = std::fs::read_dir(dir.join("models"))
@@ -303,7 +304,8 @@ async fn a_damaged_model_file_is_rebuilt_not_served() {
     let after = get(s.clone(), api::routes::timeline(&id, &q)).await;
     assert_eq!(before, after, "the same answer, from a rebuilt model");
     let rebuilt = std::fs::read(&model).unwrap();
-    assert!(snapshot::store::read(rebuilt.as_slice()).is_ok());
+    let (_, index) = snapshot::store::read(rebuilt.as_slice()).unwrap();
+    assert!(index.is_some(), "the rebuilt model file stores the index");
 }
 
 /// Finding 9 (part): concurrent requests for a snapshot not in memory each loaded it (each load
@@ -523,7 +525,19 @@ async fn a_delete_racing_a_reupload_never_leaves_a_row_without_files() {
         });
         let (d, u) = (del.await.unwrap(), up.await.unwrap());
         assert!(d.is_success() && u.is_success(), "round {round}: {d} {u}");
-        for info in s.library.list(None).await.unwrap() {
+        // Model files are written after the answer; once written, each row has both files and
+        // no model file outlives its row.
+        s.library.model_writes_done().await;
+        let listed = s.library.list(None).await.unwrap();
+        let models = std::fs::read_dir(s.config.data_dir.join("models"))
+            .unwrap()
+            .count();
+        assert_eq!(
+            models,
+            listed.len(),
+            "round {round}: a model file without its row"
+        );
+        for info in listed {
             assert!(
                 s.library.original_path(&info.sha256).exists()
                     && s.library.model_path(&info.sha256).exists(),

@@ -1,4 +1,5 @@
-//! The model file round-trips every fixture exactly, and a damaged one is refused, not misread.
+//! The model file round-trips every fixture exactly, with and without its index, and a damaged
+//! one is refused, not misread.
 
 mod common;
 
@@ -7,8 +8,9 @@ fn model_file_round_trips_every_fixture() {
     for name in common::REAL_AND_VARIANTS {
         let snap = common::read(name);
         let mut bytes = Vec::new();
-        snapshot::store::write(&snap, &mut bytes).unwrap();
-        let back = snapshot::store::read(bytes.as_slice()).unwrap();
+        snapshot::store::write(&snap, None, &mut bytes).unwrap();
+        let (back, none) = snapshot::store::read(bytes.as_slice()).unwrap();
+        assert!(none.is_none(), "{name}");
         let (_, a) = snapshot::analysis::analyze(&snap, &Default::default());
         let (_, b) = snapshot::analysis::analyze(&back, &Default::default());
         assert_eq!(
@@ -27,6 +29,30 @@ fn model_file_round_trips_every_fixture() {
     }
 }
 
+/// The stored index is the index built from the tables, field for field, with the views a
+/// first timeline derives; and its report is the same.
+#[test]
+fn the_index_round_trips_every_fixture() {
+    for name in common::REAL_AND_VARIANTS {
+        let snap = common::read(name);
+        let index = snapshot::analysis::Index::new(&snap);
+        for derived in [false, true] {
+            if derived {
+                snapshot::analysis::timeline::derive_views(&snap, &index);
+            }
+            let mut bytes = Vec::new();
+            snapshot::store::write(&snap, Some(&index), &mut bytes).unwrap();
+            let (back, stored) = snapshot::store::read(bytes.as_slice()).unwrap();
+            let stored = stored.expect("index stored");
+            assert_eq!(format!("{index:?}"), format!("{stored:?}"), "{name}");
+            let report = |s, i| {
+                serde_json::to_value(snapshot::analysis::report(s, i, &Default::default())).unwrap()
+            };
+            assert_eq!(report(&snap, &index), report(&back, &stored), "{name}");
+        }
+    }
+}
+
 /// Streams interleaved row by row are kept as plain ids, not runs; that form round-trips too.
 #[test]
 fn interleaved_streams_round_trip() {
@@ -36,8 +62,8 @@ fn interleaved_streams_round_trip() {
     assert!(k >= 2 && n > 0, "multistream has streams");
     snap.trace.stream_id = snapshot::packed::Runs::Dense((0..n).map(|i| i as u16 % k).collect());
     let mut bytes = Vec::new();
-    snapshot::store::write(&snap, &mut bytes).unwrap();
-    let back = snapshot::store::read(bytes.as_slice()).unwrap();
+    snapshot::store::write(&snap, None, &mut bytes).unwrap();
+    let (back, _) = snapshot::store::read(bytes.as_slice()).unwrap();
     assert!(matches!(
         back.trace.stream_id,
         snapshot::packed::Runs::Dense(_)
@@ -47,9 +73,12 @@ fn interleaved_streams_round_trip() {
 
 #[test]
 fn damaged_model_files_are_refused() {
+    // With the index, which the flips below reach too.
     let snap = common::read("multistream.pickle");
+    let index = snapshot::analysis::Index::new(&snap);
+    snapshot::analysis::timeline::derive_views(&snap, &index);
     let mut bytes = Vec::new();
-    snapshot::store::write(&snap, &mut bytes).unwrap();
+    snapshot::store::write(&snap, Some(&index), &mut bytes).unwrap();
     for cut in (0..bytes.len()).step_by(97).chain([bytes.len() - 1]) {
         assert!(
             snapshot::store::read(&bytes[..cut]).is_err(),
