@@ -700,18 +700,20 @@ impl Library {
     }
 }
 
-/// Writes a model file (`snapshot::store`, with the index when given) atomically: to a sibling
-/// `.part`, fsync, rename.
+/// Writes a model file (`snapshot::store`) atomically: to a sibling `.part`, fsync, rename. The
+/// index is stored with it, with what a first timeline derives (derived here if not yet), so that
+/// reopening the snapshot derives nothing.
 pub fn write_model_file(
     snap: &snapshot::Snapshot,
-    index: Option<&snapshot::analysis::Index>,
+    index: &snapshot::analysis::Index,
     path: &Path,
 ) -> std::io::Result<()> {
+    snapshot::analysis::timeline::derive_views(snap, index);
     // Named by this server: two servers sharing the folder may rebuild the same model at once.
     let part = path.with_extension(format!("part-{}", instance_id()));
     {
         let mut f = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&part)?);
-        snapshot::store::write(snap, index, &mut f)?;
+        snapshot::store::write(snap, Some(index), &mut f)?;
         f.into_inner().map_err(|e| e.into_error())?.sync_all()?;
     }
     std::fs::rename(&part, path)

@@ -140,8 +140,7 @@ impl Models {
                     std::fs::metadata(&original).with_context(|| format!("original upload {} is missing", original.display()))?;
                     let snap = read_snapshot_file(&original).with_context(|| format!("original upload {} is unreadable", original.display()))?;
                     let index = Index::new(&snap);
-                    snapshot::analysis::timeline::derive_views(&snap, &index);
-                    write_model_file(&snap, Some(&index), &model_path)?;
+                    write_model_file(&snap, &index, &model_path)?;
                     (snap, Some(index))
                 }
             };

@@ -237,10 +237,7 @@ fn write_model_later(state: &AppState, id: String, sha256: String, loaded: Arc<L
         let tmp = TempFile(lib.tmp_path(&format!("{}.msmodel", unique_name("model"))));
         let path = tmp.0.clone();
         let written = tokio::task::spawn_blocking(move || {
-            // Stored with the index, and what a first timeline derives, so that reopening the
-            // snapshot after a restart derives nothing.
-            snapshot::analysis::timeline::derive_views(&loaded.snap, &loaded.index);
-            write_model_file(&loaded.snap, Some(&loaded.index), &path)
+            write_model_file(&loaded.snap, &loaded.index, &path)
         })
         .await
         .map_err(anyhow::Error::from)

@@ -143,9 +143,7 @@ pub(crate) fn build(mut heap: Heap, root: Value, mut format: Format) -> Result<S
         for (device, rows) in &per_device {
             let r = match rows.permutation_base() {
                 Some(base) if !rows.is_empty() => {
-                    if !rows.in_order() {
-                        snap.trace.reorder_within(base, &rows.0);
-                    }
+                    snap.trace.reorder_within(base, &rows.0);
                     base..base + rows.len() as u32
                 }
                 _ => 0..0,
@@ -206,10 +204,7 @@ impl Rows {
     fn of(rows: impl Iterator<Item = u32>) -> Rows {
         let mut runs: Vec<(u32, u32)> = Vec::new();
         for r in rows {
-            match runs.last_mut() {
-                Some((first, len)) if *first + *len == r => *len += 1,
-                _ => runs.push((r, 1)),
-            }
+            crate::model::TraceTable::push_run(&mut runs, r);
         }
         Rows(runs)
     }
@@ -224,11 +219,6 @@ impl Rows {
 
     fn iter(&self) -> impl Iterator<Item = u32> + '_ {
         self.0.iter().flat_map(|&(first, len)| first..first + len)
-    }
-
-    /// Rows in table order already?
-    fn in_order(&self) -> bool {
-        self.0.len() <= 1
     }
 
     /// If the rows are a permutation of `base..base + len`, its `base`.

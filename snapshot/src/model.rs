@@ -260,6 +260,15 @@ impl TraceTable {
             .map(|i| col[i].1)
     }
 
+    /// Appends row `row` to `runs`, runs of consecutive rows `(first, len)`: the last run grows
+    /// when `row` follows it.
+    pub(crate) fn push_run(runs: &mut Vec<(u32, u32)>, row: u32) {
+        match runs.last_mut() {
+            Some((first, len)) if *first + *len == row => *len += 1,
+            _ => runs.push((row, 1)),
+        }
+    }
+
     /// Puts the rows of `runs` (runs of consecutive rows `(first, len)`, in list order) at
     /// positions `base..`, where they are a permutation of `base..base + their count`. The order
     /// is cut into the shortest stretches that are permutations of themselves (rows move within
@@ -274,6 +283,9 @@ impl TraceTable {
         let mut stretch: Vec<u32> = Vec::new();
         for &(first, len) in runs {
             let (at, len) = ((first - base) as usize, len as usize);
+            if len == 0 {
+                continue;
+            }
             if stretch.is_empty() && at == k {
                 // In place, no stretch open: nothing to move.
                 k += len;
@@ -287,14 +299,8 @@ impl TraceTable {
             reach = reach.max(at + len);
             k += len;
             if reach == k {
-                let lo = base as usize + start;
-                if stretch
-                    .iter()
-                    .enumerate()
-                    .any(|(j, &r)| r as usize != lo + j)
-                {
-                    self.reorder_window(lo, &stretch);
-                }
+                // A stretch opens only at a run out of place, so it always has rows to move.
+                self.reorder_window(base as usize + start, &stretch);
                 stretch.clear();
                 start = k;
                 reach = k;
@@ -572,10 +578,7 @@ mod tests {
             let rows: Vec<u32> = order.iter().map(|&o| base + o).collect();
             let mut runs: Vec<(u32, u32)> = Vec::new();
             for &r in &rows {
-                match runs.last_mut() {
-                    Some((first, len)) if *first + *len == r => *len += 1,
-                    _ => runs.push((r, 1)),
-                }
+                TraceTable::push_run(&mut runs, r);
             }
             t.reorder_within(base, &runs);
             for (k, &r) in rows.iter().enumerate() {

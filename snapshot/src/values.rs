@@ -563,10 +563,7 @@ impl Heap {
                 (Items::Entries { start, len }, Value::Entry(e)) => {
                     items = Items::Rows(vec![(*start, *len), (e, 1)]);
                 }
-                (Items::Rows(runs), Value::Entry(e)) => match runs.last_mut() {
-                    Some((first, len)) if *first + *len == e => *len += 1,
-                    _ => runs.push((e, 1)),
-                },
+                (Items::Rows(runs), Value::Entry(e)) => crate::model::TraceTable::push_run(runs, e),
                 (Items::Entries { .. } | Items::Rows(_), v) => {
                     let mut vals = entry_values(&items);
                     vals.push(v);
