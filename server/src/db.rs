@@ -352,6 +352,25 @@ async fn try_lock(tx: &mut sqlx::PgConnection) -> sqlx::Result<bool> {
         .await
 }
 
+/// The roll-up's turn for a transaction on either backend's connection: on PostgreSQL its
+/// advisory lock (false: another server holds it and is doing the same work); SQLite has one
+/// server, whose roll-ups queue on `Library::live_writer`, so it is always its turn.
+pub(crate) trait RollUpTurn {
+    fn roll_up_turn(&mut self) -> impl std::future::Future<Output = sqlx::Result<bool>> + Send;
+}
+
+impl RollUpTurn for sqlx::SqliteConnection {
+    fn roll_up_turn(&mut self) -> impl std::future::Future<Output = sqlx::Result<bool>> + Send {
+        std::future::ready(Ok(true))
+    }
+}
+
+impl RollUpTurn for sqlx::PgConnection {
+    fn roll_up_turn(&mut self) -> impl std::future::Future<Output = sqlx::Result<bool>> + Send {
+        try_lock(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

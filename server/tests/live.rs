@@ -278,3 +278,246 @@ async fn the_event_stream_announces_each_stored_batch() {
     .await;
     assert!(end.is_ok(), "the stream ends at shutdown");
 }
+
+const DAY_MS: i64 = 86_400_000;
+
+/// Two hours of one GPU (every 15 s, a sawtooth with gaps and NULLs) ending before midnight of
+/// `day`: NVML for processes 100 and 200, the agent for process 100; `seq` numbers the batches.
+fn two_hours(day: i64, seq: u64, from_ms: i64, to_ms: i64) -> (wire::Batch, wire::Batch) {
+    let (mut nvml, mut agent) = (batch("gpu7", seq), batch("gpu7/gpu7:100:42", seq));
+    let mut t = day + from_ms;
+    while t < day + to_ms {
+        let i = (t / 15_000) as u64;
+        // A late batch's readings differ from the first's at the same times.
+        let used = GIB + (i % 37) * 7 * MIB + (t as u64 % 1000) + (seq - 1) * 5 * MIB;
+        nvml.gpus.push(wire::GpuSample {
+            time_ms: t,
+            uuid: "GPU-aaa".into(),
+            index: 0,
+            name: Some("NVIDIA H200".into()),
+            memory_used_bytes: (i % 11 != 3).then_some(used),
+            memory_free_bytes: Some(80 * GIB - used),
+            memory_total_bytes: Some(80 * GIB),
+            memory_reserved_bytes: Some(0),
+            gpu_util_percent: (!i.is_multiple_of(5)).then_some((i % 100) as u32),
+            mem_util_percent: Some(40),
+            temperature_c: Some(40 + (i % 30) as i32),
+            power_mw: Some(400_000 + (i % 100_000) as u32),
+        });
+        for (pid, u) in [(100, used - 300 * MIB), (200, 300 * MIB + i % 13)] {
+            nvml.processes.push(wire::ProcessSample {
+                time_ms: t,
+                gpu_uuid: "GPU-aaa".into(),
+                pid,
+                start_time_ms: Some(42),
+                name: Some(if pid == 100 { "python" } else { "other" }.into()),
+                cgroup: None,
+                used_bytes: u,
+            });
+        }
+        let mut a = alloc(
+            t,
+            i,
+            GIB / 2 + (i % 29) * MIB + (seq - 1) * MIB,
+            GIB + (i % 7) * 20 * MIB + (seq - 1) * 20 * MIB,
+        );
+        a.inactive_split_bytes = (!i.is_multiple_of(3)).then_some((i % 17) * MIB);
+        a.alloc_retries = Some(i / 200);
+        agent.allocator.push(a);
+        // A gap of a few minutes now and then.
+        t += if i.is_multiple_of(97) {
+            240_000
+        } else {
+            15_000
+        };
+    }
+    (nvml, agent)
+}
+
+/// The live pages of GPU-aaa and process 100 over windows around `day`'s last hours, at bucket
+/// widths finer and coarser than a minute and not aligned to one.
+async fn pages_of_the_day(s: &AppState, day: i64) -> Vec<serde_json::Value> {
+    let mut out = Vec::new();
+    for (from, to, points) in [
+        (day + 20 * 3_600_000, day + DAY_MS, 97),
+        (day + 21 * 3_600_000 + 7_000, day + 22 * 3_600_000, 4000),
+        (day - DAY_MS, day + 2 * DAY_MS, 300),
+    ] {
+        out.push(
+            get(
+                s,
+                &format!("/api/live/gpus/GPU-aaa?from_ms={from}&to_ms={to}&points={points}"),
+            )
+            .await,
+        );
+        out.push(
+            get(
+                s,
+                &format!(
+                    "/api/live/processes/gpu7/100?start_time_ms=42&from_ms={from}&to_ms={to}&points={points}"
+                ),
+            )
+            .await,
+        );
+    }
+    out
+}
+
+/// Every stored minute of the GPU's series, (minute, [n, used min, used max, temperature max]),
+/// from one-minute rows and packed days alike (unpacked), for comparing stores.
+async fn gpu_minutes(s: &AppState) -> Vec<(i64, Vec<Option<i64>>)> {
+    use server::live::days;
+    type Minute = (i64, i64, Option<i64>, Option<i64>, Option<i64>);
+    type Day = (i64, Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>);
+    let one_minute: Vec<Minute> =
+        server::with_db!(&s.library.db, |p| sqlx::query_as(
+            "SELECT minute_ms, n, used_min_bytes, used_max_bytes, temperature_max_c FROM gpu_samples_1m ORDER BY minute_ms",
+        )
+        .fetch_all(p)
+        .await)
+        .unwrap();
+    let packed: Vec<Day> = server::with_db!(&s.library.db, |p| sqlx::query_as(
+        "SELECT day_ms, minutes, n, used_min_bytes, used_max_bytes, temperature_max_c \
+             FROM gpu_samples_1m_packed ORDER BY day_ms",
+    )
+    .fetch_all(p)
+    .await)
+    .unwrap();
+    let mut out: Vec<(i64, Vec<Option<i64>>)> = one_minute
+        .into_iter()
+        .map(|(m, n, lo, hi, t)| (m, vec![Some(n), lo, hi, t]))
+        .collect();
+    for (day, minutes, n, lo, hi, temp) in packed {
+        let minutes = days::unpack_minutes(&minutes).unwrap();
+        let cols: Vec<Vec<Option<i64>>> = [n, lo, hi, temp]
+            .iter()
+            .map(|c| days::unpack_values(c, minutes.len()).unwrap())
+            .collect();
+        for (i, m) in minutes.iter().enumerate() {
+            out.push((day + m * 60_000, cols.iter().map(|c| c[i]).collect()));
+        }
+    }
+    out.sort_by_key(|r| r.0);
+    out
+}
+
+async fn count(s: &AppState, q: &str) -> i64 {
+    server::with_db!(&s.library.db, |p| sqlx::query_scalar(sqlx::AssertSqlSafe(
+        q.to_string()
+    ))
+    .fetch_one(p)
+    .await)
+    .unwrap()
+}
+
+/// A day over is packed into one row per series, and every page answers from it exactly as from
+/// its one-minute rows; a late sample for a packed day is merged in; retention drops whole days.
+#[tokio::test]
+async fn packed_days_answer_as_their_one_minute_rows_did() {
+    let s = state("packed").await;
+    let day = (now_ms() / DAY_MS - 1) * DAY_MS; // yesterday (PostgreSQL: it has a partition)
+    let (nvml, agent) = two_hours(day, 1, 21 * 3_600_000, 23 * 3_600_000);
+    assert_eq!(ingest(&s, &nvml).await, StatusCode::OK);
+    assert_eq!(ingest(&s, &agent).await, StatusCode::OK);
+
+    // Rolled up to one-minute rows; the day is not over for the roll-up (its cut is 23:30).
+    let r = s
+        .library
+        .roll_up(day + 23 * 3_600_000 + 1_800_000, 0)
+        .await
+        .unwrap();
+    assert!(r.rolled_rows > 1000 && r.packed_rows == 0, "{r:?}");
+    let from_minutes = pages_of_the_day(&s, day).await;
+    let minutes_before = gpu_minutes(&s).await;
+
+    // The day is over: packed, one row per series (GPU; processes 100 and 200; the agent).
+    let r = s
+        .library
+        .roll_up(day + DAY_MS + 3_600_000, 0)
+        .await
+        .unwrap();
+    assert_eq!(r.rolled_rows, 0);
+    assert!(r.packed_rows > 300, "{r:?}");
+    assert_eq!(r.packed_series_days, 4, "{r:?}");
+    assert_eq!(count(&s, "SELECT count(*) FROM gpu_samples_1m").await, 0);
+    assert_eq!(
+        count(&s, "SELECT count(*) FROM allocator_samples_1m").await,
+        0
+    );
+    assert_eq!(
+        count(&s, "SELECT count(*) FROM process_samples_1m_packed").await,
+        2
+    );
+    assert_eq!(gpu_minutes(&s).await, minutes_before, "exact values");
+    let from_packed = pages_of_the_day(&s, day).await;
+    assert!(
+        from_packed[0]["used"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v.is_u64()),
+        "the page has data: {}",
+        from_packed[0]
+    );
+    for (a, b) in from_minutes.iter().zip(&from_packed) {
+        assert_eq!(a, b, "a page answers from a packed day as from its minutes");
+    }
+
+    // Late samples for the packed day (a collector back after a day offline): minutes already
+    // there and new ones. They are rolled up and merged into the packed rows; the pages show
+    // what they would have shown had the samples come in time (a second server that got them
+    // all before any roll-up). Their times are not the first batch's (an agent's sample is
+    // stored once per time: a second one at the same time would be dropped on arrival).
+    let (late_nvml, late_agent) =
+        two_hours(day, 2, 20 * 3_600_000 + 30_007, 21 * 3_600_000 + 900_000);
+    assert_eq!(ingest(&s, &late_nvml).await, StatusCode::OK);
+    assert_eq!(ingest(&s, &late_agent).await, StatusCode::OK);
+    let r = s
+        .library
+        .roll_up(day + DAY_MS + 3_600_000, 0)
+        .await
+        .unwrap();
+    assert!(r.rolled_rows > 0 && r.packed_rows > 0, "{r:?}");
+    assert_eq!(r.packed_series_days, 4, "merged into the same rows: {r:?}");
+    assert_eq!(
+        count(&s, "SELECT count(*) FROM gpu_samples_1m_packed").await,
+        1
+    );
+
+    let other = state("packed-in-time").await;
+    for b in [&nvml, &agent, &late_nvml, &late_agent] {
+        assert_eq!(ingest(&other, b).await, StatusCode::OK);
+    }
+    other
+        .library
+        .roll_up(day + 23 * 3_600_000 + 1_800_000, 0)
+        .await
+        .unwrap();
+    let in_time = pages_of_the_day(&other, day).await;
+    let merged = pages_of_the_day(&s, day).await;
+    for (a, b) in in_time.iter().zip(&merged) {
+        assert_eq!(a, b, "late samples merged into a packed day");
+    }
+    // Counts, minima and maxima of every minute as the roll-up makes them in one go.
+    assert_eq!(gpu_minutes(&s).await, gpu_minutes(&other).await);
+
+    // Retention drops a packed day once all of it is past.
+    let r = s
+        .library
+        .roll_up(day + DAY_MS + 3_600_000, day + DAY_MS - 1)
+        .await
+        .unwrap();
+    assert_eq!(
+        count(&s, "SELECT count(*) FROM gpu_samples_1m_packed").await,
+        1,
+        "{r:?}"
+    );
+    s.library
+        .roll_up(day + DAY_MS + 3_600_000, day + DAY_MS)
+        .await
+        .unwrap();
+    for t in ["gpu", "process", "allocator"] {
+        let n = count(&s, &format!("SELECT count(*) FROM {t}_samples_1m_packed")).await;
+        assert_eq!(n, 0, "{t}");
+    }
+}

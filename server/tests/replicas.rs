@@ -314,7 +314,28 @@ async fn roll_up_runs_on_one_server_at_a_time() {
     );
     let (r1, r2) = (r1.unwrap(), r2.unwrap());
     assert_eq!(r1.rolled_rows + r2.rolled_rows, 200_000, "{r1:?} {r2:?}");
-    assert_eq!(pg.sql("SELECT sum(n) FROM gpu_samples_1m"), ["200000"]);
+    // Its days are over (2023-11-14/15): packed, one row per day, every sample counted once.
+    assert_eq!(r1.packed_rows + r2.packed_rows, 334, "{r1:?} {r2:?}");
+    assert_eq!(pg.sql("SELECT count(*) FROM gpu_samples_1m"), ["0"]);
+    let mut samples = 0;
+    for line in pg
+        .sql("SELECT encode(minutes, 'hex') || '|' || encode(n, 'hex') FROM gpu_samples_1m_packed")
+    {
+        let (minutes, n) = line.split_once('|').unwrap();
+        let hex = |s: &str| -> Vec<u8> {
+            (0..s.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+                .collect()
+        };
+        let count = server::live::days::unpack_minutes(&hex(minutes))
+            .unwrap()
+            .len();
+        let n = server::live::days::unpack_values(&hex(n), count).unwrap();
+        samples += n.into_iter().map(Option::unwrap).sum::<i64>();
+    }
+    assert_eq!(samples, 200_000);
+    assert_eq!(pg.sql("SELECT count(*) FROM gpu_samples_1m_packed"), ["2"]);
     // Day partitions were made for the days to come, and whole days past retention drop.
     let days = pg.sql("SELECT count(*) FROM pg_class WHERE relname LIKE 'gpu_samples_d%'");
     assert!(days[0].parse::<i64>().unwrap() >= 3, "{days:?}");

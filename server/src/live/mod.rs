@@ -8,8 +8,10 @@
 //! - `series`: windows, bucket alignment, the outside-PyTorch series and the leak signal (pure).
 //! - `pages`: the live pages' answers (`api` types) shaped from the rows.
 //! - `rollup`: raw samples into one-minute rows, and retention.
+//! - `days`: the one-minute rows of days over, packed one row per series and day.
 //! - `notices`: batches announced to every server's live stream (PostgreSQL's LISTEN/NOTIFY).
 
+pub mod days;
 pub mod notices;
 mod pages;
 mod queries;

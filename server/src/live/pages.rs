@@ -42,12 +42,16 @@ impl Library {
         now_ms: i64,
         collectors: Vec<String>,
     ) -> sqlx::Result<api::Fleet> {
-        let gpus = self.fleet_gpus().await?;
-        let procs = self.current_gpu_processes().await?;
-        let agents = self.agents_since(now_ms - FLEET_RECENT_MS).await?;
-        let events = self.events_since(now_ms - ALERTS_MS, 100).await?;
-        let known = self.processes_since(now_ms - FLEET_RECENT_MS).await?;
-        let host_rows = self.hosts().await?;
+        // Six reads, each on a connection of its own, at once: on PostgreSQL they run in
+        // parallel (the fleet's answer waits for the slowest, not for their sum).
+        let (gpus, procs, agents, events, known, host_rows) = tokio::try_join!(
+            self.fleet_gpus(),
+            self.current_gpu_processes(),
+            self.agents_since(now_ms - FLEET_RECENT_MS),
+            self.events_since(now_ms - ALERTS_MS, 100),
+            self.processes_since(now_ms - FLEET_RECENT_MS),
+            self.hosts(),
+        )?;
 
         // Each GPU's processes and recent agents, and each GPU by uuid, looked up by hash: a
         // fleet of 1,000 hosts has 8,000 GPUs and as many processes (issue 16's benchmark).

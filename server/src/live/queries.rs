@@ -1,8 +1,11 @@
 //! The live tables read back: latest readings (the fleet page, `/metrics`), GPU and process rows
 //! over a window, events, counters. Rows come out as row types; `pages` shapes them into answers.
+//! A window's rows come from three places: raw samples, one-minute rows and packed days
+//! (`days`); a bucket may get a row from more than one, and the pages take the maximum.
 
 use sqlx::FromRow;
 
+use super::days::{DAY_MS, bucket_maxima};
 use super::series::{Bucketed, FILL_MS, Window, align};
 use crate::db::Dialects;
 use crate::library::Library;
@@ -162,14 +165,15 @@ const GPUS_WITH_LATEST: &str = "SELECT g.host, g.uuid, g.idx, g.name, g.total_by
      l.reserved_bytes, l.gpu_util, l.temperature_c, l.power_mw FROM gpus g \
      LEFT JOIN gpu_latest l ON l.gpu_uuid = g.uuid \
      WHERE $1 IS NULL OR g.uuid = $1 ORDER BY g.host, g.idx";
-// CROSS JOIN keeps gpus the outer loop (SQLite's rule), so the samples are searched by index;
-// PostgreSQL takes no ON after CROSS JOIN and plans the join by itself.
+// The processes whose latest reading is their GPU's latest. CROSS JOIN keeps gpus the outer
+// loop (SQLite's rule), so the latest rows are searched by key; PostgreSQL takes no ON after
+// CROSS JOIN and plans the join by itself.
 macro_rules! current_gpu_processes {
     ($join:literal) => {
         concat!(
             "SELECT p.gpu_uuid, p.pid, p.start_time_ms, p.name, p.used_bytes FROM gpus g ",
             $join,
-            " process_samples p ON p.gpu_uuid = g.uuid AND p.time_ms = g.last_seen_ms \
+            " process_latest p ON p.gpu_uuid = g.uuid AND p.time_ms = g.last_seen_ms \
              ORDER BY p.used_bytes DESC"
         )
     };
@@ -267,13 +271,16 @@ impl Library {
         Ok(self.gpus_with_latest(Some(uuid)).await?.pop())
     }
 
-    /// Rows of one GPU's series over a window: `sql` takes $1 = window start, $2 = bucket width,
-    /// $3 = the GPU's UUID, $4 = window end (raw rows and roll-ups alike).
+    /// Rows of one GPU's series over a window. Rows (raw and one-minute alike): `sql` takes $1 =
+    /// window start, $2 = bucket width, $3 = the GPU's UUID, $4 = window end. Packed days: $1 =
+    /// the UUID, $2 = a day before the window's start (a day's row starts up to a day before
+    /// the window does), $3 = the window's end.
     async fn gpu_window_rows<T>(
         &self,
         sql: &'static str,
         uuid: &str,
         w: &Window,
+        from: Stored,
     ) -> sqlx::Result<Vec<T>>
     where
         T: for<'r> FromRow<'r, sqlx::sqlite::SqliteRow>
@@ -282,13 +289,14 @@ impl Library {
             + Unpin,
     {
         let mut c = self.live_read().await?;
-        with_live!(c, |conn| sqlx::query_as(sql)
-            .bind(w.from_ms)
-            .bind(w.bucket_ms)
-            .bind(uuid)
-            .bind(w.to_ms)
-            .fetch_all(&mut *conn)
-            .await)
+        with_live!(c, |conn| {
+            let q = sqlx::query_as(sql);
+            let q = match from {
+                Stored::Rows => q.bind(w.from_ms).bind(w.bucket_ms).bind(uuid).bind(w.to_ms),
+                Stored::PackedDays => q.bind(uuid).bind(w.from_ms - DAY_MS).bind(w.to_ms),
+            };
+            q.fetch_all(&mut *conn).await
+        })
     }
 
     /// NVML used memory of a GPU, bucketed (raw samples and roll-ups).
@@ -301,14 +309,30 @@ impl Library {
                  WHERE v IS NOT NULL GROUP BY b",
                 uuid,
                 w,
+                Stored::Rows,
             )
             .await?;
+        let mut rows = rows;
+        let packed: Vec<(i64, Vec<u8>, Vec<u8>)> = self
+            .gpu_window_rows(
+                "SELECT day_ms, minutes, used_max_bytes FROM gpu_samples_1m_packed \
+                 WHERE gpu_uuid = $1 AND day_ms > $2 AND day_ms <= $3",
+                uuid,
+                w,
+                Stored::PackedDays,
+            )
+            .await?;
+        for (day_ms, minutes, used) in packed {
+            for (b, v) in bucket_maxima(w, day_ms, &minutes, &[&used])? {
+                rows.extend(v[0].map(|v| (b, v)));
+            }
+        }
         Ok(align(w, &rows, FILL_MS))
     }
 
     /// Per-process NVML used memory on a GPU: (pid, start, name, bucket, used).
     pub async fn gpu_process_rows(&self, uuid: &str, w: &Window) -> sqlx::Result<Vec<Bucketed>> {
-        self.gpu_window_rows(
+        let mut rows: Vec<Bucketed> = self.gpu_window_rows(
             "SELECT pid, (t - $1) / $2 AS b, max(v), max(st), max(name) FROM ( \
                SELECT pid, start_time_ms AS st, name, time_ms AS t, used_bytes AS v FROM process_samples \
                WHERE gpu_uuid = $3 AND time_ms BETWEEN $1 AND $4 \
@@ -316,8 +340,25 @@ impl Library {
                WHERE gpu_uuid = $3 AND minute_ms BETWEEN $1 AND $4) AS w GROUP BY pid, b",
             uuid,
             w,
+            Stored::Rows,
         )
-        .await
+        .await?;
+        type Day = (i64, Option<i64>, Option<String>, i64, Vec<u8>, Vec<u8>);
+        let packed: Vec<Day> = self
+            .gpu_window_rows(
+                "SELECT pid, start_time_ms, name, day_ms, minutes, used_max_bytes FROM process_samples_1m_packed \
+                 WHERE gpu_uuid = $1 AND day_ms > $2 AND day_ms <= $3",
+                uuid,
+                w,
+                Stored::PackedDays,
+            )
+            .await?;
+        for (pid, st, name, day_ms, minutes, used) in packed {
+            for (b, v) in bucket_maxima(w, day_ms, &minutes, &[&used])? {
+                rows.push((pid, b, v[0], st, name.clone()));
+            }
+        }
+        Ok(rows)
     }
 
     /// Per-process PyTorch reserved and allocated on a GPU: (pid, bucket, reserved, allocated).
@@ -326,7 +367,7 @@ impl Library {
         uuid: &str,
         w: &Window,
     ) -> sqlx::Result<Vec<(i64, i64, i64, i64, Option<i64>)>> {
-        self.gpu_window_rows(
+        let mut rows: Vec<(i64, i64, i64, i64, Option<i64>)> = self.gpu_window_rows(
             "SELECT pid, (t - $1) / $2 AS b, max(r), max(a), max(st) FROM ( \
                SELECT pid, start_time_ms AS st, time_ms AS t, reserved_bytes AS r, allocated_bytes AS a FROM allocator_samples \
                WHERE gpu_uuid = $3 AND time_ms BETWEEN $1 AND $4 \
@@ -334,8 +375,27 @@ impl Library {
                WHERE gpu_uuid = $3 AND minute_ms BETWEEN $1 AND $4) AS w GROUP BY pid, b",
             uuid,
             w,
+            Stored::Rows,
         )
-        .await
+        .await?;
+        type Day = (i64, Option<i64>, i64, Vec<u8>, Vec<u8>, Vec<u8>);
+        let packed: Vec<Day> = self
+            .gpu_window_rows(
+                "SELECT pid, start_time_ms, day_ms, minutes, reserved_max_bytes, allocated_max_bytes \
+                 FROM allocator_samples_1m_packed WHERE gpu_uuid = $1 AND day_ms > $2 AND day_ms <= $3",
+                uuid,
+                w,
+                Stored::PackedDays,
+            )
+            .await?;
+        for (pid, st, day_ms, minutes, reserved, allocated) in packed {
+            for (b, v) in bucket_maxima(w, day_ms, &minutes, &[&reserved, &allocated])? {
+                if let [Some(r), Some(a)] = v[..] {
+                    rows.push((pid, b, r, a, st));
+                }
+            }
+        }
+        Ok(rows)
     }
 
     /// Events of a host within a window, oldest first.
@@ -379,7 +439,7 @@ impl Library {
         w: &Window,
     ) -> sqlx::Result<Vec<AllocatorBucket>> {
         let mut c = self.live_read().await?;
-        with_live!(c, |conn| {
+        let mut rows: Vec<AllocatorBucket> = with_live!(c, |conn| {
             sqlx::query_as(
             "SELECT device, max(gpu_uuid), (t - $1) / $2 AS b, max(a), max(r), max(ac), max(isp), max(rq), max(rt) FROM ( \
                SELECT device, gpu_uuid, time_ms AS t, allocated_bytes AS a, reserved_bytes AS r, active_bytes AS ac, \
@@ -398,7 +458,40 @@ impl Library {
         .bind(w.to_ms)
         .fetch_all(&mut *conn)
         .await
-        })
+        })?;
+        type Day = (
+            i64,
+            Option<String>,
+            i64,
+            Vec<u8>,
+            Vec<u8>,
+            Vec<u8>,
+            Vec<u8>,
+            Vec<u8>,
+        );
+        let packed: Vec<Day> = with_live!(c, |conn| {
+            sqlx::query_as(
+            "SELECT device, gpu_uuid, day_ms, minutes, allocated_max_bytes, reserved_max_bytes, \
+             inactive_split_max_bytes, alloc_retries FROM allocator_samples_1m_packed \
+             WHERE host = $1 AND pid = $2 AND start_time_ms IS NOT DISTINCT FROM $3 AND day_ms > $4 AND day_ms <= $5",
+        )
+        .bind(host)
+        .bind(pid)
+        .bind(start)
+        .bind(w.from_ms - DAY_MS)
+        .bind(w.to_ms)
+        .fetch_all(&mut *conn)
+        .await
+        })?;
+        for (device, uuid, day_ms, minutes, a, r, isp, rt) in packed {
+            for (b, v) in bucket_maxima(w, day_ms, &minutes, &[&a, &r, &isp, &rt])? {
+                if let [Some(a), Some(r), isp, rt] = v[..] {
+                    rows.push((device, uuid.clone(), b, a, r, None, isp, None, rt));
+                }
+            }
+        }
+        rows.sort_by_key(|r| (r.0, r.2));
+        Ok(rows)
     }
 
     /// The name NVML last gave the process.
@@ -423,7 +516,7 @@ impl Library {
         w: &Window,
     ) -> sqlx::Result<Vec<(i64, i64)>> {
         let mut c = self.live_read().await?;
-        with_live!(c, |conn| {
+        let mut rows: Vec<(i64, i64)> = with_live!(c, |conn| {
             sqlx::query_as(
             "SELECT (t - $1) / $2 AS b, max(v) FROM ( \
                SELECT time_ms AS t, used_bytes AS v FROM process_samples WHERE gpu_uuid = $3 AND host = $4 \
@@ -439,7 +532,24 @@ impl Library {
         .bind(w.to_ms)
         .fetch_all(&mut *conn)
         .await
-        })
+        })?;
+        let packed: Vec<(i64, Vec<u8>, Vec<u8>)> = with_live!(c, |conn| sqlx::query_as(
+            "SELECT day_ms, minutes, used_max_bytes FROM process_samples_1m_packed \
+             WHERE gpu_uuid = $1 AND host = $2 AND pid = $3 AND day_ms > $4 AND day_ms <= $5",
+        )
+        .bind(uuid)
+        .bind(host)
+        .bind(pid)
+        .bind(w.from_ms - DAY_MS)
+        .bind(w.to_ms)
+        .fetch_all(&mut *conn)
+        .await)?;
+        for (day_ms, minutes, used) in packed {
+            for (b, v) in bucket_maxima(w, day_ms, &minutes, &[&used])? {
+                rows.extend(v[0].map(|v| (b, v)));
+            }
+        }
+        Ok(rows)
     }
 
     /// A process's per-step figures on one device, the latest 2000 steps, oldest first.
@@ -481,6 +591,15 @@ impl Library {
         .fetch_all(&mut *conn)
         .await)
     }
+}
+
+/// Where a window's rows are read from (`Library::gpu_window_rows`).
+#[derive(Debug, Clone, Copy)]
+enum Stored {
+    /// Raw samples and one-minute rows, bucketed in SQL.
+    Rows,
+    /// Packed days, bucketed by `days::bucket_maxima`.
+    PackedDays,
 }
 
 /// A process's allocator figures on one device in one bucket: device, GPU, bucket, allocated,

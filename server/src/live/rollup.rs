@@ -1,7 +1,9 @@
 //! The roll-up: raw samples older than the raw retention folded into one-minute rows (min, max,
-//! mean), and everything older than the roll-up retention deleted, in one transaction.
+//! mean) and everything older than the roll-up retention deleted, in one transaction; then the
+//! one-minute rows of days over packed (`days`), a transaction per table.
 
-use crate::db::{Backend, Db, Dialects};
+use super::days;
+use crate::db::{Db, Dialects, RollUpTurn};
 use crate::library::Library;
 use crate::with_db;
 
@@ -132,8 +134,12 @@ const ALLOCATOR_ROLL_UP: Dialects = Dialects {
 pub struct RollUp {
     /// Raw rows folded into one-minute rows (and deleted).
     pub rolled_rows: u64,
-    /// Rows (raw or one-minute) deleted for being older than their retention.
+    /// Rows (raw, one-minute or packed) deleted for being older than their retention.
     pub expired_rows: u64,
+    /// One-minute rows of days over, packed into one row per series and day (`days`).
+    pub packed_rows: u64,
+    /// Packed rows written.
+    pub packed_series_days: u64,
     /// Another server was rolling up (PostgreSQL): this pass did nothing.
     pub skipped: bool,
 }
@@ -141,8 +147,11 @@ pub struct RollUp {
 impl Library {
     /// Folds raw samples older than `raw_before_ms` (rounded down to a minute) into one-minute
     /// rows (min/max/mean; a late sample for an already rolled-up minute is merged in) and deletes
-    /// them; deletes one-minute rows, events and batch records older than `rollup_before_ms`.
-    /// One transaction: a crash leaves either the raw rows or their roll-up, never both or neither.
+    /// them; deletes one-minute rows, events and batch records older than `rollup_before_ms` (and
+    /// packed days wholly older); packs the one-minute rows of the days before the cut's day.
+    /// One transaction for the roll-up and retention, then one per table for packing: a crash
+    /// leaves either the raw rows or their roll-up, never both or neither, and either a day's
+    /// one-minute rows or its packed rows.
     pub async fn roll_up(&self, raw_before_ms: i64, rollup_before_ms: i64) -> sqlx::Result<RollUp> {
         let cut = raw_before_ms.div_euclid(60_000) * 60_000;
         let _turn = self.live_writer.lock().await;
@@ -162,15 +171,10 @@ impl Library {
                 }
             }
         }
-        let (rolled, expired) = with_db!(&self.db, |pool| {
+        let (rolled, expired, packed) = with_db!(&self.db, |pool| {
             let mut tx = pool.begin().await?;
             // One server at a time (PostgreSQL): the others skip this minute.
-            if backend == Backend::Postgres
-                && !sqlx::query_scalar::<_, bool>("SELECT pg_try_advisory_xact_lock($1)")
-                    .bind(crate::db::ROLL_UP_LOCK)
-                    .fetch_one(&mut *tx)
-                    .await?
-            {
+            if !RollUpTurn::roll_up_turn(&mut *tx).await? {
                 return Ok(RollUp {
                     skipped: true,
                     ..RollUp::default()
@@ -202,6 +206,7 @@ impl Library {
             for q in [
                 "DELETE FROM gpu_latest WHERE time_ms < $1",
                 "DELETE FROM allocator_latest WHERE time_ms < $1",
+                "DELETE FROM process_latest WHERE time_ms < $1",
             ] {
                 sqlx::query(q).bind(cut).execute(&mut *tx).await?;
             }
@@ -221,12 +226,44 @@ impl Library {
                     .await?
                     .rows_affected();
             }
+            // Packed days go whole, once all of the day is past the retention.
+            for t in days::TABLES {
+                expired += sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "DELETE FROM {} WHERE day_ms <= $1",
+                    t.packed
+                )))
+                .bind(rollup_before_ms.saturating_sub(days::DAY_MS))
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            }
             tx.commit().await?;
-            (rolled, expired)
+            // Days over (before the cut's day) are packed, one row per series and day: a
+            // transaction per table, so that the lock PostgreSQL's TRUNCATE of a packed day's
+            // partition takes is held for a moment, not while the next table is packed.
+            let mut packed = days::Packed::default();
+            for t in days::TABLES {
+                let mut tx = pool.begin().await?;
+                if !RollUpTurn::roll_up_turn(&mut *tx).await? {
+                    break;
+                }
+                let p = days::PackDays::pack_days(
+                    &mut *tx,
+                    t,
+                    cut.div_euclid(days::DAY_MS) * days::DAY_MS,
+                )
+                .await?;
+                tx.commit().await?;
+                packed.rows += p.rows;
+                packed.series_days += p.series_days;
+            }
+            (rolled, expired, packed)
         });
         Ok(RollUp {
             rolled_rows: rolled,
             expired_rows: expired + dropped,
+            packed_rows: packed.rows,
+            packed_series_days: packed.series_days,
             skipped: false,
         })
     }

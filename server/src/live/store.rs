@@ -417,6 +417,29 @@ impl Library {
                 .execute(&mut *tx)
                 .await?;
             }
+            // Each process's latest reading on each GPU in this batch, then into its latest table.
+            let same = |x: &wire::ProcessSample, y: &wire::ProcessSample| {
+                (&x.gpu_uuid, x.pid, x.start_time_ms) == (&y.gpu_uuid, y.pid, y.start_time_ms)
+            };
+            for p in newest(&b.processes, same, |p| p.time_ms) {
+                sqlx::query(
+                    "INSERT INTO process_latest (gpu_uuid, pid, start_key, start_time_ms, host, time_ms, name, \
+                     used_bytes) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+                     ON CONFLICT (gpu_uuid, pid, start_key) DO UPDATE SET host = excluded.host, \
+                     time_ms = excluded.time_ms, name = excluded.name, used_bytes = excluded.used_bytes \
+                     WHERE excluded.time_ms >= process_latest.time_ms",
+                )
+                .bind(&p.gpu_uuid)
+                .bind(i64::from(p.pid))
+                .bind(p.start_time_ms.unwrap_or(-1))
+                .bind(p.start_time_ms)
+                .bind(&b.host)
+                .bind(p.time_ms)
+                .bind(&p.name)
+                .bind(p.used_bytes as i64)
+                .execute(&mut *tx)
+                .await?;
+            }
             for e in &b.events {
                 sqlx::query(
                     "INSERT INTO events (host, time_ms, kind, pid, device, message, snapshot_id) \
