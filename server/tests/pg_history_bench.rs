@@ -16,8 +16,8 @@
 //! cargo test --release -p server --test pg_history_bench -- --ignored --nocapture
 //! ```
 //! Uses `MEMSCOPE_BENCH_DATABASE_URL` if set, else a throwaway cluster with PostgreSQL's
-//! durable defaults (`scripts/pg-cluster`, fsync on) in the temporary folder. 30 days take ~50
-//! GB of disk at their peak (yesterday's one-minute rows before they are packed) and ~45 minutes
+//! durable defaults (`scripts/pg-cluster`, fsync on) in the temporary folder. 30 days take ~40
+//! GB of disk at their peak (yesterday's one-minute rows before they are packed) and ~25 minutes
 //! on a 2-core machine; `MEMSCOPE_BENCH_DAYS=0` measures the fleet page alone.
 
 #[path = "common/pg.rs"]
@@ -355,7 +355,7 @@ async fn answer(s: &AppState, uri: &str) -> (f64, usize) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a benchmark: run with --ignored --nocapture (needs PostgreSQL and ~50 GB of disk)"]
+#[ignore = "a benchmark: run with --ignored --nocapture (needs PostgreSQL and ~40 GB of disk)"]
 async fn live_pages_over_a_fleet_history() {
     let hosts = env("MEMSCOPE_BENCH_HOSTS", 1000);
     let days = env("MEMSCOPE_BENCH_DAYS", 30);
