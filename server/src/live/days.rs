@@ -322,17 +322,17 @@ impl SeriesDay {
 
 /// Groups one-minute rows, sorted by series key then minute, into series-days.
 #[derive(Debug)]
-pub struct Packer {
-    fields: usize,
+pub struct Packer<'a> {
+    table: &'a Table,
     current: Option<SeriesDay>,
     /// Series-days complete (the rows moved on to another series or day).
     pub done: Vec<SeriesDay>,
 }
 
-impl Packer {
-    pub fn new(table: &Table) -> Packer {
+impl<'a> Packer<'a> {
+    pub fn new(table: &'a Table) -> Packer<'a> {
         Packer {
-            fields: table.fields.len(),
+            table,
             current: None,
             done: Vec::new(),
         }
@@ -342,7 +342,6 @@ impl Packer {
     /// minute is merged (`merge` rules), which the roll-up's unique key rules out anyway.
     pub fn push(
         &mut self,
-        table: &Table,
         key: Vec<KeyValue>,
         attr: Option<String>,
         minute_ms: i64,
@@ -356,17 +355,17 @@ impl Packer {
             .is_some_and(|c| c.day_ms == day_ms && c.key == key);
         if !same {
             self.done.extend(self.current.take());
-            self.current = Some(SeriesDay::new(key, day_ms, self.fields));
+            self.current = Some(SeriesDay::new(key, day_ms, self.table.fields.len()));
         }
         let s = self.current.as_mut().expect("set above");
         s.attr = s.attr.take().max(attr);
         if s.minutes.last().is_some_and(|&m| m >= offset) {
-            let mut one = SeriesDay::new(s.key.clone(), day_ms, self.fields);
+            let mut one = SeriesDay::new(s.key.clone(), day_ms, self.table.fields.len());
             one.minutes.push(offset);
             for (c, v) in one.columns.iter_mut().zip(values) {
                 c.push(v);
             }
-            merge(table, s, one);
+            merge(self.table, s, one);
             return;
         }
         s.minutes.push(offset);
@@ -537,7 +536,7 @@ macro_rules! push_row {
         let values = (0..$table.fields.len())
             .map(|f| row.try_get::<Option<i64>, _>(at + 1 + f))
             .collect::<Result<Vec<_>, _>>()?;
-        $packer.push($table, key, attr, minute_ms, values);
+        $packer.push(key, attr, minute_ms, values);
     }};
 }
 
@@ -879,10 +878,10 @@ mod tests {
         let mut p = Packer::new(&GPU);
         let key = |s: &str| vec![KeyValue::Text(Some(s.into()))];
         let v = |x: i64| vec![Some(x); GPU.fields.len()];
-        p.push(&GPU, key("a"), None, DAY_MS - MINUTE_MS, v(1));
-        p.push(&GPU, key("a"), None, DAY_MS, v(2));
-        p.push(&GPU, key("a"), None, DAY_MS + 5 * MINUTE_MS, v(3));
-        p.push(&GPU, key("b"), None, DAY_MS + 5 * MINUTE_MS, v(4));
+        p.push(key("a"), None, DAY_MS - MINUTE_MS, v(1));
+        p.push(key("a"), None, DAY_MS, v(2));
+        p.push(key("a"), None, DAY_MS + 5 * MINUTE_MS, v(3));
+        p.push(key("b"), None, DAY_MS + 5 * MINUTE_MS, v(4));
         p.finish();
         let got: Vec<(i64, Vec<i64>)> = p
             .done

@@ -301,7 +301,7 @@ impl Library {
 
     /// NVML used memory of a GPU, bucketed (raw samples and roll-ups).
     pub async fn gpu_used_series(&self, uuid: &str, w: &Window) -> sqlx::Result<Vec<Option<i64>>> {
-        let rows: Vec<(i64, i64)> = self
+        let mut rows: Vec<(i64, i64)> = self
             .gpu_window_rows(
                 "SELECT (t - $1) / $2 AS b, max(v) FROM ( \
                    SELECT time_ms AS t, used_bytes AS v FROM gpu_samples WHERE gpu_uuid = $3 AND time_ms BETWEEN $1 AND $4 \
@@ -312,7 +312,6 @@ impl Library {
                 Stored::Rows,
             )
             .await?;
-        let mut rows = rows;
         let packed: Vec<(i64, Vec<u8>, Vec<u8>)> = self
             .gpu_window_rows(
                 "SELECT day_ms, minutes, used_max_bytes FROM gpu_samples_1m_packed \
