@@ -17,7 +17,7 @@ pub struct DiffQuery {
 /// A headline figure in both snapshots.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FigureDelta {
-    /// What it is, for people (`peak live`, `segments at the end`, …).
+    /// What it is, for people (`peak requested bytes`, `segments`, …).
     pub name: String,
     pub a: u64,
     pub b: u64,

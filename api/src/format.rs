@@ -58,6 +58,7 @@ impl Layout {
     pub fn as_str(self) -> &'static str {
         match self {
             Layout::LegacySegmentList => "legacy_segment_list",
+            Layout::SegmentList => "segment_list",
             Layout::BlockHistory => "block_history",
             Layout::Modern => "modern",
         }
@@ -70,6 +71,9 @@ impl Layout {
 pub enum Layout {
     /// PyTorch ≤ 1.13: a bare list of segments.
     LegacySegmentList,
+    /// A bare list of segments with 2.1+ keys: `torch.cuda.memory_snapshot()` pickled directly
+    /// (segments only, no trace).
+    SegmentList,
     /// PyTorch 2.0: blocks carry their `history`.
     BlockHistory,
     /// PyTorch 2.1 and later.
@@ -106,6 +110,7 @@ mod tests {
         }
         for l in [
             Layout::LegacySegmentList,
+            Layout::SegmentList,
             Layout::BlockHistory,
             Layout::Modern,
         ] {

@@ -63,6 +63,9 @@ pub struct Frame {
 impl Frame {
     /// `file.py:12 function`, the file without its folders.
     pub fn short(&self) -> String {
+        if self.line == 0 && !self.filename.ends_with(".py") {
+            return cpp_name(&self.name);
+        }
         format!(
             "{}:{} {}",
             self.filename.rsplit('/').next().unwrap_or(""),
@@ -72,9 +75,47 @@ impl Frame {
     }
 }
 
-/// A call site's frame written for people, or `(no frames)` where the stack had none.
+/// A C++ frame's function as people name it: `BmmBackward0` for
+/// `torch::autograd::generated::BmmBackward0::apply(std::vector<…>&&)`, `bmm (op)` for
+/// `at::_ops::bmm::call(…)`, else its last two `::` parts without the argument list.
+pub fn cpp_name(full: &str) -> String {
+    // The qualified name's `::` parts outside template brackets, up to the argument list; a
+    // return type before it (`void …`) is dropped.
+    let (mut parts, mut start, mut depth) = (Vec::new(), 0, 0i32);
+    let bytes = full.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'<' => depth += 1,
+            b'>' => depth -= 1,
+            b'(' if depth == 0 => break,
+            b' ' if depth == 0 => start = i + 1,
+            b':' if depth == 0 && bytes.get(i + 1) == Some(&b':') => {
+                parts.push(&full[start..i]);
+                start = i + 2;
+                i += 1;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    parts.push(&full[start..i.min(full.len())]);
+    match parts.as_slice() {
+        [.., "_ops", op, _] => format!("{op} (op)"),
+        [.., node, "apply"] => node.to_string(),
+        [.., a, b] => format!("{a}::{b}"),
+        [one] => one.to_string(),
+        [] => full.to_string(),
+    }
+}
+
+/// What a call site with an empty stack is called: its allocations were made before the trace
+/// (their stacks are unknown) or recorded without frames.
+pub const NO_STACK: &str = "(no stack: made before the trace, or recorded without frames)";
+
+/// A call site's frame written for people, or [`NO_STACK`] where the stack had none.
 pub fn site_text(site: Option<&Frame>) -> String {
-    site.map_or_else(|| "(no frames)".to_string(), Frame::short)
+    site.map_or_else(|| NO_STACK.to_string(), Frame::short)
 }
 
 /// A stack id of a snapshot (resolve with [`routes::frames`]); 0 is the empty stack.
@@ -161,6 +202,26 @@ mod tests {
             name: "step".into(),
         };
         assert_eq!(f.short(), "train.py:88 step");
-        assert_eq!(site_text(None), "(no frames)");
+        assert_eq!(site_text(None), NO_STACK);
+    }
+
+    #[test]
+    fn a_cpp_frame_is_named_by_its_node_or_operator() {
+        let node = "torch::autograd::generated::BmmBackward0::apply(std::vector<at::Tensor, std::allocator<at::Tensor> >&&)";
+        assert_eq!(cpp_name(node), "BmmBackward0");
+        assert_eq!(
+            cpp_name("at::_ops::bmm::call(at::Tensor const&, at::Tensor const&)"),
+            "bmm (op)"
+        );
+        assert_eq!(
+            cpp_name("void at::meta::check<at::meta::structured_bmm>(at::Tensor const&)"),
+            "meta::check<at::meta::structured_bmm>"
+        );
+        let f = Frame {
+            filename: "??".into(),
+            line: 0,
+            name: node.into(),
+        };
+        assert_eq!(f.short(), "BmmBackward0");
     }
 }

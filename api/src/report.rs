@@ -53,6 +53,11 @@ impl TraceAction {
     }
 }
 
+/// The version of the report's schema and of the rules behind its figures: a stored report of
+/// another version is computed again from the snapshot (2: PyTorch's three peaks per device,
+/// the default device, the leak check, the first view fitted around the peaks).
+pub const REPORT_VERSION: u32 = 2;
+
 /// One device's trace in figures.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DeviceSummary {
@@ -68,9 +73,75 @@ pub struct DeviceSummary {
     pub alive_at_end_bytes_from_trace: u64,
     /// Peak of what the trace itself allocated (without what predates it).
     pub peak_traced_live_bytes: u64,
-    /// Peak of live bytes, including allocations made before the trace started.
-    pub peak_live_bytes: u64,
-    pub peak_position: u32,
+    /// PyTorch's three peaks (`torch.cuda.memory_stats()`'s `requested_bytes.all.peak`,
+    /// `allocated_bytes.all.peak` = `max_memory_allocated()`, `reserved_bytes.all.peak` =
+    /// `max_memory_reserved()`), each with the position (events of the trace before it) where it
+    /// was first reached. They equal PyTorch's own when [`peaks_over`](Self::peaks_over) is
+    /// `whole_process`.
+    pub peak_requested_bytes: u64,
+    pub peak_requested_position: u32,
+    pub peak_allocated_bytes: u64,
+    pub peak_allocated_position: u32,
+    pub peak_reserved_bytes: u64,
+    pub peak_reserved_position: u32,
+    pub peaks_over: PeakScope,
+}
+
+/// What a device's peaks cover.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PeakScope {
+    /// The trace starts on an empty allocator: the process's own peaks.
+    WholeProcess,
+    /// The trace starts mid-run: peaks over the trace's window only.
+    TraceWindow,
+    /// No trace, or one that records no allocation: the snapshot's final state.
+    FinalState,
+}
+
+impl PeakScope {
+    /// Said after the figures, for people.
+    pub fn words(self) -> &'static str {
+        match self {
+            PeakScope::WholeProcess => {
+                "over the whole process (the trace starts on an empty allocator)"
+            }
+            PeakScope::TraceWindow => {
+                "over the trace window only (it starts mid-run: higher peaks before it are not seen)"
+            }
+            PeakScope::FinalState => "at the snapshot only (no allocation was recorded)",
+        }
+    }
+}
+
+/// Whether the leak search could run, and if not, why.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LeakCheck {
+    /// The traces were searched (the suspects may be none).
+    #[default]
+    Ran,
+    /// No trace: segments only.
+    NoTrace,
+    /// The traces record no allocation: history was off while the memory was allocated.
+    HistoryOff,
+}
+
+impl LeakCheck {
+    /// What to say when there are no suspects.
+    pub fn no_suspects_words(self) -> &'static str {
+        match self {
+            LeakCheck::Ran => {
+                "none: no call site keeps allocations alive that were made again and again across the trace"
+            }
+            LeakCheck::NoTrace => {
+                "not available: the snapshot has no trace (record history with torch.cuda.memory._record_memory_history() before the work)"
+            }
+            LeakCheck::HistoryOff => {
+                "not available: the trace records no allocation (history was off while the memory was allocated)"
+            }
+        }
+    }
 }
 
 /// A warning's stable, machine-readable code.
@@ -85,6 +156,8 @@ pub enum WarningCode {
     TraceTruncated,
     /// Blocks in the segments carry no frames.
     BlocksWithoutFrames,
+    /// A device's trace records no allocation: history was off while its memory was allocated.
+    HistoryOff,
     /// A code a newer server writes.
     #[serde(untagged)]
     Other(String),
@@ -234,14 +307,23 @@ pub struct Report {
     pub block_states: BTreeMap<BlockState, u64>,
     pub pending_free_blocks: u64,
     pub pending_free_bytes: u64,
-    /// Per device (`"0"`, `"1"`, …).
+    /// Per device (`"0"`, `"1"`, …): every device with a trace or segments.
     pub devices: BTreeMap<String, DeviceSummary>,
+    /// The device views show when none is chosen: the one that held the most memory.
+    #[serde(default)]
+    pub default_device: Option<i32>,
     pub host_segments: u64,
     pub host_reserved_bytes: u64,
     pub frames: u64,
     pub stacks: u64,
     pub annotations: u64,
     pub leak_suspects: Vec<LeakSuspect>,
+    /// [`REPORT_VERSION`] of the server that computed it (0: before versions were written).
+    #[serde(default)]
+    pub report_version: u32,
+    /// Whether the leak search ran: no suspects means "none" only when it did.
+    #[serde(default)]
+    pub leak_check: LeakCheck,
     pub ooms: Vec<OomReport>,
     pub warnings: Vec<Warning>,
     pub fragmentation: Vec<DeviceFragmentation>,
@@ -251,6 +333,23 @@ pub struct Report {
 }
 
 impl Report {
+    /// The device views show when none is chosen (the report's, else the first traced one).
+    pub fn shown_device(&self) -> Option<i32> {
+        self.default_device
+            .or_else(|| self.traced_devices().first().map(|d| d.0))
+    }
+
+    /// Every device the report covers (a trace or segments) and its trace's events, in order.
+    pub fn all_devices(&self) -> Vec<(i32, u64)> {
+        let mut v: Vec<(i32, u64)> = self
+            .devices
+            .iter()
+            .filter_map(|(k, d)| Some((k.parse().ok()?, d.entries)))
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
     /// Devices with a trace and how many events each has, in order.
     pub fn traced_devices(&self) -> Vec<(i32, u64)> {
         let mut v: Vec<(i32, u64)> = self

@@ -24,11 +24,23 @@ pub struct WhatIfQuery {
     pub curves: Option<bool>,
 }
 
+fn yes() -> bool {
+    true
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WhatIf {
     pub device: i32,
     pub events: u32,
     pub recorded_alloc_conf: String,
+    /// Whether the snapshot records its allocator settings (PyTorch 2.3+); if not, the recorded
+    /// run is taken to have used PyTorch's defaults.
+    #[serde(default = "yes")]
+    pub settings_recorded: bool,
+    /// The peak reserved bytes were reserved before the trace's first event: no setting can
+    /// change the peak this trace shows.
+    #[serde(default)]
+    pub peak_before_trace: bool,
     pub starts_mid_run: bool,
     /// The trace records no request after its last OOM: a run that gets past it is known to fit
     /// only that far.

@@ -49,7 +49,7 @@ pub struct WhatifArgs {
     /// new segment's allocation size, as PyTorch does).
     #[arg(long, default_value = "device", value_parser = ["device", "fraction"])]
     pub limit_kind: String,
-    /// The device to replay (default: the first with a trace).
+    /// The device to replay (default: the one that held the most memory).
     #[arg(long)]
     pub device: Option<i32>,
     /// Print one JSON object instead of the table.
@@ -69,10 +69,10 @@ pub struct DiffArgs {
     /// Call sites to list.
     #[arg(long, default_value_t = 10)]
     pub top: usize,
-    /// The device of A to compare (default: its first device with a trace).
+    /// The device of A to compare (default: the one that held the most memory).
     #[arg(long)]
     pub device_a: Option<i32>,
-    /// The device of B to compare (default: its first device with a trace).
+    /// The device of B to compare (default: the one that held the most memory).
     #[arg(long)]
     pub device_b: Option<i32>,
 }
@@ -157,15 +157,15 @@ fn diff(args: DiffArgs) -> anyhow::Result<()> {
                   path: &std::path::Path,
                   chosen: Option<i32>| {
         match chosen {
-            Some(c) => index.traced().find(|d| d.device == c).map(|d| d.device).with_context(|| {
-                let have: Vec<String> = index.traced().map(|d| d.device.to_string()).collect();
+            Some(c) => index.device(c).map(|d| d.device).with_context(|| {
+                let have: Vec<String> = index.devices.iter().map(|d| d.device.to_string()).collect();
                 format!(
-                    "{} has no trace for device {c} (devices with a trace: {})",
+                    "{} has nothing on device {c} (devices with a trace or segments: {})",
                     path.display(),
                     if have.is_empty() { "none".to_string() } else { have.join(", ") }
                 )
             }),
-            None => index.traced().next().map(|d| d.device).with_context(|| {
+            None => index.default_device().map(|d| d.device).with_context(|| {
                 format!(
                     "{} has no device trace (record history with torch.cuda.memory._record_memory_history)",
                     path.display()

@@ -107,8 +107,29 @@ pub fn device_summary(d: summary::DeviceSummary) -> api::DeviceSummary {
         alive_at_end_from_trace: d.alive_at_end_from_trace,
         alive_at_end_bytes_from_trace: d.alive_at_end_bytes_from_trace,
         peak_traced_live_bytes: d.peak_traced_live_bytes,
-        peak_live_bytes: d.peak_live_bytes,
-        peak_position: d.peak_position,
+        peak_requested_bytes: d.peak_requested_bytes,
+        peak_requested_position: d.peak_requested_position,
+        peak_allocated_bytes: d.peak_allocated_bytes,
+        peak_allocated_position: d.peak_allocated_position,
+        peak_reserved_bytes: d.peak_reserved_bytes,
+        peak_reserved_position: d.peak_reserved_position,
+        peaks_over: peak_scope(d.peaks_over),
+    }
+}
+
+pub fn leak_check(c: snapshot::analysis::LeakCheck) -> api::LeakCheck {
+    match c {
+        snapshot::analysis::LeakCheck::Ran => api::LeakCheck::Ran,
+        snapshot::analysis::LeakCheck::NoTrace => api::LeakCheck::NoTrace,
+        snapshot::analysis::LeakCheck::HistoryOff => api::LeakCheck::HistoryOff,
+    }
+}
+
+pub fn peak_scope(s: snapshot::analysis::PeakScope) -> api::PeakScope {
+    match s {
+        snapshot::analysis::PeakScope::WholeProcess => api::PeakScope::WholeProcess,
+        snapshot::analysis::PeakScope::TraceWindow => api::PeakScope::TraceWindow,
+        snapshot::analysis::PeakScope::FinalState => api::PeakScope::FinalState,
     }
 }
 
@@ -236,12 +257,15 @@ pub fn report(r: analysis::Report) -> api::Report {
             .into_iter()
             .map(|(k, d)| (k, device_summary(d)))
             .collect(),
+        default_device: s.default_device,
         host_segments: s.host_segments,
         host_reserved_bytes: s.host_reserved_bytes,
         frames: s.frames,
         stacks: s.stacks,
         annotations: s.annotations,
         leak_suspects: r.leak_suspects.into_iter().map(leak_suspect).collect(),
+        leak_check: leak_check(r.leak_check),
+        report_version: api::REPORT_VERSION,
         ooms: r.ooms.into_iter().map(oom_report).collect(),
         warnings: r.warnings.into_iter().map(warning).collect(),
         fragmentation: r
@@ -497,6 +521,8 @@ pub fn whatif(w: snapshot::whatif::WhatIf) -> api::WhatIf {
         device: w.device,
         events: w.events,
         recorded_alloc_conf: w.recorded_alloc_conf,
+        settings_recorded: w.settings_recorded,
+        peak_before_trace: w.peak_before_trace,
         starts_mid_run: w.starts_mid_run,
         oom_ends_trace: w.oom_ends_trace,
         limit: w.limit.map(|l| api::WhatIfLimit {

@@ -188,6 +188,14 @@ const ORPHAN_GRACE: std::time::Duration = std::time::Duration::from_secs(600);
 /// Connections to PostgreSQL for ingest, uploads and the library (live reads have their own).
 const POSTGRES_CONNECTIONS: u32 = 8;
 
+/// A snapshot's stored report: current, or written by another version (or unreadable) and to be
+/// computed again from the snapshot (`http::snapshots::report_of`).
+#[derive(Debug)]
+pub enum Stored {
+    Current(Box<api::Report>),
+    Stale,
+}
+
 impl Library {
     /// Opens (creating if needed) the library in `dir` on SQLite in `dir`, or on the PostgreSQL
     /// database at `database_url`; applies migrations and removes leftovers of interrupted
@@ -504,18 +512,36 @@ impl Library {
     }
 
     /// The report stored at upload (`memscope analyze --json`'s object).
-    pub async fn report(&self, id: &str) -> anyhow::Result<Option<api::Report>> {
+    pub async fn report(&self, id: &str) -> anyhow::Result<Option<Stored>> {
         let json: Option<String> = with_db!(&self.db, |p| sqlx::query_scalar(
             "SELECT report_json FROM snapshots WHERE id = $1"
         )
         .bind(id)
         .fetch_optional(p)
         .await)?;
-        json.map(|j| {
-            serde_json::from_str(&j)
-                .with_context(|| format!("the stored report of snapshot {id} does not read"))
-        })
-        .transpose()
+        Ok(json.map(|j| match serde_json::from_str::<api::Report>(&j) {
+            Ok(r) if r.report_version == api::REPORT_VERSION => Stored::Current(Box::new(r)),
+            Ok(_) => Stored::Stale,
+            Err(e) => {
+                tracing::info!(id, error = %e, "a stored report does not read; it will be computed again");
+                Stored::Stale
+            }
+        }))
+    }
+
+    /// Replaces a snapshot's stored report (one computed again by this version). False if there
+    /// is no such snapshot.
+    pub async fn set_report(&self, id: &str, report: &api::Report) -> anyhow::Result<bool> {
+        let report_json = serde_json::to_string(report)?;
+        let done = with_db!(&self.db, |p| sqlx::query(
+            "UPDATE snapshots SET report_json = $1 WHERE id = $2"
+        )
+        .bind(&report_json)
+        .bind(id)
+        .execute(p)
+        .await
+        .map(|d| d.rows_affected()))?;
+        Ok(done == 1)
     }
 
     /// Commits an upload: its original (a temporary file, fully written and synced) is renamed
@@ -540,10 +566,15 @@ impl Library {
             .find_by_sha(&info.sha256)
             .await?
             .ok_or_else(|| anyhow::anyhow!("snapshot {} vanished while committing", info.id))?;
-        let report = self
-            .report(&existing.id)
-            .await?
-            .ok_or_else(|| anyhow::anyhow!("snapshot {} has no report", existing.id))?;
+        let report = match self.report(&existing.id).await? {
+            Some(Stored::Current(r)) => *r,
+            // Written by an older version: this upload's is of the same snapshot.
+            Some(Stored::Stale) => {
+                self.set_report(&existing.id, &report).await?;
+                report
+            }
+            None => anyhow::bail!("snapshot {} has no report", existing.id),
+        };
         Ok((existing, false, report))
     }
 

@@ -121,13 +121,9 @@ pub struct Member<'a> {
     pub index: &'a Index,
 }
 
-/// The device a rank's figures are about: its trace with the most events.
+/// The device a rank's figures are about: the one that held the most memory.
 fn device_of(m: &Member) -> i32 {
-    m.index
-        .traced()
-        .max_by_key(|d| (d.len, -d.device))
-        .or(m.index.devices.first())
-        .map_or(0, |d| d.device)
+    m.index.default_device().map_or(0, |d| d.device)
 }
 
 /// Call sites of the imbalance to list.

@@ -8,8 +8,9 @@ use snapshot::frames::FrameView;
 
 fn site(f: &Option<FrameView>) -> String {
     match f {
+        Some(f) if f.line == 0 && !f.filename.ends_with(".py") => api::cpp_name(&f.name),
         Some(f) => format!("{}:{} in {}", f.filename, f.line, f.name),
-        None => "(no frames)".into(),
+        None => api::NO_STACK.into(),
     }
 }
 
@@ -82,19 +83,46 @@ pub fn render(name: &str, r: &Report, top: usize) -> String {
             (Some(a), Some(b)) => format!(" over {:.2} s", (b - a) as f64 / 1e6),
             _ => String::new(),
         };
+        let final_state = d.peaks_over == snapshot::analysis::PeakScope::FinalState;
+        let at = |p: u32| match (final_state, p) {
+            (true, _) => String::new(),
+            (_, 0) => " at the trace's start".to_string(),
+            (_, p) => format!(" after event {}", thousands(p as u64)),
+        };
+        let entries = match d.entries {
+            0 => "no trace entries".to_string(),
+            1 => "1 trace entry".to_string(),
+            n => format!("{} trace entries", thousands(n)),
+        };
+        let secs = if d.first_time_us == d.last_time_us {
+            String::new()
+        } else {
+            secs
+        };
+        let _ = writeln!(o, "  device {dev}: {entries}{secs}");
         let _ = writeln!(
             o,
-            "  device {dev}: {} trace entries{secs}; peak live {} after event {}",
-            thousands(d.entries),
-            hb(d.peak_live_bytes),
-            thousands(d.peak_position as u64)
+            "    peak requested {}{}, allocated {}{}, reserved {}{}",
+            hb(d.peak_requested_bytes),
+            at(d.peak_requested_position),
+            hb(d.peak_allocated_bytes),
+            at(d.peak_allocated_position),
+            hb(d.peak_reserved_bytes),
+            at(d.peak_reserved_position),
+        );
+        let _ = writeln!(
+            o,
+            "    {}",
+            crate::convert::peak_scope(d.peaks_over).words()
         );
         let acts: Vec<String> = d
             .actions
             .iter()
             .map(|(k, v)| format!("{k} {}", thousands(*v)))
             .collect();
-        let _ = writeln!(o, "    {}", acts.join(", "));
+        if !acts.is_empty() {
+            let _ = writeln!(o, "    {}", acts.join(", "));
+        }
     }
 
     if !r.warnings.is_empty() {
@@ -108,7 +136,8 @@ pub fn render(name: &str, r: &Report, top: usize) -> String {
     if r.leak_suspects.is_empty() {
         let _ = writeln!(
             o,
-            "  none: no stack keeps allocations alive that were made throughout the trace"
+            "  {}",
+            crate::convert::leak_check(r.leak_check).no_suspects_words()
         );
     } else {
         let _ = writeln!(
@@ -206,6 +235,26 @@ pub fn render_diff(a: &str, b: &str, d: &Diff) -> String {
         let _ = writeln!(o, "  {:<26} {va:>12} {vb:>12} {dv:>12}", f.name);
     }
     let _ = writeln!(o);
+    let events = |i: usize| {
+        d.figures
+            .iter()
+            .find(|f| f.name == "trace events")
+            .map_or(1, |f| if i == 0 { f.a } else { f.b })
+    };
+    let untraced: Vec<&str> = [("A", events(0)), ("B", events(1))]
+        .into_iter()
+        .filter(|&(_, n)| n == 0)
+        .map(|(side, _)| side)
+        .collect();
+    if !untraced.is_empty() {
+        let _ = writeln!(
+            o,
+            "{} {} no trace: compared by {} state at the snapshot (its peaks are that state; no leak search).\n",
+            untraced.join(" and "),
+            if untraced.len() == 1 { "has" } else { "have" },
+            if untraced.len() == 1 { "its" } else { "their" }
+        );
+    }
     if d.leaks.is_empty() {
         let _ = writeln!(o, "Leak suspects: none in either snapshot.");
     } else {
@@ -257,12 +306,20 @@ pub fn render_diff(a: &str, b: &str, d: &Diff) -> String {
 /// then every setting ranked, with the saving against the recorded run.
 pub fn render_whatif(name: &str, w: &snapshot::whatif::WhatIf) -> String {
     let mut o = String::new();
+    let settings = if w.settings_recorded {
+        format!(
+            "recorded with PYTORCH_CUDA_ALLOC_CONF={:?}",
+            w.recorded_alloc_conf
+        )
+    } else {
+        "allocator settings not recorded (PyTorch before 2.3): PyTorch's defaults assumed"
+            .to_string()
+    };
     let _ = writeln!(
         o,
-        "{name}: device {}, {} events, recorded with PYTORCH_CUDA_ALLOC_CONF={:?}",
+        "{name}: device {}, {} events, {settings}",
         w.device,
         thousands(w.events as u64),
-        w.recorded_alloc_conf
     );
     let c = &w.replay_check;
     let _ = writeln!(
@@ -287,6 +344,14 @@ pub fn render_whatif(name: &str, w: &snapshot::whatif::WhatIf) -> String {
     }
     if let Some(l) = &w.limit {
         let _ = writeln!(o, "Limit: {} ({}).", hb(l.bytes), l.detail);
+    }
+    if w.peak_before_trace {
+        let _ = writeln!(
+            o,
+            "\nThe peak reserved memory ({}) was already reserved before the trace's first event: every replay starts there, so no allocator setting can change the peak this trace shows. Record from before the work starts to compare settings.",
+            hb(c.recorded_peak_reserved_bytes)
+        );
+        return o;
     }
     let _ = writeln!(
         o,
@@ -377,9 +442,7 @@ pub fn render_run(r: &api::RunReport, ranks_from: &str) -> String {
     if let Some(i) = &r.imbalance {
         let _ = writeln!(o, "Imbalance: {}", i.summary);
         for s in i.sites.iter().take(5) {
-            let site = s.site.as_ref().map_or("(no frames)".to_string(), |f| {
-                format!("{}:{} in {}", f.filename, f.line, f.name)
-            });
+            let site = api::site_text(s.site.as_ref());
             let _ = writeln!(o, "  +{:>10}  {site}", hb(s.delta_bytes as u64));
         }
         let _ = writeln!(o);

@@ -401,12 +401,24 @@ async fn upload_task(
     };
     if let Some(existing) = existing {
         // Gone since (a delete racing this upload): this upload's own copy is committed below.
-        if let Some(report) = lib.report(&existing.id).await? {
-            return Ok(Uploaded {
-                created: false,
-                snapshot: existing,
-                report,
-            });
+        match lib.report(&existing.id).await? {
+            Some(crate::library::Stored::Current(report)) => {
+                return Ok(Uploaded {
+                    created: false,
+                    snapshot: existing,
+                    report: *report,
+                });
+            }
+            // Written by an older version: this upload's report is of the same snapshot.
+            Some(crate::library::Stored::Stale) => {
+                lib.set_report(&existing.id, &report).await?;
+                return Ok(Uploaded {
+                    created: false,
+                    snapshot: existing,
+                    report,
+                });
+            }
+            None => {}
         }
     }
     let index_ms = started.elapsed().as_millis() as u64;
@@ -431,7 +443,7 @@ async fn upload_task(
         peak_bytes: report
             .devices
             .values()
-            .map(|d| d.peak_live_bytes)
+            .map(|d| d.peak_allocated_bytes)
             .max()
             .unwrap_or(report.allocated_bytes),
         reserved_bytes: report.reserved_bytes,

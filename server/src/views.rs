@@ -35,9 +35,16 @@ pub fn timeline_key(q: &api::TimelineQuery) -> Option<String> {
     });
     let (buckets, allocations) = (q.buckets_or_default(), q.allocations_or_default());
     Some(format!(
-        "v{}-timeline-d{device}-a{axis}-b{buckets}-n{allocations}",
-        env!("CARGO_PKG_VERSION")
+        "{}timeline-d{device}-a{axis}-b{buckets}-n{allocations}",
+        prefix()
     ))
+}
+
+/// What names this build's stored answers: the server's version and the answers' own schema
+/// ([`api::REPORT_VERSION`]: a first view fitted by other rules is not served after an upgrade
+/// that keeps the package version).
+fn prefix() -> String {
+    format!("v{}.{}-", env!("CARGO_PKG_VERSION"), api::REPORT_VERSION)
 }
 
 fn file(dir: &Path, key: &str) -> PathBuf {
@@ -62,7 +69,7 @@ pub async fn read(dir: &Path, key: &str) -> Option<Vec<u8>> {
 pub fn write(dir: &Path, key: &str, answer: &[u8]) {
     let store = || -> std::io::Result<()> {
         std::fs::create_dir_all(dir)?;
-        let prefix = format!("v{}-", env!("CARGO_PKG_VERSION"));
+        let prefix = prefix();
         let mut kept = 0;
         for e in std::fs::read_dir(dir)?.flatten() {
             let name = e.file_name().to_string_lossy().to_string();
@@ -130,7 +137,7 @@ mod tests {
         assert_eq!(rt.block_on(read(&dir, "missing")), None);
         // Another build's answers are cleared when this one stores, and the cap holds.
         std::fs::write(dir.join("v0.0.0-old.json"), b"{}").unwrap();
-        let this = format!("v{}-", env!("CARGO_PKG_VERSION"));
+        let this = prefix();
         for i in 0..MAX_PER_SNAPSHOT + 3 {
             write(&dir, &format!("{this}{i}"), b"{}");
         }

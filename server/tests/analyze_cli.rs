@@ -163,17 +163,21 @@ fn diff_of_two_runs_names_the_new_leak() {
         v["leaks"][0]
     );
 
-    // A snapshot without a trace cannot be compared by call site: a clear error.
+    // A snapshot without a trace is compared by its state at the snapshot, and says so.
     let out = memscope(&[
         "diff",
         a.to_str().unwrap(),
         fixture("segments_only.pickle").to_str().unwrap(),
     ]);
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        err.contains("segments_only.pickle has no device trace"),
-        "{err}"
+        text.contains("B has no trace: compared by its state at the snapshot"),
+        "{text}"
+    );
+    assert!(
+        text.contains("peak reserved bytes") && text.contains("214.0 MiB"),
+        "{text}"
     );
 
     // Devices chosen: cuda:1 of the two-device variant is leak_detached_cache itself.
@@ -205,7 +209,7 @@ fn diff_of_two_runs_names_the_new_leak() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("no trace for device 3 (devices with a trace: 0, 1)"),
+        err.contains("nothing on device 3 (devices with a trace or segments: 0, 1)"),
         "{err}"
     );
 }

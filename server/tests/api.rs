@@ -464,8 +464,8 @@ async fn each_device_of_a_snapshot_is_queried_on_its_own() {
     let (_, r) = get(format!("/api/snapshots/{id}")).await;
     let (_, k1) = get(format!("/api/snapshots/{id}/stacks?device=1")).await;
     assert_eq!(k1["device"], 1);
-    assert_eq!(k1["total_bytes"], r["devices"]["1"]["peak_live_bytes"]);
-    assert_ne!(k1["total_bytes"], r["devices"]["0"]["peak_live_bytes"]);
+    assert_eq!(k1["total_bytes"], r["devices"]["1"]["peak_requested_bytes"]);
+    assert_ne!(k1["total_bytes"], r["devices"]["0"]["peak_requested_bytes"]);
     let (_, s1) = get(format!("/api/snapshots/{id}/state?device=1")).await;
     assert_eq!(s1["segments"].as_array().unwrap().len(), 11);
     let (_, spans) = get(format!("/api/snapshots/{id}/segments?device=1")).await;
@@ -1149,7 +1149,7 @@ async fn a_jobs_ranks_make_a_run_with_the_imbalance_and_the_failing_rank_first()
     // The same figures as each rank's own report.
     let (_, rep1) = call(&state, "GET", &api::routes::snapshot(&r1), vec![]).await;
     assert_eq!(
-        rep1["devices"]["0"]["peak_live_bytes"].as_u64(),
+        rep1["devices"]["0"]["peak_requested_bytes"].as_u64(),
         Some(run.ranks[0].peak_live_bytes)
     );
 
@@ -1184,5 +1184,50 @@ async fn a_jobs_ranks_make_a_run_with_the_imbalance_and_the_failing_rank_first()
     )
     .await;
     assert_eq!(st, StatusCode::BAD_REQUEST);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A report stored by an older version (before the three peaks, or one that no longer reads) is
+/// computed again from the snapshot when asked for, stored, and re-uploads answer with it.
+#[tokio::test]
+async fn a_report_stored_by_an_older_version_is_computed_again() {
+    let (dir, state) = open_state("stale-report").await;
+    let id = upload_fixture(&state, "leak_detached_cache.pickle").await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (_, fresh) = call(&state, "GET", &format!("/api/snapshots/{id}"), vec![]).await;
+    assert_eq!(fresh["report_version"], api::REPORT_VERSION);
+    // What an older server stored: no version, a field since renamed.
+    let mut old: api::Report = serde_json::from_value(fresh.clone()).unwrap();
+    old.report_version = 0;
+    old.devices.get_mut("0").unwrap().peak_allocated_bytes = 1;
+    assert!(state.library.set_report(&id, &old).await.unwrap());
+    state.models.remove(&id);
+    let (st, again) = call(&state, "GET", &format!("/api/snapshots/{id}"), vec![]).await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(again, fresh, "computed again, the same as at upload");
+    // Stored in its place: an unreadable row is computed again too.
+    match state.library.report(&id).await.unwrap() {
+        Some(server::library::Stored::Current(r)) => {
+            assert_eq!(r.report_version, api::REPORT_VERSION)
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(state.library.set_report(&id, &old).await.unwrap());
+    let (st, re) = call(
+        &state,
+        "POST",
+        "/api/snapshots",
+        fixture("leak_detached_cache.pickle"),
+    )
+    .await;
+    assert_eq!((st, re["created"].as_bool()), (StatusCode::OK, Some(false)));
+    assert_eq!(
+        re["summary"]["devices"]["0"]["peak_allocated_bytes"],
+        fresh["devices"]["0"]["peak_allocated_bytes"]
+    );
+    let (_, stored) = call(&state, "GET", &format!("/api/snapshots/{id}"), vec![]).await;
+    assert_eq!(stored, fresh);
     let _ = std::fs::remove_dir_all(dir);
 }

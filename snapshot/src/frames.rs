@@ -34,24 +34,54 @@ const NOISE_FILES: [&str; 10] = [
 
 /// True for frames viewers hide (unwinder, interpreter and dispatcher plumbing). Beyond the names
 /// MemoryViz hides, the CPython interpreter's own C frames (`Py_RunMain`, `_PyRun_…`,
-/// `PyMethod_New`…) and libc start-up are noise too: they sit at the bottom of every stack.
+/// `PyMethod_New`…), libc start-up and thread start (`execute_native_thread_routine` in
+/// libstdc++'s `thread48.o`, `start_thread`, `clone3`, and the libc symbols the unwinder names
+/// beside them) are noise too: they sit at the bottom of every stack, and no one fixes code there.
 pub fn is_noise(filename: &str, name: &str) -> bool {
     NOISE_NAMES.iter().any(|n| name.contains(n))
         || NOISE_FILES.iter().any(|f| filename.contains(f))
         || (is_cpp(filename)
             && (name.starts_with("Py")
                 || name.starts_with("_Py")
-                || name.starts_with("__libc")
-                || name == "main"))
+                || name.starts_with("__")
+                || name.starts_with("pthread_")
+                || [
+                    "main",
+                    "clone",
+                    "clone3",
+                    "start_thread",
+                    "execute_native_thread_routine",
+                ]
+                .contains(&name)))
 }
 
-/// True for C++ frames: `??` or a C/C++/CUDA source, or no Python file at all.
+/// True for C++ frames: `??` or a C/C++/CUDA source, an object file or shared library
+/// (`thread48.o`, `libtorch_cuda.so`), or no Python file at all.
 pub fn is_cpp(filename: &str) -> bool {
     filename == "??"
-        || [".cpp", ".cc", ".cxx", ".c", ".h", ".hpp", ".cu", ".cuh"]
-            .iter()
-            .any(|e| filename.ends_with(e))
+        || [
+            ".cpp", ".cc", ".cxx", ".c", ".h", ".hpp", ".cu", ".cuh", ".o", ".so",
+        ]
+        .iter()
+        .any(|e| filename.ends_with(e))
+        || filename.contains(".so.")
         || filename.is_empty()
+}
+
+/// How well a C++ frame names what allocated, for a stack with no Python frame (the autograd
+/// engine's thread, or `stacks="cpp"`): the autograd node (`BmmBackward0::apply`) or gradient
+/// accumulation first, then the operator (`at::_ops::bmm::call`), else nothing better than the
+/// innermost frame.
+fn cpp_rank(name: &str) -> u8 {
+    if name.contains("::apply(") && (name.contains("Backward") || name.contains("AccumulateGrad"))
+        || name.contains("AccumulateGrad::accumulateGrad")
+    {
+        2
+    } else if name.contains("at::_ops::") && name.contains("::call(") {
+        1
+    } else {
+        0
+    }
 }
 
 /// True for a frame in the user's own Python code.
@@ -130,7 +160,9 @@ impl FrameClass {
     }
 
     /// The frame a stack is labelled by: the first user frame, else the first Python frame (inside
-    /// torch, e.g. `backward`), else the first C++ frame outside the caching allocator itself.
+    /// torch, e.g. `backward`), else the autograd node or operator that allocated (a backward
+    /// allocation on the engine's thread has only C++ frames: `BmmBackward0::apply`,
+    /// `at::_ops::bmm::call`), else the first C++ frame outside the caching allocator itself.
     pub fn label(&self, snap: &Snapshot, stack: StackId) -> Option<FrameId> {
         let frames = snap.stack(stack);
         self.first_user_frame(snap, stack)
@@ -139,6 +171,19 @@ impl FrameClass {
                     .iter()
                     .copied()
                     .find(|&f| !self.is_noise(f) && !self.is_cpp(f))
+            })
+            .or_else(|| {
+                // The innermost frame of the best rank (a node over an operator).
+                frames
+                    .iter()
+                    .copied()
+                    .map(|f| (cpp_rank(snap.str(snap.frame(f).name)), f))
+                    .filter(|&(rank, _)| rank > 0)
+                    .fold(None, |best: Option<(u8, FrameId)>, (rank, f)| match best {
+                        Some((b, _)) if b >= rank => best,
+                        _ => Some((rank, f)),
+                    })
+                    .map(|(_, f)| f)
             })
             .or_else(|| {
                 frames.iter().copied().find(|&f| {

@@ -295,6 +295,13 @@ fn add_segment(
     }
     let get = |k: &str| pairs.iter().find(|(key, _)| key == k).map(|(_, v)| *v);
     let num = |heap: &Heap, k: &str| get(k).and_then(|v| heap.u64(v)).unwrap_or(0);
+    // A bare list of segments is `torch.cuda.memory_snapshot()` pickled directly: PyTorch ≤ 1.13
+    // wrote only that, a 2.1+ one carries segment keys ≤ 1.13 lacked.
+    if format.layout == "legacy_segment_list"
+        && (get("segment_pool_id").is_some() || get("is_expandable").is_some())
+    {
+        format.layout = "segment_list";
+    }
     let address = num(heap, "address");
     let total_size = get("total_size")
         .map(|v| size_of(heap, v, "a segment's total_size"))

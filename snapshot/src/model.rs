@@ -478,7 +478,8 @@ pub struct Format {
     pub protocol: u8,
     /// `"gzip"`, `"zstd"`, `"xz"` or `"none"`.
     pub compression: &'static str,
-    /// `"legacy_segment_list"` (≤1.13), `"block_history"` (2.0) or `"modern"` (2.1+).
+    /// `"legacy_segment_list"` (≤1.13), `"segment_list"` (a bare list of 2.1+ segments:
+    /// `torch.cuda.memory_snapshot()` pickled), `"block_history"` (2.0) or `"modern"` (2.1+).
     pub layout: &'static str,
     /// Bytes of pickle or JSON after decompression.
     pub decoded_bytes: u64,

@@ -29,7 +29,9 @@ const MAGIC: &[u8; 8] = b"MSMODEL\0";
 /// Bump when the layout changes; older files are then rebuilt from the originals.
 /// 2: the checksum at the end. 3: sizes and times as their packed parts, streams as runs of ids
 /// (the file as compact as the tables: 37 → ~21 bytes a trace entry). 4: the index may follow.
-pub const VERSION: u32 = 4;
+/// 5: the first timeline view keeps every peak in view (its stored active span is refitted); the
+/// allocated peak may follow the derived views.
+pub const VERSION: u32 = 5;
 
 struct W<'a, T: Write> {
     w: &'a mut T,
@@ -355,7 +357,12 @@ pub fn read<T: Read>(input: T) -> Result<(Snapshot, Option<Index>)> {
     snap.format.compression = static_str(&r.string()?, &["none", "gzip", "zstd", "xz"]);
     snap.format.layout = static_str(
         &r.string()?,
-        &["modern", "block_history", "legacy_segment_list"],
+        &[
+            "modern",
+            "block_history",
+            "legacy_segment_list",
+            "segment_list",
+        ],
     );
     snap.format.protocol = r.u8()?;
     snap.format.decoded_bytes = r.u64()?;
@@ -684,6 +691,14 @@ fn write_index<T: Write>(w: &mut W<T>, index: &Index) -> io::Result<()> {
                 w.i64(f.idle_after_us)?;
             }
         }
+        match d.lazy.allocated_peak.get() {
+            None => w.u8(0)?,
+            Some(p) => {
+                w.u8(1)?;
+                w.u64(p.bytes)?;
+                w.u32(p.position)?;
+            }
+        }
     }
     Ok(())
 }
@@ -841,6 +856,20 @@ fn read_index<T: Read>(r: &mut R<T>, snap: &Snapshot, n_stacks: u32) -> Result<I
                     return Err(r.bad("index: active span out of range"));
                 }
                 let _ = lazy.active_span.set(Some(f));
+            }
+            _ => return Err(r.bad("index: unknown marker")),
+        }
+        match r.u8()? {
+            0 => {}
+            1 => {
+                let p = crate::analysis::index::Peak {
+                    bytes: r.u64()?,
+                    position: r.u32()?,
+                };
+                if p.position > len {
+                    return Err(r.bad("index: allocated peak out of range"));
+                }
+                let _ = lazy.allocated_peak.set(p);
             }
             _ => return Err(r.bad("index: unknown marker")),
         }

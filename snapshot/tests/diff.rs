@@ -81,7 +81,7 @@ fn the_planted_leak_is_new_in_the_leaking_run() {
 
     let fig = |name: &str| d.figures.iter().find(|f| f.name == name).unwrap().clone();
     assert_eq!((fig("leak suspects").a, fig("leak suspects").b), (0, 1));
-    let peak = fig("peak live bytes");
+    let peak = fig("peak requested bytes");
     assert_eq!(peak.delta, peak.b as i64 - peak.a as i64);
     assert!(
         peak.delta

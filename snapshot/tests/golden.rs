@@ -261,7 +261,15 @@ fn multistream_shows_the_pending_free() {
 fn segments_only_analyses_without_traces() {
     let (_, index, report) = common::analyze("segments_only.pickle");
     assert_eq!(report.summary.segments, 12);
-    assert!(report.summary.devices.is_empty());
+    // The device is listed with its final state as its peaks, and the leak search says it could
+    // not run (not "none").
+    let d = &report.summary.devices["0"];
+    assert_eq!(
+        (d.entries, d.peaks_over),
+        (0, analysis::PeakScope::FinalState)
+    );
+    assert_eq!(d.peak_reserved_bytes, 224_395_264);
+    assert_eq!(report.leak_check, analysis::LeakCheck::NoTrace);
     assert!(report.leak_suspects.is_empty() && report.ooms.is_empty());
     assert_eq!(report.warnings[0].code, "history_not_enabled");
     assert!(index.devices.iter().all(|d| d.len == 0));

@@ -203,7 +203,7 @@ def check_scenario(server, truth, reports, live):
                 any(p["reserved_bytes"] >= e["private_pool_min_bytes"] for p in pools))
     elif name == "ranks":
         dev = str(truth["device"])
-        peak = rep["devices"].get(dev, {}).get("peak_live_bytes")
+        peak = rep["devices"].get(dev, {}).get("peak_requested_bytes")
         c.check("peak of rank %d on device %s" % (e["rank"], dev), mib(e["peak_bytes"]) + " (+64 MiB)", mib(peak),
                 peak is not None and e["peak_bytes"] <= peak <= e["peak_bytes"] + 64 * MIB)
         if e.get("oom"):

@@ -222,6 +222,7 @@ def one_run(args):
                    "device_total_bytes": total, "torch": torch.__version__,
                    "peak_reserved_bytes": st.get("reserved_bytes.all.peak", 0),
                    "peak_allocated_bytes": st.get("allocated_bytes.all.peak", 0),
+                   "peak_requested_bytes": st.get("requested_bytes.all.peak", 0),
                    "segments_at_end": st.get("segment.all.current", 0),
                    "cuda_mallocs": st.get("num_device_alloc", 0), "cuda_frees": st.get("num_device_free", 0),
                    "alloc_retries": st.get("num_alloc_retries", 0), "ooms": st.get("num_ooms", 0),
@@ -340,6 +341,7 @@ def verify(args):
             print("replay check %s: %s" % (name, out.stderr.strip()))
             bad += 1
             continue
+        bad += check_peaks(args, name[:-5], r)
         c = json.loads(out.stdout)["replay_check"]
         exact = c["first_divergence"] is None and c["matched_segment_events"] == c["recorded_segment_events"]
         bad += not exact
@@ -348,6 +350,31 @@ def verify(args):
             c["recorded_peak_reserved_bytes"], "exact" if exact else "DIVERGES: %s" % c["first_divergence"]["why"]))
     print("%d predictions or checks off" % bad)
     return 1 if bad else 0
+
+
+PEAKS = [("requested", "peak_requested_bytes"), ("allocated", "peak_allocated_bytes"),
+         ("reserved", "peak_reserved_bytes")]
+
+
+def check_peaks(args, stem, real):
+    """`memscope analyze --json`'s three peaks of the run against its own `memory_stats()` (history
+    was recorded from the first allocation, so they must be equal to the byte). Returns 1 if off."""
+    out = subprocess.run([args.memscope, "analyze", "--json", os.path.join(args.out, stem + ".pickle")],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        print("peaks %s: %s" % (stem, out.stderr.strip()))
+        return 1
+    devices = json.loads(out.stdout)["devices"]
+    d = devices.get("0") or next(iter(devices.values()))
+    cells, off = [], False
+    for what, key in PEAKS:
+        ours, theirs = d.get(key), real.get(key)
+        if theirs is None:
+            continue
+        off |= ours != theirs
+        cells.append("%s %d vs %d%s" % (what, ours, theirs, "" if ours == theirs else " (%+d)" % (ours - theirs)))
+    print("peaks %-60s %s, over %s %s" % (stem, ", ".join(cells), d.get("peaks_over"), "OFF" if off else "exact"))
+    return 1 if off or d.get("peaks_over") != "whole_process" else 0
 
 
 def main():

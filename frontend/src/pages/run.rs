@@ -153,7 +153,7 @@ fn rank_table(rows: Vec<::api::RankRow>, alignment: ::api::Alignment) -> impl In
         <table class="ranks">
             <thead><tr>
                 <th>"rank"</th><th>"snapshot"</th><th class="num">"events"</th>
-                <th class="num">"peak live"</th><th class="num">"peak reserved"</th>
+                <th class="num">"peak requested"</th><th class="num">"peak reserved"</th>
                 <th class="num">"reserved at the end"</th><th class="num">"cached free (fragmentation)"</th>
                 <th class="num">"leak suspects"</th><th class="num">"OOMs"</th>
             </tr></thead>

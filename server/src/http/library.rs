@@ -200,11 +200,7 @@ async fn set_device_total(s: &AppState, id: &str, total_bytes: u64) -> ApiResult
         .get(&s.library, id)
         .await?
         .ok_or_else(|| ApiError::NotFound(id.to_string()))?;
-    let mut report = s
-        .library
-        .report(id)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(id.to_string()))?;
+    let mut report = super::snapshots::report_of(s, id).await?;
     report.ooms =
         snapshot::analysis::oom::oom_reports(&loaded.snap, &loaded.index, Some(total_bytes))
             .into_iter()

@@ -71,11 +71,7 @@ async fn computed(s: &AppState, id: &str, buckets: u32) -> ApiResult<Computed> {
     // of 64 ranks opens in about half the time of one by one on two cores.
     let loaded: Vec<_> = futures_util::stream::iter(chosen)
         .map(|c| async move {
-            let report = s
-                .library
-                .report(&c.row.id)
-                .await?
-                .ok_or_else(|| ApiError::NotFound(c.row.id.clone()))?;
+            let report = super::snapshots::report_of(s, &c.row.id).await?;
             let m = model(s, &c.row.id).await?;
             Ok::<_, ApiError>((c, report, m))
         })

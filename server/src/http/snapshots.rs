@@ -86,30 +86,56 @@ pub(super) async fn on_engine<T: Send + 'static>(
     .await?
 }
 
-/// The requested device's trace index (default: the first device with a trace).
+/// The requested device's trace index (default: the device that held the most memory).
 pub(super) fn device_of(m: &Loaded, device: Option<i32>) -> ApiResult<&DeviceIndex> {
     match device {
         Some(d) => m
             .index
             .device(d)
             .ok_or_else(|| ApiError::BadRequest(format!("snapshot has no trace for device {d}"))),
-        None => m
-            .index
-            .traced()
-            .next()
-            .or(m.index.devices.first())
-            .ok_or_else(|| {
-                ApiError::BadRequest(
-                    "snapshot has no device traces (history was not recorded)".into(),
-                )
-            }),
+        None => m.index.default_device().ok_or_else(|| {
+            ApiError::BadRequest("snapshot has no device traces (history was not recorded)".into())
+        }),
     }
 }
 
 /// The same object `memscope analyze --json` prints, stored at upload.
 async fn report(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<api::Report>> {
-    let r = s.library.report(&id).await?.ok_or(ApiError::NotFound(id))?;
-    Ok(Json(r))
+    Ok(Json(report_of(&s, &id).await?))
+}
+
+/// A snapshot's report: the stored one, or, where an older version stored it, the report
+/// computed again from the snapshot (with its device total) and stored in its place.
+pub(crate) async fn report_of(s: &AppState, id: &str) -> ApiResult<api::Report> {
+    match s.library.report(id).await? {
+        Some(crate::library::Stored::Current(r)) => return Ok(*r),
+        Some(crate::library::Stored::Stale) => {}
+        None => return Err(ApiError::NotFound(id.to_string())),
+    }
+    let info = s
+        .library
+        .get(id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(id.to_string()))?;
+    let m = s
+        .models
+        .get(&s.library, id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(id.to_string()))?;
+    let options = analysis::Options {
+        device_total_bytes: info.device_total.map(|t| t.total_bytes),
+    };
+    let report = tokio::task::spawn_blocking(move || {
+        convert::report(analysis::report(&m.snap, &m.index, &options))
+    })
+    .await
+    .map_err(|e| ApiError::Internal(e.into()))?;
+    s.library.set_report(id, &report).await?;
+    tracing::info!(
+        id,
+        "the report stored by an older version was computed again"
+    );
+    Ok(report)
 }
 
 /// The timeline of a window, or of the whole trace: that answer is stored once computed

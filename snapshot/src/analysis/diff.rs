@@ -9,7 +9,7 @@ use super::index::Index;
 use super::leaks::leak_suspects;
 use super::oom::oom_reports;
 use super::stacks::stacks_at;
-use super::summary::{Summary, summary};
+use super::summary::{DeviceSummary, Summary, summary};
 use crate::frames::FrameView;
 use crate::model::Snapshot;
 
@@ -90,10 +90,8 @@ fn figure(name: &'static str, a: u64, b: u64, bytes: bool) -> FigureDelta {
 /// Compares `b` against `a`; at most `max_sites` call sites are listed.
 pub fn compare(a: Side, b: Side, max_sites: usize) -> Diff {
     let (sa, sb) = (summary(a.snap, a.index), summary(b.snap, b.index));
-    let peak = |s: &Summary, d: i32| {
-        s.devices
-            .get(&d.to_string())
-            .map_or(0, |d| d.peak_live_bytes)
+    let peak = |s: &Summary, d: i32, which: fn(&DeviceSummary) -> u64| {
+        s.devices.get(&d.to_string()).map_or(0, which)
     };
     let entries = |side: Side| side.index.device(side.device).map_or(0, |d| d.len as u64);
     let (la, lb) = (
@@ -106,9 +104,21 @@ pub fn compare(a: Side, b: Side, max_sites: usize) -> Diff {
     );
     let figures = vec![
         figure(
-            "peak live bytes",
-            peak(&sa, a.device),
-            peak(&sb, b.device),
+            "peak requested bytes",
+            peak(&sa, a.device, |d| d.peak_requested_bytes),
+            peak(&sb, b.device, |d| d.peak_requested_bytes),
+            true,
+        ),
+        figure(
+            "peak allocated bytes",
+            peak(&sa, a.device, |d| d.peak_allocated_bytes),
+            peak(&sb, b.device, |d| d.peak_allocated_bytes),
+            true,
+        ),
+        figure(
+            "peak reserved bytes",
+            peak(&sa, a.device, |d| d.peak_reserved_bytes),
+            peak(&sb, b.device, |d| d.peak_reserved_bytes),
             true,
         ),
         figure(

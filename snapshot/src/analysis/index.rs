@@ -136,6 +136,14 @@ pub struct Fitted {
     pub idle_after_us: i64,
 }
 
+/// One peak: its bytes and the position (events of the device's trace before it) where it was
+/// first reached. Position 0 is the trace's start (the memory made before it). See `peaks.rs`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Peak {
+    pub bytes: u64,
+    pub position: u32,
+}
+
 /// How many of the largest allocations [`DeviceIndex::top_by_size`] keeps in order.
 pub const TOP_BY_SIZE: usize = 1 << 16;
 
@@ -147,6 +155,8 @@ pub(crate) struct LazyViews {
     pub(crate) top_by_size: std::sync::OnceLock<Vec<u32>>,
     /// The timeline's active span (`timeline::active_span`).
     pub(crate) active_span: std::sync::OnceLock<Option<Fitted>>,
+    /// The peak of allocated (block) bytes (`peaks::allocated_peak`).
+    pub(crate) allocated_peak: std::sync::OnceLock<Peak>,
 }
 
 /// What the summary replays of a device trace (alloc / free_completed from its first event,
@@ -267,6 +277,18 @@ impl DeviceIndex {
         }
     }
 
+    /// Whether the device held any memory in the trace or at the snapshot (a file recorded on
+    /// device 1 can have a device-0 trace with one `snapshot` marker and nothing else).
+    pub fn holds_memory(&self) -> bool {
+        self.device >= 0 && (self.peak_reserved() > 0 || !self.allocations.is_empty())
+    }
+
+    /// A trace that records no allocation (one `snapshot` marker, a stray free): history was not
+    /// being recorded while this device's memory was allocated, so only the final state is known.
+    pub fn history_off(&self) -> bool {
+        self.len > 0 && self.traced.actions[Action::Alloc as usize] == 0
+    }
+
     /// The highest reserved bytes at any position.
     pub fn peak_reserved(&self) -> u64 {
         self.reserved_changes
@@ -365,6 +387,11 @@ impl DeviceIndex {
         })
     }
 
+    /// The peak of allocated (block) bytes (`peaks::allocated_peak`), computed once.
+    pub(crate) fn allocated_peak(&self, compute: impl FnOnce() -> Peak) -> Peak {
+        *self.lazy.allocated_peak.get_or_init(compute)
+    }
+
     /// The active span of the time axis (`timeline::active_span`), computed once.
     pub(crate) fn active_span_with(
         &self,
@@ -453,9 +480,21 @@ impl Index {
         self.devices.iter().find(|d| d.device == device)
     }
 
-    /// The devices with a trace, in order; the first is what views show by default.
+    /// The devices with a trace, in order.
     pub fn traced(&self) -> impl Iterator<Item = &DeviceIndex> {
         self.devices.iter().filter(|d| d.len > 0)
+    }
+
+    /// The device views show when none is chosen: the one that held the most memory (its highest
+    /// reserved bytes), then the longest trace, then the lowest ordinal. A file recorded on
+    /// device 1 can have a device-0 trace holding one `snapshot` marker and no memory.
+    pub fn default_device(&self) -> Option<&DeviceIndex> {
+        self.devices
+            .iter()
+            .filter(|d| d.device >= 0)
+            .max_by_key(|d| (d.peak_reserved(), d.len, std::cmp::Reverse(d.device)))
+            .filter(|d| d.holds_memory())
+            .or_else(|| self.traced().next())
     }
 
     pub fn heap_bytes(&self) -> usize {

@@ -7,6 +7,15 @@
 //! when its survivors were made in at least [`MIN_SPREAD_TENTHS`] of the ten equal slices of the
 //! trace, at least [`MIN_COUNT`] times; suspects are ranked by surviving bytes × spread.
 //!
+//! One pass of a program is not a leak: a forward pass keeps every layer's activations for
+//! backward, a backward leaves every parameter's gradient, and a trace of one pass dumped while
+//! they are alive has them made "throughout" it, by the same lines again and again (one per
+//! layer). So survivors made inside a module's `forward` (`nn.Module._call_impl` on the stack) or
+//! on the autograd engine's thread count towards a suspect only when they were made in at least
+//! [`MIN_WAVES`] waves of the device's memory (it rose and fell back by a quarter of its range
+//! between them: the program's steps); plain code that keeps what it makes (a list appended to
+//! in a loop) is a suspect in one pass too.
+//!
 //! Allocations are grouped by call site, the first user frame of their stack: one planted line
 //! is one suspect, however many C++ operators (`addmm`, `gelu`, …) allocated below it; a suspect
 //! line reached through another suspect line joins the outer one (the line that keeps a graph
@@ -28,6 +37,10 @@ pub const MIN_SPREAD_TENTHS: u32 = 4;
 pub const SERIES_POINTS: usize = 64;
 /// Step annotations of one name family needed before rates are given per step.
 const MIN_STEPS: usize = 3;
+/// Waves of memory a module's or backward's survivors must span to be a suspect.
+pub const MIN_WAVES: u32 = 3;
+/// A wave rises and falls back by this share of the device's live range.
+const WAVE_SHARE: f64 = 0.25;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct SeriesPoint {
@@ -67,6 +80,31 @@ pub struct LeakSuspect {
     pub series: Vec<SeriesPoint>,
 }
 
+/// Whether the search for leaks could run, and if not, why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LeakCheck {
+    /// The traces were searched (the suspects may be none).
+    Ran,
+    /// No device has a trace: the snapshot holds segments only.
+    NoTrace,
+    /// The traces record no allocation (one `snapshot` marker, a stray free): history was off
+    /// while the memory was allocated.
+    HistoryOff,
+}
+
+impl LeakCheck {
+    pub fn of(index: &Index) -> LeakCheck {
+        if index.traced().next().is_none() {
+            LeakCheck::NoTrace
+        } else if index.traced().all(DeviceIndex::history_off) {
+            LeakCheck::HistoryOff
+        } else {
+            LeakCheck::Ran
+        }
+    }
+}
+
 pub fn leak_suspects(snap: &Snapshot, index: &Index, max: usize) -> Vec<LeakSuspect> {
     let mut out: Vec<LeakSuspect> = Vec::new();
     for d in &index.devices {
@@ -90,12 +128,70 @@ struct Acc {
     /// Where survivors were made (event positions), for the rate.
     starts: Vec<u32>,
     sizes: (u64, u64),
+    /// Distinct waves survivors were made in, and the last one seen.
+    waves: u32,
+    last_wave: u32,
+    /// Every survivor was made in a module's forward or by backward (one pass's working set).
+    working_set: bool,
 }
 
 impl Acc {
     fn is_suspect(&self) -> bool {
-        self.count >= MIN_COUNT && self.tenths.count_ones() >= MIN_SPREAD_TENTHS
+        self.count >= MIN_COUNT
+            && self.tenths.count_ones() >= MIN_SPREAD_TENTHS
+            && (!self.working_set || self.waves >= MIN_WAVES)
     }
+}
+
+/// Where the device's memory completed a wave: the positions where live bytes, having risen by
+/// [`WAVE_SHARE`] of their range over the lowest point since the last wave, fell back by as much
+/// from the highest. A training loop makes one per step (backward frees the activations); one
+/// forward pass makes none.
+pub fn wave_ends(d: &DeviceIndex) -> Vec<u32> {
+    let (lo, hi, _, _) = d.extremes(0, d.len);
+    let h = ((hi - lo) as f64 * WAVE_SHARE).max(1.0) as u64;
+    let mut ends = Vec::new();
+    let (mut low, mut high, mut rose) = (d.live_at(0), 0u64, false);
+    for (i, v) in d.live_bytes.iter_range(0..d.len as usize).enumerate() {
+        if !rose {
+            low = low.min(v);
+            if v >= low.saturating_add(h) {
+                (rose, high) = (true, v);
+            }
+        } else {
+            high = high.max(v);
+            if v.saturating_add(h) <= high {
+                ends.push(i as u32 + 1);
+                (rose, low) = (false, v);
+            }
+        }
+    }
+    ends
+}
+
+/// Stacks whose allocations belong to one pass's working set: made inside a module's forward, or
+/// on the autograd engine's thread (backward: saved-tensor gradients, `AccumulateGrad`).
+fn working_set_stacks(snap: &Snapshot, d: &DeviceIndex) -> Vec<bool> {
+    let mut of_frame: FxHashMap<FrameId, bool> = FxHashMap::default();
+    let mut out = vec![false; snap.stacks.len()];
+    let mut seen = vec![false; snap.stacks.len()];
+    for a in &d.allocations {
+        let s = a.stack.0 as usize;
+        if std::mem::replace(&mut seen[s], true) {
+            continue;
+        }
+        out[s] = snap.stack(a.stack).iter().any(|&f| {
+            *of_frame.entry(f).or_insert_with(|| {
+                let fr = snap.frame(f);
+                let (file, name) = (snap.str(fr.filename), snap.str(fr.name));
+                (file.ends_with("torch/nn/modules/module.py")
+                    && (name == "_call_impl" || name == "_wrapped_call_impl"))
+                    || name.contains("torch::autograd::Engine::thread_main")
+                    || name.contains("torch::autograd::Engine::evaluate_function")
+            })
+        });
+    }
+    out
 }
 
 type Site = Option<FrameId>;
@@ -111,8 +207,15 @@ impl SiteOf {
     }
 }
 
-/// Allocations grouped by the site `site_of` gives their stack.
-fn accumulate(t: &TraceTable, d: &DeviceIndex, site_of: &SiteOf) -> FxHashMap<Site, Acc> {
+/// Allocations grouped by the site `site_of` gives their stack; `waves`: [`wave_ends`],
+/// `working_set`: [`working_set_stacks`].
+fn accumulate(
+    t: &TraceTable,
+    d: &DeviceIndex,
+    site_of: &SiteOf,
+    waves: &[u32],
+    working_set: &[bool],
+) -> FxHashMap<Site, Acc> {
     // Stack → index into `accs`, filled as stacks are met.
     let mut acc_of = vec![u32::MAX; site_of.0.len()];
     let mut accs: Vec<(Site, Acc)> = Vec::new();
@@ -137,6 +240,9 @@ fn accumulate(t: &TraceTable, d: &DeviceIndex, site_of: &SiteOf) -> FxHashMap<Si
                         by_stack: FxHashMap::default(),
                         starts: Vec::new(),
                         sizes: (u64::MAX, 0),
+                        waves: 0,
+                        last_wave: u32::MAX,
+                        working_set: true,
                     },
                 ));
                 (accs.len() - 1) as u32
@@ -155,6 +261,13 @@ fn accumulate(t: &TraceTable, d: &DeviceIndex, site_of: &SiteOf) -> FxHashMap<Si
             *acc.by_stack.entry(a.stack).or_default() += size;
             acc.starts.push(a.start);
             acc.sizes = (acc.sizes.0.min(size), acc.sizes.1.max(size));
+            // Allocations come in the order they were made: a new wave shows as a new index.
+            let wave = waves.partition_point(|&w| w <= a.start) as u32;
+            if wave != acc.last_wave {
+                acc.waves += 1;
+                acc.last_wave = wave;
+            }
+            acc.working_set &= working_set[a.stack.0 as usize];
         }
     }
     accs.into_iter().collect()
@@ -173,7 +286,9 @@ fn device_suspects(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Vec<LeakS
             *slot = Some(fc.label(snap, a.stack));
         }
     }
-    let first = accumulate(&snap.trace, d, &site_of);
+    let waves = wave_ends(d);
+    let working_set = working_set_stacks(snap, d);
+    let first = accumulate(&snap.trace, d, &site_of, &waves, &working_set);
     let suspect_sites: rustc_hash::FxHashSet<FrameId> = first
         .iter()
         .filter(|(_, acc)| acc.is_suspect())
@@ -196,7 +311,7 @@ fn device_suspects(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Vec<LeakS
             *site = Some(*outer);
         }
     }
-    let by = accumulate(&snap.trace, d, &site_of);
+    let by = accumulate(&snap.trace, d, &site_of, &waves, &working_set);
     let steps = step_starts(snap, d.device);
     let mut out = Vec::new();
     // The suspects' sites, each with its slot in `out`: their series are drawn in one pass

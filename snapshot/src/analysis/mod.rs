@@ -7,6 +7,7 @@ pub mod diff;
 pub mod index;
 pub mod leaks;
 pub mod oom;
+pub mod peaks;
 pub mod run;
 pub mod stacks;
 pub mod state;
@@ -18,8 +19,9 @@ use serde::Serialize;
 pub use crate::units::human_bytes;
 pub use diff::{Diff, Side, compare};
 pub use index::Index;
-pub use leaks::{LeakSuspect, leak_suspects};
+pub use leaks::{LeakCheck, LeakSuspect, leak_suspects};
 pub use oom::{OomReport, Verdict, oom_reports};
+pub use peaks::{Peak, PeakScope, Peaks, peaks};
 pub use stacks::{FlameFrames, StackReport, stacks_at, stacks_at_with};
 pub use state::{AllocatorState, Fragmentation, PoolFragmentation, final_state, state_at};
 pub use summary::{DeviceSummary, Summary, Warning, summary, warnings};
@@ -44,6 +46,8 @@ pub struct Report {
     #[serde(flatten)]
     pub summary: Summary,
     pub leak_suspects: Vec<LeakSuspect>,
+    /// Whether the leak search ran (no suspects means none only when it did).
+    pub leak_check: LeakCheck,
     pub ooms: Vec<OomReport>,
     pub warnings: Vec<Warning>,
     pub fragmentation: Vec<DeviceFragmentation>,
@@ -93,6 +97,7 @@ pub fn report(snap: &Snapshot, index: &Index, options: &Options) -> Report {
     Report {
         summary,
         leak_suspects,
+        leak_check: LeakCheck::of(index),
         ooms: oom_reports(snap, index, options.device_total_bytes),
         warnings: warnings(snap, index),
         fragmentation,

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::index::Index;
+use super::peaks::{PeakScope, peaks};
 use crate::model::{Action, BlockState, Snapshot, StackId};
 
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -21,9 +22,17 @@ pub struct DeviceSummary {
     pub alive_at_end_bytes_from_trace: u64,
     /// The highest live bytes of that replay (allocations made before the trace not counted).
     pub peak_traced_live_bytes: u64,
-    /// Highest live bytes counting allocations made before the trace, and where.
-    pub peak_live_bytes: u64,
-    pub peak_position: u32,
+    /// `torch.cuda.memory_stats()`'s three peaks (`requested_bytes`, `allocated_bytes`,
+    /// `reserved_bytes` `.all.peak`) and the position (events before it) where each was first
+    /// reached; see [`peaks`](super::peaks).
+    pub peak_requested_bytes: u64,
+    pub peak_requested_position: u32,
+    pub peak_allocated_bytes: u64,
+    pub peak_allocated_position: u32,
+    pub peak_reserved_bytes: u64,
+    pub peak_reserved_position: u32,
+    /// What the peaks cover: the whole process, the trace's window, or the final state only.
+    pub peaks_over: PeakScope,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -38,6 +47,8 @@ pub struct Summary {
     pub pending_free_blocks: u64,
     pub pending_free_bytes: u64,
     pub devices: BTreeMap<String, DeviceSummary>,
+    /// The device views show when none is chosen ([`Index::default_device`]).
+    pub default_device: Option<i32>,
     pub host_segments: u64,
     pub host_reserved_bytes: u64,
     pub frames: u64,
@@ -56,6 +67,7 @@ pub fn summary(snap: &Snapshot, index: &Index) -> Summary {
         pending_free_blocks: 0,
         pending_free_bytes: 0,
         devices: BTreeMap::new(),
+        default_device: index.default_device().map(|d| d.device),
         host_segments: 0,
         host_reserved_bytes: 0,
         frames: snap.frames.len() as u64,
@@ -88,16 +100,10 @@ pub fn summary(snap: &Snapshot, index: &Index) -> Summary {
             }
         }
     }
-    for d in &snap.devices {
-        if d.rows.is_empty() || d.device < 0 {
-            continue;
-        }
+    for di in index.devices.iter().filter(|d| d.holds_memory()) {
         let t = &snap.trace;
-        let rows = d.rows.start as usize..d.rows.end as usize;
+        let rows = di.rows();
         // Counted while the index was built (one pass over the trace, not one more here).
-        let di = index
-            .device(d.device)
-            .expect("the index has every device of the snapshot");
         let mut actions: BTreeMap<String, u64> = BTreeMap::new();
         for (i, &c) in di.traced.actions.iter().enumerate() {
             if c > 0 && i != Action::Other as usize {
@@ -105,13 +111,14 @@ pub fn summary(snap: &Snapshot, index: &Index) -> Summary {
             }
         }
         for &(r, name) in &t.other_action {
-            if d.rows.contains(&r) {
+            if rows.contains(&(r as usize)) {
                 *actions.entry(snap.str(name).to_string()).or_default() += 1;
             }
         }
-        let has_time = t.time_us.iter_range(rows.clone()).any(|x| x != 0);
+        let has_time = !rows.is_empty() && t.time_us.iter_range(rows.clone()).any(|x| x != 0);
+        let p = peaks(snap, di);
         s.devices.insert(
-            d.device.to_string(),
+            di.device.to_string(),
             DeviceSummary {
                 entries: rows.len() as u64,
                 actions,
@@ -120,8 +127,13 @@ pub fn summary(snap: &Snapshot, index: &Index) -> Summary {
                 alive_at_end_from_trace: di.traced.alive_at_end,
                 alive_at_end_bytes_from_trace: di.traced.alive_at_end_bytes,
                 peak_traced_live_bytes: di.traced.peak_bytes,
-                peak_live_bytes: di.peak_live_bytes,
-                peak_position: di.peak_position,
+                peak_requested_bytes: p.requested.bytes,
+                peak_requested_position: p.requested.position,
+                peak_allocated_bytes: p.allocated.bytes,
+                peak_allocated_position: p.allocated.position,
+                peak_reserved_bytes: p.reserved.bytes,
+                peak_reserved_position: p.reserved.position,
+                peaks_over: p.scope,
             },
         );
     }
@@ -146,7 +158,9 @@ pub fn warnings(snap: &Snapshot, index: &Index) -> Vec<Warning> {
                       `torch.cuda.memory._record_memory_history()` enabled before the run?"
                     .into(),
         });
-    } else if snap.trace.stack.iter().all(|&s| s == StackId::EMPTY) {
+    } else if snap.trace.stack.iter().all(|&s| s == StackId::EMPTY)
+        && snap.blocks.iter().all(|b| b.stack == StackId::EMPTY)
+    {
         w.push(Warning {
             code: "no_frames",
             message: "no stack frames were recorded, so memory cannot be attributed to code; record with \
@@ -155,7 +169,21 @@ pub fn warnings(snap: &Snapshot, index: &Index) -> Vec<Warning> {
         });
     }
     for d in &index.devices {
-        if d.len == 0 {
+        if d.len == 0 || !d.holds_memory() {
+            continue;
+        }
+        if d.history_off() {
+            w.push(Warning {
+                code: "history_off",
+                message: format!(
+                    "device {}: the trace holds {} and no allocation: memory history was not being recorded while \
+                     this memory was allocated, so only the allocator's final state is known. The timeline's growth, \
+                     leak suspects and the what-if replay need history recorded from before the work \
+                     (torch.cuda.memory._record_memory_history()).",
+                    d.device,
+                    if d.len == 1 { "1 entry".to_string() } else { format!("{} entries", d.len) }
+                ),
+            });
             continue;
         }
         if d.predating_alive > 0 || d.predating_freed > 0 {

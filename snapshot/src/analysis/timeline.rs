@@ -394,18 +394,27 @@ const MIN_IDLE_US: i64 = 100_000;
 pub fn derive_views(snap: &Snapshot, index: &Index) {
     for d in &index.devices {
         d.top_by_size(&snap.trace);
+        // Computes the allocated peak the active span keeps in view.
         d.active_span_with(|| active_span(snap, d));
+        super::peaks::peaks(snap, d);
     }
 }
 
 /// Where memory changes on `d`'s time axis: the trace without its long idle stretches (model
 /// build, data loading, a final wait before the snapshot), cutting at most three times at a gap
-/// with no event that is longer than half of what remains and keeping the busier side. `None`
-/// when nothing needs cutting.
+/// with no event that is longer than half of what remains and keeping the side that holds the
+/// device's peaks (requested, allocated, reserved), else the busier side; never a cut with peaks
+/// on both sides. `None` when nothing needs cutting.
 pub fn active_span(snap: &Snapshot, d: &DeviceIndex) -> Option<Fitted> {
     if d.len < MIN_EVENTS_TO_FIT {
         return None;
     }
+    // The events at which each peak was reached (position p is after event p - 1).
+    let p = super::peaks::peaks(snap, d);
+    let peak_events: Vec<usize> = [p.requested, p.allocated, p.reserved]
+        .iter()
+        .map(|k| k.position.saturating_sub(1) as usize)
+        .collect();
     let (n, first) = (d.len as usize, d.first_row as usize);
     let time = |e: usize| snap.trace.time_us.get(first + e);
     if time(0) == 0 {
@@ -424,7 +433,15 @@ pub fn active_span(snap: &Snapshot, d: &DeviceIndex) -> Option<Fitted> {
         if (gap as f64) <= span as f64 * IDLE_SHARE || gap < MIN_IDLE_US {
             break;
         }
-        if hi - at >= at - lo {
+        let peaks_before = peak_events.iter().any(|&e| e < at);
+        let peaks_after = peak_events.iter().any(|&e| e >= at);
+        let keep_after = match (peaks_before, peaks_after) {
+            (true, true) => break,
+            (false, true) => true,
+            (true, false) => false,
+            (false, false) => hi - at >= at - lo,
+        };
+        if keep_after {
             lo = at;
             idle_before += gap;
         } else {

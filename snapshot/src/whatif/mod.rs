@@ -76,6 +76,12 @@ pub struct WhatIf {
     pub events: u32,
     /// The `PYTORCH_CUDA_ALLOC_CONF` the snapshot was recorded under ("" = PyTorch's defaults).
     pub recorded_alloc_conf: String,
+    /// Whether the snapshot records its allocator settings (PyTorch 2.3+); if not, PyTorch's
+    /// defaults are assumed for the recorded run.
+    pub settings_recorded: bool,
+    /// The trace's peak reserved bytes were already reserved at its first event: every run
+    /// starts from that state, so no setting can change the peak this trace shows.
+    pub peak_before_trace: bool,
     /// The trace starts after the program did (its ring buffer was full): every run starts from
     /// the segments and live blocks reconstructed for its first event.
     pub starts_mid_run: bool,
@@ -297,12 +303,18 @@ pub fn whatif(snap: &Snapshot, index: &Index, opts: &Options) -> Result<WhatIf, 
                 "device {dev} has no trace to replay (record the snapshot with torch.cuda.memory._record_memory_history())"
             ))
         })?,
-        None => index.traced().next().ok_or_else(|| {
+        None => index.default_device().filter(|d| d.len > 0).ok_or_else(|| {
             WhatIfError::NoTrace(
                 "this snapshot has no trace to replay: record it with torch.cuda.memory._record_memory_history() before the run".into(),
             )
         })?,
     };
+    if d.history_off() {
+        return Err(WhatIfError::NoTrace(format!(
+            "device {}'s trace records no allocation (history was off while its memory was allocated): there is nothing to replay; record the next run with torch.cuda.memory._record_memory_history() before the work starts",
+            d.device
+        )));
+    }
     let (recorded_conf, recorded_raw) = match &snap.allocator_settings {
         Some(s) => AllocConf::from_snapshot(s).map_err(|e| WhatIfError::BadConf(e.0))?,
         None => (AllocConf::default(), String::new()),
@@ -446,6 +458,9 @@ pub fn whatif(snap: &Snapshot, index: &Index, opts: &Options) -> Result<WhatIf, 
         device: d.device,
         events: d.len,
         recorded_alloc_conf: recorded_raw,
+        settings_recorded: snap.allocator_settings.is_some(),
+        peak_before_trace: d.reserved_at_start > 0
+            && crate::analysis::peaks::reserved_peak(d).position == 0,
         starts_mid_run: trace.starts_mid_run(),
         oom_ends_trace: trace.oom_ends_trace(),
         limit,

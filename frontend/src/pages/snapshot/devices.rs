@@ -1,11 +1,11 @@
-//! Which device a snapshot page shows: the URL's choice, else the first with a trace.
+//! Which device a snapshot page shows: the URL's choice, else the one that held the most memory
+//! (the report's `default_device`).
 
 use crate::url::UrlState;
 
-/// The device whose views are shown: the URL's, else the first with a trace.
+/// The device whose views are shown: the URL's, else the report's default.
 pub fn shown_device(report: &::api::Report, url: UrlState) -> Option<i32> {
-    url.device()
-        .or_else(|| report.traced_devices().first().map(|d| d.0))
+    url.device().or_else(|| report.shown_device())
 }
 
 /// How many events the shown device's trace has.

@@ -40,10 +40,14 @@ pub fn Leaks(report: Arc<::api::Report>) -> impl IntoView {
     let url: UrlState = expect_context();
     let several_devices = report.traced_devices().len() > 1;
     if report.leak_suspects.is_empty() {
-        return view! {
-            <p class="ok">"No leak suspects: no call stack keeps allocations alive that were made throughout the trace."</p>
-        }
-            .into_any();
+        let (class, words) = match report.leak_check {
+            ::api::LeakCheck::Ran => (
+                "ok",
+                "No leak suspects: no call site keeps allocations alive that were made again and again across the trace (memory one pass keeps, such as a forward pass's activations, is not counted).",
+            ),
+            other => ("empty no-trace", other.no_suspects_words()),
+        };
+        return view! { <p class=class>{format!("Leak suspects: {words}")}</p> }.into_any();
     }
     view! {
         <section class="leaks">

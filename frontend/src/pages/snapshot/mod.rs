@@ -119,7 +119,7 @@ pub fn SnapshotPage() -> impl IntoView {
 
 /// A choice of device when the snapshot traced more than one; the views follow it.
 fn device_picker(report: &::api::Report, url: UrlState) -> impl IntoView + use<> {
-    let devices = report.traced_devices();
+    let devices = report.all_devices();
     let shown = devices::shown_device(report, url);
     (devices.len() > 1).then(|| {
         view! {
@@ -138,7 +138,11 @@ fn device_picker(report: &::api::Report, url: UrlState) -> impl IntoView + use<>
                         .map(|(d, n)| {
                             view! {
                                 <option value=d.to_string() selected=Some(d) == shown>
-                                    {format!("cuda:{d} ({} events)", fmt::count(n))}
+                                    {if n == 0 {
+                                        format!("cuda:{d} (segments only)")
+                                    } else {
+                                        format!("cuda:{d} ({} events)", fmt::count(n))
+                                    }}
                                 </option>
                             }
                         })

@@ -40,9 +40,9 @@ pub fn Overview(report: Arc<::api::Report>) -> impl IntoView {
             <div class="figures">
                 {kv("segments", fmt::count(r.segments))}
                 {kv("blocks", fmt::count(r.blocks))}
-                {kv("reserved", fmt::bytes(r.reserved_bytes))}
-                {kv("allocated", fmt::bytes(r.allocated_bytes))}
-                {kv("requested", fmt::bytes(r.requested_bytes))}
+                {kv("reserved at the snapshot", fmt::bytes(r.reserved_bytes))}
+                {kv("allocated at the snapshot", fmt::bytes(r.allocated_bytes))}
+                {kv("requested at the snapshot", fmt::bytes(r.requested_bytes))}
                 {kv("pending free", fmt::bytes(r.pending_free_bytes))}
                 {kv("leak suspects", r.leak_suspects.len().to_string())}
                 {kv("OOMs", r.ooms.len().to_string())}
@@ -68,7 +68,10 @@ pub fn Overview(report: Arc<::api::Report>) -> impl IntoView {
                 <tr>
                     <th>"device"</th>
                     <th>"events"</th>
-                    <th>"peak live"</th>
+                    <th title="torch.cuda.memory_stats()[\"requested_bytes.all.peak\"]">"peak requested"</th>
+                    <th title="torch.cuda.max_memory_allocated()">"peak allocated"</th>
+                    <th title="torch.cuda.max_memory_reserved()">"peak reserved"</th>
+                    <th>"over"</th>
                     <th>"actions"</th>
                 </tr>
                 {r.devices
@@ -84,7 +87,10 @@ pub fn Overview(report: Arc<::api::Report>) -> impl IntoView {
                             <tr>
                                 <td>{d.clone()}</td>
                                 <td class="num">{fmt::count(v.entries)}</td>
-                                <td class="num">{fmt::bytes(v.peak_live_bytes)}</td>
+                                <td class="num">{fmt::bytes(v.peak_requested_bytes)}</td>
+                                <td class="num">{fmt::bytes(v.peak_allocated_bytes)}</td>
+                                <td class="num">{fmt::bytes(v.peak_reserved_bytes)}</td>
+                                <td class="over">{peaks_over_short(v.peaks_over)}</td>
                                 <td>{actions}</td>
                             </tr>
                         }
@@ -212,20 +218,32 @@ pub fn headline(r: &::api::Report) -> Vec<Sentence> {
             link: vec![("view", "leaks".into()), ("device", l.device.to_string())],
         });
     }
+    let shown = r.shown_device();
     if let Some((device, d)) = r
         .devices
         .iter()
-        .filter(|(_, d)| d.entries > 0)
-        .max_by_key(|(_, d)| d.peak_live_bytes)
+        .find(|(k, d)| d.entries > 0 && k.parse().ok() == shown)
     {
+        let final_state = d.peaks_over == ::api::PeakScope::FinalState;
+        let at = |p: u32| {
+            if final_state {
+                String::new()
+            } else if p == 0 {
+                " at the trace's start".to_string()
+            } else {
+                format!(" after event {}", fmt::count(p as u64))
+            }
+        };
         out.push(Sentence {
             kind: "peak",
             text: format!(
-                "Live memory peaked at {} after event {} on cuda:{device}; {} reserved and {} allocated at the snapshot.",
-                fmt::bytes(d.peak_live_bytes),
-                fmt::count(d.peak_position as u64),
-                fmt::bytes(r.reserved_bytes),
-                fmt::bytes(r.allocated_bytes)
+                "On cuda:{device}, allocated memory peaked at {}{} (max_memory_allocated) and reserved at {}{} (max_memory_reserved); {} requested at most. Peaks {}.",
+                fmt::bytes(d.peak_allocated_bytes),
+                at(d.peak_allocated_position),
+                fmt::bytes(d.peak_reserved_bytes),
+                at(d.peak_reserved_position),
+                fmt::bytes(d.peak_requested_bytes),
+                d.peaks_over.words()
             ),
             link_text: "the timeline",
             link: vec![("view", "timeline".into()), ("device", device.clone())],
@@ -244,6 +262,15 @@ pub fn headline(r: &::api::Report) -> Vec<Sentence> {
         });
     }
     out
+}
+
+/// What a device's peaks cover, in a table cell.
+fn peaks_over_short(s: ::api::PeakScope) -> &'static str {
+    match s {
+        ::api::PeakScope::WholeProcess => "whole process",
+        ::api::PeakScope::TraceWindow => "trace window",
+        ::api::PeakScope::FinalState => "snapshot only",
+    }
 }
 
 /// "Compare with …": another snapshot of the library as A, this one as B (`/diff/A/B`).

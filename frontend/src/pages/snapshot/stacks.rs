@@ -100,7 +100,7 @@ fn is_peak(report: &::api::Report, s: &::api::StackReport) -> bool {
     report
         .devices
         .get(&s.device.to_string())
-        .is_some_and(|d| d.peak_position == s.position)
+        .is_some_and(|d| d.peak_requested_position == s.position)
 }
 
 /// Call sites, sortable by bytes, count or name (click a column header).

@@ -554,9 +554,9 @@ pub fn TimelineView() -> impl IntoView {
                 let (first, last) = (d.first_time_us, d.last_time_us);
                 let left_out = |events: u32, idle_us: i64, side: &str| {
                     (idle_us > 0).then(|| format!(
-                        "{} idle {side} ({} events)",
-                        fmt::seconds(idle_us as f64),
-                        fmt::count(events as u64)
+                        "{} events {side} a {} gap with no event",
+                        fmt::count(events as u64),
+                        fmt::seconds(idle_us as f64)
                     ))
                 };
                 let parts: Vec<String> = [
@@ -569,7 +569,7 @@ pub fn TimelineView() -> impl IntoView {
                 Some(view! {
                     <p class="fitted">
                         {format!(
-                            "Fitted to where memory changes: {} left out (no events). ",
+                            "Fitted to where memory changes, every peak in view: the {} left out. ",
                             parts.join(" and ")
                         )}
                         <button

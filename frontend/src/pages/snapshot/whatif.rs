@@ -104,6 +104,12 @@ pub fn WhatIfView() -> impl IntoView {
 
 /// The answer in words: what the best setting does against the recorded run.
 pub fn answer_words(w: &WhatIf) -> String {
+    if w.peak_before_trace {
+        return format!(
+            "No setting can change this trace's peak: its {} of reserved memory was already reserved before the trace's first event, and every replay starts from there. Record from before the work starts to compare settings.",
+            fmt::bytes(w.replay_check.recorded_peak_reserved_bytes)
+        );
+    }
     let recorded = w.runs.iter().find(|r| r.recorded);
     let others = w.runs.iter().filter(|r| !r.recorded).count();
     let Some(rec) = recorded else {
@@ -178,12 +184,17 @@ fn percent(share: f64) -> String {
 /// The replay check in words, and whether it was exact.
 pub fn check_words(w: &WhatIf) -> (bool, String) {
     let c = &w.replay_check;
+    let recorded_settings = if w.settings_recorded {
+        conf_name(&w.recorded_alloc_conf)
+    } else {
+        "not recorded in the snapshot (before PyTorch 2.3): PyTorch's defaults assumed".to_string()
+    };
     if c.exact {
         (
             true,
             format!(
                 "Replay check: exact. Replayed under the recorded settings ({}), the model made all {} of the trace's segment events (cudaMalloc, cudaFree, page maps) with the same sizes in the same order and reached the same peak reserved, {}; {} of {} allocations landed at their recorded addresses. The other settings' figures are predictions from the same model.",
-                conf_name(&w.recorded_alloc_conf),
+                recorded_settings,
                 fmt::count(c.recorded_segment_events as u64),
                 fmt::bytes(c.recorded_peak_reserved_bytes),
                 fmt::count(c.allocs_at_recorded_address as u64),
@@ -206,7 +217,7 @@ pub fn check_words(w: &WhatIf) -> (bool, String) {
             false,
             format!(
                 "Replay check: not exact. Replayed under the recorded settings ({}), the model made {} of the trace's {} segment events as recorded and peaked at {} reserved against the {} recorded.{why} Treat the other settings' figures as estimates.",
-                conf_name(&w.recorded_alloc_conf),
+                recorded_settings,
                 fmt::count(c.matched_segment_events as u64),
                 fmt::count(c.recorded_segment_events as u64),
                 fmt::bytes(c.replayed_peak_reserved_bytes),
@@ -259,7 +270,7 @@ fn ranked_view(
             <p class="mid-run">"The trace starts mid-run (its ring buffer was full): every run starts from the segments and live blocks at its first event."</p>
         })}
         {limit_line(&w, url)}
-        <table class="whatif-runs">
+        <table class="whatif-runs" class:hidden=w.peak_before_trace>
             <thead>
                 <tr>
                     <th>"#"</th>

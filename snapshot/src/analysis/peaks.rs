@@ -1,0 +1,267 @@
+//! The three peaks PyTorch reports, computed from a snapshot: `torch.cuda.memory_stats()`'s
+//! `requested_bytes.all.peak` (what callers asked for), `allocated_bytes.all.peak` (the blocks
+//! they were given: `max_memory_allocated()`) and `reserved_bytes.all.peak` (the segments:
+//! `max_memory_reserved()`), each with the position where it was reached.
+//!
+//! Requested and reserved bytes are in the trace (the live series and the segment events).
+//! Allocated bytes are not: a trace `alloc` carries the requested size, and the block PyTorch
+//! hands out can be larger than the request rounded, when the allocator took a cached block
+//! whole instead of splitting it (`should_split`). So the blocks are worked out here from the
+//! addresses the trace gives: an allocation at address `a` took the free block starting at `a`,
+//! which runs to the next live block of its segment (free neighbours are always merged), and kept
+//! all of it unless the remainder was worth splitting off. Blocks alive at the snapshot have their
+//! exact size in the segments, which is used for them (and checks the rule on every fixture).
+//!
+//! Counted as PyTorch counts: allocated bytes fall when the program frees a block
+//! (`free_requested`), requested bytes when the block goes back to the pool (`free_completed`).
+
+use std::collections::BTreeMap;
+
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+
+use super::index::{DeviceIndex, NONE};
+use crate::model::{BlockState, Snapshot};
+use crate::whatif::conf::AllocConf;
+
+/// Requests up to this size come from the small pool (`kSmallSize`); a large-pool remainder must
+/// exceed it to be split off.
+const SMALL_SIZE: u64 = 1 << 20;
+
+// (Defined beside the index, which keeps each device's allocated peak once computed.)
+pub use super::index::Peak;
+
+/// What the peaks cover.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PeakScope {
+    /// The trace starts on an empty allocator: the peaks are the process's own (unless memory
+    /// was used and wholly given back before recording began).
+    WholeProcess,
+    /// The trace starts mid-run (memory made or reserved before it): the peaks are over the
+    /// trace's window only; higher ones before it are not seen.
+    TraceWindow,
+    /// No trace, or one that records no allocation: the figures are the snapshot's final state.
+    FinalState,
+}
+
+/// A device's three peaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Peaks {
+    pub requested: Peak,
+    pub allocated: Peak,
+    pub reserved: Peak,
+    pub scope: PeakScope,
+}
+
+/// The allocator settings a snapshot records (defaults when it records none or PyTorch would
+/// refuse them).
+pub fn recorded_conf(snap: &Snapshot) -> AllocConf {
+    snap.allocator_settings
+        .as_ref()
+        .and_then(|s| AllocConf::from_snapshot(s).ok())
+        .map_or_else(AllocConf::default, |(c, _)| c)
+}
+
+/// The three peaks of device `d` (see the module's doc).
+pub fn peaks(snap: &Snapshot, d: &DeviceIndex) -> Peaks {
+    if d.len == 0 || d.history_off() {
+        return final_state_peaks(snap, d.device);
+    }
+    let requested = Peak {
+        bytes: d.peak_live_bytes,
+        position: d.peak_position,
+    };
+    let allocated = d.allocated_peak(|| allocated_peak(snap, d));
+    let reserved = reserved_peak(d);
+    let scope = if d.live_at_start == 0 && d.reserved_at_start == 0 && d.predating_freed == 0 {
+        PeakScope::WholeProcess
+    } else {
+        PeakScope::TraceWindow
+    };
+    Peaks {
+        requested,
+        allocated,
+        reserved,
+        scope,
+    }
+}
+
+/// The highest reserved bytes and the first position they were reached.
+pub fn reserved_peak(d: &DeviceIndex) -> Peak {
+    let mut best = Peak {
+        bytes: d.reserved_at_start,
+        position: 0,
+    };
+    for &(p, r) in &d.reserved_changes {
+        if r > best.bytes {
+            best = Peak {
+                bytes: r,
+                position: p,
+            };
+        }
+    }
+    best
+}
+
+/// A device with no trace: what its segments hold at the snapshot.
+fn final_state_peaks(snap: &Snapshot, device: i32) -> Peaks {
+    let (mut requested, mut allocated, mut reserved) = (0, 0, 0);
+    for seg in snap.segments.iter().filter(|s| s.device == device) {
+        reserved += seg.total_size;
+        for b in snap.blocks_of(seg) {
+            match b.state {
+                BlockState::ActiveAllocated => {
+                    allocated += b.size;
+                    requested += b.requested_size;
+                }
+                BlockState::ActivePendingFree => requested += b.requested_size,
+                _ => {}
+            }
+        }
+    }
+    let at = |bytes| Peak { bytes, position: 0 };
+    Peaks {
+        requested: at(requested),
+        allocated: at(allocated),
+        reserved: at(reserved),
+        scope: PeakScope::FinalState,
+    }
+}
+
+/// The block sizes of one device's allocations, worked out as the module's doc says, and the
+/// highest sum of those allocated.
+pub fn allocated_peak(snap: &Snapshot, d: &DeviceIndex) -> Peak {
+    let t = &snap.trace;
+    let conf = recorded_conf(snap);
+    let final_sizes: FxHashMap<u64, u64> = snap
+        .segments
+        .iter()
+        .filter(|s| s.device == d.device)
+        .flat_map(|s| snap.blocks_of(s))
+        .filter(|b| b.state.is_active())
+        .map(|b| (b.address, b.size))
+        .collect();
+    // Ordinary (not expandable) segments, by address, alive as the walk goes: (end, span).
+    // Segment events are few: their (event, span) lists sorted, passed with a cursor each.
+    let mut seg_starts: Vec<(u32, usize)> = Vec::new();
+    let mut seg_ends: Vec<(u32, usize)> = Vec::new();
+    let mut segments: BTreeMap<u64, u64> = BTreeMap::new();
+    for (i, s) in d
+        .segments
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| !s.is_expandable)
+    {
+        if s.start == NONE {
+            segments.insert(s.address, s.address + s.size);
+        } else {
+            seg_starts.push((s.start, i));
+        }
+        if s.end != NONE {
+            seg_ends.push((s.end, i));
+        }
+    }
+    seg_starts.sort_unstable();
+    seg_ends.sort_unstable();
+    let (mut next_start, mut next_end) = (0, 0);
+    // Live large-pool blocks by address (what bounds a free block from above).
+    let mut large_live: BTreeMap<u64, ()> = BTreeMap::new();
+    let mut block_of: Vec<u64> = vec![0; d.allocations.len()];
+    let mut current: u64 = 0;
+    for (id, a) in d.allocations.iter().enumerate() {
+        if a.start != NONE {
+            continue;
+        }
+        let addr = d.addr_of(t, id as u32);
+        let size = final_sizes
+            .get(&addr)
+            .copied()
+            .unwrap_or_else(|| conf.round_size(d.size_of(t, id as u32)));
+        block_of[id] = size;
+        if size > SMALL_SIZE {
+            large_live.insert(addr, ());
+        }
+        // A block pending its free at the snapshot whose free predates the trace was no longer
+        // counted as allocated when the trace began.
+        if a.free_requested == NONE || a.free_requested != 0 || a.end != NONE {
+            current += size;
+        }
+    }
+    let mut best = Peak {
+        bytes: current,
+        position: 0,
+    };
+    for e in 0..d.len {
+        while let Some(&(_, i)) = seg_starts.get(next_start).filter(|(at, _)| *at <= e) {
+            let s = &d.segments[i];
+            segments.insert(s.address, s.address + s.size);
+            next_start += 1;
+        }
+        let id = d.event_allocation[e as usize];
+        if id != NONE {
+            let a = &d.allocations[id as usize];
+            let addr = d.addr_of(t, id);
+            if a.start == e {
+                let asked = conf.round_size(d.size_of(t, id));
+                let size = match final_sizes.get(&addr) {
+                    Some(&s) if a.end == NONE => s,
+                    _ => block_size(&conf, asked, addr, &segments, &large_live),
+                };
+                block_of[id as usize] = size;
+                if asked > SMALL_SIZE {
+                    large_live.insert(addr, ());
+                }
+                current += size;
+            }
+            if a.free_requested == e || (a.end == e && a.free_requested == NONE) {
+                current = current.saturating_sub(block_of[id as usize]);
+            }
+            if a.end == e {
+                large_live.remove(&addr);
+            }
+        }
+        while let Some(&(_, i)) = seg_ends.get(next_end).filter(|(at, _)| *at <= e) {
+            segments.remove(&d.segments[i].address);
+            next_end += 1;
+        }
+        if current > best.bytes {
+            best = Peak {
+                bytes: current,
+                position: e + 1,
+            };
+        }
+    }
+    best
+}
+
+/// The block an allocation of `asked` bytes (rounded) at `addr` got: the free block at `addr`
+/// runs to the next live large block or the end of its segment; a large-pool block keeps all of
+/// it unless the remainder is over 1 MiB and the request under `max_split_size`.
+fn block_size(
+    conf: &AllocConf,
+    asked: u64,
+    addr: u64,
+    segments: &BTreeMap<u64, u64>,
+    large_live: &BTreeMap<u64, ()>,
+) -> u64 {
+    if asked <= SMALL_SIZE || conf.expandable_segments {
+        return asked;
+    }
+    let Some((_, &seg_end)) = segments.range(..=addr).next_back() else {
+        return asked;
+    };
+    if seg_end <= addr {
+        return asked;
+    }
+    let next = large_live
+        .range(addr + 1..seg_end)
+        .next()
+        .map_or(seg_end, |(&a, _)| a);
+    let free = next - addr;
+    if free < asked {
+        return asked;
+    }
+    let split = asked < conf.max_split_size_bytes && free - asked > SMALL_SIZE;
+    if split { asked } else { free }
+}
