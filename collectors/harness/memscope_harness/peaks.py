@@ -40,20 +40,32 @@ def gpt_autocast(torch):
         opt.zero_grad(set_to_none=True)
 
 
-def lstm_checkpointed(torch):
-    """An LSTM language model with activation checkpointing over its blocks, Adam, fp32."""
+def cnn_checkpointed(torch):
+    """A residual conv net with activation checkpointing over its blocks, SGD with momentum,
+    channels-last, gradients zeroed in place (kept between steps), varying image size."""
     from torch.utils.checkpoint import checkpoint
-    emb = torch.nn.Embedding(20000, 512).cuda()
-    blocks = torch.nn.ModuleList(torch.nn.LSTM(512, 512, batch_first=True) for _ in range(3)).cuda()
-    out = torch.nn.Linear(512, 20000).cuda()
-    params = list(emb.parameters()) + list(blocks.parameters()) + list(out.parameters())
-    opt = torch.optim.Adam(params, lr=1e-3)
-    for seq in [64, 200, 120, 300]:
-        tokens = torch.randint(0, 20000, (16, seq), device="cuda")
-        h = emb(tokens)
+
+    class Block(torch.nn.Module):
+        def __init__(self, c):
+            super().__init__()
+            self.a = torch.nn.Conv2d(c, c, 3, padding=1)
+            self.b = torch.nn.Conv2d(c, c, 3, padding=1)
+            self.n = torch.nn.BatchNorm2d(c)
+
+        def forward(self, x):
+            return x + self.b(torch.relu(self.n(self.a(x))))
+
+    stem = torch.nn.Conv2d(3, 128, 3, padding=1).cuda()
+    blocks = torch.nn.ModuleList(Block(128) for _ in range(6)).cuda().to(memory_format=torch.channels_last)
+    head = torch.nn.Linear(128, 100).cuda()
+    params = list(stem.parameters()) + list(blocks.parameters()) + list(head.parameters())
+    opt = torch.optim.SGD(params, lr=0.01, momentum=0.9)
+    for side in [96, 160, 128, 224]:
+        x = torch.randn(16, 3, side, side, device="cuda").to(memory_format=torch.channels_last)
+        h = stem(x)
         for b in blocks:
-            h = checkpoint(lambda t, b=b: b(t)[0], h, use_reentrant=False)
-        loss = torch.nn.functional.cross_entropy(out(h).view(-1, 20000), tokens.view(-1))
+            h = checkpoint(b, h, use_reentrant=False)
+        loss = torch.nn.functional.cross_entropy(head(h.mean((2, 3))), torch.randint(0, 100, (16,), device="cuda"))
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=False)
@@ -80,7 +92,7 @@ def generate_release(torch):
         torch.cuda.empty_cache()
 
 
-WORKLOADS = {"gpt_autocast": gpt_autocast, "lstm_checkpointed": lstm_checkpointed,
+WORKLOADS = {"gpt_autocast": gpt_autocast, "cnn_checkpointed": cnn_checkpointed,
              "generate_release": generate_release}
 SETTINGS = ["", "expandable_segments:True"]
 
