@@ -64,8 +64,14 @@ pub struct SnapshotInfo {
     pub devices: Vec<i32>,
     /// Trace entries, all devices.
     pub entries: u64,
-    /// The highest live (allocated) bytes of any device over its trace.
+    /// The highest allocated (block) bytes of any device (`torch.cuda.max_memory_allocated()`;
+    /// over the trace's window, or the final state without a trace).
     pub peak_bytes: u64,
+    /// The highest reserved bytes of any device (`max_memory_reserved()`), likewise; 0 for an
+    /// entry written by a version before it was kept, until its report is computed again.
+    #[serde(default)]
+    pub peak_reserved_bytes: u64,
+    /// Reserved bytes at the snapshot.
     pub reserved_bytes: u64,
     pub allocated_bytes: u64,
     pub leak_suspects: u64,

@@ -333,6 +333,16 @@ pub struct Report {
 }
 
 impl Report {
+    /// The highest allocated and the highest reserved bytes of any device (what the library
+    /// lists).
+    pub fn peaks(&self) -> (u64, u64) {
+        let most = |f: fn(&DeviceSummary) -> u64| self.devices.values().map(f).max();
+        (
+            most(|d| d.peak_allocated_bytes).unwrap_or(self.allocated_bytes),
+            most(|d| d.peak_reserved_bytes).unwrap_or(self.reserved_bytes),
+        )
+    }
+
     /// The device views show when none is chosen (the report's, else the first traced one).
     pub fn shown_device(&self) -> Option<i32> {
         self.default_device

@@ -40,6 +40,7 @@ struct Row {
     devices: String,
     entries: i64,
     peak_bytes: i64,
+    peak_reserved_bytes: i64,
     reserved_bytes: i64,
     allocated_bytes: i64,
     leak_suspects: i64,
@@ -74,6 +75,7 @@ impl Row {
             devices: serde_json::from_str(&self.devices).unwrap_or_default(),
             entries: self.entries as u64,
             peak_bytes: self.peak_bytes as u64,
+            peak_reserved_bytes: self.peak_reserved_bytes as u64,
             reserved_bytes: self.reserved_bytes as u64,
             allocated_bytes: self.allocated_bytes as u64,
             leak_suspects: self.leak_suspects as u64,
@@ -115,8 +117,8 @@ macro_rules! insert_tags {
 macro_rules! columns {
     () => {
         "id, sha256, name, uploaded_at_ms, size_bytes, decoded_bytes, encoding, compression, devices, \
-         entries, peak_bytes, reserved_bytes, allocated_bytes, leak_suspects, ooms, warnings, index_ms, \
-         device_total_bytes, device_total_source, device_total_detail"
+         entries, peak_bytes, peak_reserved_bytes, reserved_bytes, allocated_bytes, leak_suspects, ooms, \
+         warnings, index_ms, device_total_bytes, device_total_source, device_total_detail"
     };
 }
 
@@ -475,8 +477,8 @@ impl Library {
                 "INSERT INTO snapshots (id, sha256, name, uploaded_at_ms, size_bytes, decoded_bytes, encoding, \
                  compression, devices, entries, peak_bytes, reserved_bytes, allocated_bytes, leak_suspects, ooms, \
                  warnings, index_ms, report_json, device_total_bytes, device_total_source, device_total_detail, \
-                 content_hash) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, \
-                 $18, $19, $20, $21, $22) ON CONFLICT DO NOTHING",
+                 content_hash, peak_reserved_bytes) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, \
+                 $14, $15, $16, $17, $18, $19, $20, $21, $22, $23) ON CONFLICT DO NOTHING",
             )
             .bind(&info.id)
             .bind(&info.sha256)
@@ -500,6 +502,7 @@ impl Library {
             .bind(info.device_total.as_ref().map(|t| t.source.as_str()))
             .bind(info.device_total.as_ref().and_then(|t| t.detail.clone()))
             .bind(content_hash)
+            .bind(info.peak_reserved_bytes as i64)
             .execute(&mut *tx)
             .await?;
             if done.rows_affected() == 0 {
@@ -529,18 +532,23 @@ impl Library {
         }))
     }
 
-    /// Replaces a snapshot's stored report (one computed again by this version). False if there
-    /// is no such snapshot.
+    /// Replaces a snapshot's stored report (one computed again by this version) and the peaks
+    /// the library lists from it. False if there is no such snapshot.
     pub async fn set_report(&self, id: &str, report: &api::Report) -> anyhow::Result<bool> {
         let report_json = serde_json::to_string(report)?;
-        let done = with_db!(&self.db, |p| sqlx::query(
-            "UPDATE snapshots SET report_json = $1 WHERE id = $2"
+        let (peak, peak_reserved) = report.peaks();
+        let done = with_db!(&self.db, |p| {
+            sqlx::query(
+            "UPDATE snapshots SET report_json = $1, peak_bytes = $2, peak_reserved_bytes = $3 WHERE id = $4"
         )
         .bind(&report_json)
+        .bind(peak as i64)
+        .bind(peak_reserved as i64)
         .bind(id)
         .execute(p)
         .await
-        .map(|d| d.rows_affected()))?;
+        .map(|d| d.rows_affected())
+        })?;
         Ok(done == 1)
     }
 

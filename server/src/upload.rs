@@ -440,12 +440,8 @@ async fn upload_task(
             .filter_map(|d| d.parse().ok())
             .collect(),
         entries: snap.trace.len() as u64,
-        peak_bytes: report
-            .devices
-            .values()
-            .map(|d| d.peak_allocated_bytes)
-            .max()
-            .unwrap_or(report.allocated_bytes),
+        peak_bytes: report.peaks().0,
+        peak_reserved_bytes: report.peaks().1,
         reserved_bytes: report.reserved_bytes,
         allocated_bytes: report.allocated_bytes,
         leak_suspects: report.leak_suspects.len() as u64,

@@ -1203,10 +1203,30 @@ async fn a_report_stored_by_an_older_version_is_computed_again() {
     old.report_version = 0;
     old.devices.get_mut("0").unwrap().peak_allocated_bytes = 1;
     assert!(state.library.set_report(&id, &old).await.unwrap());
+    let listed = |state: AppState| async move {
+        let (_, list) = call(&state, "GET", "/api/snapshots", vec![]).await;
+        (
+            list[0]["peak_bytes"].as_u64(),
+            list[0]["peak_reserved_bytes"].as_u64(),
+        )
+    };
+    assert_eq!(
+        listed(state.clone()).await.0,
+        Some(1),
+        "the library lists the stored report's peak"
+    );
     state.models.remove(&id);
     let (st, again) = call(&state, "GET", &format!("/api/snapshots/{id}"), vec![]).await;
     assert_eq!(st, StatusCode::OK);
     assert_eq!(again, fresh, "computed again, the same as at upload");
+    assert_eq!(
+        listed(state.clone()).await,
+        (
+            fresh["devices"]["0"]["peak_allocated_bytes"].as_u64(),
+            fresh["devices"]["0"]["peak_reserved_bytes"].as_u64()
+        ),
+        "and the library's figures with it"
+    );
     // Stored in its place: an unreadable row is computed again too.
     match state.library.report(&id).await.unwrap() {
         Some(server::library::Stored::Current(r)) => {

@@ -256,7 +256,7 @@ async fn dashboard_end_to_end() {
     assert!(
         note.as_str()
             .unwrap()
-            .contains("4.98 s idle before (8 events)"),
+            .contains("the 8 events before a 4.98 s gap with no event left out"),
         "{note}"
     );
     screenshot(&c, "timeline-fitted").await;

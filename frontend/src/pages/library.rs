@@ -406,7 +406,13 @@ fn LibraryTable(
                     <td>{s.devices.iter().map(|d| format!("cuda:{d}")).collect::<Vec<_>>().join(", ")}</td>
                     <td class="num">{fmt::count(s.entries)}</td>
                     <td class="num">{fmt::bytes(s.peak_bytes)}</td>
-                    <td class="num">{fmt::bytes(s.reserved_bytes)}</td>
+                    <td class="num">
+                        {if s.peak_reserved_bytes == 0 && s.reserved_bytes > 0 {
+                            "—".to_string()
+                        } else {
+                            fmt::bytes(s.peak_reserved_bytes)
+                        }}
+                    </td>
                     <td class="num" class:alert={s.leak_suspects > 0}>{s.leak_suspects}</td>
                     <td class="num" class:alert={s.ooms > 0}>{s.ooms}</td>
                     <td>
@@ -448,8 +454,8 @@ fn LibraryTable(
                     <th class="num">"size"</th>
                     <th>"devices"</th>
                     <th class="num">"events"</th>
-                    <th class="num">"peak"</th>
-                    <th class="num">"reserved"</th>
+                    <th class="num" title="torch.cuda.max_memory_allocated(): the highest allocated bytes of any device, over the trace (or at the snapshot without one)">"peak allocated"</th>
+                    <th class="num" title="torch.cuda.max_memory_reserved(): the highest reserved bytes of any device; — until a snapshot stored by an older version is opened again">"peak reserved"</th>
                     <th class="num">"leak suspects"</th>
                     <th class="num">"OOMs"</th>
                     <th>"tags"</th>

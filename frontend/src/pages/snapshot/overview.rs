@@ -44,7 +44,10 @@ pub fn Overview(report: Arc<::api::Report>) -> impl IntoView {
                 {kv("allocated at the snapshot", fmt::bytes(r.allocated_bytes))}
                 {kv("requested at the snapshot", fmt::bytes(r.requested_bytes))}
                 {kv("pending free", fmt::bytes(r.pending_free_bytes))}
-                {kv("leak suspects", r.leak_suspects.len().to_string())}
+                {kv("leak suspects", match r.leak_check {
+                    ::api::LeakCheck::Ran => r.leak_suspects.len().to_string(),
+                    _ => "not available".to_string(),
+                })}
                 {kv("OOMs", r.ooms.len().to_string())}
                 {kv("format", format!("{} {} ({})", f.encoding.as_str(), f.layout.as_str(), f.compression.as_str()))}
             </div>
@@ -219,16 +222,26 @@ pub fn headline(r: &::api::Report) -> Vec<Sentence> {
         });
     }
     let shown = r.shown_device();
-    if let Some((device, d)) = r
-        .devices
-        .iter()
-        .find(|(k, d)| d.entries > 0 && k.parse().ok() == shown)
+    let shown_summary = r.devices.iter().find(|(k, _)| k.parse().ok() == shown);
+    if let Some((device, d)) =
+        shown_summary.filter(|(_, d)| d.peaks_over == ::api::PeakScope::FinalState && d.entries > 0)
     {
-        let final_state = d.peaks_over == ::api::PeakScope::FinalState;
+        // A trace that records no allocation: the figures are the state at the snapshot.
+        out.push(Sentence {
+            kind: "peak",
+            text: format!(
+                "On cuda:{device}, history was off while memory was allocated: at the snapshot {} allocated and {} reserved ({} requested), in {} segments; no peak over time is known.",
+                fmt::bytes(d.peak_allocated_bytes),
+                fmt::bytes(d.peak_reserved_bytes),
+                fmt::bytes(d.peak_requested_bytes),
+                fmt::count(r.segments)
+            ),
+            link_text: "the segments",
+            link: vec![("view", "segments".into()), ("device", device.clone())],
+        });
+    } else if let Some((device, d)) = shown_summary.filter(|(_, d)| d.entries > 0) {
         let at = |p: u32| {
-            if final_state {
-                String::new()
-            } else if p == 0 {
+            if p == 0 {
                 " at the trace's start".to_string()
             } else {
                 format!(" after event {}", fmt::count(p as u64))
