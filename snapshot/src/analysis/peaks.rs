@@ -15,8 +15,6 @@
 //! Counted as PyTorch counts: allocated bytes fall when the program frees a block
 //! (`free_requested`), requested bytes when the block goes back to the pool (`free_completed`).
 
-use std::collections::BTreeMap;
-
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
@@ -142,11 +140,10 @@ pub fn allocated_peak(snap: &Snapshot, d: &DeviceIndex) -> Peak {
         .filter(|b| b.state.is_active())
         .map(|b| (b.address, b.size))
         .collect();
-    // Ordinary (not expandable) segments, by address, alive as the walk goes: (end, span).
     // Segment events are few: their (event, span) lists sorted, passed with a cursor each.
     let mut seg_starts: Vec<(u32, usize)> = Vec::new();
     let mut seg_ends: Vec<(u32, usize)> = Vec::new();
-    let mut segments: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut segs = OpenSegments::new(d.segments.len());
     for (i, s) in d
         .segments
         .iter()
@@ -154,7 +151,7 @@ pub fn allocated_peak(snap: &Snapshot, d: &DeviceIndex) -> Peak {
         .filter(|(_, s)| !s.is_expandable)
     {
         if s.start == NONE {
-            segments.insert(s.address, s.address + s.size);
+            segs.open(s.address, s.size, i);
         } else {
             seg_starts.push((s.start, i));
         }
@@ -165,9 +162,9 @@ pub fn allocated_peak(snap: &Snapshot, d: &DeviceIndex) -> Peak {
     seg_starts.sort_unstable();
     seg_ends.sort_unstable();
     let (mut next_start, mut next_end) = (0, 0);
-    // Live large-pool blocks by address (what bounds a free block from above).
-    let mut large_live: BTreeMap<u64, ()> = BTreeMap::new();
     let mut block_of: Vec<u64> = vec![0; d.allocations.len()];
+    // The span of each live large block's segment, found once at its allocation.
+    let mut span_of: Vec<u32> = vec![u32::MAX; d.allocations.len()];
     let mut current: u64 = 0;
     for (id, a) in d.allocations.iter().enumerate() {
         if a.start != NONE {
@@ -180,7 +177,7 @@ pub fn allocated_peak(snap: &Snapshot, d: &DeviceIndex) -> Peak {
             .unwrap_or_else(|| conf.round_size(d.size_of(t, id as u32)));
         block_of[id] = size;
         if size > SMALL_SIZE {
-            large_live.insert(addr, ());
+            span_of[id] = segs.add_block(addr);
         }
         // A block pending its free at the snapshot whose free predates the trace was no longer
         // counted as allocated when the trace began.
@@ -195,34 +192,43 @@ pub fn allocated_peak(snap: &Snapshot, d: &DeviceIndex) -> Peak {
     for e in 0..d.len {
         while let Some(&(_, i)) = seg_starts.get(next_start).filter(|(at, _)| *at <= e) {
             let s = &d.segments[i];
-            segments.insert(s.address, s.address + s.size);
+            segs.open(s.address, s.size, i);
             next_start += 1;
         }
         let id = d.event_allocation[e as usize];
         if id != NONE {
+            // Addresses are read only for large blocks and blocks alive at the end: most of a
+            // trace can be small-pool traffic.
             let a = &d.allocations[id as usize];
-            let addr = d.addr_of(t, id);
             if a.start == e {
                 let asked = conf.round_size(d.size_of(t, id));
-                let size = match final_sizes.get(&addr) {
-                    Some(&s) if a.end == NONE => s,
-                    _ => block_size(&conf, asked, addr, &segments, &large_live),
+                let size = if asked > SMALL_SIZE || a.end == NONE {
+                    let addr = d.addr_of(t, id);
+                    let seg = (asked > SMALL_SIZE).then(|| segs.of(addr)).flatten();
+                    let size = match final_sizes.get(&addr) {
+                        Some(&s) if a.end == NONE => s,
+                        _ => block_size(&conf, asked, addr, seg, &segs),
+                    };
+                    if let Some((_, span)) = seg {
+                        segs.blocks[span].push(addr);
+                        span_of[id as usize] = span as u32;
+                    }
+                    size
+                } else {
+                    asked
                 };
                 block_of[id as usize] = size;
-                if asked > SMALL_SIZE {
-                    large_live.insert(addr, ());
-                }
                 current += size;
             }
             if a.free_requested == e || (a.end == e && a.free_requested == NONE) {
                 current = current.saturating_sub(block_of[id as usize]);
             }
-            if a.end == e {
-                large_live.remove(&addr);
+            if a.end == e && span_of[id as usize] != u32::MAX {
+                segs.remove_block(span_of[id as usize] as usize, d.addr_of(t, id));
             }
         }
         while let Some(&(_, i)) = seg_ends.get(next_end).filter(|(at, _)| *at <= e) {
-            segments.remove(&d.segments[i].address);
+            segs.close(d.segments[i].address);
             next_end += 1;
         }
         if current > best.bytes {
@@ -235,29 +241,87 @@ pub fn allocated_peak(snap: &Snapshot, d: &DeviceIndex) -> Peak {
     best
 }
 
+/// The ordinary segments alive as a trace is walked, sorted by address, each with the addresses
+/// of its live large-pool blocks (a handful per segment, so a scan beats a tree: a B-tree of all
+/// live blocks was most of this walk's time).
+struct OpenSegments {
+    /// (start, end, span) by start.
+    open: Vec<(u64, u64, usize)>,
+    /// Live large blocks' addresses, by span.
+    blocks: Vec<Vec<u64>>,
+}
+
+impl OpenSegments {
+    fn new(spans: usize) -> OpenSegments {
+        OpenSegments {
+            open: Vec::new(),
+            blocks: vec![Vec::new(); spans],
+        }
+    }
+
+    fn open(&mut self, address: u64, size: u64, span: usize) {
+        let at = self.open.partition_point(|s| s.0 < address);
+        self.open.insert(at, (address, address + size, span));
+        self.blocks[span].clear();
+    }
+
+    fn close(&mut self, address: u64) {
+        let at = self.open.partition_point(|s| s.0 < address);
+        if self.open.get(at).is_some_and(|s| s.0 == address) {
+            let (_, _, span) = self.open.remove(at);
+            self.blocks[span].clear();
+        }
+    }
+
+    /// The segment holding `addr`: (its end, its span).
+    fn of(&self, addr: u64) -> Option<(u64, usize)> {
+        let at = self.open.partition_point(|s| s.0 <= addr).checked_sub(1)?;
+        let (_, end, span) = self.open[at];
+        (addr < end).then_some((end, span))
+    }
+
+    /// Adds a live block; its segment's span, or `u32::MAX` outside every segment.
+    fn add_block(&mut self, addr: u64) -> u32 {
+        match self.of(addr) {
+            Some((_, span)) => {
+                self.blocks[span].push(addr);
+                span as u32
+            }
+            None => u32::MAX,
+        }
+    }
+
+    fn remove_block(&mut self, span: usize, addr: u64) {
+        let v = &mut self.blocks[span];
+        if let Some(k) = v.iter().position(|&b| b == addr) {
+            v.swap_remove(k);
+        }
+    }
+}
+
 /// The block an allocation of `asked` bytes (rounded) at `addr` got: the free block at `addr`
 /// runs to the next live large block or the end of its segment; a large-pool block keeps all of
 /// it unless the remainder is over 1 MiB and the request under `max_split_size`.
+/// `seg`: the segment holding `addr` ([`OpenSegments::of`]).
 fn block_size(
     conf: &AllocConf,
     asked: u64,
     addr: u64,
-    segments: &BTreeMap<u64, u64>,
-    large_live: &BTreeMap<u64, ()>,
+    seg: Option<(u64, usize)>,
+    segs: &OpenSegments,
 ) -> u64 {
     if asked <= SMALL_SIZE || conf.expandable_segments {
         return asked;
     }
-    let Some((_, &seg_end)) = segments.range(..=addr).next_back() else {
+    let Some((seg_end, span)) = seg else {
         return asked;
     };
-    if seg_end <= addr {
-        return asked;
-    }
-    let next = large_live
-        .range(addr + 1..seg_end)
-        .next()
-        .map_or(seg_end, |(&a, _)| a);
+    let next = segs.blocks[span]
+        .iter()
+        .copied()
+        .filter(|&b| b > addr)
+        .min()
+        .unwrap_or(seg_end);
     let free = next - addr;
     if free < asked {
         return asked;
