@@ -67,6 +67,20 @@ fn peaks_equal_pytorchs_own_on_every_gpu_run() {
             }
         };
         check("allocated", p.allocated.bytes, "peak_allocated_bytes");
+        // The allocator's state drawn at that moment holds the same blocks.
+        let state = snapshot::analysis::state_at(&snap, &index, d.device, p.allocated.position);
+        let drawn: u64 = state
+            .segments
+            .iter()
+            .flat_map(|s| &s.blocks)
+            .filter(|b| b.state == snapshot::BlockState::ActiveAllocated)
+            .map(|b| b.size)
+            .sum();
+        check(
+            "allocated in the state at its peak",
+            drawn,
+            "peak_allocated_bytes",
+        );
         check("reserved", p.reserved.bytes, "peak_reserved_bytes");
         check("requested", p.requested.bytes, "peak_requested_bytes");
         assert!(
@@ -117,4 +131,22 @@ fn peaks_match_the_last_memory_stats_sample_of_each_scenario() {
             );
         }
     }
+}
+
+/// At an OOM the allocator's state counts blocks as PyTorch does: the report's allocated bytes
+/// are the figure PyTorch's own message gave ("5.30 GiB is allocated by PyTorch, and 290.00 MiB
+/// is reserved by PyTorch but unallocated"), `allocated_bytes.all.current` of the last sample.
+#[test]
+fn an_oom_counts_allocated_bytes_as_pytorchs_message_does() {
+    let (_, _, report) = common::analyze("oom_fraction.pickle");
+    let stats: Vec<serde_json::Value> = serde_json::from_str(
+        &std::fs::read_to_string(common::fixture("oom_fraction.stats.json")).unwrap(),
+    )
+    .unwrap();
+    let allocated = stats.last().unwrap()["allocated_bytes.all.current"]
+        .as_u64()
+        .unwrap();
+    let oom = &report.ooms[0];
+    assert_eq!(oom.allocated_bytes, allocated);
+    assert_eq!(oom.reserved_bytes - oom.allocated_bytes, 290 << 20);
 }

@@ -102,25 +102,17 @@ pub fn compare(a: Side, b: Side, max_sites: usize) -> Diff {
         oom_reports(a.snap, a.index, None),
         oom_reports(b.snap, b.index, None),
     );
-    let figures = vec![
-        figure(
-            "peak requested bytes",
-            peak(&sa, a.device, |d| d.peak_requested_bytes),
-            peak(&sb, b.device, |d| d.peak_requested_bytes),
-            true,
-        ),
-        figure(
-            "peak allocated bytes",
-            peak(&sa, a.device, |d| d.peak_allocated_bytes),
-            peak(&sb, b.device, |d| d.peak_allocated_bytes),
-            true,
-        ),
-        figure(
-            "peak reserved bytes",
-            peak(&sa, a.device, |d| d.peak_reserved_bytes),
-            peak(&sb, b.device, |d| d.peak_reserved_bytes),
-            true,
-        ),
+    // PyTorch's three peaks of each side's device, then the state at each snapshot.
+    let peaks: [(&'static str, fn(&DeviceSummary) -> u64); 3] = [
+        ("peak requested bytes", |d| d.peak_requested_bytes),
+        ("peak allocated bytes", |d| d.peak_allocated_bytes),
+        ("peak reserved bytes", |d| d.peak_reserved_bytes),
+    ];
+    let mut figures: Vec<FigureDelta> = peaks
+        .iter()
+        .map(|&(name, of)| figure(name, peak(&sa, a.device, of), peak(&sb, b.device, of), true))
+        .collect();
+    figures.extend([
         figure(
             "reserved at the snapshot",
             sa.reserved_bytes,
@@ -142,7 +134,7 @@ pub fn compare(a: Side, b: Side, max_sites: usize) -> Diff {
             false,
         ),
         figure("OOMs", oa.len() as u64, ob.len() as u64, false),
-    ];
+    ]);
 
     // Call sites at each side's peak, joined by label frame.
     let sites_of = |side: Side| {

@@ -157,6 +157,9 @@ pub(crate) struct LazyViews {
     pub(crate) active_span: std::sync::OnceLock<Option<Fitted>>,
     /// The peak of allocated (block) bytes (`peaks::allocated_peak`).
     pub(crate) allocated_peak: std::sync::OnceLock<Peak>,
+    /// The allocations whose block is not their request rounded to 512 bytes, `(id, block
+    /// bytes)` by id (`peaks::block_sizes`): what the allocator state at a moment draws.
+    pub(crate) block_sizes: std::sync::OnceLock<Vec<(u32, u64)>>,
 }
 
 /// What the summary replays of a device trace (alloc / free_completed from its first event,

@@ -70,7 +70,11 @@ pub fn peaks(snap: &Snapshot, d: &DeviceIndex) -> Peaks {
         bytes: d.peak_live_bytes,
         position: d.peak_position,
     };
-    let allocated = d.allocated_peak(|| allocated_peak(snap, d));
+    let allocated = d.allocated_peak(|| {
+        let (peak, sizes) = walk(snap, d);
+        let _ = d.lazy.block_sizes.set(sizes);
+        peak
+    });
     let reserved = reserved_peak(d);
     let scope = if d.live_at_start == 0 && d.reserved_at_start == 0 && d.predating_freed == 0 {
         PeakScope::WholeProcess
@@ -127,9 +131,25 @@ fn final_state_peaks(snap: &Snapshot, device: i32) -> Peaks {
     }
 }
 
-/// The block sizes of one device's allocations, worked out as the module's doc says, and the
-/// highest sum of those allocated.
+/// The highest sum of allocated block bytes on device `d` (see the module's doc).
 pub fn allocated_peak(snap: &Snapshot, d: &DeviceIndex) -> Peak {
+    walk(snap, d).0
+}
+
+/// The allocations of `d` whose block is not their request rounded to 512 bytes, `(id, block
+/// bytes)` by id: larger where the allocator kept a cached block whole, or rounded otherwise
+/// (`roundup_power2_divisions`). Worked out once per device, with the allocated peak.
+pub fn block_sizes<'a>(snap: &Snapshot, d: &'a DeviceIndex) -> &'a [(u32, u64)] {
+    d.lazy.block_sizes.get_or_init(|| {
+        let (peak, sizes) = walk(snap, d);
+        let _ = d.lazy.allocated_peak.set(peak);
+        sizes
+    })
+}
+
+/// The block sizes of one device's allocations, worked out as the module's doc says: the
+/// highest sum of those allocated, and the blocks that are not their request rounded.
+fn walk(snap: &Snapshot, d: &DeviceIndex) -> (Peak, Vec<(u32, u64)>) {
     let t = &snap.trace;
     let conf = recorded_conf(snap);
     let final_sizes: FxHashMap<u64, u64> = snap
@@ -238,7 +258,14 @@ pub fn allocated_peak(snap: &Snapshot, d: &DeviceIndex) -> Peak {
             };
         }
     }
-    best
+    let plain = |id: usize| super::state::round_size(d.size_of(t, id as u32));
+    let unusual = block_of
+        .iter()
+        .enumerate()
+        .filter(|&(id, &b)| b != 0 && b != plain(id))
+        .map(|(id, &b)| (id as u32, b))
+        .collect();
+    (best, unusual)
 }
 
 /// The ordinary segments alive as a trace is walked, sorted by address, each with the addresses

@@ -3,8 +3,10 @@
 //!
 //! At the end of the trace the snapshot's own segments and blocks are exact and are used as they
 //! are. Earlier, the state is rebuilt from the nearest checkpoint of live allocations and the
-//! segment intervals: live allocations become blocks (rounded like the caching allocator rounds,
-//! to 512 bytes), and the gaps between them inside a segment are inactive (cached free) space.
+//! segment intervals: live allocations become blocks of the size the caching allocator gave them
+//! (their request rounded to 512 bytes, or the whole cached block it did not split:
+//! `peaks::block_sizes`), and the gaps between them inside a segment are inactive (cached free)
+//! space.
 
 use serde::Serialize;
 
@@ -212,12 +214,16 @@ pub fn state_at(snap: &Snapshot, index: &Index, device: i32, p: u32) -> Allocato
         }
         return s;
     }
-    rebuilt_state(&snap.trace, d, device, p)
+    let blocks = super::peaks::block_sizes(snap, d);
+    rebuilt_state(&snap.trace, d, blocks, device, p)
 }
 
+/// The state at `p` from the allocations alive there; `block_sizes`: those whose block is not
+/// their request rounded ([`super::peaks::block_sizes`]).
 fn rebuilt_state(
     t: &crate::model::TraceTable,
     d: &DeviceIndex,
+    block_sizes: &[(u32, u64)],
     device: i32,
     p: u32,
 ) -> AllocatorState {
@@ -242,7 +248,11 @@ fn rebuilt_state(
             if addr > cursor {
                 blocks.push(inactive(cursor, addr - cursor));
             }
-            let size = round_size(requested).min(hi - addr);
+            let block = match block_sizes.binary_search_by_key(&a, |&(id, _)| id) {
+                Ok(k) => block_sizes[k].1,
+                Err(_) => round_size(requested),
+            };
+            let size = block.min(hi - addr);
             blocks.push(BlockView {
                 address: addr,
                 size,
