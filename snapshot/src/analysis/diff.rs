@@ -72,6 +72,9 @@ pub struct Diff {
 
 type SiteKey = Option<(String, u32, String)>;
 
+/// Which of a device's peaks a figure reads.
+type PeakOf = fn(&DeviceSummary) -> u64;
+
 fn key(site: &Option<FrameView>) -> SiteKey {
     site.as_ref()
         .map(|f| (f.filename.clone(), f.line, f.name.clone()))
@@ -90,9 +93,7 @@ fn figure(name: &'static str, a: u64, b: u64, bytes: bool) -> FigureDelta {
 /// Compares `b` against `a`; at most `max_sites` call sites are listed.
 pub fn compare(a: Side, b: Side, max_sites: usize) -> Diff {
     let (sa, sb) = (summary(a.snap, a.index), summary(b.snap, b.index));
-    let peak = |s: &Summary, d: i32, which: fn(&DeviceSummary) -> u64| {
-        s.devices.get(&d.to_string()).map_or(0, which)
-    };
+    let peak = |s: &Summary, d: i32, which: PeakOf| s.devices.get(&d.to_string()).map_or(0, which);
     let entries = |side: Side| side.index.device(side.device).map_or(0, |d| d.len as u64);
     let (la, lb) = (
         leak_suspects(a.snap, a.index, usize::MAX),
@@ -103,7 +104,7 @@ pub fn compare(a: Side, b: Side, max_sites: usize) -> Diff {
         oom_reports(b.snap, b.index, None),
     );
     // PyTorch's three peaks of each side's device, then the state at each snapshot.
-    let peaks: [(&'static str, fn(&DeviceSummary) -> u64); 3] = [
+    let peaks: [(&'static str, PeakOf); 3] = [
         ("peak requested bytes", |d| d.peak_requested_bytes),
         ("peak allocated bytes", |d| d.peak_allocated_bytes),
         ("peak reserved bytes", |d| d.peak_reserved_bytes),
