@@ -258,7 +258,9 @@ fn walk(snap: &Snapshot, d: &DeviceIndex) -> (Peak, Vec<(u32, u64)>) {
             };
         }
     }
-    let plain = |id: usize| super::state::round_size(d.size_of(t, id as u32));
+    // What the allocator state draws a block as when it knows no better: 512-byte rounding.
+    let defaults = AllocConf::default();
+    let plain = |id: usize| defaults.round_size(d.size_of(t, id as u32));
     let unusual = block_of
         .iter()
         .enumerate()
