@@ -30,7 +30,7 @@ const MAGIC: &[u8; 8] = b"MSMODEL\0";
 /// 2: the checksum at the end. 3: sizes and times as their packed parts, streams as runs of ids
 /// (the file as compact as the tables: 37 → ~21 bytes a trace entry). 4: the index may follow.
 /// 5: the first timeline view keeps every peak in view (its stored active span is refitted); the
-/// allocated peak may follow the derived views.
+/// allocated peak and the blocks that are not their request rounded may follow the derived views.
 pub const VERSION: u32 = 5;
 
 struct W<'a, T: Write> {
@@ -699,6 +699,17 @@ fn write_index<T: Write>(w: &mut W<T>, index: &Index) -> io::Result<()> {
                 w.u32(p.position)?;
             }
         }
+        // Worked out with the allocated peak: the blocks that are not their request rounded.
+        match d.lazy.block_sizes.get() {
+            None => w.u8(0)?,
+            Some(sizes) => {
+                w.u8(1)?;
+                let ids: Vec<u32> = sizes.iter().map(|&(id, _)| id).collect();
+                let bytes: Vec<u64> = sizes.iter().map(|&(_, b)| b).collect();
+                w.array(&ids, u32::to_le_bytes)?;
+                w.array(&bytes, u64::to_le_bytes)?;
+            }
+        }
     }
     Ok(())
 }
@@ -870,6 +881,21 @@ fn read_index<T: Read>(r: &mut R<T>, snap: &Snapshot, n_stacks: u32) -> Result<I
                     return Err(r.bad("index: allocated peak out of range"));
                 }
                 let _ = lazy.allocated_peak.set(p);
+            }
+            _ => return Err(r.bad("index: unknown marker")),
+        }
+        match r.u8()? {
+            0 => {}
+            1 => {
+                let ids = r.array(u32::from_le_bytes)?;
+                let bytes = r.array(u64::from_le_bytes)?;
+                if ids.len() != bytes.len()
+                    || ids.windows(2).any(|w| w[0] >= w[1])
+                    || ids.last().is_some_and(|&id| id >= n_alloc)
+                {
+                    return Err(r.bad("index: block sizes out of range"));
+                }
+                let _ = lazy.block_sizes.set(ids.into_iter().zip(bytes).collect());
             }
             _ => return Err(r.bad("index: unknown marker")),
         }
