@@ -63,7 +63,7 @@ pub struct Frame {
 impl Frame {
     /// `file.py:12 function`, the file without its folders.
     pub fn short(&self) -> String {
-        if self.line == 0 && !self.filename.ends_with(".py") {
+        if is_cpp_frame(&self.filename, self.line) {
             return cpp_name(&self.name);
         }
         format!(
@@ -73,6 +73,11 @@ impl Frame {
             self.name
         )
     }
+}
+
+/// A frame of C++ code (no line, not a Python file): named by its function ([`cpp_name`]).
+pub fn is_cpp_frame(filename: &str, line: u32) -> bool {
+    line == 0 && !filename.ends_with(".py")
 }
 
 /// A C++ frame's function as people name it: `BmmBackward0` for

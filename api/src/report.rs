@@ -362,13 +362,8 @@ impl Report {
 
     /// Devices with a trace and how many events each has, in order.
     pub fn traced_devices(&self) -> Vec<(i32, u64)> {
-        let mut v: Vec<(i32, u64)> = self
-            .devices
-            .iter()
-            .filter_map(|(k, d)| Some((k.parse().ok()?, d.entries)))
-            .filter(|&(_, n)| n > 0)
-            .collect();
-        v.sort_unstable();
+        let mut v = self.all_devices();
+        v.retain(|&(_, n)| n > 0);
         v
     }
 }

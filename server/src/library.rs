@@ -532,6 +532,24 @@ impl Library {
         }))
     }
 
+    /// The report that stands when snapshot `id` arrives again: the stored one, or, where an
+    /// older version stored it, `fresh` (the same snapshot's, computed now) stored in its place.
+    /// None if there is no such snapshot.
+    pub async fn standing_report(
+        &self,
+        id: &str,
+        fresh: &api::Report,
+    ) -> anyhow::Result<Option<api::Report>> {
+        Ok(match self.report(id).await? {
+            Some(Stored::Current(r)) => Some(*r),
+            Some(Stored::Stale) => {
+                self.set_report(id, fresh).await?;
+                Some(fresh.clone())
+            }
+            None => None,
+        })
+    }
+
     /// Replaces a snapshot's stored report (one computed again by this version) and the peaks
     /// the library lists from it. False if there is no such snapshot.
     pub async fn set_report(&self, id: &str, report: &api::Report) -> anyhow::Result<bool> {
@@ -574,15 +592,10 @@ impl Library {
             .find_by_sha(&info.sha256)
             .await?
             .ok_or_else(|| anyhow::anyhow!("snapshot {} vanished while committing", info.id))?;
-        let report = match self.report(&existing.id).await? {
-            Some(Stored::Current(r)) => *r,
-            // Written by an older version: this upload's is of the same snapshot.
-            Some(Stored::Stale) => {
-                self.set_report(&existing.id, &report).await?;
-                report
-            }
-            None => anyhow::bail!("snapshot {} has no report", existing.id),
-        };
+        let report = self
+            .standing_report(&existing.id, &report)
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("snapshot {} has no report", existing.id))?;
         Ok((existing, false, report))
     }
 

@@ -8,7 +8,7 @@ use snapshot::frames::FrameView;
 
 fn site(f: &Option<FrameView>) -> String {
     match f {
-        Some(f) if f.line == 0 && !f.filename.ends_with(".py") => api::cpp_name(&f.name),
+        Some(f) if api::is_cpp_frame(&f.filename, f.line) => api::cpp_name(&f.name),
         Some(f) => format!("{}:{} in {}", f.filename, f.line, f.name),
         None => api::NO_STACK.into(),
     }

@@ -401,30 +401,19 @@ async fn upload_task(
     };
     if let Some(existing) = existing {
         // Gone since (a delete racing this upload): this upload's own copy is committed below.
-        match lib.report(&existing.id).await? {
-            Some(crate::library::Stored::Current(report)) => {
-                return Ok(Uploaded {
-                    created: false,
-                    snapshot: existing,
-                    report: *report,
-                });
-            }
-            // Written by an older version: this upload's report is of the same snapshot.
-            Some(crate::library::Stored::Stale) => {
-                lib.set_report(&existing.id, &report).await?;
-                return Ok(Uploaded {
-                    created: false,
-                    snapshot: existing,
-                    report,
-                });
-            }
-            None => {}
+        if let Some(report) = lib.standing_report(&existing.id, &report).await? {
+            return Ok(Uploaded {
+                created: false,
+                snapshot: existing,
+                report,
+            });
         }
     }
     let index_ms = started.elapsed().as_millis() as u64;
     let committed = Instant::now();
 
     let id = sha[..16].to_string();
+    let (peak_bytes, peak_reserved_bytes) = report.peaks();
     let info = SnapshotInfo {
         id: id.clone(),
         sha256: sha.clone(),
@@ -440,8 +429,8 @@ async fn upload_task(
             .filter_map(|d| d.parse().ok())
             .collect(),
         entries: snap.trace.len() as u64,
-        peak_bytes: report.peaks().0,
-        peak_reserved_bytes: report.peaks().1,
+        peak_bytes,
+        peak_reserved_bytes,
         reserved_bytes: report.reserved_bytes,
         allocated_bytes: report.allocated_bytes,
         leak_suspects: report.leak_suspects.len() as u64,

@@ -394,9 +394,9 @@ const MIN_IDLE_US: i64 = 100_000;
 pub fn derive_views(snap: &Snapshot, index: &Index) {
     for d in &index.devices {
         d.top_by_size(&snap.trace);
-        // Computes the allocated peak the active span keeps in view.
         d.active_span_with(|| active_span(snap, d));
-        super::peaks::peaks(snap, d);
+        // The allocated peak and the block sizes the state views draw (one walk), stored too.
+        super::peaks::block_sizes(snap, d);
     }
 }
 
