@@ -55,8 +55,9 @@ impl TraceAction {
 
 /// The version of the report's schema and of the rules behind its figures: a stored report of
 /// another version is computed again from the snapshot (2: PyTorch's three peaks per device,
-/// the default device, the leak check, the first view fitted around the peaks).
-pub const REPORT_VERSION: u32 = 2;
+/// the default device, the leak check, the first view fitted around the peaks; 3: each OOM's
+/// fate and step, OOM incidents, the growth verdict, leaks as growth step over step).
+pub const REPORT_VERSION: u32 = 3;
 
 /// One device's trace in figures.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -211,9 +212,18 @@ pub struct LeakSuspect {
     pub stacks: u32,
     /// The stack that kept the most bytes, user frames first.
     pub frames: Vec<Frame>,
-    /// Bytes kept per step, when the trace has step annotations.
+    /// Bytes kept in each step it grew in (the median), when the trace has steps.
     #[serde(default)]
     pub per_step_bytes: Option<u64>,
+    /// The step it first grew in, when the trace has steps.
+    #[serde(default)]
+    pub since_step: Option<u32>,
+    /// Steps it grew in.
+    #[serde(default)]
+    pub growth_steps: Option<u32>,
+    /// It grew every this many steps, when regularly (1: every step).
+    #[serde(default)]
+    pub every_steps: Option<u32>,
     /// What grows and how fast, in words.
     #[serde(default)]
     pub growth: String,
@@ -224,6 +234,8 @@ pub struct LeakSuspect {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
+    /// A line whose live memory grew step over step holds most of what was allocated.
+    Growth,
     /// Enough cached free memory, but no free block large enough.
     Fragmentation,
     /// The driver still had the memory; a per-process limit stopped PyTorch.
@@ -240,6 +252,7 @@ pub enum Verdict {
 impl Verdict {
     pub fn as_str(self) -> &'static str {
         match self {
+            Verdict::Growth => "growth",
             Verdict::Fragmentation => "fragmentation",
             Verdict::ProcessLimit => "process_limit",
             Verdict::Exhaustion => "exhaustion",
@@ -247,6 +260,61 @@ impl Verdict {
             Verdict::Undetermined => "undetermined",
         }
     }
+}
+
+/// What became of an OOM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Recovery {
+    /// cuDNN/cuBLAS fell back to an algorithm with a smaller workspace: costs speed, not the run.
+    WorkspaceFallback,
+    /// The program caught the error and went on allocating.
+    Caught,
+    /// Nothing was allocated on its stream after it: the OOM ended the run.
+    #[default]
+    Fatal,
+}
+
+impl Recovery {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Recovery::WorkspaceFallback => "workspace_fallback",
+            Recovery::Caught => "caught",
+            Recovery::Fatal => "fatal",
+        }
+    }
+}
+
+/// The line whose growth caused an OOM.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GrowthCause {
+    pub site: Option<Frame>,
+    /// Bytes alive at the OOM made at that line.
+    pub bytes_at_oom: u64,
+    pub per_step_bytes: Option<u64>,
+    pub since_step: Option<u32>,
+    /// How it grew, in words.
+    pub pattern: String,
+}
+
+/// OOMs with the same device, line, cause and fate, as one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OomIncident {
+    pub device: i32,
+    pub verdict: Verdict,
+    pub recovery: Recovery,
+    pub recovered: bool,
+    pub count: u32,
+    pub first_position: u32,
+    pub last_position: u32,
+    pub first_step: Option<u32>,
+    pub last_step: Option<u32>,
+    pub smallest_requested_bytes: u64,
+    pub largest_requested_bytes: u64,
+    /// The OOM shown for it (its latest): an `OomReport.position`.
+    pub shown_position: u32,
+    /// "39 OOMs between events 70 and 2,100 (steps 0–11), all workspace fallbacks".
+    pub summary: String,
 }
 
 /// One `oom` trace entry explained.
@@ -276,6 +344,20 @@ pub struct OomReport {
     /// What to do about it, most useful first.
     #[serde(default)]
     pub advice: Vec<String>,
+    /// The run went on after it (caught, or a workspace fallback).
+    #[serde(default)]
+    pub recovered: bool,
+    #[serde(default)]
+    pub recovery: Recovery,
+    /// What the trace did after it that says so.
+    #[serde(default)]
+    pub recovery_evidence: String,
+    /// The step it happened in, when the trace has steps.
+    #[serde(default)]
+    pub step: Option<u32>,
+    /// The growing line behind a `growth` verdict.
+    #[serde(default)]
+    pub growth: Option<GrowthCause>,
     /// The line that asked for the memory (the `oom` entry's first user frame).
     #[serde(default)]
     pub site: Option<Frame>,
@@ -325,6 +407,12 @@ pub struct Report {
     #[serde(default)]
     pub leak_check: LeakCheck,
     pub ooms: Vec<OomReport>,
+    /// The OOMs grouped: the same line, cause and fate are one incident; the fatal one first.
+    #[serde(default)]
+    pub oom_incidents: Vec<OomIncident>,
+    /// What the OOMs did to the run, in a sentence.
+    #[serde(default)]
+    pub oom_outcome: Option<String>,
     pub warnings: Vec<Warning>,
     pub fragmentation: Vec<DeviceFragmentation>,
     /// PyTorch's `allocator_settings` dict as recorded (its keys vary by version; PyTorch ≥ 2.3).

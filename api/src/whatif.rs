@@ -173,8 +173,21 @@ pub struct WhatIfRun {
     pub cuda_mallocs: u64,
     pub cuda_frees: u64,
     pub alloc_retries: u64,
+    /// Met a fatal OOM ("would have saved this run" is its negation).
     pub oom: bool,
+    /// The first fatal OOM.
     pub oom_position: Option<u32>,
+    /// OOMs the run would have survived (caught, or workspace fallbacks).
+    #[serde(default)]
+    pub survivable_ooms: u32,
+    #[serde(default)]
+    pub fatal_ooms: u32,
+    /// The first OOM of either kind.
+    #[serde(default)]
+    pub first_oom_position: Option<u32>,
+    /// Keys of the setting string PyTorch accepts that the model does not simulate, each with why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_simulated: Vec<String>,
     pub fragmentation_at_peak: u64,
     pub saving_bytes: i64,
     /// (position, reserved bytes) where they changed, when asked for.

@@ -68,11 +68,39 @@ fn block_state(s: model::BlockState) -> api::BlockState {
 
 fn verdict(v: oom::Verdict) -> api::Verdict {
     match v {
+        oom::Verdict::Growth => api::Verdict::Growth,
         oom::Verdict::Fragmentation => api::Verdict::Fragmentation,
         oom::Verdict::ProcessLimit => api::Verdict::ProcessLimit,
         oom::Verdict::Exhaustion => api::Verdict::Exhaustion,
         oom::Verdict::OutsidePytorch => api::Verdict::OutsidePytorch,
         oom::Verdict::Undetermined => api::Verdict::Undetermined,
+    }
+}
+
+fn recovery(r: snapshot::analysis::recovery::Recovery) -> api::Recovery {
+    use snapshot::analysis::recovery::Recovery as R;
+    match r {
+        R::WorkspaceFallback => api::Recovery::WorkspaceFallback,
+        R::Caught => api::Recovery::Caught,
+        R::Fatal => api::Recovery::Fatal,
+    }
+}
+
+fn oom_incident(i: oom::OomIncident) -> api::OomIncident {
+    api::OomIncident {
+        device: i.device,
+        verdict: verdict(i.verdict),
+        recovery: recovery(i.recovery),
+        recovered: i.recovered,
+        count: i.count,
+        first_position: i.first_position,
+        last_position: i.last_position,
+        first_step: i.first_step,
+        last_step: i.last_step,
+        smallest_requested_bytes: i.smallest_requested_bytes,
+        largest_requested_bytes: i.largest_requested_bytes,
+        shown_position: i.shown_position,
+        summary: i.summary,
     }
 }
 
@@ -188,6 +216,9 @@ fn leak_suspect(l: leaks::LeakSuspect) -> api::LeakSuspect {
         stacks: l.stacks,
         frames: frames(l.frames),
         per_step_bytes: l.per_step_bytes,
+        since_step: l.since_step,
+        growth_steps: l.growth_steps,
+        every_steps: l.every_steps,
         growth: l.growth,
         series: l
             .series
@@ -219,6 +250,17 @@ pub fn oom_report(o: oom::OomReport) -> api::OomReport {
         verdict: verdict(o.verdict),
         explanation: o.explanation,
         advice: o.advice,
+        recovered: o.recovered,
+        recovery: recovery(o.recovery),
+        recovery_evidence: o.recovery_evidence,
+        step: o.step,
+        growth: o.growth.map(|g| api::GrowthCause {
+            site: g.site.map(frame),
+            bytes_at_oom: g.bytes_at_oom,
+            per_step_bytes: g.per_step_bytes,
+            since_step: g.since_step,
+            pattern: g.pattern,
+        }),
         site: o.site.map(frame),
         frames: frames(o.frames),
         largest_sites: o.largest_sites.into_iter().map(call_site).collect(),
@@ -267,6 +309,8 @@ pub fn report(r: analysis::Report) -> api::Report {
         leak_check: leak_check(r.leak_check),
         report_version: api::REPORT_VERSION,
         ooms: r.ooms.into_iter().map(oom_report).collect(),
+        oom_incidents: r.oom_incidents.into_iter().map(oom_incident).collect(),
+        oom_outcome: r.oom_outcome,
         warnings: r.warnings.into_iter().map(warning).collect(),
         fragmentation: r
             .fragmentation
@@ -562,6 +606,10 @@ pub fn whatif(w: snapshot::whatif::WhatIf) -> api::WhatIf {
                 alloc_retries: r.alloc_retries,
                 oom: r.oom,
                 oom_position: r.oom_position,
+                survivable_ooms: r.survivable_ooms,
+                fatal_ooms: r.fatal_ooms,
+                first_oom_position: r.first_oom_position,
+                not_simulated: r.not_simulated,
                 fragmentation_at_peak: r.fragmentation_at_peak,
                 saving_bytes: r.saving_bytes,
                 reserved_curve: r.reserved_curve,

@@ -167,13 +167,37 @@ pub fn render(name: &str, r: &Report, top: usize) -> String {
 
     if !r.ooms.is_empty() {
         let _ = writeln!(o, "\nOut of memory");
-        for m in &r.ooms {
+        if let Some(outcome) = &r.oom_outcome {
+            let _ = writeln!(o, "  {outcome}");
+        }
+        // One entry per incident (the same line, cause and fate), its latest OOM in full.
+        for inc in &r.oom_incidents {
+            let Some(m) = r
+                .ooms
+                .iter()
+                .find(|m| m.device == inc.device && m.position == inc.shown_position)
+            else {
+                continue;
+            };
+            let fate = if m.recovered { "survived" } else { "FATAL" };
+            let step = m.step.map(|s| format!(" (step {s})")).unwrap_or_default();
             let _ = writeln!(
                 o,
-                "  device {} at event {}: requested {}; driver free {}; reserved {}, allocated {}, largest free block {}",
+                "\n  [{fate}] {}: {}",
+                inc.verdict.as_str().replace('_', " "),
+                inc.summary
+            );
+            let _ = writeln!(
+                o,
+                "  device {} at event {}{step}: requested {}{}; driver free {}; reserved {}, allocated {}, largest free block {}",
                 m.device,
                 thousands(m.position as u64),
                 hb(m.requested_bytes),
+                if m.site.is_some() {
+                    format!(" at {}", site(&m.site))
+                } else {
+                    String::new()
+                },
                 m.device_free_bytes
                     .map(hb)
                     .unwrap_or_else(|| "unknown".into()),
@@ -181,7 +205,13 @@ pub fn render(name: &str, r: &Report, top: usize) -> String {
                 hb(m.allocated_bytes),
                 hb(m.largest_free_block_bytes)
             );
-            let _ = writeln!(o, "    verdict: {:?}: {}", m.verdict, m.explanation);
+            let _ = writeln!(
+                o,
+                "    {}: {}",
+                m.recovery.as_str().replace('_', " "),
+                m.recovery_evidence
+            );
+            let _ = writeln!(o, "    verdict: {}: {}", m.verdict.as_str(), m.explanation);
             for a in &m.advice {
                 let _ = writeln!(o, "    - {a}");
             }
@@ -355,7 +385,7 @@ pub fn render_whatif(name: &str, w: &snapshot::whatif::WhatIf) -> String {
     }
     let _ = writeln!(
         o,
-        "\n{:<56} {:>13} {:>12} {:>10} {:>9} {:>8}  OOM",
+        "\n{:<56} {:>13} {:>12} {:>10} {:>9} {:>8}  OOMs",
         "PYTORCH_CUDA_ALLOC_CONF", "peak reserved", "saving", "cudaMalloc", "segments", "retries",
     );
     for r in &w.runs {
@@ -378,10 +408,16 @@ pub fn render_whatif(name: &str, w: &snapshot::whatif::WhatIf) -> String {
             thousands(r.cuda_mallocs),
             thousands(r.segments_at_end),
             thousands(r.alloc_retries),
-            if r.oom { "out of memory" } else { "no" },
-            r.oom_position
-                .map(|p| format!(" at event {p}"))
-                .unwrap_or_default(),
+            match (r.oom, r.survivable_ooms) {
+                (true, _) => "dies".to_string(),
+                (false, 0) => "none".to_string(),
+                (false, n) => format!("survives {n}"),
+            },
+            match (r.oom_position, r.survivable_ooms) {
+                (Some(p), 0) => format!(" at event {p}"),
+                (Some(p), n) => format!(" at event {p}, after surviving {n}"),
+                _ => String::new(),
+            },
         );
     }
     o

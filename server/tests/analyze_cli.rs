@@ -70,7 +70,18 @@ fn json_oom_report() {
     assert_eq!(ooms[0]["device"], 0);
     assert_eq!(ooms[0]["requested_bytes"], 25_165_824u64);
     assert_eq!(ooms[0]["device_free_bytes"], 143_561_719_808u64);
-    assert_eq!(ooms[0]["verdict"], "fragmentation");
+    // A list grows until the limit: growth, fatal, named by its line.
+    assert_eq!(ooms[0]["verdict"], "growth");
+    assert_eq!(ooms[0]["recovered"], false);
+    assert_eq!(ooms[0]["recovery"], "fatal");
+    assert_eq!(ooms[0]["growth"]["site"]["line"], 181);
+    assert_eq!(v["oom_incidents"].as_array().unwrap().len(), 1);
+    assert!(
+        v["oom_outcome"]
+            .as_str()
+            .unwrap()
+            .starts_with("Died of an OOM")
+    );
 }
 
 #[test]
@@ -84,7 +95,9 @@ fn human_report_reads_well() {
         "{text}"
     );
     assert!(
-        text.contains("requested 24.0 MiB") && text.contains("verdict: Fragmentation"),
+        text.contains("requested 24.0 MiB")
+            && text.contains("[FATAL] growth")
+            && text.contains("verdict: growth"),
         "{text}"
     );
 }

@@ -195,15 +195,26 @@ fn steady_train_has_no_leak_suspects() {
     );
 }
 
+/// A list grows until the per-process limit stops it (the truth: "list grows until OOM"). The
+/// cache is fragmented too, but growth is the cause and leads: no setting fixes it.
 #[test]
-fn oom_fraction_reports_one_fragmentation_oom_of_24_mib() {
+fn oom_fraction_reports_one_fatal_growth_oom_of_24_mib() {
     let (_, _, report) = common::analyze("oom_fraction.pickle");
     assert_eq!(report.ooms.len(), 1);
     let oom = &report.ooms[0];
     assert_eq!(oom.requested_bytes, 24 << 20);
     assert_eq!(oom.device, 0);
     assert_eq!(oom.device_free_bytes, Some(143_561_719_808));
-    assert_eq!(oom.verdict, Verdict::Fragmentation);
+    assert_eq!(oom.verdict, Verdict::Growth);
+    assert!(!oom.recovered);
+    let growth = oom.growth.as_ref().unwrap();
+    assert_eq!(growth.site.as_ref().unwrap().line, 181);
+    assert!(growth.bytes_at_oom * 2 >= oom.allocated_bytes);
+    assert!(
+        oom.explanation.contains("also fragmented"),
+        "{}",
+        oom.explanation
+    );
     assert!(oom.largest_free_block_bytes < oom.block_bytes);
     // The growing list at line 181 is both the leak suspect and the largest site at the OOM.
     let site = report.leak_suspects[0].site.as_ref().unwrap();

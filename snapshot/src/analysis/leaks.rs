@@ -1,32 +1,33 @@
-//! Leak suspects: the lines of user code whose allocations are still alive at the end of the
-//! trace and were made again and again across it.
+//! Leak suspects: the lines of user code whose live memory keeps growing, step over step.
 //!
-//! A leak grows: a tensor appended to a list every step leaves one survivor per step, spread over
-//! the whole trace. A one-time burst (model weights, optimizer state made at the first step, the
-//! last step's activations) leaves its survivors in one short stretch. So a call site is a suspect
-//! when its survivors were made in at least [`MIN_SPREAD_TENTHS`] of the ten equal slices of the
-//! trace, at least [`MIN_COUNT`] times; suspects are ranked by surviving bytes × spread.
+//! What is alive at the end of a trace is not a leak by itself: the weights, the optimizer's
+//! state, the last step's activations and a cache filled once are all alive at the end and all
+//! made again and again by the same lines. A leak *grows*: a tensor appended to a list every step
+//! leaves one more survivor per step. So a call site is a suspect when its live bytes, read at the
+//! start of every step ([`super::steps`]) and at the end, rose in at least [`MIN_RISES`] steps and
+//! never fell back (the end holds at least nine tenths of the most it held at a step's start).
+//! Without steps the same is read at the ten tenths of the trace, and the site must have grown in
+//! [`MIN_SPREAD_TENTHS`] of them: a list appended to in one long loop.
 //!
-//! One pass of a program is not a leak: a forward pass keeps every layer's activations for
-//! backward, a backward leaves every parameter's gradient, and a trace of one pass dumped while
-//! they are alive has them made "throughout" it, by the same lines again and again (one per
+//! Candidates come first from survivors: made at least [`MIN_COUNT`] times, in at least
+//! [`MIN_SPREAD_TENTHS`] tenths of the trace. One pass of a program is not a leak: a forward pass
+//! keeps every layer's activations for backward, made by the same lines again and again (one per
 //! layer). So survivors made inside a module's `forward` (`nn.Module._call_impl` on the stack) or
-//! on the autograd engine's thread count towards a suspect only when they were made in at least
-//! [`MIN_WAVES`] waves of the device's memory (it rose and fell back by a quarter of its range
-//! between them: the program's steps); plain code that keeps what it makes (a list appended to
-//! in a loop) is a suspect in one pass too.
+//! on the autograd engine's thread count only when they were made in at least [`MIN_WAVES`] waves
+//! of the device's memory (it rose and fell back by a quarter of its range between them).
 //!
 //! Allocations are grouped by call site, the first user frame of their stack: one planted line
 //! is one suspect, however many C++ operators (`addmm`, `gelu`, …) allocated below it; a suspect
 //! line reached through another suspect line joins the outer one (the line that keeps a graph
-//! alive, not the `forward` that allocated its activations). Each
-//! suspect says in words what grows and how fast: per step when the trace has step annotations
-//! (`ProfilerStep#N` and the like), per event and per second otherwise.
+//! alive, not the `forward` that allocated its activations). Each suspect says in words how it
+//! grows: "256.0 MiB every step since step 5", "32.0 MiB every 5th step (10 times)", or per event
+//! and per second where the trace has no steps.
 
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
 use super::index::{DeviceIndex, Index, NONE};
+use super::steps::{Steps, steps};
 use crate::frames::{FrameView, view};
 use crate::model::{FrameId, Snapshot, StackId, TraceTable};
 use crate::units::human_bytes;
@@ -35,8 +36,8 @@ pub const MIN_COUNT: u32 = 3;
 pub const MIN_SPREAD_TENTHS: u32 = 4;
 /// Points in each suspect's evidence series.
 pub const SERIES_POINTS: usize = 64;
-/// Step annotations of one name family needed before rates are given per step.
-const MIN_STEPS: usize = 3;
+/// Steps (or tenths, without steps) a suspect's live bytes must have risen in.
+pub const MIN_RISES: usize = 3;
 /// Waves of memory a module's or backward's survivors must span to be a suspect.
 pub const MIN_WAVES: u32 = 3;
 /// A wave rises and falls back by this share of the device's live range.
@@ -72,12 +73,21 @@ pub struct LeakSuspect {
     pub stacks: u32,
     /// The stack that kept the most bytes, user frames first, noise removed.
     pub frames: Vec<FrameView>,
-    /// Bytes kept per step, when the trace has step annotations.
+    /// Bytes kept in each step the site grew in (the median), when the trace has steps.
     pub per_step_bytes: Option<u64>,
+    /// The step it first grew in, when the trace has steps.
+    pub since_step: Option<u32>,
+    /// Steps it grew in.
+    pub growth_steps: Option<u32>,
+    /// It grew every this many steps, when regularly (1: every step).
+    pub every_steps: Option<u32>,
     /// What grows and how fast, in words.
     pub growth: String,
     /// Live bytes of this site over the trace.
     pub series: Vec<SeriesPoint>,
+    /// The stacks grouped under this site (what its live bytes at any moment are made of).
+    #[serde(skip)]
+    pub member_stacks: Vec<StackId>,
 }
 
 /// Whether the search for leaks could run, and if not, why.
@@ -273,7 +283,7 @@ fn accumulate(
     accs.into_iter().collect()
 }
 
-fn device_suspects(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Vec<LeakSuspect> {
+pub fn device_suspects(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Vec<LeakSuspect> {
     if d.len == 0 {
         return Vec::new();
     }
@@ -312,15 +322,39 @@ fn device_suspects(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Vec<LeakS
         }
     }
     let by = accumulate(&snap.trace, d, &site_of, &waves, &working_set);
-    let steps = step_starts(snap, d.device);
+    let steps = steps(snap, index, d).filter(|s| s.len() >= super::steps::MIN_STEPS);
+    // Where growth is read: each step's start and the end; without steps, the tenths.
+    let marks: Vec<u32> = match &steps {
+        Some(s) => s.starts.iter().copied().chain([d.len]).collect(),
+        None => (0..=10).map(|k| (d.len as u64 * k / 10) as u32).collect(),
+    };
+    let candidates: Vec<(Site, Acc)> = by.into_iter().filter(|(_, a)| a.is_suspect()).collect();
+    // Each stack's candidate, by stack id.
+    let group_of = |site_of: &SiteOf, sites: &[Site]| -> Vec<u32> {
+        site_of
+            .0
+            .iter()
+            .map(|site| {
+                site.and_then(|site| sites.iter().position(|&s| s == site))
+                    .map_or(NONE, |k| k as u32)
+            })
+            .collect()
+    };
+    let sites: Vec<Site> = candidates.iter().map(|(s, _)| *s).collect();
+    let of = group_of(&site_of, &sites);
+    let at_marks = live_at(
+        snap,
+        d,
+        |s| of.get(s.0 as usize).copied().unwrap_or(NONE),
+        sites.len(),
+        &marks,
+    );
     let mut out = Vec::new();
-    // The suspects' sites, each with its slot in `out`: their series are drawn in one pass
-    // over the allocations below (one pass per suspect was most of this analysis).
     let mut suspects: Vec<Site> = Vec::new();
-    for (site, mut acc) in by {
-        if !acc.is_suspect() {
+    for ((site, mut acc), values) in candidates.into_iter().zip(at_marks) {
+        let Some(growth) = Growth::of(&values, steps.as_ref()) else {
             continue;
-        }
+        };
         suspects.push(site);
         let spread = acc.tenths.count_ones() as f64 / 10.0;
         let shown = acc
@@ -335,14 +369,30 @@ fn device_suspects(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Vec<LeakS
             .iter()
             .map(|&e| snap.trace.time_us.get(d.row(e)))
             .collect();
-        let (per_step_bytes, growth) = growth_words(
-            acc.bytes,
-            acc.count,
-            acc.sizes,
-            &acc.starts,
-            &times,
-            steps.as_ref(),
-        );
+        let alive = format!("{} still alive ({})", acc.count, human_bytes(acc.bytes));
+        let words = match &growth {
+            Growth::Steps { .. } => format!("{}: {alive}", growth.words()),
+            Growth::Tenths => {
+                format!(
+                    "{}: {alive}",
+                    time_words(acc.count, acc.sizes, &acc.starts, &times)
+                )
+            }
+        };
+        let (per_step_bytes, since_step, growth_steps, every_steps) = match growth {
+            Growth::Steps {
+                bytes,
+                since,
+                times,
+                every,
+            } => (Some(bytes), Some(since), Some(times), every),
+            Growth::Tenths => (None, None, None, None),
+        };
+        let mut member_stacks: Vec<StackId> = (0..site_of.0.len())
+            .filter(|&s| site_of.0[s] == Some(site))
+            .map(|s| StackId(s as u32))
+            .collect();
+        member_stacks.shrink_to_fit();
         out.push(LeakSuspect {
             device: d.device,
             bytes: acc.bytes,
@@ -358,19 +408,15 @@ fn device_suspects(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Vec<LeakS
             stacks: acc.by_stack.len() as u32,
             frames: fc.display(snap, shown),
             per_step_bytes,
-            growth,
+            since_step,
+            growth_steps,
+            every_steps,
+            growth: words,
             series: Vec::new(),
+            member_stacks,
         });
     }
-    // Each stack's suspect, by stack id.
-    let suspect_of: Vec<u32> = site_of
-        .0
-        .iter()
-        .map(|site| {
-            site.and_then(|site| suspects.iter().position(|&s| s == site))
-                .map_or(NONE, |k| k as u32)
-        })
-        .collect();
+    let suspect_of = group_of(&site_of, &suspects);
     let series = series_by(
         snap,
         d,
@@ -384,71 +430,99 @@ fn device_suspects(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Vec<LeakS
     out
 }
 
-/// Step marks of one device: the start times of the most frequent family of step annotations
-/// (`ProfilerStep#12` → `ProfilerStep`; any name with "step" in it, digits stripped), sorted.
-fn step_starts(snap: &Snapshot, device: i32) -> Option<(String, Vec<i64>)> {
-    let mut families: FxHashMap<String, Vec<i64>> = FxHashMap::default();
-    for a in &snap.annotations {
-        if !a.start || (a.device != device && a.device >= 0) {
-            continue;
-        }
-        let name = snap.str(a.name);
-        if !name.to_ascii_lowercase().contains("step") {
-            continue;
-        }
-        let family = name
-            .trim_end_matches(|c: char| c.is_ascii_digit() || c == '#' || c == '_' || c == ' ')
-            .to_string();
-        families.entry(family).or_default().push(a.time_us);
-    }
-    let (name, mut times) = families
-        .into_iter()
-        .max_by(|a, b| a.1.len().cmp(&b.1.len()).then_with(|| b.0.cmp(&a.0)))?;
-    if times.len() < MIN_STEPS {
-        return None;
-    }
-    times.sort_unstable();
-    Some((name, times))
+/// How a site's live bytes grew, read at each step's start and the end (or the tenths).
+#[derive(Clone, Debug, PartialEq)]
+enum Growth {
+    /// Grew in `times` steps, by `bytes` each (the median), first in step `since`; `every`: the
+    /// steps between growths when they are all equal.
+    Steps {
+        bytes: u64,
+        since: u32,
+        times: u32,
+        every: Option<u32>,
+    },
+    /// Grew through the trace's tenths (no steps).
+    Tenths,
 }
 
-/// "16.0 MiB kept per step (over 12 steps, marked by ProfilerStep)" or "one 4.0 MiB allocation kept about
-/// every 38 events (every 61 ms), 60 still alive (240 MiB)". `starts`/`times`: where and when
-/// each survivor was made, sorted.
-fn growth_words(
-    bytes: u64,
+impl Growth {
+    /// `values`: live bytes at each mark (each step's start, then the end; or the eleven edges of
+    /// the tenths). `None` when they do not keep growing.
+    fn of(values: &[u64], steps: Option<&Steps>) -> Option<Growth> {
+        let most = values.iter().copied().max().unwrap_or_default();
+        let last = values.last().copied().unwrap_or_default();
+        // Fell back: what grew was given back (a cache emptied, a burst of one phase).
+        if most == 0 || last * 10 < most * 9 {
+            return None;
+        }
+        let rises: Vec<(usize, u64)> = values
+            .windows(2)
+            .enumerate()
+            .filter(|(_, w)| w[1] > w[0])
+            .map(|(k, w)| (k, w[1] - w[0]))
+            .collect();
+        let Some(steps) = steps else {
+            return (rises.len() >= MIN_SPREAD_TENTHS as usize).then_some(Growth::Tenths);
+        };
+        if rises.len() < MIN_RISES {
+            return None;
+        }
+        let mut sizes: Vec<u64> = rises.iter().map(|r| r.1).collect();
+        sizes.sort_unstable();
+        let gaps: Vec<usize> = rises.windows(2).map(|w| w[1].0 - w[0].0).collect();
+        let every = gaps.iter().all(|&g| g == gaps[0]).then(|| gaps[0] as u32);
+        Some(Growth::Steps {
+            bytes: sizes[sizes.len() / 2],
+            since: steps.numbers[rises[0].0],
+            times: rises.len() as u32,
+            every,
+        })
+    }
+
+    /// "256.0 MiB every step since step 5", "32.0 MiB every 5th step (10 times), since step 4",
+    /// "about 12.0 MiB in 7 of 20 steps, since step 3".
+    fn words(&self) -> String {
+        let Growth::Steps {
+            bytes,
+            since,
+            times,
+            every,
+        } = *self
+        else {
+            return String::new();
+        };
+        let b = human_bytes(bytes);
+        match every {
+            Some(1) => format!("{b} every step since step {since}"),
+            Some(k) => format!(
+                "{b} every {} step ({times} times), since step {since}",
+                ordinal(k)
+            ),
+            None => format!("about {b} in {times} steps, since step {since}"),
+        }
+    }
+}
+
+/// 2 → "2nd", 11 → "11th", 23 → "23rd".
+fn ordinal(n: u32) -> String {
+    let suffix = match (n % 10, n % 100) {
+        (_, 11..=13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{n}{suffix}")
+}
+
+/// "one 4.0 MiB allocation kept about every 38 events (61 ms apart)": the rate where the trace
+/// has no steps. `starts`/`times`: where and when each survivor was made, sorted.
+fn time_words(
     count: u32,
     (smallest, largest): (u64, u64),
     starts: &[u32],
     times: &[i64],
-    steps: Option<&(String, Vec<i64>)>,
-) -> (Option<u64>, String) {
-    let what = if smallest == largest {
-        format!("one {} allocation", human_bytes(largest))
-    } else {
-        format!(
-            "{} on average ({}–{})",
-            human_bytes(bytes / count.max(1) as u64),
-            human_bytes(smallest),
-            human_bytes(largest)
-        )
-    };
-    let alive = format!("{count} still alive ({})", human_bytes(bytes));
-    if let Some((name, marks)) = steps {
-        // The step each survivor was made in: the last mark at or before it.
-        let step_of = |t: i64| marks.partition_point(|&m| m <= t);
-        let (first, last) = (step_of(times[0]), step_of(times[times.len() - 1]));
-        let spanned = (last - first + 1) as u64;
-        if spanned >= 2 {
-            let per_step = bytes / spanned;
-            return (
-                Some(per_step),
-                format!(
-                    "{} kept per step (over {spanned} steps, marked by {name}): {alive}",
-                    human_bytes(per_step)
-                ),
-            );
-        }
-    }
+) -> String {
     let gaps = (count.max(2) - 1) as u64;
     let events = (starts[starts.len() - 1] - starts[0]) as u64 / gaps;
     let us = (times[times.len() - 1] - times[0]).max(0) as u64 / gaps;
@@ -457,12 +531,18 @@ fn growth_words(
     } else {
         String::new()
     };
-    let rate = if smallest == largest {
-        format!("{what} kept about every {events} events{when}")
+    if smallest == largest {
+        format!(
+            "one {} allocation kept about every {events} events{when}",
+            human_bytes(largest)
+        )
     } else {
-        format!("one allocation of {what} kept about every {events} events{when}")
-    };
-    (None, format!("{rate}: {alive}"))
+        format!(
+            "one allocation of {}–{} kept about every {events} events{when}",
+            human_bytes(smallest),
+            human_bytes(largest)
+        )
+    }
 }
 
 fn duration_words(us: u64) -> String {
@@ -475,44 +555,24 @@ fn duration_words(us: u64) -> String {
     }
 }
 
-/// The first of `points` evenly spaced samples over `n` events (sample k at position
-/// n·k/(points−1)) that lies after position `e`, or `points` if none: e·(points−1)/n is within a
-/// step of it (a linear search per allocation was most of the leak analysis on big traces).
-fn first_sample_after(e: u32, n: u32, points: usize) -> usize {
-    let pos = |k: usize| (n as u64 * k as u64 / (points - 1) as u64) as u32;
-    let mut k = ((e as u64 * (points - 1) as u64 / n as u64) as usize).min(points);
-    while k > 0 && pos(k - 1) > e {
-        k -= 1;
-    }
-    while k < points && pos(k) <= e {
-        k += 1;
-    }
-    k
-}
-
-/// Live bytes of `groups` sets of allocations at `points` evenly spaced positions, in one pass:
-/// `group_of` gives a stack's group, or [`NONE`] for none.
-pub fn series_by(
+/// Live bytes of `groups` sets of allocations after each of `marks` events (ascending), in one
+/// pass: `group_of` gives a stack's group, or [`NONE`] for none.
+pub fn live_at(
     snap: &Snapshot,
     d: &DeviceIndex,
     group_of: impl Fn(StackId) -> u32,
     groups: usize,
-    points: usize,
-) -> Vec<Vec<SeriesPoint>> {
-    if groups == 0 {
-        return Vec::new();
-    }
-    let n = d.len.max(1);
-    let points = points.max(2);
-    let pos = |k: usize| (n as u64 * k as u64 / (points - 1) as u64) as u32;
-    let first_after = |e: u32| first_sample_after(e, n, points);
+    marks: &[u32],
+) -> Vec<Vec<u64>> {
+    let points = marks.len();
     let mut delta = vec![0i128; groups * (points + 1)];
+    // Alive after p events iff start < p <= end: the first mark past its start on.
+    let first_after = |e: u32| marks.partition_point(|&p| p <= e);
     for (id, a) in d.allocations.iter().enumerate() {
         let g = group_of(a.stack);
-        if g == NONE {
+        if g == NONE || g as usize >= groups {
             continue;
         }
-        // Alive at position p iff start < p <= end: first sample k with pos(k) > start.
         let from = if a.start == NONE {
             0
         } else {
@@ -530,21 +590,51 @@ pub fn series_by(
             row[to] -= size;
         }
     }
-    let times: Vec<i64> = (0..points)
-        .map(|k| super::timeline::time_at(snap, d, pos(k)))
-        .collect();
     delta
         .chunks(points + 1)
         .map(|row| {
             let mut live = 0i128;
-            (0..points)
-                .map(|k| {
-                    live += row[k];
-                    SeriesPoint {
-                        position: pos(k),
-                        time_us: times[k],
-                        live_bytes: live.max(0) as u64,
-                    }
+            row[..points]
+                .iter()
+                .map(|d| {
+                    live += d;
+                    live.max(0) as u64
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Live bytes of `groups` sets of allocations at `points` evenly spaced positions, in one pass:
+/// `group_of` gives a stack's group, or [`NONE`] for none.
+pub fn series_by(
+    snap: &Snapshot,
+    d: &DeviceIndex,
+    group_of: impl Fn(StackId) -> u32,
+    groups: usize,
+    points: usize,
+) -> Vec<Vec<SeriesPoint>> {
+    if groups == 0 {
+        return Vec::new();
+    }
+    let n = d.len.max(1);
+    let points = points.max(2);
+    let marks: Vec<u32> = (0..points)
+        .map(|k| (n as u64 * k as u64 / (points - 1) as u64) as u32)
+        .collect();
+    let times: Vec<i64> = marks
+        .iter()
+        .map(|&p| super::timeline::time_at(snap, d, p))
+        .collect();
+    live_at(snap, d, group_of, groups, &marks)
+        .into_iter()
+        .map(|row| {
+            row.into_iter()
+                .zip(marks.iter().zip(&times))
+                .map(|(live_bytes, (&position, &time_us))| SeriesPoint {
+                    position,
+                    time_us,
+                    live_bytes,
                 })
                 .collect()
         })
@@ -553,26 +643,65 @@ pub fn series_by(
 
 #[cfg(test)]
 mod tests {
-    use super::first_sample_after;
+    use super::*;
+
+    fn steps(n: u32) -> Steps {
+        Steps {
+            source: super::super::steps::StepSource::Annotations,
+            name: "ProfilerStep".into(),
+            numbers: (0..n).collect(),
+            starts: (0..n).map(|k| k * 100).collect(),
+        }
+    }
+
+    const MIB: u64 = 1 << 20;
 
     #[test]
-    fn the_first_sample_after_a_position_equals_a_linear_search() {
-        for n in [1u32, 2, 3, 7, 199, 200, 201, 1000, 12_345, 12_000_000] {
-            for points in [2usize, 3, 10, 200] {
-                let pos = |k: usize| (n as u64 * k as u64 / (points - 1) as u64) as u32;
-                let step = (n / 500).max(1);
-                for e in (0..=n + 1)
-                    .step_by(step as usize)
-                    .chain([n.saturating_sub(1), n])
-                {
-                    let linear = (0..points).find(|&k| pos(k) > e).unwrap_or(points);
-                    assert_eq!(
-                        first_sample_after(e, n, points),
-                        linear,
-                        "n {n} points {points} e {e}"
-                    );
-                }
-            }
+    fn growth_every_step_names_the_step_it_started_in() {
+        // Steps 0..20; 256 MiB kept in steps 5..=19.
+        let values: Vec<u64> = (0..=20u64)
+            .map(|k| 64 * MIB + k.saturating_sub(5) * 256 * MIB)
+            .collect();
+        let g = Growth::of(&values, Some(&steps(20))).unwrap();
+        assert_eq!(g.words(), "256.0 MiB every step since step 5");
+    }
+
+    #[test]
+    fn growth_every_kth_step_counts_its_stairs() {
+        // 50 steps, 32 MiB kept in steps 4, 9, …, 49.
+        let mut values = vec![100 * MIB];
+        for k in 0..50u64 {
+            values.push(values[k as usize] + if k % 5 == 4 { 32 * MIB } else { 0 });
         }
+        let g = Growth::of(&values, Some(&steps(50))).unwrap();
+        assert_eq!(
+            g.words(),
+            "32.0 MiB every 5th step (10 times), since step 4"
+        );
+    }
+
+    #[test]
+    fn what_fell_back_or_never_grew_is_not_a_leak() {
+        let flat = vec![512 * MIB; 21];
+        assert_eq!(Growth::of(&flat, Some(&steps(20))), None);
+        // A fill then a release (a cache, a fragmentation workload's punch).
+        let fill: Vec<u64> = (0..=10)
+            .map(|k| if k < 8 { k * 200 * MIB } else { 500 * MIB })
+            .collect();
+        assert_eq!(Growth::of(&fill, None), None);
+        // Two rises are not a pattern.
+        let two = [0, 0, MIB, 2 * MIB, 2 * MIB];
+        assert_eq!(Growth::of(&two, Some(&steps(4))), None);
+    }
+
+    #[test]
+    fn ordinals() {
+        let words: Vec<String> = [1, 2, 3, 4, 11, 12, 13, 21, 22, 101].map(ordinal).to_vec();
+        assert_eq!(
+            words,
+            [
+                "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "101st"
+            ]
+        );
     }
 }

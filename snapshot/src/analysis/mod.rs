@@ -8,9 +8,11 @@ pub mod index;
 pub mod leaks;
 pub mod oom;
 pub mod peaks;
+pub mod recovery;
 pub mod run;
 pub mod stacks;
 pub mod state;
+pub mod steps;
 pub mod summary;
 pub mod timeline;
 
@@ -49,6 +51,10 @@ pub struct Report {
     /// Whether the leak search ran (no suspects means none only when it did).
     pub leak_check: LeakCheck,
     pub ooms: Vec<OomReport>,
+    /// The OOMs grouped: the same line, cause and fate are one incident; the fatal one first.
+    pub oom_incidents: Vec<oom::OomIncident>,
+    /// What the OOMs did to the run, in a sentence ("Survived 39 OOMs; none ended the run …").
+    pub oom_outcome: Option<String>,
     pub warnings: Vec<Warning>,
     pub fragmentation: Vec<DeviceFragmentation>,
     pub allocator_settings: Option<serde_json::Value>,
@@ -94,11 +100,14 @@ pub fn report(snap: &Snapshot, index: &Index, options: &Options) -> Report {
         || summary(snap, index),
         || leak_suspects(snap, index, MAX_LEAK_SUSPECTS),
     );
+    let ooms = oom_reports(snap, index, options.device_total_bytes);
     Report {
         summary,
         leak_suspects,
         leak_check: LeakCheck::of(index),
-        ooms: oom_reports(snap, index, options.device_total_bytes),
+        oom_incidents: oom::incidents(&ooms),
+        oom_outcome: oom::outcome(&ooms),
+        ooms,
         warnings: warnings(snap, index),
         fragmentation,
         allocator_settings: snap.allocator_settings.clone(),

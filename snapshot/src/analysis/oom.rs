@@ -1,19 +1,29 @@
 //! OOM reports: for each `oom` trace entry, what was asked for, what the driver had free, what
-//! PyTorch held, the largest free block in the pool the request needed, and a verdict.
+//! PyTorch held, the largest free block in the pool the request needed, whether the run survived
+//! it ([`super::recovery`]), the step it happened in, and a verdict that names the cause first: a
+//! line whose memory grows step over step ([`super::leaks`]) is the cause even where the cache is
+//! also fragmented, since no allocator setting fixes growth. OOMs with the same line, cause and
+//! fate are one incident ([`incidents`]); the run's outcome leads ([`outcome`]).
 
 use serde::Serialize;
 
-use super::index::Index;
+use super::index::{Index, NONE};
+use super::leaks::{LeakSuspect, device_suspects, live_at};
+use super::recovery::{Recovery, fates};
 use super::stacks::{CallSite, stacks_at};
 use super::state::state_at;
+use super::steps::steps;
 use crate::frames::{FrameView, view};
-use crate::model::{Action, Snapshot, TraceTable};
+use crate::model::{Snapshot, TraceTable};
 use crate::whatif::{OomWhatIf, oom_whatif};
 
 /// Why an allocation failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
+    /// A line whose live memory grew step over step holds most of what was allocated: a leak
+    /// ran the device out, and no allocator setting fixes it.
+    Growth,
     /// PyTorch had enough cached free memory, but no free block large enough: the cache is split up.
     Fragmentation,
     /// The driver still had the memory, but PyTorch refused to take it: a per-process limit
@@ -28,6 +38,20 @@ pub enum Verdict {
     /// any real GPU's size: memory was probably held outside PyTorch, which only the device's
     /// total memory settles.
     Undetermined,
+}
+
+impl Verdict {
+    /// The JSON name (`growth`, `process_limit`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Growth => "growth",
+            Verdict::Fragmentation => "fragmentation",
+            Verdict::ProcessLimit => "process_limit",
+            Verdict::Exhaustion => "exhaustion",
+            Verdict::OutsidePytorch => "outside_pytorch",
+            Verdict::Undetermined => "undetermined",
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -56,6 +80,15 @@ pub struct OomReport {
     pub explanation: String,
     /// What to do about it, most useful first.
     pub advice: Vec<String>,
+    /// The run went on after it (caught, or a workspace fallback).
+    pub recovered: bool,
+    pub recovery: Recovery,
+    /// What the trace did after it that says so.
+    pub recovery_evidence: String,
+    /// The step it happened in, when the trace has steps.
+    pub step: Option<u32>,
+    /// The growing line behind a [`Verdict::Growth`].
+    pub growth: Option<GrowthCause>,
     /// The line that asked for the memory: the first user frame of the `oom` entry's stack.
     pub site: Option<FrameView>,
     /// The `oom` entry's stack, user frames first, noise hidden.
@@ -65,6 +98,18 @@ pub struct OomReport {
     /// For the OOM that raised: the trace replayed under other allocator settings and the limit
     /// it implies ([`crate::whatif`]); its sentence leads the advice when a setting avoids it.
     pub whatif: Option<OomWhatIf>,
+}
+
+/// A line whose live memory grew step over step, and how much of it was alive at the OOM.
+#[derive(Clone, Debug, Serialize)]
+pub struct GrowthCause {
+    pub site: Option<FrameView>,
+    /// Bytes alive at the OOM that were made at that line.
+    pub bytes_at_oom: u64,
+    pub per_step_bytes: Option<u64>,
+    pub since_step: Option<u32>,
+    /// How it grew, in words (the leak suspect's).
+    pub pattern: String,
 }
 
 fn gib(b: u64) -> String {
@@ -258,9 +303,39 @@ fn judge(f: &Figures) -> Finding {
     }
 }
 
-/// One report per `oom` entry, the last first (the one that raised; earlier ones were caught).
-/// `device_total_bytes` (from the agent, NVML or the user) lets the report tell memory held
-/// outside PyTorch apart from PyTorch's own exhaustion.
+/// The growth finding for an OOM: the leak suspect holding the most at it, when that is at least
+/// half of what was allocated.
+fn growth_finding(g: &GrowthCause, allocated: u64, fragmented: bool) -> Finding {
+    let line = g
+        .site
+        .as_ref()
+        .map(|f| format!("{}:{} ({})", f.filename, f.line, f.name))
+        .unwrap_or_else(|| "one call site".into());
+    let also = if fragmented {
+        " The cache was also fragmented at this point, but even a perfectly packed cache only delays an OOM that growth causes."
+    } else {
+        ""
+    };
+    Finding {
+        verdict: Verdict::Growth,
+        explanation: format!(
+            "{line} kept growing ({}), and {} of the {} allocated here was made there: growth ran the device out. No allocator setting fixes growth; one only moves the point where it fails.{also}",
+            g.pattern,
+            gib(g.bytes_at_oom),
+            gib(allocated)
+        ),
+        advice: vec![
+            format!(
+                "Stop {line} from keeping what it makes: a list or dict that holds tensors across steps (log loss.item() or .detach().cpu(), not the tensor), a running total that keeps every step's graph (add .detach()), a cache without a bound."
+            ),
+            "The Leaks tab shows its live bytes step by step.".into(),
+        ],
+    }
+}
+
+/// One report per `oom` entry, the fatal one first, then the newest. `device_total_bytes` (from
+/// the agent, NVML or the user) lets the report tell memory held outside PyTorch apart from
+/// PyTorch's own exhaustion.
 pub fn oom_reports(
     snap: &Snapshot,
     index: &Index,
@@ -268,11 +343,17 @@ pub fn oom_reports(
 ) -> Vec<OomReport> {
     let mut out = Vec::new();
     for d in &index.devices {
-        for e in 0..d.len {
+        let fates = fates(snap, index, d);
+        if fates.is_empty() {
+            continue;
+        }
+        let steps = steps(snap, index, d);
+        let suspects = device_suspects(snap, index, d);
+        let positions: Vec<u32> = fates.iter().map(|f| f.position).collect();
+        let suspect_live = growth_at(snap, d, &suspects, &positions);
+        for (k, fate) in fates.into_iter().enumerate() {
+            let e = fate.position;
             let r = d.row(e);
-            if snap.trace.action[r] != Action::Oom {
-                continue;
-            }
             let p = e; // the state just before the failed request
             let block = snap.trace.size.get(r);
             let requested = super::state::segment_request_size(block);
@@ -297,7 +378,35 @@ pub fn oom_reports(
                 cached_free,
                 largest_free,
             };
-            let finding = judge(&figures);
+            // The suspect holding the most at this OOM, if it holds at least half.
+            let growth = suspect_live
+                .iter()
+                .enumerate()
+                .map(|(s, live)| (live[k], s))
+                .max()
+                .filter(|&(live, _)| live > 0 && live * 2 >= allocated)
+                .map(|(live, s)| {
+                    let l = &suspects[s];
+                    GrowthCause {
+                        site: l.site.clone(),
+                        bytes_at_oom: live,
+                        per_step_bytes: l.per_step_bytes,
+                        since_step: l.since_step,
+                        pattern: l.growth.split(": ").next().unwrap_or(&l.growth).to_string(),
+                    }
+                });
+            // Growth leads, unless most of the device was held outside PyTorch.
+            let judged = judge(&figures);
+            let finding = match &growth {
+                Some(g) if judged.verdict != Verdict::OutsidePytorch => {
+                    growth_finding(g, allocated, cached_free >= block && largest_free < block)
+                }
+                _ => judged,
+            };
+            let mut finding = finding;
+            if fate.recovery == Recovery::WorkspaceFallback {
+                finding.advice.insert(0, "Nothing to fix for the run's sake: cuDNN picked an algorithm that needs less workspace and went on. If speed matters, leave it more headroom (a smaller batch, or what the advice below frees) so the fastest algorithm fits.".into());
+            }
             let largest_sites = stacks_at(snap, index, d.device, Some(p), 5)
                 .map(|s| s.sites)
                 .unwrap_or_default();
@@ -319,6 +428,11 @@ pub fn oom_reports(
                 verdict: finding.verdict,
                 explanation: finding.explanation,
                 advice: finding.advice,
+                recovered: fate.recovery.recovered(),
+                recovery: fate.recovery,
+                recovery_evidence: fate.evidence,
+                step: steps.as_ref().and_then(|s| s.number_at(p)),
+                growth,
                 site: index.frames.label(snap, stack).map(|f| view(snap, f)),
                 frames: index.frames.display(snap, stack),
                 largest_sites,
@@ -326,22 +440,23 @@ pub fn oom_reports(
             });
         }
     }
-    out.sort_by_key(|o| std::cmp::Reverse((o.time_us, o.position)));
-    // The OOM that raised on each device (its newest): what other allocator settings would have
-    // done, simulated. The generic hint gives way to the figures.
-    let mut seen = Vec::new();
+    out.sort_by_key(|o| (o.recovered, std::cmp::Reverse((o.time_us, o.position))));
+    // The OOM that ended the run on each device: what other allocator settings would have done,
+    // simulated. The generic hint gives way to the figures; growth keeps its lead (no setting
+    // fixes it).
     for o in &mut out {
-        if seen.contains(&o.device) {
+        if o.recovered {
             continue;
         }
-        seen.push(o.device);
         let Some(w) = oom_whatif(snap, index, o.device) else {
             continue;
         };
         if o.verdict == Verdict::Fragmentation {
             o.advice.retain(|a| a != EXPANDABLE_HINT);
         }
-        if w.alloc_conf.is_some() || o.verdict == Verdict::Fragmentation {
+        if o.verdict != Verdict::Growth
+            && (w.alloc_conf.is_some() || o.verdict == Verdict::Fragmentation)
+        {
             o.advice.insert(0, w.advice.clone());
         } else {
             o.advice.push(w.advice.clone());
@@ -349,4 +464,189 @@ pub fn oom_reports(
         o.whatif = Some(w);
     }
     out
+}
+
+/// Live bytes of each suspect at each of `positions` (ascending).
+fn growth_at(
+    snap: &Snapshot,
+    d: &super::index::DeviceIndex,
+    suspects: &[LeakSuspect],
+    positions: &[u32],
+) -> Vec<Vec<u64>> {
+    if suspects.is_empty() {
+        return Vec::new();
+    }
+    let mut of = vec![NONE; snap.stacks.len()];
+    for (k, s) in suspects.iter().enumerate() {
+        for st in &s.member_stacks {
+            of[st.0 as usize] = k as u32;
+        }
+    }
+    live_at(
+        snap,
+        d,
+        |s| of.get(s.0 as usize).copied().unwrap_or(NONE),
+        suspects.len(),
+        positions,
+    )
+}
+
+/// OOMs with the same device, line, cause and fate, as one.
+#[derive(Clone, Debug, Serialize)]
+pub struct OomIncident {
+    pub device: i32,
+    pub verdict: Verdict,
+    pub recovery: Recovery,
+    pub recovered: bool,
+    pub count: u32,
+    pub first_position: u32,
+    pub last_position: u32,
+    pub first_step: Option<u32>,
+    pub last_step: Option<u32>,
+    pub smallest_requested_bytes: u64,
+    pub largest_requested_bytes: u64,
+    /// The OOM shown for the incident (its latest): its `position` in [`OomReport`]s.
+    pub shown_position: u32,
+    /// "39 OOMs between events 70 and 2,100 (steps 0–11), all workspace fallbacks".
+    pub summary: String,
+}
+
+fn site_key(o: &OomReport) -> Option<(String, u32, String)> {
+    o.site
+        .as_ref()
+        .map(|f| (f.filename.clone(), f.line, f.name.clone()))
+}
+
+/// Groups `ooms` (as [`oom_reports`] orders them: the fatal first) into incidents, in that order.
+pub fn incidents(ooms: &[OomReport]) -> Vec<OomIncident> {
+    let mut out: Vec<OomIncident> = Vec::new();
+    let mut keys = Vec::new();
+    for o in ooms {
+        let key = (o.device, site_key(o), o.verdict, o.recovery);
+        let at = keys.iter().position(|k| *k == key);
+        let Some(i) = at else {
+            keys.push(key);
+            out.push(OomIncident {
+                device: o.device,
+                verdict: o.verdict,
+                recovery: o.recovery,
+                recovered: o.recovered,
+                count: 1,
+                first_position: o.position,
+                last_position: o.position,
+                first_step: o.step,
+                last_step: o.step,
+                smallest_requested_bytes: o.requested_bytes,
+                largest_requested_bytes: o.requested_bytes,
+                shown_position: o.position,
+                summary: String::new(),
+            });
+            continue;
+        };
+        let inc = &mut out[i];
+        inc.count += 1;
+        inc.first_position = inc.first_position.min(o.position);
+        inc.last_position = inc.last_position.max(o.position);
+        inc.first_step = inc.first_step.min(o.step).or(o.step);
+        inc.last_step = inc.last_step.max(o.step);
+        inc.smallest_requested_bytes = inc.smallest_requested_bytes.min(o.requested_bytes);
+        inc.largest_requested_bytes = inc.largest_requested_bytes.max(o.requested_bytes);
+    }
+    for inc in &mut out {
+        inc.summary = incident_words(inc);
+    }
+    out
+}
+
+fn thousands(n: u32) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn incident_words(inc: &OomIncident) -> String {
+    let fate = match (inc.recovery, inc.count) {
+        (Recovery::WorkspaceFallback, 1) => "a workspace fallback",
+        (Recovery::WorkspaceFallback, _) => "all workspace fallbacks",
+        (Recovery::Caught, 1) => "caught",
+        (Recovery::Caught, _) => "all caught",
+        (Recovery::Fatal, _) => "it ended the run",
+    };
+    let steps = match (inc.first_step, inc.last_step) {
+        (Some(a), Some(b)) if a != b => format!(" (steps {a}–{b})"),
+        (Some(a), _) => format!(" (step {a})"),
+        _ => String::new(),
+    };
+    if inc.count == 1 {
+        format!(
+            "one OOM at event {}{steps}, {fate}",
+            thousands(inc.first_position)
+        )
+    } else {
+        format!(
+            "{} OOMs between events {} and {}{steps}, {fate}",
+            inc.count,
+            thousands(inc.first_position),
+            thousands(inc.last_position)
+        )
+    }
+}
+
+/// What the OOMs did to the run, in a sentence: "Survived 39 OOMs; none ended the run (39
+/// cuDNN/cuBLAS workspace fallbacks)." or "Died of an OOM at step 6 (event 1,842) after surviving 7
+/// earlier ones." `None` without OOMs.
+pub fn outcome(ooms: &[OomReport]) -> Option<String> {
+    if ooms.is_empty() {
+        return None;
+    }
+    let survived = ooms.iter().filter(|o| o.recovered).count();
+    let fallbacks = ooms
+        .iter()
+        .filter(|o| o.recovery == Recovery::WorkspaceFallback)
+        .count();
+    let caught = survived - fallbacks;
+    let how = match (fallbacks, caught) {
+        (0, c) => format!("{c} caught by the program"),
+        (f, 0) => format!("{f} cuDNN/cuBLAS workspace fallbacks, which cost speed, not the run"),
+        (f, c) => format!("{f} cuDNN/cuBLAS workspace fallbacks, {c} caught by the program"),
+    };
+    let devices = {
+        let mut d: Vec<i32> = ooms.iter().map(|o| o.device).collect();
+        d.sort_unstable();
+        d.dedup();
+        d.len()
+    };
+    let fatal: Vec<&OomReport> = ooms.iter().filter(|o| !o.recovered).collect();
+    Some(match fatal.first() {
+        None => format!(
+            "Survived {survived} OOM{}; none ended the run ({how}).",
+            if survived == 1 { "" } else { "s" }
+        ),
+        Some(f) => {
+            let on = if devices > 1 {
+                format!(" on device {}", f.device)
+            } else {
+                String::new()
+            };
+            let when = match f.step {
+                Some(s) => format!("step {s} (event {})", thousands(f.position)),
+                None => format!("event {}", thousands(f.position)),
+            };
+            let before = if survived > 0 {
+                format!(
+                    " after surviving {survived} earlier one{} ({how})",
+                    if survived == 1 { "" } else { "s" }
+                )
+            } else {
+                String::new()
+            };
+            format!("Died of an OOM{on} at {when}{before}.")
+        }
+    })
 }

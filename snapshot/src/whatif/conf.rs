@@ -2,10 +2,15 @@
 //! `allocator_settings` read into the same shape, so a replay runs under exactly the settings a
 //! trace was recorded with or under any other string a user types.
 //!
-//! Source: `c10/core/AllocatorConfig.cpp` (`AcceleratorAllocatorConfig::parseArgs` and its
-//! `parse*` helpers; older releases: `c10/cuda/CUDAAllocatorConfig.cpp`). Keys we do not model
-//! (pinned-memory options, `backend`, `release_lock_on_cudamalloc`, …) are accepted and ignored,
-//! as PyTorch skips keys that do not concern the device allocator.
+//! Source: PyTorch 2.11's `c10/core/AllocatorConfig.cpp` (`AcceleratorAllocatorConfig::parseArgs`,
+//! its `parse*` helpers and `ConfigTokenizer` in `AllocatorConfig.h`) and
+//! `c10/cuda/CUDAAllocatorConfig.cpp` (the CUDA keys). A key neither knows is refused at CUDA
+//! start ("Unrecognized key 'expandable_segment' in Accelerator allocator config."), and so it is
+//! here, in PyTorch's words; so are values PyTorch refuses (`expandable_segments:true`: only
+//! `True` and `False`). Keys PyTorch accepts that do not change what the device allocator does
+//! with memory (pinned host memory, `release_lock_on_cudamalloc`, …) are accepted and listed as
+//! not simulated ([`Parsed::not_simulated`]); `backend:cudaMallocAsync` is a different allocator
+//! altogether, which the model is not.
 
 use std::fmt;
 
@@ -59,6 +64,78 @@ impl fmt::Display for ConfError {
 
 impl std::error::Error for ConfError {}
 
+/// Keys PyTorch 2.11 accepts that the model does not simulate (host/pinned memory, locking,
+/// graph-capture stream reuse; the ROCm spellings too).
+const NOT_SIMULATED: &[&str] = &[
+    "pinned_use_background_threads",
+    "pinned_max_round_threshold_mb",
+    "pinned_max_cached_size_mb",
+    "pinned_use_cuda_host_register",
+    "pinned_use_hip_host_register",
+    "pinned_num_register_threads",
+    "pinned_reserve_segment_size_mb",
+    "release_lock_on_cudamalloc",
+    "release_lock_on_hipmalloc",
+    "graph_capture_record_stream_reuse",
+];
+
+/// Keys the model simulates.
+const SIMULATED: &[&str] = &[
+    "max_split_size_mb",
+    "max_non_split_rounding_mb",
+    "large_segment_size_mb",
+    "garbage_collection_threshold",
+    "roundup_power2_divisions",
+    "expandable_segments",
+    "backend",
+];
+
+/// Keys whose value PyTorch reads with `ConfigTokenizer::toBool`.
+const BOOLEAN: &[&str] = &[
+    "expandable_segments",
+    "pinned_use_background_threads",
+    "pinned_use_cuda_host_register",
+    "pinned_use_hip_host_register",
+    "release_lock_on_cudamalloc",
+    "release_lock_on_hipmalloc",
+    "graph_capture_record_stream_reuse",
+];
+
+/// A parsed setting string: the settings, and the keys it sets that the model does not simulate.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Parsed {
+    pub conf: AllocConf,
+    /// "pinned_use_background_threads:True (host memory: not simulated)".
+    pub not_simulated: Vec<String>,
+}
+
+/// The known key nearest to `key` (one or two edits away), for "did you mean".
+fn nearest_key(key: &str) -> Option<&'static str> {
+    fn distance(a: &str, b: &str) -> usize {
+        let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+        let mut row: Vec<usize> = (0..=b.len()).collect();
+        for i in 1..=a.len() {
+            let mut prev = row[0];
+            row[0] = i;
+            for j in 1..=b.len() {
+                let cur = row[j];
+                row[j] = (row[j] + 1)
+                    .min(row[j - 1] + 1)
+                    .min(prev + usize::from(a[i - 1] != b[j - 1]));
+                prev = cur;
+            }
+        }
+        row[b.len()]
+    }
+    SIMULATED
+        .iter()
+        .chain(NOT_SIMULATED)
+        .map(|k| (distance(key, k), *k))
+        .filter(|&(d, _)| d <= 2)
+        .min()
+        .map(|(_, k)| k)
+}
+
 /// PyTorch's lexer: `,` `:` `[` `]` are tokens of their own, spaces are dropped.
 fn tokens(s: &str) -> Vec<String> {
     let mut out = Vec::new();
@@ -69,7 +146,7 @@ fn tokens(s: &str) -> Vec<String> {
                 out.push(std::mem::take(&mut buf));
             }
             out.push(c.to_string());
-        } else if c != ' ' {
+        } else if !c.is_whitespace() {
             buf.push(c);
         }
     }
@@ -80,10 +157,23 @@ fn tokens(s: &str) -> Vec<String> {
 }
 
 impl AllocConf {
-    /// Parses a `PYTORCH_CUDA_ALLOC_CONF` string ("" is PyTorch's defaults).
+    /// Parses a `PYTORCH_CUDA_ALLOC_CONF` string ("" is PyTorch's defaults) as PyTorch 2.11 does,
+    /// refusing what it refuses.
     pub fn parse(s: &str) -> Result<AllocConf, ConfError> {
+        Ok(AllocConf::parse_noting(s)?.conf)
+    }
+
+    /// [`AllocConf::parse`], with the keys the model does not simulate.
+    pub fn parse_noting(s: &str) -> Result<Parsed, ConfError> {
+        AllocConf::parse_inner(s, true)
+    }
+
+    /// `strict`: unknown keys are refused (what a user types); otherwise they are listed as not
+    /// simulated (a recorded string from another PyTorch release).
+    fn parse_inner(s: &str, strict: bool) -> Result<Parsed, ConfError> {
         let t = tokens(s);
         let mut c = AllocConf::default();
+        let mut not_simulated: Vec<String> = Vec::new();
         let err = |m: String| Err(ConfError(format!("{m} in PYTORCH_CUDA_ALLOC_CONF {s:?}")));
         let get = |i: usize| t.get(i).map(String::as_str).unwrap_or("");
         let number = |i: usize| -> Result<u64, ConfError> {
@@ -105,6 +195,17 @@ impl AllocConf {
                 )))
             }
         };
+        // `ConfigTokenizer::toBool`: exactly `True` or `False`.
+        let boolean = |i: usize| -> Result<bool, ConfError> {
+            match get(i) {
+                "True" => Ok(true),
+                "False" => Ok(false),
+                other => Err(ConfError(format!(
+                    "Expected 'True' or 'False' at index {i} in ConfigTokenizer but got '{other}' (PyTorch's words) for {:?} in PYTORCH_CUDA_ALLOC_CONF {s:?}",
+                    get(i.saturating_sub(2))
+                ))),
+            }
+        };
         let mut i = 0;
         while i < t.len() {
             let key = get(i).to_string();
@@ -112,8 +213,15 @@ impl AllocConf {
                 "max_split_size_mb" | "max_non_split_rounding_mb" | "large_segment_size_mb" => {
                     expect(i + 1, ":")?;
                     let mb = number(i + 2)?;
-                    if mb < LARGE_BUFFER_BYTES / MIB {
-                        return err(format!("{key} must be at least 20, not {mb}"));
+                    if key == "large_segment_size_mb" && mb <= 10 {
+                        return err(format!(
+                            "CachingAllocator option large_segment_size_mb must be > 10 MB (PyTorch's words), not {mb}"
+                        ));
+                    }
+                    if key != "large_segment_size_mb" && mb < LARGE_BUFFER_BYTES / MIB {
+                        return err(format!(
+                            "CachingAllocator option {key} too small, must be >= 20 (PyTorch's words), not {mb}"
+                        ));
                     }
                     let bytes = mb.saturating_mul(MIB);
                     match key.as_str() {
@@ -132,7 +240,7 @@ impl AllocConf {
                     })?;
                     if !(v > 0.0 && v < 1.0) {
                         return err(format!(
-                            "garbage_collection_threshold must be in (0.0, 1.0), not {v}"
+                            "garbage_collect_threshold is invalid, set it in (0.0, 1.0) (PyTorch's words), not {v}"
                         ));
                     }
                     c.garbage_collection_threshold = v;
@@ -140,15 +248,23 @@ impl AllocConf {
                 }
                 "expandable_segments" => {
                     expect(i + 1, ":")?;
-                    c.expandable_segments = match get(i + 2) {
-                        "True" | "true" | "1" => true,
-                        "False" | "false" | "0" => false,
+                    c.expandable_segments = boolean(i + 2)?;
+                    i += 3;
+                }
+                "backend" => {
+                    expect(i + 1, ":")?;
+                    match get(i + 2) {
+                        "native" => {}
+                        "cudaMallocAsync" | "hipMallocAsync" => not_simulated.push(format!(
+                            "backend:{} (CUDA's own stream-ordered allocator, not PyTorch's caching allocator: the replay models the native one)",
+                            get(i + 2)
+                        )),
                         other => {
                             return err(format!(
-                                "expandable_segments takes True or False, not {other:?}"
+                                "Unknown allocator backend, options are native and cudaMallocAsync (PyTorch's words), not {other:?}"
                             ));
                         }
-                    };
+                    }
                     i += 3;
                 }
                 "roundup_power2_divisions" => {
@@ -164,7 +280,7 @@ impl AllocConf {
                             let value = number(i + 2)?;
                             if value != 0 && !value.is_power_of_two() {
                                 return err(format!(
-                                    "roundup_power2_divisions values must be powers of 2 or 0, not {value}"
+                                    "For roundups, the divisions has to be power of 2 or 0 to disable roundup (PyTorch's words), not {value}"
                                 ));
                             }
                             if boundary == ">" {
@@ -180,7 +296,7 @@ impl AllocConf {
                                 })?;
                                 if !b.is_power_of_two() {
                                     return err(format!(
-                                        "roundup_power2_divisions intervals must be powers of 2, not {b}"
+                                        "For roundups, the intervals have to be power of 2 (PyTorch's words), not {b}"
                                     ));
                                 }
                                 let index = (b.ilog2() as usize).min(POWER2_INTERVALS - 1);
@@ -206,7 +322,7 @@ impl AllocConf {
                         let value = number(i)?;
                         if !value.is_power_of_two() {
                             return err(format!(
-                                "roundup_power2_divisions must be a power of 2, not {value}"
+                                "For roundups, the divisions has to be power of 2 (PyTorch's words), not {value}"
                             ));
                         }
                         c.roundup_power2_divisions = [value; POWER2_INTERVALS];
@@ -215,7 +331,21 @@ impl AllocConf {
                 }
                 "" | "," => i += 1,
                 _ => {
-                    // A key we do not model: skip it and its value (or bracketed list).
+                    let known = NOT_SIMULATED.contains(&key.as_str());
+                    if !known && strict {
+                        let hint = nearest_key(&key)
+                            .map(|k| format!(" Did you mean '{k}'?"))
+                            .unwrap_or_default();
+                        return Err(ConfError(format!(
+                            "Unrecognized key '{key}' in Accelerator allocator config. (PyTorch refuses PYTORCH_CUDA_ALLOC_CONF {s:?} when CUDA starts.){hint}"
+                        )));
+                    }
+                    if known && BOOLEAN.contains(&key.as_str()) {
+                        expect(i + 1, ":")?;
+                        boolean(i + 2)?;
+                    }
+                    // Skip it and its value (or bracketed list).
+                    let start = i;
                     i += 1;
                     if get(i) == ":" {
                         i += 1;
@@ -226,6 +356,12 @@ impl AllocConf {
                         }
                         i += 1;
                     }
+                    let what = if known {
+                        "does not change the device allocator's memory"
+                    } else {
+                        "not a key this model knows"
+                    };
+                    not_simulated.push(format!("{} ({what})", t[start..i.min(t.len())].concat()));
                 }
             }
             if i < t.len() {
@@ -233,7 +369,10 @@ impl AllocConf {
                 i += 1;
             }
         }
-        Ok(c)
+        Ok(Parsed {
+            conf: c,
+            not_simulated,
+        })
     }
 
     /// The settings a snapshot records (`allocator_settings`, PyTorch 2.3+): the parsed values
@@ -244,7 +383,8 @@ impl AllocConf {
             .and_then(|v| v.as_str())
             .unwrap_or("")
             .to_string();
-        let mut c = AllocConf::parse(&raw)?;
+        // Recorded by some PyTorch release: a key this model does not know is noted, not refused.
+        let mut c = AllocConf::parse_inner(&raw, false)?.conf;
         if let Some(v) = settings.get("max_split_size").and_then(|v| v.as_i64()) {
             c.max_split_size_bytes = if v < 0 { u64::MAX } else { v as u64 };
         }
@@ -349,9 +489,48 @@ mod tests {
         assert_eq!(c.max_non_split_rounding_bytes, 40 * MIB);
         assert_eq!(c.garbage_collection_threshold, 0.6);
         assert_eq!(AllocConf::parse("").unwrap(), AllocConf::default());
-        // Keys of other allocators are skipped, like PyTorch does.
-        let c = AllocConf::parse("pinned_num_register_threads:8,backend:native").unwrap();
-        assert_eq!(c, AllocConf::default());
+        // Keys PyTorch accepts that do not change device memory: accepted, said to be not
+        // simulated.
+        let p = AllocConf::parse_noting("pinned_num_register_threads:8,backend:native").unwrap();
+        assert_eq!(p.conf, AllocConf::default());
+        assert_eq!(p.not_simulated.len(), 1, "{:?}", p.not_simulated);
+        assert!(p.not_simulated[0].starts_with("pinned_num_register_threads:8"));
+        let p = AllocConf::parse_noting("backend:cudaMallocAsync").unwrap();
+        assert!(p.not_simulated[0].contains("not PyTorch's caching allocator"));
+    }
+
+    #[test]
+    fn what_pytorch_refuses_is_refused_in_its_words() {
+        let e = AllocConf::parse("expandable_segment:True").unwrap_err();
+        assert!(
+            e.0.starts_with(
+                "Unrecognized key 'expandable_segment' in Accelerator allocator config."
+            ) && e.0.contains("Did you mean 'expandable_segments'?"),
+            "{e}"
+        );
+        assert!(
+            AllocConf::parse("foo")
+                .unwrap_err()
+                .0
+                .contains("Unrecognized key 'foo'")
+        );
+        // toBool takes exactly True or False.
+        for v in ["true", "1", "yes"] {
+            let e = AllocConf::parse(&format!("expandable_segments:{v}")).unwrap_err();
+            assert!(e.0.contains("Expected 'True' or 'False'"), "{e}");
+        }
+        let e = AllocConf::parse("release_lock_on_cudamalloc:on").unwrap_err();
+        assert!(e.0.contains("Expected 'True' or 'False'"), "{e}");
+        let e = AllocConf::parse("backend:jemalloc").unwrap_err();
+        assert!(e.0.contains("Unknown allocator backend"), "{e}");
+        let e = AllocConf::parse("garbage_collection_threshold:1.5").unwrap_err();
+        assert!(e.0.contains("set it in (0.0, 1.0)"), "{e}");
+        let e = AllocConf::parse("roundup_power2_divisions:[100:4]").unwrap_err();
+        assert!(e.0.contains("intervals have to be power of 2"), "{e}");
+        // What a snapshot recorded is read leniently: a later release's key is noted.
+        let rec = serde_json::json!({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True,future_knob:3"});
+        let (c, _) = AllocConf::from_snapshot(&rec).unwrap();
+        assert!(c.expandable_segments);
     }
 
     #[test]
@@ -388,8 +567,8 @@ mod tests {
     #[test]
     fn refusals_say_what_to_fix() {
         let e = AllocConf::parse("max_split_size_mb:10").unwrap_err();
-        assert!(e.0.contains("at least 20"), "{e}");
+        assert!(e.0.contains("too small, must be >= 20"), "{e}");
         let e = AllocConf::parse("expandable_segments:maybe").unwrap_err();
-        assert!(e.0.contains("True or False"), "{e}");
+        assert!(e.0.contains("'True' or 'False'"), "{e}");
     }
 }

@@ -248,10 +248,21 @@ pub struct Run {
     /// cudaFree calls and page unmaps (`num_device_free`).
     pub cuda_frees: u64,
     pub alloc_retries: u64,
-    /// Ran out of memory under the limit (at a request the recorded run satisfied, or at a
-    /// recorded OOM that these settings do not avoid).
+    /// Met a fatal OOM under the limit: at a recorded OOM that ended the run and that these
+    /// settings do not avoid, or at a request from code where the recorded run never survived
+    /// one. "Would have saved this run" means this is false.
     pub oom: bool,
+    /// The first fatal OOM.
     pub oom_position: Option<u32>,
+    /// OOMs the run would have survived (caught by the program, or workspace fallbacks).
+    pub survivable_ooms: u32,
+    pub fatal_ooms: u32,
+    /// The first OOM of either kind.
+    pub first_oom_position: Option<u32>,
+    /// Keys of the setting string PyTorch accepts that the model does not simulate (pinned host
+    /// memory, `backend:cudaMallocAsync`, …), each with why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_simulated: Vec<String>,
     /// Reserved but unallocated bytes when reserved memory peaked.
     pub fragmentation_at_peak: u64,
     /// Peak reserved bytes saved against the recorded run (negative: more).
@@ -410,8 +421,11 @@ pub fn whatif(snap: &Snapshot, index: &Index, opts: &Options) -> Result<WhatIf, 
         opts.alloc_confs.clone()
     };
     let mut parsed = Vec::new();
+    let mut notes = Vec::new();
     for c in &confs {
-        parsed.push(AllocConf::parse(c).map_err(|e| WhatIfError::BadConf(e.0))?);
+        let p = AllocConf::parse_noting(c).map_err(|e| WhatIfError::BadConf(e.0))?;
+        parsed.push(p.conf);
+        notes.push(p.not_simulated);
     }
     // The recorded settings are one of the runs (exactly once).
     let recorded_index = match parsed.iter().position(|c| *c == recorded_conf) {
@@ -419,13 +433,14 @@ pub fn whatif(snap: &Snapshot, index: &Index, opts: &Options) -> Result<WhatIf, 
         None => {
             confs.insert(0, recorded_raw.clone());
             parsed.insert(0, recorded_conf.clone());
+            notes.insert(0, Vec::new());
             0
         }
     };
     let recorded_peak = recorded.stats.peak_reserved_bytes;
     let w = bucket_events(d.len);
     let mut runs: Vec<Run> = Vec::with_capacity(confs.len());
-    for (i, (name, conf)) in confs.iter().zip(parsed).enumerate() {
+    for (i, ((name, conf), not_simulated)) in confs.iter().zip(parsed).zip(notes).enumerate() {
         let o = if i == recorded_index {
             recorded.clone()
         } else {
@@ -443,6 +458,10 @@ pub fn whatif(snap: &Snapshot, index: &Index, opts: &Options) -> Result<WhatIf, 
             alloc_retries: o.stats.alloc_retries,
             oom: o.oom_position.is_some(),
             oom_position: o.oom_position,
+            survivable_ooms: o.survivable_ooms(),
+            fatal_ooms: o.fatal_ooms(),
+            first_oom_position: o.ooms.first().map(|o| o.0),
+            not_simulated,
             fragmentation_at_peak: o.stats.peak_reserved_bytes
                 - o.stats.allocated_at_peak_reserved_bytes,
             saving_bytes: recorded_peak as i64 - o.stats.peak_reserved_bytes as i64,

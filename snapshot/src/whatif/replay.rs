@@ -1,6 +1,14 @@
 //! Drives the allocator model through one device's trace: every `alloc` becomes a `malloc` of
 //! the size and stream the program asked for, every free a `free` at the moment the trace says the
 //! block went back (`free_completed`), every `oom` a request that must fail under the limit. The
+//! replay goes past survivable OOMs: a request the model cannot satisfy is dropped, as PyTorch
+//! drops it, and the trace goes on; a fatal one ends the replay, as it ended the program. Each OOM is survivable or fatal: a recorded OOM keeps the fate the trace
+//! shows ([`crate::analysis::recovery`]); a new one is survivable where the recorded run survived
+//! an OOM from the same user code, else fatal: for a caught OOM, a request made under the same
+//! callers (its user frames less the innermost, the line that asked, end the request's: the
+//! `try` that caught it encloses them); for a workspace fallback, the same stack. Past an OOM the recorded run survived, every run follows the path the
+//! recorded run took (a request that fails there under the recorded settings but fits under
+//! others is granted and given back at once). The
 //! allocator's own segment events in the trace are not replayed: the model makes its own, and
 //! under the recorded settings they must come out the same (the replay check).
 //!
@@ -13,9 +21,11 @@ use rustc_hash::FxHashMap;
 use super::allocator::{Allocator, Limit, SegAction, SegEvent, Stats};
 use super::conf::AllocConf;
 use crate::analysis::index::{DeviceIndex, Index, NONE};
+use crate::analysis::recovery::{Recovery, fates};
 use crate::analysis::state::{AllocatorState, state_at};
 use crate::cancel::{Cancel, Cancelled};
 use crate::model::{Action, Snapshot};
+use crate::model::{FrameId, StackId};
 
 /// The trace of one device, prepared once and replayed under any number of settings.
 pub struct Trace<'a> {
@@ -32,7 +42,19 @@ pub struct Trace<'a> {
     /// Segments and blocks when the trace starts.
     start: AllocatorState,
     pub peak_reserved_bytes: u64,
+    /// Each recorded OOM's position and whether the run survived it.
+    recorded_ooms: FxHashMap<u32, bool>,
+    /// Where the recorded run survived OOMs: the callers of caught ones (their user frames less
+    /// the innermost; all of them when there is only one), the stacks of workspace fallbacks,
+    /// and the last such position (an OOM with no user frames is survivable only up to there).
+    caught_users: Vec<Vec<FrameId>>,
+    fallback_stacks: Vec<StackId>,
+    last_survived: Option<u32>,
+    user_frames: Box<dyn Fn(StackId) -> Vec<FrameId> + 'a>,
 }
+
+/// How far back a request with no user frames looks for the user code around it.
+const CONTEXT_EVENTS: u32 = 4096;
 
 /// How often (in events) a replay looks at its [`Cancel`]: ~1 ms of replay.
 pub const CANCEL_CHECK_EVENTS: usize = 16_384;
@@ -41,8 +63,10 @@ pub const CANCEL_CHECK_EVENTS: usize = 16_384;
 #[derive(Clone, Debug)]
 pub struct Outcome {
     pub stats: Stats,
-    /// Position (events before it) of the first request the model could not satisfy.
+    /// Position (events before it) of the first fatal OOM.
     pub oom_position: Option<u32>,
+    /// Every request the model could not satisfy: (position, survivable).
+    pub ooms: Vec<(u32, bool)>,
     /// Reserved bytes after each position where they changed: (position, bytes).
     pub reserved: Vec<(u32, u64)>,
     /// `alloc`s whose block sits where the trace says (meaningful under the recorded settings).
@@ -61,6 +85,23 @@ pub enum Releases<'r> {
     Discover,
     /// At these positions (found by a [`Releases::Discover`] replay).
     At(&'r [u32]),
+}
+
+impl Outcome {
+    fn oom(&mut self, position: u32, survivable: bool) {
+        self.ooms.push((position, survivable));
+        if !survivable {
+            self.oom_position.get_or_insert(position);
+        }
+    }
+
+    pub fn survivable_ooms(&self) -> u32 {
+        self.ooms.iter().filter(|o| o.1).count() as u32
+    }
+
+    pub fn fatal_ooms(&self) -> u32 {
+        self.ooms.iter().filter(|o| !o.1).count() as u32
+    }
 }
 
 impl<'a> Trace<'a> {
@@ -131,6 +172,37 @@ impl<'a> Trace<'a> {
             .collect();
         let start = state_at(snap, index, d.device, 0);
         let peak = d.peak_reserved();
+        let user_frames = move |stack: StackId| -> Vec<FrameId> {
+            snap.stack(stack)
+                .iter()
+                .copied()
+                .filter(|&f| index.frames.is_user(f))
+                .collect()
+        };
+        let mut recorded_ooms = FxHashMap::default();
+        let (mut caught_users, mut fallback_stacks, mut last_survived) =
+            (Vec::new(), Vec::new(), None);
+        for f in fates(snap, index, d) {
+            recorded_ooms.insert(f.position, f.recovery.recovered());
+            let stack = t.stack[d.row(f.position)];
+            match f.recovery {
+                Recovery::Fatal => continue,
+                Recovery::WorkspaceFallback => fallback_stacks.push(stack),
+                Recovery::Caught => {
+                    let users = user_frames(stack);
+                    caught_users.push(if users.len() >= 2 {
+                        users[1..].to_vec()
+                    } else {
+                        users
+                    });
+                }
+            }
+            last_survived = Some(f.position);
+        }
+        caught_users.sort_unstable();
+        caught_users.dedup();
+        fallback_stacks.sort_unstable();
+        fallback_stacks.dedup();
         Trace {
             snap,
             d,
@@ -140,7 +212,39 @@ impl<'a> Trace<'a> {
             private,
             start,
             peak_reserved_bytes: peak,
+            recorded_ooms,
+            caught_users,
+            fallback_stacks,
+            last_survived,
+            user_frames: Box::new(user_frames),
         }
+    }
+
+    /// Whether a request the recorded run satisfied, failing at position `i` of a replay, would
+    /// have been survived: the recorded run survived OOMs from the same user code.
+    fn survivable_at(&self, stack: StackId, i: u32) -> bool {
+        if self.fallback_stacks.binary_search(&stack).is_ok() {
+            return true;
+        }
+        let mut users = (self.user_frames)(stack);
+        if users.is_empty() {
+            // No user frames (backward runs on the autograd engine's thread, C++ code): the user
+            // code around it is the last request before it that has some (`loss.backward()` was
+            // called from there).
+            let t = &self.snap.trace;
+            users = (i.saturating_sub(CONTEXT_EVENTS)..i)
+                .rev()
+                .map(|q| (self.user_frames)(t.stack[self.d.row(q)]))
+                .find(|u| !u.is_empty())
+                .unwrap_or_default();
+            if users.is_empty() {
+                return self.caught_users.iter().any(Vec::is_empty)
+                    && self.last_survived.is_some_and(|p| i <= p);
+            }
+        }
+        self.caught_users
+            .iter()
+            .any(|callers| !callers.is_empty() && users.ends_with(callers))
     }
 
     pub fn device(&self) -> i32 {
@@ -280,6 +384,7 @@ impl<'a> Trace<'a> {
         let mut out = Outcome {
             stats: Stats::default(),
             oom_position: None,
+            ooms: Vec::new(),
             reserved: vec![(0, a.stats.reserved_bytes)],
             allocs: 0,
             allocs_at_recorded_address: 0,
@@ -311,8 +416,13 @@ impl<'a> Trace<'a> {
                             live.insert(addr, b);
                         }
                         None => {
-                            out.oom_position.get_or_insert(i as u32);
-                            break;
+                            // Dropped, as PyTorch drops it; its frees find nothing to free.
+                            live.remove(&addr);
+                            let survivable = self.survivable_at(t.stack[r], i as u32);
+                            out.oom(i as u32, survivable);
+                            if !survivable {
+                                break; // the run ends here
+                            }
                         }
                     }
                 }
@@ -320,8 +430,21 @@ impl<'a> Trace<'a> {
                     // The recorded run failed here; with other settings it may not. Its pool is
                     // the one the stream's last request went to (a capture's private pool).
                     let private = capturing.get(&t.stream(r)).copied().unwrap_or((0, 0));
-                    if a.malloc(t.size.get(r), t.stream(r), private).is_none() {
-                        out.oom_position.get_or_insert(i as u32);
+                    match a.malloc(t.size.get(r), t.stream(r), private) {
+                        None => {
+                            let survivable = self
+                                .recorded_ooms
+                                .get(&(i as u32))
+                                .copied()
+                                .unwrap_or(false);
+                            out.oom(i as u32, survivable);
+                            if !survivable {
+                                break;
+                            }
+                        }
+                        // Granted: the run follows the recorded path from here, which did
+                        // without it.
+                        Some(b) => a.free(b, false),
                     }
                 }
                 Action::FreeRequested => {

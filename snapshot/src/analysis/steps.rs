@@ -1,0 +1,254 @@
+//! Steps: the unit users count their training in. "OOM at step 26", "256 MiB every step since
+//! step 5" and a timeline read in steps all need to know where each step of a device's trace
+//! starts.
+//!
+//! Two sources, the first that gives at least [`MIN_STEPS`] wins:
+//! - **Annotations**: the most frequent family of trace annotations whose name holds "step"
+//!   (`ProfilerStep#12` → family `ProfilerStep`, number 12; `Optimizer.step#AdamW.step`, counted),
+//!   as the profiler's schedule and `record_function` write them. A step starts at the first
+//!   event at or after its mark.
+//! - **A repeating allocation**: a training loop makes the same allocations in the same order
+//!   every step, so some stack (the batch's `torch.randn`, the loss) allocates once per step at
+//!   near-equal distances in events. Among stacks that repeat that regularly, the one with the
+//!   most repeats (then the earliest) marks the steps; they are numbered from 1. A loop whose
+//!   only allocation is that line (a list appended to) has no steps: it is one phase.
+//!
+//! Only `Optimizer.step` annotations: a training step ends with its optimizer step, so the next
+//! one starts where that ends; steps are counted from 1 (what a loop does after `opt.step()` in
+//! its first iteration falls in step 2).
+//!
+//! A trace with neither has no steps: analyses then speak in events and time.
+
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+
+use super::index::{DeviceIndex, Index, NONE};
+use crate::model::{Snapshot, StackId};
+
+/// Fewest steps worth calling a loop.
+pub const MIN_STEPS: usize = 3;
+
+/// Where a device's steps come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepSource {
+    /// Step annotations (`ProfilerStep#N`, `record_function`).
+    Annotations,
+    /// One allocation the program makes once per step.
+    Repeats,
+}
+
+/// One device's steps, in order.
+#[derive(Clone, Debug, Serialize)]
+pub struct Steps {
+    pub source: StepSource,
+    /// The annotation family ("ProfilerStep"), or the line that repeats.
+    pub name: String,
+    /// Each step's number (from its annotation, else counted from 1).
+    pub numbers: Vec<u32>,
+    /// Each step's first event (position, 0-based), ascending.
+    pub starts: Vec<u32>,
+}
+
+impl Steps {
+    /// The number of the step event `position` lies in; `None` before the first step.
+    pub fn number_at(&self, position: u32) -> Option<u32> {
+        let k = self.starts.partition_point(|&s| s <= position);
+        (k > 0).then(|| self.numbers[k - 1])
+    }
+
+    pub fn len(&self) -> usize {
+        self.starts.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.starts.is_empty()
+    }
+}
+
+/// The steps of device `d`, or `None` when its trace shows no loop.
+pub fn steps(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Option<Steps> {
+    if d.len == 0 {
+        return None;
+    }
+    from_annotations(snap, d).or_else(|| from_repeats(snap, index, d))
+}
+
+/// "ProfilerStep#12" → ("ProfilerStep", Some(12)).
+fn family(name: &str) -> (&str, Option<u32>) {
+    let stem = name.trim_end_matches(|c: char| c.is_ascii_digit());
+    let number = name[stem.len()..].parse().ok();
+    (
+        stem.trim_end_matches(|c: char| c == '#' || c == '_' || c == ' '),
+        number,
+    )
+}
+
+/// One family of step annotations: its starts (time, number) and ends (time).
+#[derive(Default)]
+struct Family {
+    starts: Vec<(i64, Option<u32>)>,
+    ends: Vec<i64>,
+}
+
+impl Family {
+    fn numbered(&self) -> bool {
+        self.starts.iter().all(|m| m.1.is_some())
+    }
+}
+
+fn from_annotations(snap: &Snapshot, d: &DeviceIndex) -> Option<Steps> {
+    let mut families: FxHashMap<&str, Family> = FxHashMap::default();
+    for a in &snap.annotations {
+        if a.device != d.device && a.device >= 0 {
+            continue;
+        }
+        let name = snap.str(a.name);
+        if !name.to_ascii_lowercase().contains("step") {
+            continue;
+        }
+        let (fam, number) = family(name);
+        let f = families.entry(fam).or_default();
+        if a.start {
+            f.starts.push((a.time_us, number));
+        } else {
+            f.ends.push(a.time_us);
+        }
+    }
+    // Numbered families first (`ProfilerStep#N` beats `Optimizer.step#SGD.step`), then the most
+    // marks, then the name.
+    let (name, mut fam) = families.into_iter().max_by(|a, b| {
+        (a.1.numbered(), a.1.starts.len())
+            .cmp(&(b.1.numbered(), b.1.starts.len()))
+            .then_with(|| b.0.cmp(a.0))
+    })?;
+    if fam.starts.len() < MIN_STEPS {
+        return None;
+    }
+    fam.starts.sort_unstable();
+    fam.ends.sort_unstable();
+    // An optimizer's step ends a training step: the next one starts where it ends.
+    let marks: Vec<(i64, Option<u32>)> = if !fam.numbered()
+        && name.to_ascii_lowercase().contains("optimizer")
+        && !fam.ends.is_empty()
+    {
+        std::iter::once((i64::MIN, None))
+            .chain(fam.ends.iter().map(|&t| (t, None)))
+            .collect()
+    } else {
+        fam.starts
+    };
+    let (times, rows) = (&snap.trace.time_us, d.rows());
+    let numbered = marks.iter().all(|m| m.1.is_some());
+    let mut starts: Vec<u32> = Vec::with_capacity(marks.len());
+    let mut numbers = Vec::with_capacity(marks.len());
+    for (t, number) in marks {
+        let p = times.partition_point(rows.clone(), |x| x < t) as u32;
+        if p >= d.len || starts.last().is_some_and(|&s| s == p) {
+            continue;
+        }
+        starts.push(p);
+        numbers.push(if numbered {
+            number.unwrap_or_default()
+        } else {
+            numbers.len() as u32 + 1
+        });
+    }
+    (starts.len() >= MIN_STEPS).then(|| Steps {
+        source: StepSource::Annotations,
+        name: name.to_string(),
+        numbers,
+        starts,
+    })
+}
+
+/// Whether gaps between repeats are regular: most within a quarter of their median, none over
+/// three times it (a line called once per layer repeats at short gaps within a step and a long
+/// one between steps).
+fn regular(gaps: &mut [u32]) -> bool {
+    gaps.sort_unstable();
+    let median = gaps[gaps.len() / 2] as u64;
+    let near = gaps
+        .iter()
+        .filter(|&&g| (g as u64 * 4).abs_diff(median * 4) <= median)
+        .count();
+    let longest = gaps.last().copied().unwrap_or_default() as u64;
+    median > 0 && near * 5 >= gaps.len() * 4 && longest <= median * 3
+}
+
+fn from_repeats(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Option<Steps> {
+    let mut at: FxHashMap<StackId, Vec<u32>> = FxHashMap::default();
+    for a in &d.allocations {
+        if a.start != NONE && a.stack != StackId::EMPTY {
+            at.entry(a.stack).or_default().push(a.start);
+        }
+    }
+    let mut best: Option<(usize, u32, StackId)> = None;
+    for (&stack, starts) in &at {
+        if starts.len() < MIN_STEPS {
+            continue;
+        }
+        // Once per step: the stack's allocations are spread over the trace at regular gaps.
+        let mut gaps: Vec<u32> = starts.windows(2).map(|w| w[1] - w[0]).collect();
+        if !regular(&mut gaps) {
+            continue;
+        }
+        let key = (starts.len(), std::cmp::Reverse(starts[0]));
+        if best.is_none_or(|(n, first, _)| key > (n, std::cmp::Reverse(first))) {
+            best = Some((starts.len(), starts[0], stack));
+        }
+    }
+    let (_, _, stack) = best?;
+    let starts = at.remove(&stack)?;
+    // A step does more than the line that marks it: a loop whose only allocation is that line (a
+    // list appended to) is one long phase, not steps.
+    let (first, last) = (starts[0], starts[starts.len() - 1]);
+    let within = d
+        .allocations
+        .iter()
+        .filter(|a| a.start != NONE && a.start >= first && a.start < last)
+        .count();
+    if within < 2 * (starts.len() - 1) {
+        return None;
+    }
+    let name = index
+        .frames
+        .label(snap, stack)
+        .map(|f| {
+            let fr = snap.frame(f);
+            format!("{}:{}", snap.str(fr.filename), fr.line)
+        })
+        .unwrap_or_default();
+    Some(Steps {
+        source: StepSource::Repeats,
+        name,
+        numbers: (1..=starts.len() as u32).collect(),
+        starts,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_family_is_the_name_without_its_number() {
+        assert_eq!(family("ProfilerStep#12"), ("ProfilerStep", Some(12)));
+        assert_eq!(
+            family("Optimizer.step#AdamW.step"),
+            ("Optimizer.step#AdamW.step", None)
+        );
+        assert_eq!(family("train_step_3"), ("train_step", Some(3)));
+    }
+
+    #[test]
+    fn gaps_are_regular_when_most_are_near_their_median() {
+        assert!(regular(&mut [100, 101, 99, 100, 140]));
+        assert!(!regular(&mut [1, 1, 1, 500, 1, 1, 700, 1]));
+        // Eight layers a step: seven short gaps, one long.
+        assert!(!regular(&mut [
+            2, 2, 2, 2, 2, 2, 2, 90, 2, 2, 2, 2, 2, 2, 2, 90
+        ]));
+        assert!(!regular(&mut [0, 0, 0]));
+    }
+}
