@@ -86,6 +86,38 @@ pub struct DeviceSummary {
     pub peak_reserved_bytes: u64,
     pub peak_reserved_position: u32,
     pub peaks_over: PeakScope,
+    /// Where each step starts, when the trace shows a loop (step annotations, or an allocation
+    /// made once per step).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps: Option<Steps>,
+}
+
+/// A device's steps: the unit "OOM at step 26" and the timeline's step axis count in.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Steps {
+    /// `annotations` (`ProfilerStep#N`, `Optimizer.step`) or `repeats` (one allocation per step).
+    pub source: String,
+    /// The annotation family, or the line that repeats.
+    pub name: String,
+    /// Each step's number.
+    pub numbers: Vec<u32>,
+    /// Each step's first event (position), ascending.
+    pub starts: Vec<u32>,
+    pub start_times_us: Vec<i64>,
+}
+
+impl Steps {
+    /// The number of the step position `p` lies in (`None` before the first).
+    pub fn number_at(&self, p: u32) -> Option<u32> {
+        let k = self.starts.partition_point(|&s| s <= p);
+        (k > 0).then(|| self.numbers[k - 1])
+    }
+
+    /// The number of the step under time `t_us`.
+    pub fn number_at_time(&self, t_us: i64) -> Option<u32> {
+        let k = self.start_times_us.partition_point(|&s| s <= t_us);
+        (k > 0).then(|| self.numbers[k - 1])
+    }
 }
 
 /// What a device's peaks cover.
@@ -358,6 +390,9 @@ pub struct OomReport {
     /// The growing line behind a `growth` verdict.
     #[serde(default)]
     pub growth: Option<GrowthCause>,
+    /// PyTorch's own OOM message, rebuilt from the trace's figures.
+    #[serde(default)]
+    pub pytorch_message: String,
     /// The line that asked for the memory (the `oom` entry's first user frame).
     #[serde(default)]
     pub site: Option<Frame>,

@@ -66,15 +66,7 @@ pub fn date(ms: impl Amount) -> String {
 
 /// `1,234,567`.
 pub fn count(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
+    snapshot::units::thousands(n)
 }
 
 /// A change: `+1.5 GiB` / `−24.0 MiB` (bytes) or `+3` / `−1,000` (a count); `0` for none.

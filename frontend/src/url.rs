@@ -8,7 +8,7 @@ use leptos_router::NavigateOptions;
 use leptos_router::hooks::use_navigate;
 
 /// The query keys a snapshot page keeps, in the order its URLs write them.
-pub const KEYS: [&str; 11] = [
+pub const KEYS: [&str; 12] = [
     "view",
     "device",
     "from",
@@ -20,6 +20,7 @@ pub const KEYS: [&str; 11] = [
     "conf",
     "limit",
     "limit_kind",
+    "steps",
 ];
 
 /// The query after `changes` (a key set to `None` is removed; other keys are kept), in `KEYS`

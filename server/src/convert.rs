@@ -142,6 +142,17 @@ pub fn device_summary(d: summary::DeviceSummary) -> api::DeviceSummary {
         peak_reserved_bytes: d.peak_reserved_bytes,
         peak_reserved_position: d.peak_reserved_position,
         peaks_over: peak_scope(d.peaks_over),
+        steps: d.steps.map(|s| api::Steps {
+            source: match s.source {
+                snapshot::analysis::steps::StepSource::Annotations => "annotations",
+                snapshot::analysis::steps::StepSource::Repeats => "repeats",
+            }
+            .into(),
+            name: s.name,
+            numbers: s.numbers,
+            starts: s.starts,
+            start_times_us: s.start_times_us,
+        }),
     }
 }
 
@@ -253,6 +264,7 @@ pub fn oom_report(o: oom::OomReport) -> api::OomReport {
         recovered: o.recovered,
         recovery: recovery(o.recovery),
         recovery_evidence: o.recovery_evidence,
+        pytorch_message: o.pytorch_message,
         step: o.step,
         growth: o.growth.map(|g| api::GrowthCause {
             site: g.site.map(frame),

@@ -14,17 +14,7 @@ fn site(f: &Option<FrameView>) -> String {
     }
 }
 
-fn thousands(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
+use snapshot::units::thousands;
 
 pub fn render(name: &str, r: &Report, top: usize) -> String {
     let mut o = String::new();

@@ -1066,7 +1066,19 @@ async fn whatif_ranks_the_settings_that_avoid_the_oom() {
     };
     let (st, e) = call(&state, "GET", &api::routes::whatif(&id, &q), vec![]).await;
     assert_eq!(st, StatusCode::BAD_REQUEST);
-    assert!(e.to_string().contains("at least 20"), "{e}");
+    assert!(e.to_string().contains("too small, must be >= 20"), "{e}");
+    // A key PyTorch does not know is refused as PyTorch refuses it, not replayed as the defaults.
+    let q = api::WhatIfQuery {
+        alloc_conf: Some("foo".into()),
+        ..Default::default()
+    };
+    let (st, e) = call(&state, "GET", &api::routes::whatif(&id, &q), vec![]).await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
+    assert!(
+        e.to_string()
+            .contains("Unrecognized key 'foo' in Accelerator allocator config."),
+        "{e}"
+    );
 
     // The CLI prints the same object.
     let cli = std::process::Command::new(env!("CARGO_BIN_EXE_memscope"))

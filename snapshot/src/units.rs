@@ -15,6 +15,19 @@ pub fn human_bytes(b: u64) -> String {
     format!("{v:.1} {}", UNITS[u])
 }
 
+/// `1,234,567`: a count as the reports print it.
+pub fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// A size as PyTorch's own messages print it (`format_size` in `CUDACachingAllocator.cpp`):
 /// `Tried to allocate 20.00 MiB`. Two decimals, and a unit only once the size passes it.
 pub fn pytorch_size(b: u64) -> String {

@@ -215,6 +215,28 @@ fn oom_fraction_reports_one_fatal_growth_oom_of_24_mib() {
         "{}",
         oom.explanation
     );
+    // PyTorch's own message (in the truth file), as far as the trace's figures go.
+    let truth: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(common::fixture("oom_fraction.truth.json")).unwrap(),
+    )
+    .unwrap();
+    let said = truth["oom_message"].as_str().unwrap();
+    assert!(said.starts_with("CUDA out of memory. Tried to allocate 24.00 MiB."));
+    for part in [
+        "CUDA out of memory. Tried to allocate 24.00 MiB.",
+        "Of the allocated memory 5.30 GiB is allocated by PyTorch, and 290.00 MiB is reserved by PyTorch but unallocated.",
+    ] {
+        assert!(
+            said.contains(part) && oom.pytorch_message.contains(part),
+            "{}",
+            oom.pytorch_message
+        );
+    }
+    assert!(
+        oom.pytorch_message.contains("GPU 0 had 133.70 GiB free."),
+        "{}",
+        oom.pytorch_message
+    );
     assert!(oom.largest_free_block_bytes < oom.block_bytes);
     // The growing list at line 181 is both the leak suspect and the largest site at the OOM.
     let site = report.leak_suspects[0].site.as_ref().unwrap();

@@ -15,27 +15,9 @@ fn dir() -> std::path::PathBuf {
     common::fixtures().join("whatif")
 }
 
-/// The real runs: (file stem, figures PyTorch reported).
+/// The real runs: (file stem, what the run wrote).
 fn runs() -> Vec<(String, serde_json::Value)> {
-    let mut out: Vec<(String, serde_json::Value)> = std::fs::read_dir(dir())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| {
-            p.extension().is_some_and(|e| e == "json")
-                && !p
-                    .file_name()
-                    .unwrap()
-                    .to_string_lossy()
-                    .starts_with("limits")
-        })
-        .map(|p| {
-            let stem = p.file_stem().unwrap().to_string_lossy().to_string();
-            let v = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
-            (stem, v)
-        })
-        .collect();
-    out.sort_by(|a, b| a.0.cmp(&b.0));
-    out
+    common::real_runs("whatif")
 }
 
 fn load(stem: &str) -> snapshot::Snapshot {

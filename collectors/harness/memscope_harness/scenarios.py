@@ -19,16 +19,13 @@ import torch
 
 import memscope_agent
 
+import memscope_harness
 MIB = 1 << 20
 HERE = os.path.abspath(__file__)
 
 
 def planted_line(name):
-    with open(HERE) as f:
-        for i, line in enumerate(f, 1):
-            if line.rstrip().endswith("# PLANT: " + name):
-                return i
-    raise LookupError(name)
+    return memscope_harness.planted_line(HERE, name)
 
 
 def now_ms():

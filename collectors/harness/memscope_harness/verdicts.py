@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 
+import memscope_harness
 MIB = 1 << 20
 GIB = 1 << 30
 HERE = os.path.abspath(__file__)
@@ -33,11 +34,7 @@ SETTINGS = ["", "expandable_segments:True", "max_split_size_mb:128", "roundup_po
 
 
 def planted_line(name):
-    with open(HERE) as f:
-        for i, line in enumerate(f, 1):
-            if line.rstrip().endswith("# PLANT: " + name):
-                return i
-    raise LookupError(name)
+    return memscope_harness.planted_line(HERE, name)
 
 
 class Truth:
@@ -175,11 +172,13 @@ def periodic_leak(torch, t):
 
 def fragmentation_oom(torch, t):
     """304 blocks of 6 MiB (102 segments of 20 MiB by default, just under the 2 GiB limit), two of
-    every three freed (no segment wholly free), then a 24 MiB request: plenty cached, no hole fits.
+    every three freed but the last (no segment wholly free), then a 24 MiB request: plenty cached, no hole fits.
     A fixed program (the fill does not adapt to the allocator), so every setting replays the same
     requests. Nothing grows step over step: no leak."""
     blocks = [torch.empty(6 * MIB, dtype=torch.uint8, device="cuda") for _ in range(304)]  # PLANT: fill
-    KEEP.extend(b for i, b in enumerate(blocks) if i % 3 == 1)
+    # The 304th block sits alone in the last segment: kept, or that segment would be wholly free
+    # and released to make room.
+    KEEP.extend(b for i, b in enumerate(blocks) if i % 3 == 1 or i == 303)
     del blocks
     t.expect = {"fatal": True, "verdict": "fragmentation", "line": planted_line("big_request")}
     KEEP.append(torch.empty(24 * MIB, dtype=torch.uint8, device="cuda"))  # PLANT: big_request

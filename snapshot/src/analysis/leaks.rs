@@ -651,6 +651,7 @@ mod tests {
             name: "ProfilerStep".into(),
             numbers: (0..n).collect(),
             starts: (0..n).map(|k| k * 100).collect(),
+            start_times_us: Vec::new(),
         }
     }
 

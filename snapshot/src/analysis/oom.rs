@@ -89,6 +89,10 @@ pub struct OomReport {
     pub step: Option<u32>,
     /// The growing line behind a [`Verdict::Growth`].
     pub growth: Option<GrowthCause>,
+    /// PyTorch's own OOM message, rebuilt from the trace's figures (`CUDACachingAllocator.cpp`'s
+    /// wording and sizes): what it can say without the process's NVML reading and the fraction's
+    /// allowance, which the trace does not carry.
+    pub pytorch_message: String,
     /// The line that asked for the memory: the first user frame of the `oom` entry's stack.
     pub site: Option<FrameView>,
     /// The `oom` entry's stack, user frames first, noise hidden.
@@ -395,10 +399,15 @@ pub fn oom_reports(
                         pattern: l.growth.split(": ").next().unwrap_or(&l.growth).to_string(),
                     }
                 });
-            // Growth leads, unless most of the device was held outside PyTorch.
+            // Growth leads, unless the device was filled from outside PyTorch (or may have been:
+            // its size is needed to tell).
             let judged = judge(&figures);
+            let outside = matches!(
+                judged.verdict,
+                Verdict::OutsidePytorch | Verdict::Undetermined
+            );
             let finding = match &growth {
-                Some(g) if judged.verdict != Verdict::OutsidePytorch => {
+                Some(g) if !outside => {
                     growth_finding(g, allocated, cached_free >= block && largest_free < block)
                 }
                 _ => judged,
@@ -411,7 +420,9 @@ pub fn oom_reports(
                 .map(|s| s.sites)
                 .unwrap_or_default();
             let stack = snap.trace.stack[r];
+            let pytorch_message = pytorch_message(d.device, &figures);
             out.push(OomReport {
+                pytorch_message,
                 device: d.device,
                 position: p,
                 time_us: snap.trace.time_us.get(r),
@@ -464,6 +475,30 @@ pub fn oom_reports(
         o.whatif = Some(w);
     }
     out
+}
+
+/// "CUDA out of memory. Tried to allocate 24.00 MiB. GPU 0 has a total capacity of 139.80 GiB of
+/// which 133.70 GiB is free. Of the allocated memory 5.30 GiB is allocated by PyTorch, and 290.00
+/// MiB is reserved by PyTorch but unallocated.": PyTorch's message (`malloc`'s OOM branch) with
+/// the figures the trace has.
+fn pytorch_message(device: i32, f: &Figures) -> String {
+    use crate::units::pytorch_size as size;
+    let gpu = match (f.device_total, f.device_free) {
+        (Some(total), Some(free)) => format!(
+            " GPU {device} has a total capacity of {} of which {} is free.",
+            size(total),
+            size(free)
+        ),
+        (None, Some(free)) => format!(" GPU {device} had {} free.", size(free)),
+        (Some(total), None) => format!(" GPU {device} has a total capacity of {}.", size(total)),
+        (None, None) => String::new(),
+    };
+    format!(
+        "CUDA out of memory. Tried to allocate {}.{gpu} Of the allocated memory {} is allocated by PyTorch, and {} is reserved by PyTorch but unallocated.",
+        size(f.requested),
+        size(f.allocated),
+        size(f.reserved.saturating_sub(f.allocated))
+    )
 }
 
 /// Live bytes of each suspect at each of `positions` (ascending).
@@ -559,15 +594,7 @@ pub fn incidents(ooms: &[OomReport]) -> Vec<OomIncident> {
 }
 
 fn thousands(n: u32) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
+    crate::units::thousands(n as u64)
 }
 
 fn incident_words(inc: &OomIncident) -> String {

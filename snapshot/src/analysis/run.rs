@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use super::diff::{Diff, Side, compare};
 use super::index::{DeviceIndex, Index};
-use crate::model::{Action, Snapshot};
+use crate::model::Snapshot;
 
 /// One rank: its snapshot, index and the device its trace is on.
 #[derive(Clone, Copy)]
@@ -66,7 +66,8 @@ pub struct RankFigures {
     /// When the peak was, on the run's axis.
     pub peak_at: Option<i64>,
     pub peak_reserved_bytes: u64,
-    /// `oom` events: position and when, on the run's axis, in trace order.
+    /// The `oom` events that ended the rank's run (not the survived ones): position and when,
+    /// on the run's axis, in trace order.
     pub ooms: Vec<(u32, i64)>,
 }
 
@@ -189,11 +190,14 @@ pub fn analyze_run(ranks: &[RankInput]) -> RunAnalysis {
                 }
             };
             let len = d.map_or(0, |d| d.len);
+            // The OOMs that ended the rank's run: a survived one (a cuDNN fallback, a caught
+            // search) is not where a rank "ran out of memory".
             let ooms = d
                 .map(|d| {
-                    (0..d.len)
-                        .filter(|&e| r.snap.trace.action[d.row(e)] == Action::Oom)
-                        .map(|e| (e, at(e)))
+                    super::recovery::fates(r.snap, r.index, d)
+                        .into_iter()
+                        .filter(|f| !f.recovery.recovered())
+                        .map(|f| (f.position, at(f.position)))
                         .collect()
                 })
                 .unwrap_or_default();

@@ -39,7 +39,7 @@ pub enum StepSource {
 }
 
 /// One device's steps, in order.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Steps {
     pub source: StepSource,
     /// The annotation family ("ProfilerStep"), or the line that repeats.
@@ -48,6 +48,8 @@ pub struct Steps {
     pub numbers: Vec<u32>,
     /// Each step's first event (position, 0-based), ascending.
     pub starts: Vec<u32>,
+    /// When each step's first event happened (`time_us` of that event).
+    pub start_times_us: Vec<i64>,
 }
 
 impl Steps {
@@ -71,17 +73,20 @@ pub fn steps(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Option<Steps> {
     if d.len == 0 {
         return None;
     }
-    from_annotations(snap, d).or_else(|| from_repeats(snap, index, d))
+    let mut s = from_annotations(snap, d).or_else(|| from_repeats(snap, index, d))?;
+    s.start_times_us = s
+        .starts
+        .iter()
+        .map(|&p| snap.trace.time_us.get(d.row(p)))
+        .collect();
+    Some(s)
 }
 
 /// "ProfilerStep#12" → ("ProfilerStep", Some(12)).
 fn family(name: &str) -> (&str, Option<u32>) {
     let stem = name.trim_end_matches(|c: char| c.is_ascii_digit());
     let number = name[stem.len()..].parse().ok();
-    (
-        stem.trim_end_matches(|c: char| c == '#' || c == '_' || c == ' '),
-        number,
-    )
+    (stem.trim_end_matches(['#', '_', ' ']), number)
 }
 
 /// One family of step annotations: its starts (time, number) and ends (time).
@@ -159,6 +164,7 @@ fn from_annotations(snap: &Snapshot, d: &DeviceIndex) -> Option<Steps> {
         name: name.to_string(),
         numbers,
         starts,
+        start_times_us: Vec::new(),
     })
 }
 
@@ -224,6 +230,7 @@ fn from_repeats(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Option<Steps
         name,
         numbers: (1..=starts.len() as u32).collect(),
         starts,
+        start_times_us: Vec::new(),
     })
 }
 

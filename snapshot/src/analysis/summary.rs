@@ -33,6 +33,8 @@ pub struct DeviceSummary {
     pub peak_reserved_position: u32,
     /// What the peaks cover: the whole process, the trace's window, or the final state only.
     pub peaks_over: PeakScope,
+    /// Where each step starts ([`super::steps`]), when the trace shows a loop.
+    pub steps: Option<super::steps::Steps>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -134,6 +136,7 @@ pub fn summary(snap: &Snapshot, index: &Index) -> Summary {
                 peak_reserved_bytes: p.reserved.bytes,
                 peak_reserved_position: p.reserved.position,
                 peaks_over: p.scope,
+                steps: super::steps::steps(snap, index, di),
             },
         );
     }

@@ -112,3 +112,27 @@ pub fn decompressed(path: &std::path::Path) -> Vec<u8> {
     };
     std::fs::read(&plain).unwrap_or_else(|e| panic!("{}: {e}", plain.display()))
 }
+
+/// The real GPU runs of a fixture folder (`whatif`, `verdicts`): (file stem, the figures and truth
+/// the run wrote), by name; `limits*.json` left out.
+pub fn real_runs(folder: &str) -> Vec<(String, serde_json::Value)> {
+    let mut out: Vec<(String, serde_json::Value)> = std::fs::read_dir(fixtures().join(folder))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.extension().is_some_and(|e| e == "json")
+                && !p
+                    .file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("limits")
+        })
+        .map(|p| {
+            let stem = p.file_stem().unwrap().to_string_lossy().to_string();
+            let v = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+            (stem, v)
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}

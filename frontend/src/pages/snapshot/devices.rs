@@ -8,6 +8,12 @@ pub fn shown_device(report: &::api::Report, url: UrlState) -> Option<i32> {
     url.device().or_else(|| report.shown_device())
 }
 
+/// The shown device's steps, when its trace shows a loop.
+pub fn shown_steps(report: &::api::Report, url: UrlState) -> Option<::api::Steps> {
+    let device = shown_device(report, url)?;
+    report.devices.get(&device.to_string())?.steps.clone()
+}
+
 /// How many events the shown device's trace has.
 pub fn shown_events(report: &::api::Report, url: UrlState) -> u64 {
     let device = shown_device(report, url);

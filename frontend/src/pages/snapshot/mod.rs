@@ -98,7 +98,10 @@ pub fn SnapshotPage() -> impl IntoView {
                         </p>
                     }
                     .into_any(),
-                    "timeline" => view! { <timeline::TimelineView/> }.into_any(),
+                    "timeline" => {
+                        let steps = devices::shown_steps(&r, url);
+                        view! { <timeline::TimelineView steps=steps/> }.into_any()
+                    }
                     "whatif" if devices::shown_events(&r, url) == 0 => view! {
                         <p class="empty no-trace">
                             "This snapshot has no trace (history was not recorded), so there is nothing to replay under other allocator settings. Record the next run with torch.cuda.memory._record_memory_history() before the work starts."

@@ -1,8 +1,9 @@
-//! The OOM tab: each `oom` event explained, the one that raised first (what was asked in
-//! PyTorch's words, the line that asked, what the driver and PyTorch held, the verdict and what
-//! to do), with links to the allocator's state and memory by stack at that moment, and the
-//! device's total memory: shown with where it came from, or asked for (a GPU picker) when the
-//! verdict needs it.
+//! The OOM tab: what the OOMs did to the run first ("Survived 39 OOMs; none ended the run"),
+//! then one card per incident (OOMs with the same line, cause and fate), the fatal one first: its
+//! latest OOM explained (survived or fatal and the evidence, what was asked in PyTorch's words,
+//! the line that asked, what the driver and PyTorch held, the verdict and what to do), with links
+//! to the allocator's state and memory by stack at that moment, and the device's total memory:
+//! shown with where it came from, or asked for (a GPU picker) when the verdict needs it.
 
 use std::sync::Arc;
 
@@ -15,141 +16,183 @@ use crate::{api, fmt};
 
 #[component]
 pub fn Ooms(report: Arc<::api::Report>) -> impl IntoView {
-    let url: UrlState = expect_context();
     if report.ooms.is_empty() {
         return view! { <p class="ok">"No out-of-memory events in this trace."</p> }.into_any();
     }
-    let n = report.ooms.len();
+    // One card per incident, its latest OOM shown; a report without incidents shows every OOM.
+    let cards: Vec<(String, &::api::OomReport)> = if report.oom_incidents.is_empty() {
+        report.ooms.iter().map(|o| (String::new(), o)).collect()
+    } else {
+        report
+            .oom_incidents
+            .iter()
+            .filter_map(|inc| {
+                let o = report
+                    .ooms
+                    .iter()
+                    .find(|o| o.device == inc.device && o.position == inc.shown_position)?;
+                Some((inc.summary.clone(), o))
+            })
+            .collect()
+    };
+    let survived = report.ooms.iter().all(|o| o.recovered);
+    let incidents = cards.len();
     view! {
         <section class="ooms">
+            {report.oom_outcome.clone().map(|t| view! {
+                <p class="oom-outcome" class:survived=survived class:fatal=!survived>{t}</p>
+            })}
+            {(incidents > 1).then(|| view! {
+                <p class="muted incidents-note">
+                    {format!(
+                        "{} OOMs in {incidents} incidents (the same line, cause and fate){}; each shows its latest OOM.",
+                        report.ooms.len(),
+                        if survived { ", newest first" } else { ", the fatal one first" }
+                    )}
+                </p>
+            })}
             <DeviceTotal/>
-            {report.ooms
-                .iter()
+            {cards
+                .into_iter()
                 .enumerate()
-                .map(|(i, o)| {
-                    let at_oom = |view: &str| {
-                        url.href(&[
-                            ("view", view.to_string()),
-                            ("device", o.device.to_string()),
-                            ("pos", o.position.to_string()),
-                        ])
-                    };
-                    // The timeline around the OOM: the second before it, or the run up to it.
-                    let timeline_href = {
-                        let start = report
-                            .devices
-                            .get(&o.device.to_string())
-                            .and_then(|d| d.first_time_us)
-                            .unwrap_or(o.time_us);
-                        let (from, to) =
-                            super::leaks::around((o.time_us - 1_000_000).max(start), o.time_us);
-                        url.href(&[
-                            ("view", "timeline".to_string()),
-                            ("device", o.device.to_string()),
-                            ("axis", "time".to_string()),
-                            ("from", from.to_string()),
-                            ("to", to.to_string()),
-                            ("pos", o.position.to_string()),
-                        ])
-                    };
-                    let which = match (i, n) {
-                        (0, 1) => "The OOM".to_string(),
-                        (0, _) => format!("The last OOM (the one that raised; {} earlier below)", n - 1),
-                        _ => format!("An earlier OOM ({} of {n}, newest first)", i + 1),
-                    };
-                    let asked = format!(
-                        "Tried to allocate {}",
-                        snapshot::units::pytorch_size(o.requested_bytes)
-                    );
-                    let block = if o.block_bytes == o.requested_bytes {
-                        String::new()
-                    } else {
-                        format!(" for a {} block", fmt::bytes(o.block_bytes))
-                    };
-                    view! {
-                        <article class="oom" class:first=i == 0>
-                            <p class="which">{which}</p>
-                            <h3>
-                                {format!("device {} at event {}: ", o.device, fmt::count(o.position as u64))}
-                                <span class="verdict" data-verdict=o.verdict.as_str()>
-                                    {o.verdict.as_str().replace('_', " ")}
-                                </span>
-                            </h3>
-                            <p class="asked">
-                                <code>{asked}</code>
-                                {block}
-                                {o.site.as_ref().map(|s| view! {
-                                    " at "
-                                    <code class="failing-line">{s.short()}</code>
-                                })}
-                            </p>
-                            <p class="explanation">{o.explanation.clone()}</p>
-                            {(!o.advice.is_empty()).then(|| view! {
-                                <h4>"What to do"</h4>
-                                <ul class="advice">
-                                    {o.advice.iter().map(|a| view! { <li>{a.clone()}</li> }).collect_view()}
-                                </ul>
-                            })}
-                            {o.whatif.as_ref().map(|w| {
-                                let mut q = vec![
-                                    ("view", "whatif".to_string()),
-                                    ("device", o.device.to_string()),
-                                ];
-                                if let Some(c) = &w.alloc_conf {
-                                    q.push(("conf", c.clone()));
-                                }
-                                let words = format!(
-                                    "The trace was replayed under {} allocator settings for this OOM: ",
-                                    w.settings_tried
-                                );
-                                view! {
-                                    <p class="oom-whatif">
-                                        {words}
-                                        <a href=url.href(&q)>"compare them in the What if tab"</a>
-                                    </p>
-                                }
-                            })}
-                            <div class="figures">
-                                {kv("driver free", o.device_free_bytes.map_or("not recorded".into(), fmt::bytes))}
-                                {kv("device total", o.device_total_bytes.map_or("unknown".into(), fmt::bytes))}
-                                {kv("reserved", fmt::bytes(o.reserved_bytes))}
-                                {kv("allocated", fmt::bytes(o.allocated_bytes))}
-                                {kv("cached free", fmt::bytes(o.cached_free_bytes))}
-                                {kv("largest free block", fmt::bytes(o.largest_free_block_bytes))}
-                                {o.outside_pytorch_bytes.map(|b| kv("outside PyTorch", fmt::bytes(b)))}
-                            </div>
-                            {(!o.frames.is_empty()).then(|| view! {
-                                <h4>"Where it was asked for"</h4>
-                                {stack_frames(&o.frames)}
-                            })}
-                            <p class="oom-links">
-                                "At this moment: "
-                                <a class="oom-segments" href=at_oom("segments")>
-                                    "the allocator's segments"
-                                </a>
-                                " · "
-                                <a class="oom-stacks" href=at_oom("stacks")>
-                                    "memory by stack"
-                                </a>
-                                " · "
-                                <a class="oom-timeline" href=timeline_href>
-                                    "the timeline around it"
-                                </a>
-                            </p>
-                            <h4>"Largest call sites at the OOM"</h4>
-                            <ul>
-                                {o.largest_sites
-                                    .iter()
-                                    .map(|s| view! { <li>{format!("{}  {}", fmt::bytes(s.bytes), ::api::site_text(s.site.as_ref()))}</li> })
-                                    .collect_view()}
-                            </ul>
-                        </article>
-                    }
-                })
+                .map(|(i, (summary, o))| oom_card(&report, o, summary, i == 0))
                 .collect_view()}
         </section>
     }
-        .into_any()
+    .into_any()
+}
+
+/// One incident's card: its latest OOM explained.
+fn oom_card(
+    report: &::api::Report,
+    o: &::api::OomReport,
+    summary: String,
+    first: bool,
+) -> impl IntoView + use<> {
+    let url: UrlState = expect_context();
+    let at_oom = |view: &str| {
+        url.href(&[
+            ("view", view.to_string()),
+            ("device", o.device.to_string()),
+            ("pos", o.position.to_string()),
+        ])
+    };
+    // The timeline around the OOM: the second before it, or the run up to it.
+    let timeline_href = {
+        let start = report
+            .devices
+            .get(&o.device.to_string())
+            .and_then(|d| d.first_time_us)
+            .unwrap_or(o.time_us);
+        let (from, to) = super::leaks::around((o.time_us - 1_000_000).max(start), o.time_us);
+        url.href(&[
+            ("view", "timeline".to_string()),
+            ("device", o.device.to_string()),
+            ("axis", "time".to_string()),
+            ("from", from.to_string()),
+            ("to", to.to_string()),
+            ("pos", o.position.to_string()),
+        ])
+    };
+    let asked = format!(
+        "Tried to allocate {}",
+        snapshot::units::pytorch_size(o.requested_bytes)
+    );
+    let block = if o.block_bytes == o.requested_bytes {
+        String::new()
+    } else {
+        format!(" for a {} block", fmt::bytes(o.block_bytes))
+    };
+    let (fate, fate_class) = match o.recovery {
+        ::api::Recovery::Fatal => ("fatal", "fatal"),
+        ::api::Recovery::Caught => ("survived: caught", "survived"),
+        ::api::Recovery::WorkspaceFallback => ("survived: workspace fallback", "survived"),
+    };
+    let step = o.step.map(|s| format!(", step {s}")).unwrap_or_default();
+    view! {
+        <article class="oom" class:first=first data-recovery=o.recovery.as_str()>
+            {(!summary.is_empty()).then(|| view! { <p class="which incident">{summary}</p> })}
+            <h3>
+                <span class="fate" data-fate=fate_class>{fate}</span>
+                {format!(" · device {} at event {}{step}: ", o.device, fmt::count(o.position as u64))}
+                <span class="verdict" data-verdict=o.verdict.as_str()>
+                    {o.verdict.as_str().replace('_', " ")}
+                </span>
+            </h3>
+            <p class="recovery muted">{o.recovery_evidence.clone()}</p>
+            <p class="asked">
+                <code>{asked}</code>
+                {block}
+                {o.site.as_ref().map(|s| view! {
+                    " at "
+                    <code class="failing-line">{s.short()}</code>
+                })}
+            </p>
+            <p class="pytorch-message" title="PyTorch's OOM message, rebuilt from the trace's figures">
+                <code>{o.pytorch_message.clone()}</code>
+            </p>
+            <p class="explanation">{o.explanation.clone()}</p>
+            {(!o.advice.is_empty()).then(|| view! {
+                <h4>"What to do"</h4>
+                <ul class="advice">
+                    {o.advice.iter().map(|a| view! { <li>{a.clone()}</li> }).collect_view()}
+                </ul>
+            })}
+            {o.whatif.as_ref().map(|w| {
+                let mut q = vec![
+                    ("view", "whatif".to_string()),
+                    ("device", o.device.to_string()),
+                ];
+                if let Some(c) = &w.alloc_conf {
+                    q.push(("conf", c.clone()));
+                }
+                let words = format!(
+                    "The trace was replayed under {} allocator settings for this OOM: ",
+                    w.settings_tried
+                );
+                view! {
+                    <p class="oom-whatif">
+                        {words}
+                        <a href=url.href(&q)>"compare them in the What if tab"</a>
+                    </p>
+                }
+            })}
+            <div class="figures">
+                {kv("driver free", o.device_free_bytes.map_or("not recorded".into(), fmt::bytes))}
+                {kv("device total", o.device_total_bytes.map_or("unknown".into(), fmt::bytes))}
+                {kv("reserved", fmt::bytes(o.reserved_bytes))}
+                {kv("allocated", fmt::bytes(o.allocated_bytes))}
+                {kv("cached free", fmt::bytes(o.cached_free_bytes))}
+                {kv("largest free block", fmt::bytes(o.largest_free_block_bytes))}
+                {o.outside_pytorch_bytes.map(|b| kv("outside PyTorch", fmt::bytes(b)))}
+            </div>
+            {(!o.frames.is_empty()).then(|| view! {
+                <h4>"Where it was asked for"</h4>
+                {stack_frames(&o.frames)}
+            })}
+            <p class="oom-links">
+                "At this moment: "
+                <a class="oom-segments" href=at_oom("segments")>
+                    "the allocator's segments"
+                </a>
+                " · "
+                <a class="oom-stacks" href=at_oom("stacks")>
+                    "memory by stack"
+                </a>
+                " · "
+                <a class="oom-timeline" href=timeline_href>
+                    "the timeline around it"
+                </a>
+            </p>
+            <h4>"Largest call sites at the OOM"</h4>
+            <ul>
+                {o.largest_sites
+                    .iter()
+                    .map(|s| view! { <li>{format!("{}  {}", fmt::bytes(s.bytes), ::api::site_text(s.site.as_ref()))}</li> })
+                    .collect_view()}
+            </ul>
+        </article>
+    }
 }
 
 /// The device's total memory: where it came from, and a GPU picker (or a number) to set it; the

@@ -126,8 +126,30 @@ fn site_words(f: Option<&::api::Frame>) -> String {
 pub fn headline(r: &::api::Report) -> Vec<Sentence> {
     use ::api::Verdict;
     let mut out = Vec::new();
-    if let Some(o) = r.ooms.first() {
+    let survived = !r.ooms.is_empty() && r.ooms.iter().all(|o| o.recovered);
+    if survived {
+        // No OOM ended the run: say so first, not "out of memory".
+        out.push(Sentence {
+            kind: "oom",
+            text: r
+                .oom_outcome
+                .clone()
+                .unwrap_or_else(|| format!("Survived {} OOMs; none ended the run.", r.ooms.len())),
+            link_text: "the OOM incidents",
+            link: vec![("view", "oom".into())],
+        });
+    }
+    if let Some(o) = r.ooms.first().filter(|_| !survived) {
         let why = match o.verdict {
+            Verdict::Growth => match &o.growth {
+                Some(g) => format!(
+                    "growth: {} kept {} ({} of it alive here), and no allocator setting fixes growth",
+                    g.site.as_ref().map_or("one line".into(), |f| f.short()),
+                    g.pattern,
+                    fmt::bytes(g.bytes_at_oom)
+                ),
+                None => "growth: one line kept memory step over step".into(),
+            },
             Verdict::Fragmentation => format!(
                 "fragmentation: {} was cached but no free block was large enough",
                 fmt::bytes(o.cached_free_bytes)
@@ -149,13 +171,14 @@ pub fn headline(r: &::api::Report) -> Vec<Sentence> {
         };
         let earlier = match r.ooms.len() {
             1 => String::new(),
-            2 => " (after one earlier OOM)".into(),
-            n => format!(" (after {} earlier OOMs)", n - 1),
+            2 => " (after surviving one earlier OOM)".into(),
+            n => format!(" (after surviving {} earlier OOMs)", n - 1),
         };
+        let step = o.step.map(|s| format!(" (step {s})")).unwrap_or_default();
         out.push(Sentence {
             kind: "oom",
             text: format!(
-                "Out of memory at event {} on cuda:{}{earlier}, trying to allocate {}{}: {why}.",
+                "Out of memory at event {}{step} on cuda:{}{earlier}, trying to allocate {}{}: {why}.",
                 fmt::count(o.position as u64),
                 o.device,
                 snapshot::units::pytorch_size(o.requested_bytes),

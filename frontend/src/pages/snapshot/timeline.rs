@@ -69,6 +69,34 @@ struct Overlay<'a> {
     /// Reserved bytes under a what-if setting, simulated: the highest in each bucket (none past
     /// where that run runs out of memory).
     simulated: Option<&'a [Option<u64>]>,
+    /// The device's steps, drawn as the axis (`steps=1`): a line where each starts, ticks named
+    /// by step.
+    steps: Option<&'a ::api::Steps>,
+}
+
+/// Most step boundaries drawn; more are thinned to every k-th.
+const MAX_STEP_LINES: usize = 200;
+
+/// Where each step starts on the axis shown, within the window: (x on the axis, number).
+fn steps_in_view(s: &::api::Steps, axis: Axis, x0: f64, x1: f64) -> Vec<(f64, u32)> {
+    let at: Vec<(f64, u32)> = s
+        .starts
+        .iter()
+        .zip(&s.start_times_us)
+        .zip(&s.numbers)
+        .map(|((&p, &t), &n)| {
+            (
+                match axis {
+                    Axis::Time => t as f64,
+                    Axis::Event => p as f64,
+                },
+                n,
+            )
+        })
+        .filter(|&(x, _)| x >= x0 && x <= x1)
+        .collect();
+    let every = at.len().div_ceil(MAX_STEP_LINES).max(1);
+    at.into_iter().step_by(every).collect()
 }
 
 fn draw(c: &web_sys::HtmlCanvasElement, r: &Resp, height: f64, o: Overlay) {
@@ -232,15 +260,47 @@ fn draw(c: &web_sys::HtmlCanvasElement, r: &Resp, height: f64, o: Overlay) {
         g.set_fill_style_str("#333");
         g.set_font("12px sans-serif");
         byte_grid(&g, &ys, left, right, 4);
-        for i in 0..=6 {
-            let x = xs.d0 + (xs.d1 - xs.d0) * i as f64 / 6.0;
-            let label = match r.axis {
-                Axis::Time => fmt::seconds(x - r.first_time_us as f64),
-                Axis::Event => format!("event {}", x as u64),
-            };
-            // Centred under its tick, kept inside the canvas at both ends (never clipped).
+        if let Some(s) = o.steps {
+            // Step boundaries, faint, under the curves' labels.
+            g.set_fill_style_str("rgba(47, 158, 68, 0.6)");
+            for (x, _) in steps_in_view(s, r.axis, xs.d0, xs.d1) {
+                g.fill_rect(xs.at(x), top, 1.0, plot_h);
+            }
+            g.set_fill_style_str("#333");
+        }
+        // Ticks: seven even ones, or with steps as the axis the step starts in view (at most
+        // seven of them, evenly picked), each named by its step.
+        let ticks: Vec<(f64, String)> = match o.steps {
+            Some(s) => {
+                let marks = steps_in_view(s, r.axis, xs.d0, xs.d1);
+                let every = marks.len().div_ceil(7).max(1);
+                marks
+                    .into_iter()
+                    .step_by(every)
+                    .map(|(x, n)| (x, format!("step {n}")))
+                    .collect()
+            }
+            None => (0..=6)
+                .map(|i| {
+                    let x = xs.d0 + (xs.d1 - xs.d0) * i as f64 / 6.0;
+                    let label = match r.axis {
+                        Axis::Time => fmt::seconds(x - r.first_time_us as f64),
+                        Axis::Event => format!("event {}", x as u64),
+                    };
+                    (x, label)
+                })
+                .collect(),
+        };
+        let mut taken = f64::MIN;
+        for (x, label) in ticks {
+            // Centred under its tick, kept inside the canvas at both ends (never clipped); a
+            // label that would run into the one before it is left out (steps close together).
             let tw = g.measure_text(&label).map(|m| m.width()).unwrap_or(40.0);
             let lx = (xs.at(x) - tw / 2.0).clamp(2.0, w - tw - 2.0);
+            if lx < taken + 6.0 {
+                continue;
+            }
+            taken = lx + tw;
             let _ = g.fill_text(&label, lx, h - 6.0);
         }
         g.set_fill_style_str("#4c6ef5");
@@ -273,8 +333,12 @@ fn draw(c: &web_sys::HtmlCanvasElement, r: &Resp, height: f64, o: Overlay) {
 }
 
 #[component]
-pub fn TimelineView() -> impl IntoView {
+pub fn TimelineView(steps: Option<::api::Steps>) -> impl IntoView {
     let url: UrlState = expect_context();
+    let has_steps = steps.is_some();
+    let steps = StoredValue::new(steps);
+    // Steps as the axis: asked for in the URL, and only where the trace has steps.
+    let step_axis = move || has_steps && url.get("steps").as_deref() == Some("1");
     let canvas = NodeRef::<Canvas>::new();
     let mini = NodeRef::<Canvas>::new();
     let window = Memo::new(move |_| {
@@ -354,6 +418,7 @@ pub fn TimelineView() -> impl IntoView {
                 highlight: hl.as_ref(),
                 filter: &needle,
                 simulated: sim.as_deref(),
+                steps: step_axis().then(|| steps.get_value()).flatten().as_ref(),
             },
         );
     });
@@ -384,6 +449,7 @@ pub fn TimelineView() -> impl IntoView {
                 highlight: None,
                 filter: "",
                 simulated: None,
+                steps: None,
             },
         );
     });
@@ -533,6 +599,14 @@ pub fn TimelineView() -> impl IntoView {
                 }>
                     {move || if url.axis() == Some(Axis::Event) { "use time axis" } else { "use event axis" }}
                 </button>
+                {has_steps.then(|| view! {
+                    <button
+                        class="step-axis"
+                        on:click=move |_| url.set(&[("steps", (!step_axis()).then(|| "1".to_string()))])
+                    >
+                        {move || if step_axis() { "hide steps" } else { "use step axis" }}
+                    </button>
+                })}
                 <input
                     class="filter"
                     type="search"
@@ -542,10 +616,20 @@ pub fn TimelineView() -> impl IntoView {
                 />
                 <span class="summary">
                     {move || data.get().and_then(|d| d.ok()).map(|d| format!(
-                        "events {}–{} of {}",
+                        "events {}–{} of {}{}",
                         d.timeline.first_position,
                         d.timeline.last_position,
-                        d.timeline.events
+                        d.timeline.events,
+                        steps.with_value(|s| match s.as_ref().filter(|_| step_axis()) {
+                            Some(s) => match (
+                                s.number_at(d.timeline.first_position),
+                                s.number_at(d.timeline.last_position.saturating_sub(1)),
+                            ) {
+                                (Some(a), Some(b)) => format!(" · steps {a}–{b} of {} ({})", s.numbers.len(), s.name),
+                                _ => format!(" · {} steps ({})", s.numbers.len(), s.name),
+                            },
+                            None => String::new(),
+                        })
                     ))}
                 </span>
             </div>

@@ -144,13 +144,50 @@ pub fn answer_words(w: &WhatIf) -> String {
                 }
             ),
             (true, None) => format!(
-                "Every setting tried ({others}) runs out of memory under this limit too ({trust}): no allocator setting would have saved this run."
+                "Every setting tried ({others}) meets a fatal OOM under this limit too ({trust}): no allocator setting would have saved this run."
             ),
+            (false, _) if rec.survivable_ooms > 0 => survived_words(w, rec, trust),
             (false, _) => saving_words(w, rec, trust),
         }
     } else {
         saving_words(w, rec, trust)
     }
+}
+
+/// The recorded run survived its OOMs: nothing to save it from; say which settings meet fewer.
+fn survived_words(w: &WhatIf, rec: &WhatIfRun, trust: &str) -> String {
+    let n = rec.survivable_ooms;
+    let fewer = w
+        .runs
+        .iter()
+        .filter(|r| !r.recorded && !r.oom && r.survivable_ooms < n)
+        .min_by_key(|r| (r.survivable_ooms, r.peak_reserved_bytes));
+    let dies = w.runs.iter().filter(|r| !r.recorded && r.oom).count();
+    let head = format!(
+        "The recorded run survived its {n} OOM{} ({trust}: {n} replayed as survivable): no setting is needed to save it.",
+        if n == 1 { "" } else { "s" }
+    );
+    let better = match fewer {
+        Some(b) => format!(
+            " {} would have met {} ({} fewer; each survived OOM costs time: a retry, a slower algorithm, a smaller batch).",
+            conf_name(&b.alloc_conf),
+            match b.survivable_ooms {
+                0 => "none".to_string(),
+                k => k.to_string(),
+            },
+            n - b.survivable_ooms
+        ),
+        None => " No setting tried meets fewer.".into(),
+    };
+    let worse = match dies {
+        0 => String::new(),
+        k => format!(
+            " {k} setting{} would have met a fatal OOM: keep away from {}.",
+            if k == 1 { "" } else { "s" },
+            if k == 1 { "it" } else { "them" }
+        ),
+    };
+    format!("{head}{better}{worse}")
 }
 
 fn saving_words(w: &WhatIf, rec: &WhatIfRun, trust: &str) -> String {
@@ -327,9 +364,11 @@ fn ranked_view(
                                 <td class="num">{fmt::count(r.alloc_retries)}</td>
                                 {with_limit.then(|| view! {
                                     <td class="fate">
-                                        {match r.oom_position {
-                                            Some(p) => format!("runs out at event {}", fmt::count(p as u64)),
-                                            None => fits.to_string(),
+                                        {match (r.oom_position, r.survivable_ooms) {
+                                            (Some(p), 0) => format!("dies at event {}", fmt::count(p as u64)),
+                                            (Some(p), n) => format!("dies at event {} after surviving {n}", fmt::count(p as u64)),
+                                            (None, 0) => fits.to_string(),
+                                            (None, n) => format!("survives {n} OOM{}", if n == 1 { "" } else { "s" }),
                                         }}
                                     </td>
                                 })}
