@@ -46,6 +46,9 @@ pub struct WhatIf {
     /// only that far.
     #[serde(default)]
     pub oom_ends_trace: bool,
+    /// The OOM the trace ends at came from growth: getting past it only moves where the run fails.
+    #[serde(default)]
+    pub growth_ends_trace: bool,
     pub limit: Option<WhatIfLimit>,
     pub replay_check: ReplayCheck,
     /// Ranked: runs that fit first, then by peak reserved bytes.

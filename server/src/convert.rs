@@ -581,6 +581,7 @@ pub fn whatif(w: snapshot::whatif::WhatIf) -> api::WhatIf {
         peak_before_trace: w.peak_before_trace,
         starts_mid_run: w.starts_mid_run,
         oom_ends_trace: w.oom_ends_trace,
+        growth_ends_trace: w.growth_ends_trace,
         limit: w.limit.map(|l| api::WhatIfLimit {
             bytes: l.bytes,
             kind: l.kind.to_string(),

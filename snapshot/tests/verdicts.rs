@@ -1,7 +1,8 @@
 //! The verdicts against what really happened on the GPU (`tests/fixtures/verdicts`, recorded by
-//! `collectors/harness/device-verdicts.sh` on an H200 with PyTorch 2.11): six training programs
+//! `collectors/harness/device-verdicts.sh` on an H200 with PyTorch 2.11): nine training programs
 //! that meet OOMs (cuDNN workspace fallbacks, a batch-size search, a search then a fatal OOM, a
-//! leak that ends in an OOM, a periodic leak, a fragmentation OOM) under five allocator settings,
+//! leak that ends in an OOM, a periodic leak, a fragmentation OOM, and three held out: a transformer
+//! keeping every 3rd loss, an LSTM batch search, a KV cache grown until the limit) under five settings,
 //! each in a fresh process with its ground truth written by the same process: the allocator's own
 //! OOM count (`num_ooms`), how many Python caught, whether the last one ended the program and in
 //! which step, the planted lines.
@@ -139,8 +140,9 @@ fn check(stem: &str, truth: &serde_json::Value) -> Vec<String> {
         {
             None => off.push(format!("no leak suspect at line {line}")),
             Some(s) => {
-                let pattern = expect["pattern"].as_str().unwrap();
-                if !s.growth.contains(pattern) {
+                if let Some(pattern) = expect["pattern"].as_str()
+                    && !s.growth.contains(pattern)
+                {
                     off.push(format!("pattern {:?}, want {pattern:?}", s.growth));
                 }
             }
@@ -159,7 +161,7 @@ fn every_oom_fate_verdict_and_leak_matches_what_the_gpu_did() {
         }
         checked += 1;
     }
-    assert_eq!(checked, 39, "runs");
+    assert_eq!(checked, 54, "runs");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
@@ -217,16 +219,18 @@ fn the_replay_past_survivable_ooms_predicts_which_runs_die() {
         let w = whatif(&snap, &index, &opts).unwrap();
         let run = w.runs.iter().find(|r| r.alloc_conf == conf).unwrap();
         let died = !real["raised"].is_null();
-        if run.oom != died {
+        // Growth ended the trace: getting past that OOM only moves where the run fails.
+        let predicted = run.oom || w.growth_ends_trace;
+        if predicted != died {
             failures.push(format!(
                 "{stem}: predicted {} (survivable {}), really {}",
-                if run.oom { "dies" } else { "survives" },
+                if predicted { "dies" } else { "survives" },
                 run.survivable_ooms,
                 if died { "died" } else { "survived" }
             ));
         }
         checked += 1;
     }
-    assert_eq!(checked, 30);
+    assert_eq!(checked, 45);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -118,7 +118,13 @@ impl LeakCheck {
 pub fn leak_suspects(snap: &Snapshot, index: &Index, max: usize) -> Vec<LeakSuspect> {
     let mut out: Vec<LeakSuspect> = Vec::new();
     for d in &index.devices {
-        out.extend(device_suspects(snap, index, d));
+        // A device that died of an OOM is read where it died: what it kept may have been freed
+        // as the exception unwound, before the snapshot was dumped.
+        let until = super::recovery::fates(snap, index, d)
+            .into_iter()
+            .find(|f| !f.recovery.recovered())
+            .map_or(d.len, |f| f.position);
+        out.extend(suspects_until(snap, index, d, until));
     }
     out.sort_by(|a, b| b.score.total_cmp(&a.score).then(b.bytes.cmp(&a.bytes)));
     out.truncate(max);
@@ -225,13 +231,14 @@ fn accumulate(
     site_of: &SiteOf,
     waves: &[u32],
     working_set: &[bool],
+    until: u32,
 ) -> FxHashMap<Site, Acc> {
     // Stack → index into `accs`, filled as stacks are met.
     let mut acc_of = vec![u32::MAX; site_of.0.len()];
     let mut accs: Vec<(Site, Acc)> = Vec::new();
     let mut slot_of_site: FxHashMap<Site, u32> = FxHashMap::default();
     for a in &d.allocations {
-        if a.start == NONE || a.stack == StackId::EMPTY {
+        if a.start == NONE || a.stack == StackId::EMPTY || a.start >= until {
             continue;
         }
         let mut k = acc_of[a.stack.0 as usize];
@@ -261,11 +268,12 @@ fn accumulate(
         }
         let acc = &mut accs[k as usize].1;
         acc.total += 1;
-        if a.end == NONE {
+        // Alive after `until` events (start < until <= end; never freed when `until` is the end).
+        if a.end == NONE || a.end >= until {
             let size = t.size.get(d.row(a.start));
             acc.bytes += size;
             acc.count += 1;
-            acc.tenths |= 1 << ((a.start as u64 * 10 / d.len as u64).min(9));
+            acc.tenths |= 1 << ((a.start as u64 * 10 / until as u64).min(9));
             acc.first = acc.first.min(a.start);
             acc.last = acc.last.max(a.start);
             *acc.by_stack.entry(a.stack).or_default() += size;
@@ -284,7 +292,21 @@ fn accumulate(
 }
 
 pub fn device_suspects(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Vec<LeakSuspect> {
-    if d.len == 0 {
+    suspects_until(snap, index, d, d.len)
+}
+
+/// The lines whose live bytes grew up to position `until` (the end of the trace, or an OOM: a
+/// program that dies of growth frees what it kept as the exception unwinds, before the snapshot
+/// is dumped, so what grew is read where it failed). Survivors are the allocations alive after
+/// `until` events; `bytes` and `count` are theirs.
+pub fn suspects_until(
+    snap: &Snapshot,
+    index: &Index,
+    d: &DeviceIndex,
+    until: u32,
+) -> Vec<LeakSuspect> {
+    let until = until.min(d.len);
+    if until == 0 {
         return Vec::new();
     }
     let fc = &index.frames;
@@ -298,7 +320,7 @@ pub fn device_suspects(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Vec<L
     }
     let waves = wave_ends(d);
     let working_set = working_set_stacks(snap, d);
-    let first = accumulate(&snap.trace, d, &site_of, &waves, &working_set);
+    let first = accumulate(&snap.trace, d, &site_of, &waves, &working_set, until);
     let suspect_sites: rustc_hash::FxHashSet<FrameId> = first
         .iter()
         .filter(|(_, acc)| acc.is_suspect())
@@ -321,12 +343,20 @@ pub fn device_suspects(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Vec<L
             *site = Some(*outer);
         }
     }
-    let by = accumulate(&snap.trace, d, &site_of, &waves, &working_set);
-    let steps = steps(snap, index, d).filter(|s| s.len() >= super::steps::MIN_STEPS);
-    // Where growth is read: each step's start and the end; without steps, the tenths.
+    let by = accumulate(&snap.trace, d, &site_of, &waves, &working_set, until);
+    // The steps begun before `until`.
+    let steps = steps(snap, index, d)
+        .map(|mut s| {
+            let k = s.starts.partition_point(|&p| p < until);
+            s.starts.truncate(k);
+            s.numbers.truncate(k);
+            s
+        })
+        .filter(|s| s.len() >= super::steps::MIN_STEPS);
+    // Where growth is read: each step's start and `until`; without steps, the tenths.
     let marks: Vec<u32> = match &steps {
-        Some(s) => s.starts.iter().copied().chain([d.len]).collect(),
-        None => (0..=10).map(|k| (d.len as u64 * k / 10) as u32).collect(),
+        Some(s) => s.starts.iter().copied().chain([until]).collect(),
+        None => (0..=10).map(|k| (until as u64 * k / 10) as u32).collect(),
     };
     let candidates: Vec<(Site, Acc)> = by.into_iter().filter(|(_, a)| a.is_suspect()).collect();
     // Each stack's candidate, by stack id.
@@ -369,7 +399,15 @@ pub fn device_suspects(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Vec<L
             .iter()
             .map(|&e| snap.trace.time_us.get(d.row(e)))
             .collect();
-        let alive = format!("{} still alive ({})", acc.count, human_bytes(acc.bytes));
+        let alive = if until < d.len {
+            format!(
+                "{} alive at the OOM ({})",
+                acc.count,
+                human_bytes(acc.bytes)
+            )
+        } else {
+            format!("{} still alive ({})", acc.count, human_bytes(acc.bytes))
+        };
         let words = match &growth {
             Growth::Steps { .. } => format!("{}: {alive}", growth.words()),
             Growth::Tenths => {

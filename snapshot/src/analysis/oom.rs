@@ -8,7 +8,7 @@
 use serde::Serialize;
 
 use super::index::{Index, NONE};
-use super::leaks::{LeakSuspect, device_suspects, live_at};
+use super::leaks::{LeakSuspect, device_suspects, live_at, suspects_until};
 use super::recovery::{Recovery, fates};
 use super::stacks::{CallSite, stacks_at};
 use super::state::state_at;
@@ -382,23 +382,31 @@ pub fn oom_reports(
                 cached_free,
                 largest_free,
             };
-            // The suspect holding the most at this OOM, if it holds at least half.
-            let growth = suspect_live
-                .iter()
-                .enumerate()
-                .map(|(s, live)| (live[k], s))
-                .max()
-                .filter(|&(live, _)| live > 0 && live * 2 >= allocated)
-                .map(|(live, s)| {
-                    let l = &suspects[s];
-                    GrowthCause {
-                        site: l.site.clone(),
-                        bytes_at_oom: live,
-                        per_step_bytes: l.per_step_bytes,
-                        since_step: l.since_step,
-                        pattern: l.growth.split(": ").next().unwrap_or(&l.growth).to_string(),
-                    }
-                });
+            // The suspect holding the most at this OOM, if it holds at least half. For the OOM
+            // that ended the run, what grew up to it (the program may have freed it unwinding
+            // before the snapshot); for the others, what grew to the end, alive at them.
+            let cause = |l: &LeakSuspect, live: u64| GrowthCause {
+                site: l.site.clone(),
+                bytes_at_oom: live,
+                per_step_bytes: l.per_step_bytes,
+                since_step: l.since_step,
+                pattern: l.growth.split(": ").next().unwrap_or(&l.growth).to_string(),
+            };
+            let growth = if fate.recovery.recovered() {
+                suspect_live
+                    .iter()
+                    .enumerate()
+                    .map(|(s, live)| (live[k], s))
+                    .max()
+                    .filter(|&(live, _)| live > 0 && live * 2 >= allocated)
+                    .map(|(live, s)| cause(&suspects[s], live))
+            } else {
+                suspects_until(snap, index, d, p)
+                    .iter()
+                    .max_by_key(|l| l.bytes)
+                    .filter(|l| l.bytes * 2 >= allocated)
+                    .map(|l| cause(l, l.bytes))
+            };
             // Growth leads, unless the device was filled from outside PyTorch (or may have been:
             // its size is needed to tell).
             let judged = judge(&figures);

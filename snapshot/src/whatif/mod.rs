@@ -88,6 +88,10 @@ pub struct WhatIf {
     /// The trace records no request after its last OOM (the program stopped there): a run that
     /// gets past it is known to fit only as far as the trace goes.
     pub oom_ends_trace: bool,
+    /// The OOM the trace ends at was caused by growth (a line whose live bytes grew step over
+    /// step holds at least half of what was live): a setting that gets past it only moves the
+    /// point where the run fails.
+    pub growth_ends_trace: bool,
     pub limit: Option<LimitInfo>,
     pub replay_check: ReplayCheck,
     /// Ranked: runs that fit first, then by peak reserved bytes.
@@ -482,6 +486,7 @@ pub fn whatif(snap: &Snapshot, index: &Index, opts: &Options) -> Result<WhatIf, 
             && crate::analysis::peaks::reserved_peak(d).position == 0,
         starts_mid_run: trace.starts_mid_run(),
         oom_ends_trace: trace.oom_ends_trace(),
+        growth_ends_trace: trace.oom_ends_trace() && growth_at_last_oom(snap, index, d),
         limit,
         replay_check: check,
         runs,
@@ -567,7 +572,11 @@ pub fn oom_whatif(snap: &Snapshot, index: &Index, device: i32) -> Option<OomWhat
                 )
             };
             let n = avoiding.len();
-            if w.oom_ends_trace {
+            if w.growth_ends_trace {
+                format!(
+                    "{name} would have got past this OOM {within} ({trust}), but memory was growing step over step: past it the same line keeps growing, so a setting only moves where the run fails. Fix the growth."
+                )
+            } else if w.oom_ends_trace {
                 format!(
                     "{name}: would have got past this OOM {within}, peak reserved {} up to it ({trust}; {n} of {tried} settings tried {} past it, compared in the What if tab). The trace stops at the OOM, so whether the rest of the run fits is not known: run it again with this setting to see. {set}",
                     human_bytes(b.peak_reserved_bytes),
@@ -596,6 +605,25 @@ pub fn oom_whatif(snap: &Snapshot, index: &Index, device: i32) -> Option<OomWhat
         oom_ends_trace: w.oom_ends_trace,
         advice,
     })
+}
+
+/// Whether the device's last OOM came from growth: a line whose live bytes grew up to it holds at
+/// least half of what was live there.
+fn growth_at_last_oom(
+    snap: &Snapshot,
+    index: &Index,
+    d: &crate::analysis::index::DeviceIndex,
+) -> bool {
+    let Some(p) = (0..d.len)
+        .rev()
+        .find(|&e| snap.trace.action[d.row(e)] == crate::model::Action::Oom)
+    else {
+        return false;
+    };
+    let live = d.live_at(p);
+    crate::analysis::leaks::suspects_until(snap, index, d, p)
+        .iter()
+        .any(|l| l.bytes * 2 >= live && live > 0)
 }
 
 /// The trace's last OOM: where, what the driver had free, what PyTorch had reserved, and the

@@ -143,7 +143,7 @@ pub fn headline(r: &::api::Report) -> Vec<Sentence> {
         let why = match o.verdict {
             Verdict::Growth => match &o.growth {
                 Some(g) => format!(
-                    "growth: {} kept {} ({} of it alive here), and no allocator setting fixes growth",
+                    "growth: {} kept growing ({}; {} of it alive here), and no allocator setting fixes growth",
                     g.site.as_ref().map_or("one line".into(), |f| f.short()),
                     g.pattern,
                     fmt::bytes(g.bytes_at_oom)
@@ -187,8 +187,9 @@ pub fn headline(r: &::api::Report) -> Vec<Sentence> {
             link_text: "the OOM report",
             link: vec![("view", "oom".into()), ("device", o.device.to_string())],
         });
-        // What the simulator says would have saved it, beside the why.
-        if let Some(w) = &o.whatif {
+        // What the simulator says would have saved it, beside the why (not for growth: a setting
+        // only moves where it fails).
+        if let Some(w) = o.whatif.as_ref().filter(|_| o.verdict != Verdict::Growth) {
             let estimate = if w.replay_exact {
                 "simulated"
             } else {
@@ -376,22 +377,20 @@ mod tests {
         assert_eq!(h[0].kind, "oom");
         assert!(
             h[0].text.starts_with(
-                "Out of memory at event 1,327 on cuda:0, trying to allocate 24.00 MiB at gen_snapshots.py:181 run: fragmentation:"
+                "Out of memory at event 1,327 on cuda:0, trying to allocate 24.00 MiB at gen_snapshots.py:181 run: growth: gen_snapshots.py:181 run kept growing ("
             ),
             "{}",
             h[0].text
         );
-        assert_eq!(h[0].link[0], ("view", "oom".to_string()));
-        // What would have saved it, simulated, right after.
-        assert_eq!(h[1].kind, "whatif");
-        assert_eq!(
-            h[1].text,
-            "With expandable_segments:True it would have got past this OOM: peak reserved 5.5 GiB up to it (simulated); the trace stops there, so the rest of the run is not known."
-        );
         assert!(
-            h[1].link
-                .contains(&("conf", "expandable_segments:True".to_string()))
+            h[0].text
+                .ends_with("and no allocator setting fixes growth."),
+            "{}",
+            h[0].text
         );
+        assert_eq!(h[0].link[0], ("view", "oom".to_string()));
+        // Growth: no setting is offered as the fix (one only moves where it fails).
+        assert!(h.iter().all(|s| s.kind != "whatif"), "{h:?}");
     }
 
     #[test]
@@ -400,7 +399,7 @@ mod tests {
         assert_eq!(h[0].kind, "leak");
         assert!(
             h[0].text
-                .starts_with("A leak at gen_snapshots.py:126 run: 2.0 MiB kept per step"),
+                .starts_with("A leak at gen_snapshots.py:126 run: 2.0 MiB every step since step 1"),
             "{}",
             h[0].text
         );

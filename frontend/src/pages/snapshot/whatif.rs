@@ -285,7 +285,9 @@ fn ranked_view(
     let (exact, check) = check_words(&w);
     let with_limit = w.limit.is_some();
     // Past an OOM that ends the trace a run is known to fit only as far as the trace goes.
-    let fits = if w.oom_ends_trace {
+    let fits = if w.growth_ends_trace {
+        "gets past the OOM; growth fails later"
+    } else if w.oom_ends_trace {
         "gets past the OOM"
     } else {
         "fits"
