@@ -27,7 +27,7 @@ use rustc_hash::FxHashMap;
 use serde::Serialize;
 
 use super::index::{DeviceIndex, Index, NONE};
-use super::steps::{Steps, steps};
+use super::steps::{Steps, steps, wave_ends};
 use crate::frames::{FrameView, view};
 use crate::model::{FrameId, Snapshot, StackId, TraceTable};
 use crate::units::human_bytes;
@@ -40,8 +40,6 @@ pub const SERIES_POINTS: usize = 64;
 pub const MIN_RISES: usize = 3;
 /// Waves of memory a module's or backward's survivors must span to be a suspect.
 pub const MIN_WAVES: u32 = 3;
-/// A wave rises and falls back by this share of the device's live range.
-const WAVE_SHARE: f64 = 0.25;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct SeriesPoint {
@@ -157,32 +155,6 @@ impl Acc {
             && self.tenths.count_ones() >= MIN_SPREAD_TENTHS
             && (!self.working_set || self.waves >= MIN_WAVES)
     }
-}
-
-/// Where the device's memory completed a wave: the positions where live bytes, having risen by
-/// [`WAVE_SHARE`] of their range over the lowest point since the last wave, fell back by as much
-/// from the highest. A training loop makes one per step (backward frees the activations); one
-/// forward pass makes none.
-pub fn wave_ends(d: &DeviceIndex) -> Vec<u32> {
-    let (lo, hi, _, _) = d.extremes(0, d.len);
-    let h = ((hi - lo) as f64 * WAVE_SHARE).max(1.0) as u64;
-    let mut ends = Vec::new();
-    let (mut low, mut high, mut rose) = (d.live_at(0), 0u64, false);
-    for (i, v) in d.live_bytes.iter_range(0..d.len as usize).enumerate() {
-        if !rose {
-            low = low.min(v);
-            if v >= low.saturating_add(h) {
-                (rose, high) = (true, v);
-            }
-        } else {
-            high = high.max(v);
-            if v.saturating_add(h) <= high {
-                ends.push(i as u32 + 1);
-                (rose, low) = (false, v);
-            }
-        }
-    }
-    ends
 }
 
 /// Stacks whose allocations belong to one pass's working set: made inside a module's forward, or

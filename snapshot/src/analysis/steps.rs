@@ -9,9 +9,12 @@
 //!   event at or after its mark.
 //! - **A repeating allocation**: a training loop makes the same allocations in the same order
 //!   every step, so some stack (the batch's `torch.randn`, the loss) allocates once per step at
-//!   near-equal distances in events. Among stacks that repeat that regularly, the one with the
-//!   most repeats (then the earliest) marks the steps; they are numbered from 1. A loop whose
-//!   only allocation is that line (a list appended to) has no steps: it is one phase.
+//!   near-equal distances in events. A step also frees what it made: memory rises and falls back
+//!   once per step ([`wave_ends`]). So a stack marks the steps when it repeats that regularly
+//!   about as many times as memory made waves (the one nearest, then the earliest); they are
+//!   numbered from 1. A forward pass's layers repeat regularly but make no waves (activations
+//!   pile up), an optimizer's loop over parameters repeats far more often than memory waves, and
+//!   a loop whose only allocation is that line (a list appended to) is one phase: none has steps.
 //!
 //! Only `Optimizer.step` annotations: a training step ends with its optimizer step, so the next
 //! one starts where that ends; steps are counted from 1 (what a loop does after `opt.step()` in
@@ -27,6 +30,8 @@ use crate::model::{Snapshot, StackId};
 
 /// Fewest steps worth calling a loop.
 pub const MIN_STEPS: usize = 3;
+/// A wave rises and falls back by this share of the device's live range.
+const WAVE_SHARE: f64 = 0.25;
 
 /// Where a device's steps come from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -87,6 +92,32 @@ fn family(name: &str) -> (&str, Option<u32>) {
     let stem = name.trim_end_matches(|c: char| c.is_ascii_digit());
     let number = name[stem.len()..].parse().ok();
     (stem.trim_end_matches(['#', '_', ' ']), number)
+}
+
+/// Where the device's memory completed a wave: the positions where live bytes, having risen by
+/// [`WAVE_SHARE`] of their range over the lowest point since the last wave, fell back by as much
+/// from the highest. A training loop makes one per step (backward frees the activations); one
+/// forward pass makes none.
+pub fn wave_ends(d: &DeviceIndex) -> Vec<u32> {
+    let (lo, hi, _, _) = d.extremes(0, d.len);
+    let h = ((hi - lo) as f64 * WAVE_SHARE).max(1.0) as u64;
+    let mut ends = Vec::new();
+    let (mut low, mut high, mut rose) = (d.live_at(0), 0u64, false);
+    for (i, v) in d.live_bytes.iter_range(0..d.len as usize).enumerate() {
+        if !rose {
+            low = low.min(v);
+            if v >= low.saturating_add(h) {
+                (rose, high) = (true, v);
+            }
+        } else {
+            high = high.max(v);
+            if v.saturating_add(h) <= high {
+                ends.push(i as u32 + 1);
+                (rose, low) = (false, v);
+            }
+        }
+    }
+    ends
 }
 
 /// One family of step annotations: its starts (time, number) and ends (time).
@@ -189,9 +220,16 @@ fn from_repeats(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Option<Steps
             at.entry(a.stack).or_default().push(a.start);
         }
     }
+    // Steps free what they make: without waves of memory there are no steps to mark.
+    let waves = wave_ends(d).len();
+    if waves + 1 < MIN_STEPS {
+        return None;
+    }
+    let near = |n: usize| n.abs_diff(waves + 1);
     let mut best: Option<(usize, u32, StackId)> = None;
     for (&stack, starts) in &at {
-        if starts.len() < MIN_STEPS {
+        // About one repeat per wave (a step's wave may split in two, or two merge).
+        if starts.len() < MIN_STEPS || starts.len() * 2 < waves || starts.len() > waves * 2 + 2 {
             continue;
         }
         // Once per step: the stack's allocations are spread over the trace at regular gaps.
@@ -199,8 +237,13 @@ fn from_repeats(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Option<Steps
         if !regular(&mut gaps) {
             continue;
         }
-        let key = (starts.len(), std::cmp::Reverse(starts[0]));
-        if best.is_none_or(|(n, first, _)| key > (n, std::cmp::Reverse(first))) {
+        let key = (
+            std::cmp::Reverse(near(starts.len())),
+            std::cmp::Reverse(starts[0]),
+        );
+        if best.is_none_or(|(n, first, _)| {
+            key > (std::cmp::Reverse(near(n)), std::cmp::Reverse(first))
+        }) {
             best = Some((starts.len(), starts[0], stack));
         }
     }
