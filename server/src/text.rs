@@ -410,6 +410,15 @@ pub fn render_whatif(name: &str, w: &snapshot::whatif::WhatIf) -> String {
             },
         );
     }
+    // Keys PyTorch accepts that the model does not replay: said, never silently dropped.
+    for r in w.runs.iter().filter(|r| !r.not_simulated.is_empty()) {
+        let _ = writeln!(
+            o,
+            "Not simulated in {}: {}.",
+            r.alloc_conf,
+            r.not_simulated.join("; ")
+        );
+    }
     o
 }
 

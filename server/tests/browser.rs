@@ -1994,6 +1994,20 @@ async fn the_what_if_tab_shows_the_setting_that_avoids_the_oom() {
         err.as_str().unwrap().contains("too small, must be >= 20"),
         "{err}"
     );
+    // A key PyTorch accepts that the model does not replay is said under the table.
+    type_conf("expandable_segments:True,pinned_use_background_threads:True").await;
+    let note = wait_js(
+        &c,
+        "document.querySelector('.whatif .not-simulated') && document.querySelector('.whatif .not-simulated').innerText",
+        "the not-simulated note",
+    )
+    .await;
+    assert!(
+        note.as_str().unwrap().contains(
+            "pinned_use_background_threads:True (does not change the device allocator's memory)"
+        ),
+        "{note}"
+    );
     // A misspelled key is refused as PyTorch refuses it, not replayed as the defaults.
     type_conf("expandable_segment:True").await;
     let err = wait_js(

@@ -6,8 +6,10 @@
 //! leaves one more survivor per step. So a call site is a suspect when its live bytes, read at the
 //! start of every step ([`super::steps`]) and at the end, rose in at least [`MIN_RISES`] steps and
 //! never fell back (the end holds at least nine tenths of the most it held at a step's start).
-//! Without steps the same is read at the ten tenths of the trace, and the site must have grown in
-//! [`MIN_SPREAD_TENTHS`] of them: a list appended to in one long loop.
+//! Without steps the same is read at the ten tenths of the trace up to the OOM that ended the run,
+//! and the site must have grown in [`MIN_SPREAD_TENTHS`] of them: a list appended to until the
+//! device ran out. Without steps and without such an OOM, nothing is a leak: one long phase
+//! (a fill, a cache built once) grows by design, and what it leaves alive is "alive at the end".
 //!
 //! Candidates come first from survivors: made at least [`MIN_COUNT`] times, in at least
 //! [`MIN_SPREAD_TENTHS`] tenths of the trace. One pass of a program is not a leak: a forward pass
@@ -354,7 +356,7 @@ pub fn suspects_until(
     let mut out = Vec::new();
     let mut suspects: Vec<Site> = Vec::new();
     for ((site, mut acc), values) in candidates.into_iter().zip(at_marks) {
-        let Some(growth) = Growth::of(&values, steps.as_ref()) else {
+        let Some(growth) = Growth::of(&values, steps.as_ref(), until < d.len) else {
             continue;
         };
         suspects.push(site);
@@ -457,8 +459,10 @@ enum Growth {
 
 impl Growth {
     /// `values`: live bytes at each mark (each step's start, then the end; or the eleven edges of
-    /// the tenths). `None` when they do not keep growing.
-    fn of(values: &[u64], steps: Option<&Steps>) -> Option<Growth> {
+    /// the tenths). `None` when they do not keep growing. Without steps, growth through the
+    /// tenths counts only `to_oom` (up to the OOM that ended the run: a list that grew until the
+    /// device ran out); what one long phase leaves alive at the end is not a leak.
+    fn of(values: &[u64], steps: Option<&Steps>, to_oom: bool) -> Option<Growth> {
         let most = values.iter().copied().max().unwrap_or_default();
         let last = values.last().copied().unwrap_or_default();
         // Fell back: what grew was given back (a cache emptied, a burst of one phase).
@@ -472,7 +476,7 @@ impl Growth {
             .map(|(k, w)| (k, w[1] - w[0]))
             .collect();
         let Some(steps) = steps else {
-            return (rises.len() >= MIN_SPREAD_TENTHS as usize).then_some(Growth::Tenths);
+            return (to_oom && rises.len() >= MIN_SPREAD_TENTHS as usize).then_some(Growth::Tenths);
         };
         if rises.len() < MIN_RISES {
             return None;
@@ -673,7 +677,7 @@ mod tests {
         let values: Vec<u64> = (0..=20u64)
             .map(|k| 64 * MIB + k.saturating_sub(5) * 256 * MIB)
             .collect();
-        let g = Growth::of(&values, Some(&steps(20))).unwrap();
+        let g = Growth::of(&values, Some(&steps(20)), false).unwrap();
         assert_eq!(g.words(), "256.0 MiB every step since step 5");
     }
 
@@ -684,7 +688,7 @@ mod tests {
         for k in 0..50u64 {
             values.push(values[k as usize] + if k % 5 == 4 { 32 * MIB } else { 0 });
         }
-        let g = Growth::of(&values, Some(&steps(50))).unwrap();
+        let g = Growth::of(&values, Some(&steps(50)), false).unwrap();
         assert_eq!(
             g.words(),
             "32.0 MiB every 5th step (10 times), since step 4"
@@ -694,15 +698,20 @@ mod tests {
     #[test]
     fn what_fell_back_or_never_grew_is_not_a_leak() {
         let flat = vec![512 * MIB; 21];
-        assert_eq!(Growth::of(&flat, Some(&steps(20))), None);
+        assert_eq!(Growth::of(&flat, Some(&steps(20)), false), None);
         // A fill then a release (a cache, a fragmentation workload's punch).
         let fill: Vec<u64> = (0..=10)
             .map(|k| if k < 8 { k * 200 * MIB } else { 500 * MIB })
             .collect();
-        assert_eq!(Growth::of(&fill, None), None);
+        assert_eq!(Growth::of(&fill, None, true), None);
+        // One long phase that grew to the end: alive at the end, not a leak; up to an OOM it
+        // ended in, growth.
+        let grew: Vec<u64> = (0..=10u64).map(|k| k * 100 * MIB).collect();
+        assert_eq!(Growth::of(&grew, None, false), None);
+        assert_eq!(Growth::of(&grew, None, true), Some(Growth::Tenths));
         // Two rises are not a pattern.
         let two = [0, 0, MIB, 2 * MIB, 2 * MIB];
-        assert_eq!(Growth::of(&two, Some(&steps(4))), None);
+        assert_eq!(Growth::of(&two, Some(&steps(4)), false), None);
     }
 
     #[test]

@@ -282,6 +282,19 @@ fn ranked_view(
         runs.push(t);
         runs.sort_by_key(|r| (r.oom, r.peak_reserved_bytes, !r.recorded));
     }
+    // Keys PyTorch accepts that the model does not replay (a setting of the user's own too):
+    // said under the table, never silently dropped.
+    let not_simulated: Vec<String> = runs
+        .iter()
+        .filter(|r| !r.not_simulated.is_empty())
+        .map(|r| {
+            format!(
+                "Not simulated in {}: {}.",
+                conf_name(&r.alloc_conf),
+                r.not_simulated.join("; ")
+            )
+        })
+        .collect();
     let (exact, check) = check_words(&w);
     let with_limit = w.limit.is_some();
     // Past an OOM that ends the trace a run is known to fit only as far as the trace goes.
@@ -380,6 +393,7 @@ fn ranked_view(
                     .collect_view()}
             </tbody>
         </table>
+        {not_simulated.into_iter().map(|t| view! { <p class="not-simulated">{t}</p> }).collect_view()}
         <p class="muted">"Click a setting to draw its reserved memory over the recorded run's. Peak reserved is the most PyTorch held from the device at once (what nvidia-smi shows); cached free at peak is what it held but had not handed out at that moment."</p>
     }
 }
