@@ -934,6 +934,20 @@ async fn a_run_that_survived_its_ooms_says_so_first() {
         "{answer}"
     );
     screenshot(&c, "whatif-survived").await;
+    // Nothing grows: no leak, and what is alive at the end is said to be just that.
+    open_tab(&c, "leaks").await;
+    let alive = wait_js(
+        &c,
+        "document.querySelector('.alive-at-end') && [document.querySelector('p.ok').innerText, document.querySelector('.alive-at-end a').getAttribute('href')]",
+        "the leaks tab",
+    )
+    .await;
+    assert!(
+        alive[0].as_str().unwrap().starts_with(
+            "Leak suspects: No leak suspects: no call site's live memory grows step over step"
+        ) && alive[1].as_str().unwrap().contains("view=stacks"),
+        "{alive}"
+    );
     // Steps as the timeline's axis: the trace's ProfilerStep marks, 12 of them.
     open_tab(&c, "timeline").await;
     click(&c, "button.step-axis").await;

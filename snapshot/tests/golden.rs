@@ -181,22 +181,6 @@ fn leak_detached_cache_leads_with_planted_line() {
     );
 }
 
-/// A fragmentation workload (tensors of random sizes, every third kept, no steps, no OOM; the
-/// truth lists no leak) is one long phase: what it leaves alive is alive at the end, not a leak.
-#[test]
-fn a_fragmentation_workload_has_no_leak_suspects() {
-    let (_, _, report) = common::analyze("fragmentation.pickle");
-    assert!(
-        report.leak_suspects.is_empty(),
-        "{:?}",
-        report
-            .leak_suspects
-            .iter()
-            .map(|l| &l.growth)
-            .collect::<Vec<_>>()
-    );
-}
-
 #[test]
 fn steady_train_has_no_leak_suspects() {
     let (_, _, report) = common::analyze("steady_train.pickle");

@@ -10,11 +10,11 @@
 //! - **A repeating allocation**: a training loop makes the same allocations in the same order
 //!   every step, so some stack (the batch's `torch.randn`, the loss) allocates once per step at
 //!   near-equal distances in events. A step also frees what it made: memory rises and falls back
-//!   once per step ([`wave_ends`]). So a stack marks the steps when it repeats that regularly
-//!   about as many times as memory made waves (the one nearest, then the earliest); they are
-//!   numbered from 1. A forward pass's layers repeat regularly but make no waves (activations
-//!   pile up), an optimizer's loop over parameters repeats far more often than memory waves, and
-//!   a loop whose only allocation is that line (a list appended to) is one phase: none has steps.
+//!   once per step ([`wave_ends`]). Where memory makes waves, the stack that repeats that
+//!   regularly about as many times as the waves marks the steps (an optimizer's loop over
+//!   parameters repeats far more often); where it makes too few to count (a leak's trend can
+//!   hide them), the regular stack that repeats the most. They are numbered from 1. A loop whose
+//!   only allocation is that line (a list appended to) is one phase: it has no steps.
 //!
 //! Only `Optimizer.step` annotations: a training step ends with its optimizer step, so the next
 //! one starts where that ends; steps are counted from 1 (what a loop does after `opt.step()` in
@@ -220,16 +220,25 @@ fn from_repeats(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Option<Steps
             at.entry(a.stack).or_default().push(a.start);
         }
     }
-    // Steps free what they make: without waves of memory there are no steps to mark.
+    // Steps free what they make: where memory makes waves, the stack that repeats about once
+    // per wave marks them (not an optimizer's loop over parameters, which repeats far more
+    // often). Where it makes too few to count (a leak's trend can hide them), the stack that
+    // repeats regularly the most times.
     let waves = wave_ends(d).len();
-    if waves + 1 < MIN_STEPS {
-        return None;
-    }
-    let near = |n: usize| n.abs_diff(waves + 1);
+    let wave_led = waves + 1 >= MIN_STEPS;
+    let key_of = |n: usize, first: u32| {
+        let fit = if wave_led {
+            usize::MAX - n.abs_diff(waves + 1)
+        } else {
+            n
+        };
+        (fit, std::cmp::Reverse(first))
+    };
     let mut best: Option<(usize, u32, StackId)> = None;
     for (&stack, starts) in &at {
-        // About one repeat per wave (a step's wave may split in two, or two merge).
-        if starts.len() < MIN_STEPS || starts.len() * 2 < waves || starts.len() > waves * 2 + 2 {
+        if starts.len() < MIN_STEPS
+            || (wave_led && (starts.len() * 2 < waves || starts.len() > waves * 2 + 2))
+        {
             continue;
         }
         // Once per step: the stack's allocations are spread over the trace at regular gaps.
@@ -237,13 +246,7 @@ fn from_repeats(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Option<Steps
         if !regular(&mut gaps) {
             continue;
         }
-        let key = (
-            std::cmp::Reverse(near(starts.len())),
-            std::cmp::Reverse(starts[0]),
-        );
-        if best.is_none_or(|(n, first, _)| {
-            key > (std::cmp::Reverse(near(n)), std::cmp::Reverse(first))
-        }) {
+        if best.is_none_or(|(n, first, _)| key_of(starts.len(), starts[0]) > key_of(n, first)) {
             best = Some((starts.len(), starts[0], stack));
         }
     }

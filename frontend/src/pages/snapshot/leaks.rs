@@ -1,7 +1,7 @@
-//! The leaks tab: each suspect (a call site whose allocations stay alive and were made
-//! throughout the trace) with what grows and how fast in words, a sparkline of its live bytes,
-//! its stack (user frames first, plumbing folded), and a link to its allocations on the
-//! timeline, in a window around them.
+//! The leaks tab: each suspect (a call site whose live memory grows step over step) with how it
+//! grows in words, a sparkline of its live bytes, its stack (user frames first, plumbing folded),
+//! and a link to its allocations on the timeline, in a window around them. With none, what is
+//! alive at the end is said to be just that, with a link to it by stack.
 
 use std::sync::Arc;
 
@@ -43,11 +43,32 @@ pub fn Leaks(report: Arc<::api::Report>) -> impl IntoView {
         let (class, words) = match report.leak_check {
             ::api::LeakCheck::Ran => (
                 "ok",
-                "No leak suspects: no call site keeps allocations alive that were made again and again across the trace (memory one pass keeps, such as a forward pass's activations, is not counted).",
+                "No leak suspects: no call site's live memory grows step over step.",
             ),
             other => ("empty no-trace", other.no_suspects_words()),
         };
-        return view! { <p class=class>{format!("Leak suspects: {words}")}</p> }.into_any();
+        // What is alive at the end is alive at the end: shown by stack, not called a leak.
+        let device = super::devices::shown_device(&report, url);
+        let events = super::devices::shown_events(&report, url);
+        let alive = (report.leak_check == ::api::LeakCheck::Ran && events > 0).then(|| {
+            let href = url.href(&[
+                ("view", "stacks".to_string()),
+                ("device", device.unwrap_or_default().to_string()),
+                ("pos", events.to_string()),
+            ]);
+            view! {
+                <p class="alive-at-end">
+                    "What is alive at the end (weights, optimizer state, a cache, the last step's activations) is alive at the end, not a leak: "
+                    <a href=href>"memory by stack at the end"</a>
+                    "."
+                </p>
+            }
+        });
+        return view! {
+            <p class=class>{format!("Leak suspects: {words}")}</p>
+            {alive}
+        }
+        .into_any();
     }
     view! {
         <section class="leaks">

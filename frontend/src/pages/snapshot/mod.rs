@@ -100,7 +100,15 @@ pub fn SnapshotPage() -> impl IntoView {
                     .into_any(),
                     "timeline" => {
                         let steps = devices::shown_steps(&r, url);
-                        view! { <timeline::TimelineView steps=steps/> }.into_any()
+                        let shown = devices::shown_device(&r, url);
+                        // The OOMs the run survived: marked apart from the one that ended it.
+                        let survived: Vec<u32> = r
+                            .ooms
+                            .iter()
+                            .filter(|o| o.recovered && Some(o.device) == shown)
+                            .map(|o| o.position)
+                            .collect();
+                        view! { <timeline::TimelineView steps=steps survived=survived/> }.into_any()
                     }
                     "whatif" if devices::shown_events(&r, url) == 0 => view! {
                         <p class="empty no-trace">

@@ -72,6 +72,9 @@ struct Overlay<'a> {
     /// The device's steps, drawn as the axis (`steps=1`): a line where each starts, ticks named
     /// by step.
     steps: Option<&'a ::api::Steps>,
+    /// Positions of the OOMs the run survived (caught, workspace fallbacks), sorted: marked in
+    /// amber, the one that ended the run in red.
+    survived: &'a [u32],
 }
 
 /// Most step boundaries drawn; more are thinned to every k-th.
@@ -200,15 +203,16 @@ fn draw(c: &web_sys::HtmlCanvasElement, r: &Resp, height: f64, o: Overlay) {
         g.stroke();
         let _ = g.set_line_dash(&js_sys::Array::new());
     }
-    // OOM markers.
+    // OOM markers: survived ones in amber, the one that ended the run in red.
     for m in &r.ooms {
         let x = xs.at(match r.axis {
             Axis::Time => m.time_us as f64,
             Axis::Event => m.position as f64,
         });
-        g.set_fill_style_str("#c92a2a");
-        g.fill_rect(x - 1.0, top, 3.0, plot_h);
-        if o.with_axes {
+        let survived = o.survived.binary_search(&m.position).is_ok();
+        g.set_fill_style_str(if survived { "#f59f00" } else { "#c92a2a" });
+        g.fill_rect(x - 1.0, top, if survived { 1.5 } else { 3.0 }, plot_h);
+        if o.with_axes && !survived {
             let _ = g.fill_text("OOM", x + 3.0, top + 10.0);
         }
     }
@@ -333,7 +337,9 @@ fn draw(c: &web_sys::HtmlCanvasElement, r: &Resp, height: f64, o: Overlay) {
 }
 
 #[component]
-pub fn TimelineView(steps: Option<::api::Steps>) -> impl IntoView {
+pub fn TimelineView(steps: Option<::api::Steps>, mut survived: Vec<u32>) -> impl IntoView {
+    survived.sort_unstable();
+    let survived = StoredValue::new(survived);
     let url: UrlState = expect_context();
     let has_steps = steps.is_some();
     let steps = StoredValue::new(steps);
@@ -419,6 +425,7 @@ pub fn TimelineView(steps: Option<::api::Steps>) -> impl IntoView {
                 filter: &needle,
                 simulated: sim.as_deref(),
                 steps: step_axis().then(|| steps.get_value()).flatten().as_ref(),
+                survived: &survived.get_value(),
             },
         );
     });
@@ -450,6 +457,7 @@ pub fn TimelineView(steps: Option<::api::Steps>) -> impl IntoView {
                 filter: "",
                 simulated: None,
                 steps: None,
+                survived: &survived.get_value(),
             },
         );
     });
