@@ -84,6 +84,57 @@ fn json_oom_report() {
     );
 }
 
+/// Two ranks of one job on an H200 (tests/fixtures/verdicts/rank_growth.rank{0,1}): rank 1 keeps
+/// 256 MiB every step from step 3 until its 4 GiB limit; rank 0 trains to the end. The run names
+/// rank 1, the verdict growth, the line that grew and how, as the rank's own truth file says.
+#[test]
+fn a_run_names_the_rank_that_died_and_the_line_that_grew() {
+    let (a, b) = (
+        fixture("verdicts/rank_growth.rank0.pickle.xz"),
+        fixture("verdicts/rank_growth.rank1.pickle.xz"),
+    );
+    let truth: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixture("verdicts/rank_growth.rank1.json")).unwrap(),
+    )
+    .unwrap();
+    let out = memscope(&[
+        "analyze",
+        "--json",
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let failed = &run["failed"];
+    assert_eq!(failed["rank"], 1);
+    assert_eq!(failed["oom"]["verdict"], "growth");
+    assert_eq!(
+        failed["oom"]["growth"]["site"]["line"],
+        truth["expect"]["leak_line"]
+    );
+    assert_eq!(failed["oom"]["step"], truth["raised"]["step"]);
+    assert!(
+        failed["oom"]["growth"]["pattern"]
+            .as_str()
+            .unwrap()
+            .starts_with(truth["expect"]["pattern"].as_str().unwrap()),
+        "{}",
+        failed["oom"]["growth"]
+    );
+    let text = memscope(&["analyze", a.to_str().unwrap(), b.to_str().unwrap()]);
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(
+        text.contains("OUT OF MEMORY: rank 1 ran out first")
+            && text.contains("(growth)")
+            && text.contains("verdicts.py:277"),
+        "{text}"
+    );
+}
+
 #[test]
 fn human_report_reads_well() {
     let out = memscope(&["analyze", fixture("oom_fraction.pickle").to_str().unwrap()]);

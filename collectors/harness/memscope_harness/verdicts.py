@@ -258,12 +258,32 @@ def kv_growth_oom(torch, t):
         torch.softmax(h.float() @ k.T, dim=-1)
 
 
+def rank_growth(torch, t):
+    """One rank of a two-rank job (RANK=0 or 1; both may share one GPU): the same training steps,
+    but rank 1 keeps 256 MiB every step from step 3 (a metric history on the GPU) until its limit
+    stops it; rank 0 trains to the end. The run page must name rank 1 and the growing line."""
+    rank = int(os.environ.get("RANK", "0"))
+    model = mlp(torch, 2048, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    t.expect = {"fatal": rank == 1, "rank": rank}
+    if rank == 1:
+        t.expect.update({"verdict": "growth", "leak_line": planted_line("rank_leak"),
+                         "pattern": "256.0 MiB every step since step 3"})
+    for i in range(30):
+        t.step = i
+        with torch.profiler.record_function("ProfilerStep#%d" % i):
+            train_step(torch, model, opt, torch.randn(1024, 2048, device="cuda"))
+            if rank == 1 and i >= 3:
+                KEEP.append(torch.empty(256 * MIB, dtype=torch.uint8, device="cuda"))  # PLANT: rank_leak
+
+
 WORKLOADS = {"conv_workspace": conv_workspace, "batch_search": batch_search, "search_then_die": search_then_die,
              "leak_oom": leak_oom, "periodic_leak": periodic_leak, "fragmentation_oom": fragmentation_oom,
-             "gpt_loss_history": gpt_loss_history, "lstm_search": lstm_search, "kv_growth_oom": kv_growth_oom}
+             "gpt_loss_history": gpt_loss_history, "lstm_search": lstm_search, "kv_growth_oom": kv_growth_oom,
+             "rank_growth": rank_growth}
 FIXED_LIMITS = {"batch_search": 4 * GIB, "search_then_die": 4 * GIB, "leak_oom": 4 * GIB,
                 "periodic_leak": None, "fragmentation_oom": 2 * GIB, "gpt_loss_history": None,
-                "lstm_search": 6 * GIB, "kv_growth_oom": 3 * GIB}
+                "lstm_search": 6 * GIB, "kv_growth_oom": 3 * GIB, "rank_growth": 4 * GIB}
 # conv_workspace: the limit is found by `sweep` (fractions of its peak without one).
 SWEEP = [0.8, 0.6, 0.45, 0.35, 0.25, 0.18, 0.12]
 
