@@ -25,6 +25,7 @@ import sys
 import time
 
 import memscope_harness
+from memscope_harness.whatif import reap
 MIB = 1 << 20
 GIB = 1 << 30
 HERE = os.path.abspath(__file__)
@@ -342,19 +343,6 @@ def run_jobs(args, jobs):
             running = reap(running)
     while running:
         running = reap(running)
-
-
-def reap(running):
-    time.sleep(0.2)
-    left = []
-    for name, p in running:
-        if p.poll() is None:
-            left.append((name, p))
-        else:
-            out = p.stdout.read()
-            if p.returncode != 0:
-                print("run %s failed (%d):\n%s" % (name, p.returncode, out[-2000:]), flush=True)
-    return left
 
 
 def load(out, name):
