@@ -144,6 +144,46 @@ pub struct Peak {
     pub position: u32,
 }
 
+/// Where a device's steps come from ([`super::steps`]; here so the index can keep them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepSource {
+    /// Step annotations (`ProfilerStep#N`, `record_function`).
+    Annotations,
+    /// One allocation the program makes once per step.
+    Repeats,
+}
+
+/// One device's steps, in order.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Steps {
+    pub source: StepSource,
+    /// The annotation family ("ProfilerStep"), or the line that repeats.
+    pub name: String,
+    /// Each step's number (from its annotation, else counted from 1).
+    pub numbers: Vec<u32>,
+    /// Each step's first event (position, 0-based), ascending.
+    pub starts: Vec<u32>,
+    /// When each step's first event happened (`time_us` of that event).
+    pub start_times_us: Vec<i64>,
+}
+
+impl Steps {
+    /// The number of the step event `position` lies in; `None` before the first step.
+    pub fn number_at(&self, position: u32) -> Option<u32> {
+        let k = self.starts.partition_point(|&s| s <= position);
+        (k > 0).then(|| self.numbers[k - 1])
+    }
+
+    pub fn len(&self) -> usize {
+        self.starts.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.starts.is_empty()
+    }
+}
+
 /// How many of the largest allocations [`DeviceIndex::top_by_size`] keeps in order.
 pub const TOP_BY_SIZE: usize = 1 << 16;
 
@@ -160,6 +200,20 @@ pub(crate) struct LazyViews {
     /// The allocations whose block is not their request rounded to 512 bytes, `(id, block
     /// bytes)` by id (`peaks::block_sizes`): what the allocator state at a moment draws.
     pub(crate) block_sizes: std::sync::OnceLock<Vec<(u32, u64)>>,
+    /// Where each step starts (`steps::steps`).
+    pub(crate) steps: StepsCache,
+}
+
+/// The device's steps once found: a cache of what the index and the snapshot already say, not
+/// stored in the model file (found again after a reopen), so not part of what a stored index
+/// must equal (its `Debug` shows nothing).
+#[derive(Clone, Default)]
+pub(crate) struct StepsCache(pub(crate) std::sync::OnceLock<Option<Steps>>);
+
+impl std::fmt::Debug for StepsCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StepsCache")
+    }
 }
 
 /// What the summary replays of a device trace (alloc / free_completed from its first event,

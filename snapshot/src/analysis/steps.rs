@@ -23,9 +23,9 @@
 //! A trace with neither has no steps: analyses then speak in events and time.
 
 use rustc_hash::FxHashMap;
-use serde::Serialize;
 
 use super::index::{DeviceIndex, Index, NONE};
+pub use super::index::{StepSource, Steps};
 use crate::model::{Snapshot, StackId};
 
 /// Fewest steps worth calling a loop.
@@ -33,48 +33,18 @@ pub const MIN_STEPS: usize = 3;
 /// A wave rises and falls back by this share of the device's live range.
 const WAVE_SHARE: f64 = 0.25;
 
-/// Where a device's steps come from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StepSource {
-    /// Step annotations (`ProfilerStep#N`, `record_function`).
-    Annotations,
-    /// One allocation the program makes once per step.
-    Repeats,
-}
-
-/// One device's steps, in order.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Steps {
-    pub source: StepSource,
-    /// The annotation family ("ProfilerStep"), or the line that repeats.
-    pub name: String,
-    /// Each step's number (from its annotation, else counted from 1).
-    pub numbers: Vec<u32>,
-    /// Each step's first event (position, 0-based), ascending.
-    pub starts: Vec<u32>,
-    /// When each step's first event happened (`time_us` of that event).
-    pub start_times_us: Vec<i64>,
-}
-
-impl Steps {
-    /// The number of the step event `position` lies in; `None` before the first step.
-    pub fn number_at(&self, position: u32) -> Option<u32> {
-        let k = self.starts.partition_point(|&s| s <= position);
-        (k > 0).then(|| self.numbers[k - 1])
-    }
-
-    pub fn len(&self) -> usize {
-        self.starts.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.starts.is_empty()
-    }
-}
-
 /// The steps of device `d`, or `None` when its trace shows no loop.
+/// Found once per device and kept with its derived views: the summary, the leak search, the OOM
+/// reports and the what-if replay all ask.
 pub fn steps(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Option<Steps> {
+    d.lazy
+        .steps
+        .0
+        .get_or_init(|| find_steps(snap, index, d))
+        .clone()
+}
+
+fn find_steps(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Option<Steps> {
     if d.len == 0 {
         return None;
     }
