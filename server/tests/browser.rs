@@ -909,7 +909,8 @@ async fn a_run_that_survived_its_ooms_says_so_first() {
     );
     screenshot(&c, "oom-survived").await;
     open_tab(&c, "overview").await;
-    let said = wait_js(&c, "document.querySelector('.headline .s-oom .sentence') && document.querySelector('.headline .s-oom .sentence').innerText", "the headline").await;
+    // Said calmly (green), not as an out-of-memory alarm.
+    let said = wait_js(&c, "document.querySelector('.headline .s-survived .sentence') && !document.querySelector('.headline .s-oom') && document.querySelector('.headline .s-survived .sentence').innerText", "the headline").await;
     assert!(
         said.as_str().unwrap().starts_with("Survived 39 OOMs"),
         "{said}"

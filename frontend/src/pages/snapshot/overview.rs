@@ -111,7 +111,8 @@ pub fn Overview(report: Arc<::api::Report>) -> impl IntoView {
 /// One sentence of the headline and the view that shows it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sentence {
-    /// `oom`, `whatif`, `leak` or `peak` (class `s-KIND`, and what tests look for).
+    /// `oom`, `survived` (OOMs, none fatal), `whatif`, `leak` or `peak` (class `s-KIND`, and what
+    /// tests look for).
     pub kind: &'static str,
     pub text: String,
     pub link_text: &'static str,
@@ -128,9 +129,9 @@ pub fn headline(r: &::api::Report) -> Vec<Sentence> {
     let mut out = Vec::new();
     let survived = !r.ooms.is_empty() && r.ooms.iter().all(|o| o.recovered);
     if survived {
-        // No OOM ended the run: say so first, not "out of memory".
+        // No OOM ended the run: say so first, calmly, not as "out of memory".
         out.push(Sentence {
-            kind: "oom",
+            kind: "survived",
             text: r
                 .oom_outcome
                 .clone()

@@ -163,8 +163,10 @@ fn survived_words(w: &WhatIf, rec: &WhatIfRun, trust: &str) -> String {
         .filter(|r| !r.recorded && !r.oom && r.survivable_ooms < n)
         .min_by_key(|r| (r.survivable_ooms, r.peak_reserved_bytes));
     let dies = w.runs.iter().filter(|r| !r.recorded && r.oom).count();
+    // The count is the replay's (it may differ from the trace's own when the replay check is
+    // not exact): said as the replay's, the run's own count is on the OOM tab.
     let head = format!(
-        "The recorded run survived its {n} OOM{} ({trust}: {n} replayed as survivable): no setting is needed to save it.",
+        "The recorded run survived its OOMs: no setting is needed to save it. Replayed under its own settings ({trust}), it meets {n} survivable OOM{}.",
         if n == 1 { "" } else { "s" }
     );
     let better = match fewer {
