@@ -17,6 +17,7 @@
 //!   (`server/src/convert.rs`), so an engine refactor cannot change an answer silently.
 //! - No IO, no async, no HTTP client: this crate only describes.
 
+pub mod categories;
 pub mod diff;
 pub mod format;
 pub mod library;
@@ -29,6 +30,7 @@ pub mod whatif;
 
 use serde::{Deserialize, Serialize};
 
+pub use categories::*;
 pub use diff::*;
 pub use format::*;
 pub use library::*;

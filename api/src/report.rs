@@ -57,7 +57,7 @@ impl TraceAction {
 /// another version is computed again from the snapshot (2: PyTorch's three peaks per device,
 /// the default device, the leak check, the first view fitted around the peaks; 3: each OOM's
 /// fate and step, OOM incidents, the growth verdict, leaks as growth step over step).
-pub const REPORT_VERSION: u32 = 3;
+pub const REPORT_VERSION: u32 = 4;
 
 /// One device's trace in figures.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -90,6 +90,9 @@ pub struct DeviceSummary {
     /// made once per step).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub steps: Option<Steps>,
+    /// Memory by category at the peak of requested bytes, when the device has a trace.
+    #[serde(default)]
+    pub categories: Option<crate::categories::DeviceCategories>,
 }
 
 /// A device's steps: the unit "OOM at step 26" and the timeline's step axis count in.
@@ -400,6 +403,9 @@ pub struct OomReport {
     #[serde(default)]
     pub frames: Vec<Frame>,
     pub largest_sites: Vec<CallSite>,
+    /// What was alive at the OOM, by category.
+    #[serde(default)]
+    pub categories: crate::categories::CategoryBytes,
     /// For the OOM that raised: what other allocator settings would have done, simulated.
     #[serde(default)]
     pub whatif: Option<crate::whatif::OomWhatIf>,

@@ -27,8 +27,34 @@ pub enum Command {
     /// other PYTORCH_CUDA_ALLOC_CONF settings (the recorded ones first, as a check) and rank them
     /// by peak reserved memory, OOM or not under the limit.
     Whatif(WhatifArgs),
+    /// Memory by category at one moment: every live allocation labelled parameter, gradient,
+    /// optimizer_state, activation, input, temporary, autograd_detail, cuda_graph or unknown,
+    /// with the rule that decided and a confidence, and the bytes per category.
+    Categories(CategoriesArgs),
     /// Run the dashboard server: the JSON API under /api, with an embedded SQLite library.
     Serve(crate::config::ServeArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CategoriesArgs {
+    /// The snapshot file; `-` reads standard input.
+    pub file: PathBuf,
+    /// The moment: after this many events of the device's trace (default: the peak of live
+    /// bytes; the trace's length is the snapshot's own moment).
+    #[arg(long)]
+    pub at: Option<u32>,
+    /// The device (default: the one that held the most memory).
+    #[arg(long)]
+    pub device: Option<i32>,
+    /// Only allocations of this category (e.g. `activation`).
+    #[arg(long)]
+    pub category: Option<String>,
+    /// Allocations to list in the human report, largest first.
+    #[arg(long, default_value_t = 20)]
+    pub top: usize,
+    /// Print one JSON object (every live allocation) instead of the table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -121,6 +147,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Analyze(args) => analyze(args),
         Command::Diff(args) => diff(args),
         Command::Whatif(args) => whatif(args),
+        Command::Categories(args) => categories(args),
         Command::Serve(args) => {
             tracing_subscriber::fmt()
                 .with_env_filter(
@@ -329,5 +356,57 @@ fn whatif(args: WhatifArgs) -> anyhow::Result<()> {
     } else {
         out.write_all(crate::text::render_whatif(&name, &w).as_bytes())?;
     }
+    Ok(())
+}
+
+fn categories(args: CategoriesArgs) -> anyhow::Result<()> {
+    let only = match args.category.as_deref() {
+        None => None,
+        Some(c) => Some(api::Category::parse(c).with_context(|| {
+            format!(
+                "unknown category {c:?}: one of {}",
+                api::Category::ALL.map(|c| c.as_str()).join(", ")
+            )
+        })?),
+    };
+    let name = args.file.display().to_string();
+    let snap = read(&args.file)?;
+    let index = snapshot::analysis::Index::new(&snap);
+    let d = match args.device {
+        Some(c) => index
+            .device(c)
+            .with_context(|| format!("{name} has no trace for device {c}"))?,
+        None => index.default_device().with_context(|| {
+            format!("{name} has no trace: categories are read from the allocation history")
+        })?,
+    };
+    anyhow::ensure!(
+        d.len > 0,
+        "{name} has no trace for device {}: categories are read from the allocation history (record it with torch.cuda.memory._record_memory_history)",
+        d.device
+    );
+    let at = args.at.unwrap_or(d.peak_position);
+    anyhow::ensure!(
+        at <= d.len,
+        "--at {at} is past the trace's end: device {} has {} events",
+        d.device,
+        d.len
+    );
+    let c = snapshot::analysis::categories::at(&snap, &index, d, at);
+    let passes = snapshot::analysis::categories::categories(&snap, &index, d)
+        .phases
+        .backward
+        .len() as u32;
+    let view = crate::convert::categories_at(c, &snap, &index, passes, only, None);
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    if args.json {
+        // The same object `GET /api/snapshots/{id}/categories` answers (every allocation).
+        serde_json::to_writer(&mut out, &view)?;
+        writeln!(out)?;
+    } else {
+        let peak = args.at.is_none().then_some(d.peak_position);
+        out.write_all(crate::text::render_categories(&name, &view, peak, args.top).as_bytes())?;
+    }
+    out.flush()?;
     Ok(())
 }

@@ -3,7 +3,7 @@
 //! engine that would change an answer fails to compile here instead of changing it silently.
 
 use snapshot::analysis::timeline as tl;
-use snapshot::analysis::{self, diff, index, leaks, oom, stacks, state, summary};
+use snapshot::analysis::{self, categories, diff, index, leaks, oom, stacks, state, summary};
 use snapshot::frames::FrameView;
 use snapshot::model;
 
@@ -153,6 +153,122 @@ pub fn device_summary(d: summary::DeviceSummary) -> api::DeviceSummary {
             starts: s.starts,
             start_times_us: s.start_times_us,
         }),
+        categories: d.categories.map(|c| api::DeviceCategories {
+            source: phase_source(c.source),
+            backward_passes: c.backward_passes,
+            peak_position: c.peak_position,
+            at_peak: category_bytes(c.at_peak),
+        }),
+    }
+}
+
+pub fn category(c: categories::Category) -> api::Category {
+    use categories::Category as C;
+    match c {
+        C::Parameter => api::Category::Parameter,
+        C::Gradient => api::Category::Gradient,
+        C::OptimizerState => api::Category::OptimizerState,
+        C::Activation => api::Category::Activation,
+        C::Input => api::Category::Input,
+        C::Temporary => api::Category::Temporary,
+        C::AutogradDetail => api::Category::AutogradDetail,
+        C::CudaGraph => api::Category::CudaGraph,
+        C::Unknown => api::Category::Unknown,
+    }
+}
+
+pub fn category_from_api(c: api::Category) -> categories::Category {
+    categories::Category::parse(c.as_str()).unwrap_or(categories::Category::Unknown)
+}
+
+fn category_rule(r: categories::Rule) -> api::CategoryRule {
+    use api::CategoryRule as A;
+    use categories::Rule as R;
+    match r {
+        R::PrivatePool => A::PrivatePool,
+        R::KeptFromBeforeTraining => A::KeptFromBeforeTraining,
+        R::SplitByGradientCount => A::SplitByGradientCount,
+        R::KeptFromOptimizerStep => A::KeptFromOptimizerStep,
+        R::KeptFromAfterBackward => A::KeptFromAfterBackward,
+        R::KeptFromBackward => A::KeptFromBackward,
+        R::SavedForBackward => A::SavedForBackward,
+        R::Recomputed => A::Recomputed,
+        R::HeldPastBackward => A::HeldPastBackward,
+        R::AliveAfterForward => A::AliveAfterForward,
+        R::LoadedBeforeForward => A::LoadedBeforeForward,
+        R::FreedInPhase => A::FreedInPhase,
+        R::BackwardScratch => A::BackwardScratch,
+        R::KeptFromBackwardNoParameter => A::KeptFromBackwardNoParameter,
+        R::KeptFromBackwardForGood => A::KeptFromBackwardForGood,
+        R::KeptFromForward => A::KeptFromForward,
+        R::BeforeTrace => A::BeforeTrace,
+        R::NoPhases => A::NoPhases,
+    }
+}
+
+fn confidence(c: categories::Confidence) -> api::Confidence {
+    match c {
+        categories::Confidence::Low => api::Confidence::Low,
+        categories::Confidence::Medium => api::Confidence::Medium,
+        categories::Confidence::High => api::Confidence::High,
+    }
+}
+
+fn phase_source(s: categories::PhaseSource) -> api::PhaseSource {
+    match s {
+        categories::PhaseSource::Threads => api::PhaseSource::Threads,
+        categories::PhaseSource::Lifetimes => api::PhaseSource::Lifetimes,
+        categories::PhaseSource::None => api::PhaseSource::None,
+    }
+}
+
+pub fn category_bytes(t: categories::Totals) -> api::CategoryBytes {
+    let mut b = api::CategoryBytes::default();
+    for c in categories::Category::ALL {
+        *b.get_mut(category(c)) = t.get(c);
+    }
+    b
+}
+
+/// The allocations alive at a position, labelled: those of `only` (all without), the largest
+/// `limit` listed (all without).
+pub fn categories_at(
+    c: categories::CategoriesAt,
+    snap: &snapshot::model::Snapshot,
+    index: &snapshot::analysis::Index,
+    backward_passes: u32,
+    only: Option<api::Category>,
+    limit: Option<usize>,
+) -> api::CategoriesAt {
+    let count = c.allocations.len() as u64;
+    let allocations = c
+        .allocations
+        .into_iter()
+        .filter(|a| only.is_none_or(|o| category(a.label.category) == o))
+        .take(limit.unwrap_or(usize::MAX))
+        .map(|a| api::CategorizedAllocation {
+            address: a.address,
+            size_bytes: a.size,
+            category: category(a.label.category),
+            rule: category_rule(a.label.rule),
+            confidence: confidence(a.label.confidence),
+            stream: a.stream,
+            alloc_event: a.start,
+            stack: api::StackId(a.stack.0),
+            site: index
+                .frames
+                .label(snap, a.stack)
+                .map(|f| frame(snapshot::frames::view(snap, f))),
+        })
+        .collect();
+    api::CategoriesAt {
+        device: c.device,
+        position: c.position,
+        source: phase_source(c.source),
+        backward_passes,
+        allocations,
+        count,
+        totals: category_bytes(c.totals),
     }
 }
 
@@ -276,6 +392,7 @@ pub fn oom_report(o: oom::OomReport) -> api::OomReport {
         site: o.site.map(frame),
         frames: frames(o.frames),
         largest_sites: o.largest_sites.into_iter().map(call_site).collect(),
+        categories: category_bytes(o.categories),
         whatif: o.whatif.map(|w| api::OomWhatIf {
             alloc_conf: w.alloc_conf,
             peak_reserved_bytes: w.peak_reserved_bytes,

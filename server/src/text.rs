@@ -504,3 +504,75 @@ pub fn render_run(r: &api::RunReport, ranks_from: &str) -> String {
     }
     o
 }
+
+/// `memscope categories`: bytes per category at one moment, then the largest allocations.
+pub fn render_categories(
+    name: &str,
+    c: &api::CategoriesAt,
+    peak: Option<u32>,
+    top: usize,
+) -> String {
+    let mut o = String::new();
+    let when = match peak {
+        Some(_) => format!(
+            "at the peak of live bytes (event {})",
+            thousands(c.position as u64)
+        ),
+        None => format!("after event {}", thousands(c.position as u64)),
+    };
+    let _ = writeln!(
+        o,
+        "{name}: device {}, {when}: {} in {} allocations",
+        c.device,
+        hb(c.totals.total()),
+        thousands(c.count)
+    );
+    let _ = writeln!(
+        o,
+        "Labels rest on {} ({} found).",
+        c.source.words(),
+        match c.backward_passes {
+            1 => "1 backward pass".to_string(),
+            n => format!("{} backward passes", thousands(n as u64)),
+        }
+    );
+    let total = c.totals.total().max(1);
+    for (cat, bytes) in c.totals.largest_first() {
+        let _ = writeln!(
+            o,
+            "  {:<18} {:>12}  {:>5.1}%",
+            cat.words(),
+            hb(bytes),
+            100.0 * bytes as f64 / total as f64
+        );
+    }
+    if c.allocations.is_empty() || top == 0 {
+        return o;
+    }
+    let _ = writeln!(o, "\nLargest allocations:");
+    for a in c.allocations.iter().take(top) {
+        let site = a
+            .site
+            .as_ref()
+            .map(|f| format!("{}:{} {}", f.filename, f.line, f.name))
+            .unwrap_or_else(|| "(no frames)".into());
+        let _ = writeln!(
+            o,
+            "  {:#014x} {:>12}  {:<16} {:<7} {}\n      because it was {}",
+            a.address,
+            hb(a.size_bytes),
+            a.category.as_str(),
+            format!("{:?}", a.confidence).to_lowercase(),
+            site,
+            a.rule.words()
+        );
+    }
+    if c.allocations.len() > top {
+        let _ = writeln!(
+            o,
+            "  … and {} more (--top N, or --json for every one)",
+            thousands((c.allocations.len() - top) as u64)
+        );
+    }
+    o
+}

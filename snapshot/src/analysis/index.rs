@@ -202,6 +202,18 @@ pub(crate) struct LazyViews {
     pub(crate) block_sizes: std::sync::OnceLock<Vec<(u32, u64)>>,
     /// Where each step starts (`steps::steps`).
     pub(crate) steps: StepsCache,
+    /// What each allocation is (`categories::categories`).
+    pub(crate) categories: CategoriesCache,
+}
+
+/// The device's allocation labels once found; like [`StepsCache`], derived again after a reopen.
+#[derive(Clone, Default)]
+pub(crate) struct CategoriesCache(pub(crate) std::sync::OnceLock<super::labels::Categories>);
+
+impl std::fmt::Debug for CategoriesCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CategoriesCache")
+    }
 }
 
 /// The device's steps once found: a cache of what the index and the snapshot already say, not

@@ -3,8 +3,10 @@
 //! [`analyze`] runs the whole set and returns the report `memscope analyze --json` prints and
 //! `GET /api/snapshots/{id}` serves.
 
+pub mod categories;
 pub mod diff;
 pub mod index;
+pub mod labels;
 pub mod leaks;
 pub mod oom;
 pub mod peaks;

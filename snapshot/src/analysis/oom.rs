@@ -99,6 +99,8 @@ pub struct OomReport {
     pub frames: Vec<FrameView>,
     /// The largest call sites alive at the OOM.
     pub largest_sites: Vec<CallSite>,
+    /// What was alive at the OOM, by category ([`super::categories`]).
+    pub categories: super::categories::Totals,
     /// For the OOM that raised: the trace replayed under other allocator settings and the limit
     /// it implies ([`crate::whatif`]); its sentence leads the advice when a setting avoids it.
     pub whatif: Option<OomWhatIf>,
@@ -455,6 +457,7 @@ pub fn oom_reports(
                 site: index.frames.label(snap, stack).map(|f| view(snap, f)),
                 frames: index.frames.display(snap, stack),
                 largest_sites,
+                categories: super::categories::totals_at(snap, index, d, p),
                 whatif: None,
             });
         }

@@ -35,6 +35,8 @@ pub struct DeviceSummary {
     pub peaks_over: PeakScope,
     /// Where each step starts ([`super::steps`]), when the trace shows a loop.
     pub steps: Option<super::steps::Steps>,
+    /// Memory by category ([`super::categories`]) at the peak of requested bytes.
+    pub categories: Option<super::categories::Summary>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -137,6 +139,7 @@ pub fn summary(snap: &Snapshot, index: &Index) -> Summary {
                 peak_reserved_position: p.reserved.position,
                 peaks_over: p.scope,
                 steps: super::steps::steps(snap, index, di),
+                categories: super::categories::summary(snap, index, di, p.requested.position),
             },
         );
     }

@@ -1,0 +1,901 @@
+//! What each allocation is in the model's terms: a parameter, a gradient, optimizer state, an
+//! activation saved for backward, an input, a temporary, another backward buffer, a CUDA graph's
+//! private pool, or unknown, with the rule that decided and how sure it is.
+//!
+//! Stacks alone cannot say it: backward runs on the autograd engine's own thread, whose
+//! allocations carry no Python frames (with `stacks="python"` none at all, with C++ frames only
+//! `Engine::evaluate_function` and the node), parameters are often made before the history
+//! started (no frames, no alloc event), and a compiled model's frames are generated files. So the
+//! classifier reads **lifetimes against phases** first and stacks second:
+//!
+//! 1. Phases. A backward pass is a run of events on the autograd thread (its stacks name the
+//!    engine, or, where the trace has Python frames, have none or none that reach the program's
+//!    `<module>`). Without frames, a backward pass is inferred between optimizer steps: it starts
+//!    where the first gradient-like allocation (kept into the optimizer step, the size of a
+//!    parameter) is made. The optimizer's steps and `zero_grad`s come from their
+//!    `record_function` annotations (`Optimizer.step#…`, which every `torch.optim` optimizer,
+//!    custom ones included, writes) or their frames (`torch/optim/`). Between two backward passes
+//!    the program's own thread runs the optimizer, loads the next batch and runs the next forward
+//!    pass, which starts at the first allocation made inside a module's call (or, without frames,
+//!    the first one that dies in the backward pass after it).
+//! 2. Lifetimes. Made before training and alive throughout: a parameter (or buffer). Made in a
+//!    backward pass and kept past it, the size of a parameter: a gradient (with accumulation,
+//!    later passes add into it in place). Made in an optimizer step and kept: optimizer state.
+//!    Made in a forward pass and freed in the backward pass after it: an activation (autocast's
+//!    weight copies included, as autograd saves them). Made before the forward pass and used
+//!    through backward: an input. Made and freed within one phase: a temporary; within a backward
+//!    pass: an autograd buffer (gradients of activations), except what activation checkpointing
+//!    recomputes (Python frames of `torch/utils/checkpoint.py` or a module's forward on the
+//!    autograd thread), which are activations again.
+//! 3. A run resumed mid-training has its parameters and optimizer state both made before the
+//!    trace, both alive throughout. The gradients tell them apart by count: for each size, as many
+//!    parameters as gradients, the rest optimizer state, the lowest addresses taken as the
+//!    parameters (made first, in the first segments). Said with low confidence.
+//!
+//! Computed once per device ([`categories`]), 3 bytes per allocation, kept with the index's
+//! derived views.
+
+use rustc_hash::{FxHashMap, FxHashSet};
+use serde::Serialize;
+
+use super::index::{DeviceIndex, Index, NONE};
+use crate::frames::is_cpp;
+use crate::model::{Action, Snapshot, StackId};
+
+pub use super::labels::{Categories, Category, Confidence, Label, PhaseSource, Phases, Rule};
+
+/// Bytes per category, in [`Category::ALL`]'s order (JSON: an object keyed by category).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Totals(pub [u64; 9]);
+
+impl Serialize for Totals {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(9))?;
+        for c in Category::ALL {
+            m.serialize_entry(c.as_str(), &self.get(c))?;
+        }
+        m.end()
+    }
+}
+
+impl Totals {
+    pub fn add(&mut self, c: Category, bytes: u64) {
+        self.0[c as usize] += bytes;
+    }
+    pub fn get(&self, c: Category) -> u64 {
+        self.0[c as usize]
+    }
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+}
+
+/// The labels of device `d`, found once and kept with its derived views.
+pub fn categories<'a>(snap: &Snapshot, _index: &Index, d: &'a DeviceIndex) -> &'a Categories {
+    d.lazy.categories.0.get_or_init(|| classify(snap, d))
+}
+
+/// One live allocation, labelled.
+#[derive(Clone, Debug, Serialize)]
+pub struct Labelled {
+    /// Its id in the device index.
+    pub id: u32,
+    pub address: u64,
+    pub size: u64,
+    pub stream: u64,
+    /// Event index of its `alloc`, or none when made before the trace.
+    pub start: Option<u32>,
+    pub stack: StackId,
+    #[serde(flatten)]
+    pub label: Label,
+}
+
+/// Every allocation alive at a position, labelled, and the bytes per category.
+#[derive(Clone, Debug, Serialize)]
+pub struct CategoriesAt {
+    pub device: i32,
+    pub position: u32,
+    pub source: PhaseSource,
+    /// Largest first.
+    pub allocations: Vec<Labelled>,
+    pub totals: Totals,
+}
+
+/// The allocations alive at position `p` of device `d`, labelled.
+pub fn at(snap: &Snapshot, index: &Index, d: &DeviceIndex, p: u32) -> CategoriesAt {
+    let c = categories(snap, index, d);
+    let t = &snap.trace;
+    let p = p.min(d.len);
+    let mut totals = Totals::default();
+    let mut allocations: Vec<Labelled> = d
+        .alive_at(p)
+        .into_iter()
+        .map(|id| {
+            let a = &d.allocations[id as usize];
+            let l = Labelled {
+                id,
+                address: d.addr_of(t, id),
+                size: d.size_of(t, id),
+                stream: d.stream_of(t, id),
+                start: (a.start != NONE).then_some(a.start),
+                stack: a.stack,
+                label: c.label(id),
+            };
+            totals.add(l.label.category, l.size);
+            l
+        })
+        .collect();
+    allocations.sort_by(|a, b| b.size.cmp(&a.size).then(a.address.cmp(&b.address)));
+    CategoriesAt {
+        device: d.device,
+        position: p,
+        source: c.source,
+        allocations,
+        totals,
+    }
+}
+
+/// What a device's report says of its categories.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Summary {
+    pub source: PhaseSource,
+    pub backward_passes: u32,
+    /// Where live (requested) bytes peak, and the bytes per category there.
+    pub peak_position: u32,
+    pub at_peak: Totals,
+}
+
+/// Device `d`'s categories for its report, or `None` without a trace.
+pub fn summary(snap: &Snapshot, index: &Index, d: &DeviceIndex, peak: u32) -> Option<Summary> {
+    if d.len == 0 {
+        return None;
+    }
+    let c = categories(snap, index, d);
+    Some(Summary {
+        source: c.source,
+        backward_passes: c.phases.backward.len() as u32,
+        peak_position: peak,
+        at_peak: totals_at(snap, index, d, peak),
+    })
+}
+
+/// Bytes per category alive at position `p`.
+pub fn totals_at(snap: &Snapshot, index: &Index, d: &DeviceIndex, p: u32) -> Totals {
+    let c = categories(snap, index, d);
+    let mut t = Totals::default();
+    for id in d.alive_at(p) {
+        t.add(c.label(id).category, d.size_of(&snap.trace, id));
+    }
+    t
+}
+
+/// Bytes per category after each of `positions` (ascending), in one pass over the events.
+pub fn totals_along(
+    snap: &Snapshot,
+    index: &Index,
+    d: &DeviceIndex,
+    positions: &[u32],
+) -> Vec<Totals> {
+    let c = categories(snap, index, d);
+    let mut out = Vec::with_capacity(positions.len());
+    let mut t = Totals::default();
+    for pre in &d.pre_trace {
+        t.add(c.label(pre.id).category, pre.size);
+    }
+    let mut p = 0u32;
+    for &want in positions {
+        let want = want.min(d.len);
+        while p < want {
+            let a = d.event_allocation[p as usize];
+            if a != NONE {
+                let al = &d.allocations[a as usize];
+                let size = d.size_of(&snap.trace, a);
+                let cat = c.label(a).category;
+                if al.start == p {
+                    t.add(cat, size);
+                } else if al.end == p {
+                    t.0[cat as usize] = t.0[cat as usize].saturating_sub(size);
+                }
+            }
+            p += 1;
+        }
+        out.push(t);
+    }
+    out
+}
+
+// ---- evidence from stacks ----------------------------------------------------------------------
+
+const HAS_FRAMES: u8 = 1;
+const PYTHON: u8 = 2;
+/// Reaches the program's `<module>` (or the interpreter's own frames in a C++ stack).
+const MAIN: u8 = 4;
+/// The autograd engine's thread: its C++ frames, or Python frames from torch's autograd code
+/// that never reach `<module>`.
+const ENGINE: u8 = 8;
+/// Inside a module's call or a compiled region.
+const FORWARD: u8 = 16;
+/// In `torch/optim/` or a `zero_grad`.
+const OPTIM: u8 = 32;
+/// Activation checkpointing's code.
+const CHECKPOINT: u8 = 64;
+const UNSET: u8 = 128;
+
+struct StackFacts<'a> {
+    snap: &'a Snapshot,
+    frames: Vec<u8>,
+    stacks: Vec<u8>,
+}
+
+impl<'a> StackFacts<'a> {
+    fn new(snap: &'a Snapshot) -> StackFacts<'a> {
+        StackFacts {
+            snap,
+            frames: vec![UNSET; snap.frames.len()],
+            stacks: vec![UNSET; snap.stacks.len()],
+        }
+    }
+
+    fn of(&mut self, s: StackId) -> u8 {
+        let k = s.0 as usize;
+        if k >= self.stacks.len() {
+            return 0;
+        }
+        if self.stacks[k] == UNSET {
+            let mut f = 0u8;
+            let mut python_autograd = false;
+            for &fr in self.snap.stack(s) {
+                let ff = self.frame(fr.0 as usize);
+                f |= ff & !UNSET;
+                python_autograd |= ff & UNSET != 0;
+            }
+            if !self.snap.stack(s).is_empty() {
+                f |= HAS_FRAMES;
+            }
+            // Python frames that never reach `<module>` run on another thread: the autograd
+            // engine's when they are torch's autograd or checkpointing code.
+            if f & PYTHON != 0 && f & MAIN == 0 && (python_autograd || f & CHECKPOINT != 0) {
+                f |= ENGINE;
+            }
+            self.stacks[k] = f;
+        }
+        self.stacks[k]
+    }
+
+    /// A frame's facts; `UNSET` marks torch's autograd Python code here.
+    fn frame(&mut self, k: usize) -> u8 {
+        if self.frames[k] != UNSET {
+            return self.frames[k];
+        }
+        let fr = self.snap.frames.get(crate::model::FrameId(k as u32));
+        let file = self.snap.str(fr.filename);
+        let name = self.snap.str(fr.name);
+        let mut f = 0u8;
+        if is_cpp(file) {
+            if name.contains("Engine::evaluate_function") || name.contains("Engine::thread_main") {
+                f |= ENGINE;
+            }
+            if name.contains("PyEval_EvalFrame") {
+                f |= MAIN;
+            }
+        } else {
+            f |= PYTHON;
+            if name == "<module>" {
+                f |= MAIN;
+            }
+            // A module's call, not its construction or `.to()`/`.cuda()` (same file).
+            if (file.ends_with("torch/nn/modules/module.py")
+                && (name == "_call_impl" || name == "_wrapped_call_impl"))
+                || name == "forward"
+                || file.contains("_dynamo/eval_frame.py")
+            {
+                f |= FORWARD;
+            }
+            if file.contains("torch/optim/") || name == "zero_grad" {
+                f |= OPTIM;
+            }
+            if file.ends_with("torch/utils/checkpoint.py") {
+                f |= CHECKPOINT;
+            }
+            if file.contains("torch/autograd/") || file.contains("torch/_functorch/") {
+                f |= UNSET;
+            }
+        }
+        self.frames[k] = f;
+        f
+    }
+}
+
+// ---- phases ------------------------------------------------------------------------------------
+
+/// The thread an event ran on, as far as its stack says.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Thread {
+    Main,
+    Autograd,
+    Unknown,
+}
+
+fn thread_of(flags: u8, python_trace: bool) -> Thread {
+    if flags & ENGINE != 0 {
+        Thread::Autograd
+    } else if flags & MAIN != 0 || flags & PYTHON != 0 {
+        Thread::Main
+    } else if flags & HAS_FRAMES == 0 && python_trace {
+        // With Python frames recorded, only the autograd engine's thread has none.
+        Thread::Autograd
+    } else {
+        Thread::Unknown
+    }
+}
+
+/// Event ranges of the backward passes: runs of autograd-thread events with at least one
+/// allocation, unbroken by the program's own thread.
+fn backward_from_threads(
+    snap: &Snapshot,
+    d: &DeviceIndex,
+    facts: &mut StackFacts,
+    python_trace: bool,
+) -> Vec<(u32, u32)> {
+    let t = &snap.trace;
+    let mut out = Vec::new();
+    let mut open: Option<(u32, u32, bool)> = None; // start, end, has an alloc
+    for p in 0..d.len {
+        let r = d.row(p);
+        let action = t.action[r];
+        if !matches!(
+            action,
+            Action::Alloc
+                | Action::FreeRequested
+                | Action::FreeCompleted
+                | Action::SegmentAlloc
+                | Action::SegmentFree
+                | Action::SegmentMap
+                | Action::SegmentUnmap
+        ) {
+            continue;
+        }
+        match thread_of(facts.of(t.stack[r]), python_trace) {
+            Thread::Autograd => {
+                let o = open.get_or_insert((p, p + 1, false));
+                o.1 = p + 1;
+                o.2 |= action == Action::Alloc;
+            }
+            Thread::Main => {
+                if let Some((s, e, true)) = open.take() {
+                    out.push((s, e));
+                }
+            }
+            Thread::Unknown => {}
+        }
+    }
+    if let Some((s, e, true)) = open {
+        out.push((s, e));
+    }
+    out
+}
+
+/// Optimizer steps and `zero_grad`s from their annotations, as event ranges.
+fn optimizer_spans(snap: &Snapshot, d: &DeviceIndex) -> Vec<(u32, u32)> {
+    let (times, rows) = (&snap.trace.time_us, d.rows());
+    let mut starts: FxHashMap<u32, Vec<i64>> = FxHashMap::default();
+    let mut spans = Vec::new();
+    for a in &snap.annotations {
+        if a.device != d.device && a.device >= 0 {
+            continue;
+        }
+        let name = snap.str(a.name);
+        if !(name.starts_with("Optimizer.step") || name.starts_with("Optimizer.zero_grad")) {
+            continue;
+        }
+        if a.start {
+            starts.entry(a.name.0).or_default().push(a.time_us);
+        } else if let Some(t0) = starts.get_mut(&a.name.0).and_then(|v| v.pop()) {
+            let s = times.partition_point(rows.clone(), |x| x < t0) as u32;
+            let e = times.partition_point(rows.clone(), |x| x <= a.time_us) as u32;
+            // Kept when empty too: a step that made nothing still ends a stretch.
+            spans.push((s, e.max(s)));
+        }
+    }
+    spans.sort_unstable();
+    spans
+}
+
+fn inside(spans: &[(u32, u32)], p: u32) -> Option<usize> {
+    let k = spans.partition_point(|s| s.0 <= p);
+    (k > 0 && p < spans[k - 1].1).then(|| k - 1)
+}
+
+/// Without frames: between two optimizer steps, the backward pass starts where the first
+/// allocation kept into the next optimizer step and the size of a parameter is made, after at
+/// least one made in the stretch died in it (the forward pass ran).
+fn backward_from_lifetimes(
+    snap: &Snapshot,
+    d: &DeviceIndex,
+    optimizer: &[(u32, u32)],
+    parameter_sizes: &FxHashSet<u64>,
+) -> Vec<(u32, u32)> {
+    let t = &snap.trace;
+    let ends = optimizer.iter().map(|o| o.0).chain(std::iter::once(d.len));
+    let starts = std::iter::once(0).chain(optimizer.iter().map(|o| o.1));
+    let mut out = Vec::new();
+    for (from, to) in starts.zip(ends).filter(|(a, b)| a < b) {
+        let mut died_inside = false;
+        for p in from..to {
+            let a = d.event_allocation[p as usize];
+            if a == NONE {
+                continue;
+            }
+            let al = &d.allocations[a as usize];
+            if al.start != p {
+                continue;
+            }
+            let kept = al.end == NONE || al.end >= to;
+            // A gradient lives until an optimizer's `zero_grad` frees it (kept for good, it
+            // could as well be a library's workspace made by the first forward pass).
+            // The last step's gradients may be alive when the trace ends.
+            let like_gradient =
+                kept && (if al.end == NONE {
+                    from > 0
+                } else {
+                    inside(optimizer, al.end).is_some()
+                }) && parameter_sizes.contains(&d.size_of(t, a));
+            if like_gradient && died_inside {
+                out.push((backward_start(snap, d, from, p), to));
+                break;
+            }
+            died_inside |= !kept;
+        }
+    }
+    out
+}
+
+/// Where a backward pass whose first gradient is made at `g` starts, without frames: at the
+/// forward pass's height (the loss's gradient comes before the first parameter's), counting
+/// only allocations that live at least [`DURABLE_EVENTS`] events: a convolution's workspace,
+/// freed at once, makes a height of its own mid-forward.
+fn backward_start(snap: &Snapshot, d: &DeviceIndex, from: u32, g: u32) -> u32 {
+    let lives = |a: u32| {
+        let al = &d.allocations[a as usize];
+        al.end == NONE || al.start == NONE || al.end - al.start >= DURABLE_EVENTS
+    };
+    let (mut live, mut top, mut height) = (0i64, 0i64, g);
+    for q in from..g {
+        let a = d.event_allocation[q as usize];
+        if a == NONE || !lives(a) {
+            continue;
+        }
+        let al = &d.allocations[a as usize];
+        let size = d.size_of(&snap.trace, a) as i64;
+        if al.start == q {
+            live += size;
+            if live > top {
+                (top, height) = (live, q + 1);
+            }
+        } else if al.end == q {
+            live -= size;
+        }
+    }
+    height
+}
+
+/// Allocations freed sooner than this many events after they are made do not count towards
+/// a forward pass's height.
+const DURABLE_EVENTS: u32 = 16;
+
+// ---- the classifier ----------------------------------------------------------------------------
+
+struct Context<'a> {
+    snap: &'a Snapshot,
+    d: &'a DeviceIndex,
+    phases: Phases,
+    /// Address ranges of private pools' segments.
+    private: Vec<(u64, u64)>,
+    python_trace: bool,
+    parameter_sizes: FxHashSet<u64>,
+}
+
+fn classify(snap: &Snapshot, d: &DeviceIndex) -> Categories {
+    let t = &snap.trace;
+    let mut facts = StackFacts::new(snap);
+    let allocs_with_python = d
+        .rows()
+        .filter(|&r| t.action[r] == Action::Alloc)
+        .take(1 << 16)
+        .filter(|&r| facts.of(t.stack[r]) & PYTHON != 0)
+        .count();
+    let python_trace = allocs_with_python > 0;
+    let has_frames = d
+        .rows()
+        .filter(|&r| t.action[r] == Action::Alloc)
+        .take(1 << 16)
+        .any(|r| facts.of(t.stack[r]) & HAS_FRAMES != 0);
+
+    let mut optimizer = optimizer_spans(snap, d);
+    // Frames say it too where annotations are missing: an event in torch/optim/.
+    if optimizer.is_empty() && python_trace {
+        optimizer = runs_where(d, |p| facts.of(t.stack[d.row(p)]) & OPTIM != 0);
+    }
+    // Parameters before phases: what was made before the trace or before anything was freed and
+    // is alive throughout. Their sizes tell gradients from other backward buffers.
+    let parameter_sizes = early_persistent_sizes(snap, d);
+
+    let (backward, source) = if has_frames {
+        let b = backward_from_threads(snap, d, &mut facts, python_trace);
+        let s = if b.is_empty() {
+            PhaseSource::None
+        } else {
+            PhaseSource::Threads
+        };
+        (b, s)
+    } else {
+        let b = backward_from_lifetimes(snap, d, &optimizer, &parameter_sizes);
+        let s = if b.is_empty() {
+            PhaseSource::None
+        } else {
+            PhaseSource::Lifetimes
+        };
+        (b, s)
+    };
+    let forward_starts = forward_starts(snap, d, &mut facts, &backward, &optimizer, python_trace);
+    // Now that the first forward pass is known: what was made before it and kept (the model
+    // may free as it is built: a cuDNN RNN flattens its weights into one block).
+    let parameter_sizes = if forward_starts[0] == NONE {
+        parameter_sizes
+    } else {
+        persistent_sizes_before(snap, d, forward_starts[0])
+    };
+    let private = private_pools(snap, d);
+    let cx = Context {
+        snap,
+        d,
+        phases: Phases {
+            backward,
+            optimizer,
+            forward_starts,
+        },
+        private,
+        python_trace,
+        parameter_sizes,
+    };
+    let mut labels: Vec<Label> = (0..d.allocations.len() as u32)
+        .map(|id| cx.label(id, &mut facts, source))
+        .collect();
+    workspaces_are_not_gradients(d, &cx.phases.backward, &mut labels);
+    split_resumed(snap, d, &mut labels);
+    Categories {
+        labels,
+        phases: cx.phases,
+        source,
+    }
+}
+
+/// Maximal runs of events where `f` holds, allowing events without a stack between.
+fn runs_where(d: &DeviceIndex, mut f: impl FnMut(u32) -> bool) -> Vec<(u32, u32)> {
+    let mut out: Vec<(u32, u32)> = Vec::new();
+    for p in 0..d.len {
+        if d.event_allocation[p as usize] == NONE || !f(p) {
+            continue;
+        }
+        match out.last_mut() {
+            Some(last) if last.1 == p => last.1 = p + 1,
+            _ => out.push((p, p + 1)),
+        }
+    }
+    out
+}
+
+/// Sizes of allocations alive throughout that were made before the trace or before its first
+/// free of something made in it (model construction precedes any training).
+fn early_persistent_sizes(snap: &Snapshot, d: &DeviceIndex) -> FxHashSet<u64> {
+    let first_free = (0..d.len)
+        .find(|&p| {
+            let a = d.event_allocation[p as usize];
+            a != NONE && {
+                let al = &d.allocations[a as usize];
+                al.start != NONE && al.end == p
+            }
+        })
+        .unwrap_or(d.len);
+    persistent_sizes_before(snap, d, first_free)
+}
+
+/// Sizes of allocations alive throughout made before the trace or before position `p`.
+fn persistent_sizes_before(snap: &Snapshot, d: &DeviceIndex, p: u32) -> FxHashSet<u64> {
+    d.allocations
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| a.end == NONE && (a.start == NONE || a.start < p))
+        .map(|(id, _)| d.size_of(&snap.trace, id as u32))
+        .collect()
+}
+
+/// Each main-thread stretch's forward start: after its last optimizer event, the first
+/// allocation made in a module's call (with Python frames), else the first that dies in the
+/// backward pass after the stretch.
+fn forward_starts(
+    snap: &Snapshot,
+    d: &DeviceIndex,
+    facts: &mut StackFacts,
+    backward: &[(u32, u32)],
+    optimizer: &[(u32, u32)],
+    python_trace: bool,
+) -> Vec<u32> {
+    let t = &snap.trace;
+    let mut out = Vec::with_capacity(backward.len() + 1);
+    for k in 0..=backward.len() {
+        let from = if k == 0 { 0 } else { backward[k - 1].1 };
+        let to = backward.get(k).map_or(d.len, |b| b.0);
+        let after_optimizer = optimizer
+            .iter()
+            .filter(|o| o.0 < to && o.1 > from)
+            .map(|o| o.1)
+            .max()
+            .unwrap_or(from)
+            .clamp(from, to);
+        let made = |p: u32| {
+            let a = d.event_allocation[p as usize];
+            (a != NONE && d.allocations[a as usize].start == p).then_some(a)
+        };
+        let by_frames = python_trace
+            .then(|| {
+                (after_optimizer..to).find(|&p| {
+                    made(p).is_some() && facts.of(t.stack[d.row(p)]) & (FORWARD | OPTIM) == FORWARD
+                })
+            })
+            .flatten();
+        let by_lifetime = || {
+            let b = backward.get(k)?;
+            (after_optimizer..to).find(|&p| {
+                made(p).is_some_and(|a| {
+                    let e = d.allocations[a as usize].end;
+                    e != NONE && e >= b.0 && e < b.1
+                })
+            })
+        };
+        out.push(by_frames.or_else(by_lifetime).unwrap_or(NONE));
+    }
+    out
+}
+
+/// Address ranges of segments in private pools (CUDA graphs, `MemPool`s).
+fn private_pools(snap: &Snapshot, d: &DeviceIndex) -> Vec<(u64, u64)> {
+    let mut v: Vec<(u64, u64)> = d
+        .segments
+        .iter()
+        .filter(|s| s.pool_id != (0, 0))
+        .map(|s| (s.address, s.address + s.size))
+        .chain(
+            snap.segments
+                .iter()
+                .filter(|s| s.device == d.device && s.pool_id != (0, 0))
+                .map(|s| (s.address, s.address + s.total_size)),
+        )
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+impl Context<'_> {
+    fn in_private_pool(&self, addr: u64) -> bool {
+        let k = self.private.partition_point(|r| r.0 <= addr);
+        k > 0 && addr < self.private[k - 1].1
+    }
+
+    fn in_optimizer(&self, p: u32, flags: u8) -> bool {
+        inside(&self.phases.optimizer, p).is_some() || flags & OPTIM != 0
+    }
+
+    fn label(&self, id: u32, facts: &mut StackFacts, source: PhaseSource) -> Label {
+        use Category as C;
+        use Confidence::*;
+        let (d, t) = (self.d, &self.snap.trace);
+        let a = d.allocations[id as usize];
+        if !self.private.is_empty() && self.in_private_pool(d.addr_of(t, id)) {
+            return Label::new(C::CudaGraph, Rule::PrivatePool, High);
+        }
+        let backward = &self.phases.backward;
+        let persistent = a.end == NONE;
+        if a.start == NONE {
+            // Before the trace and alive throughout: a parameter where the trace shows the
+            // model at work (a forward pass); with nothing to read it against, unknown (an
+            // inference server's KV cache is as old as its weights).
+            if persistent && source == PhaseSource::None && self.phases.forward_starts[0] == NONE {
+                return Label::new(C::Unknown, Rule::NoPhases, Low);
+            }
+            if persistent {
+                return Label::new(C::Parameter, Rule::KeptFromBeforeTraining, Medium);
+            }
+            return match inside(backward, a.end) {
+                Some(_) => Label::new(C::Activation, Rule::SavedForBackward, Low),
+                None => Label::new(C::Unknown, Rule::BeforeTrace, Low),
+            };
+        }
+        let s = a.start;
+        let flags = facts.of(a.stack);
+        let sure = if source == PhaseSource::Threads {
+            High
+        } else {
+            Medium
+        };
+        // Made in a backward pass.
+        if let Some(k) = inside(backward, s) {
+            let b = backward[k];
+            if self.python_trace && flags & CHECKPOINT != 0 {
+                return Label::new(C::Activation, Rule::Recomputed, sure);
+            }
+            if !persistent && a.end < b.1 {
+                return Label::new(C::AutogradDetail, Rule::BackwardScratch, sure);
+            }
+            let size = d.size_of(t, id);
+            if self.parameter_sizes.is_empty() || self.parameter_sizes.contains(&size) {
+                let c = if self.parameter_sizes.is_empty() {
+                    Medium
+                } else {
+                    sure
+                };
+                return Label::new(C::Gradient, Rule::KeptFromBackward, c);
+            }
+            return Label::new(C::AutogradDetail, Rule::KeptFromBackwardNoParameter, Medium);
+        }
+        // Made on the program's own thread, in stretch k (between backward passes k-1 and k).
+        let k = backward.partition_point(|b| b.0 <= s);
+        let next = backward.get(k).copied();
+        let forward = self.phases.forward_starts[k];
+        if self.in_optimizer(s, flags) {
+            let kept = persistent || next.is_some_and(|b| a.end >= b.0) || a.end >= forward;
+            return if kept {
+                Label::new(C::OptimizerState, Rule::KeptFromOptimizerStep, High)
+            } else {
+                Label::new(C::Temporary, Rule::FreedInPhase, High)
+            };
+        }
+        if source == PhaseSource::None && forward == NONE {
+            return Label::new(C::Unknown, Rule::NoPhases, Low);
+        }
+        if forward == NONE || s < forward {
+            // Before the forward pass. Kept through two backward passes (or, before the first,
+            // throughout): made to stay. A batch stays for one (the last step's batch may be
+            // alive when the trace ends).
+            let crossed = backward[k..]
+                .iter()
+                .take_while(|b| persistent || a.end >= b.1)
+                .take(2)
+                .count();
+            if persistent && k == 0 {
+                return Label::new(C::Parameter, Rule::KeptFromBeforeTraining, sure);
+            }
+            if persistent && (crossed >= 2 || next.is_none()) {
+                return Label::new(C::OptimizerState, Rule::KeptFromAfterBackward, Medium);
+            }
+            return match next {
+                Some(b) if persistent || a.end >= b.0 => {
+                    Label::new(C::Input, Rule::LoadedBeforeForward, sure)
+                }
+                _ => Label::new(C::Temporary, Rule::FreedInPhase, Medium),
+            };
+        }
+        // The forward pass.
+        match next {
+            Some(b) if !persistent && a.end < b.0 => {
+                Label::new(C::Temporary, Rule::FreedInPhase, sure)
+            }
+            Some(b) if !persistent && a.end < b.1 => {
+                Label::new(C::Activation, Rule::SavedForBackward, sure)
+            }
+            Some(_) if persistent => Label::new(C::Unknown, Rule::KeptFromForward, Low),
+            Some(_) => Label::new(C::Activation, Rule::HeldPastBackward, Low),
+            None if persistent => Label::new(C::Activation, Rule::AliveAfterForward, Low),
+            None => Label::new(C::Temporary, Rule::FreedInPhase, Medium),
+        }
+    }
+}
+
+/// Where gradients are freed every step (`zero_grad(set_to_none=True)`), a block a backward
+/// pass keeps for good, made before the last backward pass, is no gradient: it is the autograd
+/// thread's own cuBLAS workspace (which may well have a parameter's size).
+fn workspaces_are_not_gradients(d: &DeviceIndex, backward: &[(u32, u32)], labels: &mut [Label]) {
+    let Some(last) = backward.last() else {
+        return;
+    };
+    let freed = labels
+        .iter()
+        .zip(&d.allocations)
+        .any(|(l, a)| l.category == Category::Gradient && a.end != NONE);
+    if !freed {
+        return;
+    }
+    for (l, a) in labels.iter_mut().zip(&d.allocations) {
+        if l.category == Category::Gradient && a.end == NONE && a.start < last.0 {
+            *l = Label::new(
+                Category::AutogradDetail,
+                Rule::KeptFromBackwardForGood,
+                Confidence::Medium,
+            );
+        }
+    }
+}
+
+/// A resumed run: parameters and optimizer state both made before the trace. For each size,
+/// as many parameters as the most gradients of that size made in one backward pass; the rest of
+/// the same-size blocks alive throughout from before the trace are optimizer state, the lowest
+/// addresses taken as the parameters.
+fn split_resumed(snap: &Snapshot, d: &DeviceIndex, labels: &mut [Label]) {
+    let t = &snap.trace;
+    let mut gradients: FxHashMap<u64, u32> = FxHashMap::default();
+    for (id, l) in labels.iter().enumerate() {
+        if l.category == Category::Gradient {
+            *gradients.entry(d.size_of(t, id as u32)).or_default() += 1;
+        }
+    }
+    // Optimizer state made in the trace: the run was not resumed (same-size blocks beyond the
+    // gradients' count are buffers, or frozen parameters).
+    if gradients.is_empty() || labels.iter().any(|l| l.rule == Rule::KeptFromOptimizerStep) {
+        return;
+    }
+    let passes = passes_with_gradients(d, labels).max(1);
+    let mut by_size: FxHashMap<u64, Vec<(u64, u32)>> = FxHashMap::default();
+    let mut in_trace: FxHashMap<u64, u32> = FxHashMap::default();
+    for (id, l) in labels.iter().enumerate() {
+        if l.category != Category::Parameter {
+            continue;
+        }
+        let size = d.size_of(t, id as u32);
+        if d.allocations[id].start == NONE {
+            by_size
+                .entry(size)
+                .or_default()
+                .push((d.addr_of(t, id as u32), id as u32));
+        } else {
+            *in_trace.entry(size).or_default() += 1;
+        }
+    }
+    for (size, mut blocks) in by_size {
+        let Some(&g) = gradients.get(&size) else {
+            continue;
+        };
+        let params = (g / passes).saturating_sub(in_trace.get(&size).copied().unwrap_or(0));
+        if blocks.len() as u32 <= params {
+            continue;
+        }
+        blocks.sort_unstable();
+        for (k, &(_, id)) in blocks.iter().enumerate() {
+            let c = if (k as u32) < params {
+                Category::Parameter
+            } else {
+                Category::OptimizerState
+            };
+            labels[id as usize] = Label::new(c, Rule::SplitByGradientCount, Confidence::Low);
+        }
+    }
+}
+
+/// How many backward passes made gradients (with `set_to_none`, each step makes them anew).
+fn passes_with_gradients(d: &DeviceIndex, labels: &[Label]) -> u32 {
+    // Gradients made in one pass are freed together before the next pass makes them again, so
+    // the count of passes is the number of times the first gradient's stack… counted simply:
+    // the most gradients alive at once divides the total.
+    let mut alive = 0i64;
+    let mut most = 0i64;
+    let mut total = 0i64;
+    for p in 0..d.len {
+        let a = d.event_allocation[p as usize];
+        if a == NONE || labels[a as usize].category != Category::Gradient {
+            continue;
+        }
+        let al = &d.allocations[a as usize];
+        if al.start == p {
+            alive += 1;
+            total += 1;
+            most = most.max(alive);
+        } else if al.end == p {
+            alive -= 1;
+        }
+    }
+    if most == 0 {
+        1
+    } else {
+        (total / most).max(1) as u32
+    }
+}
