@@ -81,6 +81,7 @@ pub enum CategoryRule {
     SplitByGradientCount,
     KeptFromOptimizerStep,
     KeptFromAfterBackward,
+    KeptBetweenSteps,
     KeptFromBackward,
     SavedForBackward,
     Recomputed,
@@ -109,6 +110,9 @@ impl CategoryRule {
             R::KeptFromOptimizerStep => "made in an optimizer step and kept after it",
             R::KeptFromAfterBackward => {
                 "made after a backward pass, before the next forward pass, and kept"
+            }
+            R::KeptBetweenSteps => {
+                "made between steps, outside the optimizer's steps, and kept through later steps"
             }
             R::KeptFromBackward => {
                 "made in a backward pass and kept into the optimizer step, a parameter's size"

@@ -23,6 +23,7 @@ pub const SEGMENTS: &str = "/api/snapshots/{id}/segments";
 pub const FRAMES: &str = "/api/snapshots/{id}/frames/{stack}";
 pub const EVENTS: &str = "/api/snapshots/{id}/events";
 pub const WHATIF: &str = "/api/snapshots/{id}/whatif";
+pub const CATEGORIES: &str = "/api/snapshots/{id}/categories";
 pub const UPLOAD_PROGRESS: &str = "/api/uploads/{token}";
 pub const DIFF: &str = "/api/diff/{a}/{b}";
 pub const RUNS: &str = "/api/runs";
@@ -112,6 +113,9 @@ pub fn events(id: &str, q: &EventsQuery) -> String {
 }
 pub fn whatif(id: &str, q: &WhatIfQuery) -> String {
     with_query(snapshot_path(id, "/whatif"), q)
+}
+pub fn categories(id: &str, q: &crate::categories::CategoriesQuery) -> String {
+    with_query(snapshot_path(id, "/categories"), q)
 }
 pub fn frames(id: &str, stack: crate::StackId) -> String {
     snapshot_path(id, &format!("/frames/{}", stack.0))

@@ -190,6 +190,7 @@ fn category_rule(r: categories::Rule) -> api::CategoryRule {
         R::SplitByGradientCount => A::SplitByGradientCount,
         R::KeptFromOptimizerStep => A::KeptFromOptimizerStep,
         R::KeptFromAfterBackward => A::KeptFromAfterBackward,
+        R::KeptBetweenSteps => A::KeptBetweenSteps,
         R::KeptFromBackward => A::KeptFromBackward,
         R::SavedForBackward => A::SavedForBackward,
         R::Recomputed => A::Recomputed,

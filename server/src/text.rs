@@ -113,6 +113,15 @@ pub fn render(name: &str, r: &Report, top: usize) -> String {
         if !acts.is_empty() {
             let _ = writeln!(o, "    {}", acts.join(", "));
         }
+        if let Some(c) = &d.categories {
+            let bytes = crate::convert::category_bytes(c.at_peak);
+            let _ = writeln!(
+                o,
+                "    by category at the peak (event {}): {}",
+                thousands(c.peak_position as u64),
+                api::category_words(&bytes, hb)
+            );
+        }
     }
 
     if !r.warnings.is_empty() {
@@ -204,6 +213,10 @@ pub fn render(name: &str, r: &Report, top: usize) -> String {
             let _ = writeln!(o, "    verdict: {}: {}", m.verdict.as_str(), m.explanation);
             for a in &m.advice {
                 let _ = writeln!(o, "    - {a}");
+            }
+            let bytes = crate::convert::category_bytes(m.categories);
+            if bytes.total() > 0 {
+                let _ = writeln!(o, "    at the OOM: {}", api::category_words(&bytes, hb));
             }
             for s in m.largest_sites.iter().take(3) {
                 let _ = writeln!(o, "    {:>10}  {}", hb(s.bytes), site(&s.site));

@@ -345,3 +345,83 @@ fn a_folder_of_ranks_is_analysed_as_one_run() {
     );
     let _ = std::fs::remove_dir_all(dir.parent().unwrap());
 }
+
+/// Issue 35: `memscope categories FILE --at EVENT --json` lists every live allocation with its
+/// category, rule and confidence, and the totals; the human form gives the bytes per category
+/// and why the largest allocations are what they are; `analyze` gives the bytes per category at
+/// the peak. Read on a real recording whose truth says what was alive after the last forward.
+#[test]
+fn categories_at_an_event_list_every_live_allocation_and_the_totals() {
+    let file = fixture("categories/gpt_bf16_adamw.python.pickle.xz");
+    let truth: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixture("categories/gpt_bf16_adamw.python.json")).unwrap(),
+    )
+    .unwrap();
+    let moment = &truth["moments"][3];
+    assert_eq!(moment["name"], "step3.after_forward");
+    let at = moment["position"].as_u64().unwrap().to_string();
+    let out = memscope(&["categories", file.to_str().unwrap(), "--at", &at, "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["position"].as_u64().unwrap().to_string(), at);
+    let all = v["allocations"].as_array().unwrap();
+    assert_eq!(all.len() as u64, v["count"].as_u64().unwrap());
+    let sum: u64 = all.iter().map(|a| a["size"].as_u64().unwrap()).sum();
+    let totals = v["totals"].as_object().unwrap();
+    assert_eq!(totals.len(), 9);
+    assert_eq!(
+        sum,
+        totals.values().map(|b| b.as_u64().unwrap()).sum::<u64>()
+    );
+    // Every parameter the process named at that moment is labelled one, with its rule.
+    let by_address: std::collections::HashMap<u64, &serde_json::Value> = all
+        .iter()
+        .map(|a| (a["address"].as_u64().unwrap(), a))
+        .collect();
+    for (category, want) in [("parameter", "parameter"), ("activation", "activation")] {
+        for st in moment["truth"][category].as_array().unwrap() {
+            let a = by_address[&st[0].as_u64().unwrap()];
+            assert_eq!(a["category"], want, "{a}");
+            assert!(a["rule"].is_string() && a["confidence"].is_string(), "{a}");
+        }
+    }
+    let text = memscope(&[
+        "categories",
+        file.to_str().unwrap(),
+        "--at",
+        &at,
+        "--top",
+        "3",
+    ]);
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(
+        text.contains("activations") && text.contains("optimizer state"),
+        "{text}"
+    );
+    assert!(
+        text.contains("because it was made in a forward pass"),
+        "{text}"
+    );
+    let bad = memscope(&[
+        "categories",
+        file.to_str().unwrap(),
+        "--category",
+        "weights",
+    ]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("one of parameter, gradient"));
+    let past = memscope(&["categories", file.to_str().unwrap(), "--at", "99999999"]);
+    assert!(String::from_utf8_lossy(&past.stderr).contains("past the trace's end"));
+    let report = analyze_json("categories/gpt_bf16_adamw.python.pickle.xz");
+    let c = &report["devices"]["0"]["categories"];
+    assert_eq!(c["source"], "threads");
+    assert_eq!(c["backward_passes"], 4);
+    assert!(
+        c["at_peak"]["optimizer_state"].as_u64().unwrap() > 200 << 20,
+        "{c}"
+    );
+}

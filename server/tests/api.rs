@@ -564,6 +564,7 @@ async fn every_api_route_builder_reaches_its_handler() {
             ),
         ),
         ("GET", routes::whatif(&id, &Default::default())),
+        ("GET", routes::categories(&id, &Default::default())),
         ("GET", routes::diff(&id, &id, &Default::default())),
         ("GET", routes::runs()),
         ("GET", routes::run("no-such-job")),

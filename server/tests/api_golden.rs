@@ -196,6 +196,16 @@ async fn snapshot_endpoints_answer_as_recorded() {
             ("stacks_python", "/stacks?frames=python".into()),
             ("stacks_mid", format!("/stacks?position={mid}")),
             ("frames_1", "/frames/1".into()),
+            ("categories", "/categories?limit=12".into()),
+            (
+                "categories_mid",
+                format!("/categories?position={mid}&limit=6"),
+            ),
+            (
+                "categories_activations",
+                "/categories?category=activation&limit=4".into(),
+            ),
+            ("bad_category", "/categories?category=weights".into()),
             ("device_9", "/timeline?device=9".into()),
             ("bad_frames", "/stacks?frames=cpp".into()),
         ];

@@ -30,6 +30,41 @@ pub fn router() -> Router<AppState> {
         .route(routes::FRAMES, get(frames))
         .route(routes::EVENTS, get(events))
         .route(routes::WHATIF, get(whatif))
+        .route(routes::CATEGORIES, get(categories))
+}
+
+/// Memory by category at a position (default: the peak of live bytes): every live allocation
+/// labelled, the largest `limit` (default 500) listed, and the bytes per category.
+async fn categories(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    ApiQuery(q): ApiQuery<api::CategoriesQuery>,
+) -> ApiResult<Json<api::CategoriesAt>> {
+    let r = query(&s, &id, move |m, _| {
+        let d = device_of(m, q.device)?;
+        if d.len == 0 {
+            return Err(ApiError::BadRequest(format!(
+                "device {} has no trace: categories are read from the allocation history",
+                d.device
+            )));
+        }
+        let p = q.position.unwrap_or(d.peak_position).min(d.len);
+        let at = analysis::categories::at(&m.snap, &m.index, d, p);
+        let passes = analysis::categories::categories(&m.snap, &m.index, d)
+            .phases
+            .backward
+            .len() as u32;
+        Ok(convert::categories_at(
+            at,
+            &m.snap,
+            &m.index,
+            passes,
+            q.category,
+            Some(q.limit.unwrap_or(500) as usize),
+        ))
+    })
+    .await?;
+    Ok(Json(r))
 }
 
 /// The snapshot `id`, loaded (from memory or its model file); 404 if there is none.

@@ -72,8 +72,8 @@ impl Totals {
 }
 
 /// The labels of device `d`, found once and kept with its derived views.
-pub fn categories<'a>(snap: &Snapshot, _index: &Index, d: &'a DeviceIndex) -> &'a Categories {
-    d.lazy.categories.0.get_or_init(|| classify(snap, d))
+pub fn categories<'a>(snap: &Snapshot, index: &Index, d: &'a DeviceIndex) -> &'a Categories {
+    d.lazy.categories.0.get_or_init(|| classify(snap, index, d))
 }
 
 /// One live allocation, labelled.
@@ -158,6 +158,33 @@ pub fn summary(snap: &Snapshot, index: &Index, d: &DeviceIndex, peak: u32) -> Op
         peak_position: peak,
         at_peak: totals_at(snap, index, d, peak),
     })
+}
+
+/// For each allocation of device `d`: made to stay (a parameter, or optimizer state made in the
+/// first optimizer step or before the trace), so never a leak.
+pub fn settled(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Vec<bool> {
+    let c = categories(snap, index, d);
+    // The first step's optimizer state is made by the end of the first optimizer step after
+    // the first backward pass.
+    let first_backward = c.phases.backward.first().map_or(0, |b| b.1);
+    let first_step_end = c
+        .phases
+        .optimizer
+        .iter()
+        .find(|o| o.1 > first_backward && o.1 > o.0)
+        .map_or(NONE, |o| o.1);
+    let first_stretch_end = c.phases.backward.get(1).map_or(NONE, |b| b.0);
+    d.allocations
+        .iter()
+        .zip(&c.labels)
+        .map(|(a, l)| match l.category {
+            Category::Parameter => true,
+            Category::OptimizerState => {
+                a.start == NONE || a.start < first_step_end.min(first_stretch_end)
+            }
+            _ => false,
+        })
+        .collect()
 }
 
 /// Bytes per category alive at position `p`.
@@ -484,6 +511,12 @@ fn backward_start(snap: &Snapshot, d: &DeviceIndex, from: u32, g: u32) -> u32 {
 /// a forward pass's height.
 const DURABLE_EVENTS: u32 = 16;
 
+/// Alive to the end of the run: never freed, or freed only as a fatal OOM at `end_of_run`
+/// unwound the program.
+fn lasts(a: &super::index::Allocation, end_of_run: u32) -> bool {
+    a.end == NONE || a.end >= end_of_run
+}
+
 // ---- the classifier ----------------------------------------------------------------------------
 
 struct Context<'a> {
@@ -494,10 +527,22 @@ struct Context<'a> {
     private: Vec<(u64, u64)>,
     python_trace: bool,
     parameter_sizes: FxHashSet<u64>,
+    /// The fatal OOM's position, or [`NONE`].
+    end_of_run: u32,
+    /// Some event's stack is in `torch/optim/` or a `zero_grad`.
+    optimizer_frames: bool,
 }
 
-fn classify(snap: &Snapshot, d: &DeviceIndex) -> Categories {
+fn classify(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Categories {
     let t = &snap.trace;
+    // A program that dies of an OOM frees what it held as the exception unwinds, before its
+    // snapshot: what was alive at that OOM lasted as long as the run did.
+    let end_of_run = super::recovery::fates(snap, index, d)
+        .iter()
+        .filter(|f| f.recovery == super::recovery::Recovery::Fatal)
+        .map(|f| f.position)
+        .min()
+        .unwrap_or(NONE);
     let mut facts = StackFacts::new(snap);
     let allocs_with_python = d
         .rows()
@@ -512,6 +557,9 @@ fn classify(snap: &Snapshot, d: &DeviceIndex) -> Categories {
         .take(1 << 16)
         .any(|r| facts.of(t.stack[r]) & HAS_FRAMES != 0);
 
+    let optimizer_frames = python_trace
+        && d.rows()
+            .any(|r| t.action[r] == Action::Alloc && facts.of(t.stack[r]) & OPTIM != 0);
     let mut optimizer = optimizer_spans(snap, d);
     // Frames say it too where annotations are missing: an event in torch/optim/.
     if optimizer.is_empty() && python_trace {
@@ -519,7 +567,7 @@ fn classify(snap: &Snapshot, d: &DeviceIndex) -> Categories {
     }
     // Parameters before phases: what was made before the trace or before anything was freed and
     // is alive throughout. Their sizes tell gradients from other backward buffers.
-    let parameter_sizes = early_persistent_sizes(snap, d);
+    let parameter_sizes = early_persistent_sizes(snap, d, end_of_run);
 
     let (backward, source) = if has_frames {
         let b = backward_from_threads(snap, d, &mut facts, python_trace);
@@ -544,7 +592,7 @@ fn classify(snap: &Snapshot, d: &DeviceIndex) -> Categories {
     let parameter_sizes = if forward_starts[0] == NONE {
         parameter_sizes
     } else {
-        persistent_sizes_before(snap, d, forward_starts[0])
+        persistent_sizes_before(snap, d, forward_starts[0], end_of_run)
     };
     let private = private_pools(snap, d);
     let cx = Context {
@@ -558,11 +606,13 @@ fn classify(snap: &Snapshot, d: &DeviceIndex) -> Categories {
         private,
         python_trace,
         parameter_sizes,
+        end_of_run,
+        optimizer_frames,
     };
     let mut labels: Vec<Label> = (0..d.allocations.len() as u32)
         .map(|id| cx.label(id, &mut facts, source))
         .collect();
-    workspaces_are_not_gradients(d, &cx.phases.backward, &mut labels);
+    workspaces_are_not_gradients(d, &cx.phases.backward, end_of_run, &mut labels);
     split_resumed(snap, d, &mut labels);
     Categories {
         labels,
@@ -588,7 +638,7 @@ fn runs_where(d: &DeviceIndex, mut f: impl FnMut(u32) -> bool) -> Vec<(u32, u32)
 
 /// Sizes of allocations alive throughout that were made before the trace or before its first
 /// free of something made in it (model construction precedes any training).
-fn early_persistent_sizes(snap: &Snapshot, d: &DeviceIndex) -> FxHashSet<u64> {
+fn early_persistent_sizes(snap: &Snapshot, d: &DeviceIndex, end_of_run: u32) -> FxHashSet<u64> {
     let first_free = (0..d.len)
         .find(|&p| {
             let a = d.event_allocation[p as usize];
@@ -598,15 +648,21 @@ fn early_persistent_sizes(snap: &Snapshot, d: &DeviceIndex) -> FxHashSet<u64> {
             }
         })
         .unwrap_or(d.len);
-    persistent_sizes_before(snap, d, first_free)
+    persistent_sizes_before(snap, d, first_free, end_of_run)
 }
 
-/// Sizes of allocations alive throughout made before the trace or before position `p`.
-fn persistent_sizes_before(snap: &Snapshot, d: &DeviceIndex, p: u32) -> FxHashSet<u64> {
+/// Sizes of allocations alive to the end of the run made before the trace or before position
+/// `p`.
+fn persistent_sizes_before(
+    snap: &Snapshot,
+    d: &DeviceIndex,
+    p: u32,
+    end_of_run: u32,
+) -> FxHashSet<u64> {
     d.allocations
         .iter()
         .enumerate()
-        .filter(|(_, a)| a.end == NONE && (a.start == NONE || a.start < p))
+        .filter(|(_, a)| lasts(a, end_of_run) && (a.start == NONE || a.start < p))
         .map(|(id, _)| d.size_of(&snap.trace, id as u32))
         .collect()
 }
@@ -696,7 +752,7 @@ impl Context<'_> {
             return Label::new(C::CudaGraph, Rule::PrivatePool, High);
         }
         let backward = &self.phases.backward;
-        let persistent = a.end == NONE;
+        let persistent = lasts(&a, self.end_of_run);
         if a.start == NONE {
             // Before the trace and alive throughout: a parameter where the trace shows the
             // model at work (a forward pass); with nothing to read it against, unknown (an
@@ -755,24 +811,35 @@ impl Context<'_> {
             return Label::new(C::Unknown, Rule::NoPhases, Low);
         }
         if forward == NONE || s < forward {
-            // Before the forward pass. Kept through two backward passes (or, before the first,
-            // throughout): made to stay. A batch stays for one (the last step's batch may be
-            // alive when the trace ends).
-            let crossed = backward[k..]
+            // Before the forward pass. Kept through every later backward pass, two or more (or,
+            // before the first, to the end): made to stay, though a training function's model
+            // may be freed when it returns, before the snapshot. A batch stays for one (the
+            // last step's batch may be alive when the trace ends).
+            let later = &backward[k..];
+            let crossed = later
                 .iter()
                 .take_while(|b| persistent || a.end >= b.1)
-                .take(2)
                 .count();
-            if persistent && k == 0 {
+            let stays = persistent || (crossed >= 2 && crossed == later.len());
+            if stays && k == 0 {
                 return Label::new(C::Parameter, Rule::KeptFromBeforeTraining, sure);
             }
-            if persistent && (crossed >= 2 || next.is_none()) {
-                return Label::new(C::OptimizerState, Rule::KeptFromAfterBackward, Medium);
+            if stays && crossed >= 2 {
+                // Optimizer state is made in the first step; where the trace shows where its
+                // optimizer steps are, what is kept from outside them is something else (a
+                // list the program appends to).
+                return if self.phases.optimizer.is_empty() && !self.optimizer_frames && k == 1 {
+                    Label::new(C::OptimizerState, Rule::KeptFromAfterBackward, Medium)
+                } else {
+                    Label::new(C::Unknown, Rule::KeptBetweenSteps, Low)
+                };
             }
             return match next {
                 Some(b) if persistent || a.end >= b.0 => {
                     Label::new(C::Input, Rule::LoadedBeforeForward, sure)
                 }
+                // The last forward pass's batch, alive when the trace (or the run) ends.
+                None if persistent => Label::new(C::Input, Rule::LoadedBeforeForward, Low),
                 _ => Label::new(C::Temporary, Rule::FreedInPhase, Medium),
             };
         }
@@ -795,19 +862,24 @@ impl Context<'_> {
 /// Where gradients are freed every step (`zero_grad(set_to_none=True)`), a block a backward
 /// pass keeps for good, made before the last backward pass, is no gradient: it is the autograd
 /// thread's own cuBLAS workspace (which may well have a parameter's size).
-fn workspaces_are_not_gradients(d: &DeviceIndex, backward: &[(u32, u32)], labels: &mut [Label]) {
+fn workspaces_are_not_gradients(
+    d: &DeviceIndex,
+    backward: &[(u32, u32)],
+    end_of_run: u32,
+    labels: &mut [Label],
+) {
     let Some(last) = backward.last() else {
         return;
     };
     let freed = labels
         .iter()
         .zip(&d.allocations)
-        .any(|(l, a)| l.category == Category::Gradient && a.end != NONE);
+        .any(|(l, a)| l.category == Category::Gradient && !lasts(a, end_of_run));
     if !freed {
         return;
     }
     for (l, a) in labels.iter_mut().zip(&d.allocations) {
-        if l.category == Category::Gradient && a.end == NONE && a.start < last.0 {
+        if l.category == Category::Gradient && lasts(a, end_of_run) && a.start < last.0 {
             *l = Label::new(
                 Category::AutogradDetail,
                 Rule::KeptFromBackwardForGood,

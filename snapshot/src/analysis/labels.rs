@@ -71,6 +71,9 @@ pub enum Rule {
     /// Made after a backward pass and before the next forward pass, kept throughout, outside any
     /// annotated optimizer step.
     KeptFromAfterBackward,
+    /// Made between steps, outside the optimizer steps the trace shows, and kept through two or
+    /// more steps (a list the program appends to).
+    KeptBetweenSteps,
     /// Made in a backward pass, kept into the optimizer step, the size of a parameter.
     KeptFromBackward,
     /// Made in a forward pass, freed in the backward pass after it.

@@ -205,14 +205,15 @@ fn accumulate(
     site_of: &SiteOf,
     waves: &[u32],
     working_set: &[bool],
+    settled: &[bool],
     until: u32,
 ) -> FxHashMap<Site, Acc> {
     // Stack → index into `accs`, filled as stacks are met.
     let mut acc_of = vec![u32::MAX; site_of.0.len()];
     let mut accs: Vec<(Site, Acc)> = Vec::new();
     let mut slot_of_site: FxHashMap<Site, u32> = FxHashMap::default();
-    for a in &d.allocations {
-        if a.start == NONE || a.stack == StackId::EMPTY || a.start >= until {
+    for (id, a) in d.allocations.iter().enumerate() {
+        if a.start == NONE || a.stack == StackId::EMPTY || a.start >= until || settled[id] {
             continue;
         }
         let mut k = acc_of[a.stack.0 as usize];
@@ -294,7 +295,18 @@ pub fn suspects_until(
     }
     let waves = wave_ends(d);
     let working_set = working_set_stacks(snap, d);
-    let first = accumulate(&snap.trace, d, &site_of, &waves, &working_set, until);
+    // Parameters and the first step's optimizer state are made to stay: never leaks, even
+    // where they are made step by step (a model built layer by layer as training goes).
+    let settled = super::categories::settled(snap, index, d);
+    let first = accumulate(
+        &snap.trace,
+        d,
+        &site_of,
+        &waves,
+        &working_set,
+        &settled,
+        until,
+    );
     let suspect_sites: rustc_hash::FxHashSet<FrameId> = first
         .iter()
         .filter(|(_, acc)| acc.is_suspect())
@@ -317,7 +329,15 @@ pub fn suspects_until(
             *site = Some(*outer);
         }
     }
-    let by = accumulate(&snap.trace, d, &site_of, &waves, &working_set, until);
+    let by = accumulate(
+        &snap.trace,
+        d,
+        &site_of,
+        &waves,
+        &working_set,
+        &settled,
+        until,
+    );
     // The steps begun before `until`.
     let steps = steps(snap, index, d)
         .map(|mut s| {
@@ -349,7 +369,13 @@ pub fn suspects_until(
     let at_marks = live_at(
         snap,
         d,
-        |s| of.get(s.0 as usize).copied().unwrap_or(NONE),
+        |id, s| {
+            if settled[id as usize] {
+                NONE
+            } else {
+                of.get(s.0 as usize).copied().unwrap_or(NONE)
+            }
+        },
         sites.len(),
         &marks,
     );
@@ -574,7 +600,7 @@ fn duration_words(us: u64) -> String {
 pub fn live_at(
     snap: &Snapshot,
     d: &DeviceIndex,
-    group_of: impl Fn(StackId) -> u32,
+    group_of: impl Fn(u32, StackId) -> u32,
     groups: usize,
     marks: &[u32],
 ) -> Vec<Vec<u64>> {
@@ -583,7 +609,7 @@ pub fn live_at(
     // Alive after p events iff start < p <= end: the first mark past its start on.
     let first_after = |e: u32| marks.partition_point(|&p| p <= e);
     for (id, a) in d.allocations.iter().enumerate() {
-        let g = group_of(a.stack);
+        let g = group_of(id as u32, a.stack);
         if g == NONE || g as usize >= groups {
             continue;
         }
@@ -640,7 +666,7 @@ pub fn series_by(
         .iter()
         .map(|&p| super::timeline::time_at(snap, d, p))
         .collect();
-    live_at(snap, d, group_of, groups, &marks)
+    live_at(snap, d, |_, s| group_of(s), groups, &marks)
         .into_iter()
         .map(|row| {
             row.into_iter()

@@ -531,7 +531,7 @@ fn growth_at(
     live_at(
         snap,
         d,
-        |s| of.get(s.0 as usize).copied().unwrap_or(NONE),
+        |_, s| of.get(s.0 as usize).copied().unwrap_or(NONE),
         suspects.len(),
         positions,
     )
