@@ -69,6 +69,16 @@ pub struct Diff {
     /// How many call sites hold the same at both peaks.
     pub unchanged_sites: usize,
     pub leaks: Vec<LeakDelta>,
+    /// What was alive by category at each side's peak, when both have a trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub categories_at_peak: Option<CategoriesDelta>,
+}
+
+/// Bytes per category at A's peak and at B's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CategoriesDelta {
+    pub a: crate::categories::CategoryBytes,
+    pub b: crate::categories::CategoryBytes,
 }
 
 /// `GET /api/diff/{a}/{b}`: the diff and both snapshots' ids and names.

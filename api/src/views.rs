@@ -28,6 +28,9 @@ pub struct TimelineQuery {
     /// How many of the largest allocations overlapping the window to include (default 2000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allocations: Option<usize>,
+    /// Also the bytes per category in each bucket ([`TimelineAnswer::categories`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub categories: Option<bool>,
 }
 
 impl TimelineQuery {
@@ -145,6 +148,10 @@ pub struct TimelineAnswer {
     /// stretches left out); ask for `first_time_us..last_time_us` to see everything.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fitted: Option<FittedWindow>,
+    /// With `categories=true`: for each bucket, what was alive by category where its live bytes
+    /// are highest (so the stacked categories reach the bucket's `live_max`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub categories: Option<Vec<crate::categories::CategoryBytes>>,
 }
 
 /// What the first view left out to show where memory changes.
@@ -222,6 +229,9 @@ pub struct StacksQuery {
     pub position: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub frames: Option<FlameFrames>,
+    /// Only allocations of this category ([`crate::categories`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub category: Option<crate::categories::Category>,
 }
 
 /// `?device=N` (default: the first device with a trace).
@@ -258,6 +268,9 @@ pub struct BlockView {
     /// Index of the allocation among the device's allocations, if known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allocation: Option<u32>,
+    /// What the allocation is ([`crate::categories`]), when the trace knows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub category: Option<crate::categories::Category>,
     /// Its stack (resolve with `/frames/{stack}`; 0: none).
     pub stack: StackId,
     /// Its call site: an index into [`AllocatorState::sites`].

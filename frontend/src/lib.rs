@@ -5,11 +5,12 @@
 //! reduced windows (`api` types, decoded in `api.rs`) and draws them on canvases.
 //!
 //! Module map: `pages/` one file per page or tab; `api.rs` the one module that talks to the
-//! server; `url.rs` a snapshot page's URL state; `canvas.rs` what the charts share; `fmt.rs`
-//! formatting. Pages import these, never each other's parents.
+//! server; `url.rs` a snapshot page's URL state; `canvas.rs` what the charts share; `categories.rs`
+//! each category's colour; `fmt.rs` formatting. Pages import these, never each other's parents.
 
 mod api;
 mod canvas;
+mod categories;
 mod fmt;
 mod pages;
 mod url;

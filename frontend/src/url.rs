@@ -8,7 +8,7 @@ use leptos_router::NavigateOptions;
 use leptos_router::hooks::use_navigate;
 
 /// The query keys a snapshot page keeps, in the order its URLs write them.
-pub const KEYS: [&str; 12] = [
+pub const KEYS: [&str; 15] = [
     "view",
     "device",
     "from",
@@ -21,6 +21,9 @@ pub const KEYS: [&str; 12] = [
     "limit",
     "limit_kind",
     "steps",
+    "by",
+    "hide",
+    "category",
 ];
 
 /// The query after `changes` (a key set to `None` is removed; other keys are kept), in `KEYS`

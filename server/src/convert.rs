@@ -534,6 +534,15 @@ pub fn allocator_state(
 ) -> api::AllocatorState {
     let mut site_ids: std::collections::HashMap<model::FrameId, u32> = Default::default();
     let mut sites = Vec::new();
+    // Each block's category, where the device has a trace to read it from.
+    let labels = index
+        .device(s.device)
+        .filter(|d| d.len > 0)
+        .map(|d| categories::categories(snap, index, d));
+    let category_of = |a: Option<u32>| {
+        let (labels, a) = (labels?, a?);
+        Some(category(labels.labels.get(a as usize)?.category))
+    };
     let mut site_of = |stack: model::StackId| {
         if stack == model::StackId::EMPTY {
             return None;
@@ -573,6 +582,7 @@ pub fn allocator_state(
                     requested_bytes: b.requested_size,
                     state: block_state(b.state),
                     allocation: b.allocation,
+                    category: category_of(b.allocation),
                     stack: stack_id(b.stack),
                     site: site_of(b.stack),
                 })
@@ -656,6 +666,10 @@ pub fn diff(d: diff::Diff) -> api::Diff {
                 bytes: f.bytes,
             })
             .collect(),
+        categories_at_peak: d.categories_at_peak.map(|(a, b)| api::CategoriesDelta {
+            a: category_bytes(a),
+            b: category_bytes(b),
+        }),
         sites_at_peak: d
             .sites_at_peak
             .into_iter()

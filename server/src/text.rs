@@ -267,6 +267,26 @@ pub fn render_diff(a: &str, b: &str, d: &Diff) -> String {
         };
         let _ = writeln!(o, "  {:<26} {va:>12} {vb:>12} {dv:>12}", f.name);
     }
+    if let Some((ca, cb)) = d.categories_at_peak {
+        let (ca, cb) = (
+            crate::convert::category_bytes(ca),
+            crate::convert::category_bytes(cb),
+        );
+        let _ = writeln!(o, "\n  by category at each peak");
+        for c in api::Category::ALL {
+            let (a, b) = (ca.get(c), cb.get(c));
+            if a + b > 0 {
+                let _ = writeln!(
+                    o,
+                    "  {:<26} {:>12} {:>12} {:>12}",
+                    c.words(),
+                    hb(a),
+                    hb(b),
+                    signed_bytes(b as i64 - a as i64)
+                );
+            }
+        }
+    }
     let _ = writeln!(o);
     let events = |i: usize| {
         d.figures

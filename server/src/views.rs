@@ -23,7 +23,7 @@ pub const MAX_PER_SNAPSHOT: usize = 8;
 /// The name a whole-trace timeline query is stored under, or `None` for a query with a window
 /// (those are not stored). Defaults are spelled out, so `buckets=1000` and no `buckets` share one.
 pub fn timeline_key(q: &api::TimelineQuery) -> Option<String> {
-    if q.from.zip(q.to).is_some() {
+    if q.from.zip(q.to).is_some() || q.categories == Some(true) {
         return None;
     }
     let device = q.device.map_or("default".to_string(), |d| d.to_string());

@@ -2349,3 +2349,136 @@ async fn a_folder_of_ranks_opens_as_the_folders_run() {
     c.close().await.unwrap();
     let _ = std::fs::remove_dir_all(data);
 }
+
+/// Issue 35: memory by category where a user looks. The timeline stacks live bytes by category
+/// (the parameters' colour is drawn, and gone once the legend hides them), the legend reads the
+/// bytes at the highest bucket, the segment map colours blocks by category, the stacks tab keeps
+/// one category, and the OOM card says what was alive at the OOM by category.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_by_category_is_drawn_filtered_and_said_at_the_oom() {
+    let Session {
+        data,
+        base: _,
+        c,
+        _driver,
+        ..
+    } = session("categories").await;
+    upload(
+        &c,
+        &root().join("tests/fixtures/categories/gpt_bf16_adamw.python.pickle.xz"),
+    )
+    .await;
+    wait_js(&c, "location.search.includes('view=')", "the snapshot page").await;
+    open_tab(&c, "timeline").await;
+    click(&c, "button.by-category").await;
+    let chips = wait_js(
+        &c,
+        "location.search.includes('by=category') && document.querySelectorAll('.category-legend .chip').length > 3 && [...document.querySelectorAll('.category-legend .chip')].map(e => [e.dataset.category, e.innerText])",
+        "the category legend",
+    )
+    .await;
+    let chips = chips.as_array().unwrap();
+    let names: Vec<&str> = chips.iter().map(|c| c[0].as_str().unwrap()).collect();
+    for want in ["parameter", "gradient", "optimizer_state", "activation"] {
+        assert!(names.contains(&want), "{names:?}");
+    }
+    // At the highest bucket of a GPT with AdamW: optimizer state is twice the parameters.
+    let said = |k: &str| {
+        chips
+            .iter()
+            .find(|c| c[0] == k)
+            .map(|c| c[1].as_str().unwrap().to_string())
+            .unwrap()
+    };
+    assert!(said("parameter").contains("104.7 MiB"), "{chips:?}");
+    assert!(said("optimizer_state").contains("209.3 MiB"), "{chips:?}");
+    // The parameters' colour (#4263eb) is on the canvas, and not once they are hidden.
+    let blue = "(() => { const c = document.getElementById('timeline-canvas'); const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let n = 0; for (let i = 0; i < d.length; i += 4) { if (d[i] == 66 && d[i+1] == 99 && d[i+2] == 235) n++; } return n; })()";
+    let before = wait_js(
+        &c,
+        &format!("{blue} > 500 && {blue}"),
+        "the parameters drawn",
+    )
+    .await;
+    screenshot(&c, "timeline-categories").await;
+    click(&c, ".category-legend .chip[data-category='parameter']").await;
+    wait_js(
+        &c,
+        "location.search.includes('hide=parameter') && document.querySelector(\".chip[data-category='parameter']\") && document.querySelector(\".chip[data-category='parameter']\").classList.contains('off')",
+        "the parameters hidden",
+    )
+    .await;
+    let after = wait_js(
+        &c,
+        &format!("{blue} < 50 && [{blue}]"),
+        "the parameters gone",
+    )
+    .await;
+    assert!(before.as_u64().unwrap() > 500 && after[0].as_u64().unwrap() < 50);
+    // The segment map, coloured by category (the URL keeps `by=category`).
+    open_tab(&c, "segments").await;
+    let keys = wait_js(
+        &c,
+        "document.querySelector('.seg-categories .key') && document.querySelector('.segmap .block.c-parameter') && [...document.querySelectorAll('.seg-categories .key')].map(e => e.dataset.category)",
+        "blocks by category",
+    )
+    .await;
+    assert!(
+        keys.as_array().unwrap().iter().any(|k| k == "parameter"),
+        "{keys}"
+    );
+    screenshot(&c, "segments-categories").await;
+    // Memory by stack, only the activations.
+    open_tab(&c, "stacks").await;
+    c.execute(
+        "const s = document.querySelector('select.stacks-category'); s.value = 'activation'; s.dispatchEvent(new Event('change'));",
+        vec![],
+    )
+    .await
+    .unwrap();
+    wait_js(
+        &c,
+        "location.search.includes('category=activation') && document.querySelector('.stacks p')",
+        "the stacks of activations",
+    )
+    .await;
+    // A run that died of an OOM in its forward pass: the card says what was alive, by category.
+    c.goto(&format!(
+        "{}/",
+        c.current_url()
+            .await
+            .unwrap()
+            .origin()
+            .ascii_serialization()
+    ))
+    .await
+    .unwrap();
+    upload(
+        &c,
+        &root().join("tests/fixtures/verdicts/search_then_die.default.pickle.xz"),
+    )
+    .await;
+    let words = wait_js(
+        &c,
+        "location.search.includes('view=oom') && document.querySelector('article.oom .category-words') && document.querySelector('article.oom .category-words').innerText",
+        "the OOM card's categories",
+    )
+    .await;
+    let words = words.as_str().unwrap();
+    assert!(
+        words.starts_with("at the OOM: activations 2.2 GiB, inputs 734.5 MiB, parameters"),
+        "{words}"
+    );
+    let spans = wait_js(
+        &c,
+        "document.querySelectorAll('article.oom .categories span').length",
+        "the bar",
+    )
+    .await;
+    assert!(spans.as_u64().unwrap() >= 3);
+    screenshot(&c, "oom-categories").await;
+    let errors = console_errors(&c).await;
+    assert!(errors.is_empty(), "console errors: {errors:#?}");
+    c.close().await.unwrap();
+    let _ = std::fs::remove_dir_all(&data);
+}

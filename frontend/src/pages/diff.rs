@@ -58,6 +58,39 @@ fn stack(frames: &[::api::Frame]) -> impl IntoView + use<> {
     }
 }
 
+/// What was alive by category at each side's peak: a bar each and the change per category.
+fn category_table(c: &::api::CategoriesDelta) -> impl IntoView + use<> {
+    let rows = ::api::Category::ALL
+        .into_iter()
+        .filter(|&k| c.a.get(k) + c.b.get(k) > 0)
+        .map(|k| {
+            let (a, b) = (c.a.get(k), c.b.get(k));
+            view! {
+                <tr data-category=k.as_str()>
+                    <td>
+                        <span class="swatch" style=format!("background:{}", crate::categories::colour(k))></span>
+                        " "{k.words()}
+                    </td>
+                    <td class="num">{fmt::bytes(a)}</td>
+                    <td class="num">{fmt::bytes(b)}</td>
+                    {delta_cell(b as i64 - a as i64, true)}
+                </tr>
+            }
+        })
+        .collect_view();
+    view! {
+        <h3>"Memory by category at each snapshot's peak"</h3>
+        <div class="diff">
+            {crate::categories::category_bar(&c.a, "A: ")}
+            {crate::categories::category_bar(&c.b, "B: ")}
+        </div>
+        <table class="diff-categories">
+            <thead><tr><th></th><th class="num">"A"</th><th class="num">"B"</th><th class="num">"B − A"</th></tr></thead>
+            <tbody>{rows}</tbody>
+        </table>
+    }
+}
+
 fn diff_view(d: ::api::DiffAnswer) -> impl IntoView {
     let ::api::DiffAnswer { diff, a, b } = d;
     let amount = |n: u64, bytes: bool| {
@@ -89,6 +122,8 @@ fn diff_view(d: ::api::DiffAnswer) -> impl IntoView {
                 }).collect_view()}
             </tbody>
         </table>
+
+        {diff.categories_at_peak.map(|c| category_table(&c))}
 
         <h3>"Leak suspects"</h3>
         {if diff.leaks.is_empty() {

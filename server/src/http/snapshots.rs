@@ -243,7 +243,20 @@ async fn timeline_answer(
             q.allocations_or_default(),
         )
         .ok_or_else(|| ApiError::BadRequest("empty trace".into()))?;
+        let categories = (q.categories == Some(true)).then(|| {
+            let spans: Vec<(u32, u32)> = w
+                .timeline
+                .buckets
+                .iter()
+                .map(|b| (b.first, b.last))
+                .collect();
+            analysis::categories::at_bucket_peaks(&m.snap, &m.index, d, &spans)
+                .into_iter()
+                .map(convert::category_bytes)
+                .collect()
+        });
         Ok(api::TimelineAnswer {
+            categories,
             device: w.device,
             axis: convert::axis(w.axis),
             timeline: convert::timeline(w.timeline),
@@ -314,13 +327,14 @@ async fn stacks(
         } else {
             api::FlameFrames::All
         });
-        analysis::stacks_at_with(
+        analysis::stacks::stacks_of_category(
             &m.snap,
             &m.index,
             device,
             q.position,
             200,
             convert::flame_frames_in(frames),
+            q.category.map(convert::category_from_api),
         )
         .map(convert::stack_report)
         .ok_or_else(|| ApiError::BadRequest("no trace".into()))

@@ -197,6 +197,31 @@ pub fn totals_at(snap: &Snapshot, index: &Index, d: &DeviceIndex, p: u32) -> Tot
     t
 }
 
+/// For each bucket `(first, last)` of positions (ascending), the bytes per category where its
+/// live bytes are highest: what a stacked chart draws up to the bucket's highest live bytes.
+pub fn at_bucket_peaks(
+    snap: &Snapshot,
+    index: &Index,
+    d: &DeviceIndex,
+    buckets: &[(u32, u32)],
+) -> Vec<Totals> {
+    let positions: Vec<u32> = buckets
+        .iter()
+        .map(|&(first, last)| {
+            let last = last.min(d.len);
+            let (mut best, mut at) = (0, first.min(last));
+            for p in first..=last {
+                let live = d.live_at(p);
+                if live > best {
+                    (best, at) = (live, p);
+                }
+            }
+            at
+        })
+        .collect();
+    totals_along(snap, index, d, &positions)
+}
+
 /// Bytes per category after each of `positions` (ascending), in one pass over the events.
 pub fn totals_along(
     snap: &Snapshot,

@@ -68,6 +68,8 @@ pub struct Diff {
     pub unchanged_sites: usize,
     /// Leak suspects of either side: new in B, gone in B, or in both.
     pub leaks: Vec<LeakDelta>,
+    /// What was alive by category at each side's peak of live bytes (both need a trace).
+    pub categories_at_peak: Option<(super::categories::Totals, super::categories::Totals)>,
 }
 
 type SiteKey = Option<(String, u32, String)>;
@@ -137,6 +139,18 @@ pub fn compare(a: Side, b: Side, max_sites: usize) -> Diff {
         figure("OOMs", oa.len() as u64, ob.len() as u64, false),
     ]);
 
+    let categories_at_peak = {
+        let at_peak = |side: Side| {
+            let d = side.index.device(side.device).filter(|d| d.len > 0)?;
+            Some(super::categories::totals_at(
+                side.snap,
+                side.index,
+                d,
+                d.peak_position,
+            ))
+        };
+        at_peak(a).zip(at_peak(b))
+    };
     // Call sites at each side's peak, joined by label frame.
     let sites_of = |side: Side| {
         stacks_at(side.snap, side.index, side.device, None, usize::MAX)
@@ -226,5 +240,6 @@ pub fn compare(a: Side, b: Side, max_sites: usize) -> Diff {
         sites_at_peak: sites,
         unchanged_sites,
         leaks,
+        categories_at_peak,
     }
 }

@@ -48,11 +48,22 @@ pub fn live_by_stack(
     device: i32,
     p: u32,
 ) -> Vec<(StackId, u64, u32)> {
+    live_by_stack_of(t, index, device, p, |_| true)
+}
+
+/// [`live_by_stack`] of the allocations `keep` accepts (by id).
+fn live_by_stack_of(
+    t: &crate::model::TraceTable,
+    index: &Index,
+    device: i32,
+    p: u32,
+    keep: impl Fn(u32) -> bool,
+) -> Vec<(StackId, u64, u32)> {
     let Some(d) = index.device(device) else {
         return Vec::new();
     };
     let mut by: FxHashMap<StackId, (u64, u32)> = FxHashMap::default();
-    for a in d.alive_at(p) {
+    for a in d.alive_at(p).into_iter().filter(|&a| keep(a)) {
         let al = &d.allocations[a as usize];
         let e = by.entry(al.stack).or_default();
         e.0 += d.size_of(t, a);
@@ -94,9 +105,30 @@ pub fn stacks_at_with(
     max_sites: usize,
     frames: FlameFrames,
 ) -> Option<StackReport> {
+    stacks_of_category(snap, index, device, p, max_sites, frames, None)
+}
+
+/// [`stacks_at_with`] of the allocations of one category ([`super::categories`]), or all.
+pub fn stacks_of_category(
+    snap: &Snapshot,
+    index: &Index,
+    device: i32,
+    p: Option<u32>,
+    max_sites: usize,
+    frames: FlameFrames,
+    only: Option<super::categories::Category>,
+) -> Option<StackReport> {
     let d = index.device(device)?;
     let p = p.unwrap_or(d.peak_position).min(d.len);
-    let per_stack = live_by_stack(&snap.trace, index, device, p);
+    let per_stack = match only {
+        None => live_by_stack(&snap.trace, index, device, p),
+        Some(c) => {
+            let labels = super::categories::categories(snap, index, d);
+            live_by_stack_of(&snap.trace, index, device, p, |a| {
+                labels.label(a).category == c
+            })
+        }
+    };
     let fc = &index.frames;
 
     let mut sites: FxHashMap<Option<FrameId>, CallSite> = FxHashMap::default();

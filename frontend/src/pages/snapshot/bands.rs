@@ -128,6 +128,7 @@ mod tests {
             first_time_us: 0,
             last_time_us: 40,
             fitted: None,
+            categories: None,
         }
     }
 

@@ -132,6 +132,7 @@ fn oom_card(
                 <code>{o.pytorch_message.clone()}</code>
             </p>
             <p class="explanation">{o.explanation.clone()}</p>
+            {(o.categories.total() > 0).then(|| crate::categories::category_bar(&o.categories, "at the OOM: "))}
             {(!o.advice.is_empty()).then(|| view! {
                 <h4>"What to do"</h4>
                 <ul class="advice">

@@ -52,6 +52,15 @@ pub fn Segments(report: Arc<::api::Report>) -> impl IntoView {
                 />
                 <button on:click=move |_| step(1)>"▶"</button>
                 <span>{move || format!("after event {} of {} (←/→ steps, shift: ×100)", pos.get(), events)}</span>
+                <button
+                    class="by-category"
+                    on:click=move |_| {
+                        let on = url.get("by").as_deref() == Some("category");
+                        url.set(&[("by", (!on).then(|| "category".to_string()))]);
+                    }
+                >
+                    {move || if url.get("by").as_deref() == Some("category") { "colour by call site" } else { "colour by category" }}
+                </button>
             </div>
             <SegmentTimeline pos=pos events=events/>
             <EventList pos=pos/>
@@ -78,7 +87,9 @@ fn segment_map(
         .iter()
         .map(|s| s.total_bytes as f64)
         .fold(1.0, f64::max);
-    let first_rows = rows_html(&st, largest, 0..rows.min(WINDOW_ROWS));
+    // Allocated blocks by what they are (parameters, activations, …) or by the line that made them.
+    let by_category = url.get("by").as_deref() == Some("category");
+    let first_rows = rows_html(&st, largest, 0..rows.min(WINDOW_ROWS), by_category);
     // The hover and scroll handlers read the state; the header reads it first.
     let st = std::rc::Rc::new(st);
     let (st_hover, st_scroll) = (st.clone(), st.clone());
@@ -104,7 +115,7 @@ fn segment_map(
         web_sys::HtmlElement::style(&win)
             .set_property("top", &format!("{}px", from as f64 * ROW_PX))
             .ok();
-        win.set_inner_html(&rows_html(&st_scroll, largest, from..to));
+        win.set_inner_html(&rows_html(&st_scroll, largest, from..to, by_category));
     };
     let t = &st.total;
     view! {
@@ -134,7 +145,7 @@ fn segment_map(
             <span class="key"><i class="block inactive"></i>"cached free"</span>
             <span class="muted">"Each row is a segment (a cudaMalloc, or an expandable segment), width by size; hover a block for its stack."</span>
         </p>
-        {site_legend(&st)}
+        {if by_category { category_legend(&st).into_any() } else { site_legend(&st).into_any() }}
         {mapped_note(&st)}
         <div
             class="segmap"
@@ -170,13 +181,51 @@ fn site_rules(st: &::api::AllocatorState) -> String {
             site_colour(f)
         );
     }
+    for c in ::api::Category::ALL {
+        let _ = write!(
+            h,
+            ".segmap .block.active_allocated.c-{}{{background-color:{}}}",
+            c.as_str(),
+            crate::categories::colour(c)
+        );
+    }
     h.push_str("</style>");
     h
 }
 
+/// The categories of the allocated blocks at this moment, with their colours and bytes.
+fn category_legend(st: &::api::AllocatorState) -> impl IntoView + use<> {
+    let mut bytes = ::api::CategoryBytes::default();
+    for b in st.segments.iter().flat_map(|s| &s.blocks) {
+        if let (::api::BlockState::ActiveAllocated, Some(c)) = (b.state, b.category) {
+            *bytes.get_mut(c) += b.size_bytes;
+        }
+    }
+    view! {
+        <p class="seg-legend seg-categories">
+            {bytes
+                .largest_first()
+                .into_iter()
+                .map(|(c, b)| view! {
+                    <span class="key" data-category=c.as_str()>
+                        <i class="block" style=format!("background-color:{}", crate::categories::colour(c))></i>
+                        {format!("{} {}", c.words(), fmt::bytes(b))}
+                    </span>
+                })
+                .collect_view()}
+            {(bytes.total() == 0).then(|| view! { <span class="muted">"no categories: the snapshot has no trace to read them from"</span> })}
+        </p>
+    }
+}
+
 /// Segment rows `range` as HTML: a block carries only its width, its waste and classes; what it
 /// is and which line made it are said on hover ([`hover`]) from the state the view holds.
-fn rows_html(st: &::api::AllocatorState, largest: f64, range: std::ops::Range<usize>) -> String {
+fn rows_html(
+    st: &::api::AllocatorState,
+    largest: f64,
+    range: std::ops::Range<usize>,
+    by_category: bool,
+) -> String {
     use std::fmt::Write;
     let mut h = String::with_capacity(range.len() * 400);
     for (si, s) in st
@@ -205,9 +254,16 @@ fn rows_html(st: &::api::AllocatorState, largest: f64, range: std::ops::Range<us
             let w = b.size_bytes as f64 / total * 100.0;
             let waste = b.size_bytes.saturating_sub(b.requested_bytes);
             let _ = write!(h, r#"<div class="block {}"#, b.state.as_str());
-            // Allocated blocks take their call site's colour; the others keep their state's.
-            if let (::api::BlockState::ActiveAllocated, Some(site)) = (b.state, b.site) {
-                let _ = write!(h, " s{site}");
+            // Allocated blocks take their call site's (or category's) colour; the others keep
+            // their state's.
+            match (b.state, b.site, b.category) {
+                (::api::BlockState::ActiveAllocated, _, Some(c)) if by_category => {
+                    let _ = write!(h, " c-{}", c.as_str());
+                }
+                (::api::BlockState::ActiveAllocated, Some(site), _) if !by_category => {
+                    let _ = write!(h, " s{site}");
+                }
+                _ => {}
             }
             let _ = write!(h, r#"" data-b="{bi}" style="width:{w:.3}%"#);
             if waste > 0 {
@@ -279,7 +335,10 @@ fn block_words(b: &::api::BlockView, sites: &[::api::Frame]) -> String {
         fmt::bytes(b.size_bytes.saturating_sub(b.requested_bytes)),
         site.map(|f| format!(" from {}", f.short()))
             .unwrap_or_default()
-    )
+    ) + &b
+        .category
+        .map(|c| format!(" · {}", c.as_str().replace('_', " ")))
+        .unwrap_or_default()
 }
 
 /// Hovering a row or a block: its description becomes the element's tooltip and the line under

@@ -1,6 +1,7 @@
 //! The stacks tab: memory by call stack at a moment (the peak by default, or any event), as an
 //! icicle on a canvas (`icicle.rs`: outermost frames on top, width by bytes; Python frames by
-//! default when the snapshot has them) and a sortable table of call sites.
+//! default when the snapshot has them) and a sortable table of call sites; of every allocation, or
+//! of one category (`category=activation`: what holds the activations).
 
 use std::sync::Arc;
 
@@ -30,6 +31,7 @@ pub fn Stacks(report: Arc<::api::Report>) -> impl IntoView {
             device: url.device(),
             position: url.position(),
             frames: frames.get(),
+            category: url.get("category").and_then(|c| ::api::Category::parse(&c)),
         };
         async move { api::stacks(&id, &q).await }
     });
@@ -50,6 +52,20 @@ pub fn Stacks(report: Arc<::api::Report>) -> impl IntoView {
                 on:change=move |ev| url.set(&[("pos", Some(event_target_value(&ev)))])
             />
             <button class="at-peak" on:click=move |_| url.set(&[("pos", None)])>"at the peak"</button>
+            <select
+                class="stacks-category"
+                title="only the allocations of one category"
+                prop:value=move || url.get("category").unwrap_or_default()
+                on:change=move |ev| {
+                    let v = event_target_value(&ev);
+                    url.set(&[("category", (!v.is_empty()).then_some(v))]);
+                }
+            >
+                <option value="">"every category"</option>
+                {::api::Category::ALL
+                    .map(|c| view! { <option value=c.as_str()>{format!("only {}", c.words())}</option> })
+                    .collect_view()}
+            </select>
         </div>
         <label class="python-only">
             <input

@@ -2,9 +2,12 @@
 //! canvas from the server's reduced buckets; external annotations (e.g. `Optimizer.step`) as
 //! bands and OOMs as markers. Wheel zooms around the cursor, drag pans, the minimap's brush
 //! shows and sets the window, hover shows the figures and the largest live allocation with its
-//! stack, click pins it. The window is kept in the URL.
+//! stack, click pins it. The window is kept in the URL. "By category" (`by=category`) stacks
+//! each bucket's live bytes by what they are (parameters, gradients, optimizer state,
+//! activations, …) at the bucket's highest, like the profiler's memory timeline; the legend hides
+//! categories (`hide=`).
 
-use ::api::{AllocationView as Alloc, Axis, Bucket, TimelineAnswer as Resp};
+use ::api::{AllocationView as Alloc, Axis, Bucket, Category, TimelineAnswer as Resp};
 use leptos::html::Canvas;
 use leptos::prelude::*;
 
@@ -75,6 +78,9 @@ struct Overlay<'a> {
     /// Positions of the OOMs the run survived (caught, workspace fallbacks), sorted: marked in
     /// amber, the one that ended the run in red.
     survived: &'a [u32],
+    /// Live bytes by category per bucket, stacked in place of the allocations; hidden ones left
+    /// out.
+    categories: Option<(&'a [::api::CategoryBytes], &'a [Category])>,
 }
 
 /// Most step boundaries drawn; more are thinned to every k-th.
@@ -125,6 +131,68 @@ fn draw(c: &web_sys::HtmlCanvasElement, r: &Resp, height: f64, o: Overlay) {
             g.fill_rect(x0, top, (x1 - x0).max(1.0), plot_h);
         }
     }
+    if let Some((cats, hidden)) = o.categories {
+        draw_categories(&g, b, cats, hidden, |k| x_of(k), right, &ys);
+    } else {
+        draw_live(&g, r, b, &xs, &ys, &o);
+    }
+    draw_rest(&g, r, b, &xs, &ys, &o, (top, plot_h, left, right, w, h));
+}
+
+/// Each bucket's live bytes stacked by category, from the bottom in [`Category::ALL`]'s order
+/// (what lives longest lowest), as steps.
+fn draw_categories(
+    g: &web_sys::CanvasRenderingContext2d,
+    b: &[Bucket],
+    cats: &[::api::CategoryBytes],
+    hidden: &[Category],
+    x_of: impl Fn(&Bucket) -> f64,
+    right: f64,
+    ys: &Scale,
+) {
+    let mut below = vec![0u64; b.len()];
+    for c in Category::ALL {
+        if hidden.contains(&c) {
+            continue;
+        }
+        let above: Vec<u64> = below
+            .iter()
+            .zip(cats)
+            .map(|(lo, k)| lo + k.get(c))
+            .collect();
+        if above == below {
+            continue;
+        }
+        g.begin_path();
+        g.move_to(x_of(&b[0]), ys.at(below[0] as f64));
+        for (i, k) in b.iter().enumerate() {
+            let xn = b.get(i + 1).map_or(right, &x_of);
+            g.line_to(x_of(k), ys.at(above[i] as f64));
+            g.line_to(xn, ys.at(above[i] as f64));
+        }
+        for (i, k) in b.iter().enumerate().rev() {
+            let xn = b.get(i + 1).map_or(right, &x_of);
+            g.line_to(xn, ys.at(below[i] as f64));
+            g.line_to(x_of(k), ys.at(below[i] as f64));
+        }
+        g.close_path();
+        g.set_fill_style_str(crate::categories::colour(c));
+        g.fill();
+        below = above;
+    }
+}
+
+/// Live memory as an envelope, the largest allocations as bands on it.
+fn draw_live(
+    g: &web_sys::CanvasRenderingContext2d,
+    r: &Resp,
+    b: &[Bucket],
+    xs: &Scale,
+    ys: &Scale,
+    o: &Overlay,
+) {
+    let right = xs.p1;
+    let x_of = |k: &Bucket| xs.at(r.bucket_x(k));
     // Live memory: min/max envelope per bucket, one path.
     g.begin_path();
     g.move_to(x_of(&b[0]), ys.at(0.0));
@@ -165,6 +233,19 @@ fn draw(c: &web_sys::HtmlCanvasElement, r: &Resp, height: f64, o: Overlay) {
             g.fill();
         }
     }
+}
+
+/// Reserved bytes, what-if curves, OOM markers, the highlight, axes and steps.
+fn draw_rest(
+    g: &web_sys::CanvasRenderingContext2d,
+    r: &Resp,
+    b: &[Bucket],
+    xs: &Scale,
+    ys: &Scale,
+    o: &Overlay,
+    (top, plot_h, left, right, w, h): (f64, f64, f64, f64, f64, f64),
+) {
+    let x_of = |k: &Bucket| xs.at(r.bucket_x(k));
     // Reserved: steps (a value holds until the next event), at each bucket's highest.
     g.begin_path();
     for (i, k) in b.iter().enumerate() {
@@ -263,7 +344,7 @@ fn draw(c: &web_sys::HtmlCanvasElement, r: &Resp, height: f64, o: Overlay) {
         }
         g.set_fill_style_str("#333");
         g.set_font("12px sans-serif");
-        byte_grid(&g, &ys, left, right, 4);
+        byte_grid(g, ys, left, right, 4);
         if let Some(s) = o.steps {
             // Step boundaries, faint, under the curves' labels.
             g.set_fill_style_str("rgba(47, 158, 68, 0.6)");
@@ -311,7 +392,11 @@ fn draw(c: &web_sys::HtmlCanvasElement, r: &Resp, height: f64, o: Overlay) {
         g.fill_rect(left, 4.0, 10.0, 10.0);
         g.set_fill_style_str("#333");
         let _ = g.fill_text(
-            "live: allocations stacked by age (the largest in view), the rest shaded",
+            if o.categories.is_some() {
+                "live: stacked by category at each bucket's highest (legend above)"
+            } else {
+                "live: allocations stacked by age (the largest in view), the rest shaded"
+            },
             left + 14.0,
             13.0,
         );
@@ -347,6 +432,8 @@ pub fn TimelineView(steps: Option<::api::Steps>, mut survived: Vec<u32>) -> impl
     let step_axis = move || has_steps && url.get("steps").as_deref() == Some("1");
     let canvas = NodeRef::<Canvas>::new();
     let mini = NodeRef::<Canvas>::new();
+    let by_category = move || url.get("by").as_deref() == Some("category");
+    let hidden = Memo::new(move |_| crate::categories::parse_hidden(url.get("hide")));
     let window = Memo::new(move |_| {
         // A window needs both ends.
         let window = url.get_f64("from").zip(url.get_f64("to"));
@@ -357,6 +444,7 @@ pub fn TimelineView(steps: Option<::api::Steps>, mut survived: Vec<u32>) -> impl
             to: window.map(|w| w.1),
             buckets: Some((W - LEFT) as usize),
             allocations: Some(3000),
+            categories: by_category().then_some(true),
         }
     });
     let data = LocalResource::new(move || {
@@ -411,6 +499,7 @@ pub fn TimelineView(steps: Option<::api::Steps>, mut survived: Vec<u32>) -> impl
             return;
         };
         let hl = pinned.get().or_else(|| hover.get().and_then(|h| h.3));
+        let hidden_now = hidden.get();
         let needle = filter.get().to_lowercase();
         let sim = simulated.get();
         draw(
@@ -426,6 +515,7 @@ pub fn TimelineView(steps: Option<::api::Steps>, mut survived: Vec<u32>) -> impl
                 simulated: sim.as_deref(),
                 steps: step_axis().then(|| steps.get_value()).flatten().as_ref(),
                 survived: &survived.get_value(),
+                categories: r.categories.as_deref().map(|c| (c, &hidden_now[..])),
             },
         );
     });
@@ -458,6 +548,7 @@ pub fn TimelineView(steps: Option<::api::Steps>, mut survived: Vec<u32>) -> impl
                 simulated: None,
                 steps: None,
                 survived: &survived.get_value(),
+                categories: None,
             },
         );
     });
@@ -607,6 +698,12 @@ pub fn TimelineView(steps: Option<::api::Steps>, mut survived: Vec<u32>) -> impl
                 }>
                     {move || if url.axis() == Some(Axis::Event) { "use time axis" } else { "use event axis" }}
                 </button>
+                <button
+                    class="by-category"
+                    on:click=move |_| url.set(&[("by", (!by_category()).then(|| "category".to_string()))])
+                >
+                    {move || if by_category() { "by allocation" } else { "by category" }}
+                </button>
                 {has_steps.then(|| view! {
                     <button
                         class="step-axis"
@@ -641,6 +738,47 @@ pub fn TimelineView(steps: Option<::api::Steps>, mut survived: Vec<u32>) -> impl
                     ))}
                 </span>
             </div>
+            {move || by_category().then(|| {
+                let d = data.get().and_then(|d| d.ok())?;
+                let cats = d.categories.clone()?;
+                // The bucket the legend's figures are read at: the hovered one, else the highest.
+                let hovered = hover.get().and_then(|h| d.timeline.buckets.iter().position(|b| b.first == h.2.first));
+                let highest = d
+                    .timeline
+                    .buckets
+                    .iter()
+                    .enumerate()
+                    .max_by_key(|(_, b)| b.live_max_bytes)
+                    .map(|(i, _)| i)?;
+                let at = hovered.unwrap_or(highest);
+                let shown = cats.get(at).copied().unwrap_or_default();
+                let hidden_now = hidden.get();
+                let chips = Category::ALL
+                    .into_iter()
+                    .filter(|&c| cats.iter().any(|k| k.get(c) > 0))
+                    .map(|c| {
+                        let off = hidden_now.contains(&c);
+                        let next = crate::categories::toggled(&hidden_now, c);
+                        view! {
+                            <button
+                                class=if off { "chip off" } else { "chip" }
+                                data-category=c.as_str()
+                                title=if off { "show" } else { "hide" }
+                                on:click=move |_| url.set(&[("hide", next.clone())])
+                            >
+                                <span class="swatch" style=format!("background:{}", crate::categories::colour(c))></span>
+                                {format!("{} {}", c.words(), fmt::bytes(shown.get(c)))}
+                            </button>
+                        }
+                    })
+                    .collect_view();
+                Some(view! {
+                    <div class="category-legend">
+                        <span class="at">{if hovered.is_some() { "at the cursor:" } else { "at the highest in view:" }}</span>
+                        {chips}
+                    </div>
+                })
+            }).flatten()}
             {move || data.get().and_then(|d| d.ok()).and_then(|d| {
                 let f = d.fitted?;
                 let (first, last) = (d.first_time_us, d.last_time_us);
@@ -721,6 +859,12 @@ pub fn TimelineView(steps: Option<::api::Steps>, mut survived: Vec<u32>) -> impl
                             }}</div>
                             <div>{format!("live {} – {}", fmt::bytes(b.live_min_bytes), fmt::bytes(b.live_max_bytes))}</div>
                             <div>{format!("reserved {}", fmt::bytes(b.reserved_max_bytes))}</div>
+                            {d.as_ref()
+                                .and_then(|d| {
+                                    let k = d.timeline.buckets.iter().position(|x| x.first == b.first)?;
+                                    d.categories.as_ref()?.get(k).copied()
+                                })
+                                .map(|c| view! { <div class="categories">{crate::categories::words(&c)}</div> })}
                             {whatif.get_untracked().flatten().map(|(conf, w)| {
                                 let run = w.runs.iter().find(|r| r.alloc_conf == conf);
                                 let v = run.map(|r| {
