@@ -83,6 +83,7 @@ pub enum CategoryRule {
     KeptFromAfterBackward,
     KeptBetweenSteps,
     KeptFromBackward,
+    GradientBucket,
     SavedForBackward,
     Recomputed,
     HeldPastBackward,
@@ -116,6 +117,9 @@ impl CategoryRule {
             }
             R::KeptFromBackward => {
                 "made in a backward pass and kept into the optimizer step, a parameter's size"
+            }
+            R::GradientBucket => {
+                "made by DistributedDataParallel's reducer for its gradient buckets, and kept"
             }
             R::SavedForBackward => "made in a forward pass and freed in the backward pass",
             R::Recomputed => "recomputed in a backward pass (activation checkpointing)",

@@ -192,6 +192,7 @@ fn category_rule(r: categories::Rule) -> api::CategoryRule {
         R::KeptFromAfterBackward => A::KeptFromAfterBackward,
         R::KeptBetweenSteps => A::KeptBetweenSteps,
         R::KeptFromBackward => A::KeptFromBackward,
+        R::GradientBucket => A::GradientBucket,
         R::SavedForBackward => A::SavedForBackward,
         R::Recomputed => A::Recomputed,
         R::HeldPastBackward => A::HeldPastBackward,

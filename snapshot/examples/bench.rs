@@ -1,5 +1,7 @@
 //! Engine benchmark: parse + every analysis on one file, streamed from disk. Prints one JSON line
-//! with timings, MB/s, the model's bytes per trace entry and this process's peak RSS.
+//! with timings, MB/s, the model's bytes per trace entry and this process's peak RSS, and the
+//! memory-by-category labelling on its own (`categories_s`, one thread, and its share of the
+//! report it is part of).
 //! Driven by `bench/engine.py`, which runs Python's `pickle.load` on the same file for the ratio.
 //!
 //!     cargo run --release -p snapshot --example bench -- FILE [REPEATS]
@@ -77,6 +79,41 @@ fn main() {
         std::hint::black_box(snapshot::analysis::peaks::allocated_peak(&snap, d));
     }
     let allocated_peak_s = t.elapsed().as_secs_f64();
+    // Memory by category (issue 35) on its own, on one thread: every allocation labelled and the
+    // bytes per category at the peak, on an index that has not labelled them yet (the report
+    // above already did, on its own index).
+    let fresh = snapshot::analysis::Index::new(&snap);
+    let t = Instant::now();
+    for d in &fresh.devices {
+        let labels = snapshot::analysis::categories::categories(&snap, &fresh, d);
+        std::hint::black_box(labels.labels.len());
+        std::hint::black_box(snapshot::analysis::categories::totals_at(
+            &snap,
+            &fresh,
+            d,
+            d.peak_position,
+        ));
+    }
+    let categories_s = t.elapsed().as_secs_f64();
+    // The timeline stacked by category: 1,200 buckets over the whole trace, each read where its
+    // live bytes are highest.
+    let t = Instant::now();
+    for d in &fresh.devices {
+        let n = d.len.max(1);
+        let buckets: Vec<(u32, u32)> = (0..1200u64)
+            .map(|k| {
+                (
+                    (n as u64 * k / 1200) as u32,
+                    (n as u64 * (k + 1) / 1200) as u32,
+                )
+            })
+            .collect();
+        std::hint::black_box(snapshot::analysis::categories::at_bucket_peaks(
+            &snap, &fresh, d, &buckets,
+        ));
+    }
+    let timeline_categories_s = t.elapsed().as_secs_f64();
+    drop(fresh);
     let entries = snap.trace.len().max(1);
     let model = snap.heap_bytes() + index.heap_bytes();
     let out = serde_json::json!({
@@ -90,6 +127,9 @@ fn main() {
         "index_s": best.3,
         "report_s": best.4,
         "allocated_peak_s": allocated_peak_s,
+        "categories_s": categories_s,
+        "categories_over_report": categories_s / best.4,
+        "timeline_categories_s": timeline_categories_s,
         "decoded_mb_per_s": snap.format.decoded_bytes as f64 / 1e6 / best.0,
         "tables_bytes_per_entry": snap.heap_bytes() as f64 / entries as f64,
         "model_bytes_per_entry": model as f64 / entries as f64,

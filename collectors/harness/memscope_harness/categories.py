@@ -469,13 +469,83 @@ def gpt_lora(torch, steps, record):
     return t
 
 
+def loader_clip_schedule(torch, steps, record):
+    """Held out: a training loop as a trainer library writes it: batches from a DataLoader with
+    pinned memory copied without blocking, a transformer encoder (PyTorch's layers), gradient
+    clipping, AdamW with a learning-rate schedule, the loss read with ``.item()`` every step."""
+    nn = torch.nn
+    data = torch.utils.data.TensorDataset(torch.randn(steps * 16, 128, 256), torch.randint(0, 10, (steps * 16,)))
+    loader = torch.utils.data.DataLoader(data, batch_size=16, pin_memory=True)
+    record()
+    layer = nn.TransformerEncoderLayer(256, 8, 1024, batch_first=True)
+    model = nn.Sequential(nn.TransformerEncoder(layer, 4, enable_nested_tensor=False), nn.Flatten(1),
+                          nn.Linear(128 * 256, 10)).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=1e-3, total_steps=steps)
+    t = Truth(torch, model, opt, steps)
+    losses = []
+    for t.step, (xb, yb) in enumerate(loader):
+        x, y = t.batch(xb.to("cuda", non_blocking=True), yb.to("cuda", non_blocking=True))
+        with t.hooks():
+            loss = nn.functional.cross_entropy(model(x), y)
+        maybe(t, "after_forward")
+        loss.backward()
+        t.backward_done()
+        maybe(t, "after_backward")
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        maybe(t, "after_step")
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+    return t
+
+
+def ddp_bucket_view(torch, steps, record):
+    """DDP as above with ``gradient_as_bucket_view=True``: the gradients are views of the
+    reducer's buckets, made with the model, never by a backward pass."""
+    return ddp_one_rank(torch, steps, record, bucket_view=True)
+
+
+def ddp_one_rank(torch, steps, record, bucket_view=False):
+    """Held out: DistributedDataParallel over NCCL with one rank (its reducer's gradient buckets
+    are made with the model and kept), an MLP with SGD and momentum."""
+    import socket
+    import torch.distributed as dist
+    nn = torch.nn
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("nccl", init_method="tcp://127.0.0.1:%d" % port, rank=0, world_size=1)
+    record()
+    net = nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(),
+                        nn.Linear(4096, 1024)).cuda()
+    model = nn.parallel.DistributedDataParallel(net, gradient_as_bucket_view=bucket_view)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    t = Truth(torch, net, opt, steps)
+    for t.step in range(steps):
+        x, y = t.batch(torch.randn(512, 1024, device="cuda"), torch.randn(512, 1024, device="cuda"))
+        with t.hooks():
+            loss = nn.functional.mse_loss(model(x), y)
+        maybe(t, "after_forward")
+        loss.backward()
+        t.backward_done()
+        maybe(t, "after_backward")
+        opt.step()
+        maybe(t, "after_step")
+        opt.zero_grad(set_to_none=True)
+    dist.destroy_process_group()
+    return t
+
+
 WORKLOADS = {"gpt_bf16_adamw": gpt_bf16_adamw, "convnet_sgd": convnet_sgd,
              "mlp_checkpoint_adam": mlp_checkpoint_adam, "gpt_accumulate": gpt_accumulate,
              "gpt_compiled": gpt_compiled, "lstm_rmsprop": lstm_rmsprop,
              "resumed_fused_adamw": resumed_fused_adamw, "vit_fp16_scaler": vit_fp16_scaler,
-             "gpt_lora": gpt_lora}
+             "gpt_lora": gpt_lora, "loader_clip_schedule": loader_clip_schedule,
+             "ddp_one_rank": ddp_one_rank, "ddp_bucket_view": ddp_bucket_view}
 # Written after the classifier, to check it on programs it was not tuned on.
-HELD_OUT = {"vit_fp16_scaler", "gpt_lora"}
+HELD_OUT = {"vit_fp16_scaler", "gpt_lora", "loader_clip_schedule", "ddp_one_rank"}
 # Every workload with Python-only and with C++ and Python stacks; a few without any frames.
 STACKS = {"python": list(WORKLOADS), "all": list(WORKLOADS),
           "none": ["gpt_bf16_adamw", "mlp_checkpoint_adam", "convnet_sgd"]}

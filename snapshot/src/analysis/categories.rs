@@ -259,25 +259,31 @@ pub fn totals_along(
 
 // ---- evidence from stacks ----------------------------------------------------------------------
 
-const HAS_FRAMES: u8 = 1;
-const PYTHON: u8 = 2;
+const HAS_FRAMES: u16 = 1;
+const PYTHON: u16 = 2;
 /// Reaches the program's `<module>` (or the interpreter's own frames in a C++ stack).
-const MAIN: u8 = 4;
+const MAIN: u16 = 4;
 /// The autograd engine's thread: its C++ frames, or Python frames from torch's autograd code
 /// that never reach `<module>`.
-const ENGINE: u8 = 8;
+const ENGINE: u16 = 8;
 /// Inside a module's call or a compiled region.
-const FORWARD: u8 = 16;
+const FORWARD: u16 = 16;
 /// In `torch/optim/` or a `zero_grad`.
-const OPTIM: u8 = 32;
+const OPTIM: u16 = 32;
 /// Activation checkpointing's code.
-const CHECKPOINT: u8 = 64;
-const UNSET: u8 = 128;
+const CHECKPOINT: u16 = 64;
+/// Torch's autograd Python code (a frame's fact; the stack's is [`ENGINE`]).
+const AUTOGRAD_PY: u16 = 128;
+/// DistributedDataParallel's reducer making its gradient buckets: its C++ frames, or (a frame's
+/// fact, kept for the stack only when it is the innermost Python frame) `_ddp_init_helper` or
+/// `_pre_forward` (which rebuilds the buckets after the first step).
+const BUCKET: u16 = 256;
+const UNSET: u16 = u16::MAX;
 
 struct StackFacts<'a> {
     snap: &'a Snapshot,
-    frames: Vec<u8>,
-    stacks: Vec<u8>,
+    frames: Vec<u16>,
+    stacks: Vec<u16>,
 }
 
 impl<'a> StackFacts<'a> {
@@ -289,25 +295,30 @@ impl<'a> StackFacts<'a> {
         }
     }
 
-    fn of(&mut self, s: StackId) -> u8 {
+    fn of(&mut self, s: StackId) -> u16 {
         let k = s.0 as usize;
         if k >= self.stacks.len() {
             return 0;
         }
         if self.stacks[k] == UNSET {
-            let mut f = 0u8;
-            let mut python_autograd = false;
+            let mut f = 0u16;
+            let mut innermost_python = true;
             for &fr in self.snap.stack(s) {
-                let ff = self.frame(fr.0 as usize);
-                f |= ff & !UNSET;
-                python_autograd |= ff & UNSET != 0;
+                let mut ff = self.frame(fr.0 as usize);
+                if ff & PYTHON != 0 {
+                    if !innermost_python {
+                        ff &= !BUCKET;
+                    }
+                    innermost_python = false;
+                }
+                f |= ff;
             }
             if !self.snap.stack(s).is_empty() {
                 f |= HAS_FRAMES;
             }
             // Python frames that never reach `<module>` run on another thread: the autograd
             // engine's when they are torch's autograd or checkpointing code.
-            if f & PYTHON != 0 && f & MAIN == 0 && (python_autograd || f & CHECKPOINT != 0) {
+            if f & PYTHON != 0 && f & MAIN == 0 && f & (AUTOGRAD_PY | CHECKPOINT) != 0 {
                 f |= ENGINE;
             }
             self.stacks[k] = f;
@@ -315,21 +326,24 @@ impl<'a> StackFacts<'a> {
         self.stacks[k]
     }
 
-    /// A frame's facts; `UNSET` marks torch's autograd Python code here.
-    fn frame(&mut self, k: usize) -> u8 {
+    /// A frame's facts.
+    fn frame(&mut self, k: usize) -> u16 {
         if self.frames[k] != UNSET {
             return self.frames[k];
         }
         let fr = self.snap.frames.get(crate::model::FrameId(k as u32));
         let file = self.snap.str(fr.filename);
         let name = self.snap.str(fr.name);
-        let mut f = 0u8;
+        let mut f = 0u16;
         if is_cpp(file) {
             if name.contains("Engine::evaluate_function") || name.contains("Engine::thread_main") {
                 f |= ENGINE;
             }
             if name.contains("PyEval_EvalFrame") {
                 f |= MAIN;
+            }
+            if name.contains("Reducer::initialize_buckets") {
+                f |= BUCKET;
             }
         } else {
             f |= PYTHON;
@@ -351,7 +365,12 @@ impl<'a> StackFacts<'a> {
                 f |= CHECKPOINT;
             }
             if file.contains("torch/autograd/") || file.contains("torch/_functorch/") {
-                f |= UNSET;
+                f |= AUTOGRAD_PY;
+            }
+            if file.ends_with("torch/nn/parallel/distributed.py")
+                && (name == "_ddp_init_helper" || name == "_pre_forward")
+            {
+                f |= BUCKET;
             }
         }
         self.frames[k] = f;
@@ -369,7 +388,7 @@ enum Thread {
     Unknown,
 }
 
-fn thread_of(flags: u8, python_trace: bool) -> Thread {
+fn thread_of(flags: u16, python_trace: bool) -> Thread {
     if flags & ENGINE != 0 {
         Thread::Autograd
     } else if flags & MAIN != 0 || flags & PYTHON != 0 {
@@ -764,7 +783,7 @@ impl Context<'_> {
         k > 0 && addr < self.private[k - 1].1
     }
 
-    fn in_optimizer(&self, p: u32, flags: u8) -> bool {
+    fn in_optimizer(&self, p: u32, flags: u16) -> bool {
         inside(&self.phases.optimizer, p).is_some() || flags & OPTIM != 0
     }
 
@@ -795,6 +814,13 @@ impl Context<'_> {
         }
         let s = a.start;
         let flags = facts.of(a.stack);
+        // DDP's reducer's buckets hold the gradients for the all-reduce (and are the gradients
+        // themselves with `gradient_as_bucket_view=True`).
+        if flags & BUCKET != 0
+            && (persistent || a.end > self.phases.backward.first().map_or(NONE, |b| b.1))
+        {
+            return Label::new(C::Gradient, Rule::GradientBucket, High);
+        }
         let sure = if source == PhaseSource::Threads {
             High
         } else {
@@ -899,12 +925,12 @@ fn workspaces_are_not_gradients(
     let freed = labels
         .iter()
         .zip(&d.allocations)
-        .any(|(l, a)| l.category == Category::Gradient && !lasts(a, end_of_run));
+        .any(|(l, a)| l.rule == Rule::KeptFromBackward && !lasts(a, end_of_run));
     if !freed {
         return;
     }
     for (l, a) in labels.iter_mut().zip(&d.allocations) {
-        if l.category == Category::Gradient && lasts(a, end_of_run) && a.start < last.0 {
+        if l.rule == Rule::KeptFromBackward && lasts(a, end_of_run) && a.start < last.0 {
             *l = Label::new(
                 Category::AutogradDetail,
                 Rule::KeptFromBackwardForGood,
@@ -922,7 +948,7 @@ fn split_resumed(snap: &Snapshot, d: &DeviceIndex, labels: &mut [Label]) {
     let t = &snap.trace;
     let mut gradients: FxHashMap<u64, u32> = FxHashMap::default();
     for (id, l) in labels.iter().enumerate() {
-        if l.category == Category::Gradient {
+        if l.rule == Rule::KeptFromBackward {
             *gradients.entry(d.size_of(t, id as u32)).or_default() += 1;
         }
     }
@@ -978,7 +1004,7 @@ fn passes_with_gradients(d: &DeviceIndex, labels: &[Label]) -> u32 {
     let mut total = 0i64;
     for p in 0..d.len {
         let a = d.event_allocation[p as usize];
-        if a == NONE || labels[a as usize].category != Category::Gradient {
+        if a == NONE || labels[a as usize].rule != Rule::KeptFromBackward {
             continue;
         }
         let al = &d.allocations[a as usize];

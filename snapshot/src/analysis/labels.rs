@@ -76,6 +76,8 @@ pub enum Rule {
     KeptBetweenSteps,
     /// Made in a backward pass, kept into the optimizer step, the size of a parameter.
     KeptFromBackward,
+    /// Made by DistributedDataParallel's reducer for its gradient buckets, and kept.
+    GradientBucket,
     /// Made in a forward pass, freed in the backward pass after it.
     SavedForBackward,
     /// Made in a backward pass by the forward's code: activation checkpointing's recompute.
