@@ -120,7 +120,14 @@ fn every_category_is_labelled_right_on_real_training() {
                 // Which same-size blocks are parameters and which optimizer state is not in
                 // the trace (both made before it); their bytes by count are.
                 let ratio = s.labelled[k] as f64 / s.known[k] as f64;
-                row += &format!("{:>22}", format!("{:.1}% by count*", 100.0 * ratio));
+                row += &format!(
+                    "{:>32}",
+                    format!(
+                        "{:.0}% by count* ({:.1}% by block)",
+                        100.0 * ratio,
+                        100.0 * share
+                    )
+                );
                 if (ratio - 1.0).abs() > 0.02 {
                     short.push(format!(
                         "{stem} {} by count: {:.1}%",
