@@ -181,3 +181,26 @@ fn every_category_is_labelled_right_on_real_training() {
     }
     assert!(short.is_empty(), "below {GOAL}: {short:#?}");
 }
+
+/// Training without a leak has no leak suspect, and what is made to stay (parameters, the first
+/// step's optimizer state) is left out of the search: on every real run above.
+#[test]
+fn real_training_has_no_leak_suspect_and_its_parameters_are_settled() {
+    use snapshot::analysis::categories::settled;
+    use snapshot::analysis::leaks::device_suspects;
+    for (stem, _) in common::real_runs("categories") {
+        let snap = common::read(&format!("categories/{stem}.pickle.xz"));
+        let index = Index::new(&snap);
+        let d = index.device(0).unwrap();
+        let suspects = device_suspects(&snap, &index, d);
+        assert!(suspects.is_empty(), "{stem}: {suspects:?}");
+        let labels = categories(&snap, &index, d);
+        let kept = settled(&snap, &index, d);
+        for (id, l) in labels.labels.iter().enumerate() {
+            if l.category == Category::Parameter {
+                assert!(kept[id], "{stem}: parameter {id} not settled");
+            }
+        }
+        assert!(kept.iter().any(|&k| k), "{stem}");
+    }
+}

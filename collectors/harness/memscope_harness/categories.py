@@ -148,6 +148,19 @@ class Truth:
     def marking(self):
         return self.step in (0, self.steps - 1)
 
+    def backward_and_step(self, loss, backward=None, step=None, zero=True):
+        """The rest of a training step, its moments marked: after the forward pass, the backward
+        pass (`backward(loss)`, default `loss.backward()`), the optimizer's step (`step()`,
+        default `opt.step()`), then `zero_grad(set_to_none=True)` unless `zero` is off."""
+        maybe(self, "after_forward")
+        (backward or (lambda x: x.backward()))(loss)
+        self.backward_done()
+        maybe(self, "after_backward")
+        (step or self.opt.step)()
+        maybe(self, "after_step")
+        if zero:
+            self.opt.zero_grad(set_to_none=True)
+
 
 def maybe(t, name):
     if t.marking():
@@ -209,14 +222,8 @@ def gpt_bf16_adamw(torch, steps, record):
         with t.hooks(), torch.autocast("cuda", dtype=torch.bfloat16):
             logits = model(x)
             loss = F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), y.view(-1))
-        maybe(t, "after_forward")
-        loss.backward()
-        t.backward_done()
-        del logits, loss
-        maybe(t, "after_backward")
-        opt.step()
-        maybe(t, "after_step")
-        opt.zero_grad(set_to_none=True)
+        del logits
+        t.backward_and_step(loss)
     return t
 
 
@@ -239,12 +246,7 @@ def convnet_sgd(torch, steps, record):
         x, y = t.batch(host.to("cuda", non_blocking=True), torch.randint(0, 100, (64,)).cuda())
         with t.hooks():
             loss = nn.functional.cross_entropy(model(x), y)
-        maybe(t, "after_forward")
-        loss.backward()
-        t.backward_done()
-        maybe(t, "after_backward")
-        opt.step()
-        maybe(t, "after_step")
+        t.backward_and_step(loss, zero=False)
     return t
 
 
@@ -266,13 +268,7 @@ def mlp_checkpoint_adam(torch, steps, record):
                 h = checkpoint(blk, t.keep(h), use_reentrant=False)
             loss = nn.functional.cross_entropy(model[2](h), y)
         del h
-        maybe(t, "after_forward")
-        loss.backward()
-        t.backward_done()
-        maybe(t, "after_backward")
-        opt.step()
-        maybe(t, "after_step")
-        opt.zero_grad(set_to_none=True)
+        t.backward_and_step(loss)
     return t
 
 
@@ -317,13 +313,7 @@ def gpt_compiled(torch, steps, record):
         loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), y.view(-1))
         del logits
         t.from_graph(loss)
-        maybe(t, "after_forward")
-        loss.backward()
-        t.backward_done()
-        maybe(t, "after_backward")
-        opt.step()
-        maybe(t, "after_step")
-        opt.zero_grad(set_to_none=True)
+        t.backward_and_step(loss)
     return t
 
 
@@ -350,13 +340,7 @@ def lstm_rmsprop(torch, steps, record):
         x, y = t.batch(*tokens(torch, 16, seq=128))
         with t.hooks():
             loss = nn.functional.cross_entropy(model(x).view(-1, 8192), y.view(-1))
-        maybe(t, "after_forward")
-        loss.backward()
-        t.backward_done()
-        maybe(t, "after_backward")
-        opt.step()
-        maybe(t, "after_step")
-        opt.zero_grad(set_to_none=True)
+        t.backward_and_step(loss)
     return t
 
 
@@ -380,13 +364,7 @@ def resumed_fused_adamw(torch, steps, record):
             logits = model(x)
             loss = F.cross_entropy(logits.view(-1, 8192), y.view(-1))
         del logits
-        maybe(t, "after_forward")
-        loss.backward()
-        t.backward_done()
-        maybe(t, "after_backward")
-        opt.step()
-        maybe(t, "after_step")
-        opt.zero_grad(set_to_none=True)
+        t.backward_and_step(loss)
     return t
 
 
@@ -417,13 +395,8 @@ def vit_fp16_scaler(torch, steps, record):
         x, y = t.batch(torch.randn(32, 3, 224, 224, device="cuda"), torch.randint(0, 100, (32,), device="cuda"))
         with t.hooks(), torch.autocast("cuda", dtype=torch.float16):
             loss = nn.functional.cross_entropy(model(x), y)
-        maybe(t, "after_forward")
-        scaler.scale(loss).backward()
-        t.backward_done()
-        maybe(t, "after_backward")
-        scaler.step(opt)
-        scaler.update()
-        maybe(t, "after_step")
+        t.backward_and_step(loss, backward=lambda x: scaler.scale(x).backward(),
+                            step=lambda: (scaler.step(opt), scaler.update()), zero=False)
         opt.zero_grad(set_to_none=False)
     return t
 
@@ -459,13 +432,7 @@ def gpt_lora(torch, steps, record):
             logits = model(x)
             loss = F.cross_entropy(logits.view(-1, 8192), y.view(-1))
         del logits
-        maybe(t, "after_forward")
-        loss.backward()
-        t.backward_done()
-        maybe(t, "after_backward")
-        opt.step()
-        maybe(t, "after_step")
-        opt.zero_grad(set_to_none=True)
+        t.backward_and_step(loss)
     return t
 
 
@@ -488,15 +455,8 @@ def loader_clip_schedule(torch, steps, record):
         x, y = t.batch(xb.to("cuda", non_blocking=True), yb.to("cuda", non_blocking=True))
         with t.hooks():
             loss = nn.functional.cross_entropy(model(x), y)
-        maybe(t, "after_forward")
-        loss.backward()
-        t.backward_done()
-        maybe(t, "after_backward")
-        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        maybe(t, "after_step")
-        opt.zero_grad(set_to_none=True)
+        t.backward_and_step(loss, step=lambda: (nn.utils.clip_grad_norm_(model.parameters(), 1.0),
+                                                opt.step(), sched.step()))
         losses.append(loss.item())
     return t
 
@@ -527,13 +487,7 @@ def ddp_one_rank(torch, steps, record, bucket_view=False):
         x, y = t.batch(torch.randn(512, 1024, device="cuda"), torch.randn(512, 1024, device="cuda"))
         with t.hooks():
             loss = nn.functional.mse_loss(model(x), y)
-        maybe(t, "after_forward")
-        loss.backward()
-        t.backward_done()
-        maybe(t, "after_backward")
-        opt.step()
-        maybe(t, "after_step")
-        opt.zero_grad(set_to_none=True)
+        t.backward_and_step(loss)
     dist.destroy_process_group()
     return t
 

@@ -286,6 +286,28 @@ pub fn headline(r: &::api::Report) -> Vec<Sentence> {
             link_text: "the timeline",
             link: vec![("view", "timeline".into()), ("device", device.clone())],
         });
+        // What the peak is made of, in the model's terms, where the trace shows training
+        // phases to read it against (all unknown says nothing).
+        if let Some(c) = d
+            .categories
+            .as_ref()
+            .filter(|c| c.at_peak.total() > c.at_peak.unknown)
+        {
+            out.push(Sentence {
+                kind: "categories",
+                text: format!(
+                    "At the peak of live memory (event {}): {}.",
+                    fmt::count(c.peak_position as u64),
+                    crate::categories::words(&c.at_peak)
+                ),
+                link_text: "by category on the timeline",
+                link: vec![
+                    ("view", "timeline".into()),
+                    ("device", device.clone()),
+                    ("by", "category".into()),
+                ],
+            });
+        }
     } else {
         out.push(Sentence {
             kind: "peak",
@@ -404,7 +426,29 @@ mod tests {
             "{}",
             h[0].text
         );
-        assert_eq!(h.last().unwrap().kind, "peak");
+        let kinds: Vec<&str> = h.iter().map(|s| s.kind).collect();
+        assert_eq!(kinds[kinds.len() - 2..], ["peak", "categories"], "{h:?}");
+    }
+
+    #[test]
+    fn a_training_run_says_what_its_peak_is_made_of() {
+        let h = headline(&report("steady_train"));
+        let c = h
+            .iter()
+            .find(|s| s.kind == "categories")
+            .expect("categories");
+        assert!(
+            c.text.starts_with("At the peak of live memory (event 137): optimizer state 128.1 MiB, parameters 64.0 MiB, gradients 64.0 MiB"),
+            "{}",
+            c.text
+        );
+        assert!(c.link.contains(&("by", "category".to_string())));
+        // A trace with no training phases says nothing of categories.
+        assert!(
+            headline(&report("oom_fraction"))
+                .iter()
+                .all(|s| s.kind != "categories")
+        );
     }
 
     #[test]
