@@ -198,6 +198,11 @@ async fn snapshot_endpoints_answer_as_recorded() {
             ("frames_1", "/frames/1".into()),
             ("categories", "/categories?limit=12".into()),
             (
+                "timeline_categories",
+                "/timeline?axis=event&buckets=8&allocations=0&categories=true".into(),
+            ),
+            ("stacks_activations", "/stacks?category=activation".into()),
+            (
                 "categories_mid",
                 format!("/categories?position={mid}&limit=6"),
             ),

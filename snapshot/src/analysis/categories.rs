@@ -38,7 +38,7 @@
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde::Serialize;
 
-use super::index::{DeviceIndex, Index, NONE};
+use super::index::{Allocation, DeviceIndex, Index, NONE};
 use crate::frames::is_cpp;
 use crate::model::{Action, Snapshot, StackId};
 
@@ -557,7 +557,7 @@ const DURABLE_EVENTS: u32 = 16;
 
 /// Alive to the end of the run: never freed, or freed only as a fatal OOM at `end_of_run`
 /// unwound the program.
-fn lasts(a: &super::index::Allocation, end_of_run: u32) -> bool {
+fn lasts(a: &Allocation, end_of_run: u32) -> bool {
     a.end == NONE || a.end >= end_of_run
 }
 
@@ -787,126 +787,177 @@ impl Context<'_> {
         inside(&self.phases.optimizer, p).is_some() || flags & OPTIM != 0
     }
 
+    /// Allocation `id`'s label: its pool, then when it was made (before the trace, in a
+    /// backward pass, in an optimizer step, before or in a forward pass) and how long it lived.
     fn label(&self, id: u32, facts: &mut StackFacts, source: PhaseSource) -> Label {
-        use Category as C;
-        use Confidence::*;
         let (d, t) = (self.d, &self.snap.trace);
         let a = d.allocations[id as usize];
         if !self.private.is_empty() && self.in_private_pool(d.addr_of(t, id)) {
-            return Label::new(C::CudaGraph, Rule::PrivatePool, High);
+            return Label::new(Category::CudaGraph, Rule::PrivatePool, Confidence::High);
         }
-        let backward = &self.phases.backward;
         let persistent = lasts(&a, self.end_of_run);
         if a.start == NONE {
-            // Before the trace and alive throughout: a parameter where the trace shows the
-            // model at work (a forward pass); with nothing to read it against, unknown (an
-            // inference server's KV cache is as old as its weights).
-            if persistent && source == PhaseSource::None && self.phases.forward_starts[0] == NONE {
-                return Label::new(C::Unknown, Rule::NoPhases, Low);
-            }
-            if persistent {
-                return Label::new(C::Parameter, Rule::KeptFromBeforeTraining, Medium);
-            }
-            return match inside(backward, a.end) {
-                Some(_) => Label::new(C::Activation, Rule::SavedForBackward, Low),
-                None => Label::new(C::Unknown, Rule::BeforeTrace, Low),
-            };
+            return self.before_trace(&a, persistent, source);
         }
-        let s = a.start;
         let flags = facts.of(a.stack);
+        let backward = &self.phases.backward;
         // DDP's reducer's buckets hold the gradients for the all-reduce (and are the gradients
         // themselves with `gradient_as_bucket_view=True`).
-        if flags & BUCKET != 0
-            && (persistent || a.end > self.phases.backward.first().map_or(NONE, |b| b.1))
-        {
-            return Label::new(C::Gradient, Rule::GradientBucket, High);
+        if flags & BUCKET != 0 && (persistent || a.end > backward.first().map_or(NONE, |b| b.1)) {
+            return Label::new(Category::Gradient, Rule::GradientBucket, Confidence::High);
         }
         let sure = if source == PhaseSource::Threads {
-            High
+            Confidence::High
         } else {
-            Medium
+            Confidence::Medium
         };
-        // Made in a backward pass.
-        if let Some(k) = inside(backward, s) {
-            let b = backward[k];
-            if self.python_trace && flags & CHECKPOINT != 0 {
-                return Label::new(C::Activation, Rule::Recomputed, sure);
-            }
-            if !persistent && a.end < b.1 {
-                return Label::new(C::AutogradDetail, Rule::BackwardScratch, sure);
-            }
-            let size = d.size_of(t, id);
-            if self.parameter_sizes.is_empty() || self.parameter_sizes.contains(&size) {
-                let c = if self.parameter_sizes.is_empty() {
-                    Medium
-                } else {
-                    sure
-                };
-                return Label::new(C::Gradient, Rule::KeptFromBackward, c);
-            }
-            return Label::new(C::AutogradDetail, Rule::KeptFromBackwardNoParameter, Medium);
+        if let Some(k) = inside(backward, a.start) {
+            return self.in_backward(id, &a, backward[k], flags, persistent, sure);
         }
         // Made on the program's own thread, in stretch k (between backward passes k-1 and k).
-        let k = backward.partition_point(|b| b.0 <= s);
+        let k = backward.partition_point(|b| b.0 <= a.start);
         let next = backward.get(k).copied();
         let forward = self.phases.forward_starts[k];
-        if self.in_optimizer(s, flags) {
+        if self.in_optimizer(a.start, flags) {
             let kept = persistent || next.is_some_and(|b| a.end >= b.0) || a.end >= forward;
             return if kept {
-                Label::new(C::OptimizerState, Rule::KeptFromOptimizerStep, High)
+                Label::new(
+                    Category::OptimizerState,
+                    Rule::KeptFromOptimizerStep,
+                    Confidence::High,
+                )
             } else {
-                Label::new(C::Temporary, Rule::FreedInPhase, High)
+                Label::new(Category::Temporary, Rule::FreedInPhase, Confidence::High)
             };
         }
         if source == PhaseSource::None && forward == NONE {
-            return Label::new(C::Unknown, Rule::NoPhases, Low);
+            return Label::new(Category::Unknown, Rule::NoPhases, Confidence::Low);
         }
-        if forward == NONE || s < forward {
-            // Before the forward pass. Kept through every later backward pass, two or more (or,
-            // before the first, to the end): made to stay, though a training function's model
-            // may be freed when it returns, before the snapshot. A batch stays for one (the
-            // last step's batch may be alive when the trace ends).
-            let later = &backward[k..];
-            let crossed = later
-                .iter()
-                .take_while(|b| persistent || a.end >= b.1)
-                .count();
-            let stays = persistent || (crossed >= 2 && crossed == later.len());
-            if stays && k == 0 {
-                return Label::new(C::Parameter, Rule::KeptFromBeforeTraining, sure);
-            }
-            if stays && crossed >= 2 {
-                // Optimizer state is made in the first step; where the trace shows where its
-                // optimizer steps are, what is kept from outside them is something else (a
-                // list the program appends to).
-                return if self.phases.optimizer.is_empty() && !self.optimizer_frames && k == 1 {
-                    Label::new(C::OptimizerState, Rule::KeptFromAfterBackward, Medium)
-                } else {
-                    Label::new(C::Unknown, Rule::KeptBetweenSteps, Low)
-                };
-            }
-            return match next {
-                Some(b) if persistent || a.end >= b.0 => {
-                    Label::new(C::Input, Rule::LoadedBeforeForward, sure)
-                }
-                // The last forward pass's batch, alive when the trace (or the run) ends.
-                None if persistent => Label::new(C::Input, Rule::LoadedBeforeForward, Low),
-                _ => Label::new(C::Temporary, Rule::FreedInPhase, Medium),
+        if forward == NONE || a.start < forward {
+            return self.before_forward(&a, k, next, persistent, sure);
+        }
+        in_forward(&a, next, persistent, sure)
+    }
+
+    /// Made before the trace: a parameter where the trace shows the model at work (a forward
+    /// pass) and it lives throughout; with nothing to read it against, unknown (an inference
+    /// server's KV cache is as old as its weights); freed in a backward pass, an activation.
+    fn before_trace(&self, a: &Allocation, persistent: bool, source: PhaseSource) -> Label {
+        use Confidence::*;
+        if persistent && source == PhaseSource::None && self.phases.forward_starts[0] == NONE {
+            return Label::new(Category::Unknown, Rule::NoPhases, Low);
+        }
+        if persistent {
+            return Label::new(Category::Parameter, Rule::KeptFromBeforeTraining, Medium);
+        }
+        match inside(&self.phases.backward, a.end) {
+            Some(_) => Label::new(Category::Activation, Rule::SavedForBackward, Low),
+            None => Label::new(Category::Unknown, Rule::BeforeTrace, Low),
+        }
+    }
+
+    /// Made in backward pass `b`: recomputed by checkpointing, scratch, a gradient (kept, a
+    /// parameter's size) or another kept buffer.
+    fn in_backward(
+        &self,
+        id: u32,
+        a: &Allocation,
+        b: (u32, u32),
+        flags: u16,
+        persistent: bool,
+        sure: Confidence,
+    ) -> Label {
+        if self.python_trace && flags & CHECKPOINT != 0 {
+            return Label::new(Category::Activation, Rule::Recomputed, sure);
+        }
+        if !persistent && a.end < b.1 {
+            return Label::new(Category::AutogradDetail, Rule::BackwardScratch, sure);
+        }
+        let size = self.d.size_of(&self.snap.trace, id);
+        if self.parameter_sizes.is_empty() {
+            Label::new(
+                Category::Gradient,
+                Rule::KeptFromBackward,
+                Confidence::Medium,
+            )
+        } else if self.parameter_sizes.contains(&size) {
+            Label::new(Category::Gradient, Rule::KeptFromBackward, sure)
+        } else {
+            Label::new(
+                Category::AutogradDetail,
+                Rule::KeptFromBackwardNoParameter,
+                Confidence::Medium,
+            )
+        }
+    }
+
+    /// Made in stretch `k` before its forward pass. Kept through every later backward pass, two
+    /// or more (or, before the first, to the end): made to stay, though a training function's
+    /// model may be freed when it returns, before the snapshot. A batch stays for one (the last
+    /// step's batch may be alive when the trace ends).
+    fn before_forward(
+        &self,
+        a: &Allocation,
+        k: usize,
+        next: Option<(u32, u32)>,
+        persistent: bool,
+        sure: Confidence,
+    ) -> Label {
+        use Confidence::*;
+        let later = &self.phases.backward[k..];
+        let crossed = later
+            .iter()
+            .take_while(|b| persistent || a.end >= b.1)
+            .count();
+        let stays = persistent || (crossed >= 2 && crossed == later.len());
+        if stays && k == 0 {
+            return Label::new(Category::Parameter, Rule::KeptFromBeforeTraining, sure);
+        }
+        if stays && crossed >= 2 {
+            // Optimizer state is made in the first step; where the trace shows where its
+            // optimizer steps are, what is kept from outside them is something else (a list
+            // the program appends to).
+            return if self.phases.optimizer.is_empty() && !self.optimizer_frames && k == 1 {
+                Label::new(
+                    Category::OptimizerState,
+                    Rule::KeptFromAfterBackward,
+                    Medium,
+                )
+            } else {
+                Label::new(Category::Unknown, Rule::KeptBetweenSteps, Low)
             };
         }
-        // The forward pass.
         match next {
-            Some(b) if !persistent && a.end < b.0 => {
-                Label::new(C::Temporary, Rule::FreedInPhase, sure)
+            Some(b) if persistent || a.end >= b.0 => {
+                Label::new(Category::Input, Rule::LoadedBeforeForward, sure)
             }
-            Some(b) if !persistent && a.end < b.1 => {
-                Label::new(C::Activation, Rule::SavedForBackward, sure)
-            }
-            Some(_) if persistent => Label::new(C::Unknown, Rule::KeptFromForward, Low),
-            Some(_) => Label::new(C::Activation, Rule::HeldPastBackward, Low),
-            None if persistent => Label::new(C::Activation, Rule::AliveAfterForward, Low),
-            None => Label::new(C::Temporary, Rule::FreedInPhase, Medium),
+            // The last forward pass's batch, alive when the trace (or the run) ends.
+            None if persistent => Label::new(Category::Input, Rule::LoadedBeforeForward, Low),
+            _ => Label::new(Category::Temporary, Rule::FreedInPhase, Medium),
         }
+    }
+}
+
+/// Made in a forward pass: freed in it (a temporary), in the backward pass after it (an
+/// activation), later (an output the program held), or never (a workspace or lazy buffer).
+fn in_forward(
+    a: &Allocation,
+    next: Option<(u32, u32)>,
+    persistent: bool,
+    sure: Confidence,
+) -> Label {
+    use Confidence::*;
+    match next {
+        Some(b) if !persistent && a.end < b.0 => {
+            Label::new(Category::Temporary, Rule::FreedInPhase, sure)
+        }
+        Some(b) if !persistent && a.end < b.1 => {
+            Label::new(Category::Activation, Rule::SavedForBackward, sure)
+        }
+        Some(_) if persistent => Label::new(Category::Unknown, Rule::KeptFromForward, Low),
+        Some(_) => Label::new(Category::Activation, Rule::HeldPastBackward, Low),
+        None if persistent => Label::new(Category::Activation, Rule::AliveAfterForward, Low),
+        None => Label::new(Category::Temporary, Rule::FreedInPhase, Medium),
     }
 }
 
