@@ -204,3 +204,29 @@ fn real_training_has_no_leak_suspect_and_its_parameters_are_settled() {
         assert!(kept.iter().any(|&k| k), "{stem}");
     }
 }
+
+/// The timeline stacked by category reaches each bucket's highest live bytes exactly: the
+/// categories are read where the bucket peaks, so the stack's top is the figure the plain
+/// timeline shows for that bucket.
+#[test]
+fn each_buckets_categories_add_up_to_its_highest_live_bytes() {
+    use snapshot::analysis::categories::at_bucket_peaks;
+    for stem in [
+        "gpt_accumulate.python",
+        "convnet_sgd.none",
+        "ddp_one_rank.all",
+    ] {
+        let snap = common::read(&format!("categories/{stem}.pickle.xz"));
+        let index = Index::new(&snap);
+        let d = index.device(0).unwrap();
+        let n = d.len;
+        let buckets: Vec<(u32, u32)> = (0..37u32)
+            .map(|k| (n * k / 37, (n * (k + 1) / 37).min(n)))
+            .collect();
+        let totals = at_bucket_peaks(&snap, &index, d, &buckets);
+        for (&(first, last), t) in buckets.iter().zip(&totals) {
+            let highest = (first..=last).map(|p| d.live_at(p)).max().unwrap();
+            assert_eq!(t.total(), highest, "{stem}: bucket {first}..={last}");
+        }
+    }
+}
