@@ -591,7 +591,7 @@ pub fn render_categories(
             .unwrap_or_else(|| "(no frames)".into());
         let _ = writeln!(
             o,
-            "  {:#014x} {:>12}  {:<16} {:<7} {}\n      because it was {}",
+            "  {:#014x} {:>12}  {:<16} {:<7} {}\n      why: {}",
             a.address,
             hb(a.size_bytes),
             a.category.as_str(),

@@ -402,10 +402,7 @@ fn categories_at_an_event_list_every_live_allocation_and_the_totals() {
         text.contains("activations") && text.contains("optimizer state"),
         "{text}"
     );
-    assert!(
-        text.contains("because it was made in a forward pass"),
-        "{text}"
-    );
+    assert!(text.contains("why: made in a forward pass"), "{text}");
     let bad = memscope(&[
         "categories",
         file.to_str().unwrap(),

@@ -575,6 +575,8 @@ struct Context<'a> {
     end_of_run: u32,
     /// Some event's stack is in `torch/optim/` or a `zero_grad`.
     optimizer_frames: bool,
+    /// The last allocation made inside a module's call, or [`NONE`] (no Python frames).
+    last_forward: u32,
 }
 
 fn classify(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Categories {
@@ -639,6 +641,22 @@ fn classify(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Categories {
         persistent_sizes_before(snap, d, forward_starts[0], end_of_run)
     };
     let private = private_pools(snap, d);
+    // Where the last forward pass made its last allocation: after the last backward pass, what
+    // was alive then lasted through the forward passes (a model freed when its function returns
+    // is still its parameters).
+    let last_forward = if python_trace {
+        (0..d.len)
+            .rev()
+            .find(|&p| {
+                let a = d.event_allocation[p as usize];
+                a != NONE
+                    && d.allocations[a as usize].start == p
+                    && facts.of(t.stack[d.row(p)]) & FORWARD != 0
+            })
+            .unwrap_or(NONE)
+    } else {
+        NONE
+    };
     let cx = Context {
         snap,
         d,
@@ -652,6 +670,7 @@ fn classify(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Categories {
         parameter_sizes,
         end_of_run,
         optimizer_frames,
+        last_forward,
     };
     let mut labels: Vec<Label> = (0..d.allocations.len() as u32)
         .map(|id| cx.label(id, &mut facts, source))
@@ -836,7 +855,15 @@ impl Context<'_> {
         if forward == NONE || a.start < forward {
             return self.before_forward(&a, k, next, persistent, sure);
         }
-        in_forward(&a, next, persistent, sure)
+        in_forward(&a, next, persistent || self.outlives_forward(&a), sure)
+    }
+
+    /// Alive after the last forward pass's last allocation (no backward pass after it).
+    fn outlives_forward(&self, a: &Allocation) -> bool {
+        self.last_forward != NONE
+            && a.start <= self.last_forward
+            && a.end > self.last_forward
+            && self.phases.backward.last().is_none_or(|b| b.1 <= a.start)
     }
 
     /// Made before the trace: a parameter where the trace shows the model at work (a forward
@@ -909,7 +936,9 @@ impl Context<'_> {
             .iter()
             .take_while(|b| persistent || a.end >= b.1)
             .count();
-        let stays = persistent || (crossed >= 2 && crossed == later.len());
+        let stays = persistent
+            || (crossed >= 2 && crossed == later.len())
+            || (later.is_empty() && self.outlives_forward(a));
         if stays && k == 0 {
             return Label::new(Category::Parameter, Rule::KeptFromBeforeTraining, sure);
         }
@@ -932,7 +961,9 @@ impl Context<'_> {
                 Label::new(Category::Input, Rule::LoadedBeforeForward, sure)
             }
             // The last forward pass's batch, alive when the trace (or the run) ends.
-            None if persistent => Label::new(Category::Input, Rule::LoadedBeforeForward, Low),
+            None if persistent || self.outlives_forward(a) => {
+                Label::new(Category::Input, Rule::LoadedBeforeForward, Low)
+            }
             _ => Label::new(Category::Temporary, Rule::FreedInPhase, Medium),
         }
     }
