@@ -2369,6 +2369,19 @@ async fn memory_by_category_is_drawn_filtered_and_said_at_the_oom() {
     )
     .await;
     wait_js(&c, "location.search.includes('view=')", "the snapshot page").await;
+    // The first screen says what the peak is made of.
+    open_tab(&c, "overview").await;
+    let said = wait_js(
+        &c,
+        "document.querySelector('.headline .s-categories .sentence') && document.querySelector('.headline .s-categories .sentence').innerText",
+        "the categories sentence",
+    )
+    .await;
+    assert!(
+        said.as_str().unwrap().starts_with("At the peak of live memory (event 2,127): activations 330.6 MiB, optimizer state 209.3 MiB"),
+        "{said}"
+    );
+    screenshot(&c, "overview-categories").await;
     open_tab(&c, "timeline").await;
     click(&c, "button.by-category").await;
     let chips = wait_js(
