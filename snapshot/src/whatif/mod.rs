@@ -21,6 +21,7 @@
 
 pub mod allocator;
 pub mod conf;
+pub mod predict;
 pub mod replay;
 
 use serde::Serialize;

@@ -1,0 +1,250 @@
+"""The will-it-fit sweep: ``python -m memscope_harness.predict --out DIR``
+
+Each workload is trained for a few steps at several sizes (batch or sequence length), each in a
+fresh process: at its small sizes with the memory history recorded (the snapshots `memscope
+predict` learns from), at larger sizes for real (what it must predict: peak reserved and
+allocated bytes from ``torch.cuda.memory_stats()``, and whether ``OutOfMemoryError`` was
+raised), then every size again under a per-process memory fraction chosen between two of the
+real peaks, so some sizes fit and some do not. Each run writes ``NAME.json``; the recorded ones
+``NAME.pickle`` too.
+
+One run: ``python -m memscope_harness.predict run WORKLOAD --size N [--record] [--limit-bytes L] --out DIR``.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+from memscope_harness.whatif import reap
+
+MIB = 1 << 20
+STEPS = 4
+
+
+# ---- workloads: `size` is the batch (or the sequence length); each returns its step count ------
+
+def transformer_batch(torch, size, step):
+    """A transformer encoder (PyTorch's layers, sequence 256) with AdamW, by batch size."""
+    layer = torch.nn.TransformerEncoderLayer(512, 8, 2048, batch_first=True)
+    model = torch.nn.TransformerEncoder(layer, 6, enable_nested_tensor=False).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    for i in range(STEPS):
+        x = torch.randn(size, 256, 512, device="cuda")
+        model(x).pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        step(i)
+
+
+def transformer_seq(torch, size, step):
+    """The same transformer by sequence length (batch 8)."""
+    layer = torch.nn.TransformerEncoderLayer(512, 8, 2048, batch_first=True)
+    model = torch.nn.TransformerEncoder(layer, 6, enable_nested_tensor=False).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    for i in range(STEPS):
+        x = torch.randn(8, size, 512, device="cuda")
+        model(x).pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        step(i)
+
+
+def convnet_batch(torch, size, step):
+    """A conv net with batch norm and SGD with momentum at 128×128, by batch size."""
+    nn = torch.nn
+    model = nn.Sequential(
+        nn.Conv2d(3, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(),
+        nn.Conv2d(64, 128, 3, stride=2, padding=1), nn.BatchNorm2d(128), nn.ReLU(),
+        nn.Conv2d(128, 256, 3, stride=2, padding=1), nn.BatchNorm2d(256), nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(256, 100)).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    for i in range(STEPS):
+        x = torch.randn(size, 3, 128, 128, device="cuda")
+        y = torch.randint(0, 100, (size,), device="cuda")
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        step(i)
+
+
+def mlp_checkpoint_batch(torch, size, step):
+    """A deep MLP with non-reentrant activation checkpointing and Adam, by batch size."""
+    from torch.utils.checkpoint import checkpoint
+    nn = torch.nn
+    blocks = nn.ModuleList(nn.Sequential(nn.Linear(2048, 2048), nn.GELU(), nn.Linear(2048, 2048), nn.GELU())
+                           for _ in range(6)).cuda()
+    opt = torch.optim.Adam(blocks.parameters(), lr=1e-4)
+    for i in range(STEPS):
+        h = torch.randn(size, 2048, device="cuda")
+        for b in blocks:
+            h = checkpoint(b, h, use_reentrant=False)
+        h.square().mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        step(i)
+
+
+def lstm_batch(torch, size, step):
+    """A two-layer cuDNN LSTM language model with RMSprop (sequence 128), by batch size."""
+    nn = torch.nn
+
+    class LM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(8192, 512)
+            self.rnn = nn.LSTM(512, 1024, num_layers=2, batch_first=True)
+            self.head = nn.Linear(1024, 8192)
+
+        def forward(self, x):
+            return self.head(self.rnn(self.emb(x))[0])
+
+    model = LM().cuda()
+    opt = torch.optim.RMSprop(model.parameters(), lr=1e-4)
+    for i in range(STEPS):
+        x = torch.randint(0, 8192, (size, 128), device="cuda")
+        nn.functional.cross_entropy(model(x).view(-1, 8192), x.view(-1)).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        step(i)
+
+
+WORKLOADS = {"transformer_batch": transformer_batch, "transformer_seq": transformer_seq,
+             "convnet_batch": convnet_batch, "mlp_checkpoint_batch": mlp_checkpoint_batch,
+             "lstm_batch": lstm_batch}
+# (sizes recorded, sizes run for real)
+SIZES = {
+    "transformer_batch": ([2, 4, 6], [8, 12, 16, 24, 32, 40, 48, 64]),
+    "transformer_seq": ([128, 256, 384], [512, 640, 768, 1024, 1280, 1536, 2048]),
+    "convnet_batch": ([8, 16, 24], [32, 48, 64, 96, 128, 160, 192, 256]),
+    "mlp_checkpoint_batch": ([256, 512, 768], [1024, 1536, 2048, 3072, 4096, 6144, 8192]),
+    "lstm_batch": ([4, 8, 12], [16, 24, 32, 48, 64, 96, 128]),
+}
+
+
+def one_run(args):
+    import torch
+    torch.cuda.init()
+    total = torch.cuda.mem_get_info()[1]
+    if args.limit_bytes:
+        torch.cuda.set_per_process_memory_fraction(args.limit_bytes / total)
+    if args.record:
+        torch.cuda.memory._record_memory_history(max_entries=1_000_000)
+    done = {"steps": 0}
+    raised = None
+
+    def step(i):
+        done["steps"] = i + 1
+
+    try:
+        WORKLOADS[args.workload](torch, args.size, step)
+    except torch.OutOfMemoryError as e:
+        raised = {"step": done["steps"], "message": str(e).split("\n")[0][:300]}
+    base = os.path.join(args.out, args.name)
+    if args.record:
+        torch.cuda.memory._dump_snapshot(base + ".pickle")
+        torch.cuda.memory._record_memory_history(enabled=None)
+    st = torch.cuda.memory_stats()
+    with open(base + ".json", "w") as f:
+        json.dump({"workload": args.workload, "size": args.size, "recorded": args.record,
+                   "limit_bytes": args.limit_bytes, "device_total_bytes": total,
+                   "torch": torch.__version__, "gpu": torch.cuda.get_device_name(0),
+                   "peak_reserved_bytes": st.get("reserved_bytes.all.peak", 0),
+                   "peak_allocated_bytes": st.get("allocated_bytes.all.peak", 0),
+                   "num_ooms": st.get("num_ooms", 0), "oom": raised is not None, "raised": raised,
+                   "steps": done["steps"]}, f, indent=1)
+
+
+def run_jobs(args, jobs):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                         env.get("PYTHONPATH", "")])
+    running = []
+    for name, w, size, record, limit in jobs:
+        cmd = [sys.executable, "-m", "memscope_harness.predict", "run", w, "--size", str(size), "--name", name,
+               "--out", args.out]
+        if record:
+            cmd.append("--record")
+        if limit:
+            cmd += ["--limit-bytes", str(limit)]
+        running.append((name, subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                               text=True)))
+        while len(running) >= args.parallel:
+            running = reap(running)
+    while running:
+        running = reap(running)
+
+
+def load(out, name):
+    path = os.path.join(out, name + ".json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def limit_between(peaks):
+    """A fraction's bytes between two real peaks in the middle of the sweep: some sizes fit, some
+    do not (the largest peaks' neighbours, so a size whose peak dips below a smaller size's is in play)."""
+    ordered = sorted(peaks)
+    k = len(ordered) // 2
+    return (ordered[k - 1] + ordered[k]) // 2
+
+
+def record_all(args):
+    os.makedirs(args.out, exist_ok=True)
+    t0 = time.time()
+    jobs = []
+    for w in args.workloads:
+        small, large = SIZES[w]
+        jobs += [("%s.%d.rec" % (w, s), w, s, True, None) for s in small]
+        jobs += [("%s.%d" % (w, s), w, s, False, None) for s in small + large]
+    run_jobs(args, jobs)
+    limits = {}
+    jobs = []
+    for w in args.workloads:
+        small, large = SIZES[w]
+        peaks = [r["peak_reserved_bytes"] for r in (load(args.out, "%s.%d" % (w, s)) for s in large) if r]
+        if len(peaks) < 2:
+            continue
+        limits[w] = limit_between(peaks)
+        jobs += [("%s.%d.limit" % (w, s), w, s, False, limits[w]) for s in small + large]
+    run_jobs(args, jobs)
+    with open(os.path.join(args.out, "limits.json"), "w") as f:
+        json.dump(limits, f, indent=1)
+    for w in args.workloads:
+        small, large = SIZES[w]
+        rows = []
+        for s in small + large:
+            r, lim = load(args.out, "%s.%d" % (w, s)), load(args.out, "%s.%d.limit" % (w, s))
+            rows.append("%d: %s%s" % (s, "%.0fM" % (r["peak_reserved_bytes"] / MIB) if r else "?",
+                                      " (limit: OOM)" if lim and lim["oom"] else ""))
+        print("%s (limit %s MiB): %s" % (w, limits.get(w, 0) // MIB, ", ".join(rows)), flush=True)
+    print("%d workloads in %.0f s" % (len(args.workloads), time.time() - t0), flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(prog="python -m memscope_harness.predict", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd")
+    one = sub.add_parser("run")
+    one.add_argument("workload", choices=sorted(WORKLOADS))
+    one.add_argument("--size", type=int, required=True)
+    one.add_argument("--name", required=True)
+    one.add_argument("--out", required=True)
+    one.add_argument("--record", action="store_true")
+    one.add_argument("--limit-bytes", type=int)
+    ap.add_argument("--out", default="./memscope-predict-out")
+    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--parallel", type=int, default=4)
+    args = ap.parse_args()
+    if args.cmd == "run":
+        return one_run(args)
+    args.workloads = args.workloads.split(",")
+    args.out = os.path.abspath(args.out)
+    record_all(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,345 @@
+//! Will it fit (issue 36, first part): the peak memory of a run at a size never recorded (a
+//! larger batch, a longer sequence), from two or three recordings of the same program at small
+//! sizes.
+//!
+//! The recordings' allocations are matched to each other by call site and order (the k-th
+//! allocation made under a stack in one is the k-th made under the same frames in the other:
+//! a training step makes the same requests in the same order whatever its batch); each matched
+//! request's size is fitted against the size parameter (constant, or affine: least squares over
+//! the recordings, with what fits no line within 1% counted and said); the request sequence of
+//! the largest recording is synthesized at the new size and replayed through the model of
+//! PyTorch's caching allocator under the setting and limit asked ([`super::allocator`]), so
+//! rounding, splitting, caching and a limit's retries shape the peak as they would for real.
+//! A straight line through the recordings' own peaks is the baseline the replay must beat.
+
+use rustc_hash::FxHashMap;
+
+use super::allocator::{Allocator, Limit};
+use super::conf::AllocConf;
+use crate::analysis::index::{DeviceIndex, Index, NONE};
+use crate::model::{Action, Snapshot, StackId};
+
+/// One recording and the size it was made at.
+pub struct Recording<'a> {
+    pub snap: &'a Snapshot,
+    pub index: &'a Index,
+    pub device: i32,
+    pub size: f64,
+}
+
+/// How one request's size depends on the size parameter.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum SizeRule {
+    /// The same in every recording.
+    Constant(u64),
+    /// `bytes + slope × (size − at)`; `fits` when every recording lies within 1% of the line.
+    Affine {
+        at: f64,
+        bytes: f64,
+        slope: f64,
+        fits: bool,
+    },
+    /// Not made in every recording (the program's path depends on the size): kept at the
+    /// largest recording's size.
+    Unmatched(u64),
+}
+
+impl SizeRule {
+    /// The request's bytes at `size`.
+    pub fn at(&self, size: f64) -> u64 {
+        match *self {
+            SizeRule::Constant(b) | SizeRule::Unmatched(b) => b,
+            SizeRule::Affine {
+                at, bytes, slope, ..
+            } => (bytes + slope * (size - at)).round().max(1.0) as u64,
+        }
+    }
+}
+
+/// One step of the synthesized run: a request (by index into the rules) or its free.
+#[derive(Clone, Copy, Debug)]
+enum Step {
+    Alloc { request: u32, stream: u64 },
+    Free { request: u32 },
+}
+
+/// What was learnt from the recordings.
+pub struct Model {
+    steps: Vec<Step>,
+    pub rules: Vec<SizeRule>,
+    /// The recordings' sizes and their own peak reserved bytes (the linear baseline's points).
+    pub points: Vec<(f64, u64)>,
+}
+
+impl Model {
+    pub fn unmatched(&self) -> usize {
+        self.rules
+            .iter()
+            .filter(|r| matches!(r, SizeRule::Unmatched(_)))
+            .count()
+    }
+    pub fn without_rule(&self) -> usize {
+        self.rules
+            .iter()
+            .filter(|r| matches!(r, SizeRule::Affine { fits: false, .. }))
+            .count()
+    }
+
+    /// A straight line through the recordings' peak reserved bytes, at `size` (least squares).
+    pub fn linear_peak_reserved(&self, size: f64) -> u64 {
+        let xs: Vec<(f64, f64)> = self.points.iter().map(|&(x, y)| (x, y as f64)).collect();
+        let (slope, at, mean) = least_squares(&xs);
+        (mean + slope * (size - at)).round().max(0.0) as u64
+    }
+}
+
+/// The replay of the synthesized run at one size.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Prediction {
+    pub size: f64,
+    pub peak_reserved_bytes: u64,
+    pub peak_allocated_bytes: u64,
+    /// A request the allocator could not satisfy under the limit: the run raises.
+    pub oom: bool,
+    /// Which request (in the synthesized run's order) failed.
+    pub oom_request: Option<u32>,
+}
+
+/// Why nothing can be learnt.
+#[derive(Debug, PartialEq, Eq)]
+pub enum PredictError {
+    TooFewRecordings,
+    SameSizes,
+    NoTrace(i32),
+}
+
+impl std::fmt::Display for PredictError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PredictError::TooFewRecordings => f.write_str(
+                "two recordings at different sizes are needed (three tell a line from a curve)",
+            ),
+            PredictError::SameSizes => {
+                f.write_str("the recordings are at the same size: nothing to learn the growth from")
+            }
+            PredictError::NoTrace(d) => write!(
+                f,
+                "device {d} of a recording has no trace: record it with torch.cuda.memory._record_memory_history"
+            ),
+        }
+    }
+}
+
+/// A stack's frames as one key that holds across snapshots (their ids do not).
+fn stack_keys(snap: &Snapshot) -> Vec<u64> {
+    use std::hash::{Hash, Hasher};
+    (0..snap.stacks.len() as u32)
+        .map(|s| {
+            let mut h = rustc_hash::FxHasher::default();
+            for &f in snap.stack(StackId(s)) {
+                let fr = snap.frame(f);
+                snap.str(fr.filename).hash(&mut h);
+                snap.str(fr.name).hash(&mut h);
+                fr.line.hash(&mut h);
+            }
+            h.finish()
+        })
+        .collect()
+}
+
+/// A request across recordings: its stack's key and how many requests that stack made before it.
+type RequestKey = (u64, u32);
+
+/// A recording's requests in order (key and bytes), their streams, and the steps (allocs and
+/// frees by request index).
+struct Requests {
+    keyed: Vec<(RequestKey, u64)>,
+    /// Requests per stack key: recordings whose counts differ for a stack are not matched on it.
+    counts: FxHashMap<u64, u32>,
+    steps: Vec<Step>,
+}
+
+fn requests(r: &Recording, d: &DeviceIndex) -> Requests {
+    let keys = stack_keys(r.snap);
+    let t = &r.snap.trace;
+    let mut seen: FxHashMap<u64, u32> = FxHashMap::default();
+    let mut request_of: FxHashMap<u32, u32> = FxHashMap::default();
+    let mut out = Requests {
+        keyed: Vec::new(),
+        counts: FxHashMap::default(),
+        steps: Vec::new(),
+    };
+    for p in 0..d.len {
+        let a = d.event_allocation[p as usize];
+        if a == NONE {
+            continue;
+        }
+        let al = &d.allocations[a as usize];
+        let row = d.row(p);
+        match t.action[row] {
+            Action::Alloc if al.start == p => {
+                let key = keys.get(al.stack.0 as usize).copied().unwrap_or(0);
+                let n = seen.entry(key).or_default();
+                let request = out.keyed.len() as u32;
+                out.keyed.push(((key, *n), t.size.get(row)));
+                *n += 1;
+                request_of.insert(a, request);
+                out.steps.push(Step::Alloc {
+                    request,
+                    stream: t.stream(row),
+                });
+            }
+            Action::FreeCompleted if al.end == p => {
+                if let Some(&request) = request_of.get(&a) {
+                    out.steps.push(Step::Free { request });
+                }
+            }
+            _ => {}
+        }
+    }
+    out.counts = seen;
+    out
+}
+
+/// Least squares through `(x, y)`: (slope, mean x, mean y).
+fn least_squares(points: &[(f64, f64)]) -> (f64, f64, f64) {
+    let n = points.len().max(1) as f64;
+    let mx = points.iter().map(|p| p.0).sum::<f64>() / n;
+    let my = points.iter().map(|p| p.1).sum::<f64>() / n;
+    let sxx: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    let sxy: f64 = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    let slope = if sxx > 0.0 { sxy / sxx } else { 0.0 };
+    (slope, mx, my)
+}
+
+/// Learns each request's size rule from the recordings; the largest is the one synthesized.
+pub fn learn(recordings: &[Recording]) -> Result<Model, PredictError> {
+    if recordings.len() < 2 {
+        return Err(PredictError::TooFewRecordings);
+    }
+    let mut parsed = Vec::with_capacity(recordings.len());
+    let mut points = Vec::new();
+    for r in recordings {
+        let d = r
+            .index
+            .device(r.device)
+            .filter(|d| d.len > 0)
+            .ok_or(PredictError::NoTrace(r.device))?;
+        points.push((r.size, d.peak_reserved()));
+        parsed.push(requests(r, d));
+    }
+    let base = (0..recordings.len())
+        .max_by(|&a, &b| recordings[a].size.total_cmp(&recordings[b].size))
+        .unwrap_or(0);
+    if recordings.iter().all(|r| r.size == recordings[base].size) {
+        return Err(PredictError::SameSizes);
+    }
+    // Each other recording, matched on the stacks it makes as many requests under as the
+    // synthesized one does (a kernel chosen by size may add or drop a few).
+    let others: Vec<(f64, FxHashMap<RequestKey, u64>)> = parsed
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != base)
+        .map(|(i, q)| {
+            let same = |k: &u64| q.counts.get(k) == parsed[base].counts.get(k);
+            let sizes = q
+                .keyed
+                .iter()
+                .copied()
+                .filter(|(k, _)| same(&k.0))
+                .collect();
+            (recordings[i].size, sizes)
+        })
+        .collect();
+    let x0 = recordings[base].size;
+    let rules = parsed[base]
+        .keyed
+        .iter()
+        .map(|&(key, bytes)| {
+            let matched: Vec<(f64, u64)> = others
+                .iter()
+                .filter_map(|(x, m)| Some((*x, *m.get(&key)?)))
+                .collect();
+            // Matched in only some recordings, by two points: a line it cannot be checked on.
+            if matched.len() < others.len() && matched.len() < 2 {
+                return SizeRule::Unmatched(bytes);
+            }
+            rule(x0, bytes, matched.into_iter())
+        })
+        .collect();
+    Ok(Model {
+        steps: std::mem::take(&mut parsed[base].steps),
+        rules,
+        points,
+    })
+}
+
+/// A request's rule from its bytes in the synthesized recording (at `x0`) and the others it was
+/// matched in. Sizes that follow no line (cuDNN choosing another algorithm, and workspace, at
+/// another batch) grow as they did between the two largest recordings.
+fn rule(x0: f64, bytes: u64, others: impl Iterator<Item = (f64, u64)>) -> SizeRule {
+    let mut pts = vec![(x0, bytes as f64)];
+    pts.extend(others.map(|(x, b)| (x, b as f64)));
+    if pts.len() < 2 {
+        return SizeRule::Unmatched(bytes);
+    }
+    if pts.iter().all(|p| p.1 == bytes as f64) {
+        return SizeRule::Constant(bytes);
+    }
+    let (slope, mx, my) = least_squares(&pts);
+    let fits = pts
+        .iter()
+        .all(|p| ((my + slope * (p.0 - mx)) - p.1).abs() <= 0.01 * p.1.max(512.0));
+    if !fits {
+        // The growth between the two largest recordings, the nearest to the sizes asked.
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let (lo, hi) = (pts[pts.len() - 2], pts[pts.len() - 1]);
+        return SizeRule::Affine {
+            at: hi.0,
+            bytes: hi.1,
+            slope: (hi.1 - lo.1) / (hi.0 - lo.0),
+            fits,
+        };
+    }
+    SizeRule::Affine {
+        at: mx,
+        bytes: my,
+        slope,
+        fits,
+    }
+}
+
+/// The synthesized run at `size`, replayed under `conf` and `limit`. A request the allocator
+/// cannot satisfy ends the run (the program would raise `OutOfMemoryError`).
+pub fn predict(model: &Model, size: f64, conf: &AllocConf, limit: Option<Limit>) -> Prediction {
+    let mut a = Allocator::new(conf.clone(), limit);
+    let mut live: Vec<u32> = vec![NONE; model.rules.len()];
+    let mut oom_request = None;
+    for step in &model.steps {
+        match *step {
+            Step::Alloc { request, stream } => {
+                let bytes = model.rules[request as usize].at(size);
+                match a.malloc(bytes, stream, (0, 0)) {
+                    Some(b) => live[request as usize] = b,
+                    None => {
+                        oom_request = Some(request);
+                        break;
+                    }
+                }
+            }
+            Step::Free { request } => {
+                let b = std::mem::replace(&mut live[request as usize], NONE);
+                if b != NONE {
+                    a.free(b, false);
+                }
+            }
+        }
+    }
+    Prediction {
+        size,
+        peak_reserved_bytes: a.stats.peak_reserved_bytes,
+        peak_allocated_bytes: a.stats.peak_allocated_bytes,
+        oom: oom_request.is_some(),
+        oom_request,
+    }
+}

@@ -1,0 +1,131 @@
+//! Issue 36's proof without a GPU (first part, in progress): each workload recorded at three small sizes on
+//! an H200 (`collectors/harness/memscope_harness/predict.py`), run for real at larger ones, with
+//! and without a per-process memory fraction. The request sequence learnt from the recordings is
+//! replayed at every size and compared with what really happened: peak reserved bytes, and
+//! whether the run raised. The linear baseline (a line through the recordings' own peaks) is
+//! printed beside it (`cargo test --release -p snapshot --test predict -- --nocapture`).
+
+mod common;
+
+use snapshot::analysis::Index;
+use snapshot::whatif::allocator::{Limit, LimitKind};
+use snapshot::whatif::conf::AllocConf;
+use snapshot::whatif::predict::{Recording, learn, predict};
+
+const MIB: f64 = 1048576.0;
+
+fn truth(name: &str) -> Option<serde_json::Value> {
+    let p = common::fixtures().join(format!("predict/{name}.json"));
+    std::fs::read_to_string(p)
+        .ok()
+        .map(|s| serde_json::from_str(&s).unwrap())
+}
+
+/// (workload, recorded sizes, sizes run for real): as the harness's `SIZES`.
+const SWEEP: [(&str, [u32; 3], &[u32]); 5] = [
+    (
+        "transformer_batch",
+        [2, 4, 6],
+        &[8, 12, 16, 24, 32, 40, 48, 64],
+    ),
+    (
+        "transformer_seq",
+        [128, 256, 384],
+        &[512, 640, 768, 1024, 1280, 1536, 2048],
+    ),
+    (
+        "convnet_batch",
+        [8, 16, 24],
+        &[32, 48, 64, 96, 128, 160, 192, 256],
+    ),
+    (
+        "mlp_checkpoint_batch",
+        [256, 512, 768],
+        &[1024, 1536, 2048, 3072, 4096, 6144, 8192],
+    ),
+    ("lstm_batch", [4, 8, 12], &[16, 24, 32, 48, 64, 96, 128]),
+];
+
+#[test]
+fn peaks_and_ooms_at_sizes_never_recorded() {
+    let limits: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(common::fixtures().join("predict/limits.json")).unwrap(),
+    )
+    .unwrap();
+    let mut worst = 0.0f64;
+    let mut ooms_wrong = Vec::new();
+    for (w, recorded, larger) in SWEEP {
+        let snaps: Vec<_> = recorded
+            .iter()
+            .map(|s| common::read(&format!("predict/{w}.{s}.rec.pickle.xz")))
+            .collect();
+        let indexes: Vec<Index> = snaps.iter().map(Index::new).collect();
+        let recs: Vec<Recording> = snaps
+            .iter()
+            .zip(&indexes)
+            .zip(recorded)
+            .map(|((snap, index), size)| Recording {
+                snap,
+                index,
+                device: 0,
+                size: size as f64,
+            })
+            .collect();
+        let model = learn(&recs).unwrap();
+        let limit = limits[w].as_u64().map(|bytes| Limit {
+            bytes,
+            kind: LimitKind::Fraction,
+        });
+        println!(
+            "{w}: {} requests, {} unmatched, {} fit no line; limit {:.0} MiB",
+            model.rules.len(),
+            model.unmatched(),
+            model.without_rule(),
+            limit.map_or(0.0, |l| l.bytes as f64 / MIB)
+        );
+        println!(
+            "  {:>6} {:>10} {:>10} {:>7} {:>10} {:>7} | {:>12} {:>12}",
+            "size", "real MiB", "predicted", "error", "linear", "error", "OOM real", "predicted"
+        );
+        for &size in recorded.iter().chain(larger) {
+            let Some(real) = truth(&format!("{w}.{size}")) else {
+                continue;
+            };
+            let p = predict(&model, size as f64, &AllocConf::default(), None);
+            let r = real["peak_reserved_bytes"].as_u64().unwrap() as f64;
+            let err = p.peak_reserved_bytes as f64 / r - 1.0;
+            let lin = model.linear_peak_reserved(size as f64) as f64;
+            let (oom_real, oom_pred) = match truth(&format!("{w}.{size}.limit")) {
+                Some(l) => (
+                    l["oom"].as_bool().unwrap(),
+                    predict(&model, size as f64, &AllocConf::default(), limit).oom,
+                ),
+                None => (false, false),
+            };
+            if oom_real != oom_pred {
+                ooms_wrong.push(format!("{w} {size}"));
+            }
+            worst = worst.max(err.abs());
+            println!(
+                "  {size:>6} {:>10.0} {:>10.0} {:>+6.1}% {:>10.0} {:>+6.1}% | {:>12} {:>12}",
+                r / MIB,
+                p.peak_reserved_bytes as f64 / MIB,
+                100.0 * err,
+                lin / MIB,
+                100.0 * (lin / r - 1.0),
+                oom_real,
+                oom_pred
+            );
+        }
+    }
+    println!(
+        "worst peak reserved error {:.1}%; OOM calls wrong: {ooms_wrong:?}",
+        100.0 * worst
+    );
+    // Where this first version stands (issue 36's goal, every peak within 5% and every OOM call
+    // right, is not met yet): held here so it only gets better. Misses: cuDNN's workspaces
+    // (their sizes follow no line in the batch: the conv net and the LSTM) and requests made a
+    // different number of times at different batches (the transformer's 192 unmatched).
+    assert!(worst <= 0.16, "worst error {:.1}%", 100.0 * worst);
+    assert!(ooms_wrong.len() <= 1, "{ooms_wrong:?}");
+}
