@@ -31,8 +31,43 @@ pub enum Command {
     /// optimizer_state, activation, input, temporary, autograd_detail, cuda_graph or unknown,
     /// with the rule that decided and a confidence, and the bytes per category.
     Categories(CategoriesArgs),
+    /// Will it fit: peak memory and OOM at sizes never recorded (a larger batch, a longer
+    /// sequence), from two or three recordings of the same program at small sizes
+    /// (`a.pickle=8 b.pickle=16`): their requests matched and fitted against the size, then
+    /// replayed through the allocator model at each size asked (or, with a limit and no size,
+    /// searched for the largest that fits).
+    Predict(PredictArgs),
     /// Run the dashboard server: the JSON API under /api, with an embedded SQLite library.
     Serve(crate::config::ServeArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct PredictArgs {
+    /// Recordings as FILE=SIZE (the batch size or sequence length each was made at).
+    #[arg(required = true, num_args = 2..)]
+    pub recordings: Vec<String>,
+    /// A size to predict (repeat for several; none: search the largest that fits the limit).
+    #[arg(long = "size")]
+    pub sizes: Vec<u64>,
+    /// Memory the process may use, in bytes.
+    #[arg(long)]
+    pub limit_bytes: Option<u64>,
+    /// What --limit-bytes is: `fraction` (torch.cuda.set_per_process_memory_fraction's
+    /// allowance) or `device` (what the device can give the process).
+    #[arg(long, default_value = "device", value_parser = ["device", "fraction"])]
+    pub limit_kind: String,
+    /// A GPU whose total memory is the limit (e.g. "H100"): the first known model whose name
+    /// holds it.
+    #[arg(long)]
+    pub gpu: Option<String>,
+    /// The allocator setting to replay under, as PYTORCH_CUDA_ALLOC_CONF takes it.
+    #[arg(long, default_value = "")]
+    pub alloc_conf: String,
+    /// The device of the recordings (default: the one that held the most memory).
+    #[arg(long)]
+    pub device: Option<i32>,
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -148,6 +183,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Diff(args) => diff(args),
         Command::Whatif(args) => whatif(args),
         Command::Categories(args) => categories(args),
+        Command::Predict(args) => predict(args),
         Command::Serve(args) => {
             tracing_subscriber::fmt()
                 .with_env_filter(
@@ -406,6 +442,76 @@ fn categories(args: CategoriesArgs) -> anyhow::Result<()> {
     } else {
         let peak = args.at.is_none().then_some(d.peak_position);
         out.write_all(crate::text::render_categories(&name, &view, peak, args.top).as_bytes())?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+fn predict(args: PredictArgs) -> anyhow::Result<()> {
+    use snapshot::whatif::allocator::{Limit, LimitKind};
+    let mut parsed = Vec::new();
+    for r in &args.recordings {
+        let (file, size) = r.rsplit_once('=').with_context(|| {
+            format!("{r:?}: give each recording as FILE=SIZE (e.g. run8.pickle=8)")
+        })?;
+        let size: u64 = size
+            .parse()
+            .with_context(|| format!("{r:?}: the size after '=' must be a whole number"))?;
+        let snap = read(std::path::Path::new(file))?;
+        parsed.push((file.to_string(), size, snap));
+    }
+    let indexes: Vec<snapshot::analysis::Index> = parsed
+        .iter()
+        .map(|(_, _, s)| snapshot::analysis::Index::new(s))
+        .collect();
+    let mut recordings = Vec::new();
+    for ((file, size, snap), index) in parsed.iter().zip(&indexes) {
+        let device = match args.device {
+            Some(d) => d,
+            None => {
+                index
+                    .default_device()
+                    .with_context(|| format!("{file} has no trace to learn from"))?
+                    .device
+            }
+        };
+        recordings.push(snapshot::whatif::predict::Recording {
+            snap,
+            index,
+            device,
+            size: *size as f64,
+        });
+    }
+    let conf = snapshot::whatif::conf::AllocConf::parse(&args.alloc_conf)
+        .map_err(|e| anyhow::anyhow!("--alloc-conf: {e}"))?;
+    let gpu_bytes = match &args.gpu {
+        None => None,
+        Some(name) => Some(
+            snapshot::gpus::KNOWN
+                .iter()
+                .find(|g| g.name.to_lowercase().contains(&name.to_lowercase()))
+                .with_context(|| format!("no known GPU is called {name:?}"))?
+                .total_bytes,
+        ),
+    };
+    let limit = args.limit_bytes.or(gpu_bytes).map(|bytes| Limit {
+        bytes,
+        kind: if args.limit_kind == "fraction" {
+            LimitKind::Fraction
+        } else {
+            LimitKind::Device
+        },
+    });
+    let sizes: Vec<f64> = args.sizes.iter().map(|&s| s as f64).collect();
+    let a = snapshot::whatif::predict::answer(&recordings, &sizes, &conf, limit)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let view = crate::convert::predict(a, &args.alloc_conf, limit.map(|l| l.bytes));
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    if args.json {
+        serde_json::to_writer(&mut out, &view)?;
+        writeln!(out)?;
+    } else {
+        out.write_all(crate::text::render_predict(&view).as_bytes())?;
     }
     out.flush()?;
     Ok(())

@@ -768,3 +768,44 @@ pub fn whatif(w: snapshot::whatif::WhatIf) -> api::WhatIf {
         }),
     }
 }
+
+/// `memscope predict`'s answer (sizes are whole numbers: batches, sequence lengths).
+pub fn predict(
+    a: snapshot::whatif::predict::Answer,
+    alloc_conf: &str,
+    limit_bytes: Option<u64>,
+) -> api::PredictAnswer {
+    api::PredictAnswer {
+        sizes: a
+            .sizes
+            .into_iter()
+            .map(|s| api::PredictedSize {
+                size: s.prediction.size as u64,
+                peak_allocated_bytes: s.prediction.peak_allocated_bytes,
+                peak_reserved_bytes: s.prediction.peak_reserved_bytes,
+                oom: s.prediction.oom,
+                survivable_ooms: 0,
+                first_oom_step: s.prediction.oom_step,
+                headroom_bytes: s.headroom_bytes,
+                error_bytes: s.error_bytes,
+                linear_peak_reserved_bytes: s.linear_peak_reserved_bytes,
+            })
+            .collect(),
+        largest_fitting_size: a.largest_fitting_size.map(|s| s as u64),
+        method: "replay".into(),
+        alloc_conf: alloc_conf.to_string(),
+        limit_bytes,
+        recorded: a
+            .recorded
+            .into_iter()
+            .map(|(size, peak)| api::RecordedSize {
+                size: size as u64,
+                peak_reserved_bytes: peak,
+            })
+            .collect(),
+        requests: a.requests as u64,
+        unmatched_requests: a.unmatched as u64,
+        requests_without_rule: a.without_rule as u64,
+        expected_error: a.expected_error,
+    }
+}

@@ -609,3 +609,57 @@ pub fn render_categories(
     }
     o
 }
+
+/// `memscope predict`: each size's predicted peaks, whether it fits, and the linear baseline.
+pub fn render_predict(p: &api::PredictAnswer) -> String {
+    let mut o = String::new();
+    let recorded: Vec<String> = p
+        .recorded
+        .iter()
+        .map(|r| format!("{} ({})", r.size, hb(r.peak_reserved_bytes)))
+        .collect();
+    let _ = writeln!(
+        o,
+        "Learnt from recordings at sizes {}: {} requests ({} not in every recording, {} following no line); replayed under PYTORCH_CUDA_ALLOC_CONF={:?}{}.",
+        recorded.join(", "),
+        thousands(p.requests),
+        thousands(p.unmatched_requests),
+        thousands(p.requests_without_rule),
+        p.alloc_conf,
+        p.limit_bytes
+            .map(|l| format!(", limit {}", hb(l)))
+            .unwrap_or_default()
+    );
+    if let Some(e) = p.expected_error {
+        let _ = writeln!(
+            o,
+            "Expected error: {:.1}% (each recording predicted from the others).",
+            100.0 * e
+        );
+    }
+    let _ = writeln!(
+        o,
+        "\n  {:>8} {:>14} {:>14} {:>10}  {:>14}",
+        "size", "peak reserved", "peak allocated", "fits", "linear baseline"
+    );
+    for s in &p.sizes {
+        let fits = match (s.oom, s.first_oom_step) {
+            (false, _) => "yes".to_string(),
+            (true, Some(step)) => format!("OOM step {step}"),
+            (true, None) => "OOM".to_string(),
+        };
+        let _ = writeln!(
+            o,
+            "  {:>8} {:>14} {:>14} {:>10}  {:>14}",
+            s.size,
+            hb(s.peak_reserved_bytes),
+            hb(s.peak_allocated_bytes),
+            fits,
+            hb(s.linear_peak_reserved_bytes)
+        );
+    }
+    if let Some(l) = p.largest_fitting_size {
+        let _ = writeln!(o, "\nLargest size that fits: {l}.");
+    }
+    o
+}

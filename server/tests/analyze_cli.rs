@@ -422,3 +422,89 @@ fn categories_at_an_event_list_every_live_allocation_and_the_totals() {
         "{c}"
     );
 }
+
+/// Issue 36 (first part): `memscope predict A=SIZE B=SIZE C=SIZE --size N --json` answers with
+/// the fields the issue names, from the will-it-fit sweep's recordings; each size's peak against
+/// what the run really reserved at that size on the H200, and whether it raised under the sweep's
+/// memory fraction.
+#[test]
+fn predict_answers_each_size_with_the_promised_fields() {
+    let dir = fixture("predict");
+    let rec = |s: u32| {
+        format!(
+            "{}={s}",
+            dir.join(format!("mlp_checkpoint_batch.{s}.rec.pickle.xz"))
+                .display()
+        )
+    };
+    let limits: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("limits.json")).unwrap()).unwrap();
+    let limit = limits["mlp_checkpoint_batch"].as_u64().unwrap().to_string();
+    let out = memscope(&[
+        "predict",
+        &rec(256),
+        &rec(512),
+        &rec(768),
+        "--size",
+        "2048",
+        "--size",
+        "8192",
+        "--limit-bytes",
+        &limit,
+        "--limit-kind",
+        "fraction",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for key in ["sizes", "largest_fitting_size", "method"] {
+        assert!(v.get(key).is_some(), "missing {key}: {v}");
+    }
+    let sizes = v["sizes"].as_array().unwrap();
+    assert_eq!(sizes.len(), 2);
+    for s in sizes {
+        for key in [
+            "size",
+            "peak_allocated_bytes",
+            "peak_reserved_bytes",
+            "oom",
+            "survivable_ooms",
+            "first_oom_step",
+            "headroom_bytes",
+            "error_bytes",
+        ] {
+            assert!(s.get(key).is_some(), "missing {key}: {s}");
+        }
+        let size = s["size"].as_u64().unwrap();
+        let real: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.join(format!("mlp_checkpoint_batch.{size}.json")))
+                .unwrap(),
+        )
+        .unwrap();
+        let limited: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.join(format!("mlp_checkpoint_batch.{size}.limit.json")))
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(s["oom"], limited["oom"], "{size}: {s}");
+        if s["oom"] == true {
+            // Its peak is the peak up to the request that failed: not the unlimited run's.
+            continue;
+        }
+        let (p, r) = (
+            s["peak_reserved_bytes"].as_f64().unwrap(),
+            real["peak_reserved_bytes"].as_f64().unwrap(),
+        );
+        assert!(
+            (p / r - 1.0).abs() < 0.07,
+            "{size}: predicted {p}, real {r}"
+        );
+    }
+    assert_eq!(v["largest_fitting_size"], 2048);
+    let bad = memscope(&["predict", "a.pickle", "b.pickle=2"]);
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("FILE=SIZE"));
+}

@@ -20,6 +20,7 @@ use crate::analysis::index::{DeviceIndex, Index, NONE};
 use crate::model::{Action, Snapshot, StackId};
 
 /// One recording and the size it was made at.
+#[derive(Clone, Copy)]
 pub struct Recording<'a> {
     pub snap: &'a Snapshot,
     pub index: &'a Index,
@@ -59,8 +60,15 @@ impl SizeRule {
 /// One step of the synthesized run: a request (by index into the rules) or its free.
 #[derive(Clone, Copy, Debug)]
 enum Step {
-    Alloc { request: u32, stream: u64 },
-    Free { request: u32 },
+    /// A request, at this position of the synthesized recording.
+    Alloc {
+        request: u32,
+        stream: u64,
+        position: u32,
+    },
+    Free {
+        request: u32,
+    },
 }
 
 /// What was learnt from the recordings.
@@ -69,6 +77,8 @@ pub struct Model {
     pub rules: Vec<SizeRule>,
     /// The recordings' sizes and their own peak reserved bytes (the linear baseline's points).
     pub points: Vec<(f64, u64)>,
+    /// The synthesized recording's steps.
+    steps_of: Option<crate::analysis::index::Steps>,
 }
 
 impl Model {
@@ -103,6 +113,8 @@ pub struct Prediction {
     pub oom: bool,
     /// Which request (in the synthesized run's order) failed.
     pub oom_request: Option<u32>,
+    /// The step it failed in, where the synthesized recording shows steps.
+    pub oom_step: Option<u32>,
 }
 
 /// Why nothing can be learnt.
@@ -187,6 +199,7 @@ fn requests(r: &Recording, d: &DeviceIndex) -> Requests {
                 out.steps.push(Step::Alloc {
                     request,
                     stream: t.stream(row),
+                    position: p,
                 });
             }
             Action::FreeCompleted if al.end == p => {
@@ -267,10 +280,16 @@ pub fn learn(recordings: &[Recording]) -> Result<Model, PredictError> {
             rule(x0, bytes, matched.into_iter())
         })
         .collect();
+    let r = &recordings[base];
+    let steps_of = r
+        .index
+        .device(r.device)
+        .and_then(|d| crate::analysis::steps::steps(r.snap, r.index, d));
     Ok(Model {
         steps: std::mem::take(&mut parsed[base].steps),
         rules,
         points,
+        steps_of,
     })
 }
 
@@ -317,12 +336,16 @@ pub fn predict(model: &Model, size: f64, conf: &AllocConf, limit: Option<Limit>)
     let mut oom_request = None;
     for step in &model.steps {
         match *step {
-            Step::Alloc { request, stream } => {
+            Step::Alloc {
+                request,
+                stream,
+                position,
+            } => {
                 let bytes = model.rules[request as usize].at(size);
                 match a.malloc(bytes, stream, (0, 0)) {
                     Some(b) => live[request as usize] = b,
                     None => {
-                        oom_request = Some(request);
+                        oom_request = Some((request, position));
                         break;
                     }
                 }
@@ -340,6 +363,129 @@ pub fn predict(model: &Model, size: f64, conf: &AllocConf, limit: Option<Limit>)
         peak_reserved_bytes: a.stats.peak_reserved_bytes,
         peak_allocated_bytes: a.stats.peak_allocated_bytes,
         oom: oom_request.is_some(),
-        oom_request,
+        oom_request: oom_request.map(|r| r.0),
+        oom_step: oom_request.and_then(|r| model.steps_of.as_ref()?.number_at(r.1)),
     }
+}
+
+/// One size's answer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SizeAnswer {
+    pub prediction: Prediction,
+    /// The limit less the peak reserved bytes (negative: it does not fit), with a limit.
+    pub headroom_bytes: Option<i64>,
+    /// The error expected at this size: the worst relative error of predicting each recording
+    /// from the others (three or more recordings), times the predicted peak.
+    pub error_bytes: Option<u64>,
+    /// A line through the recordings' own peaks, at this size (the baseline).
+    pub linear_peak_reserved_bytes: u64,
+}
+
+/// `memscope predict`'s answer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Answer {
+    pub sizes: Vec<SizeAnswer>,
+    /// The largest size that fits under the limit (searched when no size was asked; among the
+    /// sizes asked otherwise).
+    pub largest_fitting_size: Option<f64>,
+    pub requests: usize,
+    pub unmatched: usize,
+    pub without_rule: usize,
+    /// The worst relative error of predicting each recording from the others.
+    pub expected_error: Option<f64>,
+    pub recorded: Vec<(f64, u64)>,
+}
+
+/// Predicts every size of `sizes` (or, with none and a limit, searches for the largest that
+/// fits) from the recordings.
+pub fn answer(
+    recordings: &[Recording],
+    sizes: &[f64],
+    conf: &AllocConf,
+    limit: Option<Limit>,
+) -> Result<Answer, PredictError> {
+    let model = learn(recordings)?;
+    let expected_error = leave_one_out(recordings, conf);
+    let one = |size: f64| {
+        let p = predict(&model, size, conf, limit);
+        SizeAnswer {
+            headroom_bytes: limit.map(|l| l.bytes as i64 - p.peak_reserved_bytes as i64),
+            error_bytes: expected_error.map(|e| (e * p.peak_reserved_bytes as f64).round() as u64),
+            linear_peak_reserved_bytes: model.linear_peak_reserved(size),
+            prediction: p,
+        }
+    };
+    let mut out: Vec<SizeAnswer> = sizes.iter().map(|&s| one(s)).collect();
+    let largest_fitting_size = if sizes.is_empty() && limit.is_some() {
+        let largest = recordings.iter().map(|r| r.size).fold(1.0, f64::max);
+        let found = search(|s| !predict(&model, s, conf, limit).oom, largest);
+        if let Some(s) = found {
+            out.push(one(s));
+            out.push(one(s + 1.0));
+        }
+        found
+    } else {
+        out.iter()
+            .filter(|a| !a.prediction.oom)
+            .map(|a| a.prediction.size)
+            .max_by(f64::total_cmp)
+    };
+    Ok(Answer {
+        sizes: out,
+        largest_fitting_size,
+        requests: model.rules.len(),
+        unmatched: model.unmatched(),
+        without_rule: model.without_rule(),
+        expected_error,
+        recorded: model.points.clone(),
+    })
+}
+
+/// The largest whole size that fits, from `from` on: doubling until a size does not fit, then
+/// halving the gap (a size that fits above one that does not is not looked for).
+fn search(fits: impl Fn(f64) -> bool, from: f64) -> Option<f64> {
+    let mut lo = from.floor().max(1.0);
+    if !fits(lo) {
+        return None;
+    }
+    let mut hi = lo * 2.0;
+    while fits(hi) {
+        lo = hi;
+        hi *= 2.0;
+        if hi > 1e9 {
+            return Some(lo);
+        }
+    }
+    while hi - lo > 1.0 {
+        let mid = ((lo + hi) / 2.0).floor();
+        if fits(mid) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    Some(lo)
+}
+
+/// With three recordings or more: each one's peak reserved predicted from the others, the worst
+/// relative error.
+fn leave_one_out(recordings: &[Recording], conf: &AllocConf) -> Option<f64> {
+    if recordings.len() < 3 {
+        return None;
+    }
+    let mut worst = 0.0f64;
+    for i in 0..recordings.len() {
+        let others: Vec<Recording> = recordings
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| *j != i)
+            .map(|(_, r)| *r)
+            .collect();
+        let model = learn(&others).ok()?;
+        let r = &recordings[i];
+        let actual = r.index.device(r.device)?.peak_reserved() as f64;
+        let p = predict(&model, r.size, conf, None).peak_reserved_bytes as f64;
+        worst = worst.max((p / actual.max(1.0) - 1.0).abs());
+    }
+    Some(worst)
 }

@@ -1,0 +1,53 @@
+//! Will it fit (`memscope predict --json`): a run's peak memory at sizes never recorded (a larger
+//! batch, a longer sequence), predicted from two or three recordings at small sizes by replaying
+//! the synthesized requests through the allocator model, with the linear baseline beside it.
+
+use serde::{Deserialize, Serialize};
+
+/// One size's prediction.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PredictedSize {
+    pub size: u64,
+    pub peak_allocated_bytes: u64,
+    pub peak_reserved_bytes: u64,
+    /// The run would raise `OutOfMemoryError` under the limit.
+    pub oom: bool,
+    /// OOMs PyTorch or cuDNN would recover from (not modelled yet in synthesized runs: 0).
+    pub survivable_ooms: u32,
+    /// The step the run would die in, where the recordings show steps.
+    pub first_oom_step: Option<u32>,
+    /// The limit less the peak reserved bytes (negative: over it); none without a limit.
+    pub headroom_bytes: Option<i64>,
+    /// The error expected: the worst relative error of predicting each recording from the
+    /// others, times this peak (none with two recordings).
+    pub error_bytes: Option<u64>,
+    /// A straight line through the recordings' own peak reserved bytes: the baseline.
+    pub linear_peak_reserved_bytes: u64,
+}
+
+/// A recording the prediction learnt from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecordedSize {
+    pub size: u64,
+    pub peak_reserved_bytes: u64,
+}
+
+/// `memscope predict --json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PredictAnswer {
+    pub sizes: Vec<PredictedSize>,
+    /// The largest size that fits (searched when no size was asked).
+    pub largest_fitting_size: Option<u64>,
+    /// How: "replay" (the synthesized requests through the allocator model).
+    pub method: String,
+    pub alloc_conf: String,
+    pub limit_bytes: Option<u64>,
+    pub recorded: Vec<RecordedSize>,
+    /// Requests in the synthesized run, those not matched in every recording (kept at the
+    /// largest recording's size) and those whose size follows no line.
+    pub requests: u64,
+    pub unmatched_requests: u64,
+    pub requests_without_rule: u64,
+    /// The worst relative error of predicting each recording from the others.
+    pub expected_error: Option<f64>,
+}
