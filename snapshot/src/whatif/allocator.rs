@@ -155,6 +155,9 @@ pub struct Allocator {
     /// The trace's own segment events: where the model emits the same event at the same index,
     /// it takes the trace's address, so ties between equal blocks break as they did.
     seed: Vec<SegEvent>,
+    /// Take the seed's addresses in order whatever their sizes (a synthesized run at another
+    /// size: its segments come in the recording's order, not at its sizes).
+    pub seed_in_order: bool,
 }
 
 impl Allocator {
@@ -176,6 +179,7 @@ impl Allocator {
             record_events: false,
             emitted: 0,
             seed: Vec::new(),
+            seed_in_order: false,
         }
     }
 
@@ -251,7 +255,10 @@ impl Allocator {
         let seeded = self
             .seed
             .get(self.emitted)
-            .filter(|e| e.action == action && (action == SegAction::Map || e.size == size))
+            .filter(|e| {
+                e.action == action
+                    && (action == SegAction::Map || e.size == size || self.seed_in_order)
+            })
             .map(|e| e.addr)
             .filter(|&a| self.range_free(a, span));
         let a = seeded.unwrap_or_else(|| self.driver_addr(span));
