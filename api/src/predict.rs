@@ -32,7 +32,28 @@ pub struct RecordedSize {
     pub peak_reserved_bytes: u64,
 }
 
-/// `memscope predict --json`.
+/// `GET /api/predict` query: the recordings as `ID:SIZE` pairs, comma-separated, and what to ask.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PredictQuery {
+    /// `id:size,id:size[,id:size]`: library snapshots of one program and the size (batch,
+    /// sequence length) each was recorded at.
+    pub recordings: String,
+    /// Sizes to predict, comma-separated (none: search the largest that fits the limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sizes: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_bytes: Option<u64>,
+    /// `device` (default) or `fraction`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_kind: Option<String>,
+    /// A GPU whose total memory is the limit ("H100").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alloc_conf: Option<String>,
+}
+
+/// `memscope predict --json`, `GET /api/predict`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PredictAnswer {
     pub sizes: Vec<PredictedSize>,

@@ -29,6 +29,7 @@ pub const DIFF: &str = "/api/diff/{a}/{b}";
 pub const RUNS: &str = "/api/runs";
 pub const RUN: &str = "/api/runs/{id}";
 pub const RUN_SERIES: &str = "/api/runs/{id}/series";
+pub const PREDICT: &str = "/api/predict";
 pub const INGEST: &str = "/api/ingest";
 pub const METRICS: &str = "/metrics";
 pub const LIVE_FLEET: &str = "/api/live/fleet";
@@ -133,6 +134,9 @@ pub fn run(id: &str) -> String {
 }
 pub fn run_series(id: &str, q: &RunSeriesQuery) -> String {
     with_query(format!("/api/runs/{}/series", encode(id)), q)
+}
+pub fn predict(q: &crate::predict::PredictQuery) -> String {
+    with_query(PREDICT.to_string(), q)
 }
 pub fn ingest() -> String {
     INGEST.to_string()

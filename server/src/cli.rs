@@ -448,7 +448,6 @@ fn categories(args: CategoriesArgs) -> anyhow::Result<()> {
 }
 
 fn predict(args: PredictArgs) -> anyhow::Result<()> {
-    use snapshot::whatif::allocator::{Limit, LimitKind};
     let mut parsed = Vec::new();
     for r in &args.recordings {
         let (file, size) = r.rsplit_once('=').with_context(|| {
@@ -482,30 +481,14 @@ fn predict(args: PredictArgs) -> anyhow::Result<()> {
             size: *size as f64,
         });
     }
-    let conf = snapshot::whatif::conf::AllocConf::parse(&args.alloc_conf)
-        .map_err(|e| anyhow::anyhow!("--alloc-conf: {e}"))?;
-    let gpu_bytes = match &args.gpu {
-        None => None,
-        Some(name) => Some(
-            snapshot::gpus::KNOWN
-                .iter()
-                .find(|g| g.name.to_lowercase().contains(&name.to_lowercase()))
-                .with_context(|| format!("no known GPU is called {name:?}"))?
-                .total_bytes,
-        ),
+    let ask = crate::predict::Ask {
+        sizes: args.sizes.clone(),
+        limit_bytes: args.limit_bytes,
+        fraction: args.limit_kind == "fraction",
+        gpu: args.gpu.clone(),
+        alloc_conf: args.alloc_conf.clone(),
     };
-    let limit = args.limit_bytes.or(gpu_bytes).map(|bytes| Limit {
-        bytes,
-        kind: if args.limit_kind == "fraction" {
-            LimitKind::Fraction
-        } else {
-            LimitKind::Device
-        },
-    });
-    let sizes: Vec<f64> = args.sizes.iter().map(|&s| s as f64).collect();
-    let a = snapshot::whatif::predict::answer(&recordings, &sizes, &conf, limit)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let view = crate::convert::predict(a, &args.alloc_conf, limit.map(|l| l.bytes));
+    let view = crate::predict::answer(&recordings, &ask).map_err(|e| anyhow::anyhow!(e))?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     if args.json {
         serde_json::to_writer(&mut out, &view)?;

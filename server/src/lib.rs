@@ -14,6 +14,7 @@ pub mod library;
 pub mod listen;
 pub mod live;
 pub mod models;
+pub mod predict;
 pub mod runs;
 pub mod serve;
 pub mod state;

@@ -565,6 +565,7 @@ async fn every_api_route_builder_reaches_its_handler() {
         ),
         ("GET", routes::whatif(&id, &Default::default())),
         ("GET", routes::categories(&id, &Default::default())),
+        ("GET", routes::predict(&Default::default())),
         ("GET", routes::diff(&id, &id, &Default::default())),
         ("GET", routes::runs()),
         ("GET", routes::run("no-such-job")),
@@ -1263,4 +1264,46 @@ async fn a_report_stored_by_an_older_version_is_computed_again() {
     let (_, stored) = call(&state, "GET", &format!("/api/snapshots/{id}"), vec![]).await;
     assert_eq!(stored, fresh);
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Issue 36 (first part): `GET /api/predict` answers from library snapshots as `memscope
+/// predict --json` does: the sweep's three recordings of the checkpointed MLP, two sizes under
+/// its memory fraction (one fits, one raises, as they really did); a bad pair is a 400 that says
+/// how to write it.
+#[tokio::test]
+async fn predict_answers_from_library_snapshots() {
+    let (_dir, state) = open_state("predict").await;
+    let mut pairs = Vec::new();
+    for s in [256, 512, 768] {
+        let up = upload_fixture(
+            &state,
+            &format!("predict/mlp_checkpoint_batch.{s}.rec.pickle.xz"),
+        )
+        .await;
+        pairs.push(format!("{}:{s}", up["id"].as_str().unwrap()));
+    }
+    let limits: serde_json::Value =
+        serde_json::from_slice(&fixture("predict/limits.json")).unwrap();
+    let q = api::PredictQuery {
+        recordings: pairs.join(","),
+        sizes: Some("2048,8192".into()),
+        limit_bytes: limits["mlp_checkpoint_batch"].as_u64(),
+        limit_kind: Some("fraction".into()),
+        ..Default::default()
+    };
+    let (st, v) = call(&state, "GET", &api::routes::predict(&q), vec![]).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let p: api::PredictAnswer = serde_json::from_value(v).unwrap();
+    assert_eq!(p.method, "replay");
+    assert_eq!(p.recorded.len(), 3);
+    let oom: Vec<(u64, bool)> = p.sizes.iter().map(|s| (s.size, s.oom)).collect();
+    assert_eq!(oom, vec![(2048, false), (8192, true)]);
+    assert_eq!(p.largest_fitting_size, Some(2048));
+    let bad = api::PredictQuery {
+        recordings: "nocolon".into(),
+        ..Default::default()
+    };
+    let (st, v) = call(&state, "GET", &api::routes::predict(&bad), vec![]).await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
+    assert!(v["error"].as_str().unwrap().contains("ID:SIZE"), "{v}");
 }

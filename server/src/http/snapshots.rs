@@ -31,6 +31,61 @@ pub fn router() -> Router<AppState> {
         .route(routes::EVENTS, get(events))
         .route(routes::WHATIF, get(whatif))
         .route(routes::CATEGORIES, get(categories))
+        .route(routes::PREDICT, get(predict))
+}
+
+/// Will it fit: a run's peak at sizes never recorded, from library snapshots of one program at
+/// small sizes (`recordings=id:8,id:16`).
+async fn predict(
+    State(s): State<AppState>,
+    ApiQuery(q): ApiQuery<api::PredictQuery>,
+) -> ApiResult<Json<api::PredictAnswer>> {
+    let bad = |m: String| ApiError::BadRequest(m);
+    let mut wanted = Vec::new();
+    for pair in q.recordings.split(',').filter(|p| !p.is_empty()) {
+        let (id, size) = pair
+            .rsplit_once(':')
+            .ok_or_else(|| bad(format!("{pair:?}: give each recording as ID:SIZE")))?;
+        let size: u64 = size.parse().map_err(|_| {
+            bad(format!(
+                "{pair:?}: the size after ':' must be a whole number"
+            ))
+        })?;
+        wanted.push((model(&s, id).await?, size));
+    }
+    let sizes = q
+        .sizes
+        .as_deref()
+        .unwrap_or("")
+        .split(',')
+        .filter(|x| !x.is_empty())
+        .map(|x| x.trim().parse::<u64>())
+        .collect::<Result<Vec<u64>, _>>()
+        .map_err(|_| bad("sizes: whole numbers, comma-separated".into()))?;
+    let ask = crate::predict::Ask {
+        sizes,
+        limit_bytes: q.limit_bytes,
+        fraction: q.limit_kind.as_deref() == Some("fraction"),
+        gpu: q.gpu,
+        alloc_conf: q.alloc_conf.unwrap_or_default(),
+    };
+    let r = on_engine(&s, move |_| {
+        let mut recordings = Vec::new();
+        for (m, size) in &wanted {
+            let d = m.index.default_device().ok_or_else(|| {
+                ApiError::BadRequest("a recording has no trace to learn from".into())
+            })?;
+            recordings.push(snapshot::whatif::predict::Recording {
+                snap: &m.snap,
+                index: &m.index,
+                device: d.device,
+                size: *size as f64,
+            });
+        }
+        crate::predict::answer(&recordings, &ask).map_err(ApiError::BadRequest)
+    })
+    .await?;
+    Ok(Json(r))
 }
 
 /// Memory by category at a position (default: the peak of live bytes): every live allocation

@@ -1,0 +1,49 @@
+//! Will it fit, asked from the command line (`memscope predict`) or over HTTP
+//! (`GET /api/predict`): the setting, the limit (bytes, or a GPU's total) and the sizes in the
+//! asker's words, the engine's answer ([`snapshot::whatif::predict`]) as an `api` type.
+
+use snapshot::whatif::allocator::{Limit, LimitKind};
+use snapshot::whatif::predict::Recording;
+
+/// What is asked beside the recordings.
+pub struct Ask {
+    pub sizes: Vec<u64>,
+    pub limit_bytes: Option<u64>,
+    /// `--limit-kind fraction`: the allowance of `set_per_process_memory_fraction`.
+    pub fraction: bool,
+    /// A GPU whose total memory is the limit: the first known model whose name holds it.
+    pub gpu: Option<String>,
+    pub alloc_conf: String,
+}
+
+/// The answer, or why there is none, in words a user can act on.
+pub fn answer(recordings: &[Recording], ask: &Ask) -> Result<api::PredictAnswer, String> {
+    let conf = snapshot::whatif::conf::AllocConf::parse(&ask.alloc_conf)
+        .map_err(|e| format!("alloc_conf: {e}"))?;
+    let gpu_bytes = match &ask.gpu {
+        None => None,
+        Some(name) => Some(
+            snapshot::gpus::KNOWN
+                .iter()
+                .find(|g| g.name.to_lowercase().contains(&name.to_lowercase()))
+                .ok_or_else(|| format!("no known GPU is called {name:?}"))?
+                .total_bytes,
+        ),
+    };
+    let limit = ask.limit_bytes.or(gpu_bytes).map(|bytes| Limit {
+        bytes,
+        kind: if ask.fraction {
+            LimitKind::Fraction
+        } else {
+            LimitKind::Device
+        },
+    });
+    let sizes: Vec<f64> = ask.sizes.iter().map(|&s| s as f64).collect();
+    let a = snapshot::whatif::predict::answer(recordings, &sizes, &conf, limit)
+        .map_err(|e| e.to_string())?;
+    Ok(crate::convert::predict(
+        a,
+        &ask.alloc_conf,
+        limit.map(|l| l.bytes),
+    ))
+}
