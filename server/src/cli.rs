@@ -429,11 +429,7 @@ fn categories(args: CategoriesArgs) -> anyhow::Result<()> {
         d.len
     );
     let c = snapshot::analysis::categories::at(&snap, &index, d, at);
-    let passes = snapshot::analysis::categories::categories(&snap, &index, d)
-        .phases
-        .backward
-        .len() as u32;
-    let view = crate::convert::categories_at(c, &snap, &index, passes, only, None);
+    let view = crate::convert::categories_at(c, &snap, &index, only, None);
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     if args.json {
         // The same object `GET /api/snapshots/{id}/categories` answers (every allocation).

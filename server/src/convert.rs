@@ -238,7 +238,6 @@ pub fn categories_at(
     c: categories::CategoriesAt,
     snap: &snapshot::model::Snapshot,
     index: &snapshot::analysis::Index,
-    backward_passes: u32,
     only: Option<api::Category>,
     limit: Option<usize>,
 ) -> api::CategoriesAt {
@@ -267,7 +266,7 @@ pub fn categories_at(
         device: c.device,
         position: c.position,
         source: phase_source(c.source),
-        backward_passes,
+        backward_passes: c.backward_passes,
         allocations,
         count,
         totals: category_bytes(c.totals),

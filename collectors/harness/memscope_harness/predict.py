@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 
+from memscope_harness import load
 from memscope_harness.whatif import reap
 
 MIB = 1 << 20
@@ -175,14 +176,6 @@ def run_jobs(args, jobs):
             running = reap(running)
     while running:
         running = reap(running)
-
-
-def load(out, name):
-    path = os.path.join(out, name + ".json")
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        return json.load(f)
 
 
 def limit_between(peaks):

@@ -25,6 +25,7 @@ import sys
 import time
 
 import memscope_harness
+from memscope_harness import load
 from memscope_harness.whatif import reap
 MIB = 1 << 20
 GIB = 1 << 30
@@ -343,14 +344,6 @@ def run_jobs(args, jobs):
             running = reap(running)
     while running:
         running = reap(running)
-
-
-def load(out, name):
-    path = os.path.join(out, name + ".json")
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        return json.load(f)
 
 
 def stacks_of(w):

@@ -105,15 +105,10 @@ async fn categories(
         }
         let p = q.position.unwrap_or(d.peak_position).min(d.len);
         let at = analysis::categories::at(&m.snap, &m.index, d, p);
-        let passes = analysis::categories::categories(&m.snap, &m.index, d)
-            .phases
-            .backward
-            .len() as u32;
         Ok(convert::categories_at(
             at,
             &m.snap,
             &m.index,
-            passes,
             q.category,
             Some(q.limit.unwrap_or(500) as usize),
         ))

@@ -97,6 +97,8 @@ pub struct CategoriesAt {
     pub device: i32,
     pub position: u32,
     pub source: PhaseSource,
+    /// Backward passes found in the trace.
+    pub backward_passes: u32,
     /// Largest first.
     pub allocations: Vec<Labelled>,
     pub totals: Totals,
@@ -131,6 +133,7 @@ pub fn at(snap: &Snapshot, index: &Index, d: &DeviceIndex, p: u32) -> Categories
         device: d.device,
         position: p,
         source: c.source,
+        backward_passes: c.phases.backward.len() as u32,
         allocations,
         totals,
     }
