@@ -12,7 +12,9 @@ pub struct PredictedSize {
     pub peak_reserved_bytes: u64,
     /// The run would raise `OutOfMemoryError` under the limit.
     pub oom: bool,
-    /// OOMs PyTorch or cuDNN would recover from (not modelled yet in synthesized runs: 0).
+    /// Requests that would fail and be recovered from: cuDNN's workspace for a convolution plan
+    /// (another plan is tried). Seen only in recordings with C++ frames; PyTorch's own
+    /// `num_ooms` also counts each plan cuDNN tries after the first failure.
     pub survivable_ooms: u32,
     /// The step the run would die in, where the recordings show steps.
     pub first_oom_step: Option<u32>,
@@ -51,6 +53,19 @@ pub struct PredictQuery {
     pub gpu: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub alloc_conf: Option<String>,
+    /// With sizes and a limit: also search for the largest size that fits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub search: Option<bool>,
+}
+
+/// How one category grows with the size: its bytes at each recording's peak, fitted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CategoryGrowth {
+    pub category: crate::Category,
+    /// Bytes more per unit of size (a line through the recordings).
+    pub bytes_per_unit: f64,
+    /// The category's bytes at the largest recording's peak.
+    pub at_largest_bytes: u64,
 }
 
 /// `memscope predict --json`, `GET /api/predict`.
@@ -71,4 +86,6 @@ pub struct PredictAnswer {
     pub requests_without_rule: u64,
     /// The worst relative error of predicting each recording from the others.
     pub expected_error: Option<f64>,
+    /// What grows with the size, the fastest first (categories that do not grow left out).
+    pub growth: Vec<CategoryGrowth>,
 }

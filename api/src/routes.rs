@@ -42,6 +42,7 @@ pub const PAGE_LIBRARY: &str = "/";
 pub const PAGE_SNAPSHOT: &str = "/s/{id}";
 pub const PAGE_DIFF: &str = "/diff/{a}/{b}";
 pub const PAGE_RUN: &str = "/runs/{id}";
+pub const PAGE_FIT: &str = "/fit";
 pub const PAGE_LIVE: &str = "/live";
 pub const PAGE_LIVE_GPU: &str = "/live/gpu/{uuid}";
 pub const PAGE_LIVE_PROCESS: &str = "/live/process/{host}/{pid}";
@@ -183,6 +184,11 @@ pub mod page {
     /// `b` against `a`; `?device_a=&device_b=` when chosen.
     pub fn diff(a: &str, b: &str, q: &crate::diff::DiffQuery) -> String {
         super::with_query(format!("/diff/{}/{}", encode(a), encode(b)), q)
+    }
+    /// Will it fit: the recordings (`id:size`), the GPU or limit and the setting, as the API's
+    /// query.
+    pub fn fit(q: &crate::predict::PredictQuery) -> String {
+        super::with_query(super::PAGE_FIT.to_string(), q)
     }
     /// A run's page (its ranks side by side).
     pub fn run(id: &str) -> String {

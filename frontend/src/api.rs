@@ -192,6 +192,11 @@ pub async fn diff(a: &str, b: &str, q: &api::DiffQuery) -> Result<api::DiffAnswe
     get(routes::diff(a, b, q)).await
 }
 
+/// Will it fit: predicted peaks at the sizes asked.
+pub async fn predict(q: &api::PredictQuery) -> Result<api::PredictAnswer, String> {
+    get(routes::predict(q)).await
+}
+
 /// The library's runs (jobs with two ranks or more).
 pub async fn runs() -> Result<Vec<api::RunInfo>, String> {
     get(routes::runs()).await

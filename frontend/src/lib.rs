@@ -1,6 +1,6 @@
 //! memscope's dashboard: the library page (upload, search, tags), a page per snapshot with its
 //! views (overview, timeline, segments, stacks, leaks, OOM), two snapshots compared, a job's ranks
-//! side by side (a run), and the live
+//! side by side (a run), will it fit at a larger size (predicted from small recordings), and the live
 //! pages (fleet, GPU, process). Everything large is computed by the server; the browser gets
 //! reduced windows (`api` types, decoded in `api.rs`) and draws them on canvases.
 //!
@@ -27,7 +27,7 @@ pub fn start() {
 
 #[component]
 fn App() -> impl IntoView {
-    use pages::{diff, library, live, run, snapshot};
+    use pages::{diff, fit, library, live, run, snapshot};
     view! {
         <Router>
             <header class="top">
@@ -41,6 +41,7 @@ fn App() -> impl IntoView {
                     <Route path=path!("/s/:id") view=snapshot::SnapshotPage/>
                     <Route path=path!("/diff/:a/:b") view=diff::DiffPage/>
                     <Route path=path!("/runs/:id") view=run::RunPage/>
+                    <Route path=path!("/fit") view=fit::FitPage/>
                     <Route path=path!("/live") view=live::fleet::FleetPage/>
                     <Route path=path!("/live/gpu/:uuid") view=live::gpu::GpuPage/>
                     <Route path=path!("/live/process/:host/:pid") view=live::process::ProcessPage/>

@@ -479,6 +479,7 @@ fn predict(args: PredictArgs) -> anyhow::Result<()> {
     }
     let ask = crate::predict::Ask {
         sizes: args.sizes.clone(),
+        search: args.sizes.is_empty(),
         limit_bytes: args.limit_bytes,
         fraction: args.limit_kind == "fraction",
         gpu: args.gpu.clone(),

@@ -783,7 +783,7 @@ pub fn predict(
                 peak_allocated_bytes: s.prediction.peak_allocated_bytes,
                 peak_reserved_bytes: s.prediction.peak_reserved_bytes,
                 oom: s.prediction.oom,
-                survivable_ooms: 0,
+                survivable_ooms: s.prediction.survivable_ooms,
                 first_oom_step: s.prediction.oom_step,
                 headroom_bytes: s.headroom_bytes,
                 error_bytes: s.error_bytes,
@@ -806,5 +806,14 @@ pub fn predict(
         unmatched_requests: a.unmatched as u64,
         requests_without_rule: a.without_rule as u64,
         expected_error: a.expected_error,
+        growth: a
+            .growth
+            .into_iter()
+            .map(|g| api::CategoryGrowth {
+                category: category(g.category),
+                bytes_per_unit: g.bytes_per_unit,
+                at_largest_bytes: g.at_largest_bytes,
+            })
+            .collect(),
     }
 }

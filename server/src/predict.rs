@@ -8,6 +8,8 @@ use snapshot::whatif::predict::Recording;
 /// What is asked beside the recordings.
 pub struct Ask {
     pub sizes: Vec<u64>,
+    /// Search for the largest size that fits even when sizes are asked (always without).
+    pub search: bool,
     pub limit_bytes: Option<u64>,
     /// `--limit-kind fraction`: the allowance of `set_per_process_memory_fraction`.
     pub fraction: bool,
@@ -39,7 +41,7 @@ pub fn answer(recordings: &[Recording], ask: &Ask) -> Result<api::PredictAnswer,
         },
     });
     let sizes: Vec<f64> = ask.sizes.iter().map(|&s| s as f64).collect();
-    let a = snapshot::whatif::predict::answer(recordings, &sizes, &conf, limit)
+    let a = snapshot::whatif::predict::answer(recordings, &sizes, ask.search, &conf, limit)
         .map_err(|e| e.to_string())?;
     Ok(crate::convert::predict(
         a,

@@ -639,18 +639,19 @@ pub fn render_predict(p: &api::PredictAnswer) -> String {
     }
     let _ = writeln!(
         o,
-        "\n  {:>8} {:>14} {:>14} {:>10}  {:>14}",
+        "\n  {:>8} {:>14} {:>14} {:>16}  {:>14}",
         "size", "peak reserved", "peak allocated", "fits", "linear baseline"
     );
     for s in &p.sizes {
         let fits = match (s.oom, s.first_oom_step) {
+            (false, _) if s.survivable_ooms > 0 => format!("yes, {} survived", s.survivable_ooms),
             (false, _) => "yes".to_string(),
             (true, Some(step)) => format!("OOM step {step}"),
             (true, None) => "OOM".to_string(),
         };
         let _ = writeln!(
             o,
-            "  {:>8} {:>14} {:>14} {:>10}  {:>14}",
+            "  {:>8} {:>14} {:>14} {:>16}  {:>14}",
             s.size,
             hb(s.peak_reserved_bytes),
             hb(s.peak_allocated_bytes),
@@ -660,6 +661,27 @@ pub fn render_predict(p: &api::PredictAnswer) -> String {
     }
     if let Some(l) = p.largest_fitting_size {
         let _ = writeln!(o, "\nLargest size that fits: {l}.");
+    }
+    if !p.growth.is_empty() {
+        let total: f64 = p.growth.iter().map(|g| g.bytes_per_unit).sum();
+        let parts: Vec<String> = p
+            .growth
+            .iter()
+            .take(4)
+            .map(|g| {
+                format!(
+                    "{} {} ({:.0}%)",
+                    g.category.words(),
+                    hb(g.bytes_per_unit.round() as u64),
+                    100.0 * g.bytes_per_unit / total
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            o,
+            "What grows, per unit of size (at each recording's peak): {}.",
+            parts.join(", ")
+        );
     }
     o
 }

@@ -423,7 +423,65 @@ fn categories_at_an_event_list_every_live_allocation_and_the_totals() {
     );
 }
 
-/// Issue 36 (first part): `memscope predict A=SIZE B=SIZE C=SIZE --size N --json` answers with
+/// Issue 36: survivable OOMs are counted and gone past, as the real run did.
+#[test]
+fn predict_counts_the_cudnn_workspaces_a_run_survives() {
+    // The conv net at batch 192 under its fraction really survived 24 failed requests (cuDNN
+    // tried other plans) and finished; a replay that raised on the first would call it an OOM.
+    let dir = fixture("predict");
+    let rec = |s: u32| {
+        format!(
+            "{}={s}",
+            dir.join(format!("convnet_batch.{s}.rec.pickle.xz"))
+                .display()
+        )
+    };
+    let real: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("convnet_batch.192.limit.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(real["oom"], false);
+    let limit = real["limit_bytes"].as_u64().unwrap().to_string();
+    let out = memscope(&[
+        "predict",
+        &rec(8),
+        &rec(16),
+        &rec(24),
+        "--size",
+        "192",
+        "--limit-bytes",
+        &limit,
+        "--limit-kind",
+        "fraction",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let s = &v["sizes"][0];
+    assert_eq!(s["oom"], false, "{v}");
+    assert!(s["survivable_ooms"].as_u64().unwrap() >= 1, "{v}");
+    let text = memscope(&[
+        "predict",
+        &rec(8),
+        &rec(16),
+        &rec(24),
+        "--size",
+        "192",
+        "--limit-bytes",
+        &limit,
+        "--limit-kind",
+        "fraction",
+    ]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("survived"), "{text}");
+    assert!(text.contains("What grows"), "{text}");
+}
+
+/// Issue 36 : `memscope predict A=SIZE B=SIZE C=SIZE --size N --json` answers with
 /// the fields the issue names, from the will-it-fit sweep's recordings; each size's peak against
 /// what the run really reserved at that size on the H200, and whether it raised under the sweep's
 /// memory fraction.

@@ -1299,6 +1299,26 @@ async fn predict_answers_from_library_snapshots() {
     let oom: Vec<(u64, bool)> = p.sizes.iter().map(|s| (s.size, s.oom)).collect();
     assert_eq!(oom, vec![(2048, false), (8192, true)]);
     assert_eq!(p.largest_fitting_size, Some(2048));
+    assert!(!p.growth.is_empty());
+    assert!(
+        p.growth
+            .windows(2)
+            .all(|w| w[0].bytes_per_unit >= w[1].bytes_per_unit),
+        "the fastest growing first"
+    );
+    // Asked to search as well (the Will it fit page): the largest size that fits under the
+    // fraction, found by replay. Really, 4096 fit and 6144 raised.
+    let searched = api::PredictQuery {
+        search: Some(true),
+        ..q.clone()
+    };
+    let (st, v) = call(&state, "GET", &api::routes::predict(&searched), vec![]).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let p: api::PredictAnswer = serde_json::from_value(v).unwrap();
+    let found = p.largest_fitting_size.unwrap();
+    assert!((4096..6144).contains(&found), "{found}");
+    assert!(p.sizes.iter().any(|s| s.size == found && !s.oom));
+    assert!(p.sizes.iter().any(|s| s.size == found + 1 && s.oom));
     let bad = api::PredictQuery {
         recordings: "nocolon".into(),
         ..Default::default()

@@ -2495,3 +2495,200 @@ async fn memory_by_category_is_drawn_filtered_and_said_at_the_oom() {
     c.close().await.unwrap();
     let _ = std::fs::remove_dir_all(&data);
 }
+
+/// Issue 36: three recordings of a transformer at batch 2, 4 and 6, ticked in the library, open
+/// "Will it fit"; the sizes are read from the names, a per-process fraction of 2.06 GiB is asked
+/// (the sweep's, under which batch 24 really fit and 32 raised), and the page draws every
+/// setting's curve and says where each stops fitting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn will_it_fit_predicts_where_a_larger_batch_runs_out() {
+    let Session {
+        data,
+        base,
+        c,
+        _driver,
+        ..
+    } = session("fit").await;
+    wait_js(
+        &c,
+        "document.querySelector('#file-input')",
+        "the file input",
+    )
+    .await;
+    let three = [2, 4, 6]
+        .map(|b| {
+            root()
+                .join(format!(
+                    "tests/fixtures/predict/transformer_batch.{b}.rec.pickle.xz"
+                ))
+                .canonicalize()
+                .unwrap()
+                .display()
+                .to_string()
+        })
+        .join("\n");
+    c.find(fantoccini::Locator::Css("#file-input"))
+        .await
+        .unwrap()
+        .send_keys(&three)
+        .await
+        .unwrap();
+    wait_js(
+        &c,
+        "document.querySelectorAll('input.pick').length == 3",
+        "three rows",
+    )
+    .await;
+    c.execute(
+        "document.querySelectorAll('input.pick').forEach(b => b.click());",
+        vec![],
+    )
+    .await
+    .unwrap();
+    click(&c, "a.will-it-fit").await;
+    // The sizes come from the names (they differ in one number), sorted as the rows are.
+    let guessed = wait_js(
+        &c,
+        "location.pathname == '/fit' && document.querySelectorAll('input.rec-size').length == 3 && [...document.querySelectorAll('input.rec-size')].every(i => i.value) && [...document.querySelectorAll('input.rec-size')].map(i => Number(i.value)).sort((a, b) => a - b)",
+        "the sizes guessed from the names",
+    )
+    .await;
+    assert_eq!(guessed, serde_json::json!([2, 4, 6]));
+    c.execute(
+        "const g = document.querySelector('input.limit-gib'); g.value = '2.0605'; g.dispatchEvent(new Event('input')); document.querySelector('input.fraction').click(); document.querySelector('.fit-form button[type=submit]').click();",
+        vec![],
+    )
+    .await
+    .unwrap();
+    let verdicts = wait_js(
+        &c,
+        "document.querySelectorAll('.fit-verdict').length == 2 && [...document.querySelectorAll('.fit-verdict')].map(v => [v.dataset.setting, v.querySelector('.value').innerText])",
+        "a verdict per setting",
+    )
+    .await;
+    let verdicts = verdicts.as_array().unwrap();
+    let largest = |setting: &str| -> u64 {
+        let v = verdicts.iter().find(|v| v[0] == setting).unwrap();
+        v[1].as_str()
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    // Really: 24 fit under this fraction, 32 raised (tests/fixtures/predict/*.limit.json).
+    let default = largest("");
+    assert!((24..32).contains(&default), "{verdicts:?}");
+    assert!(largest("expandable_segments:True") >= 24, "{verdicts:?}");
+    assert!(
+        wait_js(&c, "location.search", "url")
+            .await
+            .as_str()
+            .unwrap()
+            .contains("limit_kind=fraction"),
+        "the question is in the URL"
+    );
+    // The table has the recorded sizes and sizes that raise; the chart is drawn.
+    let rows = wait_js(
+        &c,
+        "[...document.querySelectorAll('table.fit-table tbody tr')].map(r => [r.classList.contains('recorded'), r.querySelector('td.raises') != null])",
+        "the table",
+    )
+    .await;
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.iter().filter(|r| r[0] == true).count(), 3, "{rows:?}");
+    assert!(
+        rows.iter().any(|r| r[1] == true),
+        "some sizes raise: {rows:?}"
+    );
+    let growth = wait_js(
+        &c,
+        "[...document.querySelectorAll('table.fit-growth tbody tr')].map(r => r.dataset.category)",
+        "what grows",
+    )
+    .await;
+    assert_eq!(growth[0], "activation", "{growth}");
+    let ink = "(() => { const c = document.querySelector('canvas.fit-chart'); if (!c) return 0; const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let n = 0; for (let i = 0; i < d.length; i += 4) { if (d[i+3] > 0 && (d[i] < 200 || d[i+1] < 200 || d[i+2] < 200)) n++; } return n; })()";
+    let inked = wait_js(&c, &format!("{ink} > 2000 && {ink}"), "the chart drawn").await;
+    assert!(inked.as_u64().unwrap() > 2000);
+    // The figure under the cursor is the table's.
+    c.execute(
+        "const c = document.querySelector('canvas.fit-chart'); const r = c.getBoundingClientRect(); c.dispatchEvent(new MouseEvent('mousemove', {clientX: r.left + r.width * 0.6, clientY: r.top + 100, bubbles: true}));",
+        vec![],
+    )
+    .await
+    .unwrap();
+    let readout = wait_js(
+        &c,
+        "document.querySelector('.fit .readout').innerText.startsWith('size ') && document.querySelector('.fit .readout').innerText",
+        "the readout",
+    )
+    .await;
+    let readout = readout.as_str().unwrap();
+    let size: u64 = readout[5..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let cell = wait_js(
+        &c,
+        &format!("[...document.querySelectorAll('table.fit-table tbody tr')].map(r => r.querySelectorAll('td')).filter(t => parseInt(t[0].innerText) == {size}).map(t => t[1].innerText.split(' · ')[0])[0]"),
+        "the row",
+    )
+    .await;
+    assert!(
+        readout.contains(&format!(
+            "default: needs {} reserved",
+            cell.as_str().unwrap()
+        )),
+        "{readout} vs {cell}"
+    );
+    screenshot(&c, "will-it-fit").await;
+    c.execute(
+        "document.querySelector('canvas.fit-chart').scrollIntoView()",
+        vec![],
+    )
+    .await
+    .unwrap();
+    screenshot(&c, "will-it-fit-chart").await;
+    c.execute(
+        "document.querySelector('table.fit-growth').scrollIntoView()",
+        vec![],
+    )
+    .await
+    .unwrap();
+    screenshot(&c, "will-it-fit-table").await;
+    // Without a limit asked, the page asks about an H100.
+    let ids: Vec<String> = serde_json::from_value(
+        wait_js(
+            &c,
+            "new URLSearchParams(location.search).get('recordings').split(',').map(p => p.split(':')[0])",
+            "ids",
+        )
+        .await,
+    )
+    .unwrap();
+    assert_eq!(ids.len(), 3);
+    c.goto(&format!(
+        "{base}/fit?recordings={}:2,{}:4,{}:6",
+        ids[0], ids[1], ids[2]
+    ))
+    .await
+    .unwrap();
+    let on_h100 = wait_js(
+        &c,
+        "document.querySelectorAll('.fit-verdict').length == 2 && document.querySelector('.fit-verdicts').previousElementSibling.innerText",
+        "an H100's verdicts",
+    )
+    .await;
+    assert!(
+        on_h100.as_str().unwrap().contains("H100 (80 GB)"),
+        "{on_h100}"
+    );
+    let errors = console_errors(&c).await;
+    assert!(errors.is_empty(), "console errors: {errors:#?}");
+    c.close().await.unwrap();
+    let _ = std::fs::remove_dir_all(&data);
+}

@@ -42,7 +42,7 @@ fn main() {
     let mut peaks = Vec::new();
     for _ in 0..repeats {
         let t = Instant::now();
-        let a = answer(&recordings, &sizes, &conf, None).unwrap();
+        let a = answer(&recordings, &sizes, false, &conf, None).unwrap();
         predict_s = predict_s.min(t.elapsed().as_secs_f64());
         peaks = a
             .sizes

@@ -1,4 +1,4 @@
-//! Issue 36's proof without a GPU (first part, in progress): each workload recorded at three small sizes on
+//! Issue 36's proof without a GPU: each workload recorded at three small sizes on
 //! an H200 (`collectors/harness/memscope_harness/predict.py`), run for real at larger ones, with
 //! and without a per-process memory fraction. The request sequence learnt from the recordings is
 //! replayed at every size and compared with what really happened: peak reserved bytes, and
@@ -10,7 +10,7 @@ mod common;
 use snapshot::analysis::Index;
 use snapshot::whatif::allocator::{Limit, LimitKind};
 use snapshot::whatif::conf::AllocConf;
-use snapshot::whatif::predict::{Recording, learn, predict};
+use snapshot::whatif::predict::{Recording, learn, learn_near, predict};
 
 const MIB: f64 = 1048576.0;
 
@@ -84,37 +84,53 @@ fn peaks_and_ooms_at_sizes_never_recorded() {
             limit.map_or(0.0, |l| l.bytes as f64 / MIB)
         );
         println!(
-            "  {:>6} {:>10} {:>10} {:>7} {:>10} {:>7} | {:>12} {:>12}",
-            "size", "real MiB", "predicted", "error", "linear", "error", "OOM real", "predicted"
+            "  {:>6} {:>10} {:>10} {:>7} {:>10} {:>7} | {:>9} {:>9} | {:>9} {:>9}",
+            "size",
+            "real MiB",
+            "predicted",
+            "error",
+            "linear",
+            "error",
+            "OOM real",
+            "predicted",
+            "survived",
+            "predicted"
         );
         for &size in recorded.iter().chain(larger) {
             let Some(real) = truth(&format!("{w}.{size}")) else {
                 continue;
             };
-            let p = predict(&model, size as f64, &AllocConf::default(), None);
+            let near = learn_near(&recs, size as f64).unwrap();
+            let p = predict(&near, size as f64, &AllocConf::default(), None);
             let r = real["peak_reserved_bytes"].as_u64().unwrap() as f64;
             let err = p.peak_reserved_bytes as f64 / r - 1.0;
             let lin = model.linear_peak_reserved(size as f64) as f64;
-            let (oom_real, oom_pred) = match truth(&format!("{w}.{size}.limit")) {
-                Some(l) => (
-                    l["oom"].as_bool().unwrap(),
-                    predict(&model, size as f64, &AllocConf::default(), limit).oom,
-                ),
-                None => (false, false),
-            };
+            let (oom_real, oom_pred, survived_real, survived_pred) =
+                match truth(&format!("{w}.{size}.limit")) {
+                    Some(l) => {
+                        let p = predict(&near, size as f64, &AllocConf::default(), limit);
+                        let raised = l["oom"].as_bool().unwrap();
+                        // `num_ooms` counts the fatal one too.
+                        let survived = l["num_ooms"].as_u64().unwrap() - u64::from(raised);
+                        (raised, p.oom, survived, p.survivable_ooms)
+                    }
+                    None => (false, false, 0, 0),
+                };
             if oom_real != oom_pred {
                 ooms_wrong.push(format!("{w} {size}"));
             }
             worst = worst.max(err.abs());
             println!(
-                "  {size:>6} {:>10.0} {:>10.0} {:>+6.1}% {:>10.0} {:>+6.1}% | {:>12} {:>12}",
+                "  {size:>6} {:>10.0} {:>10.0} {:>+6.1}% {:>10.0} {:>+6.1}% | {:>9} {:>9} | {:>9} {:>9}",
                 r / MIB,
                 p.peak_reserved_bytes as f64 / MIB,
                 100.0 * err,
                 lin / MIB,
                 100.0 * (lin / r - 1.0),
                 oom_real,
-                oom_pred
+                oom_pred,
+                survived_real,
+                survived_pred
             );
         }
     }
@@ -122,10 +138,11 @@ fn peaks_and_ooms_at_sizes_never_recorded() {
         "worst peak reserved error {:.1}%; OOM calls wrong: {ooms_wrong:?}",
         100.0 * worst
     );
-    // Where this first version stands (issue 36's goal, every peak within 5% and every OOM call
-    // right, is not met yet): held here so it only gets better. Misses: cuDNN's workspaces
-    // (their sizes follow no line in the batch: the conv net and the LSTM) and requests made a
-    // different number of times at different batches (the transformer's 192 unmatched).
-    assert!(worst <= 0.16, "worst error {:.1}%", 100.0 * worst);
-    assert!(ooms_wrong.len() <= 1, "{ooms_wrong:?}");
+    // Every OOM call right (the conv net's 192 survives 24 failed cuDNN workspaces under the
+    // limit, as predicted). Peaks: 45 of 52 within 5%; held here so they only get better. Misses:
+    // cuDNN choosing an algorithm with less workspace at some batches (the conv net's 64, 96,
+    // 192: +11%), the LSTM's 16 (a reduction's staging buffer not needed there, +13%), the
+    // MLP's 1536 and 8192 (-7.6%, -5.9%), the transformer's 2048 tokens (+5.8%).
+    assert!(worst <= 0.14, "worst error {:.1}%", 100.0 * worst);
+    assert!(ooms_wrong.is_empty(), "{ooms_wrong:?}");
 }

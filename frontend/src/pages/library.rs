@@ -432,6 +432,23 @@ fn LibraryTable(
             ::api::routes::page::diff(&p[0].0, &p[1].0, &Default::default())
         })
     };
+    // Two or three ticked: recordings of one program at different sizes, for Will it fit.
+    let fit = move || {
+        let p = picked.get();
+        (2..=3).contains(&p.len()).then(|| {
+            let picks: Vec<crate::pages::fit::Pick> = p
+                .iter()
+                .map(|(id, _)| crate::pages::fit::Pick {
+                    id: id.clone(),
+                    size: None,
+                })
+                .collect();
+            ::api::routes::page::fit(&::api::PredictQuery {
+                recordings: crate::pages::fit::recordings_param(&picks),
+                ..Default::default()
+            })
+        })
+    };
     view! {
         <p class="compare-bar">
             {move || match compare() {
@@ -440,10 +457,14 @@ fn LibraryTable(
                 }
                 .into_any(),
                 None => view! {
-                    <span class="hint">"Tick two snapshots to compare them."</span>
+                    <span class="hint">"Tick two snapshots to compare them, two or three of one program at different sizes to ask what fits."</span>
                 }
                 .into_any(),
             }}
+            {move || fit().map(|href| view! {
+                " · "
+                <a class="will-it-fit" href=href>"will a larger size fit? (predict from the ticked snapshots)"</a>
+            })}
         </p>
         <table class="snapshots">
             <thead>

@@ -1,6 +1,7 @@
 //! One module per page; a page with tabs has a folder with one file per tab.
 
 pub mod diff;
+pub mod fit;
 pub mod library;
 pub mod live;
 pub mod run;

@@ -64,6 +64,7 @@ async fn predict(
         .map_err(|_| bad("sizes: whole numbers, comma-separated".into()))?;
     let ask = crate::predict::Ask {
         sizes,
+        search: q.search.unwrap_or(false),
         limit_bytes: q.limit_bytes,
         fraction: q.limit_kind.as_deref() == Some("fraction"),
         gpu: q.gpu,
