@@ -113,13 +113,24 @@ pub fn byte_grid(
     x_to: f64,
     steps: u32,
 ) {
+    byte_grid_with(g, y, (x_from, x_to), steps, fmt::bytes);
+}
+
+/// [`byte_grid`] with the labels written by `label`.
+pub fn byte_grid_with(
+    g: &web_sys::CanvasRenderingContext2d,
+    y: &Scale,
+    (x_from, x_to): (f64, f64),
+    steps: u32,
+    label: impl Fn(f64) -> String,
+) {
     for i in 0..=steps {
         let v = y.d0 + (y.d1 - y.d0) * i as f64 / steps as f64;
         let py = y.at(v);
         g.set_fill_style_str("#eee");
         g.fill_rect(x_from, py, x_to - x_from, 1.0);
         g.set_fill_style_str("#333");
-        let _ = g.fill_text(&fmt::bytes(v), 4.0, py + 4.0);
+        let _ = g.fill_text(&label(v), 4.0, py + 4.0);
     }
 }
 

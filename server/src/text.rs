@@ -639,6 +639,10 @@ pub fn render_predict(p: &api::PredictAnswer) -> String {
     }
     let _ = writeln!(
         o,
+        "Past the largest recording the error can be larger: scratch a kernel needs only from some size on (a reduction's staging buffer, another cuDNN algorithm) shows in no smaller recording."
+    );
+    let _ = writeln!(
+        o,
         "\n  {:>8} {:>14} {:>14} {:>16}  {:>14}",
         "size", "peak reserved", "peak allocated", "fits", "linear baseline"
     );
@@ -660,7 +664,21 @@ pub fn render_predict(p: &api::PredictAnswer) -> String {
         );
     }
     if let Some(l) = p.largest_fitting_size {
-        let _ = writeln!(o, "\nLargest size that fits: {l}.");
+        let below: Vec<String> = p
+            .sizes
+            .iter()
+            .filter(|s| s.oom && s.size < l)
+            .map(|s| s.size.to_string())
+            .collect();
+        let _ = if below.is_empty() {
+            writeln!(o, "\nLargest size that fits: {l}.")
+        } else {
+            writeln!(
+                o,
+                "\nLargest size that fits: {l}, but not {} (not monotonic: rounding, splitting and reuse change with the requests).",
+                below.join(", ")
+            )
+        };
     }
     if !p.growth.is_empty() {
         let total: f64 = p.growth.iter().map(|g| g.bytes_per_unit).sum();

@@ -2687,6 +2687,65 @@ async fn will_it_fit_predicts_where_a_larger_batch_runs_out() {
         on_h100.as_str().unwrap().contains("H100 (80 GB)"),
         "{on_h100}"
     );
+    // Not monotonic: the checkpointed MLP under 1052 MiB (the harness's probe) really raised at
+    // batch 1024 and fit at 2048; the page says so beside the largest size that fits.
+    c.goto(&base).await.unwrap();
+    wait_js(
+        &c,
+        "document.querySelector('#file-input')",
+        "the file input",
+    )
+    .await;
+    let mlp = [256, 512, 768]
+        .map(|b| {
+            root()
+                .join(format!(
+                    "tests/fixtures/predict/mlp_checkpoint_batch.{b}.rec.pickle.xz"
+                ))
+                .canonicalize()
+                .unwrap()
+                .display()
+                .to_string()
+        })
+        .join("\n");
+    c.find(fantoccini::Locator::Css("#file-input"))
+        .await
+        .unwrap()
+        .send_keys(&mlp)
+        .await
+        .unwrap();
+    let pairs = wait_js(
+        &c,
+        "document.querySelectorAll('input.pick').length == 6 && [...document.querySelectorAll('tr[data-id]')].filter(r => r.querySelector('input.name').value.startsWith('mlp')).map(r => r.dataset.id + ':' + r.querySelector('input.name').value.split('.')[1]).join(',')",
+        "the MLP's rows",
+    )
+    .await;
+    c.goto(&format!(
+        "{base}/fit?recordings={}&limit_bytes={}&limit_kind=fraction",
+        pairs.as_str().unwrap(),
+        1052u64 << 20
+    ))
+    .await
+    .unwrap();
+    let said = wait_js(
+        &c,
+        "document.querySelector(\".fit-verdict[data-setting=''] .not-monotonic\") && document.querySelector(\".fit-verdict[data-setting='']\").innerText",
+        "the default's verdict, not monotonic",
+    )
+    .await;
+    let said = said.as_str().unwrap();
+    // Really: 2048 fit and 1024 raised (tests/fixtures/predict/*.limit1052.json).
+    assert!(said.contains("2048 (peak reserved"), "{said}");
+    let below = said.split("but not at ").nth(1).unwrap();
+    assert!(below.contains("1024"), "{said}");
+    screenshot(&c, "will-it-fit-not-monotonic").await;
+    c.execute(
+        "document.querySelector('canvas.fit-chart').scrollIntoView()",
+        vec![],
+    )
+    .await
+    .unwrap();
+    screenshot(&c, "will-it-fit-not-monotonic-chart").await;
     let errors = console_errors(&c).await;
     assert!(errors.is_empty(), "console errors: {errors:#?}");
     c.close().await.unwrap();

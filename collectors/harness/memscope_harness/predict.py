@@ -8,6 +8,15 @@ raised), then every size again under a per-process memory fraction chosen betwee
 real peaks, so some sizes fit and some do not. Each run writes ``NAME.json``; the recorded ones
 ``NAME.pickle`` too.
 
+Beside the sweep's own limit, PROBES run a workload under further limits at many sizes: where the
+replay says a size runs out of memory below a larger size that fits (not monotonic), the GPU says
+whether it really does. Each writes ``NAME.limitMIB.json``.
+
+``--verify DIR [--bin memscope]``: `memscope predict` from each workload's recordings at every size
+run for real, with and without each limit; prints predicted against real peak reserved, the linear
+baseline, and OOM (and survived OOMs) predicted against real. Runs where the figures are (on the
+GPU host after the sweep, or here on the recorded fixtures).
+
 One run: ``python -m memscope_harness.predict run WORKLOAD --size N [--record] [--limit-bytes L] --out DIR``.
 """
 
@@ -123,6 +132,11 @@ SIZES = {
     "mlp_checkpoint_batch": ([256, 512, 768], [1024, 1536, 2048, 3072, 4096, 6144, 8192]),
     "lstm_batch": ([4, 8, 12], [16, 24, 32, 48, 64, 96, 128]),
 }
+# Further limits (MiB) and the sizes run under each: chosen where the replay of the recordings
+# predicts a size that runs out below one that fits.
+PROBES = {
+    "mlp_checkpoint_batch": ([1052, 1064], [1024, 1280, 1536, 1792, 2048, 2560, 3072]),
+}
 
 
 def one_run(args):
@@ -204,6 +218,9 @@ def record_all(args):
             continue
         limits[w] = limit_between(peaks)
         jobs += [("%s.%d.limit" % (w, s), w, s, False, limits[w]) for s in small + large]
+    for w in args.workloads:
+        mibs, sizes = PROBES.get(w, ([], []))
+        jobs += [("%s.%d.limit%d" % (w, s, m), w, s, False, m * MIB) for m in mibs for s in sizes]
     run_jobs(args, jobs)
     with open(os.path.join(args.out, "limits.json"), "w") as f:
         json.dump(limits, f, indent=1)
@@ -216,6 +233,85 @@ def record_all(args):
                                       " (limit: OOM)" if lim and lim["oom"] else ""))
         print("%s (limit %s MiB): %s" % (w, limits.get(w, 0) // MIB, ", ".join(rows)), flush=True)
     print("%d workloads in %.0f s" % (len(args.workloads), time.time() - t0), flush=True)
+
+
+def probe(args):
+    """The probes alone, self-contained: each probed workload's recordings, its real runs at the
+    probe sizes without a limit and under each probe limit (on the GPU at hand), and any extra
+    recordings asked (``--record-at W:S,...``, to compare a synthesized run with a real one)."""
+    os.makedirs(args.out, exist_ok=True)
+    jobs = []
+    for w in args.workloads:
+        if w not in PROBES:
+            continue
+        small, _ = SIZES[w]
+        mibs, sizes = PROBES[w]
+        jobs += [("%s.%d.rec" % (w, s), w, s, True, None) for s in small]
+        jobs += [("%s.%d" % (w, s), w, s, False, None) for s in sorted(set(small + sizes))]
+        jobs += [("%s.%d.limit%d" % (w, s, m), w, s, False, m * MIB) for m in mibs for s in sizes]
+    for spec in filter(None, (args.record_at or "").split(",")):
+        w, s = spec.split(":")
+        jobs.append(("%s.%s.rec" % (w, s), w, int(s), True, None))
+        jobs.append(("%s.%s" % (w, s), w, int(s), False, None))
+    run_jobs(args, jobs)
+
+
+def predicted(args, w, sizes, limit=None):
+    """`memscope predict --json` from the workload's recordings: {size: answer}."""
+    small, _ = SIZES[w]
+    recs = [os.path.join(args.out, "%s.%d.rec.pickle" % (w, s)) for s in small]
+    recs = [r if os.path.exists(r) else r + ".xz" for r in recs]
+    cmd = [args.bin, "predict"] + ["%s=%d" % (r, s) for r, s in zip(recs, small)]
+    for s in sizes:
+        cmd += ["--size", str(s)]
+    if limit:
+        cmd += ["--limit-bytes", str(limit), "--limit-kind", "fraction"]
+    out = subprocess.run(cmd + ["--json"], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit("%s failed: %s" % (" ".join(cmd), out.stderr[-2000:]))
+    return {a["size"]: a for a in json.loads(out.stdout)["sizes"]}
+
+
+def verify(args):
+    """The table: every size run for real, predicted from the recordings; the totals at the end."""
+    limits = load(args.out, "limits") or {}
+    within, peaks, right, calls = 0, 0, 0, 0
+    print("%-22s %6s %10s %10s %7s %10s %7s | %-9s %-9s | %s" % (
+        "workload", "size", "real MiB", "predicted", "error", "linear", "error", "limit MiB",
+        "OOM real/predicted", "survived real/predicted"))
+    for w in args.workloads:
+        small, large = SIZES[w]
+        probes = PROBES.get(w, ([], []))
+        sizes = [s for s in sorted(set(small + large + probes[1])) if load(args.out, "%s.%d" % (w, s))]
+        if not sizes:
+            continue
+        free = predicted(args, w, sizes)
+        checks = [(limits.get(w), "limit", small + large)] if w in limits else []
+        checks += [(m * MIB, "limit%d" % m, probes[1]) for m in probes[0]]
+        for s in sizes:
+            real, p = load(args.out, "%s.%d" % (w, s)), free[s]
+            r, q, lin = real["peak_reserved_bytes"], p["peak_reserved_bytes"], p["linear_peak_reserved_bytes"]
+            peaks += 1
+            within += abs(q / r - 1) <= 0.05
+            print("%-22s %6d %10.0f %10.0f %+6.1f%% %10.0f %+6.1f%%" % (
+                w, s, r / MIB, q / MIB, 100 * (q / r - 1), lin / MIB, 100 * (lin / r - 1)))
+        for limit, tag, at in checks:
+            ran = [s for s in at if load(args.out, "%s.%d.%s" % (w, s, tag))]
+            if not ran:
+                continue
+            under = predicted(args, w, ran, limit)
+            for s in ran:
+                real, p = load(args.out, "%s.%d.%s" % (w, s, tag)), under[s]
+                survived = real["num_ooms"] - int(real["oom"])
+                calls += 1
+                right += real["oom"] == p["oom"]
+                print("%-22s %6d %10.0f %10.0f %7s %10s %7s | %-9.0f %-5s %-5s %s | %d / %d" % (
+                    w, s, real["peak_reserved_bytes"] / MIB, p["peak_reserved_bytes"] / MIB, "", "", "",
+                    limit / MIB,
+                    real["oom"], p["oom"], "" if real["oom"] == p["oom"] else "WRONG", survived,
+                    p["survivable_ooms"]))
+    print("peak reserved within 5%%: %d of %d; OOM calls right: %d of %d" % (within, peaks, right, calls))
+    return 0 if right == calls else 1
 
 
 def main():
@@ -231,11 +327,21 @@ def main():
     ap.add_argument("--out", default="./memscope-predict-out")
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     ap.add_argument("--parallel", type=int, default=4)
+    ap.add_argument("--verify", action="store_true",
+                    help="predict every size run under --out from its recordings and print the table")
+    ap.add_argument("--bin", default="memscope", help="the memscope binary (with --verify)")
+    ap.add_argument("--probe", action="store_true",
+                    help="run only the PROBES (recordings, real runs, probe limits) into --out")
+    ap.add_argument("--record-at", help="with --probe: also record W:S,... (one run each)")
     args = ap.parse_args()
     if args.cmd == "run":
         return one_run(args)
     args.workloads = args.workloads.split(",")
     args.out = os.path.abspath(args.out)
+    if args.verify:
+        sys.exit(verify(args))
+    if args.probe:
+        return probe(args)
     record_all(args)
 
 

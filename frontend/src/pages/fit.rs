@@ -10,7 +10,7 @@ use leptos::html::Canvas;
 use leptos::prelude::*;
 use leptos_router::hooks::{use_navigate, use_query_map};
 
-use crate::canvas::{Scale, byte_axis_max, byte_grid, pointer, sharp};
+use crate::canvas::{Scale, byte_axis_max, byte_grid_with, pointer, sharp};
 use crate::pages::widgets::error_line;
 use crate::{api, fmt};
 
@@ -28,6 +28,28 @@ const H: f64 = 380.0;
 /// Left margin (byte labels) and bottom margin (size labels).
 const L: f64 = 70.0;
 const B: f64 = 26.0;
+
+/// A peak to the MiB (the allocator's segments come in 2 MiB steps, and the question is often
+/// decided by a few of them), in GiB with two decimals from 100 GiB.
+pub fn peak(bytes: u64) -> String {
+    let mib = bytes as f64 / (1u64 << 20) as f64;
+    if mib < 100.0 * 1024.0 {
+        format!("{} MiB", fmt::count(mib.round() as u64))
+    } else {
+        format!("{:.2} GiB", mib / 1024.0)
+    }
+}
+
+/// Where a byte axis starts: 0, unless every value is in the top third of the range (a peak that
+/// hardly grows), then a round step below the smallest so the differences show.
+pub fn axis_floor(smallest: u64, top: f64) -> f64 {
+    let s = smallest as f64;
+    if s < top * 2.0 / 3.0 {
+        return 0.0;
+    }
+    let step = (64u64 << 20) as f64;
+    ((s * 0.95) / step).floor() * step
+}
 
 /// A recording as the URL names it: snapshot id and the size it was made at (None: not given).
 #[derive(Debug, Clone, PartialEq)]
@@ -358,11 +380,11 @@ fn results(curves: Vec<Curve>, ask: PredictQuery) -> impl IntoView {
     };
     let limit = first.limit_bytes;
     let where_ = match (&ask.gpu, limit) {
-        (Some(g), Some(l)) => format!("on {g} ({})", fmt::bytes(l)),
+        (Some(g), Some(l)) => format!("on {g} ({})", peak(l)),
         (None, Some(l)) if ask.limit_kind.is_some() => {
-            format!("under a memory fraction of {}", fmt::bytes(l))
+            format!("under a memory fraction of {}", peak(l))
         }
-        (_, Some(l)) => format!("under {}", fmt::bytes(l)),
+        (_, Some(l)) => format!("under {}", peak(l)),
         _ => "without a limit".into(),
     };
     let verdicts = curves
@@ -370,7 +392,7 @@ fn results(curves: Vec<Curve>, ask: PredictQuery) -> impl IntoView {
         .map(|c| {
             let text = match c.answer.largest_fitting_size {
                 Some(s) => {
-                    let peak = c
+                    let at = c
                         .answer
                         .sizes
                         .iter()
@@ -378,18 +400,25 @@ fn results(curves: Vec<Curve>, ask: PredictQuery) -> impl IntoView {
                         .map(|p| p.peak_reserved_bytes);
                     format!(
                         "{s}{}",
-                        peak.map(|p| format!(" (peak reserved {})", fmt::bytes(p)))
+                        at.map(|p| format!(" (peak reserved {})", peak(p)))
                             .unwrap_or_default()
                     )
                 }
-                None if limit.is_some() => "not even the smallest recording".into(),
+                None if limit.is_some() => "none (no size tried fits)".into(),
                 None => "—".into(),
             };
+            let below = raises_below(&c.answer);
             view! {
                 <div class="fit-verdict" data-setting=c.answer.alloc_conf.clone()>
                     <span class="swatch" style=format!("background:{}", c.colour)></span>
                     <span class="label">{c.name.clone()}</span>
                     <span class="value">{text}</span>
+                    {(!below.is_empty()).then(|| view! {
+                        <span class="not-monotonic">{format!(
+                            " but not at {} (the peak is not monotonic in the size: rounding, splitting and reuse change with the requests)",
+                            below.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
+                        )}</span>
+                    })}
                 </div>
             }
         })
@@ -407,8 +436,8 @@ fn results(curves: Vec<Curve>, ask: PredictQuery) -> impl IntoView {
                     Some(format!(
                         "{}: needs {} reserved, {} allocated{}",
                         c.name,
-                        fmt::bytes(p.peak_reserved_bytes),
-                        fmt::bytes(p.peak_allocated_bytes),
+                        peak(p.peak_reserved_bytes),
+                        peak(p.peak_allocated_bytes),
                         if raises {
                             " (raises OutOfMemoryError under the limit)"
                         } else {
@@ -424,7 +453,7 @@ fn results(curves: Vec<Curve>, ask: PredictQuery) -> impl IntoView {
             Some(format!(
                 "size {s} · {} · linear baseline {}",
                 parts.join(" · "),
-                lin.map(fmt::bytes).unwrap_or_default()
+                lin.map(peak).unwrap_or_default()
             ))
         }
     };
@@ -440,12 +469,24 @@ fn results(curves: Vec<Curve>, ask: PredictQuery) -> impl IntoView {
     .into_any()
 }
 
+/// Sizes asked below the largest that fits that raise all the same.
+pub fn raises_below(a: &::api::PredictAnswer) -> Vec<u64> {
+    let Some(top) = a.largest_fitting_size else {
+        return Vec::new();
+    };
+    a.sizes
+        .iter()
+        .filter(|p| p.oom && p.size < top)
+        .map(|p| p.size)
+        .collect()
+}
+
 /// What the prediction rests on and how far it can be trusted.
 fn accuracy(a: &::api::PredictAnswer) -> impl IntoView + use<> {
     let recorded: Vec<String> = a
         .recorded
         .iter()
-        .map(|r| format!("{} ({})", r.size, fmt::bytes(r.peak_reserved_bytes)))
+        .map(|r| format!("{} ({})", r.size, peak(r.peak_reserved_bytes)))
         .collect();
     let error = match a.expected_error {
         Some(e) => format!(
@@ -457,6 +498,9 @@ fn accuracy(a: &::api::PredictAnswer) -> impl IntoView + use<> {
                 .into()
         }
     };
+    let error = format!(
+        "{error} Past the largest recording it can be wrong by more: a kernel that needs scratch only from some size on (a reduction's staging buffer, cuDNN choosing another algorithm) shows in no smaller recording. To be sure, record one size near the one you ask about."
+    );
     let caveats = {
         let mut c = Vec::new();
         if a.unmatched_requests > 0 {
@@ -555,7 +599,7 @@ fn table(curves: &[Curve]) -> impl IntoView + use<> {
                     let need = c.need.sizes.iter().find(|q| q.size == p.size);
                     let fate = c.answer.sizes.iter().find(|q| q.size == p.size);
                     let mut text = need
-                        .map(|q| fmt::bytes(q.peak_reserved_bytes))
+                        .map(|q| peak(q.peak_reserved_bytes))
                         .unwrap_or_default();
                     match fate {
                         Some(q) if q.oom => text.push_str(" · OOM"),
@@ -579,8 +623,8 @@ fn table(curves: &[Curve]) -> impl IntoView + use<> {
                 <tr class:recorded=rec>
                     <td class="num">{p.size}{rec.then_some(" (recorded)")}</td>
                     {cells}
-                    <td class="num">{fmt::bytes(p.peak_allocated_bytes)}</td>
-                    <td class="num">{fmt::bytes(p.linear_peak_reserved_bytes)}</td>
+                    <td class="num">{peak(p.peak_allocated_bytes)}</td>
+                    <td class="num">{peak(p.linear_peak_reserved_bytes)}</td>
                 </tr>
             }
         })
@@ -615,7 +659,18 @@ fn chart(curves: Vec<Curve>, hover: RwSignal<Option<u64>>) -> impl IntoView {
         1.08,
     );
     let x = Scale::new(0.0, x_top, L, W - 10.0);
-    let y = Scale::new(0.0, y_top, H - B, 10.0);
+    let smallest = curves
+        .iter()
+        .flat_map(|c| {
+            c.need
+                .sizes
+                .iter()
+                .map(|p| p.peak_allocated_bytes.min(p.linear_peak_reserved_bytes))
+        })
+        .chain(limit)
+        .min()
+        .unwrap_or(0);
+    let y = Scale::new(axis_floor(smallest, y_top), y_top, H - B, 10.0);
     let drawn = curves.clone();
     Effect::new(move |_| {
         let Some(c) = canvas.get() else { return };
@@ -623,7 +678,7 @@ fn chart(curves: Vec<Curve>, hover: RwSignal<Option<u64>>) -> impl IntoView {
         let g = sharp(&c, W, H);
         g.clear_rect(0.0, 0.0, W, H);
         g.set_font("11px sans-serif");
-        byte_grid(&g, &y, L, W - 10.0, 5);
+        byte_grid_with(&g, &y, (L, W - 10.0), 5, |v| peak(v as u64));
         size_axis(&g, &x);
         let line = |pts: &[(f64, f64)], colour: &str, width: f64, dash: &[f64]| {
             let arr = js_sys::Array::new();
@@ -707,7 +762,7 @@ fn chart(curves: Vec<Curve>, hover: RwSignal<Option<u64>>) -> impl IntoView {
             let py = y.at(l as f64);
             line(&[(L, py), (W - 10.0, py)], "#c0392b", 1.5, &[6.0, 3.0]);
             g.set_fill_style_str("#c0392b");
-            let _ = g.fill_text(&format!("limit {}", fmt::bytes(l)), L + 6.0, py - 5.0);
+            let _ = g.fill_text(&format!("limit {}", peak(l)), L + 6.0, py - 5.0);
         }
         for r in &first.answer.recorded {
             let (px, py) = (x.at(r.size as f64), y.at(r.peak_reserved_bytes as f64));
@@ -750,7 +805,9 @@ fn size_axis(g: &web_sys::CanvasRenderingContext2d, x: &Scale) {
     g.set_fill_style_str("#333");
     for i in 0..=8 {
         let v = x.d0 + (x.d1 - x.d0) * i as f64 / 8.0;
-        let _ = g.fill_text(&format!("{}", v.round() as u64), x.at(v) - 8.0, H - 8.0);
+        let text = format!("{}", v.round() as u64);
+        let w = g.measure_text(&text).map(|m| m.width()).unwrap_or(20.0);
+        let _ = g.fill_text(&text, (x.at(v) - w / 2.0).min(W - 2.0 - w), H - 8.0);
     }
 }
 
@@ -813,14 +870,23 @@ mod tests {
     }
 
     #[test]
+    fn peaks_read_to_the_mib_and_a_flat_curve_gets_a_raised_floor() {
+        assert_eq!(peak(1052 << 20), "1,052 MiB");
+        assert_eq!(peak(150 << 30), "150.00 GiB");
+        assert_eq!(axis_floor(100 << 20, (1200u64 << 20) as f64), 0.0);
+        let f = axis_floor(1000 << 20, (1300u64 << 20) as f64);
+        assert!(f > 0.0 && f < (1000u64 << 20) as f64, "{f}");
+    }
+
+    #[test]
     fn the_curve_reaches_past_where_it_stops_fitting() {
         assert_eq!(reach(6, None), 24);
         assert_eq!(reach(6, Some(40)), 51);
         let g = grid(&[2, 4, 6], 48);
         assert!(g.starts_with(&[2, 4, 6, 8]));
-        let g = grid(&[2, 4, 6], 36);
-        assert_eq!(&g[..5], &[2, 3, 4, 6, 8], "{g:?}");
         assert_eq!(*g.last().unwrap(), 48);
         assert!(g.windows(2).all(|w| w[0] < w[1]));
+        let g = grid(&[2, 4, 6], 36);
+        assert_eq!(&g[..6], &[2, 3, 4, 5, 6, 8], "{g:?}");
     }
 }

@@ -548,7 +548,12 @@ pub fn answer(
     let mut out: Vec<SizeAnswer> = sizes.iter().map(|&s| one(s)).collect();
     let largest_fitting_size = if (search_too || sizes.is_empty()) && limit.is_some() {
         let largest = recordings.iter().map(|r| r.size).fold(1.0, f64::max);
-        let found = search(|s| !predict(&model, s, conf, limit).oom, largest);
+        let bytes = limit.map_or(u64::MAX, |l| l.bytes);
+        let found = search(
+            |s| !predict(&model, s, conf, limit).oom,
+            |s| predict(&model, s, conf, None).peak_allocated_bytes > bytes,
+            largest,
+        );
         if let Some(s) = found {
             for s in [s, s + 1.0] {
                 if !sizes.contains(&s) {
@@ -576,21 +581,35 @@ pub fn answer(
     })
 }
 
-/// The largest whole size that fits, from `from` on: doubling until a size does not fit, then
-/// halving the gap (a size that fits above one that does not is not looked for).
-fn search(fits: impl Fn(f64) -> bool, from: f64) -> Option<f64> {
-    let mut lo = from.floor().max(1.0);
-    if !fits(lo) {
-        return None;
-    }
-    let mut hi = lo * 2.0;
-    while fits(hi) {
-        lo = hi;
-        hi *= 2.0;
-        if hi > 1e9 {
-            return Some(lo);
+/// Sizes tried between 1 and the bound when searching (then the gap above the largest that fits
+/// is halved).
+const SCAN: u32 = 32;
+
+/// The largest whole size that fits. The peak is not monotonic in the size (a size can raise
+/// below one that fits: rounding, splitting and reuse change with the requests), so sizes are
+/// scanned rather than bisected from the start: up to where the live bytes alone, which only grow
+/// with the size, exceed the limit (`over`, doubling from `from`), in [`SCAN`] steps; then the gap
+/// above the largest that fits is halved (a size that fits within it above one that does not is
+/// not looked for).
+fn search(fits: impl Fn(f64) -> bool, over: impl Fn(f64) -> bool, from: f64) -> Option<f64> {
+    let mut bound = from.floor().max(1.0);
+    while !over(bound) {
+        bound *= 2.0;
+        if bound > 1e9 {
+            break;
         }
     }
+    let step = |i: u32| (bound * i as f64 / SCAN as f64).round().max(1.0);
+    let (mut lo, mut hi) = (None, bound + 1.0);
+    for i in (1..=SCAN).rev() {
+        let s = step(i);
+        if fits(s) {
+            lo = Some(s);
+            break;
+        }
+        hi = s;
+    }
+    let mut lo = lo?;
     while hi - lo > 1.0 {
         let mid = ((lo + hi) / 2.0).floor();
         if fits(mid) {
@@ -623,4 +642,22 @@ fn leave_one_out(recordings: &[Recording], conf: &AllocConf) -> Option<f64> {
         worst = worst.max((p / actual.max(1.0) - 1.0).abs());
     }
     Some(worst)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_search_finds_a_size_that_fits_above_sizes_that_do_not() {
+        // Raises from 900 to 1900 and from 2100 on; fits at 2000-2099; the live bytes pass the
+        // limit at 5000.
+        let fits = |s: f64| !((900.0..1900.0).contains(&s) || s >= 2100.0);
+        let over = |s: f64| s >= 5000.0;
+        assert_eq!(search(fits, over, 768.0), Some(2099.0));
+        // Monotonic: the last that fits.
+        assert_eq!(search(|s| s <= 1234.0, |s| s > 1500.0, 100.0), Some(1234.0));
+        // Nothing fits.
+        assert_eq!(search(|_| false, |s| s > 10.0, 4.0), None);
+    }
 }
