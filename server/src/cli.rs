@@ -43,8 +43,9 @@ pub enum Command {
 
 #[derive(Debug, clap::Args)]
 pub struct PredictArgs {
-    /// Recordings as FILE=SIZE (the batch size or sequence length each was made at).
-    #[arg(required = true, num_args = 2..)]
+    /// Recordings as FILE=SIZE (the batch size or sequence length each was made at), or one
+    /// folder of them whose names differ in one number, the size (b8.pickle, b16.pickle).
+    #[arg(required = true, num_args = 1..)]
     pub recordings: Vec<String>,
     /// A size to predict (repeat for several; none: search the largest that fits the limit).
     #[arg(long = "size")]
@@ -443,7 +444,47 @@ fn categories(args: CategoriesArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A folder's snapshot files as FILE=SIZE, the sizes read from their names.
+fn recordings_in(dir: &std::path::Path) -> anyhow::Result<Vec<String>> {
+    let mut files: Vec<String> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file())
+        .filter(|p| {
+            let n = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            [".pickle", ".pickle.gz", ".pickle.xz", ".pkl"]
+                .iter()
+                .any(|x| n.ends_with(x))
+        })
+        .map(|p| p.display().to_string())
+        .collect();
+    files.sort();
+    let names: Vec<&str> = files
+        .iter()
+        .map(|f| f.rsplit('/').next().unwrap_or(f))
+        .collect();
+    let sizes = snapshot::whatif::predict::guess_sizes(&names);
+    if files.len() < 2 || sizes.iter().any(Option::is_none) {
+        anyhow::bail!(
+            "{}: {} snapshot files whose names do not differ in exactly one number (the size); give each recording as FILE=SIZE instead",
+            dir.display(),
+            files.len()
+        );
+    }
+    Ok(files
+        .iter()
+        .zip(sizes)
+        .map(|(f, s)| format!("{f}={}", s.unwrap_or(0)))
+        .collect())
+}
+
 fn predict(args: PredictArgs) -> anyhow::Result<()> {
+    let mut args = args;
+    if let [one] = args.recordings.as_slice()
+        && std::path::Path::new(one).is_dir()
+    {
+        args.recordings = recordings_in(std::path::Path::new(one))?;
+    }
     let mut parsed = Vec::new();
     for r in &args.recordings {
         let (file, size) = r.rsplit_once('=').with_context(|| {

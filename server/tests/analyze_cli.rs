@@ -566,3 +566,40 @@ fn predict_answers_each_size_with_the_promised_fields() {
     let bad = memscope(&["predict", "a.pickle", "b.pickle=2"]);
     assert!(String::from_utf8_lossy(&bad.stderr).contains("FILE=SIZE"));
 }
+
+/// Issue 36: a folder of one program's recordings, the sizes read from the names; a folder of
+/// several programs is refused with what to do instead.
+#[test]
+fn predict_takes_a_folder_whose_names_say_the_sizes() {
+    let dir = std::env::temp_dir().join(format!("memscope-predict-dir-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for s in [256, 512, 768] {
+        let name = format!("mlp_checkpoint_batch.{s}.rec.pickle.xz");
+        std::fs::copy(fixture(&format!("predict/{name}")), dir.join(&name)).unwrap();
+    }
+    let out = memscope(&["predict", dir.to_str().unwrap(), "--size", "2048", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let sizes: Vec<u64> = v["recorded"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["size"].as_u64().unwrap())
+        .collect();
+    assert_eq!(sizes, vec![256, 512, 768]);
+    std::fs::copy(
+        fixture("predict/lstm_batch.4.rec.pickle.xz"),
+        dir.join("lstm_batch.4.rec.pickle.xz"),
+    )
+    .unwrap();
+    let out = memscope(&["predict", dir.to_str().unwrap(), "--size", "2048"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("FILE=SIZE"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -89,33 +89,6 @@ pub fn recordings_param(picks: &[Pick]) -> String {
         .join(",")
 }
 
-/// The size each name says it was recorded at, when the names differ in exactly one number
-/// (`gpt.b8.pickle`, `gpt.b16.pickle` → 8, 16): a first guess the person can correct.
-pub fn guess_sizes(names: &[&str]) -> Vec<Option<u64>> {
-    let numbers: Vec<Vec<u64>> = names
-        .iter()
-        .map(|n| {
-            n.split(|c: char| !c.is_ascii_digit())
-                .filter_map(|d| d.parse().ok())
-                .collect()
-        })
-        .collect();
-    let same_shape = numbers.windows(2).all(|w| w[0].len() == w[1].len());
-    let differing: Vec<usize> = match numbers.first() {
-        Some(first) if same_shape && names.len() >= 2 => (0..first.len())
-            .filter(|&i| numbers.iter().any(|n| n[i] != first[i]))
-            .collect(),
-        _ => Vec::new(),
-    };
-    match differing.as_slice() {
-        [i] => numbers
-            .iter()
-            .map(|n| Some(n[*i]).filter(|s| *s > 0))
-            .collect(),
-        _ => vec![None; names.len()],
-    }
-}
-
 /// The sizes a curve is drawn through: the recorded ones and `GRID` steps up to `top`.
 pub fn grid(recorded: &[u64], top: u64) -> Vec<u64> {
     let mut out: Vec<u64> = (1..=GRID)
@@ -266,7 +239,9 @@ pub fn FitPage() -> impl IntoView {
 /// The recordings with their sizes, the GPU or limit, a setting of one's own.
 fn form(picks: Vec<Pick>, names: Vec<String>, ask: PredictQuery) -> impl IntoView {
     let navigate = StoredValue::new_local(use_navigate());
-    let guessed = guess_sizes(&names.iter().map(String::as_str).collect::<Vec<_>>());
+    let guessed = snapshot::whatif::predict::guess_sizes(
+        &names.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
     let sizes: Vec<RwSignal<String>> = picks
         .iter()
         .enumerate()
@@ -853,20 +828,6 @@ mod tests {
             }
         );
         assert_eq!(recordings_param(&p), "abc:8,def:,ghi:");
-    }
-
-    #[test]
-    fn a_size_is_guessed_only_where_the_names_differ_in_one_number() {
-        assert_eq!(
-            guess_sizes(&["gpt2.b8.v3.pickle", "gpt2.b16.v3.pickle"]),
-            vec![Some(8), Some(16)]
-        );
-        assert_eq!(
-            guess_sizes(&["run-a.pickle", "run-b.pickle"]),
-            vec![None, None]
-        );
-        assert_eq!(guess_sizes(&["b8.s128", "b16.s256"]), vec![None, None]);
-        assert_eq!(guess_sizes(&["only.8"]), vec![None]);
     }
 
     #[test]

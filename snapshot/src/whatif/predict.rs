@@ -581,6 +581,42 @@ pub fn answer(
     })
 }
 
+/// The size each name says it was recorded at, when the names differ in exactly one number
+/// (`gpt.b8.pickle`, `gpt.b16.pickle` → 8, 16): how a folder of recordings, or the dashboard's
+/// first guess, gets its sizes.
+pub fn guess_sizes(names: &[&str]) -> Vec<Option<u64>> {
+    let numbers: Vec<Vec<u64>> = names
+        .iter()
+        .map(|n| {
+            n.split(|c: char| !c.is_ascii_digit())
+                .filter_map(|d| d.parse().ok())
+                .collect()
+        })
+        .collect();
+    // The same name around the numbers (one program's recordings, not a folder of several).
+    let words = |n: &str| -> Vec<String> {
+        n.split(|c: char| c.is_ascii_digit())
+            .filter(|w| !w.is_empty())
+            .map(str::to_string)
+            .collect()
+    };
+    let same_shape = numbers.windows(2).all(|w| w[0].len() == w[1].len())
+        && names.windows(2).all(|w| words(w[0]) == words(w[1]));
+    let differing: Vec<usize> = match numbers.first() {
+        Some(first) if same_shape && names.len() >= 2 => (0..first.len())
+            .filter(|&i| numbers.iter().any(|n| n[i] != first[i]))
+            .collect(),
+        _ => Vec::new(),
+    };
+    match differing.as_slice() {
+        [i] => numbers
+            .iter()
+            .map(|n| Some(n[*i]).filter(|s| *s > 0))
+            .collect(),
+        _ => vec![None; names.len()],
+    }
+}
+
 /// Sizes tried between 1 and the bound when searching (then the gap above the largest that fits
 /// is halved).
 const SCAN: u32 = 32;
@@ -647,6 +683,24 @@ fn leave_one_out(recordings: &[Recording], conf: &AllocConf) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_size_is_guessed_only_where_the_names_differ_in_one_number() {
+        assert_eq!(
+            guess_sizes(&["gpt2.b8.v3.pickle", "gpt2.b16.v3.pickle"]),
+            vec![Some(8), Some(16)]
+        );
+        assert_eq!(
+            guess_sizes(&["run-a.pickle", "run-b.pickle"]),
+            vec![None, None]
+        );
+        assert_eq!(guess_sizes(&["b8.s128", "b16.s256"]), vec![None, None]);
+        assert_eq!(guess_sizes(&["only.8"]), vec![None]);
+        assert_eq!(
+            guess_sizes(&["convnet.128.pickle", "lstm.16.pickle"]),
+            vec![None, None]
+        );
+    }
 
     #[test]
     fn the_search_finds_a_size_that_fits_above_sizes_that_do_not() {
