@@ -1,6 +1,6 @@
 //! Will-it-fit benchmark (issue 36): predicting 10 sizes from two recordings, against one plain
-//! replay of one recording (the what-if's replay under the recorded settings) in the same run.
-//! Prints one JSON line with both and their ratio.
+//! replay of one recording (the what-if's replay under the recorded settings) in the same run,
+//! and the search for the largest size that fits under a limit. Prints one JSON line.
 //!
 //!     cargo run --release -p snapshot --example predict_bench -- A.pickle=SIZE_A B.pickle=SIZE_B [REPEATS]
 
@@ -64,6 +64,16 @@ fn main() {
         std::hint::black_box(out.stats.peak_reserved_bytes);
         replay_s = replay_s.min(t.elapsed().as_secs_f64());
     }
+    // The search for the largest size that fits, under a limit at the middle size's peak.
+    let mut sorted = peaks.clone();
+    sorted.sort_unstable();
+    let limit = snapshot::whatif::allocator::Limit {
+        bytes: sorted[sorted.len() / 2],
+        kind: snapshot::whatif::allocator::LimitKind::Device,
+    };
+    let t = Instant::now();
+    let searched = answer(&recordings, &[], true, &conf, Some(limit)).unwrap();
+    let search_s = t.elapsed().as_secs_f64();
     let events: u32 = recordings
         .iter()
         .map(|r| r.index.device(r.device).unwrap().len)
@@ -77,6 +87,8 @@ fn main() {
             "predict_s": predict_s,
             "one_replay_s": replay_s,
             "ratio": predict_s / replay_s,
+            "search_s": search_s,
+            "largest_fitting_size": searched.largest_fitting_size,
             "peak_reserved_bytes": peaks,
         })
     );
