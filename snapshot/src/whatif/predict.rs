@@ -5,8 +5,9 @@
 //! The recordings' allocations are matched to each other by call site and order (the k-th
 //! allocation made under a stack in one is the k-th made under the same frames in the other:
 //! a training step makes the same requests in the same order whatever its batch); each matched
-//! request's size is fitted against the size parameter (constant, or affine: least squares over
-//! the recordings, with what fits no line within 1% counted and said); the request sequence of
+//! request's size is fitted against the size parameter (constant; the square of the size, when
+//! every recording is exactly so; or affine: least squares over the recordings, with what fits
+//! no line within 1% counted and said); the request sequence of
 //! the recording nearest the size asked is synthesized at that size and replayed through the model of
 //! PyTorch's caching allocator under the setting and limit asked ([`super::allocator`]), so
 //! rounding, splitting, caching and a limit's retries shape the peak as they would for real. New
@@ -47,6 +48,9 @@ pub enum SizeRule {
         slope: f64,
         fits: bool,
     },
+    /// `per_unit2 × size²`: every recording exactly so (attention scores, `B·H·S²`, by sequence
+    /// length), which a line through two points would take for a steep line.
+    Square { per_unit2: f64 },
     /// Made in the synthesized recording alone (the program's path depends on the size): kept
     /// at its size there.
     Unmatched(u64),
@@ -57,6 +61,7 @@ impl SizeRule {
     pub fn at(&self, size: f64) -> u64 {
         match *self {
             SizeRule::Constant(b) | SizeRule::Unmatched(b) => b,
+            SizeRule::Square { per_unit2 } => (per_unit2 * size * size).round().max(1.0) as u64,
             SizeRule::Affine {
                 at, bytes, slope, ..
             } => (bytes + slope * (size - at)).round().max(1.0) as u64,
@@ -158,8 +163,9 @@ impl std::fmt::Display for PredictError {
     }
 }
 
-/// A stack's frames as one key that holds across snapshots (their ids do not).
-fn stack_keys(snap: &Snapshot) -> Vec<u64> {
+/// A stack's frames as one key that holds across snapshots (their ids do not); `lines: false`
+/// leaves the line numbers out (recordings made while the script was being edited).
+fn stack_keys(snap: &Snapshot, lines: bool) -> Vec<u64> {
     use std::hash::{Hash, Hasher};
     (0..snap.stacks.len() as u32)
         .map(|s| {
@@ -168,7 +174,9 @@ fn stack_keys(snap: &Snapshot) -> Vec<u64> {
                 let fr = snap.frame(f);
                 snap.str(fr.filename).hash(&mut h);
                 snap.str(fr.name).hash(&mut h);
-                fr.line.hash(&mut h);
+                if lines {
+                    fr.line.hash(&mut h);
+                }
             }
             h.finish()
         })
@@ -193,6 +201,9 @@ fn survivable_stacks(snap: &Snapshot) -> Vec<bool> {
         .collect()
 }
 
+/// The stack key of allocations made before the trace (they have no stack).
+const PRE_TRACE_KEY: u64 = u64::MAX;
+
 /// A request across recordings: its stack's key and how many requests that stack made before it.
 type RequestKey = (u64, u32);
 
@@ -202,20 +213,71 @@ struct Requests {
     keyed: Vec<(RequestKey, u64)>,
     /// Requests per stack key: recordings whose counts differ for a stack are not matched on it.
     counts: FxHashMap<u64, u32>,
+    /// The same by stacks without line numbers, where the exact stack finds no match.
+    loose: Vec<RequestKey>,
+    loose_counts: FxHashMap<u64, u32>,
     steps: Vec<Step>,
 }
 
+impl Requests {
+    /// Request sizes by key, on the stacks that make as many requests here as in `base`.
+    fn matchable(
+        &self,
+        base: &Requests,
+    ) -> (FxHashMap<RequestKey, u64>, FxHashMap<RequestKey, u64>) {
+        let exact = self
+            .keyed
+            .iter()
+            .copied()
+            .filter(|(k, _)| self.counts.get(&k.0) == base.counts.get(&k.0))
+            .collect();
+        let loose = self
+            .loose
+            .iter()
+            .zip(&self.keyed)
+            .filter(|(k, _)| self.loose_counts.get(&k.0) == base.loose_counts.get(&k.0))
+            .map(|(k, (_, bytes))| (*k, *bytes))
+            .collect();
+        (exact, loose)
+    }
+}
+
 fn requests(r: &Recording, d: &DeviceIndex) -> Requests {
-    let keys = stack_keys(r.snap);
+    let keys = stack_keys(r.snap, true);
+    let loose_keys = stack_keys(r.snap, false);
     let survivable = survivable_stacks(r.snap);
     let t = &r.snap.trace;
     let mut seen: FxHashMap<u64, u32> = FxHashMap::default();
+    let mut loose_seen: FxHashMap<u64, u32> = FxHashMap::default();
     let mut request_of: FxHashMap<u32, u32> = FxHashMap::default();
     let mut out = Requests {
         keyed: Vec::new(),
         counts: FxHashMap::default(),
+        loose: Vec::new(),
+        loose_counts: FxHashMap::default(),
         steps: Vec::new(),
     };
+    // Allocations made before the trace (history turned on after the model was built): made
+    // first, in address order, under a key of their own, so the run synthesized at another size
+    // holds them too (matched across recordings by that order).
+    let mut pre: Vec<&crate::analysis::index::PreTrace> = d.pre_trace.iter().collect();
+    pre.sort_by_key(|p| p.addr);
+    for (k, p) in pre.iter().enumerate() {
+        let request = out.keyed.len() as u32;
+        out.keyed.push(((PRE_TRACE_KEY, k as u32), p.size));
+        out.loose.push((PRE_TRACE_KEY, k as u32));
+        request_of.insert(p.id, request);
+        out.steps.push(Step::Alloc {
+            request,
+            stream: p.stream,
+            position: 0,
+            survivable: false,
+        });
+    }
+    if !pre.is_empty() {
+        seen.insert(PRE_TRACE_KEY, pre.len() as u32);
+        loose_seen.insert(PRE_TRACE_KEY, pre.len() as u32);
+    }
     for p in 0..d.len {
         let a = d.event_allocation[p as usize];
         if a == NONE {
@@ -229,6 +291,10 @@ fn requests(r: &Recording, d: &DeviceIndex) -> Requests {
                 let n = seen.entry(key).or_default();
                 let request = out.keyed.len() as u32;
                 out.keyed.push(((key, *n), t.size.get(row)));
+                *n += 1;
+                let loose = loose_keys.get(al.stack.0 as usize).copied().unwrap_or(0);
+                let n = loose_seen.entry(loose).or_default();
+                out.loose.push((loose, *n));
                 *n += 1;
                 request_of.insert(a, request);
                 out.steps.push(Step::Alloc {
@@ -247,6 +313,7 @@ fn requests(r: &Recording, d: &DeviceIndex) -> Requests {
         }
     }
     out.counts = seen;
+    out.loose_counts = loose_seen;
     out
 }
 
@@ -303,20 +370,16 @@ pub fn learn_near(recordings: &[Recording], size: f64) -> Result<Model, PredictE
         return Err(PredictError::SameSizes);
     }
     // Each other recording, matched on the stacks it makes as many requests under as the
-    // synthesized one does (a kernel chosen by size may add or drop a few).
-    let others: Vec<(f64, FxHashMap<RequestKey, u64>)> = parsed
+    // synthesized one does (a kernel chosen by size may add or drop a few), exactly or else
+    // without line numbers.
+    type Sizes = FxHashMap<RequestKey, u64>;
+    let others: Vec<(f64, Sizes, Sizes)> = parsed
         .iter()
         .enumerate()
         .filter(|(i, _)| *i != base)
         .map(|(i, q)| {
-            let same = |k: &u64| q.counts.get(k) == parsed[base].counts.get(k);
-            let sizes = q
-                .keyed
-                .iter()
-                .copied()
-                .filter(|(k, _)| same(&k.0))
-                .collect();
-            (recordings[i].size, sizes)
+            let (exact, loose) = q.matchable(&parsed[base]);
+            (recordings[i].size, exact, loose)
         })
         .collect();
     let x0 = recordings[base].size;
@@ -324,10 +387,13 @@ pub fn learn_near(recordings: &[Recording], size: f64) -> Result<Model, PredictE
     let rules = parsed[base]
         .keyed
         .iter()
-        .map(|&(key, bytes)| {
+        .zip(&parsed[base].loose)
+        .map(|(&(key, bytes), loose)| {
             let matched: Vec<(f64, u64)> = others
                 .iter()
-                .filter_map(|(x, m)| Some((*x, *m.get(&key)?)))
+                .filter_map(|(x, exact, by_loose)| {
+                    Some((*x, *exact.get(&key).or_else(|| by_loose.get(loose))?))
+                })
                 .collect();
             // Made in only some recordings (a kernel that needs scratch only from some size
             // on, like a reduction's staging buffer, which grows and then saturates): a line
@@ -374,10 +440,17 @@ fn rule(x0: f64, bytes: u64, others: impl Iterator<Item = (f64, u64)>) -> SizeRu
     if pts.iter().all(|p| p.1 == bytes as f64) {
         return SizeRule::Constant(bytes);
     }
+    let close = |want: f64, got: f64| (want - got).abs() <= 0.01 * got.max(512.0);
+    // Exactly proportional to the size squared (and not to the size): two points are enough.
+    let k = bytes as f64 / (x0 * x0);
+    if x0 > 0.0
+        && pts.iter().all(|p| close(k * p.0 * p.0, p.1))
+        && !pts.iter().all(|p| close(bytes as f64 / x0 * p.0, p.1))
+    {
+        return SizeRule::Square { per_unit2: k };
+    }
     let (slope, mx, my) = least_squares(&pts);
-    let fits = pts
-        .iter()
-        .all(|p| ((my + slope * (p.0 - mx)) - p.1).abs() <= 0.01 * p.1.max(512.0));
+    let fits = pts.iter().all(|p| close(my + slope * (p.0 - mx), p.1));
     if !fits {
         // The growth between the two largest recordings, the nearest to the sizes asked.
         pts.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -700,6 +773,24 @@ mod tests {
             guess_sizes(&["convnet.128.pickle", "lstm.16.pickle"]),
             vec![None, None]
         );
+    }
+
+    #[test]
+    fn sizes_follow_a_constant_a_line_or_the_square() {
+        let r = rule(256.0, 4 << 20, [(128.0, 1 << 20)].into_iter());
+        assert_eq!(r, SizeRule::Square { per_unit2: 64.0 });
+        assert_eq!(r.at(512.0), 16 << 20);
+        // Proportional to the size: a line (through the origin), not the square.
+        let r = rule(256.0, 2 << 20, [(128.0, 1 << 20)].into_iter());
+        assert!(matches!(r, SizeRule::Affine { fits: true, .. }), "{r:?}");
+        assert_eq!(r.at(512.0), 4 << 20);
+        assert_eq!(
+            rule(8.0, 4096, [(4.0, 4096)].into_iter()),
+            SizeRule::Constant(4096)
+        );
+        // A line that does not pass through the origin.
+        let r = rule(6.0, 700, [(2.0, 300), (4.0, 500)].into_iter());
+        assert_eq!(r.at(10.0), 1100);
     }
 
     #[test]
