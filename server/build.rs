@@ -9,7 +9,11 @@ use std::process::Command;
 
 fn main() {
     println!("cargo:rerun-if-changed=../migrations");
+    // The dashboard also compiles the `api` types and the engine (GPU sizes, frame rules, words):
+    // a change there is a change of the dashboard.
     for p in [
+        "../api/src",
+        "../snapshot/src",
         "../frontend/src",
         "../frontend/Cargo.toml",
         "../frontend/Cargo.lock",

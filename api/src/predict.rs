@@ -58,6 +58,41 @@ pub struct PredictQuery {
     pub search: Option<bool>,
 }
 
+/// Why a request's size at another size is a guess.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnmodelledWhy {
+    /// Its sizes follow no line: grown as between the two largest recordings.
+    NoRule,
+    /// Not made in every recording (a kernel that needs scratch only from some size on): kept at
+    /// its size in the largest.
+    OnlyHere,
+}
+
+impl UnmodelledWhy {
+    pub fn words(self) -> &'static str {
+        match self {
+            UnmodelledWhy::NoRule => {
+                "sizes follow no line (grown as between the two largest recordings)"
+            }
+            UnmodelledWhy::OnlyHere => {
+                "not made in every recording (kept at its size in the largest)"
+            }
+        }
+    }
+}
+
+/// A call site whose requests could not be modelled.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UnmodelledSite {
+    pub site: Option<crate::Frame>,
+    pub stack: crate::StackId,
+    pub why: UnmodelledWhy,
+    pub requests: u64,
+    /// Their bytes in the largest recording.
+    pub bytes: u64,
+}
+
 /// How one category grows with the size: its bytes at each recording's peak, fitted.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CategoryGrowth {
@@ -88,4 +123,6 @@ pub struct PredictAnswer {
     pub expected_error: Option<f64>,
     /// What grows with the size, the fastest first (categories that do not grow left out).
     pub growth: Vec<CategoryGrowth>,
+    /// The call sites whose requests could not be modelled (at most 10, the most bytes first).
+    pub unmodelled: Vec<UnmodelledSite>,
 }

@@ -768,12 +768,35 @@ pub fn whatif(w: snapshot::whatif::WhatIf) -> api::WhatIf {
     }
 }
 
-/// `memscope predict`'s answer (sizes are whole numbers: batches, sequence lengths).
+/// `memscope predict`'s answer (sizes are whole numbers: batches, sequence lengths); call sites
+/// are named from `largest`, the recording the answer's unmodelled stacks are in.
 pub fn predict(
     a: snapshot::whatif::predict::Answer,
+    largest: Option<(&snapshot::Snapshot, &snapshot::analysis::Index)>,
     alloc_conf: &str,
     limit_bytes: Option<u64>,
 ) -> api::PredictAnswer {
+    use snapshot::whatif::predict::Unmodelled;
+    let unmodelled = a
+        .unmodelled
+        .iter()
+        .take(10)
+        .map(|u| api::UnmodelledSite {
+            site: largest.and_then(|(snap, index)| {
+                index
+                    .frames
+                    .label(snap, u.stack)
+                    .map(|f| frame(snapshot::frames::view(snap, f)))
+            }),
+            stack: stack_id(u.stack),
+            why: match u.why {
+                Unmodelled::NoRule => api::UnmodelledWhy::NoRule,
+                Unmodelled::OnlyHere => api::UnmodelledWhy::OnlyHere,
+            },
+            requests: u.requests as u64,
+            bytes: u.bytes,
+        })
+        .collect();
     api::PredictAnswer {
         sizes: a
             .sizes
@@ -806,6 +829,7 @@ pub fn predict(
         unmatched_requests: a.unmatched as u64,
         requests_without_rule: a.without_rule as u64,
         expected_error: a.expected_error,
+        unmodelled,
         growth: a
             .growth
             .into_iter()

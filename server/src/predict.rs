@@ -43,8 +43,10 @@ pub fn answer(recordings: &[Recording], ask: &Ask) -> Result<api::PredictAnswer,
     let sizes: Vec<f64> = ask.sizes.iter().map(|&s| s as f64).collect();
     let a = snapshot::whatif::predict::answer(recordings, &sizes, ask.search, &conf, limit)
         .map_err(|e| e.to_string())?;
+    let largest = recordings.get(a.largest).map(|r| (r.snap, r.index));
     Ok(crate::convert::predict(
         a,
+        largest,
         &ask.alloc_conf,
         limit.map(|l| l.bytes),
     ))

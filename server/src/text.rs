@@ -641,6 +641,19 @@ pub fn render_predict(p: &api::PredictAnswer) -> String {
         o,
         "Past the largest recording the error can be larger: scratch a kernel needs only from some size on (a reduction's staging buffer, another cuDNN algorithm) shows in no smaller recording."
     );
+    if !p.unmodelled.is_empty() {
+        let _ = writeln!(o, "Requests not modelled (in the largest recording):");
+        for u in &p.unmodelled {
+            let _ = writeln!(
+                o,
+                "  {:>5} × {:>10}  {}: {}",
+                u.requests,
+                hb(u.bytes),
+                api::site_text(u.site.as_ref()),
+                u.why.words()
+            );
+        }
+    }
     let _ = writeln!(
         o,
         "\n  {:>8} {:>14} {:>14} {:>16}  {:>14}",

@@ -464,6 +464,14 @@ fn predict_counts_the_cudnn_workspaces_a_run_survives() {
     let s = &v["sizes"][0];
     assert_eq!(s["oom"], false, "{v}");
     assert!(s["survivable_ooms"].as_u64().unwrap() >= 1, "{v}");
+    // Said where: cuDNN's workspaces whose sizes follow no line, at a convolution's backward.
+    let u = &v["unmodelled"][0];
+    assert_eq!(u["why"], "no_rule", "{v}");
+    assert!(u["requests"].as_u64().unwrap() >= 1);
+    assert!(
+        u["site"]["name"].as_str().unwrap().contains("Convolution"),
+        "{u}"
+    );
     let text = memscope(&[
         "predict",
         &rec(8),

@@ -2602,6 +2602,20 @@ async fn will_it_fit_predicts_where_a_larger_batch_runs_out() {
         rows.iter().any(|r| r[1] == true),
         "some sizes raise: {rows:?}"
     );
+    // The requests it could not model are said, with where they are made.
+    let unmodelled = wait_js(
+        &c,
+        "document.querySelector('details.unmodelled li') && document.querySelector('details.unmodelled li').textContent",
+        "the requests not modelled",
+    )
+    .await;
+    assert!(
+        unmodelled
+            .as_str()
+            .unwrap()
+            .contains("not made in every recording"),
+        "{unmodelled}"
+    );
     let growth = wait_js(
         &c,
         "[...document.querySelectorAll('table.fit-growth tbody tr')].map(r => r.dataset.category)",

@@ -496,6 +496,19 @@ fn accuracy(a: &::api::PredictAnswer) -> impl IntoView + use<> {
             format!(" Of them, {}.", c.join("; "))
         }
     };
+    let sites = a
+        .unmodelled
+        .iter()
+        .map(|u| {
+            view! {
+                <li>
+                    {format!("{} × {} at ", fmt::count(u.requests), peak(u.bytes))}
+                    <span class="site">{::api::site_text(u.site.as_ref())}</span>
+                    {format!(": {}", u.why.words())}
+                </li>
+            }
+        })
+        .collect_view();
     view! {
         <p class="fit-method">
             {format!(
@@ -504,6 +517,12 @@ fn accuracy(a: &::api::PredictAnswer) -> impl IntoView + use<> {
                 fmt::count(a.requests)
             )}
         </p>
+        {(!a.unmodelled.is_empty()).then(|| view! {
+            <details class="unmodelled">
+                <summary>"Where the requests not modelled are made"</summary>
+                <ul>{sites}</ul>
+            </details>
+        })}
     }
 }
 

@@ -89,6 +89,8 @@ enum Step {
 /// What was learnt from the recordings.
 pub struct Model {
     steps: Vec<Step>,
+    /// Each request's stack in the synthesized recording.
+    stacks: Vec<Option<StackId>>,
     pub rules: Vec<SizeRule>,
     /// Requests matched in some of the other recordings but not all.
     pub partly_matched: usize,
@@ -100,7 +102,54 @@ pub struct Model {
     placement: Vec<super::allocator::SegEvent>,
 }
 
+/// Why a request's size at another size is a guess.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unmodelled {
+    /// Its sizes follow no line (nor the square): grown as between the two largest recordings.
+    NoRule,
+    /// Not made in enough recordings to fit (a kernel that needs scratch only from some size
+    /// on): kept at its size in the recording synthesized.
+    OnlyHere,
+}
+
+/// The call sites whose requests could not be modelled, by bytes in the recording synthesized.
+#[derive(Clone, Debug, PartialEq)]
+pub struct UnmodelledSite {
+    pub stack: StackId,
+    pub why: Unmodelled,
+    pub requests: u32,
+    pub bytes: u64,
+}
+
 impl Model {
+    /// The call sites of the requests not modelled, the most bytes first.
+    pub fn unmodelled(&self) -> Vec<UnmodelledSite> {
+        let mut by: FxHashMap<(u32, bool), UnmodelledSite> = FxHashMap::default();
+        for (rule, stack) in self.rules.iter().zip(&self.stacks) {
+            let (why, bytes) = match *rule {
+                SizeRule::Unmatched(b) => (Unmodelled::OnlyHere, b),
+                SizeRule::Affine {
+                    fits: false, bytes, ..
+                } => (Unmodelled::NoRule, bytes.max(0.0) as u64),
+                _ => continue,
+            };
+            let Some(stack) = *stack else { continue };
+            let e = by
+                .entry((stack.0, why == Unmodelled::NoRule))
+                .or_insert(UnmodelledSite {
+                    stack,
+                    why,
+                    requests: 0,
+                    bytes: 0,
+                });
+            e.requests += 1;
+            e.bytes += bytes;
+        }
+        let mut out: Vec<UnmodelledSite> = by.into_values().collect();
+        out.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.stack.0.cmp(&b.stack.0)));
+        out
+    }
+
     pub fn unmatched(&self) -> usize {
         self.rules
             .iter()
@@ -211,6 +260,8 @@ type RequestKey = (u64, u32);
 /// frees by request index).
 struct Requests {
     keyed: Vec<(RequestKey, u64)>,
+    /// Each request's stack (none for those made before the trace).
+    stacks: Vec<Option<StackId>>,
     /// Requests per stack key: recordings whose counts differ for a stack are not matched on it.
     counts: FxHashMap<u64, u32>,
     /// The same by stacks without line numbers, where the exact stack finds no match.
@@ -252,6 +303,7 @@ fn requests(r: &Recording, d: &DeviceIndex) -> Requests {
     let mut request_of: FxHashMap<u32, u32> = FxHashMap::default();
     let mut out = Requests {
         keyed: Vec::new(),
+        stacks: Vec::new(),
         counts: FxHashMap::default(),
         loose: Vec::new(),
         loose_counts: FxHashMap::default(),
@@ -265,6 +317,7 @@ fn requests(r: &Recording, d: &DeviceIndex) -> Requests {
     for (k, p) in pre.iter().enumerate() {
         let request = out.keyed.len() as u32;
         out.keyed.push(((PRE_TRACE_KEY, k as u32), p.size));
+        out.stacks.push(None);
         out.loose.push((PRE_TRACE_KEY, k as u32));
         request_of.insert(p.id, request);
         out.steps.push(Step::Alloc {
@@ -291,6 +344,7 @@ fn requests(r: &Recording, d: &DeviceIndex) -> Requests {
                 let n = seen.entry(key).or_default();
                 let request = out.keyed.len() as u32;
                 out.keyed.push(((key, *n), t.size.get(row)));
+                out.stacks.push(Some(al.stack));
                 *n += 1;
                 let loose = loose_keys.get(al.stack.0 as usize).copied().unwrap_or(0);
                 let n = loose_seen.entry(loose).or_default();
@@ -420,6 +474,7 @@ pub fn learn_near(recordings: &[Recording], size: f64) -> Result<Model, PredictE
         .unwrap_or_default();
     Ok(Model {
         steps: std::mem::take(&mut parsed[base].steps),
+        stacks: std::mem::take(&mut parsed[base].stacks),
         rules,
         partly_matched,
         points,
@@ -544,6 +599,10 @@ pub struct Answer {
     pub recorded: Vec<(f64, u64)>,
     /// What grows with the size: each category's bytes at the recordings' peaks, fitted.
     pub growth: Vec<Growth>,
+    /// The call sites whose requests could not be modelled, in the largest recording
+    /// (`recordings[largest]`), the most bytes first.
+    pub unmodelled: Vec<UnmodelledSite>,
+    pub largest: usize,
 }
 
 /// One category's share of the growth: bytes alive at each recording's peak (highest live
@@ -651,6 +710,8 @@ pub fn answer(
         expected_error,
         recorded: model.points.clone(),
         growth: growth(recordings),
+        unmodelled: model.unmodelled(),
+        largest,
     })
 }
 
