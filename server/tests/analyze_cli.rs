@@ -423,43 +423,50 @@ fn categories_at_an_event_list_every_live_allocation_and_the_totals() {
     );
 }
 
-/// Issue 36: survivable OOMs are counted and gone past, as the real run did.
-#[test]
-fn predict_counts_the_cudnn_workspaces_a_run_survives() {
-    // The conv net at batch 192 under its fraction really survived 24 failed requests (cuDNN
-    // tried other plans) and finished; a replay that raised on the first would call it an OOM.
+/// `memscope predict` from the sweep's recordings of `workload` at `recorded` sizes, at `sizes`
+/// under a per-process fraction of `limit` bytes: the JSON answer (`--json`) or the text.
+fn predict_under_fraction(
+    workload: &str,
+    recorded: &[u32],
+    sizes: &[u32],
+    limit: u64,
+    json: bool,
+) -> Output {
     let dir = fixture("predict");
-    let rec = |s: u32| {
-        format!(
-            "{}={s}",
-            dir.join(format!("convnet_batch.{s}.rec.pickle.xz"))
-                .display()
-        )
-    };
-    let real: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.join("convnet_batch.192.limit.json")).unwrap(),
-    )
-    .unwrap();
-    assert_eq!(real["oom"], false);
-    let limit = real["limit_bytes"].as_u64().unwrap().to_string();
-    let out = memscope(&[
-        "predict",
-        &rec(8),
-        &rec(16),
-        &rec(24),
-        "--size",
-        "192",
-        "--limit-bytes",
-        &limit,
-        "--limit-kind",
-        "fraction",
-        "--json",
-    ]);
+    let mut args: Vec<String> = vec!["predict".into()];
+    for s in recorded {
+        let file = dir.join(format!("{workload}.{s}.rec.pickle.xz"));
+        args.push(format!("{}={s}", file.display()));
+    }
+    for s in sizes {
+        args.extend(["--size".into(), s.to_string()]);
+    }
+    args.extend(["--limit-bytes".into(), limit.to_string()]);
+    args.extend(["--limit-kind".into(), "fraction".into()]);
+    if json {
+        args.push("--json".into());
+    }
+    let out = memscope(&args.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    out
+}
+
+/// Issue 36: survivable OOMs are counted and gone past, as the real run did.
+#[test]
+fn predict_counts_the_cudnn_workspaces_a_run_survives() {
+    // The conv net at batch 192 under its fraction really survived 24 failed requests (cuDNN
+    // tried other plans) and finished; a replay that raised on the first would call it an OOM.
+    let real: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(fixture("predict/convnet_batch.192.limit.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(real["oom"], false);
+    let limit = real["limit_bytes"].as_u64().unwrap();
+    let out = predict_under_fraction("convnet_batch", &[8, 16, 24], &[192], limit, true);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let s = &v["sizes"][0];
     assert_eq!(s["oom"], false, "{v}");
@@ -472,18 +479,7 @@ fn predict_counts_the_cudnn_workspaces_a_run_survives() {
         u["site"]["name"].as_str().unwrap().contains("Convolution"),
         "{u}"
     );
-    let text = memscope(&[
-        "predict",
-        &rec(8),
-        &rec(16),
-        &rec(24),
-        "--size",
-        "192",
-        "--limit-bytes",
-        &limit,
-        "--limit-kind",
-        "fraction",
-    ]);
+    let text = predict_under_fraction("convnet_batch", &[8, 16, 24], &[192], limit, false);
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains("survived"), "{text}");
     assert!(text.contains("What grows"), "{text}");
@@ -496,35 +492,15 @@ fn predict_counts_the_cudnn_workspaces_a_run_survives() {
 #[test]
 fn predict_answers_each_size_with_the_promised_fields() {
     let dir = fixture("predict");
-    let rec = |s: u32| {
-        format!(
-            "{}={s}",
-            dir.join(format!("mlp_checkpoint_batch.{s}.rec.pickle.xz"))
-                .display()
-        )
-    };
     let limits: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("limits.json")).unwrap()).unwrap();
-    let limit = limits["mlp_checkpoint_batch"].as_u64().unwrap().to_string();
-    let out = memscope(&[
-        "predict",
-        &rec(256),
-        &rec(512),
-        &rec(768),
-        "--size",
-        "2048",
-        "--size",
-        "8192",
-        "--limit-bytes",
-        &limit,
-        "--limit-kind",
-        "fraction",
-        "--json",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let limit = limits["mlp_checkpoint_batch"].as_u64().unwrap();
+    let out = predict_under_fraction(
+        "mlp_checkpoint_batch",
+        &[256, 512, 768],
+        &[2048, 8192],
+        limit,
+        true,
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     for key in ["sizes", "largest_fitting_size", "method"] {

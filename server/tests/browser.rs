@@ -1256,6 +1256,29 @@ async fn a_snapshot_of_two_devices_shows_either() {
     let _ = std::fs::remove_dir_all(&data);
 }
 
+/// Chooses `files` (under the repository) in the library's file input at once (they stay on
+/// the library) and waits for `rows` rows.
+async fn choose_files(c: &fantoccini::Client, files: &[String], rows: usize) {
+    wait_js(c, "document.querySelector('#file-input')", "the file input").await;
+    let paths = files
+        .iter()
+        .map(|f| root().join(f).canonicalize().unwrap().display().to_string())
+        .collect::<Vec<_>>()
+        .join("\n");
+    c.find(fantoccini::Locator::Css("#file-input"))
+        .await
+        .unwrap()
+        .send_keys(&paths)
+        .await
+        .unwrap();
+    wait_js(
+        c,
+        &format!("document.querySelectorAll('input.pick').length == {rows}"),
+        "the rows",
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_runs_compared_from_the_library() {
     let Session {
@@ -1267,35 +1290,8 @@ async fn two_runs_compared_from_the_library() {
     } = session("diff").await;
     // The harness's steady run and the run with a leak planted at scenarios.py:103, chosen
     // together: several files at once stay on the library, which lists both when indexed.
-    wait_js(
-        &c,
-        "document.querySelector('#file-input')",
-        "the file input",
-    )
-    .await;
-    let both = ["steady.pickle", "leak_list.pickle"]
-        .map(|n| {
-            root()
-                .join("tests/fixtures/harness")
-                .join(n)
-                .canonicalize()
-                .unwrap()
-                .display()
-                .to_string()
-        })
-        .join("\n");
-    c.find(fantoccini::Locator::Css("#file-input"))
-        .await
-        .unwrap()
-        .send_keys(&both)
-        .await
-        .unwrap();
-    wait_js(
-        &c,
-        "document.querySelectorAll('input.pick').length == 2",
-        "two rows",
-    )
-    .await;
+    let both = ["steady.pickle", "leak_list.pickle"].map(|n| format!("tests/fixtures/harness/{n}"));
+    choose_files(&c, &both, 2).await;
     assert_eq!(
         wait_js(&c, "location.pathname", "path").await,
         "/",
@@ -2509,36 +2505,9 @@ async fn will_it_fit_predicts_where_a_larger_batch_runs_out() {
         _driver,
         ..
     } = session("fit").await;
-    wait_js(
-        &c,
-        "document.querySelector('#file-input')",
-        "the file input",
-    )
-    .await;
-    let three = [2, 4, 6]
-        .map(|b| {
-            root()
-                .join(format!(
-                    "tests/fixtures/predict/transformer_batch.{b}.rec.pickle.xz"
-                ))
-                .canonicalize()
-                .unwrap()
-                .display()
-                .to_string()
-        })
-        .join("\n");
-    c.find(fantoccini::Locator::Css("#file-input"))
-        .await
-        .unwrap()
-        .send_keys(&three)
-        .await
-        .unwrap();
-    wait_js(
-        &c,
-        "document.querySelectorAll('input.pick').length == 3",
-        "three rows",
-    )
-    .await;
+    let three =
+        [2, 4, 6].map(|b| format!("tests/fixtures/predict/transformer_batch.{b}.rec.pickle.xz"));
+    choose_files(&c, &three, 3).await;
     c.execute(
         "document.querySelectorAll('input.pick').forEach(b => b.click());",
         vec![],
@@ -2704,30 +2673,9 @@ async fn will_it_fit_predicts_where_a_larger_batch_runs_out() {
     // Not monotonic: the checkpointed MLP under 1052 MiB (the harness's probe) really raised at
     // batch 1024 and fit at 2048; the page says so beside the largest size that fits.
     c.goto(&base).await.unwrap();
-    wait_js(
-        &c,
-        "document.querySelector('#file-input')",
-        "the file input",
-    )
-    .await;
     let mlp = [256, 512, 768]
-        .map(|b| {
-            root()
-                .join(format!(
-                    "tests/fixtures/predict/mlp_checkpoint_batch.{b}.rec.pickle.xz"
-                ))
-                .canonicalize()
-                .unwrap()
-                .display()
-                .to_string()
-        })
-        .join("\n");
-    c.find(fantoccini::Locator::Css("#file-input"))
-        .await
-        .unwrap()
-        .send_keys(&mlp)
-        .await
-        .unwrap();
+        .map(|b| format!("tests/fixtures/predict/mlp_checkpoint_batch.{b}.rec.pickle.xz"));
+    choose_files(&c, &mlp, 6).await;
     let pairs = wait_js(
         &c,
         "document.querySelectorAll('input.pick').length == 6 && [...document.querySelectorAll('tr[data-id]')].filter(r => r.querySelector('input.name').value.startsWith('mlp')).map(r => r.dataset.id + ':' + r.querySelector('input.name').value.split('.')[1]).join(',')",

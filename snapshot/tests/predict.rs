@@ -21,6 +21,25 @@ fn truth(name: &str) -> Option<serde_json::Value> {
         .map(|s| serde_json::from_str(&s).unwrap())
 }
 
+/// Recordings at `sizes`, each with its index (the device with the most memory).
+fn recordings<'a>(
+    snaps: &'a [snapshot::Snapshot],
+    indexes: &'a [Index],
+    sizes: &[f64],
+) -> Vec<Recording<'a>> {
+    snaps
+        .iter()
+        .zip(indexes)
+        .zip(sizes)
+        .map(|((snap, index), &size)| Recording {
+            snap,
+            index,
+            device: index.default_device().unwrap().device,
+            size,
+        })
+        .collect()
+}
+
 /// (workload, recorded sizes, sizes run for real): as the harness's `SIZES`.
 const SWEEP: [(&str, [u32; 3], &[u32]); 5] = [
     (
@@ -60,17 +79,8 @@ fn peaks_and_ooms_at_sizes_never_recorded() {
             .map(|s| common::read(&format!("predict/{w}.{s}.rec.pickle.xz")))
             .collect();
         let indexes: Vec<Index> = snaps.iter().map(Index::new).collect();
-        let recs: Vec<Recording> = snaps
-            .iter()
-            .zip(&indexes)
-            .zip(recorded)
-            .map(|((snap, index), size)| Recording {
-                snap,
-                index,
-                device: 0,
-                size: size as f64,
-            })
-            .collect();
+        let sizes: Vec<f64> = recorded.iter().map(|&s| s as f64).collect();
+        let recs = recordings(&snaps, &indexes, &sizes);
         let model = learn(&recs).unwrap();
         let limit = limits[w].as_u64().map(|bytes| Limit {
             bytes,
@@ -162,17 +172,7 @@ fn probes() -> (usize, usize) {
         .map(|s| common::read(&format!("predict/{w}.{s}.rec.pickle.xz")))
         .collect();
     let indexes: Vec<Index> = snaps.iter().map(Index::new).collect();
-    let recs: Vec<Recording> = snaps
-        .iter()
-        .zip(&indexes)
-        .zip([256.0, 512.0, 768.0])
-        .map(|((snap, index), size)| Recording {
-            snap,
-            index,
-            device: 0,
-            size,
-        })
-        .collect();
+    let recs = recordings(&snaps, &indexes, &[256.0, 512.0, 768.0]);
     let (mut right, mut calls) = (0, 0);
     for mib in [1052u64, 1064] {
         let limit = Some(Limit {
@@ -211,17 +211,7 @@ fn a_context_sweep_of_someone_elses_model() {
             .map(|c| common::read(&format!("wild/cs336_ctx{c}_{mode}.pickle.xz")))
             .collect();
         let indexes: Vec<Index> = snaps.iter().map(Index::new).collect();
-        let recs: Vec<Recording> = snaps[..2]
-            .iter()
-            .zip(&indexes)
-            .zip([128.0, 256.0])
-            .map(|((snap, index), size)| Recording {
-                snap,
-                index,
-                device: index.default_device().unwrap().device,
-                size,
-            })
-            .collect();
+        let recs = recordings(&snaps[..2], &indexes, &[128.0, 256.0]);
         let model = learn(&recs).unwrap();
         let p = predict(&model, 512.0, &AllocConf::default(), None);
         let real = indexes[2].default_device().unwrap();
