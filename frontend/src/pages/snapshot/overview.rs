@@ -383,6 +383,10 @@ fn CompareWith() -> impl IntoView {
 mod tests {
     use super::*;
 
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "a host test reading a golden answer, never built for the browser"
+    )]
     fn report(name: &str) -> ::api::Report {
         let path = format!(
             "{}/../tests/golden/api/{name}/report.json",
