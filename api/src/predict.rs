@@ -45,9 +45,9 @@ pub struct PredictQuery {
     pub sizes: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit_bytes: Option<u64>,
-    /// `device` (default) or `fraction`.
+    /// What `limit_bytes` is (default: `device`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub limit_kind: Option<String>,
+    pub limit_kind: Option<crate::LimitKind>,
     /// A GPU whose total memory is the limit ("H100").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu: Option<String>,

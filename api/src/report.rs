@@ -95,11 +95,20 @@ pub struct DeviceSummary {
     pub categories: Option<crate::categories::DeviceCategories>,
 }
 
+/// How a device's steps were found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StepsSource {
+    /// Annotations (`ProfilerStep#N`, `Optimizer.step`).
+    Annotations,
+    /// One allocation made once per step.
+    Repeats,
+}
+
 /// A device's steps: the unit "OOM at step 26" and the timeline's step axis count in.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Steps {
-    /// `annotations` (`ProfilerStep#N`, `Optimizer.step`) or `repeats` (one allocation per step).
-    pub source: String,
+    pub source: StepsSource,
     /// The annotation family, or the line that repeats.
     pub name: String,
     /// Each step's number.

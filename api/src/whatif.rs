@@ -3,6 +3,62 @@
 
 use serde::{Deserialize, Serialize};
 
+/// What a memory limit is: what the device could give the process (a new segment fails when it
+/// does not fit), or the allowed bytes of `torch.cuda.set_per_process_memory_fraction` (checked
+/// against each new segment's allocation size).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LimitKind {
+    #[default]
+    Device,
+    Fraction,
+}
+
+impl LimitKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LimitKind::Device => "device",
+            LimitKind::Fraction => "fraction",
+        }
+    }
+    pub fn parse(s: &str) -> Option<LimitKind> {
+        [LimitKind::Device, LimitKind::Fraction]
+            .into_iter()
+            .find(|k| k.as_str() == s)
+    }
+}
+
+/// Where a what-if's limit comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LimitSource {
+    /// Implied by the trace's OOM.
+    Oom,
+    /// Asked for.
+    Given,
+}
+
+/// A segment event, as the trace names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SegmentAction {
+    SegmentAlloc,
+    SegmentFree,
+    SegmentMap,
+    SegmentUnmap,
+}
+
+impl SegmentAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SegmentAction::SegmentAlloc => "segment_alloc",
+            SegmentAction::SegmentFree => "segment_free",
+            SegmentAction::SegmentMap => "segment_map",
+            SegmentAction::SegmentUnmap => "segment_unmap",
+        }
+    }
+}
+
 /// Query of `GET /api/snapshots/{id}/whatif`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct WhatIfQuery {
@@ -15,10 +71,9 @@ pub struct WhatIfQuery {
     /// A memory limit in bytes; absent: what the trace's OOM implies, else none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit_bytes: Option<u64>,
-    /// `device` (default: what the device could give the process) or `fraction` (the allowed
-    /// bytes of a per-process memory fraction).
+    /// What `limit_bytes` is (default: `device`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub limit_kind: Option<String>,
+    pub limit_kind: Option<LimitKind>,
     /// Include each run's reserved-bytes curve.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub curves: Option<bool>,
@@ -130,10 +185,8 @@ pub struct OomWhatIf {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WhatIfLimit {
     pub bytes: u64,
-    /// "fraction" or "device".
-    pub kind: String,
-    /// "oom" (implied by the trace's OOM) or "given".
-    pub source: String,
+    pub kind: LimitKind,
+    pub source: LimitSource,
     pub detail: String,
 }
 
@@ -160,7 +213,7 @@ pub struct Divergence {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SegmentEvent {
-    pub action: String,
+    pub action: SegmentAction,
     pub address: u64,
     pub size_bytes: u64,
 }

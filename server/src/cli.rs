@@ -522,7 +522,7 @@ fn predict(args: PredictArgs) -> anyhow::Result<()> {
         sizes: args.sizes.clone(),
         search: args.sizes.is_empty(),
         limit_bytes: args.limit_bytes,
-        fraction: args.limit_kind == "fraction",
+        kind: api::LimitKind::parse(&args.limit_kind).unwrap_or_default(),
         gpu: args.gpu.clone(),
         alloc_conf: args.alloc_conf.clone(),
     };

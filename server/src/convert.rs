@@ -144,10 +144,9 @@ pub fn device_summary(d: summary::DeviceSummary) -> api::DeviceSummary {
         peaks_over: peak_scope(d.peaks_over),
         steps: d.steps.map(|s| api::Steps {
             source: match s.source {
-                snapshot::analysis::steps::StepSource::Annotations => "annotations",
-                snapshot::analysis::steps::StepSource::Repeats => "repeats",
-            }
-            .into(),
+                snapshot::analysis::steps::StepSource::Annotations => api::StepsSource::Annotations,
+                snapshot::analysis::steps::StepSource::Repeats => api::StepsSource::Repeats,
+            },
             name: s.name,
             numbers: s.numbers,
             starts: s.starts,
@@ -697,10 +696,31 @@ pub fn diff(d: diff::Diff) -> api::Diff {
     }
 }
 
+/// What a limit is, engine → API (and back, [`engine_limit_kind`]).
+pub fn limit_kind(k: snapshot::whatif::allocator::LimitKind) -> api::LimitKind {
+    match k {
+        snapshot::whatif::allocator::LimitKind::Device => api::LimitKind::Device,
+        snapshot::whatif::allocator::LimitKind::Fraction => api::LimitKind::Fraction,
+    }
+}
+
+pub fn engine_limit_kind(k: api::LimitKind) -> snapshot::whatif::allocator::LimitKind {
+    match k {
+        api::LimitKind::Device => snapshot::whatif::allocator::LimitKind::Device,
+        api::LimitKind::Fraction => snapshot::whatif::allocator::LimitKind::Fraction,
+    }
+}
+
 /// The what-if answer, engine → API.
 pub fn whatif(w: snapshot::whatif::WhatIf) -> api::WhatIf {
+    use snapshot::whatif::allocator::SegAction;
     let event = |e: snapshot::whatif::SegEventView| api::SegmentEvent {
-        action: e.action.to_string(),
+        action: match e.action {
+            SegAction::Alloc => api::SegmentAction::SegmentAlloc,
+            SegAction::Free => api::SegmentAction::SegmentFree,
+            SegAction::Map => api::SegmentAction::SegmentMap,
+            SegAction::Unmap => api::SegmentAction::SegmentUnmap,
+        },
         address: e.address,
         size_bytes: e.size_bytes,
     };
@@ -716,8 +736,11 @@ pub fn whatif(w: snapshot::whatif::WhatIf) -> api::WhatIf {
         growth_ends_trace: w.growth_ends_trace,
         limit: w.limit.map(|l| api::WhatIfLimit {
             bytes: l.bytes,
-            kind: l.kind.to_string(),
-            source: l.source.to_string(),
+            kind: limit_kind(l.kind),
+            source: match l.source {
+                snapshot::whatif::LimitSource::Oom => api::LimitSource::Oom,
+                snapshot::whatif::LimitSource::Given => api::LimitSource::Given,
+            },
             detail: l.detail,
         }),
         replay_check: api::ReplayCheck {

@@ -2,7 +2,7 @@
 //! (`GET /api/predict`): the setting, the limit (bytes, or a GPU's total) and the sizes in the
 //! asker's words, the engine's answer ([`snapshot::whatif::predict`]) as an `api` type.
 
-use snapshot::whatif::allocator::{Limit, LimitKind};
+use snapshot::whatif::allocator::Limit;
 use snapshot::whatif::predict::Recording;
 
 /// What is asked beside the recordings.
@@ -11,8 +11,8 @@ pub struct Ask {
     /// Search for the largest size that fits even when sizes are asked (always without).
     pub search: bool,
     pub limit_bytes: Option<u64>,
-    /// `--limit-kind fraction`: the allowance of `set_per_process_memory_fraction`.
-    pub fraction: bool,
+    /// What `limit_bytes` is (`fraction`: the allowance of `set_per_process_memory_fraction`).
+    pub kind: api::LimitKind,
     /// A GPU whose total memory is the limit: the first known model whose name holds it.
     pub gpu: Option<String>,
     pub alloc_conf: String,
@@ -34,11 +34,7 @@ pub fn answer(recordings: &[Recording], ask: &Ask) -> Result<api::PredictAnswer,
     };
     let limit = ask.limit_bytes.or(gpu_bytes).map(|bytes| Limit {
         bytes,
-        kind: if ask.fraction {
-            LimitKind::Fraction
-        } else {
-            LimitKind::Device
-        },
+        kind: crate::convert::engine_limit_kind(ask.kind),
     });
     let sizes: Vec<f64> = ask.sizes.iter().map(|&s| s as f64).collect();
     let a = snapshot::whatif::predict::answer(recordings, &sizes, ask.search, &conf, limit)

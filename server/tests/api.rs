@@ -1001,8 +1001,8 @@ async fn whatif_ranks_the_settings_that_avoid_the_oom() {
     assert_eq!(w.replay_check.matched_segment_events, 102);
     let limit = w.limit.as_ref().unwrap();
     assert_eq!(
-        (limit.kind.as_str(), limit.source.as_str()),
-        ("fraction", "oom")
+        (limit.kind, limit.source),
+        (api::LimitKind::Fraction, api::LimitSource::Oom)
     );
     assert_eq!(w.runs.iter().filter(|r| r.recorded).count(), 1);
     let recorded = w.runs.iter().find(|r| r.recorded).unwrap();
@@ -1288,7 +1288,7 @@ async fn predict_answers_from_library_snapshots() {
         recordings: pairs.join(","),
         sizes: Some("2048,8192".into()),
         limit_bytes: limits["mlp_checkpoint_batch"].as_u64(),
-        limit_kind: Some("fraction".into()),
+        limit_kind: Some(api::LimitKind::Fraction),
         ..Default::default()
     };
     let (st, v) = call(&state, "GET", &api::routes::predict(&q), vec![]).await;
@@ -1319,6 +1319,22 @@ async fn predict_answers_from_library_snapshots() {
     assert!((4096..6144).contains(&found), "{found}");
     assert!(p.sizes.iter().any(|s| s.size == found && !s.oom));
     assert!(p.sizes.iter().any(|s| s.size == found + 1 && s.oom));
+    // A limit kind is one of two words; another is refused, saying which.
+    let (st, v) = call(
+        &state,
+        "GET",
+        &format!(
+            "{}&limit_kind=bogus",
+            api::routes::predict(&api::PredictQuery {
+                limit_kind: None,
+                ..q.clone()
+            })
+        ),
+        vec![],
+    )
+    .await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
+    assert!(v["error"].as_str().unwrap().contains("fraction"), "{v}");
     let bad = api::PredictQuery {
         recordings: "nocolon".into(),
         ..Default::default()

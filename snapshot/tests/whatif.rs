@@ -157,7 +157,13 @@ fn an_oom_snapshot_implies_its_limit_and_expandable_segments_avoid_it() {
     let (snap, index, _) = common::analyze("harness/oom_fragmentation.oom.pickle");
     let w = whatif(&snap, &index, &Options::default()).unwrap();
     let limit = w.limit.as_ref().unwrap();
-    assert_eq!((limit.kind, limit.source), ("fraction", "oom"));
+    assert_eq!(
+        (limit.kind, limit.source),
+        (
+            snapshot::whatif::LimitKind::Fraction,
+            snapshot::whatif::LimitSource::Oom
+        )
+    );
     assert!(w.replay_check.exact);
     let recorded = w.runs.iter().find(|r| r.recorded).unwrap();
     assert!(recorded.oom);
@@ -178,7 +184,10 @@ fn a_limit_asked_for_is_a_what_if_and_the_replay_check_stays_on_the_record() {
     };
     let w = whatif(&snap, &index, &roomy).unwrap();
     assert!(w.replay_check.exact, "{:?}", w.replay_check);
-    assert_eq!(w.limit.as_ref().unwrap().source, "given");
+    assert_eq!(
+        w.limit.as_ref().unwrap().source,
+        snapshot::whatif::LimitSource::Given
+    );
     assert!(w.runs.iter().all(|r| !r.oom), "everything fits in 3 GiB");
     // A trace without an OOM under a limit below its peak: the recorded settings run out, the
     // check (under no limit: it cannot have run under that one) is exact.

@@ -188,7 +188,10 @@ pub fn FitPage() -> impl IntoView {
             recordings: recordings_param(&picks.get()),
             sizes: None,
             limit_bytes,
-            limit_kind: q.get("limit_kind").filter(|k| k == "fraction"),
+            limit_kind: q
+                .get("limit_kind")
+                .and_then(|k| ::api::LimitKind::parse(&k))
+                .filter(|k| *k == ::api::LimitKind::Fraction),
             gpu: match limit_bytes {
                 Some(_) => None,
                 None => Some(q.get("gpu").unwrap_or_else(|| "H100 (80 GB)".into())),
@@ -297,7 +300,9 @@ fn form(picks: Vec<Pick>, names: Vec<String>, ask: PredictQuery) -> impl IntoVie
         let q = PredictQuery {
             recordings: recordings_param(&picks),
             limit_bytes,
-            limit_kind: fraction.get_untracked().then(|| "fraction".into()),
+            limit_kind: fraction
+                .get_untracked()
+                .then_some(::api::LimitKind::Fraction),
             gpu: limit_bytes
                 .is_none()
                 .then(|| gpu.get_untracked())

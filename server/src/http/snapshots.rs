@@ -66,7 +66,7 @@ async fn predict(
         sizes,
         search: q.search.unwrap_or(false),
         limit_bytes: q.limit_bytes,
-        fraction: q.limit_kind.as_deref() == Some("fraction"),
+        kind: q.limit_kind.unwrap_or_default(),
         gpu: q.gpu,
         alloc_conf: q.alloc_conf.unwrap_or_default(),
     };
@@ -448,15 +448,7 @@ async fn whatif(
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<api::WhatIfQuery>,
 ) -> ApiResult<Json<api::WhatIf>> {
-    let limit_is_fraction = match q.limit_kind.as_deref() {
-        None | Some("device") => false,
-        Some("fraction") => true,
-        Some(other) => {
-            return Err(ApiError::BadRequest(format!(
-                "limit_kind is device or fraction, not {other:?}"
-            )));
-        }
-    };
+    let limit_is_fraction = q.limit_kind == Some(api::LimitKind::Fraction);
     let r = query(&s, &id, move |m, cancel| {
         let options = snapshot::whatif::Options {
             device: q.device,

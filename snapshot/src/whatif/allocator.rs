@@ -39,7 +39,8 @@ const SYNTHETIC_BASE: u64 = 1 << 46;
 const EXPANDABLE_SPACE: u64 = 1 << 36;
 
 /// What stops a new segment.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum LimitKind {
     /// `torch.cuda.set_per_process_memory_fraction`: `alloc_block` refuses when reserved plus
     /// the new segment's allocation size would pass the allowed maximum.
@@ -62,11 +63,16 @@ pub struct PoolKey {
 }
 
 /// A segment event the model emits, to compare with the trace's own.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A segment event, named as the trace names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub enum SegAction {
+    #[serde(rename = "segment_alloc")]
     Alloc,
+    #[serde(rename = "segment_free")]
     Free,
+    #[serde(rename = "segment_map")]
     Map,
+    #[serde(rename = "segment_unmap")]
     Unmap,
 }
 

@@ -178,12 +178,21 @@ fn changes(events: u32, at: impl Fn(u32) -> u64) -> Vec<(u32, u64)> {
 #[derive(Clone, Debug, Serialize)]
 pub struct LimitInfo {
     pub bytes: u64,
-    /// "fraction" (a per-process memory fraction stopped the run) or "device" (the device had no
-    /// room: PyTorch's reservation plus the driver's free memory).
-    pub kind: &'static str,
-    /// "oom" (implied by the trace's OOM) or "given".
-    pub source: &'static str,
+    /// A per-process memory fraction stopped the run, or the device had no room (PyTorch's
+    /// reservation plus the driver's free memory).
+    pub kind: LimitKind,
+    pub source: LimitSource,
     pub detail: String,
+}
+
+/// Where a what-if's limit comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LimitSource {
+    /// Implied by the trace's OOM.
+    Oom,
+    /// Asked for.
+    Given,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -213,7 +222,7 @@ pub struct Divergence {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct SegEventView {
-    pub action: &'static str,
+    pub action: SegAction,
     pub address: u64,
     pub size_bytes: u64,
 }
@@ -221,19 +230,10 @@ pub struct SegEventView {
 impl SegEventView {
     fn of(e: &SegEvent) -> SegEventView {
         SegEventView {
-            action: action_name(e.action),
+            action: e.action,
             address: e.addr,
             size_bytes: e.size,
         }
-    }
-}
-
-fn action_name(a: SegAction) -> &'static str {
-    match a {
-        SegAction::Alloc => "segment_alloc",
-        SegAction::Free => "segment_free",
-        SegAction::Map => "segment_map",
-        SegAction::Unmap => "segment_unmap",
     }
 }
 
@@ -358,11 +358,11 @@ pub fn whatif(snap: &Snapshot, index: &Index, opts: &Options) -> Result<WhatIf, 
         Some(bytes) => Some(LimitInfo {
             bytes,
             kind: if opts.limit_is_fraction {
-                "fraction"
+                LimitKind::Fraction
             } else {
-                "device"
+                LimitKind::Device
             },
-            source: "given",
+            source: LimitSource::Given,
             detail: if opts.limit_is_fraction {
                 format!(
                     "a per-process memory fraction allowing {} (given)",
@@ -379,11 +379,7 @@ pub fn whatif(snap: &Snapshot, index: &Index, opts: &Options) -> Result<WhatIf, 
     };
     let as_model = |l: &LimitInfo| Limit {
         bytes: l.bytes,
-        kind: if l.kind == "fraction" {
-            LimitKind::Fraction
-        } else {
-            LimitKind::Device
-        },
+        kind: l.kind,
     };
     let model_limit = limit.as_ref().map(as_model);
     // The replay check runs under the conditions the trace was recorded in: the given limit if
@@ -553,7 +549,7 @@ pub fn oom_whatif(snap: &Snapshot, index: &Index, device: i32) -> Option<OomWhat
                 .unwrap_or_default()
         )
     };
-    let within = if limit.kind == "fraction" {
+    let within = if limit.kind == LimitKind::Fraction {
         format!("under the {} per-process limit", human_bytes(limit.bytes))
     } else {
         format!("in the {} the device could give", human_bytes(limit.bytes))
@@ -671,8 +667,8 @@ fn implied_limit(trace: &Trace<'_>, conf: &AllocConf, o: &LastOom) -> LimitInfo 
         let lower = peak.max(trace.granted_before(p, conf)).min(upper);
         LimitInfo {
             bytes: lower,
-            kind: "fraction",
-            source: "oom",
+            kind: LimitKind::Fraction,
+            source: LimitSource::Oom,
             detail: format!(
                 "the OOM at event {p} came with {} free on the device, so a per-process memory fraction stopped it: the allowed maximum lies between {} (what the run's requests were granted) and {} ({} reserved plus the {} segment it asked for); the lower end is used",
                 human_bytes(driver_free),
@@ -685,8 +681,8 @@ fn implied_limit(trace: &Trace<'_>, conf: &AllocConf, o: &LastOom) -> LimitInfo 
     } else {
         LimitInfo {
             bytes: reserved + driver_free,
-            kind: "device",
-            source: "oom",
+            kind: LimitKind::Device,
+            source: LimitSource::Oom,
             detail: format!(
                 "the OOM at event {p}: PyTorch had {} reserved and the driver {} free, so the device could give this process {}",
                 human_bytes(reserved),

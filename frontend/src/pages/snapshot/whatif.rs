@@ -30,7 +30,9 @@ pub fn query(url: UrlState, alloc_conf: Option<String>, curves: bool) -> WhatIfQ
         device: url.device(),
         alloc_conf,
         limit_bytes: url.get("limit").and_then(|v| v.parse().ok()),
-        limit_kind: url.get("limit_kind"),
+        limit_kind: url
+            .get("limit_kind")
+            .and_then(|k| ::api::LimitKind::parse(&k)),
         curves: curves.then_some(true),
     }
 }
@@ -405,7 +407,7 @@ fn limit_line(w: &WhatIf, url: UrlState) -> impl IntoView + use<> {
     let gib = RwSignal::new(String::new());
     let kind = RwSignal::new(
         url.get("limit_kind")
-            .or_else(|| w.limit.as_ref().map(|l| l.kind.clone()))
+            .or_else(|| w.limit.as_ref().map(|l| l.kind.as_str().to_string()))
             .unwrap_or_else(|| "device".into()),
     );
     let error = RwSignal::new(None::<String>);
