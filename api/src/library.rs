@@ -165,7 +165,7 @@ pub struct UploadSummary {
     pub allocated_bytes: u64,
     pub requested_bytes: u64,
     pub block_states: BTreeMap<BlockState, u64>,
-    pub devices: BTreeMap<String, DeviceSummary>,
+    pub devices: BTreeMap<i32, DeviceSummary>,
     pub warnings: Vec<Warning>,
     /// How many leak suspects and OOM reports the report has.
     pub leak_suspects: u64,

@@ -440,7 +440,7 @@ pub struct Report {
     pub pending_free_blocks: u64,
     pub pending_free_bytes: u64,
     /// Per device (`"0"`, `"1"`, …): every device with a trace or segments.
-    pub devices: BTreeMap<String, DeviceSummary>,
+    pub devices: BTreeMap<i32, DeviceSummary>,
     /// The device views show when none is chosen: the one that held the most memory.
     #[serde(default)]
     pub default_device: Option<i32>,
@@ -489,13 +489,7 @@ impl Report {
 
     /// Every device the report covers (a trace or segments) and its trace's events, in order.
     pub fn all_devices(&self) -> Vec<(i32, u64)> {
-        let mut v: Vec<(i32, u64)> = self
-            .devices
-            .iter()
-            .filter_map(|(k, d)| Some((k.parse().ok()?, d.entries)))
-            .collect();
-        v.sort_unstable();
-        v
+        self.devices.iter().map(|(&k, d)| (k, d.entries)).collect()
     }
 
     /// Devices with a trace and how many events each has, in order.

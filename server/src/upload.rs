@@ -423,11 +423,7 @@ async fn upload_task(
         decoded_bytes: report.format.decoded_bytes,
         encoding: report.format.encoding,
         compression: report.format.compression,
-        devices: report
-            .devices
-            .keys()
-            .filter_map(|d| d.parse().ok())
-            .collect(),
+        devices: report.devices.keys().copied().collect(),
         entries: snap.trace.len() as u64,
         peak_bytes,
         peak_reserved_bytes,

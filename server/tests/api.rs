@@ -1215,7 +1215,7 @@ async fn a_report_stored_by_an_older_version_is_computed_again() {
     // What an older server stored: no version, a field since renamed.
     let mut old: api::Report = serde_json::from_value(fresh.clone()).unwrap();
     old.report_version = 0;
-    old.devices.get_mut("0").unwrap().peak_allocated_bytes = 1;
+    old.devices.get_mut(&0).unwrap().peak_allocated_bytes = 1;
     assert!(state.library.set_report(&id, &old).await.unwrap());
     let listed = |state: AppState| async move {
         let (_, list) = call(&state, "GET", "/api/snapshots", vec![]).await;

@@ -74,7 +74,7 @@ fn pytorch_2_0_layout_with_block_history() {
     assert_eq!(snap.format.layout, "block_history");
     assert_eq!(report.summary.segments, 3);
     assert_eq!(report.summary.reserved_bytes, 54_525_952);
-    assert_eq!(report.summary.devices["0"].entries, 272);
+    assert_eq!(report.summary.devices[&0].entries, 272);
     // Block addresses are computed from the segment base; the pending block's stack comes from history.
     let base = common::read("multistream.pickle");
     let addrs = |s: &snapshot::Snapshot| s.blocks.iter().map(|b| b.address).collect::<Vec<_>>();
@@ -85,7 +85,7 @@ fn pytorch_2_0_layout_with_block_history() {
         .find(|b| b.state == snapshot::BlockState::ActivePendingFree)
         .unwrap();
     assert!(!snap.stack(pending.stack).is_empty());
-    assert!(report.summary.devices["0"].first_time_us.is_none());
+    assert!(report.summary.devices[&0].first_time_us.is_none());
 }
 
 #[test]
@@ -125,7 +125,7 @@ fn unknown_keys_and_missing_keys_are_tolerated() {
     assert_eq!(snap.blocks[1].address, 4096 + 1024);
     assert_eq!(snap.blocks[0].requested_size, 1024);
     let (_, report) = analysis::analyze(&snap, &Default::default());
-    assert_eq!(report.summary.devices["0"].actions["some_future_action"], 1);
+    assert_eq!(report.summary.devices[&0].actions["some_future_action"], 1);
     assert_eq!(report.summary.allocated_bytes, 1024);
 }
 

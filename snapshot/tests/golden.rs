@@ -296,7 +296,7 @@ fn segments_only_analyses_without_traces() {
     assert_eq!(report.summary.segments, 12);
     // The device is listed with its final state as its peaks, and the leak search says it could
     // not run (not "none").
-    let d = &report.summary.devices["0"];
+    let d = &report.summary.devices[&0];
     assert_eq!(
         (d.entries, d.peaks_over),
         (0, analysis::PeakScope::FinalState)

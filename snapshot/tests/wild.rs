@@ -73,7 +73,7 @@ fn load(name: &str) -> (snapshot::Snapshot, Index, Report) {
 fn device_summary(r: &Report, device: i32) -> &snapshot::analysis::DeviceSummary {
     r.summary
         .devices
-        .get(&device.to_string())
+        .get(&device)
         .unwrap_or_else(|| panic!("device {device} in {:?}", r.summary.devices.keys()))
 }
 
@@ -203,11 +203,7 @@ fn views_default_to_the_device_that_holds_memory() {
     ] {
         let (snap, index, r) = load(name);
         assert_eq!(r.summary.default_device, Some(1), "{name}");
-        assert_eq!(
-            r.summary.devices.keys().collect::<Vec<_>>(),
-            ["1"],
-            "{name}"
-        );
+        assert_eq!(r.summary.devices.keys().collect::<Vec<_>>(), [&1], "{name}");
         let stacks = stacks_at(&snap, &index, 1, None, 10).unwrap();
         assert!(
             stacks.sites.iter().map(|s| s.bytes).sum::<u64>() > 0,

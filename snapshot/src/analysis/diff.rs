@@ -95,7 +95,7 @@ fn figure(name: &'static str, a: u64, b: u64, bytes: bool) -> FigureDelta {
 /// Compares `b` against `a`; at most `max_sites` call sites are listed.
 pub fn compare(a: Side, b: Side, max_sites: usize) -> Diff {
     let (sa, sb) = (summary(a.snap, a.index), summary(b.snap, b.index));
-    let peak = |s: &Summary, d: i32, which: PeakOf| s.devices.get(&d.to_string()).map_or(0, which);
+    let peak = |s: &Summary, d: i32, which: PeakOf| s.devices.get(&d).map_or(0, which);
     let entries = |side: Side| side.index.device(side.device).map_or(0, |d| d.len as u64);
     let (la, lb) = (
         leak_suspects(a.snap, a.index, usize::MAX),

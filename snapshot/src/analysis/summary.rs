@@ -50,7 +50,7 @@ pub struct Summary {
     /// Blocks freed by the caller but still in use on another stream (`record_stream`).
     pub pending_free_blocks: u64,
     pub pending_free_bytes: u64,
-    pub devices: BTreeMap<String, DeviceSummary>,
+    pub devices: BTreeMap<i32, DeviceSummary>,
     /// The device views show when none is chosen ([`Index::default_device`]).
     pub default_device: Option<i32>,
     pub host_segments: u64,
@@ -122,7 +122,7 @@ pub fn summary(snap: &Snapshot, index: &Index) -> Summary {
         let has_time = !rows.is_empty() && t.time_us.iter_range(rows.clone()).any(|x| x != 0);
         let p = peaks(snap, di);
         s.devices.insert(
-            di.device.to_string(),
+            di.device,
             DeviceSummary {
                 entries: rows.len() as u64,
                 actions,

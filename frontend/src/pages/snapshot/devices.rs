@@ -11,7 +11,7 @@ pub fn shown_device(report: &::api::Report, url: UrlState) -> Option<i32> {
 /// The shown device's steps, when its trace shows a loop.
 pub fn shown_steps(report: &::api::Report, url: UrlState) -> Option<::api::Steps> {
     let device = shown_device(report, url)?;
-    report.devices.get(&device.to_string())?.steps.clone()
+    report.devices.get(&device)?.steps.clone()
 }
 
 /// How many events the shown device's trace has.

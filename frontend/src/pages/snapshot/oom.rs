@@ -81,7 +81,7 @@ fn oom_card(
     let timeline_href = {
         let start = report
             .devices
-            .get(&o.device.to_string())
+            .get(&o.device)
             .and_then(|d| d.first_time_us)
             .unwrap_or(o.time_us);
         let (from, to) = super::leaks::around((o.time_us - 1_000_000).max(start), o.time_us);

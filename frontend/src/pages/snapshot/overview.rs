@@ -88,7 +88,7 @@ pub fn Overview(report: Arc<::api::Report>) -> impl IntoView {
                             .join(", ");
                         view! {
                             <tr>
-                                <td>{d.clone()}</td>
+                                <td>{*d}</td>
                                 <td class="num">{fmt::count(v.entries)}</td>
                                 <td class="num">{fmt::bytes(v.peak_requested_bytes)}</td>
                                 <td class="num">{fmt::bytes(v.peak_allocated_bytes)}</td>
@@ -247,7 +247,7 @@ pub fn headline(r: &::api::Report) -> Vec<Sentence> {
         });
     }
     let shown = r.shown_device();
-    let shown_summary = r.devices.iter().find(|(k, _)| k.parse().ok() == shown);
+    let shown_summary = shown.and_then(|d| r.devices.get_key_value(&d));
     if let Some((device, d)) =
         shown_summary.filter(|(_, d)| d.peaks_over == ::api::PeakScope::FinalState && d.entries > 0)
     {
@@ -262,7 +262,7 @@ pub fn headline(r: &::api::Report) -> Vec<Sentence> {
                 fmt::count(r.segments)
             ),
             link_text: "the segments",
-            link: vec![("view", "segments".into()), ("device", device.clone())],
+            link: vec![("view", "segments".into()), ("device", device.to_string())],
         });
     } else if let Some((device, d)) = shown_summary.filter(|(_, d)| d.entries > 0) {
         let at = |p: u32| {
@@ -284,7 +284,7 @@ pub fn headline(r: &::api::Report) -> Vec<Sentence> {
                 d.peaks_over.words()
             ),
             link_text: "the timeline",
-            link: vec![("view", "timeline".into()), ("device", device.clone())],
+            link: vec![("view", "timeline".into()), ("device", device.to_string())],
         });
         // What the peak is made of, in the model's terms, where the trace shows training
         // phases to read it against (all unknown says nothing).
@@ -303,7 +303,7 @@ pub fn headline(r: &::api::Report) -> Vec<Sentence> {
                 link_text: "by category on the timeline",
                 link: vec![
                     ("view", "timeline".into()),
-                    ("device", device.clone()),
+                    ("device", device.to_string()),
                     ("by", "category".into()),
                 ],
             });

@@ -115,7 +115,7 @@ pub fn Stacks(report: Arc<::api::Report>) -> impl IntoView {
 fn is_peak(report: &::api::Report, s: &::api::StackReport) -> bool {
     report
         .devices
-        .get(&s.device.to_string())
+        .get(&s.device)
         .is_some_and(|d| d.peak_requested_position == s.position)
 }
 
