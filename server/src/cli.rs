@@ -375,7 +375,7 @@ fn whatif(args: WhatifArgs) -> anyhow::Result<()> {
     let name = args.file.display().to_string();
     let snap = read(&args.file)?;
     let index = snapshot::analysis::Index::new(&snap);
-    let options = snapshot::whatif::Options {
+    let options = snapshot::analysis::whatif::Options {
         device: args.device,
         alloc_confs: args.alloc_conf,
         limit_bytes: args.limit_bytes,
@@ -383,7 +383,7 @@ fn whatif(args: WhatifArgs) -> anyhow::Result<()> {
         curves: false,
         cancel: Default::default(),
     };
-    let w = snapshot::whatif::whatif(&snap, &index, &options)
+    let w = snapshot::analysis::whatif::whatif(&snap, &index, &options)
         .with_context(|| format!("cannot replay {name}"))?;
     let mut out = std::io::stdout().lock();
     if args.json {
@@ -463,7 +463,7 @@ fn recordings_in(dir: &std::path::Path) -> anyhow::Result<Vec<String>> {
         .iter()
         .map(|f| f.rsplit('/').next().unwrap_or(f))
         .collect();
-    let sizes = snapshot::whatif::predict::guess_sizes(&names);
+    let sizes = snapshot::analysis::whatif::predict::guess_sizes(&names);
     if files.len() < 2 || sizes.iter().any(Option::is_none) {
         anyhow::bail!(
             "{}: {} snapshot files whose names do not differ in exactly one number (the size); give each recording as FILE=SIZE instead",
@@ -511,7 +511,7 @@ fn predict(args: PredictArgs) -> anyhow::Result<()> {
                     .device
             }
         };
-        recordings.push(snapshot::whatif::predict::Recording {
+        recordings.push(snapshot::analysis::whatif::predict::Recording {
             snap,
             index,
             device,

@@ -697,24 +697,24 @@ pub fn diff(d: diff::Diff) -> api::Diff {
 }
 
 /// What a limit is, engine → API (and back, [`engine_limit_kind`]).
-pub fn limit_kind(k: snapshot::whatif::allocator::LimitKind) -> api::LimitKind {
+pub fn limit_kind(k: snapshot::analysis::whatif::allocator::LimitKind) -> api::LimitKind {
     match k {
-        snapshot::whatif::allocator::LimitKind::Device => api::LimitKind::Device,
-        snapshot::whatif::allocator::LimitKind::Fraction => api::LimitKind::Fraction,
+        snapshot::analysis::whatif::allocator::LimitKind::Device => api::LimitKind::Device,
+        snapshot::analysis::whatif::allocator::LimitKind::Fraction => api::LimitKind::Fraction,
     }
 }
 
-pub fn engine_limit_kind(k: api::LimitKind) -> snapshot::whatif::allocator::LimitKind {
+pub fn engine_limit_kind(k: api::LimitKind) -> snapshot::analysis::whatif::allocator::LimitKind {
     match k {
-        api::LimitKind::Device => snapshot::whatif::allocator::LimitKind::Device,
-        api::LimitKind::Fraction => snapshot::whatif::allocator::LimitKind::Fraction,
+        api::LimitKind::Device => snapshot::analysis::whatif::allocator::LimitKind::Device,
+        api::LimitKind::Fraction => snapshot::analysis::whatif::allocator::LimitKind::Fraction,
     }
 }
 
 /// The what-if answer, engine → API.
-pub fn whatif(w: snapshot::whatif::WhatIf) -> api::WhatIf {
-    use snapshot::whatif::allocator::SegAction;
-    let event = |e: snapshot::whatif::SegEventView| api::SegmentEvent {
+pub fn whatif(w: snapshot::analysis::whatif::WhatIf) -> api::WhatIf {
+    use snapshot::analysis::whatif::allocator::SegAction;
+    let event = |e: snapshot::analysis::whatif::SegEventView| api::SegmentEvent {
         action: match e.action {
             SegAction::Alloc => api::SegmentAction::SegmentAlloc,
             SegAction::Free => api::SegmentAction::SegmentFree,
@@ -738,8 +738,8 @@ pub fn whatif(w: snapshot::whatif::WhatIf) -> api::WhatIf {
             bytes: l.bytes,
             kind: limit_kind(l.kind),
             source: match l.source {
-                snapshot::whatif::LimitSource::Oom => api::LimitSource::Oom,
-                snapshot::whatif::LimitSource::Given => api::LimitSource::Given,
+                snapshot::analysis::whatif::LimitSource::Oom => api::LimitSource::Oom,
+                snapshot::analysis::whatif::LimitSource::Given => api::LimitSource::Given,
             },
             detail: l.detail,
         }),
@@ -794,12 +794,12 @@ pub fn whatif(w: snapshot::whatif::WhatIf) -> api::WhatIf {
 /// `memscope predict`'s answer (sizes are whole numbers: batches, sequence lengths); call sites
 /// are named from `largest`, the recording the answer's unmodelled stacks are in.
 pub fn predict(
-    a: snapshot::whatif::predict::Answer,
+    a: snapshot::analysis::whatif::predict::Answer,
     largest: Option<(&snapshot::Snapshot, &snapshot::analysis::Index)>,
     alloc_conf: &str,
     limit_bytes: Option<u64>,
 ) -> api::PredictAnswer {
-    use snapshot::whatif::predict::Unmodelled;
+    use snapshot::analysis::whatif::predict::Unmodelled;
     let unmodelled = a
         .unmodelled
         .iter()

@@ -1,9 +1,9 @@
 //! Will it fit, asked from the command line (`memscope predict`) or over HTTP
 //! (`GET /api/predict`): the setting, the limit (bytes, or a GPU's total) and the sizes in the
-//! asker's words, the engine's answer ([`snapshot::whatif::predict`]) as an `api` type.
+//! asker's words, the engine's answer ([`snapshot::analysis::whatif::predict`]) as an `api` type.
 
-use snapshot::whatif::allocator::Limit;
-use snapshot::whatif::predict::Recording;
+use snapshot::analysis::whatif::allocator::Limit;
+use snapshot::analysis::whatif::predict::Recording;
 
 /// What is asked beside the recordings.
 pub struct Ask {
@@ -20,7 +20,7 @@ pub struct Ask {
 
 /// The answer, or why there is none, in words a user can act on.
 pub fn answer(recordings: &[Recording], ask: &Ask) -> Result<api::PredictAnswer, String> {
-    let conf = snapshot::whatif::conf::AllocConf::parse(&ask.alloc_conf)
+    let conf = snapshot::analysis::whatif::conf::AllocConf::parse(&ask.alloc_conf)
         .map_err(|e| format!("alloc_conf: {e}"))?;
     let gpu_bytes = match &ask.gpu {
         None => None,
@@ -37,8 +37,9 @@ pub fn answer(recordings: &[Recording], ask: &Ask) -> Result<api::PredictAnswer,
         kind: crate::convert::engine_limit_kind(ask.kind),
     });
     let sizes: Vec<f64> = ask.sizes.iter().map(|&s| s as f64).collect();
-    let a = snapshot::whatif::predict::answer(recordings, &sizes, ask.search, &conf, limit)
-        .map_err(|e| e.to_string())?;
+    let a =
+        snapshot::analysis::whatif::predict::answer(recordings, &sizes, ask.search, &conf, limit)
+            .map_err(|e| e.to_string())?;
     let largest = recordings.get(a.largest).map(|r| (r.snap, r.index));
     Ok(crate::convert::predict(
         a,

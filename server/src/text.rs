@@ -357,7 +357,7 @@ pub fn render_diff(a: &str, b: &str, d: &Diff) -> String {
 
 /// The human report of `memscope whatif`: the replay check first (how far to trust the rest),
 /// then every setting ranked, with the saving against the recorded run.
-pub fn render_whatif(name: &str, w: &snapshot::whatif::WhatIf) -> String {
+pub fn render_whatif(name: &str, w: &snapshot::analysis::whatif::WhatIf) -> String {
     let mut o = String::new();
     let settings = if w.settings_recorded {
         format!(

@@ -1093,7 +1093,10 @@ async fn whatif_ranks_the_settings_that_avoid_the_oom() {
         .unwrap();
     assert!(cli.status.success());
     let from_cli: api::WhatIf = serde_json::from_slice(&cli.stdout).unwrap();
-    assert_eq!(from_cli.runs.len(), snapshot::whatif::CANDIDATES.len());
+    assert_eq!(
+        from_cli.runs.len(),
+        snapshot::analysis::whatif::CANDIDATES.len()
+    );
     assert_eq!(from_cli.runs[0].alloc_conf, "expandable_segments:True");
 }
 

@@ -6,8 +6,8 @@
 
 use std::time::Instant;
 
-use snapshot::whatif::conf::AllocConf;
-use snapshot::whatif::predict::{Recording, answer};
+use snapshot::analysis::whatif::conf::AllocConf;
+use snapshot::analysis::whatif::predict::{Recording, answer};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -52,12 +52,12 @@ fn main() {
         let r = &recordings[recordings.len() - 1];
         let d = r.index.device(r.device).unwrap();
         let t = Instant::now();
-        let trace = snapshot::whatif::replay::Trace::new(r.snap, r.index, d);
+        let trace = snapshot::analysis::whatif::replay::Trace::new(r.snap, r.index, d);
         let out = trace
             .replay(
                 conf.clone(),
                 None,
-                snapshot::whatif::replay::Releases::Discover,
+                snapshot::analysis::whatif::replay::Releases::Discover,
                 &Default::default(),
             )
             .unwrap();
@@ -67,9 +67,9 @@ fn main() {
     // The search for the largest size that fits, under a limit at the middle size's peak.
     let mut sorted = peaks.clone();
     sorted.sort_unstable();
-    let limit = snapshot::whatif::allocator::Limit {
+    let limit = snapshot::analysis::whatif::allocator::Limit {
         bytes: sorted[sorted.len() / 2],
-        kind: snapshot::whatif::allocator::LimitKind::Device,
+        kind: snapshot::analysis::whatif::allocator::LimitKind::Device,
     };
     let t = Instant::now();
     let searched = answer(&recordings, &[], true, &conf, Some(limit)).unwrap();

@@ -7,7 +7,7 @@
 use std::time::Instant;
 
 use snapshot::analysis::Index;
-use snapshot::whatif::{CANDIDATES, Options, whatif};
+use snapshot::analysis::whatif::{CANDIDATES, Options, whatif};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();

@@ -28,7 +28,6 @@ mod pickle;
 pub mod store;
 pub mod units;
 mod values;
-pub mod whatif;
 
 use std::io::Read;
 

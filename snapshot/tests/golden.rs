@@ -262,7 +262,7 @@ fn lstm_leak_and_an_oom_larger_than_any_reservation() {
     let oom = &report.ooms[0];
     assert_eq!(oom.verdict, Verdict::Exhaustion);
     assert!(oom.requested_bytes > 150 << 30);
-    let sim = snapshot::whatif::oom_whatif(&snap, &index, 0).unwrap();
+    let sim = snapshot::analysis::whatif::oom_whatif(&snap, &index, 0).unwrap();
     assert!(sim.replay_exact);
     assert!(sim.settings_tried > 1);
     assert_eq!((sim.settings_avoiding, sim.alloc_conf), (0, None));

@@ -8,9 +8,9 @@
 mod common;
 
 use snapshot::analysis::Index;
-use snapshot::whatif::allocator::{Limit, LimitKind};
-use snapshot::whatif::conf::AllocConf;
-use snapshot::whatif::predict::{Recording, learn, learn_near, predict};
+use snapshot::analysis::whatif::allocator::{Limit, LimitKind};
+use snapshot::analysis::whatif::conf::AllocConf;
+use snapshot::analysis::whatif::predict::{Recording, learn, learn_near, predict};
 
 const MIB: f64 = 1048576.0;
 

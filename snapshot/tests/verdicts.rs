@@ -16,8 +16,8 @@
 mod common;
 
 use snapshot::analysis::recovery::Recovery;
+use snapshot::analysis::whatif::{Options, whatif};
 use snapshot::analysis::{Index, Options as AnalyzeOptions, Verdict, report};
-use snapshot::whatif::{Options, whatif};
 
 /// The real runs: (file stem, what the run wrote).
 fn runs() -> Vec<(String, serde_json::Value)> {

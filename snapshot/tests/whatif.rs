@@ -8,8 +8,8 @@
 mod common;
 
 use snapshot::analysis::Index;
+use snapshot::analysis::whatif::{Options, whatif};
 use snapshot::model::Action;
-use snapshot::whatif::{Options, whatif};
 
 fn dir() -> std::path::PathBuf {
     common::fixtures().join("whatif")
@@ -160,8 +160,8 @@ fn an_oom_snapshot_implies_its_limit_and_expandable_segments_avoid_it() {
     assert_eq!(
         (limit.kind, limit.source),
         (
-            snapshot::whatif::LimitKind::Fraction,
-            snapshot::whatif::LimitSource::Oom
+            snapshot::analysis::whatif::LimitKind::Fraction,
+            snapshot::analysis::whatif::LimitSource::Oom
         )
     );
     assert!(w.replay_check.exact);
@@ -186,7 +186,7 @@ fn a_limit_asked_for_is_a_what_if_and_the_replay_check_stays_on_the_record() {
     assert!(w.replay_check.exact, "{:?}", w.replay_check);
     assert_eq!(
         w.limit.as_ref().unwrap().source,
-        snapshot::whatif::LimitSource::Given
+        snapshot::analysis::whatif::LimitSource::Given
     );
     assert!(w.runs.iter().all(|r| !r.oom), "everything fits in 3 GiB");
     // A trace without an OOM under a limit below its peak: the recorded settings run out, the
@@ -228,7 +228,7 @@ fn past_an_oom_that_ends_the_trace_a_setting_is_not_said_to_fit() {
         real["oom"]["step"], 10,
         "the real run failed later, at the tenth block"
     );
-    let sim = snapshot::whatif::oom_whatif(&snap, &index, 0).unwrap();
+    let sim = snapshot::analysis::whatif::oom_whatif(&snap, &index, 0).unwrap();
     assert_eq!(sim.alloc_conf.as_deref(), Some("expandable_segments:True"));
     assert!(sim.oom_ends_trace);
     assert!(
@@ -274,6 +274,6 @@ fn a_cancelled_whatif_stops() {
     cancel.cancel();
     assert_eq!(
         whatif(&snap, &index, &opts).err(),
-        Some(snapshot::whatif::WhatIfError::Cancelled)
+        Some(snapshot::analysis::whatif::WhatIfError::Cancelled)
     );
 }

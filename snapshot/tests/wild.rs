@@ -4,8 +4,8 @@
 
 mod common;
 
+use snapshot::analysis::whatif::{Options, WhatIfError, whatif};
 use snapshot::analysis::{Index, LeakCheck, PeakScope, Report, peaks, stacks_at, timeline};
-use snapshot::whatif::{Options, WhatIfError, whatif};
 
 const GIB: f64 = (1u64 << 30) as f64;
 

@@ -242,7 +242,7 @@ pub fn FitPage() -> impl IntoView {
 /// The recordings with their sizes, the GPU or limit, a setting of one's own.
 fn form(picks: Vec<Pick>, names: Vec<String>, ask: PredictQuery) -> impl IntoView {
     let navigate = StoredValue::new_local(use_navigate());
-    let guessed = snapshot::whatif::predict::guess_sizes(
+    let guessed = snapshot::analysis::whatif::predict::guess_sizes(
         &names.iter().map(String::as_str).collect::<Vec<_>>(),
     );
     let sizes: Vec<RwSignal<String>> = picks

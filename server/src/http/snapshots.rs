@@ -9,9 +9,9 @@ use axum::extract::{Path, State};
 use axum::routing::get;
 use axum::{Json, Router};
 use snapshot::Cancel;
+use snapshot::analysis::whatif::WhatIfError;
 use snapshot::analysis::{self, index::DeviceIndex};
 use snapshot::model::StackId;
-use snapshot::whatif::WhatIfError;
 
 use super::error::{ApiError, ApiResult};
 use super::query::ApiQuery;
@@ -76,7 +76,7 @@ async fn predict(
             let d = m.index.default_device().ok_or_else(|| {
                 ApiError::BadRequest("a recording has no trace to learn from".into())
             })?;
-            recordings.push(snapshot::whatif::predict::Recording {
+            recordings.push(snapshot::analysis::whatif::predict::Recording {
                 snap: &m.snap,
                 index: &m.index,
                 device: d.device,
@@ -442,7 +442,7 @@ async fn segment_spans(
 }
 
 /// The trace replayed through the allocator model under the recorded settings (the check) and
-/// the candidates or the one setting asked for, ranked (`snapshot::whatif`).
+/// the candidates or the one setting asked for, ranked (`snapshot::analysis::whatif`).
 async fn whatif(
     State(s): State<AppState>,
     Path(id): Path<String>,
@@ -450,7 +450,7 @@ async fn whatif(
 ) -> ApiResult<Json<api::WhatIf>> {
     let limit_is_fraction = q.limit_kind == Some(api::LimitKind::Fraction);
     let r = query(&s, &id, move |m, cancel| {
-        let options = snapshot::whatif::Options {
+        let options = snapshot::analysis::whatif::Options {
             device: q.device,
             alloc_confs: q.alloc_conf.into_iter().collect(),
             limit_bytes: q.limit_bytes,
@@ -458,7 +458,7 @@ async fn whatif(
             curves: q.curves.unwrap_or(false),
             cancel: cancel.clone(),
         };
-        snapshot::whatif::whatif(&m.snap, &m.index, &options)
+        snapshot::analysis::whatif::whatif(&m.snap, &m.index, &options)
             .map(convert::whatif)
             .map_err(|e| match e {
                 WhatIfError::Cancelled => ApiError::Cancelled,

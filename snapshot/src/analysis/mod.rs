@@ -17,6 +17,7 @@ pub mod state;
 pub mod steps;
 pub mod summary;
 pub mod timeline;
+pub mod whatif;
 
 use serde::Serialize;
 

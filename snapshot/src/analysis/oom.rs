@@ -13,9 +13,9 @@ use super::recovery::{Recovery, fates};
 use super::stacks::{CallSite, stacks_at};
 use super::state::state_at;
 use super::steps::steps;
+use crate::analysis::whatif::{OomWhatIf, oom_whatif};
 use crate::frames::{FrameView, view};
 use crate::model::{Snapshot, TraceTable};
-use crate::whatif::{OomWhatIf, oom_whatif};
 
 /// Why an allocation failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -102,7 +102,7 @@ pub struct OomReport {
     /// What was alive at the OOM, by category ([`super::categories`]).
     pub categories: super::categories::Totals,
     /// For the OOM that raised: the trace replayed under other allocator settings and the limit
-    /// it implies ([`crate::whatif`]); its sentence leads the advice when a setting avoids it.
+    /// it implies ([`crate::analysis::whatif`]); its sentence leads the advice when a setting avoids it.
     pub whatif: Option<OomWhatIf>,
 }
 

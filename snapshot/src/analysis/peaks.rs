@@ -19,8 +19,8 @@ use rustc_hash::FxHashMap;
 use serde::Serialize;
 
 use super::index::{DeviceIndex, NONE};
+use crate::analysis::whatif::conf::AllocConf;
 use crate::model::{BlockState, Snapshot};
-use crate::whatif::conf::AllocConf;
 
 /// Requests up to this size come from the small pool (`kSmallSize`); a large-pool remainder must
 /// exceed it to be split off.

@@ -469,7 +469,7 @@ pub fn TimelineView(steps: Option<::api::Steps>, mut survived: Vec<u32>) -> impl
         let q = super::whatif::query(url, conf.clone(), true);
         async move {
             let conf = conf?;
-            snapshot::whatif::conf::AllocConf::parse(&conf).ok()?;
+            snapshot::analysis::whatif::conf::AllocConf::parse(&conf).ok()?;
             api::whatif(&id, &q).await.ok().map(|w| (conf, w))
         }
     });

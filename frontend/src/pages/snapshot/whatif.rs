@@ -1,5 +1,5 @@
 //! The What if tab: the trace replayed through memscope's model of PyTorch's caching allocator
-//! (`snapshot::whatif`, run by the server) under other `PYTORCH_CUDA_ALLOC_CONF` settings. The
+//! (`snapshot::analysis::whatif`, run by the server) under other `PYTORCH_CUDA_ALLOC_CONF` settings. The
 //! answer in words first, then the replay check that says how far to trust it, the settings
 //! ranked (peak reserved, the saving against the recorded run, whether each runs out of memory
 //! under the limit), and the chosen setting's simulated reserved memory drawn over the recorded
@@ -75,7 +75,7 @@ pub fn WhatIfView() -> impl IntoView {
         async move {
             let conf = conf?;
             // Checked here as the server would (the same parser), so a typo is said at once.
-            if let Err(e) = snapshot::whatif::conf::AllocConf::parse(&conf) {
+            if let Err(e) = snapshot::analysis::whatif::conf::AllocConf::parse(&conf) {
                 return Some(Err(format!("PYTORCH_CUDA_ALLOC_CONF={conf}: {e}")));
             }
             Some(api::whatif(&id, &q).await)
