@@ -7,11 +7,6 @@ use snapshot::analysis::{self, categories, diff, index, leaks, oom, stacks, stat
 use snapshot::frames::FrameView;
 use snapshot::model;
 
-/// An engine name of a closed set that the `api` crate does not know: a bug in one of the two.
-fn unknown(what: &str, name: &str) -> ! {
-    panic!("the engine wrote {what} {name:?}, which the api crate does not know")
-}
-
 pub fn frame(f: FrameView) -> api::Frame {
     api::Frame {
         filename: f.filename,
@@ -104,12 +99,30 @@ fn oom_incident(i: oom::OomIncident) -> api::OomIncident {
     }
 }
 
-pub fn encoding(name: &str) -> api::Encoding {
-    api::Encoding::from_name(name).unwrap_or_else(|| unknown("encoding", name))
+pub fn encoding(e: model::Encoding) -> api::Encoding {
+    match e {
+        model::Encoding::Pickle => api::Encoding::Pickle,
+        model::Encoding::Json => api::Encoding::Json,
+    }
 }
 
-pub fn compression(name: &str) -> api::Compression {
-    api::Compression::from_name(name).unwrap_or_else(|| unknown("compression", name))
+pub fn compression(c: snapshot::decompress::Compression) -> api::Compression {
+    use snapshot::decompress::Compression as C;
+    match c {
+        C::None => api::Compression::None,
+        C::Gzip => api::Compression::Gzip,
+        C::Zstd => api::Compression::Zstd,
+        C::Xz => api::Compression::Xz,
+    }
+}
+
+fn layout(l: model::Layout) -> api::Layout {
+    match l {
+        model::Layout::Modern => api::Layout::Modern,
+        model::Layout::BlockHistory => api::Layout::BlockHistory,
+        model::Layout::LegacySegmentList => api::Layout::LegacySegmentList,
+        model::Layout::SegmentList => api::Layout::SegmentList,
+    }
 }
 
 fn format(f: model::Format) -> api::Format {
@@ -117,7 +130,7 @@ fn format(f: model::Format) -> api::Format {
         encoding: encoding(f.encoding),
         protocol: f.protocol,
         compression: compression(f.compression),
-        layout: api::Layout::from_name(f.layout).unwrap_or_else(|| unknown("layout", f.layout)),
+        layout: layout(f.layout),
         decoded_bytes: f.decoded_bytes,
     }
 }

@@ -23,13 +23,13 @@ pub fn render(name: &str, r: &Report, top: usize) -> String {
     let _ = writeln!(
         o,
         "{name}: {} snapshot{}, {} layout, {} decoded",
-        f.encoding,
-        if f.encoding == "pickle" {
+        f.encoding.as_str(),
+        if f.encoding == snapshot::model::Encoding::Pickle {
             format!(" (protocol {})", f.protocol)
         } else {
             String::new()
         },
-        f.layout.replace('_', " "),
+        f.layout.as_str().replace('_', " "),
         hb(f.decoded_bytes)
     );
     let _ = writeln!(o);

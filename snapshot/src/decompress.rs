@@ -8,8 +8,10 @@ use std::io::{BufRead, BufReader, Read};
 use crate::error::{Error, Result};
 
 /// The encodings [`open`] recognises.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Compression {
+    #[default]
     None,
     Gzip,
     Zstd,
@@ -17,6 +19,12 @@ pub enum Compression {
 }
 
 impl Compression {
+    pub const ALL: [Compression; 4] = [
+        Compression::None,
+        Compression::Gzip,
+        Compression::Zstd,
+        Compression::Xz,
+    ];
     pub fn as_str(self) -> &'static str {
         match self {
             Compression::None => "none",

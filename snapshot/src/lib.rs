@@ -237,7 +237,7 @@ fn read_decoded<R: Read>(
     let first = input.peek_byte()?;
     let input_head = input.head(16);
     let mut format = Format {
-        compression: compression.as_str(),
+        compression,
         ..Format::default()
     };
     let root = match first {
@@ -248,7 +248,7 @@ fn read_decoded<R: Read>(
             });
         }
         Some(b'{' | b'[' | b' ' | b'\n' | b'\r' | b'\t') => {
-            format.encoding = "json";
+            format.encoding = model::Encoding::Json;
             let mut counted = CountingReader {
                 inner: &mut input,
                 count: 0,
@@ -258,7 +258,7 @@ fn read_decoded<R: Read>(
             root
         }
         Some(first) => {
-            format.encoding = "pickle";
+            format.encoding = model::Encoding::Pickle;
             let parsed = match reopen {
                 #[cfg(not(target_arch = "wasm32"))]
                 Some((reopen, start))

@@ -7,6 +7,7 @@
 //! are tolerated and unknown keys ignored.
 
 use crate::error::{Error, Result};
+use crate::model::Layout;
 use crate::model::{
     Annotation, Block, BlockState, DeviceTrace, Format, Segment, SegmentType, Snapshot, StackId,
 };
@@ -74,7 +75,7 @@ pub(crate) fn build(mut heap: Heap, root: Value, mut format: Format) -> Result<S
             annotations = get("external_annotations")
                 .map(|v| list(&heap, v))
                 .unwrap_or_default();
-            format.layout = "modern";
+            format.layout = Layout::Modern;
         }
         Value::Obj(_) | Value::EmptyList => {
             if matches!(describe(&heap, root), "a list") {
@@ -84,7 +85,7 @@ pub(crate) fn build(mut heap: Heap, root: Value, mut format: Format) -> Result<S
                 host_traces = None;
                 settings = None;
                 annotations = Vec::new();
-                format.layout = "legacy_segment_list";
+                format.layout = Layout::LegacySegmentList;
             } else {
                 return Err(Error::NotASnapshot(format!(
                     "the file holds {}, not a dict with 'segments'",
@@ -297,10 +298,10 @@ fn add_segment(
     let num = |heap: &Heap, k: &str| get(k).and_then(|v| heap.u64(v)).unwrap_or(0);
     // A bare list of segments is `torch.cuda.memory_snapshot()` pickled directly: PyTorch ≤ 1.13
     // wrote only that, a 2.1+ one carries segment keys ≤ 1.13 lacked.
-    if format.layout == "legacy_segment_list"
+    if format.layout == Layout::LegacySegmentList
         && (get("segment_pool_id").is_some() || get("is_expandable").is_some())
     {
-        format.layout = "segment_list";
+        format.layout = Layout::SegmentList;
     }
     let address = num(heap, "address");
     let total_size = get("total_size")
@@ -348,8 +349,8 @@ fn add_segment(
             .unwrap_or(StackId::EMPTY);
         if let Some(history) = bget("history") {
             // PyTorch 2.0: the allocation that made the block is the last history item.
-            if format.layout == "modern" {
-                format.layout = "block_history";
+            if format.layout == Layout::Modern {
+                format.layout = Layout::BlockHistory;
             }
             if let Some(&last) = list(heap, history).last() {
                 let hp: Vec<(String, Value)> = heap

@@ -472,17 +472,64 @@ pub struct Annotation {
 /// How the input was encoded, for the overview and for warnings.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Format {
-    /// `"pickle"` or `"json"`.
-    pub encoding: &'static str,
+    pub encoding: Encoding,
     /// Pickle protocol from the PROTO opcode (0 when absent).
     pub protocol: u8,
-    /// `"gzip"`, `"zstd"`, `"xz"` or `"none"`.
-    pub compression: &'static str,
-    /// `"legacy_segment_list"` (≤1.13), `"segment_list"` (a bare list of 2.1+ segments:
-    /// `torch.cuda.memory_snapshot()` pickled), `"block_history"` (2.0) or `"modern"` (2.1+).
-    pub layout: &'static str,
+    pub compression: crate::decompress::Compression,
+    pub layout: Layout,
     /// Bytes of pickle or JSON after decompression.
     pub decoded_bytes: u64,
+}
+
+/// What a snapshot file holds under its compression.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Encoding {
+    #[default]
+    Pickle,
+    Json,
+}
+
+/// How a snapshot's memory state is laid out, by the PyTorch that wrote it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Layout {
+    /// 2.1 and later: `segments` and `device_traces`.
+    #[default]
+    Modern,
+    /// 2.0: blocks with their own `history`.
+    BlockHistory,
+    /// 1.13 and earlier: a bare list of segments with `blocks`.
+    LegacySegmentList,
+    /// A bare list of 2.1+ segments (`torch.cuda.memory_snapshot()` pickled).
+    SegmentList,
+}
+
+impl Encoding {
+    pub const ALL: [Encoding; 2] = [Encoding::Pickle, Encoding::Json];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Encoding::Pickle => "pickle",
+            Encoding::Json => "json",
+        }
+    }
+}
+
+impl Layout {
+    pub const ALL: [Layout; 4] = [
+        Layout::Modern,
+        Layout::BlockHistory,
+        Layout::LegacySegmentList,
+        Layout::SegmentList,
+    ];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Layout::Modern => "modern",
+            Layout::BlockHistory => "block_history",
+            Layout::LegacySegmentList => "legacy_segment_list",
+            Layout::SegmentList => "segment_list",
+        }
+    }
 }
 
 /// A parsed memory snapshot: the tables every analysis reads.

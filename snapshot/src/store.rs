@@ -110,7 +110,11 @@ pub fn write<T: Write>(snap: &Snapshot, index: Option<&Index>, out: &mut T) -> i
     w.buf.extend_from_slice(MAGIC);
     w.u32(VERSION)?;
     let f = &snap.format;
-    for s in [f.encoding, f.compression, f.layout] {
+    for s in [
+        f.encoding.as_str(),
+        f.compression.as_str(),
+        f.layout.as_str(),
+    ] {
         w.bytes(s.as_bytes())?;
     }
     w.u8(f.protocol)?;
@@ -332,10 +336,6 @@ impl<T: Read> R<'_, T> {
     }
 }
 
-fn static_str(s: &str, known: &[&'static str]) -> &'static str {
-    known.iter().copied().find(|k| *k == s).unwrap_or("unknown")
-}
-
 /// Reads a model file written by [`write`]: the snapshot, and its index if one was stored.
 pub fn read<T: Read>(input: T) -> Result<(Snapshot, Option<Index>)> {
     let mut hasher = xxhash_rust::xxh3::Xxh3::new();
@@ -353,17 +353,21 @@ pub fn read<T: Read>(input: T) -> Result<(Snapshot, Option<Index>)> {
         return Err(r.bad("older version"));
     }
     let mut snap = Snapshot::default();
-    snap.format.encoding = static_str(&r.string()?, &["pickle", "json"]);
-    snap.format.compression = static_str(&r.string()?, &["none", "gzip", "zstd", "xz"]);
-    snap.format.layout = static_str(
-        &r.string()?,
-        &[
-            "modern",
-            "block_history",
-            "legacy_segment_list",
-            "segment_list",
-        ],
-    );
+    let name = r.string()?;
+    snap.format.encoding = crate::model::Encoding::ALL
+        .into_iter()
+        .find(|e| e.as_str() == name)
+        .ok_or_else(|| r.bad("unknown encoding"))?;
+    let name = r.string()?;
+    snap.format.compression = crate::decompress::Compression::ALL
+        .into_iter()
+        .find(|c| c.as_str() == name)
+        .ok_or_else(|| r.bad("unknown compression"))?;
+    let name = r.string()?;
+    snap.format.layout = crate::model::Layout::ALL
+        .into_iter()
+        .find(|l| l.as_str() == name)
+        .ok_or_else(|| r.bad("unknown layout"))?;
     snap.format.protocol = r.u8()?;
     snap.format.decoded_bytes = r.u64()?;
 

@@ -41,11 +41,15 @@ fn other_protocols_and_compressions_read_the_same() {
     assert_eq!(
         common::read("variants/multistream.pickle.zst")
             .format
-            .compression,
+            .compression
+            .as_str(),
         "zstd"
     );
     assert_eq!(
-        common::read("variants/multistream.json").format.encoding,
+        common::read("variants/multistream.json")
+            .format
+            .encoding
+            .as_str(),
         "json"
     );
 }
@@ -71,7 +75,7 @@ fn stacks_survive_every_encoding() {
 #[test]
 fn pytorch_2_0_layout_with_block_history() {
     let (snap, _, report) = common::analyze("variants/legacy_2_0.pickle");
-    assert_eq!(snap.format.layout, "block_history");
+    assert_eq!(snap.format.layout.as_str(), "block_history");
     assert_eq!(report.summary.segments, 3);
     assert_eq!(report.summary.reserved_bytes, 54_525_952);
     assert_eq!(report.summary.devices[&0].entries, 272);
@@ -91,7 +95,7 @@ fn pytorch_2_0_layout_with_block_history() {
 #[test]
 fn pytorch_1_13_bare_segment_list() {
     let (snap, _, report) = common::analyze("variants/legacy_1_13.pickle");
-    assert_eq!(snap.format.layout, "legacy_segment_list");
+    assert_eq!(snap.format.layout.as_str(), "legacy_segment_list");
     assert_eq!(report.summary.segments, 3);
     assert_eq!(report.summary.blocks, 3);
     assert!(snap.devices.is_empty());

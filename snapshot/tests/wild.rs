@@ -309,7 +309,7 @@ fn whatif_says_what_was_assumed_and_what_no_setting_can_change() {
         assert!(w.peak_before_trace, "{name}");
     }
     let (snap, _, _) = load("layoutedit_diffusion_notrace");
-    assert_eq!(snap.format.layout, "segment_list");
+    assert_eq!(snap.format.layout.as_str(), "segment_list");
 }
 
 /// Item 8: segments-only files are compared by their final state.
