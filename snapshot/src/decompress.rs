@@ -7,33 +7,10 @@ use std::io::{BufRead, BufReader, Read};
 
 use crate::error::{Error, Result};
 
-/// The encodings [`open`] recognises.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Compression {
-    #[default]
-    None,
-    Gzip,
-    Zstd,
-    Xz,
-}
+/// The encodings [`open`] recognises (defined with the snapshot's `Format`, which names one).
+pub use crate::model::Compression;
 
 impl Compression {
-    pub const ALL: [Compression; 4] = [
-        Compression::None,
-        Compression::Gzip,
-        Compression::Zstd,
-        Compression::Xz,
-    ];
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Compression::None => "none",
-            Compression::Gzip => "gzip",
-            Compression::Zstd => "zstd",
-            Compression::Xz => "xz",
-        }
-    }
-
     /// Which compression `head` (the first bytes of a file) starts with.
     pub fn sniff(head: &[u8]) -> Compression {
         if head.starts_with(&[0x1f, 0x8b]) {

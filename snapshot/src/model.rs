@@ -475,10 +475,38 @@ pub struct Format {
     pub encoding: Encoding,
     /// Pickle protocol from the PROTO opcode (0 when absent).
     pub protocol: u8,
-    pub compression: crate::decompress::Compression,
+    pub compression: Compression,
     pub layout: Layout,
     /// Bytes of pickle or JSON after decompression.
     pub decoded_bytes: u64,
+}
+
+/// How a snapshot file is compressed (recognised by `decompress::open`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Compression {
+    #[default]
+    None,
+    Gzip,
+    Zstd,
+    Xz,
+}
+
+impl Compression {
+    pub const ALL: [Compression; 4] = [
+        Compression::None,
+        Compression::Gzip,
+        Compression::Zstd,
+        Compression::Xz,
+    ];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Compression::None => "none",
+            Compression::Gzip => "gzip",
+            Compression::Zstd => "zstd",
+            Compression::Xz => "xz",
+        }
+    }
 }
 
 /// What a snapshot file holds under its compression.

@@ -359,7 +359,7 @@ pub fn read<T: Read>(input: T) -> Result<(Snapshot, Option<Index>)> {
         .find(|e| e.as_str() == name)
         .ok_or_else(|| r.bad("unknown encoding"))?;
     let name = r.string()?;
-    snap.format.compression = crate::decompress::Compression::ALL
+    snap.format.compression = crate::model::Compression::ALL
         .into_iter()
         .find(|c| c.as_str() == name)
         .ok_or_else(|| r.bad("unknown compression"))?;
