@@ -33,7 +33,7 @@ import subprocess
 import sys
 import time
 
-from memscope_harness.whatif import reap
+from memscope_harness.whatif import harness_env, spawn_all
 
 MIB = 1 << 20
 CATEGORIES = ["parameter", "gradient", "optimizer_state", "activation", "input"]
@@ -317,9 +317,9 @@ def gpt_compiled(torch, steps, record):
     return t
 
 
-def lstm_rmsprop(torch, steps, record):
-    """A two-layer cuDNN LSTM language model with RMSprop, recorded from before the model is
-    made."""
+def lstm_lm(torch):
+    """A two-layer cuDNN LSTM language model (vocabulary 8192): what this proof and the will-it-fit
+    sweep (predict.py) both train."""
     nn = torch.nn
 
     class LM(nn.Module):
@@ -332,8 +332,14 @@ def lstm_rmsprop(torch, steps, record):
         def forward(self, x):
             return self.head(self.rnn(self.emb(x))[0])
 
+    return LM()
+
+
+def lstm_rmsprop(torch, steps, record):
+    """A two-layer cuDNN LSTM language model with RMSprop, recorded from before the model is
+    made."""
     record()
-    model = LM().cuda()
+    model = lstm_lm(torch).cuda()
     opt = torch.optim.RMSprop(model.parameters(), lr=1e-4)
     t = Truth(torch, model, opt, steps)
     for t.step in range(steps):
@@ -553,19 +559,10 @@ def one_run(args):
 
 
 def run_jobs(args, jobs):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                         env.get("PYTHONPATH", "")])
-    running = []
-    for name, w, stacks in jobs:
-        cmd = [sys.executable, "-m", "memscope_harness.categories", "run", w, "--name", name,
-               "--out", args.out, "--stacks", stacks]
-        running.append((name, subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
-                                               stderr=subprocess.STDOUT, text=True)))
-        while len(running) >= args.parallel:
-            running = reap(running)
-    while running:
-        running = reap(running)
+    env = harness_env()
+    spawn_all(((name, [sys.executable, "-m", "memscope_harness.categories", "run", w, "--name", name,
+                       "--out", args.out, "--stacks", stacks], env) for name, w, stacks in jobs),
+              args.parallel)
 
 
 def record_all(args):

@@ -28,7 +28,8 @@ import sys
 import time
 
 from memscope_harness import load
-from memscope_harness.whatif import reap
+from memscope_harness.categories import lstm_lm
+from memscope_harness.whatif import harness_env, spawn_all
 
 MIB = 1 << 20
 STEPS = 4
@@ -100,18 +101,7 @@ def mlp_checkpoint_batch(torch, size, step):
 def lstm_batch(torch, size, step):
     """A two-layer cuDNN LSTM language model with RMSprop (sequence 128), by batch size."""
     nn = torch.nn
-
-    class LM(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.emb = nn.Embedding(8192, 512)
-            self.rnn = nn.LSTM(512, 1024, num_layers=2, batch_first=True)
-            self.head = nn.Linear(1024, 8192)
-
-        def forward(self, x):
-            return self.head(self.rnn(self.emb(x))[0])
-
-    model = LM().cuda()
+    model = lstm_lm(torch).cuda()
     opt = torch.optim.RMSprop(model.parameters(), lr=1e-4)
     for i in range(STEPS):
         x = torch.randint(0, 8192, (size, 128), device="cuda")
@@ -173,23 +163,19 @@ def one_run(args):
 
 
 def run_jobs(args, jobs):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                         env.get("PYTHONPATH", "")])
-    running = []
-    for name, w, size, record, limit in jobs:
-        cmd = [sys.executable, "-m", "memscope_harness.predict", "run", w, "--size", str(size), "--name", name,
-               "--out", args.out]
-        if record:
-            cmd.append("--record")
-        if limit:
-            cmd += ["--limit-bytes", str(limit)]
-        running.append((name, subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                               text=True)))
-        while len(running) >= args.parallel:
-            running = reap(running)
-    while running:
-        running = reap(running)
+    env = harness_env()
+
+    def commands():
+        for name, w, size, record, limit in jobs:
+            cmd = [sys.executable, "-m", "memscope_harness.predict", "run", w, "--size", str(size), "--name",
+                   name, "--out", args.out]
+            if record:
+                cmd.append("--record")
+            if limit:
+                cmd += ["--limit-bytes", str(limit)]
+            yield name, cmd, env
+
+    spawn_all(commands(), args.parallel)
 
 
 def limit_between(peaks):

@@ -26,7 +26,7 @@ import time
 
 import memscope_harness
 from memscope_harness import load
-from memscope_harness.whatif import reap
+from memscope_harness.whatif import harness_env, spawn_all
 MIB = 1 << 20
 GIB = 1 << 30
 HERE = os.path.abspath(__file__)
@@ -330,20 +330,17 @@ def run_name(workload, conf, tag=""):
 
 def run_jobs(args, jobs):
     """Runs (name, workload, conf, limit, stacks) jobs, `args.parallel` at a time."""
-    env0 = dict(os.environ)
-    env0["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(HERE)), env0.get("PYTHONPATH", "")])
-    running = []
-    for name, w, conf, limit, stacks in jobs:
-        cmd = [sys.executable, "-m", "memscope_harness.verdicts", "run", w, "--name", name, "--out", args.out,
-               "--stacks", stacks]
-        if limit:
-            cmd += ["--limit-bytes", str(limit)]
-        running.append((name, subprocess.Popen(cmd, env=dict(env0, PYTORCH_CUDA_ALLOC_CONF=conf),
-                                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
-        while len(running) >= args.parallel:
-            running = reap(running)
-    while running:
-        running = reap(running)
+    env0 = harness_env()
+
+    def commands():
+        for name, w, conf, limit, stacks in jobs:
+            cmd = [sys.executable, "-m", "memscope_harness.verdicts", "run", w, "--name", name, "--out", args.out,
+                   "--stacks", stacks]
+            if limit:
+                cmd += ["--limit-bytes", str(limit)]
+            yield name, cmd, dict(env0, PYTORCH_CUDA_ALLOC_CONF=conf)
+
+    spawn_all(commands(), args.parallel)
 
 
 def stacks_of(w):

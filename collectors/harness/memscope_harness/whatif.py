@@ -248,23 +248,39 @@ def run_all(args):
     print("%d runs in %.0f s" % (len(first) + len(args.workloads) * len(SETTINGS), time.time() - t0), flush=True)
 
 
-def run_jobs(args, jobs):
-    env0 = dict(os.environ)
-    env0["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                          env0.get("PYTHONPATH", "")])
+def harness_env():
+    """This process's environment with the harness on PYTHONPATH: what each run's process gets."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                         env.get("PYTHONPATH", "")])
+    return env
+
+
+def spawn_all(commands, parallel):
+    """Runs each `(name, argv, env)` in a process of its own, `parallel` at a time; says which
+    failed, with their output's end."""
     running = []
-    for w, conf, limit in jobs:
-        env = dict(env0, PYTORCH_CUDA_ALLOC_CONF=conf)
-        name = run_name(w, conf, limit)
-        cmd = [sys.executable, "-m", "memscope_harness.whatif", "run", w, "--name", name, "--out", args.out]
-        if limit:
-            cmd += ["--limit-bytes", str(limit)]
+    for name, cmd, env in commands:
         running.append((name, subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                                text=True)))
-        while len(running) >= args.parallel:
+        while len(running) >= parallel:
             running = reap(running)
     while running:
         running = reap(running)
+
+
+def run_jobs(args, jobs):
+    env0 = harness_env()
+
+    def commands():
+        for w, conf, limit in jobs:
+            name = run_name(w, conf, limit)
+            cmd = [sys.executable, "-m", "memscope_harness.whatif", "run", w, "--name", name, "--out", args.out]
+            if limit:
+                cmd += ["--limit-bytes", str(limit)]
+            yield name, cmd, dict(env0, PYTORCH_CUDA_ALLOC_CONF=conf)
+
+    spawn_all(commands(), args.parallel)
 
 
 def reap(running):
