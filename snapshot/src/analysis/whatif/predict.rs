@@ -92,8 +92,6 @@ pub struct Model {
     /// Each request's stack in the synthesized recording.
     stacks: Vec<Option<StackId>>,
     pub rules: Vec<SizeRule>,
-    /// Requests matched in some of the other recordings but not all.
-    pub partly_matched: usize,
     /// The recordings' sizes and their own peak reserved bytes (the linear baseline's points).
     pub points: Vec<(f64, u64)>,
     /// The synthesized recording's steps.
@@ -437,7 +435,6 @@ pub fn learn_near(recordings: &[Recording], size: f64) -> Result<Model, PredictE
         })
         .collect();
     let x0 = recordings[base].size;
-    let mut partly_matched = 0;
     let rules = parsed[base]
         .keyed
         .iter()
@@ -453,11 +450,8 @@ pub fn learn_near(recordings: &[Recording], size: f64) -> Result<Model, PredictE
             // on, like a reduction's staging buffer, which grows and then saturates): a line
             // through two points it cannot be checked on; kept at its size here. (Extrapolated
             // instead, the transformer's 64 came out 5.8% over, the LSTM's 48 38% over.)
-            if matched.len() < others.len() {
-                partly_matched += 1;
-                if matched.len() < 2 {
-                    return SizeRule::Unmatched(bytes);
-                }
+            if matched.len() < others.len() && matched.len() < 2 {
+                return SizeRule::Unmatched(bytes);
             }
             rule(x0, bytes, matched.into_iter())
         })
@@ -476,7 +470,6 @@ pub fn learn_near(recordings: &[Recording], size: f64) -> Result<Model, PredictE
         steps: std::mem::take(&mut parsed[base].steps),
         stacks: std::mem::take(&mut parsed[base].stacks),
         rules,
-        partly_matched,
         points,
         steps_of,
         placement,
