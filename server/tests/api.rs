@@ -752,6 +752,15 @@ impl std::io::Write for LogBuffer {
 /// client gets a generic message.
 #[tokio::test]
 async fn an_internal_error_is_logged_once_inside_its_request() {
+    // tracing caches each call site's interest process-wide, asked of the thread that first
+    // meets it: a sibling test with no subscriber would cache the request span as "never" and
+    // this test's line would lose its method and path (it did, once, in CI). A global
+    // subscriber that writes nowhere keeps every INFO call site live on every thread.
+    let sink = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::INFO)
+        .with_writer(std::io::sink)
+        .finish();
+    let _ = tracing::subscriber::set_global_default(sink);
     let (dir, state) = open_state("logged-once").await;
     let id = upload_fixture(&state, "multistream.pickle").await["id"]
         .as_str()
@@ -772,6 +781,7 @@ async fn an_internal_error_is_logged_once_inside_its_request() {
         .with_writer(move || writer.clone())
         .finish();
     let _guard = tracing::subscriber::set_default(subscriber);
+    tracing::callsite::rebuild_interest_cache();
     let uri = format!("/api/snapshots/{id}/stacks");
     let (status, body) = call(&state, "GET", &uri, vec![]).await;
     assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
@@ -786,7 +796,7 @@ async fn an_internal_error_is_logged_once_inside_its_request() {
     );
     assert!(
         errors[0].contains("method=GET") && errors[0].contains(&uri),
-        "the line names its request: {}",
+        "the line names its request: {}\nall that was logged:\n{text}",
         errors[0]
     );
     assert!(
