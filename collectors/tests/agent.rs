@@ -250,9 +250,7 @@ fn a_collector_without_nvml_says_so_and_still_relays() {
         );
     }
     let counts = server.rt.block_on(async {
-        let lib = server::testing::open_library(&base.join("lib"))
-            .await
-            .unwrap();
+        let lib = server::testing::open_live(&base.join("lib")).await.unwrap();
         lib.live_counts().await.unwrap()
     });
     assert_eq!(counts[2], 1, "the agent sample was relayed: {counts:?}");

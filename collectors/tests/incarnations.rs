@@ -41,7 +41,7 @@ fn produced(from: u64, readings: u64) -> i64 {
 /// Samples stored (GPU + process rows) and samples reported dropped, as the server counts them.
 fn stored_and_dropped(server: &Server, lib: &std::path::Path) -> (i64, i64) {
     server.rt.block_on(async {
-        let lib = server::testing::open_library(lib).await.unwrap();
+        let lib = server::testing::open_live(lib).await.unwrap();
         let c = lib.live_counts().await.unwrap();
         let (_, _, dropped, _, _) = lib.counters().await.unwrap();
         (c[0] + c[1], dropped)

@@ -75,9 +75,7 @@ fn server_outage_loses_nothing_and_stores_nothing_twice() {
 
     // Every sample exactly once.
     let counts = server.rt.block_on(async {
-        let lib = server::testing::open_library(&base.join("lib"))
-            .await
-            .unwrap();
+        let lib = server::testing::open_live(&base.join("lib")).await.unwrap();
         lib.live_counts().await.unwrap()
     });
     assert_eq!(counts, [want_gpus, want_procs, 0, 0, (READINGS / 4) as i64]);

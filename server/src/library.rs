@@ -1,6 +1,6 @@
-//! The snapshot library: the database (SQLite in the data folder, or a shared PostgreSQL:
-//! `db.rs`; migrations applied at start) and the data folder's files. Only this module and `live`
-//! (the live-collection tables) talk to the database.
+//! The snapshot library, [`Library`]: the `snapshots` and `snapshot_tags` rows (through
+//! `db::Db`, beside `live::Live`, which owns the live tables) and the data folder's files, of
+//! which it is the only writer.
 //!
 //! Layout of the data folder:
 //! - `memscope.db`: the `snapshots` and `snapshot_tags` tables (`migrations/sqlite/`), unless the
@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use anyhow::Context;
 use sqlx::FromRow;
 
-use crate::db::{Db, LiveRead, instance_id};
+use crate::db::{Db, instance_id};
 use crate::with_db;
 
 pub use api::{SnapshotInfo, Tag};
@@ -122,29 +122,11 @@ macro_rules! columns {
     };
 }
 
-/// Connections the live pages' and `/metrics`' reads may hold at once.
-pub const LIVE_READ_CONNECTIONS: u32 = 3;
-
 /// The data folder and its database.
 #[derive(Debug, Clone)]
 pub struct Library {
     pub db: Db,
-    /// The live pages' and `/metrics`' reads, on connections of their own (read-only): a slow
-    /// window query can hold these, never the ones ingest, uploads and the library use
-    /// (issue 13: abandoned scrapes filled the one pool and ingest timed out).
-    pub live_reads: Db,
     dir: PathBuf,
-    /// Live-data writers of this server take turns here rather than in SQLite's busy handler,
-    /// which sleeps and retries: queued in order, a small batch waits for the batches ahead of
-    /// it, not for a back-off (p99 latency of a small batch under saturating load: 835 ms →
-    /// 37 ms, bench/README.md).
-    pub(crate) live_writer: std::sync::Arc<tokio::sync::Mutex<()>>,
-    /// A commit (files renamed into place, then the row) and a delete (the row, then the files)
-    /// of the same content touch the same files: taken one at a time, so a committed row always
-    /// has its files (issue 13, finding 6: a delete racing a re-upload left rows without files).
-    files: std::sync::Arc<tokio::sync::Mutex<()>>,
-    /// Live reads interrupted because their request went away ([`LiveRead`]; `/metrics`).
-    pub live_interrupted: std::sync::Arc<AtomicU64>,
     /// This library's folder in `tmp/` (instance and a count: one process may open a folder's
     /// library more than once, as tests do).
     tmp_name: String,
@@ -173,22 +155,8 @@ impl Drop for ModelWrite {
     }
 }
 
-/// See [`Library::files_guard`].
-struct FilesGuard<'a> {
-    _local: tokio::sync::MutexGuard<'a, ()>,
-    /// Rolled back on drop, which releases the advisory lock.
-    _shared: Option<sqlx::Transaction<'static, sqlx::Postgres>>,
-}
-
 /// Libraries opened by this process (see `tmp_name`).
 static OPENED: AtomicU64 = AtomicU64::new(0);
-
-/// Files without a row younger than this are left at start on a shared database: another
-/// server may be between renaming an upload's files into place and inserting its row.
-const ORPHAN_GRACE: std::time::Duration = std::time::Duration::from_secs(600);
-
-/// Connections to PostgreSQL for ingest, uploads and the library (live reads have their own).
-const POSTGRES_CONNECTIONS: u32 = 8;
 
 /// A snapshot's stored report: current, or written by another version (or unreadable) and to be
 /// computed again from the snapshot (`http::snapshots::report_of`).
@@ -213,46 +181,16 @@ impl Library {
             OPENED.fetch_add(1, Ordering::Relaxed)
         );
         let tmp_lock = Self::take_tmp(dir, &tmp_name)?;
-        let (db, live_reads) = match database_url {
-            None => {
-                let (pool, options) = crate::db::open_sqlite(&dir.join("memscope.db")).await?;
-                let db = Db::Sqlite(pool);
-                let reads =
-                    crate::db::live_read_pool(&db, Some(options), None, LIVE_READ_CONNECTIONS)
-                        .await?;
-                (db, reads)
-            }
-            Some(url) => {
-                let pool = crate::db::connect_postgres(url, POSTGRES_CONNECTIONS).await?;
-                // Today's partitions before the first batch (the roll-up makes the coming
-                // days' every minute); skipped while another server rolls up (it makes them).
-                crate::db::make_days(&pool, None)
-                    .await
-                    .context("cannot create the day partitions of the sample tables")?;
-                let db = Db::Postgres(pool);
-                let reads =
-                    crate::db::live_read_pool(&db, None, Some(url), LIVE_READ_CONNECTIONS).await?;
-                (db, reads)
-            }
-        };
+        let db = Db::open(dir, database_url).await?;
         let lib = Library {
             db,
-            live_reads,
             dir: dir.to_path_buf(),
-            live_writer: Default::default(),
-            files: Default::default(),
-            live_interrupted: Default::default(),
             tmp_name,
             _tmp_lock: std::sync::Arc::new(tmp_lock),
             model_writes: Default::default(),
         };
         lib.remove_orphans().await?;
         Ok(lib)
-    }
-
-    /// A connection for one request's live reads, interrupted if the request goes away.
-    pub async fn live_read(&self) -> sqlx::Result<LiveRead> {
-        self.live_reads.live_read(&self.live_interrupted).await
     }
 
     /// Makes this server's `tmp/INSTANCE/` and locks it (an exclusive lock on its `.lock`, held
@@ -321,17 +259,16 @@ impl Library {
         Ok(())
     }
 
-    /// Whether a file without a row is an orphan to remove: at once on SQLite (this server's
-    /// own folder), after [`ORPHAN_GRACE`] on a shared database.
+    /// Whether a file without a row is an orphan to remove: one older than the database's
+    /// grace ([`Db::orphan_grace`]: none on SQLite, this server's own folder).
     fn may_remove_orphan(&self, path: &Path) -> bool {
-        match self.db.backend() {
-            crate::db::Backend::Sqlite => true,
-            crate::db::Backend::Postgres => std::fs::metadata(path)
+        let grace = self.db.orphan_grace();
+        grace.is_zero()
+            || std::fs::metadata(path)
                 .and_then(|m| m.modified())
                 .ok()
                 .and_then(|t| t.elapsed().ok())
-                .is_some_and(|age| age > ORPHAN_GRACE),
-        }
+                .is_some_and(|age| age > grace)
     }
 
     pub fn tmp_path(&self, name: &str) -> PathBuf {
@@ -582,7 +519,7 @@ impl Library {
         original_tmp: &Path,
     ) -> anyhow::Result<(SnapshotInfo, bool, api::Report)> {
         let report_json = serde_json::to_string(&report)?;
-        let _files = self.files_guard(&info.id).await?;
+        let _files = self.db.files_lock(&info.id).await?;
         std::fs::rename(original_tmp, self.original_path(&info.sha256))?;
         if self.insert(info, &report_json, content_hash).await? {
             return Ok((info.clone(), true, report));
@@ -618,7 +555,7 @@ impl Library {
     }
 
     /// Puts snapshot `id`'s model file, written to `model_tmp`, in place, if its row still
-    /// stands (under the files lock: a delete in between leaves no model file behind). Returns
+    /// stands (under the files lock, `Db::files_lock`: a delete in between leaves no model file behind). Returns
     /// whether it was placed.
     pub async fn place_model(
         &self,
@@ -626,7 +563,7 @@ impl Library {
         sha256: &str,
         model_tmp: &Path,
     ) -> anyhow::Result<bool> {
-        let _files = self.files_guard(id).await?;
+        let _files = self.db.files_lock(id).await?;
         if self.get(id).await?.is_none_or(|info| info.sha256 != sha256) {
             return Ok(false);
         }
@@ -695,33 +632,10 @@ impl Library {
         Ok(done == 1)
     }
 
-    /// Held while a snapshot's files are placed or removed with its row (see `files`): this
-    /// server's lock, and on PostgreSQL an advisory lock on the snapshot's id held by a
-    /// transaction, so that servers sharing the data folder take turns too (a snapshot's id is
-    /// its content's: a re-upload of deleted bytes has the same). Dropping it releases both.
-    async fn files_guard(&self, id: &str) -> sqlx::Result<FilesGuard<'_>> {
-        let local = self.files.lock().await;
-        let shared = match &self.db {
-            Db::Sqlite(_) => None,
-            Db::Postgres(pool) => {
-                let mut tx = pool.begin().await?;
-                sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
-                    .bind(id)
-                    .execute(&mut *tx)
-                    .await?;
-                Some(tx)
-            }
-        };
-        Ok(FilesGuard {
-            _local: local,
-            _shared: shared,
-        })
-    }
-
     /// Stores a first view of snapshot `id` (`crate::views`), unless the snapshot was deleted
     /// meanwhile (under the files lock, so a delete never leaves a views folder behind).
     pub async fn store_view(&self, id: &str, key: &str, answer: Vec<u8>) -> anyhow::Result<()> {
-        let _files = self.files_guard(id).await?;
+        let _files = self.db.files_lock(id).await?;
         let Some(info) = self.get(id).await? else {
             return Ok(());
         };
@@ -733,7 +647,7 @@ impl Library {
     /// Removes a snapshot: the row first (it disappears at once), then its files; never while a
     /// commit is placing files.
     pub async fn delete(&self, id: &str) -> sqlx::Result<bool> {
-        let _files = self.files_guard(id).await?;
+        let _files = self.db.files_lock(id).await?;
         let sha: Option<String> = with_db!(&self.db, |p| sqlx::query_scalar(
             "DELETE FROM snapshots WHERE id = $1 RETURNING sha256"
         )

@@ -73,7 +73,7 @@ async fn roll_up_forever(state: AppState) {
     loop {
         tick.tick().await;
         let now = crate::now_ms();
-        match state.library.roll_up(now - raw_ms, now - rollup_ms).await {
+        match state.live.roll_up(now - raw_ms, now - rollup_ms).await {
             Ok(r) if r.rolled_rows + r.expired_rows > 0 => {
                 tracing::info!(
                     rolled = r.rolled_rows,

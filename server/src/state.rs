@@ -4,11 +4,15 @@ use std::sync::Arc;
 
 use crate::config::ServeArgs;
 use crate::library::Library;
+use crate::live::Live;
 use crate::models::Models;
 
 #[derive(Debug, Clone)]
 pub struct AppState {
+    /// The snapshot library: its rows and the data folder's files.
     pub library: Library,
+    /// The live-collection tables, beside the library over the same database.
+    pub live: Live,
     pub models: Arc<Models>,
     pub config: Arc<ServeArgs>,
     /// Who may read and change what (`http::access`).
@@ -17,8 +21,6 @@ pub struct AppState {
     pub index_slots: Arc<tokio::sync::Semaphore>,
     /// Progress of uploads in flight, by the token the client chose.
     pub uploads: Arc<std::sync::Mutex<std::collections::HashMap<String, Arc<UploadProgress>>>>,
-    /// Says "new live data from this host" to the live pages' event streams.
-    pub live: tokio::sync::broadcast::Sender<api::LiveNotice>,
     /// Set when the server is shutting down, so long-lived event streams end.
     pub shutdown: Arc<tokio::sync::watch::Sender<bool>>,
     /// Engine work on blocking threads now, and how much stopped early (`/metrics`).
@@ -50,17 +52,9 @@ impl AppState {
     pub async fn open(config: ServeArgs) -> anyhow::Result<AppState> {
         let access = Arc::new(config.access()?);
         let library = Library::open(&config.data_dir, config.database_url.as_deref()).await?;
-        let live = tokio::sync::broadcast::channel(256).0;
         let shutdown = Arc::new(tokio::sync::watch::channel(false).0);
-        // Every server's batches into this one's live stream (PostgreSQL only), listening
-        // before the first request can store one.
-        if let Some(listener) = library.listen_live().await? {
-            tokio::spawn(crate::live::notices::forward(
-                listener,
-                live.clone(),
-                shutdown.subscribe(),
-            ));
-        }
+        // Listening to every server's batches before the first request can store one.
+        let live = Live::open(library.db.clone(), shutdown.subscribe()).await?;
         Ok(AppState {
             access,
             library,

@@ -18,10 +18,8 @@ pub const TEST_DATABASE_URL: &str = "MEMSCOPE_TEST_DATABASE_URL";
 
 /// The backend test servers run on in this process.
 pub fn backend() -> Backend {
-    match std::env::var(TEST_DATABASE_URL) {
-        Ok(u) if !u.is_empty() => Backend::Postgres,
-        _ => Backend::Sqlite,
-    }
+    let url = std::env::var(TEST_DATABASE_URL).ok();
+    Backend::of_url(url.as_deref().filter(|u| !u.is_empty()))
 }
 
 /// Settings for a test server on `data_dir`, on the backend of this run (see the module docs).
@@ -72,8 +70,9 @@ fn psql(url: &str, sql: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// The library of a test data folder, on the backend of this run (for looking at what a test
-/// server stored).
-pub async fn open_library(data_dir: &Path) -> anyhow::Result<crate::library::Library> {
-    crate::library::Library::open(data_dir, database_for(data_dir).as_deref()).await
+/// The live tables of a test data folder, on the backend of this run (for looking at what a test
+/// server stored; it hears no other server's notices).
+pub async fn open_live(data_dir: &Path) -> anyhow::Result<crate::live::Live> {
+    let db = crate::db::Db::open(data_dir, database_for(data_dir).as_deref()).await?;
+    crate::live::Live::open(db, tokio::sync::watch::channel(false).1).await
 }

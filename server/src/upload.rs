@@ -205,13 +205,13 @@ impl std::io::Read for ChannelReader {
 /// The device total of a snapshot tagged with a host (and pid) the collectors report on; a
 /// failed lookup only costs the verdict its certainty, so it is logged, not raised.
 async fn collector_device_total(
-    lib: &crate::library::Library,
+    live: &crate::live::Live,
     tags: &[Tag],
 ) -> Option<api::DeviceTotal> {
     let tag = |k: &str| tags.iter().find(|t| t.key == k).map(|t| t.value.as_str());
     let host = tag("host")?;
     let pid = tag("pid").and_then(|p| p.parse().ok());
-    match lib.nvml_device_total(host, pid).await {
+    match live.nvml_device_total(host, pid).await {
         Ok(found) => found.map(|(total_bytes, detail)| api::DeviceTotal {
             total_bytes,
             source: api::DeviceTotalSource::Collector,
@@ -300,7 +300,7 @@ async fn upload_task(
             source: api::DeviceTotalSource::Upload,
             detail: None,
         }),
-        None => collector_device_total(lib, &tags).await,
+        None => collector_device_total(&state.live, &tags).await,
     };
     let options = snapshot::analysis::Options {
         device_total_bytes: device_total.as_ref().map(|t| t.total_bytes),

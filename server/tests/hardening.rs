@@ -491,7 +491,7 @@ async fn a_fresh_spool_is_stored_and_a_changed_batch_is_a_conflict() {
     changed_v1.version = 1;
     let (st, _) = call(&s, post(&changed_v1)).await;
     assert_eq!(st, StatusCode::CONFLICT);
-    let counts = s.library.live_counts().await.unwrap();
+    let counts = s.live.live_counts().await.unwrap();
     assert_eq!(
         (counts[3], counts[4]),
         (3, 3),
@@ -612,7 +612,7 @@ async fn a_collector_cannot_speak_for_another_host_or_its_gpus() {
     let (st, _) = call(&s, post("other", &forged)).await;
     assert_eq!(st, StatusCode::FORBIDDEN);
     // Nothing of it stored; gpu7's GPU still gpu7's.
-    let counts = s.library.live_counts().await.unwrap();
+    let counts = s.live.live_counts().await.unwrap();
     assert_eq!((counts[0], counts[3], counts[4]), (2, 0, 2));
     let owner: String = server::with_db!(&s.library.db, |p| sqlx::query_scalar(
         "SELECT host FROM gpus WHERE uuid = 'GPU-seven'"
@@ -713,8 +713,8 @@ async fn slow_live_queries_cannot_starve_ingest_or_the_library() {
     use std::time::Duration;
     let s = state("pools").await;
     let mut held = Vec::new();
-    for _ in 0..server::library::LIVE_READ_CONNECTIONS {
-        held.push(s.library.live_read().await.unwrap());
+    for _ in 0..server::db::LIVE_READ_CONNECTIONS {
+        held.push(s.library.db.live_read().await.unwrap());
     }
     let fleet = Request::get(api::routes::live_fleet())
         .body(Body::empty())
@@ -760,11 +760,11 @@ async fn a_live_query_whose_request_went_away_is_interrupted() {
     const FOREVER: &str = "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r \
                            WHERE x < 1000000000) SELECT count(*) FROM r";
     let s = state("interrupt").await;
-    let rounds = server::library::LIVE_READ_CONNECTIONS as u64 + 1;
+    let rounds = server::db::LIVE_READ_CONNECTIONS as u64 + 1;
     for round in 1..=rounds {
         let lib = s.library.clone();
         let request = async move {
-            let mut c = lib.live_read().await?;
+            let mut c = lib.db.live_read().await?;
             server::with_live!(c, |conn| sqlx::query_scalar::<_, i64>(FOREVER)
                 .fetch_one(&mut *conn)
                 .await)
@@ -777,7 +777,7 @@ async fn a_live_query_whose_request_went_away_is_interrupted() {
         );
         // The request is gone; its statement stops at the next progress check.
         let deadline = Instant::now() + Duration::from_secs(5);
-        while s.library.live_interrupted.load(Ordering::Relaxed) < round {
+        while s.live.reads_interrupted() < round {
             assert!(
                 Instant::now() < deadline,
                 "round {round}: never interrupted"
@@ -786,7 +786,7 @@ async fn a_live_query_whose_request_went_away_is_interrupted() {
         }
     }
     // On PostgreSQL the statements ran in the server: none of them may still be running there.
-    if let server::db::Db::Postgres(pool) = &s.library.db {
+    if let Some(pool) = s.library.db.as_postgres() {
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
             let running: i64 = sqlx::query_scalar(
@@ -810,8 +810,8 @@ async fn a_live_query_whose_request_went_away_is_interrupted() {
     // handler from the request that went away).
     let started = Instant::now();
     let mut held = Vec::new();
-    for _ in 0..server::library::LIVE_READ_CONNECTIONS {
-        let mut c = s.library.live_read().await.unwrap();
+    for _ in 0..server::db::LIVE_READ_CONNECTIONS {
+        let mut c = s.library.db.live_read().await.unwrap();
         let n: i64 = server::with_live!(c, |conn| sqlx::query_scalar(
             "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r WHERE x < 100000) \
              SELECT count(*) FROM r",
@@ -829,5 +829,5 @@ async fn a_live_query_whose_request_went_away_is_interrupted() {
         .unwrap();
     let (st, _) = call(&s, fleet).await;
     assert_eq!(st, StatusCode::OK);
-    assert_eq!(s.library.live_interrupted.load(Ordering::Relaxed), rounds);
+    assert_eq!(s.live.reads_interrupted(), rounds);
 }

@@ -105,7 +105,7 @@ async fn batches_are_stored_once_and_only_with_the_right_token() {
         assert_eq!(st, StatusCode::UNAUTHORIZED, "{token:?}: {err}");
         assert!(err["error"].as_str().unwrap().len() > 10);
     }
-    assert_eq!(s.library.live_counts().await.unwrap(), [0, 0, 0, 0, 0]);
+    assert_eq!(s.live.live_counts().await.unwrap(), [0, 0, 0, 0, 0]);
 
     // The right token, gzip-compressed: stored.
     let (st, ack) = post(&s, Some("s3cret"), gz(&json), true).await;
@@ -114,7 +114,7 @@ async fn batches_are_stored_once_and_only_with_the_right_token() {
         ack,
         serde_json::json!({"seq": 1, "duplicate": false, "stored": rows})
     );
-    let counts = s.library.live_counts().await.unwrap();
+    let counts = s.live.live_counts().await.unwrap();
     assert_eq!(counts, [84, batch.processes.len() as i64, 0, 0, 1]);
 
     // The same batch again (a resend after a lost acknowledgement): acknowledged, not stored twice.
@@ -124,7 +124,7 @@ async fn batches_are_stored_once_and_only_with_the_right_token() {
         ack,
         serde_json::json!({"seq": 1, "duplicate": true, "stored": 0})
     );
-    assert_eq!(s.library.live_counts().await.unwrap(), counts);
+    assert_eq!(s.live.live_counts().await.unwrap(), counts);
 
     // The next batch is stored.
     let (st, ack) = post(
@@ -138,7 +138,7 @@ async fn batches_are_stored_once_and_only_with_the_right_token() {
         (st, ack["duplicate"].as_bool()),
         (StatusCode::OK, Some(false))
     );
-    assert_eq!(s.library.live_counts().await.unwrap()[0], 168);
+    assert_eq!(s.live.live_counts().await.unwrap()[0], 168);
 }
 
 #[tokio::test]
@@ -181,7 +181,7 @@ async fn malformed_batches_are_refused() {
     )
     .await;
     assert_eq!(st, StatusCode::BAD_REQUEST);
-    assert_eq!(s.library.live_counts().await.unwrap(), [0, 0, 0, 0, 0]);
+    assert_eq!(s.live.live_counts().await.unwrap(), [0, 0, 0, 0, 0]);
 }
 
 #[tokio::test]
@@ -330,7 +330,7 @@ async fn prometheus_metrics_follow_the_conventions() {
     );
     // Counters only grow: pruning the batch log (retention) leaves the totals as they were; the
     // latest readings go with the raw samples they stand for.
-    s.library.roll_up(i64::MAX / 2, i64::MAX / 2).await.unwrap();
+    s.live.roll_up(i64::MAX / 2, i64::MAX / 2).await.unwrap();
     let text = scrape().await;
     assert!(text.contains("memscope_ingest_batches_total 2"), "{text}");
     assert!(

@@ -176,12 +176,12 @@ async fn roll_ups_keep_min_max_mean_and_the_pages_still_draw_from_them() {
     let (nvml, agent) = scenario(t0);
     ingest(&s, &nvml).await;
     ingest(&s, &agent).await;
-    let before = s.library.live_counts().await.unwrap();
+    let before = s.live.live_counts().await.unwrap();
 
     // Roll up the first minute (60 readings): 60 GPU rows, 120 process rows, 60 allocator rows.
-    let r = s.library.roll_up(t0 + 60_000, 0).await.unwrap();
+    let r = s.live.roll_up(t0 + 60_000, 0).await.unwrap();
     assert_eq!(r.rolled_rows, 60 + 120 + 60);
-    let after = s.library.live_counts().await.unwrap();
+    let after = s.live.live_counts().await.unwrap();
     assert_eq!(after[0], before[0] - 60);
     let (n, min, max, mean): (i64, i64, i64, i64) = server::with_db!(&s.library.db, |p| sqlx::query_as(
         "SELECT n, allocated_min_bytes, allocated_max_bytes, allocated_mean_bytes FROM allocator_samples_1m",
@@ -197,7 +197,7 @@ async fn roll_ups_keep_min_max_mean_and_the_pages_still_draw_from_them() {
     late.allocator
         .push(alloc(t0 + 30_500, 30, GIB - MIB, 2 * GIB));
     ingest(&s, &late).await;
-    s.library.roll_up(t0 + 60_000, 0).await.unwrap();
+    s.live.roll_up(t0 + 60_000, 0).await.unwrap();
     let (n, min): (i64, i64) = server::with_db!(&s.library.db, |p| sqlx::query_as(
         "SELECT n, allocated_min_bytes FROM allocator_samples_1m"
     )
@@ -230,9 +230,9 @@ async fn roll_ups_keep_min_max_mean_and_the_pages_still_draw_from_them() {
     );
 
     // Past the roll-up retention everything goes.
-    let r = s.library.roll_up(now_ms(), now_ms()).await.unwrap();
+    let r = s.live.roll_up(now_ms(), now_ms()).await.unwrap();
     assert!(r.expired_rows > 0);
-    assert_eq!(s.library.live_counts().await.unwrap(), [0, 0, 0, 0, 0]);
+    assert_eq!(s.live.live_counts().await.unwrap(), [0, 0, 0, 0, 0]);
 }
 
 #[tokio::test]
@@ -422,7 +422,7 @@ async fn packed_days_answer_as_their_one_minute_rows_did() {
 
     // Rolled up to one-minute rows; the day is not over for the roll-up (its cut is 23:30).
     let r = s
-        .library
+        .live
         .roll_up(day + 23 * 3_600_000 + 1_800_000, 0)
         .await
         .unwrap();
@@ -431,11 +431,7 @@ async fn packed_days_answer_as_their_one_minute_rows_did() {
     let minutes_before = gpu_minutes(&s).await;
 
     // The day is over: packed, one row per series (GPU; processes 100 and 200; the agent).
-    let r = s
-        .library
-        .roll_up(day + DAY_MS + 3_600_000, 0)
-        .await
-        .unwrap();
+    let r = s.live.roll_up(day + DAY_MS + 3_600_000, 0).await.unwrap();
     assert_eq!(r.rolled_rows, 0);
     assert!(r.packed_rows > 300, "{r:?}");
     assert_eq!(r.packed_series_days, 4, "{r:?}");
@@ -472,11 +468,7 @@ async fn packed_days_answer_as_their_one_minute_rows_did() {
         two_hours(day, 2, 20 * 3_600_000 + 30_007, 21 * 3_600_000 + 900_000);
     assert_eq!(ingest(&s, &late_nvml).await, StatusCode::OK);
     assert_eq!(ingest(&s, &late_agent).await, StatusCode::OK);
-    let r = s
-        .library
-        .roll_up(day + DAY_MS + 3_600_000, 0)
-        .await
-        .unwrap();
+    let r = s.live.roll_up(day + DAY_MS + 3_600_000, 0).await.unwrap();
     assert!(r.rolled_rows > 0 && r.packed_rows > 0, "{r:?}");
     assert_eq!(r.packed_series_days, 4, "merged into the same rows: {r:?}");
     assert_eq!(
@@ -489,7 +481,7 @@ async fn packed_days_answer_as_their_one_minute_rows_did() {
         assert_eq!(ingest(&other, b).await, StatusCode::OK);
     }
     other
-        .library
+        .live
         .roll_up(day + 23 * 3_600_000 + 1_800_000, 0)
         .await
         .unwrap();
@@ -503,7 +495,7 @@ async fn packed_days_answer_as_their_one_minute_rows_did() {
 
     // Retention drops a packed day once all of it is past.
     let r = s
-        .library
+        .live
         .roll_up(day + DAY_MS + 3_600_000, day + DAY_MS - 1)
         .await
         .unwrap();
@@ -512,7 +504,7 @@ async fn packed_days_answer_as_their_one_minute_rows_did() {
         1,
         "{r:?}"
     );
-    s.library
+    s.live
         .roll_up(day + DAY_MS + 3_600_000, day + DAY_MS)
         .await
         .unwrap();

@@ -374,7 +374,7 @@ async fn live_pages_over_a_fleet_history() {
     })
     .await
     .unwrap();
-    let server::db::Db::Postgres(pool) = &s.library.db else {
+    let Some(pool) = s.library.db.as_postgres() else {
         panic!("a PostgreSQL benchmark")
     };
 
@@ -517,7 +517,7 @@ async fn live_pages_over_a_fleet_history() {
                     });
                 }
             }
-            raw += s.library.ingest_batch(&b, &host).await.unwrap().stored;
+            raw += s.live.ingest_batch(&b, &host).await.unwrap().stored;
         }
         chunk += 100_000;
     }
@@ -551,7 +551,7 @@ async fn live_pages_over_a_fleet_history() {
 
     // Yesterday is over: the roll-up packs it (nothing is past the 30-day retention).
     let t = Instant::now();
-    let r = s.library.roll_up(raw_from, history_from).await.unwrap();
+    let r = s.live.roll_up(raw_from, history_from).await.unwrap();
     println!(
         "roll-up packing yesterday: {} one-minute rows into {} series-days in {:.1} s ({r:?})",
         r.packed_rows,

@@ -18,7 +18,7 @@ use pg::{Cluster, root};
 
 /// Applies `migrations/postgres/` the way a server does at start.
 async fn migrate(pg: &Cluster) {
-    server::db::connect_postgres(&pg.url, 2)
+    server::db::Db::open(std::path::Path::new("."), Some(&pg.url))
         .await
         .unwrap()
         .close()
@@ -145,7 +145,9 @@ async fn servers_starting_together_apply_the_migrations_once() {
     let starts: Vec<_> = (0..4)
         .map(|_| {
             let url = pg.url.clone();
-            tokio::spawn(async move { server::db::connect_postgres(&url, 2).await })
+            tokio::spawn(async move {
+                server::db::Db::open(std::path::Path::new("."), Some(&url)).await
+            })
         })
         .collect();
     for s in starts {
@@ -167,9 +169,12 @@ async fn servers_starting_together_apply_the_migrations_once() {
     );
     assert_eq!(pg.sql("SELECT rows FROM ingest_totals"), vec!["0"]);
     // A wrong address is an error that names it, without the password.
-    let e = server::db::connect_postgres("postgres://memscope:s3cret@127.0.0.1:1/memscope", 1)
-        .await
-        .unwrap_err();
+    let e = server::db::Db::open(
+        std::path::Path::new("."),
+        Some("postgres://memscope:s3cret@127.0.0.1:1/memscope"),
+    )
+    .await
+    .unwrap_err();
     let text = format!("{e:#}");
     assert!(
         text.contains("127.0.0.1:1") && !text.contains("s3cret"),

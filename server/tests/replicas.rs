@@ -290,12 +290,11 @@ fn two_servers_share_one_truth_and_one_can_die_mid_ingest() {
 async fn roll_up_runs_on_one_server_at_a_time() {
     let pg = Cluster::start("rollup-lock");
     let data = data_dir("rollup");
-    let one = server::library::Library::open(&data, Some(&pg.url))
-        .await
-        .unwrap();
-    let two = server::library::Library::open(&data, Some(&pg.url))
-        .await
-        .unwrap();
+    let (_stop, stopped) = tokio::sync::watch::channel(false);
+    let live = |db| server::live::Live::open(db, stopped.clone());
+    let db = || server::db::Db::open(&data, Some(&pg.url));
+    let one = live(db().await.unwrap()).await.unwrap();
+    let two = live(db().await.unwrap()).await.unwrap();
     // Opening made today's day partitions, so the first batch does not land in a DEFAULT one.
     assert_eq!(
         pg.sql(

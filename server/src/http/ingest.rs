@@ -102,16 +102,6 @@ async fn ingest_batch(
             batch.collector
         )));
     }
-    let ack = s.library.ingest_batch(&batch, &collector).await?;
-    // On PostgreSQL every server hears of the batch from the database (`live/notices.rs`).
-    if !ack.duplicate && s.library.db.backend() == crate::db::Backend::Sqlite {
-        // Nobody listening is fine.
-        let _ = s.live.send(api::LiveNotice {
-            host: batch.host.clone(),
-            time_ms: crate::now_ms(),
-            rows: ack.stored,
-            events: batch.events.len(),
-        });
-    }
+    let ack = s.live.ingest_batch(&batch, &collector).await?;
     Ok(Json(ack))
 }

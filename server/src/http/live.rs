@@ -35,7 +35,9 @@ fn window(q: &api::WindowQuery) -> Window {
 
 async fn fleet(State(s): State<AppState>) -> ApiResult<Json<api::Fleet>> {
     let names = s.config.collector_names();
-    Ok(Json(s.library.fleet_page(now_ms(), names).await?))
+    Ok(Json(
+        crate::live::pages::fleet_page(&s.live, now_ms(), names).await?,
+    ))
 }
 
 async fn gpu(
@@ -43,8 +45,7 @@ async fn gpu(
     Path(uuid): Path<String>,
     ApiQuery(q): ApiQuery<api::WindowQuery>,
 ) -> ApiResult<Json<api::GpuPage>> {
-    s.library
-        .gpu_page(&uuid, &window(&q))
+    crate::live::pages::gpu_page(&s.live, &uuid, &window(&q))
         .await?
         .map(Json)
         .ok_or_else(|| ApiError::Missing(format!("no GPU {uuid} has reported to this server")))
@@ -55,8 +56,7 @@ async fn process(
     Path((host, pid)): Path<(String, i64)>,
     ApiQuery(q): ApiQuery<api::WindowQuery>,
 ) -> ApiResult<Json<api::ProcessPage>> {
-    s.library
-        .process_page(&host, pid, q.start_time_ms, &window(&q))
+    crate::live::pages::process_page(&s.live, &host, pid, q.start_time_ms, &window(&q))
         .await?
         .map(Json)
         .ok_or_else(|| ApiError::Missing(format!("no process {pid} on {host} has reported")))

@@ -26,9 +26,9 @@ async fn metrics(State(s): State<AppState>) -> ApiResult<Response> {
             .replace('"', "\\\"")
             .replace('\n', "\\n")
     }
-    let lib = &s.library;
+    let live = &s.live;
     let mut o = String::new();
-    let gpus = lib.latest_gpu_readings().await?;
+    let gpus = live.latest_gpu_readings().await?;
     type GpuField = fn(&crate::live::GpuLatest) -> Option<i64>;
     let gauges: [(&str, &str, GpuField); 3] = [
         (
@@ -61,7 +61,7 @@ async fn metrics(State(s): State<AppState>) -> ApiResult<Response> {
             }
         }
     }
-    let alloc = lib.latest_allocator_by_device().await?;
+    let alloc = live.latest_allocator_by_device().await?;
     type DeviceField = fn(&crate::live::DeviceAllocator) -> i64;
     let series: [(&str, &str, &str, DeviceField); 4] = [
         (
@@ -101,7 +101,7 @@ async fn metrics(State(s): State<AppState>) -> ApiResult<Response> {
             );
         }
     }
-    let (batches, rows, dropped, snapshots, events) = lib.counters().await?;
+    let (batches, rows, dropped, snapshots, events) = live.counters().await?;
     let _ = writeln!(
         o,
         "# HELP memscope_ingest_batches_total Collector batches stored.\n# TYPE memscope_ingest_batches_total counter\nmemscope_ingest_batches_total {batches}"
@@ -127,7 +127,7 @@ async fn metrics(State(s): State<AppState>) -> ApiResult<Response> {
     }
     let running = s.engine.running.load(Ordering::Relaxed);
     let cancelled = s.engine.cancelled_total.load(Ordering::Relaxed);
-    let interrupted = lib.live_interrupted.load(Ordering::Relaxed);
+    let interrupted = live.reads_interrupted();
     let _ = writeln!(
         o,
         "# HELP memscope_engine_queries_running Snapshot analyses running for requests now.\n# TYPE memscope_engine_queries_running gauge\nmemscope_engine_queries_running {running}"

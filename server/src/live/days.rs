@@ -15,8 +15,6 @@
 //!   samples), and deletes the rows it packed, in the caller's transaction.
 //! - [`bucket_maxima`] reads a packed day back into a window's buckets (`queries`).
 
-use std::collections::HashMap;
-
 use super::series::Window;
 
 /// A day in milliseconds (UTC days: the same days as PostgreSQL's partitions).
@@ -432,19 +430,19 @@ pub fn merge(table: &Table, into: &mut SeriesDay, late: SeriesDay) {
 }
 
 /// The SQL a table's packing needs, built once per call from its description.
-struct Statements {
+pub(crate) struct Statements {
     /// The one-minute rows older than $1, sorted by series and minute.
-    rows: String,
+    pub(crate) rows: String,
     /// Whether day $1 has packed rows.
-    any_packed: String,
+    pub(crate) any_packed: String,
     /// A series-day's packed row: key columns $1.., day last.
-    find: String,
-    delete: String,
-    insert: String,
+    pub(crate) find: String,
+    pub(crate) delete: String,
+    pub(crate) insert: String,
 }
 
 impl Table {
-    fn statements(&self) -> Statements {
+    pub(crate) fn statements(&self) -> Statements {
         let key: Vec<&str> = self.key.iter().map(|k| k.0).collect();
         let fields: Vec<&str> = self.fields.iter().map(|f| f.0).collect();
         let attr: Vec<&str> = self.attr.into_iter().collect();
@@ -559,10 +557,13 @@ macro_rules! write_days {
                 }
             };
             if known {
-                let old = bind_key!(sqlx::query(sqlx::AssertSqlSafe($st.find.clone())), &day.key)
-                    .bind(day.day_ms)
-                    .fetch_optional(&mut *$conn)
-                    .await?;
+                let old = $crate::live::days::bind_key!(
+                    sqlx::query(sqlx::AssertSqlSafe($st.find.clone())),
+                    &day.key
+                )
+                .bind(day.day_ms)
+                .fetch_optional(&mut *$conn)
+                .await?;
                 if let Some(old) = old {
                     let skip = usize::from($table.attr.is_some());
                     let attr = match $table.attr {
@@ -577,7 +578,7 @@ macro_rules! write_days {
                         SeriesDay::unpack(day.key.clone(), day.day_ms, attr, &minutes, &columns)?;
                     merge($table, &mut packed, day);
                     day = packed;
-                    bind_key!(
+                    $crate::live::days::bind_key!(
                         sqlx::query(sqlx::AssertSqlSafe($st.delete.clone())),
                         &day.key
                     )
@@ -587,7 +588,7 @@ macro_rules! write_days {
                 }
             }
             let (minutes, columns) = day.pack();
-            let mut q = bind_key!(
+            let mut q = $crate::live::days::bind_key!(
                 sqlx::query(sqlx::AssertSqlSafe($st.insert.clone())),
                 &day.key
             );
@@ -614,160 +615,53 @@ pub struct Packed {
     pub series_days: u64,
 }
 
-/// One-minute rows read per step of PostgreSQL's cursor.
-const CURSOR_ROWS: i64 = 50_000;
-
-/// Packs every one-minute row of `table` of a day that ends at or before `before_ms` (a day's
-/// start) into its series-day, and deletes them: SQLite, in the caller's transaction.
-pub async fn pack_days_sqlite(
-    conn: &mut sqlx::SqliteConnection,
-    table: &Table,
-    before_ms: i64,
-) -> sqlx::Result<Packed> {
-    let st = table.statements();
-    let mut packer = Packer::new(table);
-    let rows = sqlx::query(sqlx::AssertSqlSafe(st.rows.clone()))
-        .bind(before_ms)
-        .fetch_all(&mut *conn)
-        .await?;
-    let count = rows.len() as u64;
-    for row in rows {
-        push_row!(packer, table, row);
-    }
-    packer.finish();
-    let mut has_packed = HashMap::new();
-    let series_days = write_days!(conn, table, st, packer.done.drain(..), has_packed);
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "DELETE FROM {} WHERE minute_ms < $1",
-        table.rolled
-    )))
-    .bind(before_ms)
-    .execute(&mut *conn)
-    .await?;
-    Ok(Packed {
-        rows: count,
-        series_days,
-    })
-}
-
-/// PostgreSQL: as [`pack_days_sqlite`], reading through a cursor (a closed day of a fleet is
-/// millions of rows) and emptying each packed day's partition with `TRUNCATE` (the rows of days
-/// without one are deleted from the DEFAULT partition).
-pub async fn pack_days_postgres(
-    conn: &mut sqlx::PgConnection,
-    table: &Table,
-    before_ms: i64,
-) -> sqlx::Result<Packed> {
-    let st = table.statements();
-    let mut packer = Packer::new(table);
-    // The sort of a closed day's rows spills to disk with the default 4 MB.
-    sqlx::query("SET LOCAL work_mem = '64MB'")
-        .execute(&mut *conn)
-        .await?;
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "DECLARE memscope_packing NO SCROLL CURSOR FOR {}",
-        st.rows.replace("$1", &before_ms.to_string())
-    )))
-    .execute(&mut *conn)
-    .await?;
-    let (mut count, mut series_days) = (0u64, 0u64);
-    let mut has_packed = HashMap::new();
-    let mut days = std::collections::BTreeSet::new();
-    loop {
-        // Not a prepared statement: the cursor's columns are the table's, and a FETCH's text is
-        // the same for every table.
-        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "FETCH {CURSOR_ROWS} FROM memscope_packing"
-        )))
-        .persistent(false)
-        .fetch_all(&mut *conn)
-        .await?;
-        let last = (rows.len() as i64) < CURSOR_ROWS;
-        count += rows.len() as u64;
-        for row in rows {
-            push_row!(packer, table, row);
+/// Packs every one-minute row of `$table` of a day that ends at or before `$before_ms` (a day's
+/// start) into its series-day, and retires the rows read (`Conn::retire_rolled_days`): `$conn`
+/// a connection of either backend in the caller's transaction. Rows are read in steps
+/// (`Conn::next_rows`), and each step's finished days written before the next is read.
+macro_rules! pack_days {
+    ($conn:expr, $table:expr, $before_ms:expr) => {{
+        use $crate::db::Conn as _;
+        use $crate::live::days::*;
+        let (table, before_ms): (&Table, i64) = ($table, $before_ms);
+        let st = table.statements();
+        let mut packer = Packer::new(table);
+        let mut steps = $crate::db::RowSteps::new(st.rows.clone(), before_ms);
+        let (mut rows_read, mut series_days) = (0u64, 0u64);
+        let mut has_packed = std::collections::HashMap::new();
+        let mut days = std::collections::BTreeSet::new();
+        loop {
+            let rows = $conn.next_rows(&mut steps).await?;
+            let last = rows.is_empty();
+            rows_read += rows.len() as u64;
+            for row in rows {
+                $crate::live::days::push_row!(packer, table, row);
+            }
+            if last {
+                packer.finish();
+            }
+            days.extend(packer.done.iter().map(|d| d.day_ms));
+            series_days += $crate::live::days::write_days!(
+                $conn,
+                table,
+                st,
+                packer.done.drain(..),
+                has_packed
+            );
+            if last {
+                break;
+            }
         }
-        if last {
-            packer.finish();
-        }
-        days.extend(packer.done.iter().map(|d| d.day_ms));
-        series_days += write_days!(conn, table, st, packer.done.drain(..), has_packed);
-        if last {
-            break;
-        }
-    }
-    sqlx::query("CLOSE memscope_packing")
-        .execute(&mut *conn)
-        .await?;
-    for day_ms in days {
-        let part = format!("{}_d{}", table.rolled, day_name(day_ms));
-        let exists: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
-            .bind(&part)
-            .fetch_one(&mut *conn)
+        $conn
+            .retire_rolled_days(table.rolled, &days, before_ms)
             .await?;
-        if exists {
-            sqlx::query(sqlx::AssertSqlSafe(format!("TRUNCATE {part}")))
-                .execute(&mut *conn)
-                .await?;
+        Packed {
+            rows: rows_read,
+            series_days,
         }
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "DELETE FROM {} WHERE minute_ms >= $1 AND minute_ms < $2",
-            table.rolled
-        )))
-        .bind(day_ms)
-        .bind(day_ms + DAY_MS)
-        .execute(&mut *conn)
-        .await?;
-    }
-    Ok(Packed {
-        rows: count,
-        series_days,
-    })
+    }};
 }
-
-/// A UTC day as its partitions name it: `YYYYMMDD`.
-fn day_name(day_ms: i64) -> String {
-    // Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
-    let z = day_ms.div_euclid(DAY_MS) + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}{m:02}{d:02}")
-}
-
-/// Packing on either backend's connection (the roll-up's code is written once for both).
-pub trait PackDays {
-    fn pack_days(
-        &mut self,
-        table: &Table,
-        before_ms: i64,
-    ) -> impl std::future::Future<Output = sqlx::Result<Packed>> + Send;
-}
-
-impl PackDays for sqlx::SqliteConnection {
-    fn pack_days(
-        &mut self,
-        table: &Table,
-        before_ms: i64,
-    ) -> impl std::future::Future<Output = sqlx::Result<Packed>> + Send {
-        pack_days_sqlite(self, table, before_ms)
-    }
-}
-
-impl PackDays for sqlx::PgConnection {
-    fn pack_days(
-        &mut self,
-        table: &Table,
-        before_ms: i64,
-    ) -> impl std::future::Future<Output = sqlx::Result<Packed>> + Send {
-        pack_days_postgres(self, table, before_ms)
-    }
-}
+pub(crate) use {bind_key, pack_days, push_row, write_days};
 
 #[cfg(test)]
 mod tests {
@@ -808,9 +702,6 @@ mod tests {
             unpack_minutes(&[FORMAT, 0xa1, 0x0b]).is_err(),
             "minute 1440"
         );
-        assert_eq!(day_name(0), "19700101");
-        assert_eq!(day_name(20_000 * DAY_MS + 5), "20241004");
-        assert_eq!(day_name(-DAY_MS), "19691231");
     }
 
     fn day(minutes: &[i64], cols: &[&[Option<i64>]]) -> SeriesDay {

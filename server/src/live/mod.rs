@@ -1,19 +1,19 @@
 //! The live-collection tables (`migrations/sqlite/0002_live.sql`, `0003_live_rollups.sql`,
-//! `0004_hosts_processes.sql`, `0007_latest.sql`, `0008_spool_id.sql`). With `library`, the only
-//! module that talks to the database.
+//! `0004_hosts_processes.sql`, `0007_latest.sql`, `0008_spool_id.sql`) and their owner, [`Live`]:
+//! beside `library::Library` over the same `db::Db`, each the only writer of its own tables.
 //!
 //! - `store`: a collector batch stored idempotently (once per `(collector, spool_id, seq)`; the
-//!   same key with other content is a conflict).
+//!   same key with other content is a conflict), its notice published.
 //! - `queries`: the tables read back as rows (latest readings, windows, events, counters).
 //! - `series`: windows, bucket alignment, the outside-PyTorch series and the leak signal (pure).
-//! - `pages`: the live pages' answers (`api` types) shaped from the rows.
+//! - `pages`: the live pages' answers (`api` types) shaped from the rows, functions over `&Live`.
 //! - `rollup`: raw samples into one-minute rows, and retention.
 //! - `days`: the one-minute rows of days over, packed one row per series and day.
-//! - `notices`: batches announced to every server's live stream (PostgreSQL's LISTEN/NOTIFY).
+//! - `notices`: batches announced to every server's live stream.
 
 pub mod days;
 pub mod notices;
-mod pages;
+pub mod pages;
 mod queries;
 mod rollup;
 mod series;
@@ -22,4 +22,4 @@ mod store;
 pub use queries::{DeviceAllocator, GpuLatest};
 pub use rollup::RollUp;
 pub use series::{LEAK_MIN_STEPS, Window, align, leak_signal, outside};
-pub use store::IngestError;
+pub use store::{IngestError, Live};

@@ -7,8 +7,8 @@ use sqlx::FromRow;
 
 use super::days::{DAY_MS, bucket_maxima};
 use super::series::{Bucketed, FILL_MS, Window, align};
+use super::store::Live;
 use crate::db::Dialects;
-use crate::library::Library;
 use crate::with_live;
 
 /// The latest NVML reading of one GPU.
@@ -33,10 +33,10 @@ pub struct DeviceAllocator {
     pub ooms: i64,
 }
 
-impl Library {
+impl Live {
     /// The latest reading of every GPU.
     pub async fn latest_gpu_readings(&self) -> sqlx::Result<Vec<GpuLatest>> {
-        let mut c = self.live_read().await?;
+        let mut c = self.db.live_read().await?;
         with_live!(c, |conn| sqlx::query_as(LATEST_GPU_READINGS)
             .fetch_all(&mut *conn)
             .await)
@@ -45,7 +45,7 @@ impl Library {
     /// PyTorch allocator figures summed per host and device over each process's latest sample
     /// (no per-process labels).
     pub async fn latest_allocator_by_device(&self) -> sqlx::Result<Vec<DeviceAllocator>> {
-        let mut c = self.live_read().await?;
+        let mut c = self.db.live_read().await?;
         with_live!(c, |conn| sqlx::query_as(LATEST_ALLOCATOR_BY_DEVICE)
             .fetch_all(&mut *conn)
             .await)
@@ -53,7 +53,7 @@ impl Library {
 
     /// (batches, samples stored, samples collectors dropped, snapshots, events by kind).
     pub async fn counters(&self) -> sqlx::Result<(i64, i64, i64, i64, Vec<(String, i64)>)> {
-        let mut c = self.live_read().await?;
+        let mut c = self.db.live_read().await?;
         let (batches, rows, dropped): (i64, i64, i64) =
             with_live!(c, |conn| sqlx::query_as(INGEST_TOTALS)
                 .fetch_one(&mut *conn)
@@ -196,14 +196,14 @@ pub(crate) const HISTORY_INDEPENDENT: [&str; 6] = [
     AGENTS_SINCE,
 ];
 
-impl Library {
+impl Live {
     pub async fn fleet_gpus(&self) -> sqlx::Result<Vec<GpuRow>> {
         self.gpus_with_latest(None).await
     }
 
     /// Every GPU (or the one with `uuid`) with its latest reading.
     async fn gpus_with_latest(&self, uuid: Option<&str>) -> sqlx::Result<Vec<GpuRow>> {
-        let mut c = self.live_read().await?;
+        let mut c = self.db.live_read().await?;
         with_live!(c, |conn| sqlx::query_as(GPUS_WITH_LATEST)
             .bind(uuid)
             .fetch_all(&mut *conn)
@@ -212,7 +212,7 @@ impl Library {
 
     /// The processes in each GPU's latest reading.
     pub async fn current_gpu_processes(&self) -> sqlx::Result<Vec<GpuProcess>> {
-        let mut c = self.live_read().await?;
+        let mut c = self.db.live_read().await?;
         with_live!(c, |conn| sqlx::query_as(
             self.db.sql(&CURRENT_GPU_PROCESSES)
         )
@@ -222,7 +222,7 @@ impl Library {
 
     /// Each agent process's latest sample per device, for processes seen since `since_ms`.
     pub async fn agents_since(&self, since_ms: i64) -> sqlx::Result<Vec<AgentLatest>> {
-        let mut c = self.live_read().await?;
+        let mut c = self.db.live_read().await?;
         with_live!(c, |conn| sqlx::query_as(AGENTS_SINCE)
             .bind(since_ms)
             .fetch_all(&mut *conn)
@@ -231,7 +231,7 @@ impl Library {
 
     /// Processes heard of (NVML or an agent) since `since_ms`, most recent first.
     pub async fn processes_since(&self, since_ms: i64) -> sqlx::Result<Vec<ProcessRow>> {
-        let mut c = self.live_read().await?;
+        let mut c = self.db.live_read().await?;
         with_live!(c, |conn| {
             sqlx::query_as(
             "SELECT host, pid, start_time_ms, name, cgroup, has_agent, first_seen_ms, last_seen_ms FROM processes \
@@ -245,7 +245,7 @@ impl Library {
 
     /// Every host with its collector and when it last reported.
     pub async fn hosts(&self) -> sqlx::Result<Vec<HostRow>> {
-        let mut c = self.live_read().await?;
+        let mut c = self.db.live_read().await?;
         with_live!(c, |conn| sqlx::query_as(
             "SELECT host, collector, first_seen_ms, last_seen_ms FROM hosts ORDER BY host",
         )
@@ -254,7 +254,7 @@ impl Library {
     }
 
     pub async fn events_since(&self, since_ms: i64, limit: i64) -> sqlx::Result<Vec<EventRow>> {
-        let mut c = self.live_read().await?;
+        let mut c = self.db.live_read().await?;
         with_live!(c, |conn| {
             sqlx::query_as(
             "SELECT host, time_ms, kind, pid, device, message, snapshot_id FROM events WHERE time_ms >= $1 \
@@ -283,12 +283,9 @@ impl Library {
         from: Stored,
     ) -> sqlx::Result<Vec<T>>
     where
-        T: for<'r> FromRow<'r, sqlx::sqlite::SqliteRow>
-            + for<'r> FromRow<'r, sqlx::postgres::PgRow>
-            + Send
-            + Unpin,
+        T: crate::db::FromEitherRow,
     {
-        let mut c = self.live_read().await?;
+        let mut c = self.db.live_read().await?;
         with_live!(c, |conn| {
             let q = sqlx::query_as(sql);
             let q = match from {
@@ -404,7 +401,7 @@ impl Library {
         from_ms: i64,
         to_ms: i64,
     ) -> sqlx::Result<Vec<EventRow>> {
-        let mut c = self.live_read().await?;
+        let mut c = self.db.live_read().await?;
         with_live!(c, |conn| sqlx::query_as(
             "SELECT host, time_ms, kind, pid, device, message, snapshot_id FROM events \
              WHERE host = $1 AND time_ms BETWEEN $2 AND $3 ORDER BY time_ms",
@@ -418,7 +415,7 @@ impl Library {
 
     /// The start time of the latest process `pid` on `host` that an agent reported from.
     pub async fn latest_process_start(&self, host: &str, pid: i64) -> sqlx::Result<Option<i64>> {
-        let mut c = self.live_read().await?;
+        let mut c = self.db.live_read().await?;
         Ok(with_live!(c, |conn| sqlx::query_scalar(
             "SELECT start_time_ms FROM allocator_samples WHERE host = $1 AND pid = $2 ORDER BY time_ms DESC LIMIT 1",
         )
@@ -437,7 +434,7 @@ impl Library {
         start: Option<i64>,
         w: &Window,
     ) -> sqlx::Result<Vec<AllocatorBucket>> {
-        let mut c = self.live_read().await?;
+        let mut c = self.db.live_read().await?;
         let mut rows: Vec<AllocatorBucket> = with_live!(c, |conn| {
             sqlx::query_as(
             "SELECT device, max(gpu_uuid), (t - $1) / $2 AS b, max(a), max(r), max(ac), max(isp), max(rq), max(rt) FROM ( \
@@ -495,7 +492,7 @@ impl Library {
 
     /// The name NVML last gave the process.
     pub async fn process_name(&self, host: &str, pid: i64) -> sqlx::Result<Option<String>> {
-        let mut c = self.live_read().await?;
+        let mut c = self.db.live_read().await?;
         Ok(with_live!(c, |conn| sqlx::query_scalar(
             "SELECT name FROM process_samples WHERE host = $1 AND pid = $2 AND name IS NOT NULL ORDER BY time_ms DESC LIMIT 1",
         )
@@ -514,7 +511,7 @@ impl Library {
         pid: i64,
         w: &Window,
     ) -> sqlx::Result<Vec<(i64, i64)>> {
-        let mut c = self.live_read().await?;
+        let mut c = self.db.live_read().await?;
         let mut rows: Vec<(i64, i64)> = with_live!(c, |conn| {
             sqlx::query_as(
             "SELECT (t - $1) / $2 AS b, max(v) FROM ( \
@@ -559,7 +556,7 @@ impl Library {
         start: Option<i64>,
         device: i64,
     ) -> sqlx::Result<Vec<StepRow>> {
-        let mut c = self.live_read().await?;
+        let mut c = self.db.live_read().await?;
         let mut steps: Vec<StepRow> = with_live!(c, |conn| {
             sqlx::query_as(
             "SELECT step, min(time_ms) AS time_ms, min(allocated_bytes) AS allocated_min_bytes, \
@@ -580,7 +577,7 @@ impl Library {
 
     /// A process's latest 200 events, newest first.
     pub async fn process_events(&self, host: &str, pid: i64) -> sqlx::Result<Vec<EventRow>> {
-        let mut c = self.live_read().await?;
+        let mut c = self.db.live_read().await?;
         with_live!(c, |conn| sqlx::query_as(
             "SELECT host, time_ms, kind, pid, device, message, snapshot_id FROM events \
              WHERE host = $1 AND pid = $2 ORDER BY time_ms DESC LIMIT 200",
@@ -592,7 +589,7 @@ impl Library {
     }
 }
 
-/// Where a window's rows are read from (`Library::gpu_window_rows`).
+/// Where a window's rows are read from (`Live::gpu_window_rows`).
 #[derive(Debug, Clone, Copy)]
 enum Stored {
     /// Raw samples and one-minute rows, bucketed in SQL.
@@ -672,7 +669,7 @@ impl StepRow {
     }
 }
 
-impl Library {
+impl Live {
     /// The total memory of the GPU(s) a snapshot tagged `host=H` (and `pid=P`) ran on, from the
     /// collector's NVML readings: the GPUs NVML saw the process on, else every GPU of the host.
     /// Only an unambiguous answer counts: the candidates must all have one total.
@@ -681,7 +678,7 @@ impl Library {
         host: &str,
         pid: Option<i64>,
     ) -> sqlx::Result<Option<(u64, String)>> {
-        let mut c = self.live_read().await?;
+        let mut c = self.db.live_read().await?;
         let gpus: Vec<(String, Option<String>, i64)> = with_live!(c, |conn| {
             sqlx::query_as(
             "SELECT uuid, name, total_bytes FROM gpus WHERE host = $1 AND total_bytes IS NOT NULL",
@@ -720,17 +717,8 @@ mod tests {
     use super::*;
 
     /// What each query's plan does, one line per step ("SCAN …", "SEARCH …").
-    async fn plan(lib: &Library, sql: &str) -> Vec<String> {
-        let crate::db::Db::Sqlite(db) = &lib.db else {
-            unreachable!("opened on SQLite")
-        };
-        let rows: Vec<(i64, i64, i64, String)> =
-            sqlx::query_as(sqlx::AssertSqlSafe(format!("EXPLAIN QUERY PLAN {sql}")))
-                .bind(0i64)
-                .fetch_all(db)
-                .await
-                .unwrap();
-        rows.into_iter().map(|r| r.3).collect()
+    async fn plan(db: &crate::db::Db, sql: &str) -> Vec<String> {
+        db.query_plan(sql).await.unwrap().expect("opened on SQLite")
     }
 
     #[tokio::test]
@@ -740,9 +728,10 @@ mod tests {
         // batch log, whose sizes grow with stored history.
         let dir = std::env::temp_dir().join(format!("memscope-plans-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let lib = Library::open(&dir, None).await.unwrap();
+        let _ = std::fs::create_dir_all(&dir);
+        let db = crate::db::Db::open(&dir, None).await.unwrap();
         for sql in HISTORY_INDEPENDENT {
-            for step in plan(&lib, sql).await {
+            for step in plan(&db, sql).await {
                 // "SCAN <table or alias> …": the sample tables, the batch log, or their aliases.
                 let mut words = step.split_whitespace();
                 let scans_history = words.next() == Some("SCAN")

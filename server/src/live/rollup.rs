@@ -3,8 +3,8 @@
 //! one-minute rows of days over packed (`days`), a transaction per table.
 
 use super::days;
-use crate::db::{Db, Dialects, RollUpTurn};
-use crate::library::Library;
+use super::store::Live;
+use crate::db::{Conn, Dialects};
 use crate::with_db;
 
 /// Folds raw `gpu_samples` older than `$1` into one-minute rows (merging into a row already
@@ -144,7 +144,7 @@ pub struct RollUp {
     pub skipped: bool,
 }
 
-impl Library {
+impl Live {
     /// Folds raw samples older than `raw_before_ms` (rounded down to a minute) into one-minute
     /// rows (min/max/mean; a late sample for an already rolled-up minute is merged in) and deletes
     /// them; deletes one-minute rows, events and batch records older than `rollup_before_ms` (and
@@ -154,27 +154,19 @@ impl Library {
     /// one-minute rows or its packed rows.
     pub async fn roll_up(&self, raw_before_ms: i64, rollup_before_ms: i64) -> sqlx::Result<RollUp> {
         let cut = raw_before_ms.div_euclid(60_000) * 60_000;
-        let _turn = self.live_writer.lock().await;
-        let backend = self.db.backend();
-        let mut dropped = 0u64;
-        if let Db::Postgres(pool) = &self.db {
-            // Partitions first, in a short transaction of their own (making and dropping one
-            // locks its table briefly): the coming days', so that new rows never land in a
-            // DEFAULT partition, and whole days past the retention dropped rather than deleted.
-            match crate::db::make_days(pool, Some(rollup_before_ms)).await? {
-                Some(rows) => dropped = rows,
-                None => {
-                    return Ok(RollUp {
-                        skipped: true,
-                        ..RollUp::default()
-                    });
-                }
-            }
-        }
+        let _turn = self.db.sole_writer_turn().await;
+        // Partitions first: the coming days', so that new rows never land in a DEFAULT
+        // partition, and whole days past the retention dropped rather than deleted.
+        let Some(dropped) = self.db.retire_days(Some(rollup_before_ms)).await? else {
+            return Ok(RollUp {
+                skipped: true,
+                ..RollUp::default()
+            });
+        };
         let (rolled, expired, packed) = with_db!(&self.db, |pool| {
             let mut tx = pool.begin().await?;
             // One server at a time (PostgreSQL): the others skip this minute.
-            if !RollUpTurn::roll_up_turn(&mut *tx).await? {
+            if !tx.roll_up_turn().await? {
                 return Ok(RollUp {
                     skipped: true,
                     ..RollUp::default()
@@ -192,7 +184,7 @@ impl Library {
                     "DELETE FROM allocator_samples WHERE time_ms < $1",
                 ),
             ] {
-                sqlx::query(insert.get(backend))
+                sqlx::query(tx.sql(&insert))
                     .bind(cut)
                     .execute(&mut *tx)
                     .await?;
@@ -244,15 +236,10 @@ impl Library {
             let mut packed = days::Packed::default();
             for t in days::TABLES {
                 let mut tx = pool.begin().await?;
-                if !RollUpTurn::roll_up_turn(&mut *tx).await? {
+                if !tx.roll_up_turn().await? {
                     break;
                 }
-                let p = days::PackDays::pack_days(
-                    &mut *tx,
-                    t,
-                    cut.div_euclid(days::DAY_MS) * days::DAY_MS,
-                )
-                .await?;
+                let p = days::pack_days!(&mut *tx, t, cut.div_euclid(days::DAY_MS) * days::DAY_MS);
                 tx.commit().await?;
                 packed.rows += p.rows;
                 packed.series_days += p.series_days;

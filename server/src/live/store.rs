@@ -1,14 +1,43 @@
-//! Storing collector batches: one transaction per batch, once per `(collector, spool_id, seq)`;
-//! the host and process rows kept current by every batch.
+//! [`Live`], the live tables' owner, and storing collector batches: one transaction per batch,
+//! once per `(collector, spool_id, seq)`; the host and process rows kept current by every batch;
+//! its notice published in the transaction and delivered after the commit.
 
 use sha2::Digest;
 
-use crate::db::{Backend, Dialects};
-use crate::library::Library;
+use crate::db::Db;
+use crate::db::{Conn, Dialects, opt};
 use crate::with_db;
 
-/// Rows per multi-row INSERT (16 columns at most: well under SQLite's 32,766 variables).
-const ROWS_PER_INSERT: usize = 1000;
+/// The live tables' owner: stores batches, reads the tables back for the live pages and
+/// `/metrics`, rolls them up, and tells the live streams of every stored batch.
+#[derive(Debug, Clone)]
+pub struct Live {
+    pub(super) db: Db,
+    /// "New live data from this host", to the live pages' event streams.
+    notices: tokio::sync::broadcast::Sender<api::LiveNotice>,
+}
+
+impl Live {
+    /// The live tables of `db`. Notices of batches other servers store (PostgreSQL) are heard
+    /// from before this returns, so none stored after is missed, until `stop` turns true.
+    pub async fn open(db: Db, stop: tokio::sync::watch::Receiver<bool>) -> anyhow::Result<Live> {
+        let notices = tokio::sync::broadcast::channel(256).0;
+        if let Some(listener) = db.listen_notices().await? {
+            tokio::spawn(super::notices::forward(listener, notices.clone(), stop));
+        }
+        Ok(Live { db, notices })
+    }
+
+    /// The notices of batches stored from now on.
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<api::LiveNotice> {
+        self.notices.subscribe()
+    }
+
+    /// Live reads stopped because their request went away (`/metrics`).
+    pub fn reads_interrupted(&self) -> u64 {
+        self.db.live_reads_interrupted()
+    }
+}
 
 /// Why a batch was not stored.
 #[derive(Debug, thiserror::Error)]
@@ -91,161 +120,6 @@ const PROCESSES_UPSERT: Dialects = Dialects {
     postgres: processes_upsert!("(host, pid, start_time_ms)", "greatest", "least"),
 };
 
-/// The batch's samples into their tables, in the fastest way each backend offers.
-trait InsertSamples {
-    async fn insert_samples(&mut self, b: &wire::Batch) -> sqlx::Result<()>;
-}
-
-fn opt(v: Option<u64>) -> Option<i64> {
-    v.map(|v| v as i64)
-}
-
-impl InsertSamples for sqlx::SqliteConnection {
-    /// Multi-row `INSERT … VALUES`, [`ROWS_PER_INSERT`] rows per statement.
-    async fn insert_samples(&mut self, b: &wire::Batch) -> sqlx::Result<()> {
-        for chunk in b.gpus.chunks(ROWS_PER_INSERT) {
-            let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
-                "INSERT INTO gpu_samples (gpu_uuid, time_ms, used_bytes, free_bytes, reserved_bytes, gpu_util, mem_util, \
-                 temperature_c, power_mw) ",
-            );
-            q.push_values(chunk, |mut row, g| {
-                row.push_bind(&g.uuid)
-                    .push_bind(g.time_ms)
-                    .push_bind(opt(g.memory_used_bytes))
-                    .push_bind(opt(g.memory_free_bytes))
-                    .push_bind(opt(g.memory_reserved_bytes))
-                    .push_bind(g.gpu_util_percent.map(i64::from))
-                    .push_bind(g.mem_util_percent.map(i64::from))
-                    .push_bind(g.temperature_c.map(i64::from))
-                    .push_bind(g.power_mw.map(i64::from));
-            });
-            q.build().execute(&mut *self).await?;
-        }
-        for chunk in b.processes.chunks(ROWS_PER_INSERT) {
-            let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
-                "INSERT INTO process_samples (host, gpu_uuid, pid, start_time_ms, time_ms, name, cgroup, used_bytes) ",
-            );
-            q.push_values(chunk, |mut row, p| {
-                row.push_bind(&b.host)
-                    .push_bind(&p.gpu_uuid)
-                    .push_bind(i64::from(p.pid))
-                    .push_bind(p.start_time_ms)
-                    .push_bind(p.time_ms)
-                    .push_bind(&p.name)
-                    .push_bind(&p.cgroup)
-                    .push_bind(p.used_bytes as i64);
-            });
-            q.build().execute(&mut *self).await?;
-        }
-        for chunk in b.allocator.chunks(ROWS_PER_INSERT) {
-            let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
-                "INSERT INTO allocator_samples (host, pid, start_time_ms, device, time_ms, step, allocated_bytes, \
-                 reserved_bytes, active_bytes, inactive_split_bytes, requested_bytes, alloc_retries, ooms, gpu_uuid, \
-                 segments, largest_free_block_bytes) ",
-            );
-            q.push_values(chunk, |mut row, a| {
-                row.push_bind(&b.host)
-                    .push_bind(i64::from(a.pid))
-                    .push_bind(a.start_time_ms)
-                    .push_bind(i64::from(a.device))
-                    .push_bind(a.time_ms)
-                    .push_bind(opt(a.step))
-                    .push_bind(a.allocated_bytes as i64)
-                    .push_bind(a.reserved_bytes as i64)
-                    .push_bind(opt(a.active_bytes))
-                    .push_bind(opt(a.inactive_split_bytes))
-                    .push_bind(opt(a.requested_bytes))
-                    .push_bind(opt(a.alloc_retries))
-                    .push_bind(opt(a.ooms))
-                    .push_bind(&a.gpu_uuid)
-                    .push_bind(opt(a.segments))
-                    .push_bind(opt(a.largest_free_block_bytes));
-            });
-            // Relayed agent samples can arrive twice (see the migration); store them once.
-            q.push(" ON CONFLICT DO NOTHING");
-            q.build().execute(&mut *self).await?;
-        }
-        Ok(())
-    }
-}
-
-impl InsertSamples for sqlx::PgConnection {
-    /// One `INSERT … SELECT FROM UNNEST` per table: a column per array parameter, so a statement
-    /// takes any number of rows and parses once (no 65,535-parameter limit, no VALUES list).
-    async fn insert_samples(&mut self, b: &wire::Batch) -> sqlx::Result<()> {
-        if !b.gpus.is_empty() {
-            let g = &b.gpus;
-            sqlx::query(
-                "INSERT INTO gpu_samples (gpu_uuid, time_ms, used_bytes, free_bytes, reserved_bytes, gpu_util, mem_util, \
-                 temperature_c, power_mw) SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], \
-                 $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[])",
-            )
-            .bind(g.iter().map(|g| g.uuid.as_str()).collect::<Vec<_>>())
-            .bind(g.iter().map(|g| g.time_ms).collect::<Vec<_>>())
-            .bind(g.iter().map(|g| opt(g.memory_used_bytes)).collect::<Vec<_>>())
-            .bind(g.iter().map(|g| opt(g.memory_free_bytes)).collect::<Vec<_>>())
-            .bind(g.iter().map(|g| opt(g.memory_reserved_bytes)).collect::<Vec<_>>())
-            .bind(g.iter().map(|g| g.gpu_util_percent.map(i64::from)).collect::<Vec<_>>())
-            .bind(g.iter().map(|g| g.mem_util_percent.map(i64::from)).collect::<Vec<_>>())
-            .bind(g.iter().map(|g| g.temperature_c.map(i64::from)).collect::<Vec<_>>())
-            .bind(g.iter().map(|g| g.power_mw.map(i64::from)).collect::<Vec<_>>())
-            .execute(&mut *self)
-            .await?;
-        }
-        if !b.processes.is_empty() {
-            let p = &b.processes;
-            sqlx::query(
-                "INSERT INTO process_samples (host, gpu_uuid, pid, start_time_ms, time_ms, name, cgroup, used_bytes) \
-                 SELECT $1, * FROM UNNEST($2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[], $7::text[], \
-                 $8::bigint[])",
-            )
-            .bind(&b.host)
-            .bind(p.iter().map(|p| p.gpu_uuid.as_str()).collect::<Vec<_>>())
-            .bind(p.iter().map(|p| i64::from(p.pid)).collect::<Vec<_>>())
-            .bind(p.iter().map(|p| p.start_time_ms).collect::<Vec<_>>())
-            .bind(p.iter().map(|p| p.time_ms).collect::<Vec<_>>())
-            .bind(p.iter().map(|p| p.name.as_deref()).collect::<Vec<_>>())
-            .bind(p.iter().map(|p| p.cgroup.as_deref()).collect::<Vec<_>>())
-            .bind(p.iter().map(|p| p.used_bytes as i64).collect::<Vec<_>>())
-            .execute(&mut *self)
-            .await?;
-        }
-        if !b.allocator.is_empty() {
-            let a = &b.allocator;
-            let col = |f: fn(&wire::AllocatorSample) -> Option<u64>| {
-                a.iter().map(|x| opt(f(x))).collect::<Vec<_>>()
-            };
-            sqlx::query(
-                "INSERT INTO allocator_samples (host, pid, start_time_ms, device, time_ms, step, allocated_bytes, \
-                 reserved_bytes, active_bytes, inactive_split_bytes, requested_bytes, alloc_retries, ooms, gpu_uuid, \
-                 segments, largest_free_block_bytes) \
-                 SELECT $1, * FROM UNNEST($2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], \
-                 $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[], $12::bigint[], $13::bigint[], \
-                 $14::text[], $15::bigint[], $16::bigint[]) ON CONFLICT DO NOTHING",
-            )
-            .bind(&b.host)
-            .bind(a.iter().map(|x| i64::from(x.pid)).collect::<Vec<_>>())
-            .bind(a.iter().map(|x| x.start_time_ms).collect::<Vec<_>>())
-            .bind(a.iter().map(|x| i64::from(x.device)).collect::<Vec<_>>())
-            .bind(a.iter().map(|x| x.time_ms).collect::<Vec<_>>())
-            .bind(col(|x| x.step))
-            .bind(a.iter().map(|x| x.allocated_bytes as i64).collect::<Vec<_>>())
-            .bind(a.iter().map(|x| x.reserved_bytes as i64).collect::<Vec<_>>())
-            .bind(col(|x| x.active_bytes))
-            .bind(col(|x| x.inactive_split_bytes))
-            .bind(col(|x| x.requested_bytes))
-            .bind(col(|x| x.alloc_retries))
-            .bind(col(|x| x.ooms))
-            .bind(a.iter().map(|x| x.gpu_uuid.as_deref()).collect::<Vec<_>>())
-            .bind(col(|x| x.segments))
-            .bind(col(|x| x.largest_free_block_bytes))
-            .execute(&mut *self)
-            .await?;
-        }
-        Ok(())
-    }
-}
-
 /// Refuses a batch that speaks for a host other than the one its token first reported, or for a
 /// GPU another host reported first; binds the token to its host on its first batch. `$tx`: a
 /// transaction of either backend.
@@ -287,7 +161,7 @@ macro_rules! check_identity {
     }};
 }
 
-impl Library {
+impl Live {
     /// Stores one collector batch in one transaction, once per `(collector, spool_id, seq)`: the
     /// same key with the same content again is a duplicate (acknowledged, nothing stored), with
     /// other content a conflict.
@@ -299,13 +173,7 @@ impl Library {
         b: &wire::Batch,
         token_name: &str,
     ) -> Result<wire::Ack, IngestError> {
-        let backend = self.db.backend();
-        // SQLite has one writer at a time: queue here (see `live_writer`). PostgreSQL takes
-        // concurrent batches, whichever server they reach; row locks order them.
-        let _turn = match backend {
-            Backend::Sqlite => Some(self.live_writer.lock().await),
-            Backend::Postgres => None,
-        };
+        let _turn = self.db.writer_turn().await;
         let rows = (b.gpus.len() + b.processes.len() + b.allocator.len() + b.events.len()) as i64;
         let spool = b.spool_id.as_deref().unwrap_or("");
         let digest = digest(b);
@@ -377,7 +245,7 @@ impl Library {
                 .execute(&mut *tx)
                 .await?;
                 // A GPU keeps the host that first reported it (check_identity refused any other).
-                sqlx::query(GPUS_UPSERT.get(backend))
+                sqlx::query(tx.sql(&GPUS_UPSERT))
                     .bind(&g.uuid)
                     .bind(&b.host)
                     .bind(i64::from(g.index))
@@ -387,7 +255,7 @@ impl Library {
                     .execute(&mut *tx)
                     .await?;
             }
-            InsertSamples::insert_samples(&mut *tx, b).await?;
+            tx.insert_samples(b).await?;
             // Each allocator series' latest sample in this batch, then into the latest table.
             let same = |x: &wire::AllocatorSample, y: &wire::AllocatorSample| {
                 (x.pid, x.start_time_ms, x.device) == (y.pid, y.start_time_ms, y.device)
@@ -456,14 +324,14 @@ impl Library {
                 .await?;
             }
             // The host and the processes this batch speaks of (one row each, kept current).
-            sqlx::query(HOSTS_UPSERT.get(backend))
+            sqlx::query(tx.sql(&HOSTS_UPSERT))
                 .bind(&b.host)
                 .bind(&b.collector)
                 .bind(now_ms)
                 .execute(&mut *tx)
                 .await?;
             for ((pid, start), (name, cgroup, agent, first, last)) in seen_processes(b) {
-                sqlx::query(PROCESSES_UPSERT.get(backend))
+                sqlx::query(tx.sql(&PROCESSES_UPSERT))
                     .bind(&b.host)
                     .bind(i64::from(pid))
                     .bind(start)
@@ -484,21 +352,17 @@ impl Library {
             .bind(b.dropped_samples as i64)
             .execute(&mut *tx)
             .await?;
-            if backend == Backend::Postgres {
-                // Delivered at commit to every server listening (`live/notices.rs`).
-                let notice = api::LiveNotice {
+            let notice = tx
+                .publish_notice(api::LiveNotice {
                     host: b.host.clone(),
                     time_ms: now_ms,
                     rows: rows as u64,
                     events: b.events.len(),
-                };
-                sqlx::query("SELECT pg_notify($1, $2)")
-                    .bind(super::notices::CHANNEL)
-                    .bind(serde_json::to_string(&notice).expect("a notice serialises"))
-                    .execute(&mut *tx)
-                    .await?;
-            }
+                })
+                .await?;
             tx.commit().await?;
+            // After the commit: pages told to fetch again find the batch.
+            notice.deliver(&self.notices);
             Ok(wire::Ack {
                 seq: b.seq,
                 spool_id: b.spool_id.clone(),
