@@ -208,7 +208,7 @@ fn read(path: &std::path::Path) -> anyhow::Result<snapshot::Snapshot> {
             .with_context(|| "cannot read standard input");
     }
     File::open(path).with_context(|| format!("cannot open {name}"))?;
-    crate::models::read_snapshot_file(path).with_context(|| format!("cannot read {name}"))
+    crate::library::models::read_snapshot_file(path).with_context(|| format!("cannot read {name}"))
 }
 
 fn diff(args: DiffArgs) -> anyhow::Result<()> {

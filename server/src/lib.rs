@@ -13,15 +13,12 @@ pub mod http;
 pub mod library;
 pub mod listen;
 pub mod live;
-pub mod models;
 pub mod predict;
 pub mod runs;
 pub mod serve;
 pub mod state;
 pub mod testing;
 pub mod text;
-pub mod upload;
-pub mod views;
 
 /// Now, in Unix epoch milliseconds (the unit every stored time uses).
 pub fn now_ms() -> i64 {

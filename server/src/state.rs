@@ -4,8 +4,9 @@ use std::sync::Arc;
 
 use crate::config::ServeArgs;
 use crate::library::Library;
+use crate::library::models::Models;
+use crate::library::upload::{UploadLimits, Uploads};
 use crate::live::Live;
-use crate::models::Models;
 
 #[derive(Debug, Clone)]
 pub struct AppState {
@@ -17,10 +18,8 @@ pub struct AppState {
     pub config: Arc<ServeArgs>,
     /// Who may read and change what (`http::access`).
     pub access: Arc<crate::access::Access>,
-    /// Bounds how many uploads are parsed at once.
-    pub index_slots: Arc<tokio::sync::Semaphore>,
-    /// Progress of uploads in flight, by the token the client chose.
-    pub uploads: Arc<std::sync::Mutex<std::collections::HashMap<String, Arc<UploadProgress>>>>,
+    /// Uploads: what they use, and the progress of those in flight.
+    pub uploads: Uploads,
     /// Set when the server is shutting down, so long-lived event streams end.
     pub shutdown: Arc<tokio::sync::watch::Sender<bool>>,
     /// Engine work on blocking threads now, and how much stopped early (`/metrics`).
@@ -38,16 +37,6 @@ pub struct EngineCounters {
     pub cancelled_total: std::sync::atomic::AtomicU64,
 }
 
-/// How far an upload has got: bytes received, bytes the parser has consumed, and the total the
-/// client announced (Content-Length; 0 if unknown).
-#[derive(Debug, Default)]
-pub struct UploadProgress {
-    pub received_bytes: std::sync::atomic::AtomicU64,
-    pub parsed_bytes: std::sync::atomic::AtomicU64,
-    pub total_bytes: u64,
-    pub finished: std::sync::atomic::AtomicBool,
-}
-
 impl AppState {
     pub async fn open(config: ServeArgs) -> anyhow::Result<AppState> {
         let access = Arc::new(config.access()?);
@@ -55,12 +44,25 @@ impl AppState {
         let shutdown = Arc::new(tokio::sync::watch::channel(false).0);
         // Listening to every server's batches before the first request can store one.
         let live = Live::open(library.db.clone(), shutdown.subscribe()).await?;
+        let models = Arc::new(Models::new(config.cached_snapshots));
+        let limits = UploadLimits {
+            max_bytes: config.max_upload_bytes,
+            min_bytes_per_s: config.min_upload_bytes_per_s,
+            rate_window: config.conn_limits().body_idle_timeout,
+            read: config.read_limits(0),
+        };
+        let uploads = Uploads::new(
+            library.clone(),
+            live.clone(),
+            models.clone(),
+            config.index_workers,
+            limits,
+        );
         Ok(AppState {
             access,
             library,
-            models: Arc::new(Models::new(config.cached_snapshots)),
-            index_slots: Arc::new(tokio::sync::Semaphore::new(config.index_workers.max(1))),
-            uploads: Default::default(),
+            models,
+            uploads,
             live,
             shutdown,
             engine: Default::default(),

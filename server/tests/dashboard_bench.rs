@@ -317,7 +317,7 @@ async fn dashboard_benchmark() {
         let renderer_rss = renderer_peak_rss(&data.join("p2"));
         c.close().await.unwrap();
 
-        // Reopening once more with the stored first views removed (`server::views`): a fourth
+        // Reopening once more with the stored first views removed (`server::library::views`): a fourth
         // server on the same library, so the first timeline waits for the model file's load.
         let _ = std::fs::remove_dir_all(data.join("lib").join("views"));
         let base4 = start_server(&data.join("lib")).await;

@@ -277,7 +277,7 @@ async fn a_damaged_model_file_is_rebuilt_not_served() {
         body
     };
     let id = upload(&s, fixture("leak_detached_cache.pickle")).await;
-    // A window: the whole trace's answer is stored apart from the model (`server::views`).
+    // A window: the whole trace's answer is stored apart from the model (`server::library::views`).
     let q = api::TimelineQuery {
         axis: Some(api::Axis::Event),
         buckets: Some(200),
@@ -372,7 +372,7 @@ async fn a_whole_trace_timeline_is_answered_from_the_store_after_a_restart() {
     let first_window = get(&s, &id, &window).await;
     let sha = s.library.get(&id).await.unwrap().unwrap().sha256;
     let views = s.library.views_dir(&sha);
-    let key = server::views::timeline_key(&whole).unwrap();
+    let key = server::library::views::timeline_key(&whole).unwrap();
     let stored = views.join(format!("{key}.json"));
     // Stored off the request's path: wait for it.
     for _ in 0..200 {

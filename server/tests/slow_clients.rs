@@ -164,7 +164,7 @@ async fn slow_and_half_sent_requests_cannot_hold_the_server() {
     // The server still answers.
     let (status, _) = request(addr, "GET", "/api/health", b"").await;
     assert_eq!(status, 200);
-    assert_eq!(r.state.index_slots.available_permits(), 2);
+    assert_eq!(r.state.uploads.free_parse_slots(), 2);
 }
 
 /// Finding 5 (body): a request body that stops arriving ends the request.
@@ -241,7 +241,7 @@ async fn a_client_that_disconnects_cannot_free_its_slot_early_or_leave_files() {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let listed = r.state.library.list(None).await.unwrap().len();
-        let idle = r.state.index_slots.available_permits() == 2;
+        let idle = r.state.uploads.free_parse_slots() == 2;
         if listed == 1 && idle && tmp_files(&r.state).is_empty() {
             break;
         }

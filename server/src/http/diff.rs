@@ -35,7 +35,7 @@ async fn diff(
     let (info_a, model_a) = sides.pop().expect("two sides");
     let diff = on_engine(&s, move |_| -> ApiResult<api::Diff> {
         let side = |m, device| -> ApiResult<analysis::Side<'_>> {
-            let m: &crate::models::Loaded = m;
+            let m: &crate::library::models::Loaded = m;
             Ok(analysis::Side {
                 snap: &m.snap,
                 index: &m.index,

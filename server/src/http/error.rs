@@ -7,7 +7,7 @@ use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
-use crate::upload::UploadError;
+use crate::library::upload::UploadError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {

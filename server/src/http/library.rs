@@ -1,8 +1,6 @@
 //! The library resource: list and search, upload (streamed, parsed while it arrives) and its
 //! progress, an entry's info, rename/retag, delete, the original file; and the health check.
 
-use std::sync::Arc;
-
 use axum::body::Body;
 use axum::extract::DefaultBodyLimit;
 use axum::extract::{Path, State};
@@ -73,39 +71,18 @@ async fn upload(
     let tags = q.tags.as_deref().map(api::parse_tags).unwrap_or_default();
     // A declared size over the limit is refused before a byte is read; the declared size is
     // the parser's size hint, so it is never trusted past the limit.
-    let limit_bytes = s.config.max_upload_bytes;
+    let limit_bytes = s.uploads.max_bytes();
     let total_bytes = super::query::declared_length(&headers).unwrap_or(0);
     if total_bytes > limit_bytes {
         return Err(ApiError::TooLarge { limit_bytes });
     }
-    let progress = Arc::new(crate::state::UploadProgress {
-        total_bytes,
-        ..Default::default()
-    });
     let token = q.token.filter(|t| !t.is_empty() && t.len() <= 64);
-    if let Some(t) = &token {
-        s.uploads
-            .lock()
-            .expect("uploads lock")
-            .insert(t.clone(), progress.clone());
-    }
-    let result =
-        crate::upload::upload(&s, name, tags, q.device_total_bytes, body, progress.clone()).await;
-    if let Some(t) = token {
-        // Still answered for a minute: a poller whose request crosses this answer gets
-        // `finished`, not a 404.
-        progress
-            .finished
-            .store(true, std::sync::atomic::Ordering::Relaxed);
-        let uploads = s.uploads.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(std::time::Duration::from_secs(60)).await;
-            let mut u = uploads.lock().expect("uploads lock");
-            if u.get(&t).is_some_and(|p| Arc::ptr_eq(p, &progress)) {
-                u.remove(&t);
-            }
-        });
-    }
+    let progress = s.uploads.start(token.as_deref(), total_bytes);
+    let result = s
+        .uploads
+        .upload(name, tags, q.device_total_bytes, body, progress.clone())
+        .await;
+    s.uploads.finish(token, progress);
     let up = result?;
     let status = if up.created {
         StatusCode::CREATED
@@ -144,7 +121,7 @@ async fn upload_progress(
     Path(token): Path<String>,
 ) -> ApiResult<Json<api::UploadProgress>> {
     use std::sync::atomic::Ordering::Relaxed;
-    let p = s.uploads.lock().expect("uploads lock").get(&token).cloned();
+    let p = s.uploads.progress(&token);
     Ok(Json(match p {
         Some(p) => api::UploadProgress {
             received_bytes: p.received_bytes.load(Relaxed),

@@ -16,7 +16,7 @@ use snapshot::model::StackId;
 use super::error::{ApiError, ApiResult};
 use super::query::ApiQuery;
 use crate::convert;
-use crate::models::Loaded;
+use crate::library::models::Loaded;
 use crate::state::{AppState, EngineCounters};
 use api::routes;
 
@@ -225,7 +225,7 @@ pub(crate) async fn report_of(s: &AppState, id: &str) -> ApiResult<api::Report> 
 }
 
 /// The timeline of a window, or of the whole trace: that answer is stored once computed
-/// (`crate::views`) and read back from then on, and a model not in memory is loaded meanwhile.
+/// (`library::views`) and read back from then on, and a model not in memory is loaded meanwhile.
 async fn timeline(
     State(s): State<AppState>,
     Path(id): Path<String>,
@@ -239,7 +239,7 @@ async fn timeline(
         )
             .into_response()
     };
-    let stored = match crate::views::timeline_key(&q) {
+    let stored = match crate::library::views::timeline_key(&q) {
         Some(key) => {
             let info = s
                 .library
@@ -251,7 +251,7 @@ async fn timeline(
         None => None,
     };
     if let Some((dir, key)) = &stored
-        && let Some(body) = crate::views::read(dir, key).await
+        && let Some(body) = crate::library::views::read(dir, key).await
     {
         if s.models.cached(&id).is_none() {
             // For the page's next question (a zoom, an event's state).

@@ -9,7 +9,7 @@ use anyhow::Context;
 use snapshot::Snapshot;
 use snapshot::analysis::Index;
 
-use crate::library::{Library, write_model_file};
+use super::files::{Library, write_model_file};
 
 /// A snapshot ready for queries.
 #[derive(Debug)]
@@ -123,8 +123,9 @@ impl Models {
         }
         // The load runs on a blocking thread; its log lines belong to the request that asked.
         let span = tracing::Span::current();
-        let loaded = tokio::task::spawn_blocking(move || -> anyhow::Result<Loaded> {
+        let (loaded, rebuilt) = tokio::task::spawn_blocking(move || -> anyhow::Result<(Loaded, bool)> {
             let _in_request = span.enter();
+            let mut rebuilt = false;
             let t0 = std::time::Instant::now();
             let (snap, stored) = match std::fs::File::open(&model_path).map_err(anyhow::Error::from).and_then(|f| {
                 snapshot::store::read(std::io::BufReader::with_capacity(1 << 20, f)).map_err(anyhow::Error::from)
@@ -139,8 +140,8 @@ impl Models {
                     }
                     std::fs::metadata(&original).with_context(|| format!("original upload {} is missing", original.display()))?;
                     let snap = read_snapshot_file(&original).with_context(|| format!("original upload {} is unreadable", original.display()))?;
+                    rebuilt = true;
                     let index = Index::new(&snap);
-                    write_model_file(&snap, &index, &model_path)?;
                     (snap, Some(index))
                 }
             };
@@ -156,10 +157,18 @@ impl Models {
                 index_stored,
                 "snapshot model loaded"
             );
-            Ok(Loaded { snap, index })
+            Ok((Loaded { snap, index }, rebuilt))
         })
         .await??;
         let loaded = Arc::new(loaded);
+        if rebuilt {
+            // Placed like an upload's (under the files lock, only while the row stands).
+            let from = loaded.clone();
+            lib.write_model(id, &info.sha256, move |path| {
+                write_model_file(&from.snap, &from.index, path)
+            })
+            .await?;
+        }
         self.insert(id, loaded.clone());
         Ok(Some(loaded))
     }

@@ -1,0 +1,647 @@
+//! Snapshot uploads: the body is streamed to a temporary file (hashed on the way, never held whole
+//! in memory) and, at the same time, parsed and analysed on a blocking thread (the async runtime
+//! keeps serving; indexing overlaps the transfer), deduplicated by content hash, and handed to
+//! `Library::commit` (the original renamed into place, then the row); the model file, index
+//! included, is written after the answer. Any failure removes the temporary files, so a bad or
+//! interrupted upload leaves nothing behind. Errors are `UploadError`s; the
+//! HTTP layer turns them into answers.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Body;
+use futures_util::StreamExt;
+use sha2::{Digest, Sha256};
+use tokio::io::AsyncWriteExt;
+
+use api::{SnapshotInfo, Tag};
+
+use super::files::Library;
+use super::files::{TempFile, unique_name, write_model_file};
+use super::models::Loaded;
+use super::models::Models;
+use crate::live::Live;
+
+/// Why an upload was not stored.
+#[derive(Debug, thiserror::Error)]
+pub enum UploadError {
+    /// The client stopped sending (or the connection broke) before the end.
+    #[error("{0}")]
+    Interrupted(String),
+    #[error("upload is larger than the limit of {limit_bytes} bytes")]
+    TooLarge { limit_bytes: u64 },
+    /// The client sent too slowly to keep a parse slot (see `--min-upload-rate`).
+    #[error(
+        "the upload arrived at {got_bytes_per_s} bytes/s, below the server's minimum of {min_bytes_per_s} bytes/s \
+         (--min-upload-rate); it was cut off so that slow clients cannot hold every parse slot"
+    )]
+    TooSlow {
+        got_bytes_per_s: u64,
+        min_bytes_per_s: u64,
+    },
+    /// Not a snapshot memscope can read: the engine's message, for the user.
+    #[error("{0}")]
+    Unreadable(String),
+    #[error(transparent)]
+    Internal(#[from] anyhow::Error),
+}
+
+impl From<std::io::Error> for UploadError {
+    fn from(e: std::io::Error) -> Self {
+        UploadError::Internal(e.into())
+    }
+}
+
+impl From<sqlx::Error> for UploadError {
+    fn from(e: sqlx::Error) -> Self {
+        UploadError::Internal(e.into())
+    }
+}
+
+type UploadResult<T> = Result<T, UploadError>;
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Where upload bytes go: the temporary file and the hash, with the size limit checked.
+struct Sink {
+    file: Option<tokio::fs::File>,
+    hasher: Sha256,
+    size: u64,
+    limit: u64,
+    progress: Arc<UploadProgress>,
+    rate: RateFloor,
+    /// Bytes known to be on disk, and the sync in flight: the original is synced as it arrives,
+    /// so the sync before the commit has only the tail left (on a 1 GB upload a single sync at
+    /// the end held the answer back by most of a second).
+    synced_bytes: u64,
+    syncing: Option<(u64, tokio::task::JoinHandle<std::io::Result<()>>)>,
+}
+
+/// How much of an upload is written between two background syncs of the original.
+const SYNC_EVERY_BYTES: u64 = 128 << 20;
+
+/// The slowest an upload may arrive while it holds a parse slot: at least `min_bytes_per_s`,
+/// averaged over each `window`.
+struct RateFloor {
+    min_bytes_per_s: u64,
+    window: std::time::Duration,
+    started: Instant,
+    bytes: u64,
+}
+
+impl RateFloor {
+    fn take(&mut self, n: u64) -> UploadResult<()> {
+        self.bytes += n;
+        let elapsed = self.started.elapsed();
+        if elapsed < self.window {
+            return Ok(());
+        }
+        let got_bytes_per_s = (self.bytes as f64 / elapsed.as_secs_f64()) as u64;
+        if got_bytes_per_s < self.min_bytes_per_s {
+            return Err(UploadError::TooSlow {
+                got_bytes_per_s,
+                min_bytes_per_s: self.min_bytes_per_s,
+            });
+        }
+        (self.started, self.bytes) = (Instant::now(), 0);
+        Ok(())
+    }
+}
+
+impl Sink {
+    async fn take(
+        &mut self,
+        chunk: Result<axum::body::Bytes, axum::Error>,
+    ) -> UploadResult<axum::body::Bytes> {
+        let chunk = chunk.map_err(|e| UploadError::Interrupted(e.to_string()))?;
+        self.size += chunk.len() as u64;
+        self.progress
+            .received_bytes
+            .store(self.size, std::sync::atomic::Ordering::Relaxed);
+        if self.size > self.limit {
+            return Err(UploadError::TooLarge {
+                limit_bytes: self.limit,
+            });
+        }
+        self.rate.take(chunk.len() as u64)?;
+        self.hasher.update(&chunk);
+        self.file
+            .as_mut()
+            .expect("file created before receiving")
+            .write_all(&chunk)
+            .await?;
+        if self.syncing.as_ref().is_some_and(|(_, h)| h.is_finished()) {
+            self.settle().await?;
+        }
+        if self.syncing.is_none() && self.size - self.synced_bytes >= SYNC_EVERY_BYTES {
+            let file = self.file.as_mut().expect("file created before receiving");
+            file.flush().await?;
+            let std = file.try_clone().await?.into_std().await;
+            let upto = self.size;
+            self.syncing = Some((upto, tokio::task::spawn_blocking(move || std.sync_data())));
+        }
+        Ok(chunk)
+    }
+
+    /// Syncs what is left of the original and closes it: its sha256 (hex) and size.
+    async fn close(mut self) -> UploadResult<(String, u64)> {
+        self.settle().await?;
+        let file = self.file.take().expect("created before receiving");
+        file.sync_all().await?;
+        drop(file);
+        Ok((hex(&self.hasher.finalize()), self.size))
+    }
+
+    /// Waits for the background sync in flight, if any.
+    async fn settle(&mut self) -> UploadResult<()> {
+        if let Some((upto, sync)) = self.syncing.take() {
+            sync.await.map_err(|e| UploadError::Internal(e.into()))??;
+            self.synced_bytes = upto;
+        }
+        Ok(())
+    }
+}
+
+/// Result of an upload.
+#[derive(Debug)]
+pub struct Uploaded {
+    /// False when the same bytes were uploaded before (the existing snapshot is returned).
+    pub created: bool,
+    pub snapshot: SnapshotInfo,
+    /// The entry's report, read with it (so a delete racing the upload cannot separate them).
+    pub report: api::Report,
+}
+
+/// Feeds upload chunks from the async side to the parser thread.
+struct ChannelReader {
+    rx: tokio::sync::mpsc::Receiver<axum::body::Bytes>,
+    current: axum::body::Bytes,
+    progress: Arc<UploadProgress>,
+}
+
+impl std::io::Read for ChannelReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.current.is_empty() {
+            match self.rx.blocking_recv() {
+                Some(b) => self.current = b,
+                None => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.current.len());
+        buf[..n].copy_from_slice(&self.current[..n]);
+        self.current = self.current.slice(n..);
+        self.progress
+            .parsed_bytes
+            .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
+/// The device total of a snapshot tagged with a host (and pid) the collectors report on; a
+/// failed lookup only costs the verdict its certainty, so it is logged, not raised.
+async fn collector_device_total(
+    live: &crate::live::Live,
+    tags: &[Tag],
+) -> Option<api::DeviceTotal> {
+    let tag = |k: &str| tags.iter().find(|t| t.key == k).map(|t| t.value.as_str());
+    let host = tag("host")?;
+    let pid = tag("pid").and_then(|p| p.parse().ok());
+    match live.nvml_device_total(host, pid).await {
+        Ok(found) => found.map(|(total_bytes, detail)| api::DeviceTotal {
+            total_bytes,
+            source: api::DeviceTotalSource::Collector,
+            detail: Some(detail),
+        }),
+        Err(e) => {
+            tracing::warn!(error = %e, host, "could not look up the device total in the live tables");
+            None
+        }
+    }
+}
+
+/// How far an upload has got: bytes received, bytes the parser has consumed, and the total the
+/// client announced (Content-Length; 0 if unknown).
+#[derive(Debug, Default)]
+pub struct UploadProgress {
+    pub received_bytes: std::sync::atomic::AtomicU64,
+    pub parsed_bytes: std::sync::atomic::AtomicU64,
+    pub total_bytes: u64,
+    pub finished: std::sync::atomic::AtomicBool,
+}
+
+/// The limits an upload is held to (`--max-upload-bytes`, `--min-upload-rate`, the decoded size
+/// and expansion limits).
+#[derive(Debug, Clone)]
+pub struct UploadLimits {
+    pub max_bytes: u64,
+    pub min_bytes_per_s: u64,
+    /// The window the rate is averaged over (the body-idle timeout).
+    pub rate_window: std::time::Duration,
+    /// The parser's limits, but for the size hint (each upload's declared size).
+    pub read: snapshot::Limits,
+}
+
+/// Uploads: what they use of the server, and nothing else (the library they commit into, the
+/// live tables a device's total is looked up in, the models they leave in memory, the parse
+/// slots, the limits) and the progress of those in flight.
+#[derive(Debug, Clone)]
+pub struct Uploads {
+    library: Library,
+    live: Live,
+    models: Arc<Models>,
+    /// Bounds how many uploads are parsed at once.
+    slots: Arc<tokio::sync::Semaphore>,
+    limits: UploadLimits,
+    /// Progress of uploads in flight, by the token the client chose.
+    progress: Arc<std::sync::Mutex<std::collections::HashMap<String, Arc<UploadProgress>>>>,
+}
+
+/// What the body and the parser gave: the original's hash and size, and the parsed snapshot.
+struct Received {
+    sha256: String,
+    size_bytes: u64,
+    snap: snapshot::Snapshot,
+    index: snapshot::analysis::Index,
+    report: api::Report,
+    /// When the body's last byte arrived, and how long after it the parse ended.
+    last_byte_at: Instant,
+    parsed_after_last_byte: std::time::Duration,
+}
+
+impl Uploads {
+    pub fn new(
+        library: Library,
+        live: Live,
+        models: Arc<Models>,
+        parse_slots: usize,
+        limits: UploadLimits,
+    ) -> Uploads {
+        Uploads {
+            library,
+            live,
+            models,
+            slots: Arc::new(tokio::sync::Semaphore::new(parse_slots.max(1))),
+            limits,
+            progress: Default::default(),
+        }
+    }
+
+    /// Parse slots free now (none taken: the configured count).
+    pub fn free_parse_slots(&self) -> usize {
+        self.slots.available_permits()
+    }
+
+    /// The largest upload taken, in bytes.
+    pub fn max_bytes(&self) -> u64 {
+        self.limits.max_bytes
+    }
+
+    /// A new upload's progress, of `total_bytes` as declared, followed under `token` if given.
+    pub fn start(&self, token: Option<&str>, total_bytes: u64) -> Arc<UploadProgress> {
+        let progress = Arc::new(UploadProgress {
+            total_bytes,
+            ..Default::default()
+        });
+        if let Some(t) = token {
+            self.progress
+                .lock()
+                .expect("uploads lock")
+                .insert(t.to_string(), progress.clone());
+        }
+        progress
+    }
+
+    /// Marks an upload finished; its progress is still answered for a minute, so that a poller
+    /// whose request crosses the upload's answer gets `finished`, not a 404.
+    pub fn finish(&self, token: Option<String>, progress: Arc<UploadProgress>) {
+        progress
+            .finished
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let Some(t) = token else {
+            return;
+        };
+        let all = self.progress.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+            let mut all = all.lock().expect("uploads lock");
+            if all.get(&t).is_some_and(|p| Arc::ptr_eq(p, &progress)) {
+                all.remove(&t);
+            }
+        });
+    }
+
+    /// The progress of the upload followed under `token`, if any.
+    pub fn progress(&self, token: &str) -> Option<Arc<UploadProgress>> {
+        self.progress
+            .lock()
+            .expect("uploads lock")
+            .get(token)
+            .cloned()
+    }
+
+    /// Stores, parses and commits one upload. The body goes to a temporary file (hashed on the
+    /// way) and, at the same time, to the parser on a blocking thread, so indexing overlaps the
+    /// transfer; a file the parser rejects ends the upload at once.
+    ///
+    /// The work runs in its own task, so a client that disconnects does not cut it short from
+    /// outside: its body ends in an error, the parser sees the end of its input and stops, and
+    /// only then are the parse slot released and the temporary files removed (issue 13, finding
+    /// 4). An upload whose body had fully arrived is committed even if its client is gone.
+    pub async fn upload(
+        &self,
+        name: String,
+        tags: Vec<Tag>,
+        device_total: Option<u64>,
+        body: Body,
+        progress: Arc<UploadProgress>,
+    ) -> UploadResult<Uploaded> {
+        let this = self.clone();
+        tokio::spawn(async move { this.run(name, tags, device_total, body, progress).await })
+            .await
+            .map_err(|e| UploadError::Internal(e.into()))?
+    }
+
+    async fn run(
+        &self,
+        name: String,
+        tags: Vec<Tag>,
+        device_total: Option<u64>,
+        body: Body,
+        progress: Arc<UploadProgress>,
+    ) -> UploadResult<Uploaded> {
+        let started = Instant::now();
+        let device_total = self.device_total(device_total, &tags).await;
+        let _slot = self
+            .slots
+            .acquire()
+            .await
+            .map_err(|e| UploadError::Internal(e.into()))?;
+        let tmp = TempFile(self.library.tmp_path(&unique_name("upload")));
+        let options = snapshot::analysis::Options {
+            device_total_bytes: device_total.as_ref().map(|t| t.total_bytes),
+        };
+        let got = self.receive(body, &tmp, progress, options).await?;
+        let receive_ms = started.elapsed().as_millis() as u64;
+        let analysed_after_last_byte = got.last_byte_at.elapsed();
+        // The same bytes, or the same snapshot compressed another way: the entry that stands.
+        let content_hash = format!("{:032x}", got.snap.content_hash);
+        if let Some(standing) = self
+            .standing(&got.sha256, &content_hash, &got.report)
+            .await?
+        {
+            return Ok(standing);
+        }
+        let index_ms = started.elapsed().as_millis() as u64;
+        let committed = Instant::now();
+        let info = snapshot_info(&got, name, tags, device_total, index_ms);
+        let (info, created, report) = self
+            .library
+            .commit(&info, &content_hash, got.report, &tmp.0)
+            .await?;
+        if !created {
+            // The same bytes were committed by a concurrent upload; theirs stands.
+            return Ok(Uploaded {
+                created: false,
+                snapshot: info,
+                report,
+            });
+        }
+        tracing::info!(
+            id = info.id,
+            size = info.size_bytes,
+            entries = info.entries,
+            receive_ms,
+            index_ms,
+            commit_ms = committed.elapsed().as_millis() as u64,
+            parsed_after_last_byte_ms = got.parsed_after_last_byte.as_millis() as u64,
+            analysed_after_last_byte_ms = analysed_after_last_byte.as_millis() as u64,
+            after_last_byte_ms = got.last_byte_at.elapsed().as_millis() as u64,
+            "snapshot ingested (index_ms counts from the first byte; after_last_byte_ms: from the body's last byte to the commit)"
+        );
+        let loaded = Arc::new(Loaded {
+            snap: got.snap,
+            index: got.index,
+        });
+        self.models.insert(&info.id, loaded.clone());
+        self.write_model_later(info.id.clone(), info.sha256.clone(), loaded);
+        Ok(Uploaded {
+            created: true,
+            snapshot: info,
+            report,
+        })
+    }
+
+    /// The device's total memory: as the upload gave it, else from the collectors' readings of
+    /// the host (and pid) the snapshot is tagged with.
+    async fn device_total(&self, given: Option<u64>, tags: &[Tag]) -> Option<api::DeviceTotal> {
+        match given {
+            Some(bytes) => Some(api::DeviceTotal {
+                total_bytes: bytes,
+                source: api::DeviceTotalSource::Upload,
+                detail: None,
+            }),
+            None => collector_device_total(&self.live, tags).await,
+        }
+    }
+
+    /// Receives the body into `tmp` (hashed, synced) while the parser reads it on a blocking
+    /// thread; the parser is joined on every path, so its files are never written after the
+    /// guards removed them.
+    async fn receive(
+        &self,
+        body: Body,
+        tmp: &TempFile,
+        progress: Arc<UploadProgress>,
+        options: snapshot::analysis::Options,
+    ) -> UploadResult<Received> {
+        let (tx, rx) = tokio::sync::mpsc::channel::<axum::body::Bytes>(64);
+        let limits = snapshot::Limits {
+            size_hint_bytes: progress.total_bytes,
+            ..self.limits.read.clone()
+        };
+        let parser = spawn_parser(rx, progress.clone(), limits, options);
+        // Fused: the drain loop below may poll again after the end.
+        let mut stream = body.into_data_stream().fuse();
+        let mut sink = Sink {
+            file: None,
+            hasher: Sha256::new(),
+            size: 0,
+            limit: self.limits.max_bytes,
+            progress,
+            rate: RateFloor {
+                min_bytes_per_s: self.limits.min_bytes_per_s,
+                window: self.limits.rate_window,
+                started: Instant::now(),
+                bytes: 0,
+            },
+            synced_bytes: 0,
+            syncing: None,
+        };
+        // When the last byte of the body arrived: the indexing after it is what the client
+        // waits for once its upload is sent (logged as `after_last_byte_ms`).
+        let mut last_byte_at = Instant::now();
+        // Receive until the end or the parser stops.
+        let received: UploadResult<()> = async {
+            sink.file = Some(tokio::fs::File::create(&tmp.0).await?);
+            let mut tx = Some(tx);
+            while let Some(chunk) = stream.next().await {
+                let chunk = sink.take(chunk).await?;
+                last_byte_at = Instant::now();
+                if let Some(t) = &tx
+                    && t.send(chunk).await.is_err()
+                {
+                    // The parser stopped: either it failed (reject now) or the pickle ended
+                    // early.
+                    tx = None;
+                    if parser.is_finished() {
+                        break;
+                    }
+                }
+            }
+            Ok(())
+        }
+        .await;
+        let parsed = parser.await.map_err(|e| UploadError::Internal(e.into()))?;
+        received?;
+        if sink.size == 0 {
+            return Err(UploadError::Unreadable("the upload is empty".into()));
+        }
+        let (snap, index, report, parsed_at) = parsed?;
+        let parsed_after_last_byte = parsed_at.saturating_duration_since(last_byte_at);
+        // Store what the parser did not need (trailing bytes after the pickle's STOP).
+        while let Some(chunk) = stream.next().await {
+            sink.take(chunk).await?;
+            last_byte_at = Instant::now();
+        }
+        let (sha256, size_bytes) = sink.close().await?;
+        Ok(Received {
+            sha256,
+            size_bytes,
+            snap,
+            index,
+            report,
+            last_byte_at,
+            parsed_after_last_byte,
+        })
+    }
+
+    /// The entry that stands for these bytes or this snapshot, if one was committed before, with
+    /// its report. One gone since (a delete racing this upload) stands for nothing: this
+    /// upload's own copy is committed.
+    async fn standing(
+        &self,
+        sha256: &str,
+        content_hash: &str,
+        report: &api::Report,
+    ) -> UploadResult<Option<Uploaded>> {
+        let existing = match self.library.find_by_sha(sha256).await? {
+            Some(e) => Some(e),
+            None => self.library.find_by_content(content_hash).await?,
+        };
+        let Some(existing) = existing else {
+            return Ok(None);
+        };
+        let report = self.library.standing_report(&existing.id, report).await?;
+        Ok(report.map(|report| Uploaded {
+            created: false,
+            snapshot: existing,
+            report,
+        }))
+    }
+
+    /// Writes a committed upload's model file, index included, in the background: it is a
+    /// cache (`library::models` rebuilds a missing one from the original), so the client is
+    /// answered without waiting for it. A failure is logged; the next load after the snapshot
+    /// leaves memory rebuilds the file.
+    fn write_model_later(&self, id: String, sha256: String, loaded: Arc<Loaded>) {
+        let lib = self.library.clone();
+        let counted = lib.model_write();
+        tokio::spawn(async move {
+            let _counted = counted;
+            let started = Instant::now();
+            let placed = lib
+                .write_model(&id, &sha256, move |path| {
+                    write_model_file(&loaded.snap, &loaded.index, path)
+                })
+                .await;
+            match placed {
+                Ok(placed) => tracing::info!(
+                    id,
+                    placed,
+                    model_write_ms = started.elapsed().as_millis() as u64,
+                    model_bytes = std::fs::metadata(lib.model_path(&sha256)).map_or(0, |m| m.len()),
+                    "model file written after the answer"
+                ),
+                Err(e) => {
+                    tracing::warn!(id, error = %e, "could not write the model file; it is rebuilt from the original when next needed")
+                }
+            }
+        });
+    }
+}
+
+/// Parses and analyses the upload's bytes as they arrive through `rx`, on a blocking thread.
+/// The trace is indexed while it is parsed, so only the reconciliation with the final segments
+/// is left when the last byte arrives; the model file is written after the answer.
+fn spawn_parser(
+    rx: tokio::sync::mpsc::Receiver<axum::body::Bytes>,
+    progress: Arc<UploadProgress>,
+    limits: snapshot::Limits,
+    options: snapshot::analysis::Options,
+) -> tokio::task::JoinHandle<
+    UploadResult<(
+        snapshot::Snapshot,
+        snapshot::analysis::Index,
+        api::Report,
+        Instant,
+    )>,
+> {
+    tokio::task::spawn_blocking(move || {
+        let reader = ChannelReader {
+            rx,
+            current: axum::body::Bytes::new(),
+            progress,
+        };
+        let (snap, index) = snapshot::read_indexed_with_limits(reader, limits)
+            .map_err(|e| UploadError::Unreadable(e.to_string()))?;
+        let parsed_at = Instant::now();
+        let report = crate::convert::report(snapshot::analysis::report(&snap, &index, &options));
+        Ok((snap, index, report, parsed_at))
+    })
+}
+
+/// The library entry of a received upload.
+fn snapshot_info(
+    got: &Received,
+    name: String,
+    tags: Vec<Tag>,
+    device_total: Option<api::DeviceTotal>,
+    index_ms: u64,
+) -> SnapshotInfo {
+    let report = &got.report;
+    let (peak_bytes, peak_reserved_bytes) = report.peaks();
+    SnapshotInfo {
+        id: got.sha256[..16].to_string(),
+        sha256: got.sha256.clone(),
+        name,
+        uploaded_at_ms: crate::now_ms(),
+        size_bytes: got.size_bytes,
+        decoded_bytes: report.format.decoded_bytes,
+        encoding: report.format.encoding,
+        compression: report.format.compression,
+        devices: report.devices.keys().copied().collect(),
+        entries: got.snap.trace.len() as u64,
+        peak_bytes,
+        peak_reserved_bytes,
+        reserved_bytes: report.reserved_bytes,
+        allocated_bytes: report.allocated_bytes,
+        leak_suspects: report.leak_suspects.len() as u64,
+        ooms: report.ooms.len() as u64,
+        warnings: report.warnings.len() as u64,
+        index_ms,
+        tags,
+        device_total,
+    }
+}
