@@ -13,10 +13,10 @@
 //!   the roll-up's turn, publishing a notice, storing samples, reading a closed day's rows in
 //!   steps, retiring packed days, and which text a [`Dialects`] query takes. `sqlite.rs` and
 //!   `postgres.rs` implement it.
-//! - [`with_db!`] and [`with_live!`] run the same query code against either backend's pool or
-//!   connection (the body is compiled once per backend, so every query is type-checked for both,
-//!   with no generic bounds to carry); code inside them calls [`Conn`]'s methods rather than
-//!   branching.
+//! - [`with_db!`], [`with_tx!`] and [`with_live!`] run the same query code against either
+//!   backend's pool, transaction or live-read connection (the body is compiled once per
+//!   backend, so every query is type-checked for both, with no generic bounds to carry); code
+//!   inside them calls [`Conn`]'s methods rather than branching.
 //! - SQL is written once where the two dialects agree, which is almost everywhere: `$N`
 //!   placeholders (SQLite binds `$N` to argument N), `ON CONFLICT … DO UPDATE` with qualified
 //!   columns, `IS NOT DISTINCT FROM`, `CAST(… AS BIGINT)`, aliased subqueries. Where they differ
@@ -128,6 +128,14 @@ impl Db {
         }
     }
 
+    /// Begins a transaction on the pool for writes.
+    pub async fn begin(&self) -> sqlx::Result<Tx> {
+        Ok(match &self.pool {
+            Pool::Sqlite(p) => Tx::Sqlite(p.begin().await?),
+            Pool::Postgres(p) => Tx::Postgres(p.begin().await?),
+        })
+    }
+
     /// The query text for this backend.
     pub fn sql(&self, q: &Dialects) -> &'static str {
         q.get(self.backend())
@@ -232,6 +240,41 @@ impl Db {
             Pool::Postgres(_) => Ok(None),
         }
     }
+}
+
+/// A transaction on either backend ([`with_tx!`] runs the same code in it); rolled back if
+/// dropped before [`Tx::commit`].
+pub enum Tx {
+    Sqlite(sqlx::Transaction<'static, sqlx::Sqlite>),
+    Postgres(sqlx::Transaction<'static, sqlx::Postgres>),
+}
+
+impl Tx {
+    pub async fn commit(self) -> sqlx::Result<()> {
+        match self {
+            Tx::Sqlite(t) => t.commit().await,
+            Tx::Postgres(t) => t.commit().await,
+        }
+    }
+}
+
+/// Runs `$body` with `$conn` bound to a [`Tx`]'s connection (`&mut SqliteConnection` or
+/// `&mut PgConnection`): the same code, compiled for each backend, so that a transaction's work
+/// can be cut into steps that each take `&mut Tx`.
+#[macro_export]
+macro_rules! with_tx {
+    ($tx:expr, |$conn:ident| $body:expr) => {
+        match $tx {
+            $crate::db::Tx::Sqlite(t) => {
+                let $conn = &mut **t;
+                $body
+            }
+            $crate::db::Tx::Postgres(t) => {
+                let $conn = &mut **t;
+                $body
+            }
+        }
+    };
 }
 
 /// A writer's turn ([`Db::writer_turn`]); released when dropped.

@@ -6,7 +6,8 @@ use api::{SnapshotInfo, Tag};
 use sqlx::FromRow;
 
 use super::files::Library;
-use crate::with_db;
+use crate::db::Tx;
+use crate::{with_db, with_tx};
 
 #[derive(Debug, Clone, FromRow)]
 struct Row {
@@ -75,23 +76,6 @@ impl Row {
             },
         })
     }
-}
-
-/// Inserts a snapshot's tags in transaction `$tx` (either backend).
-macro_rules! insert_tags {
-    ($tx:expr, $id:expr, $tags:expr) => {
-        for t in $tags {
-            sqlx::query(
-                "INSERT INTO snapshot_tags (snapshot_id, key, value) VALUES ($1, $2, $3) \
-                 ON CONFLICT DO NOTHING",
-            )
-            .bind($id)
-            .bind(&t.key)
-            .bind(&t.value)
-            .execute(&mut *$tx)
-            .await?;
-        }
-    };
 }
 
 /// The columns of [`Row`], for `concat!` (sqlx takes only static SQL).
@@ -231,9 +215,9 @@ impl Library {
         report_json: &str,
         content_hash: &str,
     ) -> sqlx::Result<bool> {
-        with_db!(&self.db, |p| {
-            let mut tx = p.begin().await?;
-            let done = sqlx::query(
+        let mut tx = self.db.begin().await?;
+        let inserted = with_tx!(&mut tx, |c| {
+            sqlx::query(
                 "INSERT INTO snapshots (id, sha256, name, uploaded_at_ms, size_bytes, decoded_bytes, encoding, \
                  compression, devices, entries, peak_bytes, reserved_bytes, allocated_bytes, leak_suspects, ooms, \
                  warnings, index_ms, report_json, device_total_bytes, device_total_source, device_total_detail, \
@@ -263,15 +247,16 @@ impl Library {
             .bind(info.device_total.as_ref().and_then(|t| t.detail.clone()))
             .bind(content_hash)
             .bind(info.peak_reserved_bytes as i64)
-            .execute(&mut *tx)
-            .await?;
-            if done.rows_affected() == 0 {
-                return Ok(false);
-            }
-            insert_tags!(tx, &info.id, &info.tags);
-            tx.commit().await?;
-            Ok(true)
-        })
+            .execute(&mut *c)
+            .await?
+            .rows_affected()
+        });
+        if inserted == 0 {
+            return Ok(false);
+        }
+        insert_tags(&mut tx, &info.id, &info.tags).await?;
+        tx.commit().await?;
+        Ok(true)
     }
 
     /// The report stored at upload (`memscope analyze --json`'s object).
@@ -337,33 +322,38 @@ impl Library {
         name: Option<&str>,
         tags: Option<&[Tag]>,
     ) -> sqlx::Result<bool> {
-        with_db!(&self.db, |p| {
-            let mut tx = p.begin().await?;
+        let mut tx = self.db.begin().await?;
+        let exists = with_tx!(&mut tx, |c| {
             let exists: Option<String> =
                 sqlx::query_scalar("SELECT id FROM snapshots WHERE id = $1")
                     .bind(id)
-                    .fetch_optional(&mut *tx)
+                    .fetch_optional(&mut *c)
                     .await?;
-            if exists.is_none() {
-                return Ok(false);
+            if exists.is_some() {
+                if let Some(name) = name {
+                    sqlx::query("UPDATE snapshots SET name = $1 WHERE id = $2")
+                        .bind(name)
+                        .bind(id)
+                        .execute(&mut *c)
+                        .await?;
+                }
+                if tags.is_some() {
+                    sqlx::query("DELETE FROM snapshot_tags WHERE snapshot_id = $1")
+                        .bind(id)
+                        .execute(&mut *c)
+                        .await?;
+                }
             }
-            if let Some(name) = name {
-                sqlx::query("UPDATE snapshots SET name = $1 WHERE id = $2")
-                    .bind(name)
-                    .bind(id)
-                    .execute(&mut *tx)
-                    .await?;
-            }
-            if let Some(tags) = tags {
-                sqlx::query("DELETE FROM snapshot_tags WHERE snapshot_id = $1")
-                    .bind(id)
-                    .execute(&mut *tx)
-                    .await?;
-                insert_tags!(tx, id, tags);
-            }
-            tx.commit().await?;
-            Ok(true)
-        })
+            exists.is_some()
+        });
+        if !exists {
+            return Ok(false);
+        }
+        if let Some(tags) = tags {
+            insert_tags(&mut tx, id, tags).await?;
+        }
+        tx.commit().await?;
+        Ok(true)
     }
 
     /// Records a snapshot's device total memory with the report judged under it (one
@@ -410,4 +400,22 @@ impl Library {
         .fetch_optional(p)
         .await)
     }
+}
+
+/// Inserts a snapshot's tags in its transaction.
+async fn insert_tags(tx: &mut Tx, id: &str, tags: &[Tag]) -> sqlx::Result<()> {
+    with_tx!(tx, |c| {
+        for t in tags {
+            sqlx::query(
+                "INSERT INTO snapshot_tags (snapshot_id, key, value) VALUES ($1, $2, $3) \
+                 ON CONFLICT DO NOTHING",
+            )
+            .bind(id)
+            .bind(&t.key)
+            .bind(&t.value)
+            .execute(&mut *c)
+            .await?;
+        }
+        Ok(())
+    })
 }

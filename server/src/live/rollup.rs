@@ -4,8 +4,9 @@
 
 use super::days;
 use super::store::Live;
+use crate::db::Tx;
 use crate::db::{Conn, Dialects};
-use crate::with_db;
+use crate::with_tx;
 
 /// Folds raw `gpu_samples` older than `$1` into one-minute rows (merging into a row already
 /// there). `$max`/`$min`: the dialect's larger and smaller of two values.
@@ -163,89 +164,18 @@ impl Live {
                 ..RollUp::default()
             });
         };
-        let (rolled, expired, packed) = with_db!(&self.db, |pool| {
-            let mut tx = pool.begin().await?;
-            // One server at a time (PostgreSQL): the others skip this minute.
-            if !tx.roll_up_turn().await? {
-                return Ok(RollUp {
-                    skipped: true,
-                    ..RollUp::default()
-                });
-            }
-            let mut rolled = 0u64;
-            for (insert, delete) in [
-                (GPU_ROLL_UP, "DELETE FROM gpu_samples WHERE time_ms < $1"),
-                (
-                    PROCESS_ROLL_UP,
-                    "DELETE FROM process_samples WHERE time_ms < $1",
-                ),
-                (
-                    ALLOCATOR_ROLL_UP,
-                    "DELETE FROM allocator_samples WHERE time_ms < $1",
-                ),
-            ] {
-                sqlx::query(tx.sql(&insert))
-                    .bind(cut)
-                    .execute(&mut *tx)
-                    .await?;
-                rolled += sqlx::query(delete)
-                    .bind(cut)
-                    .execute(&mut *tx)
-                    .await?
-                    .rows_affected();
-            }
-            // The latest rows stand for raw samples: they go with them.
-            for q in [
-                "DELETE FROM gpu_latest WHERE time_ms < $1",
-                "DELETE FROM allocator_latest WHERE time_ms < $1",
-                "DELETE FROM process_latest WHERE time_ms < $1",
-            ] {
-                sqlx::query(q).bind(cut).execute(&mut *tx).await?;
-            }
-            let mut expired = 0u64;
-            for q in [
-                "DELETE FROM gpu_samples_1m WHERE minute_ms < $1",
-                "DELETE FROM process_samples_1m WHERE minute_ms < $1",
-                "DELETE FROM allocator_samples_1m WHERE minute_ms < $1",
-                "DELETE FROM events WHERE time_ms < $1",
-                "DELETE FROM ingested_batches WHERE received_at_ms < $1",
-                "DELETE FROM processes WHERE last_seen_ms < $1",
-                "DELETE FROM hosts WHERE last_seen_ms < $1",
-            ] {
-                expired += sqlx::query(q)
-                    .bind(rollup_before_ms)
-                    .execute(&mut *tx)
-                    .await?
-                    .rows_affected();
-            }
-            // Packed days go whole, once all of the day is past the retention.
-            for t in days::TABLES {
-                expired += sqlx::query(sqlx::AssertSqlSafe(format!(
-                    "DELETE FROM {} WHERE day_ms <= $1",
-                    t.packed
-                )))
-                .bind(rollup_before_ms.saturating_sub(days::DAY_MS))
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-            }
-            tx.commit().await?;
-            // Days over (before the cut's day) are packed, one row per series and day: a
-            // transaction per table, so that the lock PostgreSQL's TRUNCATE of a packed day's
-            // partition takes is held for a moment, not while the next table is packed.
-            let mut packed = days::Packed::default();
-            for t in days::TABLES {
-                let mut tx = pool.begin().await?;
-                if !tx.roll_up_turn().await? {
-                    break;
-                }
-                let p = days::pack_days!(&mut *tx, t, cut.div_euclid(days::DAY_MS) * days::DAY_MS);
-                tx.commit().await?;
-                packed.rows += p.rows;
-                packed.series_days += p.series_days;
-            }
-            (rolled, expired, packed)
-        });
+        let mut tx = self.db.begin().await?;
+        // One server at a time (PostgreSQL): the others skip this minute.
+        if !with_tx!(&mut tx, |c| c.roll_up_turn().await)? {
+            return Ok(RollUp {
+                skipped: true,
+                ..RollUp::default()
+            });
+        }
+        let rolled = roll_raw(&mut tx, cut).await?;
+        let expired = expire(&mut tx, rollup_before_ms).await?;
+        tx.commit().await?;
+        let packed = self.pack_closed_days(cut).await?;
         Ok(RollUp {
             rolled_rows: rolled,
             expired_rows: expired + dropped,
@@ -253,5 +183,97 @@ impl Live {
             packed_series_days: packed.series_days,
             skipped: false,
         })
+    }
+}
+
+/// Folds the raw samples before `cut` into one-minute rows and deletes them (and the latest rows,
+/// which stand for them): the raw rows deleted.
+async fn roll_raw(tx: &mut Tx, cut: i64) -> sqlx::Result<u64> {
+    with_tx!(tx, |c| {
+        let mut rolled = 0u64;
+        for (insert, delete) in [
+            (GPU_ROLL_UP, "DELETE FROM gpu_samples WHERE time_ms < $1"),
+            (
+                PROCESS_ROLL_UP,
+                "DELETE FROM process_samples WHERE time_ms < $1",
+            ),
+            (
+                ALLOCATOR_ROLL_UP,
+                "DELETE FROM allocator_samples WHERE time_ms < $1",
+            ),
+        ] {
+            sqlx::query(c.sql(&insert))
+                .bind(cut)
+                .execute(&mut *c)
+                .await?;
+            rolled += sqlx::query(delete)
+                .bind(cut)
+                .execute(&mut *c)
+                .await?
+                .rows_affected();
+        }
+        for q in [
+            "DELETE FROM gpu_latest WHERE time_ms < $1",
+            "DELETE FROM allocator_latest WHERE time_ms < $1",
+            "DELETE FROM process_latest WHERE time_ms < $1",
+        ] {
+            sqlx::query(q).bind(cut).execute(&mut *c).await?;
+        }
+        Ok(rolled)
+    })
+}
+
+/// Deletes one-minute rows, events, batch records, processes and hosts older than `before_ms`,
+/// and packed days once all of the day is past it: the rows deleted.
+async fn expire(tx: &mut Tx, before_ms: i64) -> sqlx::Result<u64> {
+    with_tx!(tx, |c| {
+        let mut expired = 0u64;
+        for q in [
+            "DELETE FROM gpu_samples_1m WHERE minute_ms < $1",
+            "DELETE FROM process_samples_1m WHERE minute_ms < $1",
+            "DELETE FROM allocator_samples_1m WHERE minute_ms < $1",
+            "DELETE FROM events WHERE time_ms < $1",
+            "DELETE FROM ingested_batches WHERE received_at_ms < $1",
+            "DELETE FROM processes WHERE last_seen_ms < $1",
+            "DELETE FROM hosts WHERE last_seen_ms < $1",
+        ] {
+            expired += sqlx::query(q)
+                .bind(before_ms)
+                .execute(&mut *c)
+                .await?
+                .rows_affected();
+        }
+        for t in days::TABLES {
+            expired += sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DELETE FROM {} WHERE day_ms <= $1",
+                t.packed
+            )))
+            .bind(before_ms.saturating_sub(days::DAY_MS))
+            .execute(&mut *c)
+            .await?
+            .rows_affected();
+        }
+        Ok(expired)
+    })
+}
+
+impl Live {
+    /// Packs the days over (before the cut's day), one row per series and day: a transaction
+    /// per table, so that the lock PostgreSQL's TRUNCATE of a packed day's partition takes is
+    /// held for a moment, not while the next table is packed.
+    async fn pack_closed_days(&self, cut: i64) -> sqlx::Result<days::Packed> {
+        let before_ms = cut.div_euclid(days::DAY_MS) * days::DAY_MS;
+        let mut packed = days::Packed::default();
+        for t in days::TABLES {
+            let mut tx = self.db.begin().await?;
+            if !with_tx!(&mut tx, |c| c.roll_up_turn().await)? {
+                break;
+            }
+            let p = with_tx!(&mut tx, |c| days::pack_days!(c, t, before_ms));
+            tx.commit().await?;
+            packed.rows += p.rows;
+            packed.series_days += p.series_days;
+        }
+        Ok(packed)
     }
 }

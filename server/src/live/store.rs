@@ -5,8 +5,8 @@
 use sha2::Digest;
 
 use crate::db::Db;
-use crate::db::{Conn, Dialects, opt};
-use crate::with_db;
+use crate::db::{Conn, Dialects, Tx, opt};
+use crate::{with_db, with_tx};
 
 /// The live tables' owner: stores batches, reads the tables back for the live pages and
 /// `/metrics`, rolls them up, and tells the live streams of every stored batch.
@@ -120,47 +120,6 @@ const PROCESSES_UPSERT: Dialects = Dialects {
     postgres: processes_upsert!("(host, pid, start_time_ms)", "greatest", "least"),
 };
 
-/// Refuses a batch that speaks for a host other than the one its token first reported, or for a
-/// GPU another host reported first; binds the token to its host on its first batch. `$tx`: a
-/// transaction of either backend.
-macro_rules! check_identity {
-    ($tx:expr, $b:expr, $token_name:expr) => {{
-        let (b, token_name): (&wire::Batch, &str) = ($b, $token_name);
-        sqlx::query(
-            "INSERT INTO collector_hosts (token_name, host, first_seen_ms) VALUES ($1, $2, $3) \
-             ON CONFLICT DO NOTHING",
-        )
-        .bind(token_name)
-        .bind(&b.host)
-        .bind(crate::now_ms())
-        .execute(&mut *$tx)
-        .await?;
-        let bound: String =
-            sqlx::query_scalar("SELECT host FROM collector_hosts WHERE token_name = $1")
-                .bind(token_name)
-                .fetch_one(&mut *$tx)
-                .await?;
-        if bound != b.host {
-            return Err(IngestError::Forbidden(format!(
-                "the token of collector {token_name:?} reports host {bound:?}, and this batch says {:?}; \
-                 give each host its own --collector-token (a renamed host needs a new token name)",
-                b.host
-            )));
-        }
-        for uuid in batch_gpus(b) {
-            let owner: Option<String> = sqlx::query_scalar("SELECT host FROM gpus WHERE uuid = $1")
-                .bind(uuid)
-                .fetch_optional(&mut *$tx)
-                .await?;
-            if let Some(owner) = owner.filter(|o| *o != b.host) {
-                return Err(IngestError::Forbidden(format!(
-                    "GPU {uuid} belongs to host {owner:?}; a collector may only report its own host's GPUs"
-                )));
-            }
-        }
-    }};
-}
-
 impl Live {
     /// Stores one collector batch in one transaction, once per `(collector, spool_id, seq)`: the
     /// same key with the same content again is a duplicate (acknowledged, nothing stored), with
@@ -174,201 +133,39 @@ impl Live {
         token_name: &str,
     ) -> Result<wire::Ack, IngestError> {
         let _turn = self.db.writer_turn().await;
-        let rows = (b.gpus.len() + b.processes.len() + b.allocator.len() + b.events.len()) as i64;
-        let spool = b.spool_id.as_deref().unwrap_or("");
-        let digest = digest(b);
-        with_db!(&self.db, |pool| {
-            let mut tx = pool.begin().await?;
-            check_identity!(tx, b, token_name);
-            let now_ms = crate::now_ms();
-            let fresh = sqlx::query(
-                "INSERT INTO ingested_batches (collector, spool_id, seq, received_at_ms, rows, dropped, digest) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
-            )
-            .bind(&b.collector)
-            .bind(spool)
-            .bind(b.seq as i64)
-            .bind(now_ms)
-            .bind(rows)
-            .bind(b.dropped_samples as i64)
-            .bind(&digest)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected()
-                == 1;
-            if !fresh {
-                let stored: Option<Vec<u8>> = sqlx::query_scalar(
-                    "SELECT digest FROM ingested_batches WHERE collector = $1 AND spool_id = $2 AND seq = $3",
-                )
-                .bind(&b.collector)
-                .bind(spool)
-                .bind(b.seq as i64)
-                .fetch_one(&mut *tx)
-                .await?;
-                // Rows stored before digests were kept cannot be compared: trust them as before.
-                if stored.is_some_and(|d| d != digest) {
-                    return Err(IngestError::Conflict {
-                        collector: b.collector.clone(),
-                        spool: if spool.is_empty() {
-                            "none".into()
-                        } else {
-                            spool.into()
-                        },
-                        seq: b.seq,
-                    });
-                }
-                return Ok(wire::Ack {
-                    seq: b.seq,
-                    spool_id: b.spool_id.clone(),
-                    duplicate: true,
-                    stored: 0,
-                });
-            }
-            // Each GPU once per batch (its latest reading), then the samples.
-            for g in newest(&b.gpus, |x, y| x.uuid == y.uuid, |g| g.time_ms) {
-                // The series' latest reading (a late batch does not move it back).
-                sqlx::query(
-                    "INSERT INTO gpu_latest (gpu_uuid, time_ms, used_bytes, reserved_bytes, gpu_util, temperature_c, \
-                     power_mw) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (gpu_uuid) DO UPDATE SET \
-                     time_ms = excluded.time_ms, used_bytes = excluded.used_bytes, \
-                     reserved_bytes = excluded.reserved_bytes, gpu_util = excluded.gpu_util, \
-                     temperature_c = excluded.temperature_c, power_mw = excluded.power_mw \
-                     WHERE excluded.time_ms >= gpu_latest.time_ms",
-                )
-                .bind(&g.uuid)
-                .bind(g.time_ms)
-                .bind(opt(g.memory_used_bytes))
-                .bind(opt(g.memory_reserved_bytes))
-                .bind(g.gpu_util_percent.map(i64::from))
-                .bind(g.temperature_c.map(i64::from))
-                .bind(g.power_mw.map(i64::from))
-                .execute(&mut *tx)
-                .await?;
-                // A GPU keeps the host that first reported it (check_identity refused any other).
-                sqlx::query(tx.sql(&GPUS_UPSERT))
-                    .bind(&g.uuid)
-                    .bind(&b.host)
-                    .bind(i64::from(g.index))
-                    .bind(&g.name)
-                    .bind(opt(g.memory_total_bytes))
-                    .bind(g.time_ms)
-                    .execute(&mut *tx)
-                    .await?;
-            }
-            tx.insert_samples(b).await?;
-            // Each allocator series' latest sample in this batch, then into the latest table.
-            let same = |x: &wire::AllocatorSample, y: &wire::AllocatorSample| {
-                (x.pid, x.start_time_ms, x.device) == (y.pid, y.start_time_ms, y.device)
-            };
-            for a in newest(&b.allocator, same, |a| a.time_ms) {
-                sqlx::query(
-                    "INSERT INTO allocator_latest (host, pid, start_key, start_time_ms, device, gpu_uuid, time_ms, \
-                     step, allocated_bytes, reserved_bytes, alloc_retries, ooms) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
-                     ON CONFLICT (host, pid, start_key, device) DO UPDATE SET gpu_uuid = excluded.gpu_uuid, \
-                     time_ms = excluded.time_ms, step = excluded.step, allocated_bytes = excluded.allocated_bytes, \
-                     reserved_bytes = excluded.reserved_bytes, alloc_retries = excluded.alloc_retries, \
-                     ooms = excluded.ooms WHERE excluded.time_ms >= allocator_latest.time_ms",
-                )
-                .bind(&b.host)
-                .bind(i64::from(a.pid))
-                .bind(a.start_time_ms.unwrap_or(-1))
-                .bind(a.start_time_ms)
-                .bind(i64::from(a.device))
-                .bind(&a.gpu_uuid)
-                .bind(a.time_ms)
-                .bind(opt(a.step))
-                .bind(a.allocated_bytes as i64)
-                .bind(a.reserved_bytes as i64)
-                .bind(opt(a.alloc_retries))
-                .bind(opt(a.ooms))
-                .execute(&mut *tx)
-                .await?;
-            }
-            // Each process's latest reading on each GPU in this batch, then into its latest table.
-            let same = |x: &wire::ProcessSample, y: &wire::ProcessSample| {
-                (&x.gpu_uuid, x.pid, x.start_time_ms) == (&y.gpu_uuid, y.pid, y.start_time_ms)
-            };
-            for p in newest(&b.processes, same, |p| p.time_ms) {
-                sqlx::query(
-                    "INSERT INTO process_latest (gpu_uuid, pid, start_key, start_time_ms, host, time_ms, name, \
-                     used_bytes) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
-                     ON CONFLICT (gpu_uuid, pid, start_key) DO UPDATE SET host = excluded.host, \
-                     time_ms = excluded.time_ms, name = excluded.name, used_bytes = excluded.used_bytes \
-                     WHERE excluded.time_ms >= process_latest.time_ms",
-                )
-                .bind(&p.gpu_uuid)
-                .bind(i64::from(p.pid))
-                .bind(p.start_time_ms.unwrap_or(-1))
-                .bind(p.start_time_ms)
-                .bind(&b.host)
-                .bind(p.time_ms)
-                .bind(&p.name)
-                .bind(p.used_bytes as i64)
-                .execute(&mut *tx)
-                .await?;
-            }
-            for e in &b.events {
-                sqlx::query(
-                    "INSERT INTO events (host, time_ms, kind, pid, device, message, snapshot_id) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7)",
-                )
-                .bind(&b.host)
-                .bind(e.time_ms)
-                .bind(&e.kind)
-                .bind(e.pid.map(i64::from))
-                .bind(e.device.map(i64::from))
-                .bind(&e.message)
-                .bind(&e.snapshot_id)
-                .execute(&mut *tx)
-                .await?;
-            }
-            // The host and the processes this batch speaks of (one row each, kept current).
-            sqlx::query(tx.sql(&HOSTS_UPSERT))
-                .bind(&b.host)
-                .bind(&b.collector)
-                .bind(now_ms)
-                .execute(&mut *tx)
-                .await?;
-            for ((pid, start), (name, cgroup, agent, first, last)) in seen_processes(b) {
-                sqlx::query(tx.sql(&PROCESSES_UPSERT))
-                    .bind(&b.host)
-                    .bind(i64::from(pid))
-                    .bind(start)
-                    .bind(name)
-                    .bind(cgroup)
-                    .bind(agent)
-                    .bind(first)
-                    .bind(last)
-                    .execute(&mut *tx)
-                    .await?;
-            }
-            // The running totals last: every batch updates this one row, so its lock is held
-            // only from here to the commit (concurrent batches on PostgreSQL queue on it).
-            sqlx::query(
-                "UPDATE ingest_totals SET batches = batches + 1, rows = rows + $1, dropped = dropped + $2 WHERE id = 1",
-            )
-            .bind(rows)
-            .bind(b.dropped_samples as i64)
-            .execute(&mut *tx)
-            .await?;
-            let notice = tx
-                .publish_notice(api::LiveNotice {
-                    host: b.host.clone(),
-                    time_ms: now_ms,
-                    rows: rows as u64,
-                    events: b.events.len(),
-                })
-                .await?;
-            tx.commit().await?;
-            // After the commit: pages told to fetch again find the batch.
-            notice.deliver(&self.notices);
-            Ok(wire::Ack {
+        let rows = (b.gpus.len() + b.processes.len() + b.allocator.len() + b.events.len()) as u64;
+        let mut tx = self.db.begin().await?;
+        check_identity(&mut tx, b, token_name).await?;
+        let now_ms = crate::now_ms();
+        if !record_batch(&mut tx, b, rows, now_ms).await? {
+            return Ok(wire::Ack {
                 seq: b.seq,
                 spool_id: b.spool_id.clone(),
-                duplicate: false,
-                stored: rows as u64,
-            })
+                duplicate: true,
+                stored: 0,
+            });
+        }
+        store_gpus(&mut tx, b).await?;
+        with_tx!(&mut tx, |c| c.insert_samples(b).await)?;
+        store_latest(&mut tx, b).await?;
+        store_events(&mut tx, b).await?;
+        keep_host_and_processes(&mut tx, b, now_ms).await?;
+        add_to_totals(&mut tx, rows, b.dropped_samples).await?;
+        let notice = api::LiveNotice {
+            host: b.host.clone(),
+            time_ms: now_ms,
+            rows,
+            events: b.events.len(),
+        };
+        let notice = with_tx!(&mut tx, |c| c.publish_notice(notice).await)?;
+        tx.commit().await?;
+        // After the commit: pages told to fetch again find the batch.
+        notice.deliver(&self.notices);
+        Ok(wire::Ack {
+            seq: b.seq,
+            spool_id: b.spool_id.clone(),
+            duplicate: false,
+            stored: rows,
         })
     }
 
@@ -389,6 +186,263 @@ impl Live {
         }
         Ok(out)
     }
+}
+
+/// Refuses a batch that speaks for a host other than the one its token first reported, or for a
+/// GPU another host reported first; binds the token to its host on its first batch.
+async fn check_identity(tx: &mut Tx, b: &wire::Batch, token_name: &str) -> Result<(), IngestError> {
+    let (bound, owners) = with_tx!(tx, |c| {
+        sqlx::query(
+            "INSERT INTO collector_hosts (token_name, host, first_seen_ms) VALUES ($1, $2, $3) \
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(token_name)
+        .bind(&b.host)
+        .bind(crate::now_ms())
+        .execute(&mut *c)
+        .await?;
+        let bound: String =
+            sqlx::query_scalar("SELECT host FROM collector_hosts WHERE token_name = $1")
+                .bind(token_name)
+                .fetch_one(&mut *c)
+                .await?;
+        let mut owners = Vec::new();
+        for uuid in batch_gpus(b) {
+            let owner: Option<String> = sqlx::query_scalar("SELECT host FROM gpus WHERE uuid = $1")
+                .bind(uuid)
+                .fetch_optional(&mut *c)
+                .await?;
+            owners.extend(owner.map(|o| (uuid, o)));
+        }
+        (bound, owners)
+    });
+    if bound != b.host {
+        return Err(IngestError::Forbidden(format!(
+            "the token of collector {token_name:?} reports host {bound:?}, and this batch says {:?}; \
+             give each host its own --collector-token (a renamed host needs a new token name)",
+            b.host
+        )));
+    }
+    if let Some((uuid, owner)) = owners.into_iter().find(|(_, o)| *o != b.host) {
+        return Err(IngestError::Forbidden(format!(
+            "GPU {uuid} belongs to host {owner:?}; a collector may only report its own host's GPUs"
+        )));
+    }
+    Ok(())
+}
+
+/// Records the batch's key, once: true if it is new; false for the same batch again (the same
+/// content: a duplicate to acknowledge); a conflict for other content under the same key.
+async fn record_batch(
+    tx: &mut Tx,
+    b: &wire::Batch,
+    rows: u64,
+    now_ms: i64,
+) -> Result<bool, IngestError> {
+    let spool = b.spool_id.as_deref().unwrap_or("");
+    let digest = digest(b);
+    let stored: Option<Option<Vec<u8>>> = with_tx!(tx, |c| {
+        let fresh = sqlx::query(
+            "INSERT INTO ingested_batches (collector, spool_id, seq, received_at_ms, rows, dropped, digest) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
+        )
+        .bind(&b.collector)
+        .bind(spool)
+        .bind(b.seq as i64)
+        .bind(now_ms)
+        .bind(rows as i64)
+        .bind(b.dropped_samples as i64)
+        .bind(&digest)
+        .execute(&mut *c)
+        .await?
+        .rows_affected()
+            == 1;
+        if fresh {
+            None
+        } else {
+            Some(
+                sqlx::query_scalar(
+                    "SELECT digest FROM ingested_batches WHERE collector = $1 AND spool_id = $2 AND seq = $3",
+                )
+                .bind(&b.collector)
+                .bind(spool)
+                .bind(b.seq as i64)
+                .fetch_one(&mut *c)
+                .await?,
+            )
+        }
+    });
+    match stored {
+        None => Ok(true),
+        // Rows stored before digests were kept cannot be compared: trust them as before.
+        Some(Some(d)) if d != digest => Err(IngestError::Conflict {
+            collector: b.collector.clone(),
+            spool: if spool.is_empty() {
+                "none".into()
+            } else {
+                spool.into()
+            },
+            seq: b.seq,
+        }),
+        Some(_) => Ok(false),
+    }
+}
+
+/// Each GPU once per batch: its latest reading (a late batch does not move it back) and its row
+/// (a GPU keeps the host that first reported it: `check_identity` refused any other).
+async fn store_gpus(tx: &mut Tx, b: &wire::Batch) -> sqlx::Result<()> {
+    with_tx!(tx, |c| {
+        for g in newest(&b.gpus, |x, y| x.uuid == y.uuid, |g| g.time_ms) {
+            sqlx::query(
+                "INSERT INTO gpu_latest (gpu_uuid, time_ms, used_bytes, reserved_bytes, gpu_util, temperature_c, \
+                 power_mw) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (gpu_uuid) DO UPDATE SET \
+                 time_ms = excluded.time_ms, used_bytes = excluded.used_bytes, \
+                 reserved_bytes = excluded.reserved_bytes, gpu_util = excluded.gpu_util, \
+                 temperature_c = excluded.temperature_c, power_mw = excluded.power_mw \
+                 WHERE excluded.time_ms >= gpu_latest.time_ms",
+            )
+            .bind(&g.uuid)
+            .bind(g.time_ms)
+            .bind(opt(g.memory_used_bytes))
+            .bind(opt(g.memory_reserved_bytes))
+            .bind(g.gpu_util_percent.map(i64::from))
+            .bind(g.temperature_c.map(i64::from))
+            .bind(g.power_mw.map(i64::from))
+            .execute(&mut *c)
+            .await?;
+            sqlx::query(c.sql(&GPUS_UPSERT))
+                .bind(&g.uuid)
+                .bind(&b.host)
+                .bind(i64::from(g.index))
+                .bind(&g.name)
+                .bind(opt(g.memory_total_bytes))
+                .bind(g.time_ms)
+                .execute(&mut *c)
+                .await?;
+        }
+        Ok(())
+    })
+}
+
+/// Each allocator series' and each process's (per GPU) latest sample in this batch, into the
+/// latest tables (a late batch does not move them back).
+async fn store_latest(tx: &mut Tx, b: &wire::Batch) -> sqlx::Result<()> {
+    let same_series = |x: &wire::AllocatorSample, y: &wire::AllocatorSample| {
+        (x.pid, x.start_time_ms, x.device) == (y.pid, y.start_time_ms, y.device)
+    };
+    let same_process = |x: &wire::ProcessSample, y: &wire::ProcessSample| {
+        (&x.gpu_uuid, x.pid, x.start_time_ms) == (&y.gpu_uuid, y.pid, y.start_time_ms)
+    };
+    with_tx!(tx, |c| {
+        for a in newest(&b.allocator, same_series, |a| a.time_ms) {
+            sqlx::query(
+                "INSERT INTO allocator_latest (host, pid, start_key, start_time_ms, device, gpu_uuid, time_ms, \
+                 step, allocated_bytes, reserved_bytes, alloc_retries, ooms) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+                 ON CONFLICT (host, pid, start_key, device) DO UPDATE SET gpu_uuid = excluded.gpu_uuid, \
+                 time_ms = excluded.time_ms, step = excluded.step, allocated_bytes = excluded.allocated_bytes, \
+                 reserved_bytes = excluded.reserved_bytes, alloc_retries = excluded.alloc_retries, \
+                 ooms = excluded.ooms WHERE excluded.time_ms >= allocator_latest.time_ms",
+            )
+            .bind(&b.host)
+            .bind(i64::from(a.pid))
+            .bind(a.start_time_ms.unwrap_or(-1))
+            .bind(a.start_time_ms)
+            .bind(i64::from(a.device))
+            .bind(&a.gpu_uuid)
+            .bind(a.time_ms)
+            .bind(opt(a.step))
+            .bind(a.allocated_bytes as i64)
+            .bind(a.reserved_bytes as i64)
+            .bind(opt(a.alloc_retries))
+            .bind(opt(a.ooms))
+            .execute(&mut *c)
+            .await?;
+        }
+        for p in newest(&b.processes, same_process, |p| p.time_ms) {
+            sqlx::query(
+                "INSERT INTO process_latest (gpu_uuid, pid, start_key, start_time_ms, host, time_ms, name, \
+                 used_bytes) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+                 ON CONFLICT (gpu_uuid, pid, start_key) DO UPDATE SET host = excluded.host, \
+                 time_ms = excluded.time_ms, name = excluded.name, used_bytes = excluded.used_bytes \
+                 WHERE excluded.time_ms >= process_latest.time_ms",
+            )
+            .bind(&p.gpu_uuid)
+            .bind(i64::from(p.pid))
+            .bind(p.start_time_ms.unwrap_or(-1))
+            .bind(p.start_time_ms)
+            .bind(&b.host)
+            .bind(p.time_ms)
+            .bind(&p.name)
+            .bind(p.used_bytes as i64)
+            .execute(&mut *c)
+            .await?;
+        }
+        Ok(())
+    })
+}
+
+/// The batch's events.
+async fn store_events(tx: &mut Tx, b: &wire::Batch) -> sqlx::Result<()> {
+    with_tx!(tx, |c| {
+        for e in &b.events {
+            sqlx::query(
+                "INSERT INTO events (host, time_ms, kind, pid, device, message, snapshot_id) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            )
+            .bind(&b.host)
+            .bind(e.time_ms)
+            .bind(&e.kind)
+            .bind(e.pid.map(i64::from))
+            .bind(e.device.map(i64::from))
+            .bind(&e.message)
+            .bind(&e.snapshot_id)
+            .execute(&mut *c)
+            .await?;
+        }
+        Ok(())
+    })
+}
+
+/// The host and the processes the batch speaks of (one row each, kept current).
+async fn keep_host_and_processes(tx: &mut Tx, b: &wire::Batch, now_ms: i64) -> sqlx::Result<()> {
+    with_tx!(tx, |c| {
+        sqlx::query(c.sql(&HOSTS_UPSERT))
+            .bind(&b.host)
+            .bind(&b.collector)
+            .bind(now_ms)
+            .execute(&mut *c)
+            .await?;
+        for ((pid, start), (name, cgroup, agent, first, last)) in seen_processes(b) {
+            sqlx::query(c.sql(&PROCESSES_UPSERT))
+                .bind(&b.host)
+                .bind(i64::from(pid))
+                .bind(start)
+                .bind(name)
+                .bind(cgroup)
+                .bind(agent)
+                .bind(first)
+                .bind(last)
+                .execute(&mut *c)
+                .await?;
+        }
+        Ok(())
+    })
+}
+
+/// The running totals, last: every batch updates this one row, so its lock is held only from
+/// here to the commit (concurrent batches on PostgreSQL queue on it).
+async fn add_to_totals(tx: &mut Tx, rows: u64, dropped: u64) -> sqlx::Result<()> {
+    with_tx!(tx, |c| {
+        sqlx::query(
+            "UPDATE ingest_totals SET batches = batches + 1, rows = rows + $1, dropped = dropped + $2 WHERE id = 1",
+        )
+        .bind(rows as i64)
+        .bind(dropped as i64)
+        .execute(&mut *c)
+        .await?;
+        Ok(())
+    })
 }
 
 /// A process a batch speaks of: (name, cgroup, has an agent, first seen, last seen).
