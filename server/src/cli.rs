@@ -274,10 +274,11 @@ fn analyze(args: AnalyzeArgs) -> anyhow::Result<()> {
     // The process ends after the report: handing a GB-scale model back to the allocator page by
     // page would cost more than the whole analyses (0.3 s of unmapping for a 12M-event trace).
     std::mem::forget((snap, index));
+    // The same object `GET /api/snapshots/{id}` answers, as JSON or in words.
+    let report = crate::convert::report(report);
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     if args.json {
-        // The same object `GET /api/snapshots/{id}` answers.
-        serde_json::to_writer(&mut out, &crate::convert::report(report))?;
+        serde_json::to_writer(&mut out, &report)?;
         writeln!(out)?;
     } else {
         out.write_all(crate::text::render(&name, &report, args.top).as_bytes())?;

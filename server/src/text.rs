@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use snapshot::analysis::{Diff, Report, human_bytes as hb};
+use snapshot::analysis::{Diff, human_bytes as hb};
 use snapshot::frames::FrameView;
 
 fn site(f: &Option<FrameView>) -> String {
@@ -14,17 +14,45 @@ fn site(f: &Option<FrameView>) -> String {
     }
 }
 
+/// [`site`] for a frame as the API carries it.
+fn api_site(f: &Option<api::Frame>) -> String {
+    match f {
+        Some(f) if api::is_cpp_frame(&f.filename, f.line) => api::cpp_name(&f.name),
+        Some(f) => format!("{}:{} in {}", f.filename, f.line, f.name),
+        None => api::NO_STACK.into(),
+    }
+}
+
 use snapshot::units::thousands;
 
-pub fn render(name: &str, r: &Report, top: usize) -> String {
+/// The human report of `memscope analyze`, from the same `api::Report` that `--json` and the
+/// HTTP API answer (one source for every output).
+pub fn render(name: &str, r: &api::Report, top: usize) -> String {
     let mut o = String::new();
-    let f = &r.format;
-    let s = &r.summary;
+    render_format(&mut o, name, &r.format);
+    render_totals(&mut o, r);
+    for (dev, d) in &r.devices {
+        render_device(&mut o, *dev, d);
+    }
+    if !r.warnings.is_empty() {
+        let _ = writeln!(o, "\nWarnings");
+        for w in &r.warnings {
+            let _ = writeln!(o, "  - {}", w.message);
+        }
+    }
+    render_leaks(&mut o, r, top);
+    render_ooms(&mut o, r);
+    render_fragmentation(&mut o, &r.fragmentation);
+    o
+}
+
+/// The first line: what the file is.
+fn render_format(o: &mut String, name: &str, f: &api::Format) {
     let _ = writeln!(
         o,
         "{name}: {} snapshot{}, {} layout, {} decoded",
         f.encoding.as_str(),
-        if f.encoding == snapshot::model::Encoding::Pickle {
+        if f.encoding == api::Encoding::Pickle {
             format!(" (protocol {})", f.protocol)
         } else {
             String::new()
@@ -33,23 +61,27 @@ pub fn render(name: &str, r: &Report, top: usize) -> String {
         hb(f.decoded_bytes)
     );
     let _ = writeln!(o);
+}
+
+/// Segments, blocks and their bytes at the snapshot, and the blocks by state.
+fn render_totals(o: &mut String, r: &api::Report) {
     let _ = writeln!(
         o,
         "  segments   {:>10}    reserved   {:>10}",
-        thousands(s.segments),
-        hb(s.reserved_bytes)
+        thousands(r.segments),
+        hb(r.reserved_bytes)
     );
     let _ = writeln!(
         o,
         "  blocks     {:>10}    allocated  {:>10}    requested {:>10}",
-        thousands(s.blocks),
-        hb(s.allocated_bytes),
-        hb(s.requested_bytes)
+        thousands(r.blocks),
+        hb(r.allocated_bytes),
+        hb(r.requested_bytes)
     );
-    let states: Vec<String> = s
+    let states: Vec<String> = r
         .block_states
         .iter()
-        .map(|(k, v)| format!("{k} {v}"))
+        .map(|(k, v)| format!("{} {v}", k.as_str()))
         .collect();
     let _ = writeln!(
         o,
@@ -60,172 +92,174 @@ pub fn render(name: &str, r: &Report, top: usize) -> String {
             states.join(", ")
         }
     );
-    if s.pending_free_blocks > 0 {
+    if r.pending_free_blocks > 0 {
         let _ = writeln!(
             o,
             "  pending free: {} block(s), {}, freed by the caller but still in use on another stream (record_stream)",
-            s.pending_free_blocks,
-            hb(s.pending_free_bytes)
+            r.pending_free_blocks,
+            hb(r.pending_free_bytes)
         );
     }
-    for (dev, d) in &s.devices {
-        let secs = match (d.first_time_us, d.last_time_us) {
-            (Some(a), Some(b)) => format!(" over {:.2} s", (b - a) as f64 / 1e6),
-            _ => String::new(),
-        };
-        let final_state = d.peaks_over == snapshot::analysis::PeakScope::FinalState;
-        let at = |p: u32| match (final_state, p) {
-            (true, _) => String::new(),
-            (_, 0) => " at the trace's start".to_string(),
-            (_, p) => format!(" after event {}", thousands(p as u64)),
-        };
-        let entries = match d.entries {
-            0 => "no trace entries".to_string(),
-            1 => "1 trace entry".to_string(),
-            n => format!("{} trace entries", thousands(n)),
-        };
-        let secs = if d.first_time_us == d.last_time_us {
-            String::new()
-        } else {
-            secs
-        };
-        let _ = writeln!(o, "  device {dev}: {entries}{secs}");
-        let _ = writeln!(
-            o,
-            "    peak requested {}{}, allocated {}{}, reserved {}{}",
-            hb(d.peak_requested_bytes),
-            at(d.peak_requested_position),
-            hb(d.peak_allocated_bytes),
-            at(d.peak_allocated_position),
-            hb(d.peak_reserved_bytes),
-            at(d.peak_reserved_position),
-        );
-        let _ = writeln!(
-            o,
-            "    {}",
-            crate::convert::peak_scope(d.peaks_over).words()
-        );
-        let acts: Vec<String> = d
-            .actions
+}
+
+/// One device: its trace, its peaks and where they are, its actions and what was alive at its
+/// peak by category.
+fn render_device(o: &mut String, dev: i32, d: &api::DeviceSummary) {
+    let secs = match (d.first_time_us, d.last_time_us) {
+        (Some(a), Some(b)) if a != b => format!(" over {:.2} s", (b - a) as f64 / 1e6),
+        _ => String::new(),
+    };
+    let final_state = d.peaks_over == api::PeakScope::FinalState;
+    let at = |p: u32| match (final_state, p) {
+        (true, _) => String::new(),
+        (_, 0) => " at the trace's start".to_string(),
+        (_, p) => format!(" after event {}", thousands(p as u64)),
+    };
+    let entries = match d.entries {
+        0 => "no trace entries".to_string(),
+        1 => "1 trace entry".to_string(),
+        n => format!("{} trace entries", thousands(n)),
+    };
+    let _ = writeln!(o, "  device {dev}: {entries}{secs}");
+    let _ = writeln!(
+        o,
+        "    peak requested {}{}, allocated {}{}, reserved {}{}",
+        hb(d.peak_requested_bytes),
+        at(d.peak_requested_position),
+        hb(d.peak_allocated_bytes),
+        at(d.peak_allocated_position),
+        hb(d.peak_reserved_bytes),
+        at(d.peak_reserved_position),
+    );
+    let _ = writeln!(o, "    {}", d.peaks_over.words());
+    // By PyTorch's name, as the trace names them.
+    let mut acts: Vec<(&str, u64)> = d.actions.iter().map(|(k, v)| (k.name(), *v)).collect();
+    acts.sort_unstable();
+    if !acts.is_empty() {
+        let words: Vec<String> = acts
             .iter()
             .map(|(k, v)| format!("{k} {}", thousands(*v)))
             .collect();
-        if !acts.is_empty() {
-            let _ = writeln!(o, "    {}", acts.join(", "));
-        }
-        if let Some(c) = &d.categories {
-            let bytes = crate::convert::category_bytes(c.at_peak);
-            let _ = writeln!(
-                o,
-                "    by category at the peak (event {}): {}",
-                thousands(c.peak_position as u64),
-                api::category_words(&bytes, hb)
-            );
-        }
+        let _ = writeln!(o, "    {}", words.join(", "));
     }
-
-    if !r.warnings.is_empty() {
-        let _ = writeln!(o, "\nWarnings");
-        for w in &r.warnings {
-            let _ = writeln!(o, "  - {}", w.message);
-        }
+    if let Some(c) = &d.categories {
+        let _ = writeln!(
+            o,
+            "    by category at the peak (event {}): {}",
+            thousands(c.peak_position as u64),
+            api::category_words(&c.at_peak, hb)
+        );
     }
+}
 
+/// The leak suspects, `top` of them.
+fn render_leaks(o: &mut String, r: &api::Report, top: usize) {
     let _ = writeln!(o, "\nLeak suspects");
     if r.leak_suspects.is_empty() {
+        let _ = writeln!(o, "  {}", r.leak_check.no_suspects_words());
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "  {:>3}  {:>10}  {:>6}  {:>6}  site",
+        "#", "alive", "count", "spread"
+    );
+    for (i, l) in r.leak_suspects.iter().take(top).enumerate() {
         let _ = writeln!(
             o,
-            "  {}",
-            crate::convert::leak_check(r.leak_check).no_suspects_words()
+            "  {:>3}  {:>10}  {:>6}  {:>5.0}%  {}",
+            i + 1,
+            hb(l.bytes),
+            l.count,
+            l.spread * 100.0,
+            api_site(&l.site)
         );
-    } else {
+    }
+    if r.leak_suspects.len() > top {
         let _ = writeln!(
             o,
-            "  {:>3}  {:>10}  {:>6}  {:>6}  site",
-            "#", "alive", "count", "spread"
+            "  … {} more (--top N, or --json)",
+            r.leak_suspects.len() - top
         );
-        for (i, l) in r.leak_suspects.iter().take(top).enumerate() {
-            let _ = writeln!(
-                o,
-                "  {:>3}  {:>10}  {:>6}  {:>5.0}%  {}",
-                i + 1,
-                hb(l.bytes),
-                l.count,
-                l.spread * 100.0,
-                site(&l.site)
-            );
-        }
-        if r.leak_suspects.len() > top {
-            let _ = writeln!(
-                o,
-                "  … {} more (--top N, or --json)",
-                r.leak_suspects.len() - top
-            );
-        }
     }
+}
 
-    if !r.ooms.is_empty() {
-        let _ = writeln!(o, "\nOut of memory");
-        if let Some(outcome) = &r.oom_outcome {
-            let _ = writeln!(o, "  {outcome}");
-        }
-        // One entry per incident (the same line, cause and fate), its latest OOM in full.
-        for inc in &r.oom_incidents {
-            let Some(m) = r
-                .ooms
-                .iter()
-                .find(|m| m.device == inc.device && m.position == inc.shown_position)
-            else {
-                continue;
-            };
-            let fate = if m.recovered { "survived" } else { "FATAL" };
-            let step = m.step.map(|s| format!(" (step {s})")).unwrap_or_default();
-            let _ = writeln!(
-                o,
-                "\n  [{fate}] {}: {}",
-                inc.verdict.as_str().replace('_', " "),
-                inc.summary
-            );
-            let _ = writeln!(
-                o,
-                "  device {} at event {}{step}: requested {}{}; driver free {}; reserved {}, allocated {}, largest free block {}",
-                m.device,
-                thousands(m.position as u64),
-                hb(m.requested_bytes),
-                if m.site.is_some() {
-                    format!(" at {}", site(&m.site))
-                } else {
-                    String::new()
-                },
-                m.device_free_bytes
-                    .map(hb)
-                    .unwrap_or_else(|| "unknown".into()),
-                hb(m.reserved_bytes),
-                hb(m.allocated_bytes),
-                hb(m.largest_free_block_bytes)
-            );
-            let _ = writeln!(
-                o,
-                "    {}: {}",
-                m.recovery.as_str().replace('_', " "),
-                m.recovery_evidence
-            );
-            let _ = writeln!(o, "    verdict: {}: {}", m.verdict.as_str(), m.explanation);
-            for a in &m.advice {
-                let _ = writeln!(o, "    - {a}");
-            }
-            let bytes = crate::convert::category_bytes(m.categories);
-            if bytes.total() > 0 {
-                let _ = writeln!(o, "    at the OOM: {}", api::category_words(&bytes, hb));
-            }
-            for s in m.largest_sites.iter().take(3) {
-                let _ = writeln!(o, "    {:>10}  {}", hb(s.bytes), site(&s.site));
-            }
-        }
+/// The OOMs: one entry per incident (the same line, cause and fate), its latest OOM in full.
+fn render_ooms(o: &mut String, r: &api::Report) {
+    if r.ooms.is_empty() {
+        return;
     }
+    let _ = writeln!(o, "\nOut of memory");
+    if let Some(outcome) = &r.oom_outcome {
+        let _ = writeln!(o, "  {outcome}");
+    }
+    for inc in &r.oom_incidents {
+        let Some(m) = r
+            .ooms
+            .iter()
+            .find(|m| m.device == inc.device && m.position == inc.shown_position)
+        else {
+            continue;
+        };
+        let fate = if m.recovered { "survived" } else { "FATAL" };
+        let _ = writeln!(
+            o,
+            "\n  [{fate}] {}: {}",
+            inc.verdict.as_str().replace('_', " "),
+            inc.summary
+        );
+        render_oom(o, m);
+    }
+}
 
+/// One OOM: where, what was asked and what the allocator held, how it ended, the verdict and
+/// its advice, what was alive by category and the largest sites.
+fn render_oom(o: &mut String, m: &api::OomReport) {
+    let step = m.step.map(|s| format!(" (step {s})")).unwrap_or_default();
+    let _ = writeln!(
+        o,
+        "  device {} at event {}{step}: requested {}{}; driver free {}; reserved {}, allocated {}, largest free block {}",
+        m.device,
+        thousands(m.position as u64),
+        hb(m.requested_bytes),
+        if m.site.is_some() {
+            format!(" at {}", api_site(&m.site))
+        } else {
+            String::new()
+        },
+        m.device_free_bytes
+            .map(hb)
+            .unwrap_or_else(|| "unknown".into()),
+        hb(m.reserved_bytes),
+        hb(m.allocated_bytes),
+        hb(m.largest_free_block_bytes)
+    );
+    let _ = writeln!(
+        o,
+        "    {}: {}",
+        m.recovery.as_str().replace('_', " "),
+        m.recovery_evidence
+    );
+    let _ = writeln!(o, "    verdict: {}: {}", m.verdict.as_str(), m.explanation);
+    for a in &m.advice {
+        let _ = writeln!(o, "    - {a}");
+    }
+    if m.categories.total() > 0 {
+        let _ = writeln!(
+            o,
+            "    at the OOM: {}",
+            api::category_words(&m.categories, hb)
+        );
+    }
+    for s in m.largest_sites.iter().take(3) {
+        let _ = writeln!(o, "    {:>10}  {}", hb(s.bytes), api_site(&s.site));
+    }
+}
+
+/// Fragmentation at the snapshot, per device.
+fn render_fragmentation(o: &mut String, fragmentation: &[api::DeviceFragmentation]) {
     let _ = writeln!(o, "\nFragmentation at the snapshot");
-    for d in &r.fragmentation {
+    for d in fragmentation {
         let t = &d.total;
         let _ = writeln!(
             o,
@@ -239,7 +273,6 @@ pub fn render(name: &str, r: &Report, top: usize) -> String {
             hb(t.largest_free_bytes)
         );
     }
-    o
 }
 
 fn signed_bytes(d: i64) -> String {
