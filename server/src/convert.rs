@@ -302,8 +302,15 @@ pub fn peak_scope(s: snapshot::analysis::PeakScope) -> api::PeakScope {
 }
 
 pub fn warning(w: summary::Warning) -> api::Warning {
+    use summary::WarningCode;
     api::Warning {
-        code: api::WarningCode::from_name(w.code),
+        code: match w.code {
+            WarningCode::HistoryNotEnabled => api::WarningCode::HistoryNotEnabled,
+            WarningCode::NoFrames => api::WarningCode::NoFrames,
+            WarningCode::HistoryOff => api::WarningCode::HistoryOff,
+            WarningCode::TraceTruncated => api::WarningCode::TraceTruncated,
+            WarningCode::BlocksWithoutFrames => api::WarningCode::BlocksWithoutFrames,
+        },
         message: w.message,
     }
 }
@@ -671,11 +678,11 @@ pub fn diff(d: diff::Diff) -> api::Diff {
             .figures
             .into_iter()
             .map(|f| api::FigureDelta {
-                name: f.name.to_string(),
+                name: f.figure.name().to_string(),
                 a: f.a,
                 b: f.b,
                 delta: f.delta,
-                bytes: f.bytes,
+                bytes: f.figure.is_bytes(),
             })
             .collect(),
         categories_at_peak: d.categories_at_peak.map(|(a, b)| api::CategoriesDelta {

@@ -292,13 +292,13 @@ pub fn render_diff(a: &str, b: &str, d: &Diff) -> String {
     let _ = writeln!(o);
     let _ = writeln!(o, "  {:<26} {:>12} {:>12} {:>12}", "", "A", "B", "B - A");
     for f in &d.figures {
-        let (va, vb, dv) = if f.bytes {
+        let (va, vb, dv) = if f.figure.is_bytes() {
             (hb(f.a), hb(f.b), signed_bytes(f.delta))
         } else {
             let sign = if f.delta > 0 { "+" } else { "" };
             (thousands(f.a), thousands(f.b), format!("{sign}{}", f.delta))
         };
-        let _ = writeln!(o, "  {:<26} {va:>12} {vb:>12} {dv:>12}", f.name);
+        let _ = writeln!(o, "  {:<26} {va:>12} {vb:>12} {dv:>12}", f.figure.name());
     }
     if let Some((ca, cb)) = d.categories_at_peak {
         let (ca, cb) = (
@@ -324,7 +324,7 @@ pub fn render_diff(a: &str, b: &str, d: &Diff) -> String {
     let events = |i: usize| {
         d.figures
             .iter()
-            .find(|f| f.name == "trace events")
+            .find(|f| f.figure == snapshot::analysis::diff::Figure::TraceEvents)
             .map_or(1, |f| if i == 0 { f.a } else { f.b })
     };
     let untraced: Vec<&str> = [("A", events(0)), ("B", events(1))]

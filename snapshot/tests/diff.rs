@@ -4,6 +4,7 @@
 
 mod common;
 
+use snapshot::analysis::diff::Figure;
 use snapshot::analysis::{Index, Side, compare};
 
 fn load(name: &str) -> (snapshot::Snapshot, Index) {
@@ -79,9 +80,18 @@ fn the_planted_leak_is_new_in_the_leaking_run() {
     // Everything else the two runs share holds the same memory.
     assert!(d.unchanged_sites > 0);
 
-    let fig = |name: &str| d.figures.iter().find(|f| f.name == name).unwrap().clone();
-    assert_eq!((fig("leak suspects").a, fig("leak suspects").b), (0, 1));
-    let peak = fig("peak requested bytes");
+    let fig = |which: Figure| {
+        d.figures
+            .iter()
+            .find(|f| f.figure == which)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(
+        (fig(Figure::LeakSuspects).a, fig(Figure::LeakSuspects).b),
+        (0, 1)
+    );
+    let peak = fig(Figure::PeakRequested);
     assert_eq!(peak.delta, peak.b as i64 - peak.a as i64);
     assert!(
         peak.delta

@@ -99,7 +99,7 @@ fn pytorch_1_13_bare_segment_list() {
     assert_eq!(report.summary.segments, 3);
     assert_eq!(report.summary.blocks, 3);
     assert!(snap.devices.is_empty());
-    assert_eq!(report.warnings[0].code, "history_not_enabled");
+    assert_eq!(report.warnings[0].code.as_str(), "history_not_enabled");
 }
 
 #[test]

@@ -54,7 +54,7 @@ fn digest(scenario: &str) -> String {
         snap.trace.len()
     );
     for w in &report.warnings {
-        let _ = writeln!(o, "warning: {}", w.code);
+        let _ = writeln!(o, "warning: {}", w.code.as_str());
     }
     for l in &report.leak_suspects {
         let site = l
@@ -304,7 +304,7 @@ fn segments_only_analyses_without_traces() {
     assert_eq!(d.peak_reserved_bytes, 224_395_264);
     assert_eq!(report.leak_check, analysis::LeakCheck::NoTrace);
     assert!(report.leak_suspects.is_empty() && report.ooms.is_empty());
-    assert_eq!(report.warnings[0].code, "history_not_enabled");
+    assert_eq!(report.warnings[0].code.as_str(), "history_not_enabled");
     assert!(index.devices.iter().all(|d| d.len == 0));
     assert_eq!(report.fragmentation[0].total.reserved_bytes, 224_395_264);
 }

@@ -5,7 +5,9 @@
 mod common;
 
 use snapshot::analysis::whatif::{Options, WhatIfError, whatif};
-use snapshot::analysis::{Index, LeakCheck, PeakScope, Report, peaks, stacks_at, timeline};
+use snapshot::analysis::{
+    Index, LeakCheck, PeakScope, Report, WarningCode, peaks, stacks_at, timeline,
+};
 
 const GIB: f64 = (1u64 << 30) as f64;
 
@@ -218,7 +220,7 @@ fn no_frames_is_said_only_when_nothing_has_frames() {
     for name in HISTORY_OFF {
         let (_, _, r) = load(name);
         assert!(
-            r.warnings.iter().all(|w| w.code != "no_frames"),
+            r.warnings.iter().all(|w| w.code != WarningCode::NoFrames),
             "{name}: {:?}",
             r.warnings
         );
@@ -233,12 +235,14 @@ fn history_off_and_segments_only_say_what_they_cannot_tell() {
         let (snap, index, r) = load(name);
         assert_eq!(r.leak_check, LeakCheck::HistoryOff, "{name}");
         assert!(
-            r.warnings.iter().any(|w| w.code == "history_off"),
+            r.warnings.iter().any(|w| w.code == WarningCode::HistoryOff),
             "{name}: {:?}",
             r.warnings
         );
         assert!(
-            r.warnings.iter().all(|w| w.code != "trace_truncated"),
+            r.warnings
+                .iter()
+                .all(|w| w.code != WarningCode::TraceTruncated),
             "{name}"
         );
         match whatif(&snap, &index, &Options::default()) {
@@ -326,7 +330,7 @@ fn segments_only_files_can_be_diffed() {
     let reserved = d
         .figures
         .iter()
-        .find(|f| f.name == "peak reserved bytes")
+        .find(|f| f.figure == snapshot::analysis::diff::Figure::PeakReserved)
         .unwrap();
     assert!(reserved.a > 5 << 30 && reserved.b > 70 << 30);
     assert!(d.sites_at_peak.iter().any(|s| s.b_bytes > 50 << 30));

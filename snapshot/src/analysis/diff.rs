@@ -21,16 +21,58 @@ pub struct Side<'a> {
     pub device: i32,
 }
 
+/// The headline figures a diff compares (a closed set).
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Figure {
+    PeakRequested,
+    PeakAllocated,
+    PeakReserved,
+    ReservedAtSnapshot,
+    AllocatedAtSnapshot,
+    Segments,
+    TraceEvents,
+    LeakSuspects,
+    Ooms,
+}
+
+impl Figure {
+    /// What it is, for people.
+    pub fn name(self) -> &'static str {
+        match self {
+            Figure::PeakRequested => "peak requested bytes",
+            Figure::PeakAllocated => "peak allocated bytes",
+            Figure::PeakReserved => "peak reserved bytes",
+            Figure::ReservedAtSnapshot => "reserved at the snapshot",
+            Figure::AllocatedAtSnapshot => "allocated at the snapshot",
+            Figure::Segments => "segments",
+            Figure::TraceEvents => "trace events",
+            Figure::LeakSuspects => "leak suspects",
+            Figure::Ooms => "OOMs",
+        }
+    }
+
+    /// Bytes (true) or a count.
+    pub fn is_bytes(self) -> bool {
+        match self {
+            Figure::PeakRequested
+            | Figure::PeakAllocated
+            | Figure::PeakReserved
+            | Figure::ReservedAtSnapshot
+            | Figure::AllocatedAtSnapshot => true,
+            Figure::Segments | Figure::TraceEvents | Figure::LeakSuspects | Figure::Ooms => false,
+        }
+    }
+}
+
 /// A headline figure in both snapshots.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct FigureDelta {
-    pub name: &'static str,
+    pub figure: Figure,
     pub a: u64,
     pub b: u64,
     /// `b - a`.
     pub delta: i64,
-    /// Bytes (true) or a count.
-    pub bytes: bool,
 }
 
 /// Memory one call site holds at each snapshot's peak.
@@ -82,13 +124,12 @@ fn key(site: &Option<FrameView>) -> SiteKey {
         .map(|f| (f.filename.clone(), f.line, f.name.clone()))
 }
 
-fn figure(name: &'static str, a: u64, b: u64, bytes: bool) -> FigureDelta {
+fn figure(figure: Figure, a: u64, b: u64) -> FigureDelta {
     FigureDelta {
-        name,
+        figure,
         a,
         b,
         delta: b as i64 - a as i64,
-        bytes,
     }
 }
 
@@ -106,37 +147,34 @@ pub fn compare(a: Side, b: Side, max_sites: usize) -> Diff {
         oom_reports(b.snap, b.index, None),
     );
     // PyTorch's three peaks of each side's device, then the state at each snapshot.
-    let peaks: [(&'static str, PeakOf); 3] = [
-        ("peak requested bytes", |d| d.peak_requested_bytes),
-        ("peak allocated bytes", |d| d.peak_allocated_bytes),
-        ("peak reserved bytes", |d| d.peak_reserved_bytes),
+    let peaks: [(Figure, PeakOf); 3] = [
+        (Figure::PeakRequested, |d| d.peak_requested_bytes),
+        (Figure::PeakAllocated, |d| d.peak_allocated_bytes),
+        (Figure::PeakReserved, |d| d.peak_reserved_bytes),
     ];
     let mut figures: Vec<FigureDelta> = peaks
         .iter()
-        .map(|&(name, of)| figure(name, peak(&sa, a.device, of), peak(&sb, b.device, of), true))
+        .map(|&(f, of)| figure(f, peak(&sa, a.device, of), peak(&sb, b.device, of)))
         .collect();
     figures.extend([
         figure(
-            "reserved at the snapshot",
+            Figure::ReservedAtSnapshot,
             sa.reserved_bytes,
             sb.reserved_bytes,
-            true,
         ),
         figure(
-            "allocated at the snapshot",
+            Figure::AllocatedAtSnapshot,
             sa.allocated_bytes,
             sb.allocated_bytes,
-            true,
         ),
-        figure("segments", sa.segments, sb.segments, false),
-        figure("trace events", entries(a), entries(b), false),
+        figure(Figure::Segments, sa.segments, sb.segments),
+        figure(Figure::TraceEvents, entries(a), entries(b)),
         figure(
-            "leak suspects",
+            Figure::LeakSuspects,
             la.iter().filter(|l| l.device == a.device).count() as u64,
             lb.iter().filter(|l| l.device == b.device).count() as u64,
-            false,
         ),
-        figure("OOMs", oa.len() as u64, ob.len() as u64, false),
+        figure(Figure::Ooms, oa.len() as u64, ob.len() as u64),
     ]);
 
     let categories_at_peak = {

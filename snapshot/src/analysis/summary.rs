@@ -148,9 +148,36 @@ pub fn summary(snap: &Snapshot, index: &Index) -> Summary {
 
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct Warning {
-    /// Stable machine-readable code.
-    pub code: &'static str,
+    pub code: WarningCode,
     pub message: String,
+}
+
+/// What a warning is about (a closed set; its name is stable and machine-readable).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WarningCode {
+    /// No trace entries: `_record_memory_history` was not enabled.
+    HistoryNotEnabled,
+    /// Trace entries without stack frames.
+    NoFrames,
+    /// A device's trace records no allocation: history was off while its memory was allocated.
+    HistoryOff,
+    /// The ring buffer was full (or recording started late): the trace starts mid-run.
+    TraceTruncated,
+    /// Blocks in the segments carry no frames.
+    BlocksWithoutFrames,
+}
+
+impl WarningCode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WarningCode::HistoryNotEnabled => "history_not_enabled",
+            WarningCode::NoFrames => "no_frames",
+            WarningCode::HistoryOff => "history_off",
+            WarningCode::TraceTruncated => "trace_truncated",
+            WarningCode::BlocksWithoutFrames => "blocks_without_frames",
+        }
+    }
 }
 
 pub fn warnings(snap: &Snapshot, index: &Index) -> Vec<Warning> {
@@ -158,7 +185,7 @@ pub fn warnings(snap: &Snapshot, index: &Index) -> Vec<Warning> {
     let entries: usize = snap.devices.iter().map(|d| d.rows.len()).sum();
     if entries == 0 {
         w.push(Warning {
-            code: "history_not_enabled",
+            code: WarningCode::HistoryNotEnabled,
             message:
                 "snapshot has no trace entries, so there is no timeline, leak or OOM analysis; was \
                       `torch.cuda.memory._record_memory_history()` enabled before the run?"
@@ -168,7 +195,7 @@ pub fn warnings(snap: &Snapshot, index: &Index) -> Vec<Warning> {
         && snap.blocks.iter().all(|b| b.stack == StackId::EMPTY)
     {
         w.push(Warning {
-            code: "no_frames",
+            code: WarningCode::NoFrames,
             message: "no stack frames were recorded, so memory cannot be attributed to code; record with \
                       `_record_memory_history(stacks=\"python\")` (or \"all\")."
                 .into(),
@@ -180,7 +207,7 @@ pub fn warnings(snap: &Snapshot, index: &Index) -> Vec<Warning> {
         }
         if d.history_off() {
             w.push(Warning {
-                code: "history_off",
+                code: WarningCode::HistoryOff,
                 message: format!(
                     "device {}: the trace holds {} and no allocation: memory history was not being recorded while \
                      this memory was allocated, so only the allocator's final state is known. The timeline's growth, \
@@ -194,7 +221,7 @@ pub fn warnings(snap: &Snapshot, index: &Index) -> Vec<Warning> {
         }
         if d.predating_alive > 0 || d.predating_freed > 0 {
             w.push(Warning {
-                code: "trace_truncated",
+                code: WarningCode::TraceTruncated,
                 message: format!(
                     "device {}: the trace starts mid-run: {} allocations alive at the end and {} freed during the trace \
                      were made before its first event (the ring buffer of `max_entries` was full, or recording \
@@ -214,7 +241,7 @@ pub fn warnings(snap: &Snapshot, index: &Index) -> Vec<Warning> {
         && frameless_blocks == snap.blocks.iter().filter(|b| b.state.is_active()).count()
     {
         w.push(Warning {
-            code: "blocks_without_frames",
+            code: WarningCode::BlocksWithoutFrames,
             message: format!("none of the {frameless_blocks} live blocks has a stack; block attribution uses the trace only."),
         });
     }
