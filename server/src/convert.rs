@@ -532,10 +532,28 @@ pub fn oom_marker(m: tl::OomMarker) -> api::OomMarker {
     }
 }
 
+/// A trace entry's action; one memscope does not know keeps the name PyTorch gave it.
+fn trace_action(a: snapshot::model::Action, other: Option<String>) -> api::TraceAction {
+    use snapshot::model::Action;
+    match a {
+        Action::Alloc => api::TraceAction::Alloc,
+        Action::FreeRequested => api::TraceAction::FreeRequested,
+        Action::FreeCompleted => api::TraceAction::FreeCompleted,
+        Action::SegmentAlloc => api::TraceAction::SegmentAlloc,
+        Action::SegmentFree => api::TraceAction::SegmentFree,
+        Action::SegmentMap => api::TraceAction::SegmentMap,
+        Action::SegmentUnmap => api::TraceAction::SegmentUnmap,
+        Action::Snapshot => api::TraceAction::Snapshot,
+        Action::Oom => api::TraceAction::Oom,
+        Action::Annotate => api::TraceAction::Annotate,
+        Action::Other => api::TraceAction::from_name(other.as_deref().unwrap_or("other")),
+    }
+}
+
 pub fn trace_event(e: analysis::timeline::TraceEvent) -> api::TraceEvent {
     api::TraceEvent {
         position: e.position,
-        action: api::TraceAction::from_name(e.other_action.as_deref().unwrap_or(e.action)),
+        action: trace_action(e.action, e.other_action),
         address: e.address,
         size_bytes: e.size_bytes,
         stream: e.stream,

@@ -131,6 +131,13 @@ pub enum Action {
     Other,
 }
 
+/// By its PyTorch name (`alloc`, `free_requested`, …; `other` for one memscope does not know).
+impl serde::Serialize for Action {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
 impl Action {
     pub const KNOWN: [Action; 10] = [
         Action::Alloc,

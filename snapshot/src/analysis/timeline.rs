@@ -615,8 +615,8 @@ mod annotation_tests {
 pub struct TraceEvent {
     /// 1-based: the allocator's state "after event `position`" includes this entry.
     pub position: u32,
-    pub action: &'static str,
-    /// The name PyTorch gave an action memscope does not know.
+    pub action: crate::model::Action,
+    /// The name PyTorch gave an action memscope does not know (`Action::Other`).
     pub other_action: Option<String>,
     pub address: u64,
     pub size_bytes: u64,
@@ -649,7 +649,7 @@ pub fn events_around(
             let action = t.action[r];
             TraceEvent {
                 position: pos,
-                action: action.as_str(),
+                action,
                 other_action: (action == crate::model::Action::Other)
                     .then(|| TraceTable::sparse(&t.other_action, r as u32))
                     .flatten()
