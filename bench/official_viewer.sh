@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Assembles the official PyTorch memory viewer (what pytorch.org/memory_viz and
 # torch.cuda._memory_viz serve) into DIR for the dashboard benchmark, which measures it in the
-# same headless Chromium and run as memscope (server/tests/bench/official_viewer.rs):
+# same headless Chromium and run as memscope (server/tests/it/support/official_viewer.rs):
 #
 #     bench/official_viewer.sh /tmp/official-viewer [PYTORCH_REF]
 #     MEMSCOPE_OFFICIAL_VIEWER=/tmp/official-viewer MEMSCOPE_BENCH_FILES=... \

@@ -5,7 +5,7 @@
 //! server's answers into untyped JSON or into structs it declared again by hand, which drifted
 //! (byte counts read as floats, the axis as a string, a renamed field read as 0). With both sides
 //! on these types, a change to an answer is a change here, seen by the compiler on both sides and
-//! by the golden API tests (`server/tests/api_golden.rs`).
+//! by the golden API tests (`server/tests/it/api_golden.rs`).
 //!
 //! Rules, as for `wire/` (the collector ↔ server boundary):
 //! - Units are in names (`_bytes`, `_us`, `_ms`); byte counts are integers. Where an older JSON

@@ -1,6 +1,6 @@
 //! Every route: its pattern (what the server's router matches, axum's `{param}` syntax) and one
 //! function that builds its URL (what the dashboard and the tests request). Patterns and builders
-//! sit side by side so they cannot drift; `server/tests/api.rs` requests every builder's URL.
+//! sit side by side so they cannot drift; `server/tests/it/api.rs` requests every builder's URL.
 
 use serde::Serialize;
 

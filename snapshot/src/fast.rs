@@ -10,7 +10,7 @@
 //!   harmless).
 //!
 //! `pickle::run` calls [`try_entry`] (both steps) at every `EMPTY_DICT`; on a refusal the general
-//! machine reads the same bytes, and the result is identical either way (`tests/formats.rs` and
+//! machine reads the same bytes, and the result is identical either way (`tests/it/formats.rs` and
 //! the golden tests compare both paths). A refusal is always safe, so the two steps may disagree
 //! with the general machine only by refusing.
 //!

@@ -1,7 +1,7 @@
 """Tests of memscope_agent against the stand-in torch (tests/fake_torch) and a stub server.
 
 Run: python3 -m unittest discover -s collectors/python/tests
-(The Rust tests in collectors/tests/agent.rs run the agent against the real server and collector.)
+(The Rust tests in collectors/tests/it/agent.rs run the agent against the real server and collector.)
 """
 
 import glob

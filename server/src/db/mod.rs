@@ -23,7 +23,7 @@
 //!   (scalar `max`/`min` against `greatest`/`least`; keys on a nullable start time, an expression
 //!   index in SQLite and `NULLS NOT DISTINCT` in PostgreSQL) a query is a [`Dialects`] pair.
 //! - Migrations per backend: `migrations/sqlite/` and `migrations/postgres/`, the same tables and
-//!   meaning (`server/tests/pg_schema.rs` compares them). Several servers may start against one
+//!   meaning (`server/tests/it/pg_schema.rs` compares them). Several servers may start against one
 //!   PostgreSQL at once: sqlx's migrator holds an advisory lock while it applies migrations, so
 //!   the first to take it applies them and the others find them applied.
 

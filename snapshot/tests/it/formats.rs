@@ -1,0 +1,311 @@
+//! Every encoding and layout a snapshot comes in reads to the same tables: other pickle protocols,
+//! the JSON form, gzip/zstd/xz, PyTorch ≤1.13 and 2.0 layouts, and integers ≥ 2^63.
+
+use snapshot::analysis;
+
+fn figures(name: &str) -> serde_json::Value {
+    let (_, _, report) = crate::support::analyze(name);
+    let reference = crate::support::reference_figures("multistream");
+    crate::support::our_figures(&report, &reference)
+}
+
+#[test]
+fn other_protocols_and_compressions_read_the_same() {
+    let want = crate::support::reference_figures("multistream");
+    for name in [
+        "variants/multistream.proto0.pickle",
+        "variants/multistream.proto1.pickle",
+        "variants/multistream.proto2.pickle",
+        "variants/multistream.proto5.pickle",
+        "variants/multistream.pickle.gz",
+        "variants/multistream.pickle.zst",
+        "variants/multistream.pickle.xz",
+        "variants/multistream.json",
+    ] {
+        assert_eq!(figures(name), want, "{name}");
+    }
+    assert_eq!(
+        crate::support::read("variants/multistream.proto2.pickle")
+            .format
+            .protocol,
+        2
+    );
+    assert_eq!(
+        crate::support::read("variants/multistream.proto5.pickle")
+            .format
+            .protocol,
+        5
+    );
+    assert_eq!(
+        crate::support::read("variants/multistream.pickle.zst")
+            .format
+            .compression
+            .as_str(),
+        "zstd"
+    );
+    assert_eq!(
+        crate::support::read("variants/multistream.json")
+            .format
+            .encoding
+            .as_str(),
+        "json"
+    );
+}
+
+#[test]
+fn stacks_survive_every_encoding() {
+    let base = crate::support::read("multistream.pickle");
+    for name in [
+        "variants/multistream.proto0.pickle",
+        "variants/multistream.proto2.pickle",
+        "variants/multistream.json",
+    ] {
+        let other = crate::support::read(name);
+        assert_eq!(other.trace.len(), base.trace.len());
+        for r in [0usize, 17, 100, base.trace.len() - 1] {
+            let a: Vec<_> = snapshot::frames::full_stack(&base, base.trace.stack[r]);
+            let b: Vec<_> = snapshot::frames::full_stack(&other, other.trace.stack[r]);
+            assert_eq!(a, b, "{name} row {r}");
+        }
+    }
+}
+
+#[test]
+fn pytorch_2_0_layout_with_block_history() {
+    let (snap, _, report) = crate::support::analyze("variants/legacy_2_0.pickle");
+    assert_eq!(snap.format.layout.as_str(), "block_history");
+    assert_eq!(report.summary.segments, 3);
+    assert_eq!(report.summary.reserved_bytes, 54_525_952);
+    assert_eq!(report.summary.devices[&0].entries, 272);
+    // Block addresses are computed from the segment base; the pending block's stack comes from history.
+    let base = crate::support::read("multistream.pickle");
+    let addrs = |s: &snapshot::Snapshot| s.blocks.iter().map(|b| b.address).collect::<Vec<_>>();
+    assert_eq!(addrs(&snap), addrs(&base));
+    let pending = snap
+        .blocks
+        .iter()
+        .find(|b| b.state == snapshot::BlockState::ActivePendingFree)
+        .unwrap();
+    assert!(!snap.stack(pending.stack).is_empty());
+    assert!(report.summary.devices[&0].first_time_us.is_none());
+}
+
+#[test]
+fn pytorch_1_13_bare_segment_list() {
+    let (snap, _, report) = crate::support::analyze("variants/legacy_1_13.pickle");
+    assert_eq!(snap.format.layout.as_str(), "legacy_segment_list");
+    assert_eq!(report.summary.segments, 3);
+    assert_eq!(report.summary.blocks, 3);
+    assert!(snap.devices.is_empty());
+    assert_eq!(report.warnings[0].code.as_str(), "history_not_enabled");
+}
+
+#[test]
+fn integers_of_nine_bytes() {
+    let snap = crate::support::read("variants/big_ints.pickle");
+    let big_stream = (1u64 << 63) + 7;
+    assert!(snap.segments.iter().all(|s| s.stream == big_stream));
+    assert_eq!(snap.trace.addr[0], u64::MAX - 4095);
+    assert!((0..snap.trace.len()).all(|r| snap.trace.stream(r) == big_stream));
+    let (_, report) = analysis::analyze(&snap, &Default::default());
+    assert_eq!(report.summary.segments, 3);
+}
+
+#[test]
+fn unknown_keys_and_missing_keys_are_tolerated() {
+    let doc = serde_json::json!({
+        "segments": [{"device": 0, "address": 4096, "total_size": 2097152, "blocks": [
+            {"size": 1024, "state": "active_allocated", "shiny_new_key": [1, 2, 3]},
+            {"size": 2096128, "state": "inactive"}
+        ], "future_field": {"a": 1}}],
+        "device_traces": [[{"action": "alloc", "addr": 4096, "size": 1000, "brand_new": true},
+                           {"action": "some_future_action", "addr": 0, "size": 0}]],
+        "another_top_level_key": 5
+    });
+    let snap = snapshot::from_bytes(doc.to_string().as_bytes()).unwrap();
+    assert_eq!(snap.blocks[0].address, 4096);
+    assert_eq!(snap.blocks[1].address, 4096 + 1024);
+    assert_eq!(snap.blocks[0].requested_size, 1024);
+    let (_, report) = analysis::analyze(&snap, &Default::default());
+    assert_eq!(report.summary.devices[&0].actions["some_future_action"], 1);
+    assert_eq!(report.summary.allocated_bytes, 1024);
+}
+
+/// The trace-entry fast path (`fast.rs`) and the general pickle machine give identical tables.
+#[test]
+fn fast_path_equals_general_machine() {
+    for name in crate::support::REAL_AND_VARIANTS {
+        let path = crate::support::fixture(name);
+        let fast = snapshot::read_sized(
+            std::fs::File::open(&path).unwrap(),
+            std::fs::metadata(&path).unwrap().len(),
+        )
+        .unwrap();
+        let general = snapshot::read_general(std::fs::File::open(&path).unwrap()).unwrap();
+        assert_same_tables(name, &fast, &general);
+    }
+}
+
+/// A pre-decoder thread (`read_file`) gives the tables of one thread wherever it starts: at an
+/// entry, inside one, inside the segments, past the end.
+#[test]
+fn a_predecoder_thread_gives_the_tables_of_one_thread() {
+    for name in crate::support::REAL_AND_VARIANTS {
+        let bytes = crate::support::decompressed(&crate::support::fixture(name));
+        let one = snapshot::from_bytes(&bytes).unwrap();
+        let len = bytes.len() as u64;
+        let mut starts = vec![
+            0,
+            1,
+            len / 7,
+            len / 3,
+            len / 2,
+            len * 9 / 10,
+            len - 1,
+            len + 5,
+        ];
+        // Offsets that fall on an entry's first byte, and one byte after it.
+        let entry = bytes.windows(3).position(|w| w == b"}\x94(").unwrap_or(0) as u64;
+        starts.extend([entry, entry + 1]);
+        for start in starts {
+            let two = snapshot::read_file_from(
+                |offset| Ok(&bytes[(offset as usize).min(bytes.len())..]),
+                len,
+                Some(start),
+            )
+            .unwrap();
+            assert_same_tables(&format!("{name} from {start}"), &two, &one);
+            assert_eq!(two.content_hash, one.content_hash, "{name}");
+        }
+    }
+}
+
+fn assert_same_tables(name: &str, fast: &snapshot::Snapshot, general: &snapshot::Snapshot) {
+    let (a, b) = (&fast.trace, &general.trace);
+    assert_eq!(a.action, b.action, "{name}");
+    assert_eq!(
+        (&a.addr, &a.size, &a.stream_id, &a.streams, &a.time_us),
+        (&b.addr, &b.size, &b.stream_id, &b.streams, &b.time_us),
+        "{name}"
+    );
+    assert_eq!(
+        (&a.device_free, &a.compile_context, &a.user_metadata),
+        (&b.device_free, &b.compile_context, &b.user_metadata),
+        "{name}"
+    );
+    for r in 0..a.len() {
+        let fa = snapshot::frames::full_stack(fast, a.stack[r]);
+        let fb = snapshot::frames::full_stack(general, b.stack[r]);
+        assert_eq!(fa, fb, "{name} row {r}");
+    }
+    assert_eq!(
+        format!("{:?}", fast.devices),
+        format!("{:?}", general.devices),
+        "{name}"
+    );
+    assert_eq!(fast.blocks.len(), general.blocks.len(), "{name}");
+}
+
+/// The fast path caches stacks by the bytes of their frame list (`fast.rs`); a `PUT` that
+/// replaces a memoized frame changes what the same bytes mean, and the cache must notice.
+#[test]
+fn a_frame_replaced_in_the_memo_is_not_served_from_the_stack_cache() {
+    fn s(b: &mut Vec<u8>, text: &str) {
+        b.extend([0x8c, text.len() as u8]);
+        b.extend(text.as_bytes());
+    }
+    fn frame(b: &mut Vec<u8>, name: &str) {
+        b.extend(b"}(");
+        s(b, "filename");
+        s(b, "model.py");
+        s(b, "line");
+        b.extend([b'K', 7]);
+        s(b, "name");
+        s(b, name);
+        b.push(b'u');
+    }
+    // An entry whose frames are `MARK BINGET 0 APPENDS`, with an optional field first.
+    fn entry(b: &mut Vec<u8>, addr: u8, extra: impl Fn(&mut Vec<u8>)) {
+        b.extend(b"}(");
+        s(b, "action");
+        s(b, "alloc");
+        s(b, "addr");
+        b.extend([b'J', 0, addr, 0, 0]);
+        s(b, "size");
+        b.extend([b'K', 64]);
+        extra(b);
+        s(b, "frames");
+        b.extend(b"](h\x00e");
+        b.push(b'u');
+    }
+    let mut b = vec![0x80, 2, b'}', b'('];
+    s(&mut b, "segments");
+    b.push(b']');
+    s(&mut b, "device_traces");
+    b.extend(b"](](");
+    // Memo slot 0: frame `f`, inside an entry the general machine reads.
+    b.extend(b"}(");
+    s(&mut b, "action");
+    s(&mut b, "alloc");
+    s(&mut b, "frames");
+    b.extend(b"](");
+    frame(&mut b, "f");
+    b.extend(b"q\x00eu");
+    entry(&mut b, 1, |_| {}); // fast path: caches `h\x00` as [f]
+    // Slot 0 replaced by frame `g` (BINPUT of an existing index) before this entry's frames.
+    entry(&mut b, 2, |b| {
+        s(b, "extra");
+        frame(b, "g");
+        b.extend(b"q\x00");
+    });
+    entry(&mut b, 3, |_| {}); // fast path: the same bytes now mean [g]
+    b.extend(b"eeu.");
+
+    let mut reads = vec![
+        ("fast".to_string(), snapshot::from_bytes(&b).unwrap()),
+        (
+            "general".to_string(),
+            snapshot::read_general(&b[..]).unwrap(),
+        ),
+    ];
+    for start in 0..b.len() as u64 {
+        let two = snapshot::read_file_from(
+            |offset| Ok(&b[offset as usize..]),
+            b.len() as u64,
+            Some(start),
+        );
+        reads.push((format!("pre-decoded from {start}"), two.unwrap()));
+    }
+    for (how, snap) in reads {
+        let names: Vec<String> = (0..snap.trace.len())
+            .map(|r| {
+                let stack = snap.stack(snap.trace.stack[r]);
+                stack
+                    .iter()
+                    .map(|&f| snap.strings.get(snap.frame(f).name).to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+            .collect();
+        assert_eq!(names, ["f", "f", "g", "g"], "{how}");
+    }
+}
+
+/// The content hash is of the decoded bytes: one snapshot compressed three ways hashes alike
+/// (the library keeps it once); another encoding of it is other bytes and hashes differently.
+#[test]
+fn the_content_hash_ignores_compression() {
+    let plain = crate::support::read("multistream.pickle").content_hash;
+    assert_ne!(plain, 0);
+    for name in [
+        "variants/multistream.pickle.gz",
+        "variants/multistream.pickle.zst",
+        "variants/multistream.pickle.xz",
+    ] {
+        assert_eq!(crate::support::read(name).content_hash, plain, "{name}");
+    }
+    assert_ne!(
+        crate::support::read("variants/multistream.proto2.pickle").content_hash,
+        plain
+    );
+}

@@ -1,0 +1,277 @@
+//! The what-if simulator against real GPU runs (`tests/fixtures/whatif`, recorded by
+//! `collectors/harness/device-whatif.sh` on an H100): each workload ran under every setting, with
+//! and without a per-process limit, in fresh processes. From the trace of the run under PyTorch's
+//! defaults alone, the simulator must predict every other run's peak reserved bytes exactly and
+//! whether it ran out of memory; replayed under its own settings, every recorded trace must give
+//! back its own segment events.
+
+use snapshot::analysis::Index;
+use snapshot::analysis::whatif::{Options, whatif};
+use snapshot::model::Action;
+
+fn dir() -> std::path::PathBuf {
+    crate::support::fixtures().join("whatif")
+}
+
+/// The real runs: (file stem, what the run wrote).
+fn runs() -> Vec<(String, serde_json::Value)> {
+    crate::support::real_runs("whatif")
+}
+
+fn load(stem: &str) -> snapshot::Snapshot {
+    crate::support::read(&format!("whatif/{stem}.pickle.xz"))
+}
+
+fn options(conf: &str, real: &serde_json::Value) -> Options {
+    Options {
+        alloc_confs: vec![conf.to_string()],
+        limit_bytes: real["allowed_bytes"].as_u64(),
+        limit_is_fraction: true,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn predictions_from_the_default_trace_match_every_real_run() {
+    let all = runs();
+    let mut checked = 0;
+    let mut failures = Vec::new();
+    for (stem, real) in &all {
+        let workload = real["workload"].as_str().unwrap();
+        let conf = real["alloc_conf"].as_str().unwrap();
+        let snap = load(&format!("{workload}.default"));
+        let index = Index::new(&snap);
+        let w = whatif(&snap, &index, &options(conf, real)).unwrap();
+        let run = w.runs.iter().find(|r| r.alloc_conf == conf).unwrap();
+        let real_peak = real["peak_reserved_bytes"].as_u64().unwrap();
+        let real_oom = !real["oom"].is_null();
+        if run.peak_reserved_bytes != real_peak || run.oom != real_oom {
+            failures.push(format!(
+                "{stem}: predicted peak {} oom {}, real {real_peak} oom {real_oom}",
+                run.peak_reserved_bytes, run.oom
+            ));
+        }
+        checked += 1;
+    }
+    assert!(checked >= 50, "{checked} runs");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn every_recorded_trace_replays_exactly_under_its_own_settings() {
+    let mut failures = Vec::new();
+    for (stem, real) in runs() {
+        let snap = load(&stem);
+        let index = Index::new(&snap);
+        let conf = real["alloc_conf"].as_str().unwrap();
+        let w = whatif(
+            &snap,
+            &index,
+            &Options {
+                curves: true,
+                ..options(conf, &real)
+            },
+        )
+        .unwrap();
+        let c = &w.replay_check;
+        assert_eq!(w.recorded_alloc_conf, conf, "{stem}");
+        if !c.exact || c.allocs != c.allocs_at_recorded_address {
+            failures.push(format!(
+                "{stem}: {}/{} segment events, {}/{} allocations at their address, peak {} vs {}: {:?}",
+                c.matched_segment_events,
+                c.recorded_segment_events,
+                c.allocs_at_recorded_address,
+                c.allocs,
+                c.replayed_peak_reserved_bytes,
+                c.recorded_peak_reserved_bytes,
+                c.first_divergence.as_ref().map(|d| &d.why)
+            ));
+        }
+        // The run under its own settings is the recorded one, and says what PyTorch said.
+        let own = w.runs.iter().find(|r| r.recorded).unwrap();
+        assert_eq!(
+            own.peak_reserved_bytes,
+            real["peak_reserved_bytes"].as_u64().unwrap(),
+            "{stem}"
+        );
+        assert_eq!(own.oom, !real["oom"].is_null(), "{stem}");
+        assert_eq!(
+            own.alloc_retries,
+            real["alloc_retries"].as_u64().unwrap(),
+            "{stem}: retries"
+        );
+        // The curve drawn for it is the trace's own after every request (its cudaMallocs land on
+        // the request that made them; the trace's segment events come just before), up to an OOM.
+        let curves = w.curves.as_ref().unwrap();
+        let d = index.traced().next().unwrap();
+        let at = |c: &[(u32, u64)], p: u32| c.iter().take_while(|q| q.0 <= p).last().unwrap().1;
+        let segment_event = |p: u32| {
+            p < w.events
+                && matches!(
+                    snap.trace.action[d.row(p)],
+                    Action::SegmentAlloc
+                        | Action::SegmentFree
+                        | Action::SegmentMap
+                        | Action::SegmentUnmap
+                )
+        };
+        let b = curves.bucket_events;
+        let end = own.oom_position.unwrap_or(w.events);
+        if b == 1 {
+            for p in (1..=end).filter(|&p| !segment_event(p - 1)) {
+                assert_eq!(
+                    at(&own.reserved_curve, p),
+                    at(&curves.reserved, p),
+                    "{stem}: reserved after event {p}"
+                );
+            }
+        } else {
+            // Buckets (the highest value in each) agree unless a request and the segment events
+            // the trace logged before it straddle a bucket's edge.
+            for s in (0..end.saturating_sub(b)).step_by(b as usize) {
+                let near_edge = |edge: u32| (edge.saturating_sub(8)..edge + 2).any(segment_event);
+                if !near_edge(s) && !near_edge(s + b) {
+                    assert_eq!(
+                        at(&own.reserved_curve, s),
+                        at(&curves.reserved, s),
+                        "{stem}: reserved in the bucket at {s} (of {b} events)"
+                    );
+                }
+            }
+        }
+        assert_eq!(
+            own.reserved_curve.iter().map(|p| p.1).max(),
+            curves.reserved.iter().map(|p| p.1).max(),
+            "{stem}: peak"
+        );
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn an_oom_snapshot_implies_its_limit_and_expandable_segments_avoid_it() {
+    // The harness's oom_fragmentation: 6 MiB blocks under a 2 GiB fraction, two of three freed,
+    // then 24 MiB asked for. Recorded: out of memory. Expandable segments: no OOM.
+    let (snap, index, _) = crate::support::analyze("harness/oom_fragmentation.oom.pickle");
+    let w = whatif(&snap, &index, &Options::default()).unwrap();
+    let limit = w.limit.as_ref().unwrap();
+    assert_eq!(
+        (limit.kind, limit.source),
+        (
+            snapshot::analysis::whatif::LimitKind::Fraction,
+            snapshot::analysis::whatif::LimitSource::Oom
+        )
+    );
+    assert!(w.replay_check.exact);
+    let recorded = w.runs.iter().find(|r| r.recorded).unwrap();
+    assert!(recorded.oom);
+    let best = &w.runs[0];
+    assert_eq!(best.alloc_conf, "expandable_segments:True");
+    assert!(!best.oom && best.saving_bytes > 0);
+}
+
+#[test]
+fn a_limit_asked_for_is_a_what_if_and_the_replay_check_stays_on_the_record() {
+    // The OOM trace under a roomier limit: the recorded settings would have fitted, and the check
+    // still replays the trace under the limit its OOM implies (exact).
+    let (snap, index, _) = crate::support::analyze("harness/oom_fragmentation.oom.pickle");
+    let roomy = Options {
+        limit_bytes: Some(3 << 30),
+        limit_is_fraction: true,
+        ..Default::default()
+    };
+    let w = whatif(&snap, &index, &roomy).unwrap();
+    assert!(w.replay_check.exact, "{:?}", w.replay_check);
+    assert_eq!(
+        w.limit.as_ref().unwrap().source,
+        snapshot::analysis::whatif::LimitSource::Given
+    );
+    assert!(w.runs.iter().all(|r| !r.oom), "everything fits in 3 GiB");
+    // A trace without an OOM under a limit below its peak: the recorded settings run out, the
+    // check (under no limit: it cannot have run under that one) is exact.
+    let (snap, index, _) = crate::support::analyze("harness/fragmentation.pickle");
+    let tight = Options {
+        limit_bytes: Some(64 << 20),
+        ..Default::default()
+    };
+    let w = whatif(&snap, &index, &tight).unwrap();
+    assert!(w.replay_check.exact, "{:?}", w.replay_check);
+    let recorded = w.runs.iter().find(|r| r.recorded).unwrap();
+    assert!(recorded.oom && recorded.oom_position.is_some());
+}
+
+#[test]
+fn past_an_oom_that_ends_the_trace_a_setting_is_not_said_to_fit() {
+    // `punched` under its 2 GiB limit: the defaults run out at the first 24 MiB block and the
+    // trace stops there. Replayed, expandable segments get past that request; on the GPU the
+    // expandable run then ran out at the tenth block, which the trace never showed. So the advice
+    // may say it gets past the OOM, never that the run would have fitted.
+    let snap = load("punched.default.limit");
+    let index = Index::new(&snap);
+    let w = whatif(&snap, &index, &Options::default()).unwrap();
+    assert!(w.oom_ends_trace && w.replay_check.exact);
+    let expandable = w
+        .runs
+        .iter()
+        .find(|r| r.alloc_conf == "expandable_segments:True")
+        .unwrap();
+    assert!(!expandable.oom, "it gets past the recorded OOM");
+    let real: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir().join("punched.expandable_segments_True.limit.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    // Step 10: nine of the 24 MiB blocks were made (steps count from 2), the tenth failed.
+    assert_eq!(
+        real["oom"]["step"], 10,
+        "the real run failed later, at the tenth block"
+    );
+    let sim = snapshot::analysis::whatif::oom_whatif(&snap, &index, 0).unwrap();
+    assert_eq!(sim.alloc_conf.as_deref(), Some("expandable_segments:True"));
+    assert!(sim.oom_ends_trace);
+    assert!(
+        sim.advice.contains("would have got past this OOM")
+            && sim
+                .advice
+                .contains("whether the rest of the run fits is not known")
+            && !sim.advice.contains("would not have run out of memory"),
+        "{}",
+        sim.advice
+    );
+    // And from the trace recorded without a limit, the same setting is predicted to run out,
+    // as it did.
+    let free = load("punched.default");
+    let free_index = Index::new(&free);
+    let w = whatif(
+        &free,
+        &free_index,
+        &Options {
+            alloc_confs: vec!["expandable_segments:True".into()],
+            limit_bytes: real["allowed_bytes"].as_u64(),
+            limit_is_fraction: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let predicted = w.runs.iter().find(|r| !r.recorded).unwrap();
+    assert!(predicted.oom);
+}
+
+/// A what-if whose cancel has fired stops with `Cancelled` (the server fires it when the client
+/// goes away); the same question uncancelled is answered.
+#[test]
+fn a_cancelled_whatif_stops() {
+    let snap = crate::support::read("big_python.pickle.xz");
+    let index = Index::new(&snap);
+    let cancel = snapshot::Cancel::new();
+    let opts = Options {
+        cancel: cancel.clone(),
+        ..Default::default()
+    };
+    assert!(whatif(&snap, &index, &opts).is_ok());
+    cancel.cancel();
+    assert_eq!(
+        whatif(&snap, &index, &opts).err(),
+        Some(snapshot::analysis::whatif::WhatIfError::Cancelled)
+    );
+}
