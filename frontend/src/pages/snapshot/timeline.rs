@@ -421,171 +421,232 @@ fn draw_rest(
     }
 }
 
-#[component]
-pub fn TimelineView(steps: Option<::api::Steps>, mut survived: Vec<u32>) -> impl IntoView {
-    survived.sort_unstable();
-    let survived = StoredValue::new(survived);
-    let url: UrlState = expect_context();
-    let has_steps = steps.is_some();
-    let steps = StoredValue::new(steps);
-    // Steps as the axis: asked for in the URL, and only where the trace has steps.
-    let step_axis = move || has_steps && url.get("steps").as_deref() == Some("1");
-    let canvas = NodeRef::<Canvas>::new();
-    let mini = NodeRef::<Canvas>::new();
-    let by_category = move || url.get("by").as_deref() == Some("category");
-    let hidden = Memo::new(move |_| crate::categories::parse_hidden(url.get("hide")));
-    let window = Memo::new(move |_| {
-        // A window needs both ends.
-        let window = url.get_f64("from").zip(url.get_f64("to"));
-        ::api::TimelineQuery {
-            device: url.device(),
-            axis: url.axis(),
-            from: window.map(|w| w.0),
-            to: window.map(|w| w.1),
-            buckets: Some((W - LEFT) as usize),
-            allocations: Some(3000),
-            categories: by_category().then_some(true),
-        }
-    });
-    let data = LocalResource::new(move || {
-        let (id, q) = (url.id.get(), window.get());
-        async move { api::timeline(&id, &q).await }
-    });
-    let overview = LocalResource::new(move || {
-        let id = url.id.get();
-        let q = ::api::TimelineQuery {
-            device: url.device(),
-            axis: url.axis(),
-            buckets: Some(600),
-            allocations: Some(0),
-            ..Default::default()
-        };
-        async move { api::timeline(&id, &q).await }
-    });
-    // A what-if setting (`conf`, from the What if tab): its simulated reserved memory, per bucket.
-    let whatif = LocalResource::new(move || {
-        let id = url.id.get();
-        let conf = url.get("conf");
-        let q = super::whatif::query(url, conf.clone(), true);
-        async move {
-            let conf = conf?;
-            snapshot::analysis::whatif::conf::AllocConf::parse(&conf).ok()?;
-            api::whatif(&id, &q).await.ok().map(|w| (conf, w))
-        }
-    });
-    let simulated = Memo::new(move |_| {
-        let d = data.get()?.ok()?;
-        let (conf, w) = whatif.get().flatten()?;
-        let run = w.runs.iter().find(|r| r.alloc_conf == conf)?;
-        Some(
-            d.timeline
-                .buckets
-                .iter()
-                .map(|k| super::whatif::simulated_in(run, k.first, k.last))
-                .collect::<Vec<_>>(),
-        )
-    });
-    // The hovered point: its css x, the moment under it on the axis, its bucket, the allocation.
-    let hover = RwSignal::new(None::<(f64, f64, Bucket, Option<Alloc>)>);
-    let pinned = RwSignal::new(None::<Alloc>);
-    let drag = StoredValue::new(None::<f64>);
-    let filter = RwSignal::new(url.get("filter").unwrap_or_default());
+/// The hovered point: its css x, the moment under it on the axis, its bucket, the allocation.
+type Hover = (f64, f64, Bucket, Option<Alloc>);
 
-    let mini_drag = RwSignal::new(None::<f64>);
-    let bands = Memo::new(move |_| data.get().and_then(|d| d.ok()).map(|d| layout(&d)));
-    // Draw whenever data, hover or pin change.
-    Effect::new(move |_| {
-        let (Some(Ok(r)), Some(c)) = (data.get(), canvas.get()) else {
-            return;
-        };
-        let hl = pinned.get().or_else(|| hover.get().and_then(|h| h.3));
-        let hidden_now = hidden.get();
-        let needle = filter.get().to_lowercase();
-        let sim = simulated.get();
-        draw(
-            &c,
-            &r,
-            H,
-            Overlay {
-                bands: bands.get().as_ref(),
-                with_axes: true,
-                brush: None,
-                highlight: hl.as_ref(),
-                filter: &needle,
-                simulated: sim.as_deref(),
-                steps: step_axis().then(|| steps.get_value()).flatten().as_ref(),
-                survived: &survived.get_value(),
-                categories: r.categories.as_deref().map(|c| (c, &hidden_now[..])),
-            },
-        );
-    });
-    Effect::new(move |_| {
-        let (Some(Ok(o)), Some(c)) = (overview.get(), mini.get()) else {
-            return;
-        };
-        let brush = data.get().and_then(|d| d.ok()).map(|d| {
-            let (a, z) = (d.timeline.x_from, d.timeline.x_to);
-            // While the brush is dragged, draw it where the pointer is.
-            match mini_drag.get() {
-                Some(f) => {
-                    let (o0, o1) = (o.timeline.x_from, o.timeline.x_to);
-                    let at = o0 + (o1 - o0) * f;
-                    (at - (z - a) / 2.0, at + (z - a) / 2.0)
-                }
-                None => (a, z),
+/// What the timeline's parts share: the URL, the server's answers and what the pointer has done
+/// (every field a copyable reactive handle, so each part takes the whole by value).
+#[derive(Clone, Copy)]
+struct Chart {
+    url: UrlState,
+    steps: StoredValue<Option<::api::Steps>>,
+    survived: StoredValue<Vec<u32>>,
+    has_steps: bool,
+    canvas: NodeRef<Canvas>,
+    mini: NodeRef<Canvas>,
+    hidden: Memo<Vec<Category>>,
+    /// The window shown, and the whole trace for the minimap.
+    data: LocalResource<Result<Resp, String>>,
+    overview: LocalResource<Result<Resp, String>>,
+    /// A what-if setting (`conf`, from the What if tab): its simulated reserved memory, per bucket.
+    whatif: LocalResource<Option<(String, ::api::WhatIf)>>,
+    simulated: Memo<Option<Vec<Option<u64>>>>,
+    hover: RwSignal<Option<Hover>>,
+    pinned: RwSignal<Option<Alloc>>,
+    drag: StoredValue<Option<f64>>,
+    filter: RwSignal<String>,
+    mini_drag: RwSignal<Option<f64>>,
+    bands: Memo<Option<Layout>>,
+}
+
+impl Chart {
+    fn new(steps: Option<::api::Steps>, mut survived: Vec<u32>) -> Chart {
+        survived.sort_unstable();
+        let url: UrlState = expect_context();
+        let has_steps = steps.is_some();
+        let by_category = move || url.get("by").as_deref() == Some("category");
+        let window = Memo::new(move |_| {
+            // A window needs both ends.
+            let window = url.get_f64("from").zip(url.get_f64("to"));
+            ::api::TimelineQuery {
+                device: url.device(),
+                axis: url.axis(),
+                from: window.map(|w| w.0),
+                to: window.map(|w| w.1),
+                buckets: Some((W - LEFT) as usize),
+                allocations: Some(3000),
+                categories: by_category().then_some(true),
             }
         });
-        draw(
-            &c,
-            &o,
-            MINI_H,
-            Overlay {
-                bands: None,
-                with_axes: false,
-                brush,
-                highlight: None,
-                filter: "",
-                simulated: None,
-                steps: None,
-                survived: &survived.get_value(),
-                categories: None,
-            },
-        );
-    });
+        let data = LocalResource::new(move || {
+            let (id, q) = (url.id.get(), window.get());
+            async move { api::timeline(&id, &q).await }
+        });
+        let overview = LocalResource::new(move || {
+            let id = url.id.get();
+            let q = ::api::TimelineQuery {
+                device: url.device(),
+                axis: url.axis(),
+                buckets: Some(600),
+                allocations: Some(0),
+                ..Default::default()
+            };
+            async move { api::timeline(&id, &q).await }
+        });
+        let whatif = LocalResource::new(move || {
+            let id = url.id.get();
+            let conf = url.get("conf");
+            let q = super::whatif::query(url, conf.clone(), true);
+            async move {
+                let conf = conf?;
+                snapshot::analysis::whatif::conf::AllocConf::parse(&conf).ok()?;
+                api::whatif(&id, &q).await.ok().map(|w| (conf, w))
+            }
+        });
+        let simulated = Memo::new(move |_| {
+            let d = data.get()?.ok()?;
+            let (conf, w) = whatif.get().flatten()?;
+            let run = w.runs.iter().find(|r| r.alloc_conf == conf)?;
+            Some(
+                d.timeline
+                    .buckets
+                    .iter()
+                    .map(|k| super::whatif::simulated_in(run, k.first, k.last))
+                    .collect::<Vec<_>>(),
+            )
+        });
+        Chart {
+            url,
+            steps: StoredValue::new(steps),
+            survived: StoredValue::new(survived),
+            has_steps,
+            canvas: NodeRef::new(),
+            mini: NodeRef::new(),
+            hidden: Memo::new(move |_| crate::categories::parse_hidden(url.get("hide"))),
+            data,
+            overview,
+            whatif,
+            simulated,
+            hover: RwSignal::new(None),
+            pinned: RwSignal::new(None),
+            drag: StoredValue::new(None),
+            filter: RwSignal::new(url.get("filter").unwrap_or_default()),
+            mini_drag: RwSignal::new(None),
+            bands: Memo::new(move |_| data.get().and_then(|d| d.ok()).map(|d| layout(&d))),
+        }
+    }
 
-    // Canvas x (css px) → fraction of the plot.
-    let frac = move |ev: &web_sys::MouseEvent| -> Option<f64> {
-        let c = canvas.get()?;
+    /// Steps as the axis: asked for in the URL, and only where the trace has steps.
+    fn step_axis(self) -> bool {
+        self.has_steps && self.url.get("steps").as_deref() == Some("1")
+    }
+
+    fn by_category(self) -> bool {
+        self.url.get("by").as_deref() == Some("category")
+    }
+
+    /// The window's answer, when it has come.
+    fn answer(self) -> Option<Resp> {
+        self.data.get().and_then(|d| d.ok())
+    }
+
+    /// Draws the chart whenever data, hover or pin change, and the minimap with its brush.
+    fn draw_on_change(self) {
+        Effect::new(move |_| {
+            let (Some(Ok(r)), Some(c)) = (self.data.get(), self.canvas.get()) else {
+                return;
+            };
+            let hl = self
+                .pinned
+                .get()
+                .or_else(|| self.hover.get().and_then(|h| h.3));
+            let hidden_now = self.hidden.get();
+            let needle = self.filter.get().to_lowercase();
+            let sim = self.simulated.get();
+            draw(
+                &c,
+                &r,
+                H,
+                Overlay {
+                    bands: self.bands.get().as_ref(),
+                    with_axes: true,
+                    brush: None,
+                    highlight: hl.as_ref(),
+                    filter: &needle,
+                    simulated: sim.as_deref(),
+                    steps: self
+                        .step_axis()
+                        .then(|| self.steps.get_value())
+                        .flatten()
+                        .as_ref(),
+                    survived: &self.survived.get_value(),
+                    categories: r.categories.as_deref().map(|c| (c, &hidden_now[..])),
+                },
+            );
+        });
+        Effect::new(move |_| {
+            let (Some(Ok(o)), Some(c)) = (self.overview.get(), self.mini.get()) else {
+                return;
+            };
+            let brush = self.answer().map(|d| {
+                let (a, z) = (d.timeline.x_from, d.timeline.x_to);
+                // While the brush is dragged, draw it where the pointer is.
+                match self.mini_drag.get() {
+                    Some(f) => {
+                        let (o0, o1) = (o.timeline.x_from, o.timeline.x_to);
+                        let at = o0 + (o1 - o0) * f;
+                        (at - (z - a) / 2.0, at + (z - a) / 2.0)
+                    }
+                    None => (a, z),
+                }
+            });
+            draw(
+                &c,
+                &o,
+                MINI_H,
+                Overlay {
+                    bands: None,
+                    with_axes: false,
+                    brush,
+                    highlight: None,
+                    filter: "",
+                    simulated: None,
+                    steps: None,
+                    survived: &self.survived.get_value(),
+                    categories: None,
+                },
+            );
+        });
+    }
+
+    /// Canvas x (css px) → fraction of the plot.
+    fn frac(self, ev: &web_sys::MouseEvent) -> Option<f64> {
+        let c = self.canvas.get()?;
         let (x, _) = pointer(&c, ev);
         Some(((x - LEFT) / (logical_size(&c).0 - LEFT - 10.0)).clamp(0.0, 1.0))
-    };
-    // The window shown, on its axis (what the server bucketed).
-    let span = move || -> Option<(f64, f64, Axis)> {
-        let d = data.get_untracked()?.ok()?;
+    }
+
+    /// The window shown, on its axis (what the server bucketed).
+    fn span(self) -> Option<(f64, f64, Axis)> {
+        let d = self.data.get_untracked()?.ok()?;
         Some((d.timeline.x_from, d.timeline.x_to, d.axis))
-    };
-    let set_window = move |a: f64, b: f64, axis: Axis| {
-        url.set(&[
+    }
+
+    fn set_window(self, a: f64, b: f64, axis: Axis) {
+        self.url.set(&[
             ("from", Some(format!("{a:.0}"))),
             ("to", Some(format!("{b:.0}"))),
             ("axis", Some(axis.as_str().to_string())),
         ]);
-    };
-    let on_wheel = move |ev: web_sys::WheelEvent| {
+    }
+
+    /// The wheel zooms: the moment under the pointer stays under it, both sides scale around it.
+    fn on_wheel(self, ev: web_sys::WheelEvent) {
         ev.prevent_default();
-        let (Some(f), Some((x0, x1, axis))) = (frac(&ev), span()) else {
+        let (Some(f), Some((x0, x1, axis))) = (self.frac(&ev), self.span()) else {
             return;
         };
-        // The moment under the pointer stays under it: both sides scale around it.
         let scale = if ev.delta_y() < 0.0 { 0.7 } else { 1.0 / 0.7 };
         let at = x0 + (x1 - x0) * f;
         let (a, b) = (at - (at - x0) * scale, at + (x1 - at) * scale);
         if b - a >= MIN_SPAN[axis as usize] {
-            set_window(a, b, axis);
+            self.set_window(a, b, axis);
         }
-    };
-    let on_move = move |ev: web_sys::MouseEvent| {
-        let (Some(f), Some(Ok(d))) = (frac(&ev), data.get_untracked()) else {
+    }
+
+    /// The pointer moves: the moment under it, its bucket, and the allocation shown.
+    fn on_move(self, ev: web_sys::MouseEvent) {
+        let (Some(f), Some(Ok(d))) = (self.frac(&ev), self.data.get_untracked()) else {
             return;
         };
         let b = &d.timeline.buckets;
@@ -601,13 +662,13 @@ pub fn TimelineView(steps: Option<::api::Steps>, mut survived: Vec<u32>) -> impl
         let bucket = b[i].clone();
         let p = bucket.last;
         // The band under the cursor, else the largest allocation alive there.
-        let value = canvas.get_untracked().and_then(|c| {
+        let value = self.canvas.get_untracked().and_then(|c| {
             let (_, y) = pointer(&c, &ev);
             let (_, ys) = scales(&d, logical_size(&c).0, H, true)?;
             Some(ys.inv(y))
         });
         let under = value
-            .zip(bands.get_untracked())
+            .zip(self.bands.get_untracked())
             .and_then(|(v, lay)| lay.under(&d, i, v))
             .map(|k| d.allocations[k].clone());
         let top = under.or_else(|| {
@@ -618,348 +679,433 @@ pub fn TimelineView(steps: Option<::api::Steps>, mut survived: Vec<u32>) -> impl
                 .cloned()
         });
         let x = ev.offset_x() as f64;
-        hover.set(Some((x, at, bucket, top)));
-    };
-    let on_down = move |ev: web_sys::MouseEvent| drag.set_value(frac(&ev));
-    let on_up = move |ev: web_sys::MouseEvent| {
-        let (Some(start), Some(end), Some((x0, x1, axis))) = (drag.get_value(), frac(&ev), span())
+        self.hover.set(Some((x, at, bucket, top)));
+    }
+
+    /// A release after a press: a click pins (or unpins) the allocation under the cursor, a drag
+    /// pans.
+    fn on_up(self, ev: web_sys::MouseEvent) {
+        let (Some(start), Some(end), Some((x0, x1, axis))) =
+            (self.drag.get_value(), self.frac(&ev), self.span())
         else {
             return;
         };
-        drag.set_value(None);
+        self.drag.set_value(None);
         if (end - start).abs() < 0.005 {
-            // A click: pin (or unpin) the allocation under the cursor.
-            pinned.set(if pinned.get_untracked().is_some() {
+            self.pinned.set(if self.pinned.get_untracked().is_some() {
                 None
             } else {
-                hover.get_untracked().and_then(|h| h.3)
+                self.hover.get_untracked().and_then(|h| h.3)
             });
             return;
         }
         let shift = (start - end) * (x1 - x0);
-        set_window(x0 + shift, x1 + shift, axis);
-    };
-    let mini_frac = move |ev: &web_sys::MouseEvent| -> Option<f64> {
-        let rect = mini.get()?.get_bounding_client_rect();
+        self.set_window(x0 + shift, x1 + shift, axis);
+    }
+
+    fn mini_frac(self, ev: &web_sys::MouseEvent) -> Option<f64> {
+        let rect = self.mini.get()?.get_bounding_client_rect();
         Some(((ev.client_x() as f64 - rect.left()) / rect.width()).clamp(0.0, 1.0))
-    };
-    // Press, drag and release the brush (a click moves it too): the window follows on release.
-    let on_mini_down = move |ev: web_sys::MouseEvent| mini_drag.set(mini_frac(&ev));
-    let on_mini_move = move |ev: web_sys::MouseEvent| {
-        if mini_drag.get_untracked().is_some() {
-            mini_drag.set(mini_frac(&ev));
-        }
-    };
-    let on_mini = move |ev: web_sys::MouseEvent| {
-        mini_drag.set(None);
-        let (Some(f), Some(Ok(o)), Some((x0, x1, axis))) =
-            (mini_frac(&ev), overview.get_untracked(), span())
-        else {
+    }
+
+    /// The minimap's brush released (a click moves it too): the window follows.
+    fn on_mini_up(self, ev: web_sys::MouseEvent) {
+        self.mini_drag.set(None);
+        let (Some(f), Some(Ok(o)), Some((x0, x1, axis))) = (
+            self.mini_frac(&ev),
+            self.overview.get_untracked(),
+            self.span(),
+        ) else {
             return;
         };
         let (o0, o1) = (o.timeline.x_from, o.timeline.x_to);
         let at = o0 + (o1 - o0) * f;
         let half = (x1 - x0) / 2.0;
-        set_window(at - half, at + half, axis);
-    };
+        self.set_window(at - half, at + half, axis);
+    }
 
-    // The allocation's stack as sent (user frames first, noise already left out).
-    let stack_text = move |a: &Alloc| -> Vec<String> {
-        data.get_untracked()
+    /// The allocation's stack as sent (user frames first, noise already left out).
+    fn stack_text(self, a: &Alloc) -> Vec<String> {
+        self.data
+            .get_untracked()
             .and_then(|d| d.ok())
             .and_then(|d| d.stacks.get(&a.stack).cloned())
             .map(|fr| fr.iter().map(::api::Frame::short).collect())
             .unwrap_or_default()
-    };
-    let shown_width = move || {
-        canvas
+    }
+
+    fn shown_width(self) -> f64 {
+        self.canvas
             .get_untracked()
             .map_or(W, |c| c.get_bounding_client_rect().width())
-    };
-    // Hovering shows the first frames, one line each; clicking pins the whole stack below.
-    let hover_frames = move |a: &Alloc| {
-        let frames = stack_text(a);
-        let more = frames.len().saturating_sub(TOOLTIP_FRAMES);
-        view! {
-            <ol class="frames">
-                {frames.into_iter().take(TOOLTIP_FRAMES).map(|f| { let title = f.clone(); view! { <li title=title>{f}</li> } }).collect_view()}
-            </ol>
-            {(more > 0).then(|| view! { <div class="more">{format!("+{more} more frames: click to pin")}</div> })}
-        }
-    };
+    }
+}
 
+#[component]
+pub fn TimelineView(steps: Option<::api::Steps>, survived: Vec<u32>) -> impl IntoView {
+    let c = Chart::new(steps, survived);
+    c.draw_on_change();
     view! {
         <section class="timeline">
-            <div class="toolbar">
-                <button on:click=move |_| url.set(&[("from", None), ("to", None)])>"reset zoom"</button>
-                <button on:click=move |_| {
-                    let axis = if url.axis() == Some(Axis::Event) { "time" } else { "event" };
-                    url.set(&[("axis", Some(axis.into())), ("from", None), ("to", None)]);
-                }>
-                    {move || if url.axis() == Some(Axis::Event) { "use time axis" } else { "use event axis" }}
-                </button>
-                <button
-                    class="by-category"
-                    on:click=move |_| url.set(&[("by", (!by_category()).then(|| "category".to_string()))])
-                >
-                    {move || if by_category() { "by allocation" } else { "by category" }}
-                </button>
-                {has_steps.then(|| view! {
-                    <button
-                        class="step-axis"
-                        on:click=move |_| url.set(&[("steps", (!step_axis()).then(|| "1".to_string()))])
-                    >
-                        {move || if step_axis() { "hide steps" } else { "use step axis" }}
-                    </button>
-                })}
-                <input
-                    class="filter"
-                    type="search"
-                    placeholder="filter allocations by frame or file text"
-                    prop:value=move || filter.get()
-                    on:input=move |ev| filter.set(event_target_value(&ev))
-                />
-                <span class="summary">
-                    {move || data.get().and_then(|d| d.ok()).map(|d| format!(
-                        "events {}–{} of {}{}",
-                        d.timeline.first_position,
-                        d.timeline.last_position,
-                        d.timeline.events,
-                        steps.with_value(|s| match s.as_ref().filter(|_| step_axis()) {
-                            Some(s) => match (
-                                s.number_at(d.timeline.first_position),
-                                s.number_at(d.timeline.last_position.saturating_sub(1)),
-                            ) {
-                                (Some(a), Some(b)) => format!(" · steps {a}–{b} of {} ({})", s.numbers.len(), s.name),
-                                _ => format!(" · {} steps ({})", s.numbers.len(), s.name),
-                            },
-                            None => String::new(),
-                        })
-                    ))}
-                </span>
-            </div>
-            {move || by_category().then(|| {
-                let d = data.get().and_then(|d| d.ok())?;
-                let cats = d.categories.clone()?;
-                // The bucket the legend's figures are read at: the hovered one, else the highest.
-                let hovered = hover.get().and_then(|h| d.timeline.buckets.iter().position(|b| b.first == h.2.first));
-                let highest = d
-                    .timeline
-                    .buckets
-                    .iter()
-                    .enumerate()
-                    .max_by_key(|(_, b)| b.live_max_bytes)
-                    .map(|(i, _)| i)?;
-                let at = hovered.unwrap_or(highest);
-                let shown = cats.get(at).copied().unwrap_or_default();
-                let hidden_now = hidden.get();
-                let chips = Category::ALL
-                    .into_iter()
-                    .filter(|&c| cats.iter().any(|k| k.get(c) > 0))
-                    .map(|c| {
-                        let off = hidden_now.contains(&c);
-                        let next = crate::categories::toggled(&hidden_now, c);
-                        view! {
-                            <button
-                                class=if off { "chip off" } else { "chip" }
-                                data-category=c.as_str()
-                                title=if off { "show" } else { "hide" }
-                                on:click=move |_| url.set(&[("hide", next.clone())])
-                            >
-                                <span class="swatch" style=format!("background:{}", crate::categories::colour(c))></span>
-                                {format!("{} {}", c.words(), fmt::bytes(shown.get(c)))}
-                            </button>
-                        }
-                    })
-                    .collect_view();
-                Some(view! {
-                    <div class="category-legend">
-                        <span class="at">{if hovered.is_some() { "at the cursor:" } else { "at the highest in view:" }}</span>
-                        {chips}
-                    </div>
-                })
-            }).flatten()}
-            {move || data.get().and_then(|d| d.ok()).and_then(|d| {
-                let f = d.fitted?;
-                let (first, last) = (d.first_time_us, d.last_time_us);
-                let left_out = |events: u32, idle_us: i64, side: &str| {
-                    (idle_us > 0).then(|| format!(
-                        "{} events {side} a {} gap with no event",
-                        fmt::count(events as u64),
-                        fmt::seconds(idle_us as f64)
-                    ))
-                };
-                let parts: Vec<String> = [
-                    left_out(f.events_before, f.idle_before_us, "before"),
-                    left_out(f.events_after, f.idle_after_us, "after"),
-                ]
-                .into_iter()
-                .flatten()
-                .collect();
-                Some(view! {
-                    <p class="fitted">
-                        {format!(
-                            "Fitted to where memory changes, every peak in view: the {} left out. ",
-                            parts.join(" and ")
-                        )}
-                        <button
-                            class="whole-trace"
-                            on:click=move |_| url.set(&[
-                                ("axis", Some("time".into())),
-                                ("from", Some(first.to_string())),
-                                ("to", Some(last.to_string())),
-                            ])
-                        >
-                            "show the whole trace"
-                        </button>
-                    </p>
-                })
-            })}
-            {move || whatif.get().flatten().map(|(conf, w)| {
-                let exact = if w.replay_check.exact { "the replay check is exact" } else { "the replay check is not exact: an estimate" };
-                let back = url.href(&[
-                    ("view", "whatif".to_string()),
-                    ("device", w.device.to_string()),
-                    ("conf", conf.clone()),
-                ]);
-                view! {
-                    <p class="whatif-overlay">
-                        {format!(
-                            "Dashed: reserved memory under {}, simulated (the trace replayed through memscope's model of PyTorch's allocator; {exact}). ",
-                            super::whatif::conf_name(&conf)
-                        )}
-                        <a href=back>"the What if tab"</a>
-                        " · "
-                        <button class="hide-whatif" on:click=move |_| url.set(&[("conf", None)])>"hide"</button>
-                    </p>
-                }
-            })}
+            {toolbar(c)}
+            {category_legend(c)}
+            {fitted_note(c)}
+            {whatif_note(c)}
             <div class="chart">
                 <canvas
                     id="timeline-canvas"
-                    node_ref=canvas
+                    node_ref=c.canvas
                     width=W as u32
                     height=H as u32
-                    on:wheel=on_wheel
-                    on:mousemove=on_move
-                    on:mousedown=on_down
-                    on:mouseup=on_up
-                    on:mouseleave=move |_| hover.set(None)
+                    on:wheel=move |ev| c.on_wheel(ev)
+                    on:mousemove=move |ev| c.on_move(ev)
+                    on:mousedown=move |ev| c.drag.set_value(c.frac(&ev))
+                    on:mouseup=move |ev| c.on_up(ev)
+                    on:mouseleave=move |_| c.hover.set(None)
                 ></canvas>
-                {move || hover.get().map(|(x, at, b, top)| {
-                    let d = data.get_untracked().and_then(|d| d.ok());
-                    let t0 = d.as_ref().map_or(0, |d| d.first_time_us);
-                    let axis = d.as_ref().map_or(Axis::Time, |d| d.axis);
-                    view! {
-                        // Beside the pointer, on the side with room, so it never hides what is hovered.
-                        <div class="tooltip" style=format!("left:{}px", tooltip_left(x, shown_width()))>
-                            <div>{match axis {
-                                Axis::Time => format!("t = {}  (events {}–{})", fmt::seconds(at - t0 as f64), b.first, b.last),
-                                Axis::Event => format!("after event {:.0}  (events {}–{})", at, b.first, b.last),
-                            }}</div>
-                            <div>{format!("live {} – {}", fmt::bytes(b.live_min_bytes), fmt::bytes(b.live_max_bytes))}</div>
-                            <div>{format!("reserved {}", fmt::bytes(b.reserved_max_bytes))}</div>
-                            {d.as_ref()
-                                .and_then(|d| {
-                                    let k = d.timeline.buckets.iter().position(|x| x.first == b.first)?;
-                                    d.categories.as_ref()?.get(k).copied()
-                                })
-                                .map(|c| view! { <div class="categories">{crate::categories::words(&c)}</div> })}
-                            {whatif.get_untracked().flatten().map(|(conf, w)| {
-                                let run = w.runs.iter().find(|r| r.alloc_conf == conf);
-                                let v = run.map(|r| {
-                                    super::whatif::simulated_in(r, b.first, b.last)
-                                        .map_or("out of memory".to_string(), fmt::bytes)
-                                });
-                                view! { <div class="simulated">{format!("{}: {} (simulated)", super::whatif::conf_name(&conf), v.unwrap_or_default())}</div> }
-                            })}
-                            {
-                                // The record_function scopes the moment falls in, innermost last.
-                                let scopes: Vec<String> = d
-                                    .as_ref()
-                                    .filter(|d| d.axis == Axis::Time)
-                                    .map(|d| {
-                                        d.annotations
-                                            .iter()
-                                            .filter(|a| (a.start_us as f64) <= at && at <= a.end_us as f64)
-                                            .map(|a| a.name.clone())
-                                            .collect()
-                                    })
-                                    .unwrap_or_default();
-                                (!scopes.is_empty()).then(|| view! {
-                                    <div class="scopes">{format!("in {}", scopes.join(" › "))}</div>
-                                })
-                            }
-                            {top.map(|a| view! {
-                                <div class="alloc">
-                                    <b>{format!(
-                                        "allocation #{}: {}, {} → {}",
-                                        a.id,
-                                        fmt::bytes(a.size_bytes),
-                                        a.start.map_or("before the trace".into(), |s| format!("event {s}")),
-                                        a.end.map_or("alive at the end".into(), |e| format!("freed at event {e}")),
-                                    )}</b>
-                                    {hover_frames(&a)}
-                                </div>
-                            })}
-                        </div>
-                    }
-                })}
+                {move || c.hover.get().map(|h| tooltip(c, h))}
             </div>
-            <canvas id="minimap" class="minimap" node_ref=mini width=W as u32 height=MINI_H as u32 on:mousedown=on_mini_down on:mousemove=on_mini_move on:mouseup=on_mini on:mouseleave=move |_| mini_drag.set(None)></canvas>
-            {move || pinned.get().map(|a| view! {
-                <div class="pinned">
-                    <b>{format!("pinned allocation #{}: {}", a.id, fmt::bytes(a.size_bytes))}</b>
-                    " "
+            // Press, drag and release the brush: the window follows on release.
+            <canvas
+                id="minimap"
+                class="minimap"
+                node_ref=c.mini
+                width=W as u32
+                height=MINI_H as u32
+                on:mousedown=move |ev| c.mini_drag.set(c.mini_frac(&ev))
+                on:mousemove=move |ev| {
+                    if c.mini_drag.get_untracked().is_some() {
+                        c.mini_drag.set(c.mini_frac(&ev));
+                    }
+                }
+                on:mouseup=move |ev| c.on_mini_up(ev)
+                on:mouseleave=move |_| c.mini_drag.set(None)
+            ></canvas>
+            {move || c.pinned.get().map(|a| pinned(c, a))}
+            <h3>"Largest allocations in this window"</h3>
+            {move || largest_allocations(c)}
+        </section>
+    }
+}
+
+/// Zoom reset, the axis, by category, the step axis, the filter and what is shown.
+fn toolbar(c: Chart) -> impl IntoView {
+    let url = c.url;
+    view! {
+        <div class="toolbar">
+            <button on:click=move |_| url.set(&[("from", None), ("to", None)])>"reset zoom"</button>
+            <button on:click=move |_| {
+                let axis = if url.axis() == Some(Axis::Event) { "time" } else { "event" };
+                url.set(&[("axis", Some(axis.into())), ("from", None), ("to", None)]);
+            }>
+                {move || if url.axis() == Some(Axis::Event) { "use time axis" } else { "use event axis" }}
+            </button>
+            <button
+                class="by-category"
+                on:click=move |_| url.set(&[("by", (!c.by_category()).then(|| "category".to_string()))])
+            >
+                {move || if c.by_category() { "by allocation" } else { "by category" }}
+            </button>
+            {c.has_steps.then(|| view! {
+                <button
+                    class="step-axis"
+                    on:click=move |_| url.set(&[("steps", (!c.step_axis()).then(|| "1".to_string()))])
+                >
+                    {move || if c.step_axis() { "hide steps" } else { "use step axis" }}
+                </button>
+            })}
+            <input
+                class="filter"
+                type="search"
+                placeholder="filter allocations by frame or file text"
+                prop:value=move || c.filter.get()
+                on:input=move |ev| c.filter.set(event_target_value(&ev))
+            />
+            <span class="summary">{move || c.answer().map(|d| shown_summary(c, &d))}</span>
+        </div>
+    }
+}
+
+/// "events A–B of N", with the steps they span on the step axis.
+fn shown_summary(c: Chart, d: &Resp) -> String {
+    let steps = c
+        .steps
+        .with_value(|s| match s.as_ref().filter(|_| c.step_axis()) {
+            Some(s) => match (
+                s.number_at(d.timeline.first_position),
+                s.number_at(d.timeline.last_position.saturating_sub(1)),
+            ) {
+                (Some(a), Some(b)) => {
+                    format!(" · steps {a}–{b} of {} ({})", s.numbers.len(), s.name)
+                }
+                _ => format!(" · {} steps ({})", s.numbers.len(), s.name),
+            },
+            None => String::new(),
+        });
+    format!(
+        "events {}–{} of {}{steps}",
+        d.timeline.first_position, d.timeline.last_position, d.timeline.events,
+    )
+}
+
+/// By category: a chip per category with its bytes at the cursor (else at the highest bucket in
+/// view); a click hides or shows it.
+fn category_legend(c: Chart) -> impl IntoView {
+    move || {
+        if !c.by_category() {
+            return None;
+        }
+        let d = c.answer()?;
+        let cats = d.categories.clone()?;
+        let hovered = c
+            .hover
+            .get()
+            .and_then(|h| d.timeline.buckets.iter().position(|b| b.first == h.2.first));
+        let highest = d
+            .timeline
+            .buckets
+            .iter()
+            .enumerate()
+            .max_by_key(|(_, b)| b.live_max_bytes)
+            .map(|(i, _)| i)?;
+        let shown = cats
+            .get(hovered.unwrap_or(highest))
+            .copied()
+            .unwrap_or_default();
+        let hidden_now = c.hidden.get();
+        let chips = Category::ALL
+            .into_iter()
+            .filter(|&k| cats.iter().any(|b| b.get(k) > 0))
+            .map(|k| {
+                let off = hidden_now.contains(&k);
+                let next = crate::categories::toggled(&hidden_now, k);
+                view! {
                     <button
-                        class="to-segments"
-                        on:click=move |_| {
-                            let pos = hover.get_untracked().map(|h| h.2.last).or(a.start.map(|s| s + 1)).unwrap_or(0);
-                            url.set(&[("view", Some("segments".into())), ("pos", Some(pos.to_string()))]);
-                        }
+                        class=if off { "chip off" } else { "chip" }
+                        data-category=k.as_str()
+                        title=if off { "show" } else { "hide" }
+                        on:click=move |_| c.url.set(&[("hide", next.clone())])
                     >
-                        "allocator state at this moment"
+                        <span class="swatch" style=format!("background:{}", crate::categories::colour(k))></span>
+                        {format!("{} {}", k.words(), fmt::bytes(shown.get(k)))}
                     </button>
-                    <ol class="frames">{stack_text(&a).into_iter().map(|f| view! { <li>{f}</li> }).collect_view()}</ol>
+                }
+            })
+            .collect_view();
+        Some(view! {
+            <div class="category-legend">
+                <span class="at">{if hovered.is_some() { "at the cursor:" } else { "at the highest in view:" }}</span>
+                {chips}
+            </div>
+        })
+    }
+}
+
+/// When the server fitted the view to where memory changes: what it left out, and a way back.
+fn fitted_note(c: Chart) -> impl IntoView {
+    move || {
+        let d = c.answer()?;
+        let f = d.fitted?;
+        let (first, last) = (d.first_time_us, d.last_time_us);
+        let left_out = |events: u32, idle_us: i64, side: &str| {
+            (idle_us > 0).then(|| {
+                format!(
+                    "{} events {side} a {} gap with no event",
+                    fmt::count(events as u64),
+                    fmt::seconds(idle_us as f64)
+                )
+            })
+        };
+        let parts: Vec<String> = [
+            left_out(f.events_before, f.idle_before_us, "before"),
+            left_out(f.events_after, f.idle_after_us, "after"),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        Some(view! {
+            <p class="fitted">
+                {format!(
+                    "Fitted to where memory changes, every peak in view: the {} left out. ",
+                    parts.join(" and ")
+                )}
+                <button
+                    class="whole-trace"
+                    on:click=move |_| c.url.set(&[
+                        ("axis", Some("time".into())),
+                        ("from", Some(first.to_string())),
+                        ("to", Some(last.to_string())),
+                    ])
+                >
+                    "show the whole trace"
+                </button>
+            </p>
+        })
+    }
+}
+
+/// The what-if setting drawn dashed, what it is, and the way to its tab.
+fn whatif_note(c: Chart) -> impl IntoView {
+    move || {
+        c.whatif.get().flatten().map(|(conf, w)| {
+            let exact = if w.replay_check.exact {
+                "the replay check is exact"
+            } else {
+                "the replay check is not exact: an estimate"
+            };
+            let back = c.url.href(&[
+                ("view", "whatif".to_string()),
+                ("device", w.device.to_string()),
+                ("conf", conf.clone()),
+            ]);
+            view! {
+                <p class="whatif-overlay">
+                    {format!(
+                        "Dashed: reserved memory under {}, simulated (the trace replayed through memscope's model of PyTorch's allocator; {exact}). ",
+                        super::whatif::conf_name(&conf)
+                    )}
+                    <a href=back>"the What if tab"</a>
+                    " · "
+                    <button class="hide-whatif" on:click=move |_| c.url.set(&[("conf", None)])>"hide"</button>
+                </p>
+            }
+        })
+    }
+}
+
+/// The figures at the hovered moment, beside the pointer on the side with room (so it never
+/// hides what is hovered): the moment, live and reserved bytes, by category, the what-if's
+/// figure, the scopes it falls in, and the allocation under the cursor with its first frames.
+fn tooltip(c: Chart, (x, at, b, top): Hover) -> impl IntoView {
+    let d = c.data.get_untracked().and_then(|d| d.ok());
+    let t0 = d.as_ref().map_or(0, |d| d.first_time_us);
+    let axis = d.as_ref().map_or(Axis::Time, |d| d.axis);
+    let categories = d.as_ref().and_then(|d| {
+        let k = d.timeline.buckets.iter().position(|x| x.first == b.first)?;
+        d.categories.as_ref()?.get(k).copied()
+    });
+    let simulated = c.whatif.get_untracked().flatten().map(|(conf, w)| {
+        let run = w.runs.iter().find(|r| r.alloc_conf == conf);
+        let v = run.map(|r| {
+            super::whatif::simulated_in(r, b.first, b.last)
+                .map_or("out of memory".to_string(), fmt::bytes)
+        });
+        format!(
+            "{}: {} (simulated)",
+            super::whatif::conf_name(&conf),
+            v.unwrap_or_default()
+        )
+    });
+    // The record_function scopes the moment falls in, innermost last.
+    let scopes: Vec<String> = d
+        .as_ref()
+        .filter(|d| d.axis == Axis::Time)
+        .map(|d| {
+            d.annotations
+                .iter()
+                .filter(|a| (a.start_us as f64) <= at && at <= a.end_us as f64)
+                .map(|a| a.name.clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    view! {
+        <div class="tooltip" style=format!("left:{}px", tooltip_left(x, c.shown_width()))>
+            <div>{match axis {
+                Axis::Time => format!("t = {}  (events {}–{})", fmt::seconds(at - t0 as f64), b.first, b.last),
+                Axis::Event => format!("after event {:.0}  (events {}–{})", at, b.first, b.last),
+            }}</div>
+            <div>{format!("live {} – {}", fmt::bytes(b.live_min_bytes), fmt::bytes(b.live_max_bytes))}</div>
+            <div>{format!("reserved {}", fmt::bytes(b.reserved_max_bytes))}</div>
+            {categories.map(|k| view! { <div class="categories">{crate::categories::words(&k)}</div> })}
+            {simulated.map(|s| view! { <div class="simulated">{s}</div> })}
+            {(!scopes.is_empty()).then(|| view! {
+                <div class="scopes">{format!("in {}", scopes.join(" › "))}</div>
+            })}
+            {top.map(|a| view! {
+                <div class="alloc">
+                    <b>{format!(
+                        "allocation #{}: {}, {} → {}",
+                        a.id,
+                        fmt::bytes(a.size_bytes),
+                        a.start.map_or("before the trace".into(), |s| format!("event {s}")),
+                        a.end.map_or("alive at the end".into(), |e| format!("freed at event {e}")),
+                    )}</b>
+                    {hover_frames(c, &a)}
                 </div>
             })}
-            <h3>"Largest allocations in this window"</h3>
-            {move || match data.get() {
-                None => view! { <p>"loading…"</p> }.into_any(),
-                Some(Err(e)) => crate::pages::widgets::error_line(e).into_any(),
-                Some(Ok(d)) => {
-                    let needle = filter.get().to_lowercase();
-                    let rows = d
-                        .allocations
-                        .iter()
-                        .filter(|a| d.stack_mentions(a.stack, &needle))
-                        .take(50)
-                        .map(|a| {
-                            let site = ::api::site_text(d.sites.get(&a.stack).and_then(Option::as_ref));
-                            view! {
-                                <tr>
-                                    <td class="num">{fmt::bytes(a.size_bytes)}</td>
-                                    <td class="num">{a.start.map_or("before trace".into(), |s| s.to_string())}</td>
-                                    <td class="num">{a.end.map_or("alive".into(), |s| s.to_string())}</td>
-                                    <td>{site}</td>
-                                </tr>
-                            }
-                        })
-                        .collect_view();
-                    view! {
-                        <table class="allocs">
-                            <tr>
-                                <th>"size"</th>
-                                <th>"alloc event"</th>
-                                <th>"free event"</th>
-                                <th>"call site"</th>
-                            </tr>
-                            {rows}
-                        </table>
-                    }
-                        .into_any()
+        </div>
+    }
+}
+
+/// Hovering shows the first frames, one line each; clicking pins the whole stack below.
+fn hover_frames(c: Chart, a: &Alloc) -> impl IntoView + use<> {
+    let frames = c.stack_text(a);
+    let more = frames.len().saturating_sub(TOOLTIP_FRAMES);
+    view! {
+        <ol class="frames">
+            {frames.into_iter().take(TOOLTIP_FRAMES).map(|f| { let title = f.clone(); view! { <li title=title>{f}</li> } }).collect_view()}
+        </ol>
+        {(more > 0).then(|| view! { <div class="more">{format!("+{more} more frames: click to pin")}</div> })}
+    }
+}
+
+/// The pinned allocation: its whole stack, and the allocator's state at that moment.
+fn pinned(c: Chart, a: Alloc) -> impl IntoView {
+    let frames = c.stack_text(&a);
+    view! {
+        <div class="pinned">
+            <b>{format!("pinned allocation #{}: {}", a.id, fmt::bytes(a.size_bytes))}</b>
+            " "
+            <button
+                class="to-segments"
+                on:click=move |_| {
+                    let pos = c.hover.get_untracked().map(|h| h.2.last).or(a.start.map(|s| s + 1)).unwrap_or(0);
+                    c.url.set(&[("view", Some("segments".into())), ("pos", Some(pos.to_string()))]);
                 }
-            }}
-        </section>
+            >
+                "allocator state at this moment"
+            </button>
+            <ol class="frames">{frames.into_iter().map(|f| view! { <li>{f}</li> }).collect_view()}</ol>
+        </div>
+    }
+}
+
+/// The 50 largest allocations in the window that the filter lets through.
+fn largest_allocations(c: Chart) -> AnyView {
+    match c.data.get() {
+        None => view! { <p>"loading…"</p> }.into_any(),
+        Some(Err(e)) => crate::pages::widgets::error_line(e).into_any(),
+        Some(Ok(d)) => {
+            let needle = c.filter.get().to_lowercase();
+            let rows = d
+                .allocations
+                .iter()
+                .filter(|a| d.stack_mentions(a.stack, &needle))
+                .take(50)
+                .map(|a| {
+                    let site = ::api::site_text(d.sites.get(&a.stack).and_then(Option::as_ref));
+                    view! {
+                        <tr>
+                            <td class="num">{fmt::bytes(a.size_bytes)}</td>
+                            <td class="num">{a.start.map_or("before trace".into(), |s| s.to_string())}</td>
+                            <td class="num">{a.end.map_or("alive".into(), |s| s.to_string())}</td>
+                            <td>{site}</td>
+                        </tr>
+                    }
+                })
+                .collect_view();
+            view! {
+                <table class="allocs">
+                    <tr>
+                        <th>"size"</th>
+                        <th>"alloc event"</th>
+                        <th>"free event"</th>
+                        <th>"call site"</th>
+                    </tr>
+                    {rows}
+                </table>
+            }
+            .into_any()
+        }
     }
 }
