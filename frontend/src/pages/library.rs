@@ -39,131 +39,41 @@ fn tags_text(tags: &[::api::Tag]) -> String {
         .join(", ")
 }
 
-#[component]
-pub fn Library() -> impl IntoView {
-    api::page_scope();
-    let query = RwSignal::new(String::new());
-    let refresh = RwSignal::new(0u32);
-    let items = LocalResource::new(move || {
-        refresh.track();
-        let q = query.get();
-        async move { api::snapshots(&::api::ListQuery { q: Some(q) }).await }
-    });
-    let uploads = RwSignal::new(Vec::<Upload>::new());
-    let saved = RwSignal::new(None::<Result<String, String>>);
-    let next_key = StoredValue::new(0u32);
-    let dragging = RwSignal::new(false);
-    let navigate = StoredValue::new_local(leptos_router::hooks::use_navigate());
+/// Opens a page (the router's navigation, kept for tasks that outlive the page's first run).
+type Navigate = StoredValue<Box<dyn Fn(&str, leptos_router::NavigateOptions)>, LocalStorage>;
 
-    // A folder, or several files named by rank (`rank{N}`), chosen or dropped together are one
-    // run: tagged with one job and their ranks; once all have landed the page opens the run.
-    let batch = RwSignal::new(None::<(String, usize)>);
-    let start_upload = move |file: web_sys::File, tags: Option<String>| {
-        let key = next_key.get_value();
-        next_key.set_value(key + 1);
-        uploads.update(|u| {
-            u.push(Upload {
-                key,
-                name: file.name(),
-                sent: 0.0,
-                indexed: 0.0,
-                state: UploadState::Sending,
-            })
-        });
-        let token = format!("u{}{}", key, (js_sys::Math::random() * 1e12) as u64);
-        // The page may be gone (an upload opened its snapshot) while these tasks still run:
-        // every access is a `try_`, and a gone page ends them.
-        let set = move |f: &dyn Fn(&mut Upload)| {
-            uploads.try_update(|u| {
-                if let Some(x) = u.iter_mut().find(|x| x.key == key) {
-                    f(x)
-                }
-            });
-        };
-        // Poll the server's parse progress while this upload runs.
-        {
-            let token = token.clone();
-            spawn_local(async move {
-                loop {
-                    let running = uploads.try_with_untracked(|u| {
-                        u.iter().any(|x| {
-                            x.key == key
-                                && matches!(x.state, UploadState::Sending | UploadState::Indexing)
-                        })
-                    });
-                    if running != Some(true) {
-                        break;
-                    }
-                    match api::upload_progress(&token).await {
-                        Ok(p) if p.finished => break,
-                        Ok(p) if p.total_bytes > 0 => {
-                            let f = p.parsed_bytes as f64 / p.total_bytes as f64;
-                            set(&|u: &mut Upload| u.indexed = f.min(1.0));
-                        }
-                        _ => {}
-                    }
-                    sleep_ms(250).await;
-                }
-            });
+/// The uploads of this page: those in flight and done, the run they make, and what happens when
+/// they land (every field a copyable handle).
+#[derive(Clone, Copy)]
+struct Uploader {
+    uploads: RwSignal<Vec<Upload>>,
+    next_key: StoredValue<u32>,
+    /// A folder, or several files named by rank (`rank{N}`), chosen or dropped together are one
+    /// run: tagged with one job and their ranks; once all have landed the page opens the run.
+    batch: RwSignal<Option<(String, usize)>>,
+    /// Bumped when an upload lands: the list fetches again.
+    refresh: RwSignal<u32>,
+    navigate: Navigate,
+}
+
+impl Uploader {
+    fn new(refresh: RwSignal<u32>) -> Uploader {
+        let go = leptos_router::hooks::use_navigate();
+        Uploader {
+            uploads: RwSignal::new(Vec::new()),
+            next_key: StoredValue::new(0),
+            batch: RwSignal::new(None),
+            refresh,
+            navigate: StoredValue::new_local(Box::new(move |to: &str, o| go(to, o))),
         }
-        spawn_local(async move {
-            let progress = move |sent: f64, total: f64| {
-                set(&|u: &mut Upload| {
-                    u.sent = if total > 0.0 { sent / total } else { 0.0 };
-                    if u.sent >= 1.0 {
-                        u.state = UploadState::Indexing;
-                    }
-                })
-            };
-            match api::upload(file, &token, tags, progress).await {
-                Ok(v) => {
-                    let landing = v.summary.landing_view();
-                    let (id, created) = (v.id, v.created);
-                    let name = v.snapshot.name;
-                    set(&|u: &mut Upload| {
-                        u.state = UploadState::Done {
-                            id: id.clone(),
-                            created,
-                            name: name.clone(),
-                        }
-                    });
-                    refresh.try_update(|r| *r += 1);
-                    // The last of a run's uploads opens the run.
-                    let run_done = uploads.try_with_untracked(|all| {
-                        all.iter()
-                            .all(|x| matches!(x.state, UploadState::Done { .. }))
-                    });
-                    if let (Some(true), Some(Some((job, n)))) =
-                        (run_done, batch.try_get_untracked())
-                        && n >= 2
-                    {
-                        navigate.try_with_value(|go| {
-                            go(&::api::routes::page::run(&job), Default::default())
-                        });
-                        return;
-                    }
-                    // A single new upload opens its snapshot once it is indexed, on the view that
-                    // answers its question (OOM, leak, else the timeline); a file already in the
-                    // library says so and stays here.
-                    let single = uploads.try_with_untracked(|all| all.len() == 1);
-                    if single == Some(true) && created {
-                        navigate.try_with_value(|n| {
-                            n(
-                                &::api::routes::page::snapshot(&id, &[("view", landing)]),
-                                Default::default(),
-                            )
-                        });
-                    }
-                }
-                Err(e) => set(&|u: &mut Upload| u.state = UploadState::Failed(e.clone())),
-            }
-        });
-    };
-    let take_files = move |files: Option<web_sys::FileList>| {
+    }
+
+    /// Chosen or dropped files: one upload each, the files of a run tagged with its job and
+    /// ranks. A folder brings every file in it: only snapshots are uploaded.
+    fn take_files(self, files: Option<web_sys::FileList>) {
         let Some(files) = files else { return };
         let mut all: Vec<web_sys::File> =
             (0..files.length()).filter_map(|i| files.get(i)).collect();
-        // A folder brings every file in it: only snapshots are uploaded.
         let from_folder = all.iter().any(|f| relative_path(f).contains('/'));
         if from_folder {
             all.retain(|f| ::api::is_snapshot_file_name(&f.name()));
@@ -174,23 +84,146 @@ pub fn Library() -> impl IntoView {
         // A run: a folder, or files whose names each carry their own rank. Other files chosen
         // together (two runs to compare, say) stay snapshots of their own.
         if all.len() < 2 || !(from_folder || by_name) {
-            batch.set(None);
+            self.batch.set(None);
             for f in all {
-                start_upload(f, None);
+                self.start(f, None);
             }
             return;
         }
         let job = run_job(&all);
-        batch.set(Some((job.clone(), all.len())));
+        self.batch.set(Some((job.clone(), all.len())));
         for (f, rank) in all.into_iter().zip(ranks) {
-            start_upload(f, Some(format!("job={job},rank={rank}")));
+            self.start(f, Some(format!("job={job},rank={rank}")));
         }
-    };
+    }
 
+    /// One upload: its line, the server's parse progress polled, the file sent.
+    fn start(self, file: web_sys::File, tags: Option<String>) {
+        let key = self.next_key.get_value();
+        self.next_key.set_value(key + 1);
+        self.uploads.update(|u| {
+            u.push(Upload {
+                key,
+                name: file.name(),
+                sent: 0.0,
+                indexed: 0.0,
+                state: UploadState::Sending,
+            })
+        });
+        let token = format!("u{}{}", key, (js_sys::Math::random() * 1e12) as u64);
+        spawn_local(self.poll_progress(key, token.clone()));
+        spawn_local(self.send(key, file, token, tags));
+    }
+
+    /// Changes upload `key`'s line. The page may be gone (an upload opened its snapshot) while
+    /// its tasks still run: every access is a `try_`, and a gone page ends them.
+    fn set(self, key: u32, f: &dyn Fn(&mut Upload)) {
+        self.uploads.try_update(|u| {
+            if let Some(x) = u.iter_mut().find(|x| x.key == key) {
+                f(x)
+            }
+        });
+    }
+
+    /// Polls the server's parse progress while upload `key` runs.
+    async fn poll_progress(self, key: u32, token: String) {
+        loop {
+            let running = self.uploads.try_with_untracked(|u| {
+                u.iter().any(|x| {
+                    x.key == key && matches!(x.state, UploadState::Sending | UploadState::Indexing)
+                })
+            });
+            if running != Some(true) {
+                break;
+            }
+            match api::upload_progress(&token).await {
+                Ok(p) if p.finished => break,
+                Ok(p) if p.total_bytes > 0 => {
+                    let f = p.parsed_bytes as f64 / p.total_bytes as f64;
+                    self.set(key, &|u: &mut Upload| u.indexed = f.min(1.0));
+                }
+                _ => {}
+            }
+            sleep_ms(250).await;
+        }
+    }
+
+    /// Sends the file, its progress on its line; then where it landed.
+    async fn send(self, key: u32, file: web_sys::File, token: String, tags: Option<String>) {
+        let progress = move |sent: f64, total: f64| {
+            self.set(key, &|u: &mut Upload| {
+                u.sent = if total > 0.0 { sent / total } else { 0.0 };
+                if u.sent >= 1.0 {
+                    u.state = UploadState::Indexing;
+                }
+            })
+        };
+        match api::upload(file, &token, tags, progress).await {
+            Ok(v) => self.landed(key, v),
+            Err(e) => self.set(key, &|u: &mut Upload| {
+                u.state = UploadState::Failed(e.clone())
+            }),
+        }
+    }
+
+    /// An upload is stored: its line says so, the list fetches again, and the last of a run's
+    /// uploads opens the run; a single new upload opens its snapshot on the view that answers
+    /// its question (OOM, leak, else the timeline). A file already in the library says so and
+    /// stays here.
+    fn landed(self, key: u32, v: ::api::Uploaded) {
+        let landing = v.summary.landing_view();
+        let (id, created, name) = (v.id, v.created, v.snapshot.name);
+        self.set(key, &|u: &mut Upload| {
+            u.state = UploadState::Done {
+                id: id.clone(),
+                created,
+                name: name.clone(),
+            }
+        });
+        self.refresh.try_update(|r| *r += 1);
+        let run_done = self.uploads.try_with_untracked(|all| {
+            all.iter()
+                .all(|x| matches!(x.state, UploadState::Done { .. }))
+        });
+        if let (Some(true), Some(Some((job, n)))) = (run_done, self.batch.try_get_untracked())
+            && n >= 2
+        {
+            self.navigate
+                .try_with_value(|go| go(&::api::routes::page::run(&job), Default::default()));
+            return;
+        }
+        let single = self.uploads.try_with_untracked(|all| all.len() == 1);
+        if single == Some(true) && created {
+            self.navigate.try_with_value(|go| {
+                go(
+                    &::api::routes::page::snapshot(&id, &[("view", landing)]),
+                    Default::default(),
+                )
+            });
+        }
+    }
+}
+
+#[component]
+pub fn Library() -> impl IntoView {
+    api::page_scope();
+    let query = RwSignal::new(String::new());
+    let refresh = RwSignal::new(0u32);
+    let up = Uploader::new(refresh);
+    view! {
+        {dropzone(up)}
+        <Runs refresh=refresh/>
+        {library_section(query, refresh)}
+    }
+}
+
+/// Where files are dropped or chosen (files, or a folder of ranks), and a line per upload.
+fn dropzone(up: Uploader) -> impl IntoView {
+    let dragging = RwSignal::new(false);
     // A file input's choice: uploaded, and the input emptied so the same choice can be made again.
     let picked = move |ev: web_sys::Event| {
         let input: web_sys::HtmlInputElement = event_target(&ev);
-        take_files(input.files());
+        up.take_files(input.files());
         input.set_value("");
     };
     // Chromium and Firefox pick a folder with this (not a standard attribute: set on the element).
@@ -212,7 +245,7 @@ pub fn Library() -> impl IntoView {
             on:drop=move |ev: web_sys::DragEvent| {
                 ev.prevent_default();
                 dragging.set(false);
-                take_files(ev.data_transfer().and_then(|d| d.files()));
+                up.take_files(ev.data_transfer().and_then(|d| d.files()));
             }
         >
             <p>
@@ -242,65 +275,69 @@ pub fn Library() -> impl IntoView {
                 </label>
             </p>
             <p class="hint">"A folder of per-rank snapshots, or several files named rank0, rank1, …, chosen at once are one run: the ranks side by side."</p>
-            {move || batch.get().map(|(job, n)| view! {
+            {move || up.batch.get().map(|(job, n)| view! {
                 <p class="run-batch">{format!("Run “{job}”, {n} ranks: ")}<a class="open-run" href=::api::routes::page::run(&job)>"open the run"</a></p>
             })}
             <ul class="uploads">
-                {move || {
-                    uploads
-                        .get()
-                        .into_iter()
-                        .map(|u| {
-                            let status = match &u.state {
-                                UploadState::Sending => view! {
-                                    <span>{format!("uploading {:.0}% · indexed {:.0}%", u.sent * 100.0, u.indexed * 100.0)}</span>
-                                }
-                                    .into_any(),
-                                UploadState::Indexing => {
-                                    view! { <span>{format!("indexing {:.0}%…", u.indexed * 100.0)}</span> }.into_any()
-                                }
-                                UploadState::Done { id, created: true, .. } => {
-                                    view! { <a class="open" href=::api::routes::page::snapshot_home(id)>"open"</a> }.into_any()
-                                }
-                                UploadState::Done { id, created: false, name } => view! {
-                                    <span class="duplicate">{format!("already in the library as “{name}” ")}</span>
-                                    <a class="open" href=::api::routes::page::snapshot_home(id)>"open"</a>
-                                }
-                                    .into_any(),
-                                UploadState::Failed(e) => {
-                                    let key = u.key;
-                                    view! {
-                                        {
-                                            let (say, more) = crate::fmt::error_parts(e);
-                                            view! {
-                                                <span class="error upload-error">{say}</span>
-                                                {crate::pages::widgets::error_details(more)}
-                                            }
-                                        }
-                                        <button
-                                            class="dismiss"
-                                            title="remove this line"
-                                            on:click=move |_| uploads.update(|all| all.retain(|x| x.key != key))
-                                        >
-                                            "dismiss"
-                                        </button>
-                                    }
-                                        .into_any()
-                                }
-                            };
-                            view! {
-                                <li>
-                                    <progress max="1" value=u.sent></progress>
-                                    <span class="name">{u.name.clone()}</span>
-                                    {status}
-                                </li>
-                            }
-                        })
-                        .collect_view()
-                }}
+                {move || up.uploads.get().into_iter().map(|u| upload_line(up, u)).collect_view()}
             </ul>
         </section>
-        <Runs refresh=refresh/>
+    }
+}
+
+/// One upload's line: its progress, then a link to it, or its error with a way to dismiss it.
+fn upload_line(up: Uploader, u: Upload) -> impl IntoView {
+    let status = match &u.state {
+        UploadState::Sending => view! {
+            <span>{format!("uploading {:.0}% · indexed {:.0}%", u.sent * 100.0, u.indexed * 100.0)}</span>
+        }
+        .into_any(),
+        UploadState::Indexing => {
+            view! { <span>{format!("indexing {:.0}%…", u.indexed * 100.0)}</span> }.into_any()
+        }
+        UploadState::Done { id, created: true, .. } => {
+            view! { <a class="open" href=::api::routes::page::snapshot_home(id)>"open"</a> }.into_any()
+        }
+        UploadState::Done { id, created: false, name } => view! {
+            <span class="duplicate">{format!("already in the library as “{name}” ")}</span>
+            <a class="open" href=::api::routes::page::snapshot_home(id)>"open"</a>
+        }
+        .into_any(),
+        UploadState::Failed(e) => {
+            let key = u.key;
+            let (say, more) = crate::fmt::error_parts(e);
+            view! {
+                <span class="error upload-error">{say}</span>
+                {crate::pages::widgets::error_details(more)}
+                <button
+                    class="dismiss"
+                    title="remove this line"
+                    on:click=move |_| up.uploads.update(|all| all.retain(|x| x.key != key))
+                >
+                    "dismiss"
+                </button>
+            }
+            .into_any()
+        }
+    };
+    view! {
+        <li>
+            <progress max="1" value=u.sent></progress>
+            <span class="name">{u.name.clone()}</span>
+            {status}
+        </li>
+    }
+}
+
+/// The stored snapshots: search, the last rename's outcome, and the table.
+fn library_section(query: RwSignal<String>, refresh: RwSignal<u32>) -> impl IntoView {
+    let items = LocalResource::new(move || {
+        refresh.track();
+        let q = query.get();
+        async move { api::snapshots(&::api::ListQuery { q: Some(q) }).await }
+    });
+    let saved = RwSignal::new(None::<Result<String, String>>);
+    view! {
         <section class="library">
             <div class="toolbar">
                 <h2>"Library"</h2>
