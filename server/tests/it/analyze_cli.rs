@@ -1,14 +1,9 @@
 //! `memscope analyze` end to end: the real binary on real fixtures, JSON keys the issue promises,
 //! the human report, and errors on stderr with a non-zero exit code.
 
-use std::path::PathBuf;
 use std::process::{Command, Output};
 
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures")
-        .join(name)
-}
+use crate::support::app::fixture_path as fixture;
 
 fn memscope(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_memscope"))

@@ -9,14 +9,8 @@ use http_body_util::BodyExt;
 use server::state::AppState;
 use tower::ServiceExt;
 
-fn fixture(name: &str) -> Vec<u8> {
-    std::fs::read(
-        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../tests/fixtures")
-            .join(name),
-    )
-    .unwrap()
-}
+use crate::support::app::error_message;
+use crate::support::app::fixture_bytes as fixture;
 
 fn temp_dir(tag: &str) -> PathBuf {
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
@@ -166,7 +160,7 @@ async fn upload_list_get_update_delete() {
     assert_eq!(files_in(&dir), before - 2);
     let (st, err) = call(&state, "GET", &format!("/api/snapshots/{id}"), vec![]).await;
     assert_eq!(st, StatusCode::NOT_FOUND);
-    assert!(err["error"].as_str().unwrap().contains(&id));
+    assert!(error_message(&err).contains(&id));
 }
 
 #[tokio::test]
@@ -185,10 +179,7 @@ async fn bad_uploads_are_rejected_and_leave_nothing() {
     .await;
     assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY);
     assert!(
-        err["error"]
-            .as_str()
-            .unwrap()
-            .starts_with("not a memory snapshot"),
+        error_message(&err).starts_with("not a memory snapshot"),
         "{err}"
     );
 
@@ -196,10 +187,7 @@ async fn bad_uploads_are_rejected_and_leave_nothing() {
     let (st, err) = call(&state, "POST", "/api/snapshots", std::mem::take(&mut evil)).await;
     assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY);
     assert!(
-        err["error"]
-            .as_str()
-            .unwrap()
-            .contains("pickle opcode STACK_GLOBAL at offset"),
+        error_message(&err).contains("pickle opcode STACK_GLOBAL at offset"),
         "{err}"
     );
 
@@ -207,10 +195,7 @@ async fn bad_uploads_are_rejected_and_leave_nothing() {
     let (st, err) = call(&state, "POST", "/api/snapshots", truncated).await;
     assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY);
     assert!(
-        err["error"]
-            .as_str()
-            .unwrap()
-            .starts_with("truncated snapshot"),
+        error_message(&err).starts_with("truncated snapshot"),
         "{err}"
     );
 
@@ -222,12 +207,7 @@ async fn bad_uploads_are_rejected_and_leave_nothing() {
     )
     .await;
     assert_eq!(st, StatusCode::PAYLOAD_TOO_LARGE);
-    assert!(
-        err["error"]
-            .as_str()
-            .unwrap()
-            .contains("--max-upload-bytes")
-    );
+    assert!(error_message(&err).contains("--max-upload-bytes"));
 
     let (st, _) = call(&state, "POST", "/api/snapshots", vec![]).await;
     assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY);
@@ -366,7 +346,7 @@ async fn queries_answer_from_the_model() {
     )
     .await;
     assert_eq!(st, StatusCode::BAD_REQUEST);
-    assert!(e["error"].as_str().unwrap().contains("device 5"));
+    assert!(error_message(&e).contains("device 5"));
     let (st, _) = call(
         &state,
         "GET",
@@ -436,7 +416,7 @@ async fn diff_finds_what_changed_between_two_runs() {
     )
     .await;
     assert_eq!(st, StatusCode::BAD_REQUEST);
-    assert!(e["error"].as_str().unwrap().contains("device 7"), "{e}");
+    assert!(error_message(&e).contains("device 7"), "{e}");
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -785,7 +765,7 @@ async fn an_internal_error_is_logged_once_inside_its_request() {
     let uri = format!("/api/snapshots/{id}/stacks");
     let (status, body) = call(&state, "GET", &uri, vec![]).await;
     assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
-    assert_eq!(body["error"], "internal error; see the server log");
+    assert_eq!(error_message(&body), "internal error; see the server log");
 
     let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
     let errors: Vec<&str> = text.lines().filter(|l| l.contains("ERROR")).collect();
@@ -1347,12 +1327,12 @@ async fn predict_answers_from_library_snapshots() {
     )
     .await;
     assert_eq!(st, StatusCode::BAD_REQUEST);
-    assert!(v["error"].as_str().unwrap().contains("fraction"), "{v}");
+    assert!(error_message(&v).contains("fraction"), "{v}");
     let bad = api::PredictQuery {
         recordings: "nocolon".into(),
         ..Default::default()
     };
     let (st, v) = call(&state, "GET", &api::routes::predict(&bad), vec![]).await;
     assert_eq!(st, StatusCode::BAD_REQUEST);
-    assert!(v["error"].as_str().unwrap().contains("ID:SIZE"), "{v}");
+    assert!(error_message(&v).contains("ID:SIZE"), "{v}");
 }

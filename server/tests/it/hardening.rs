@@ -6,16 +6,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::body::{Body, Bytes};
 use axum::http::{Request, StatusCode, header};
-use http_body_util::BodyExt;
 use server::state::AppState;
-use tower::ServiceExt;
+
+use crate::support::app::{fixture_bytes as fixture, respond as call};
 
 async fn state(tag: &str) -> AppState {
-    let dir = std::env::temp_dir().join(format!("memscope-hardening-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let mut args = server::testing::serve_args(dir);
-    args.collector_tokens = vec!["gpu7=s3cret".into()];
-    AppState::open(args).await.unwrap()
+    crate::support::app::app_state(&format!("hardening-{tag}"), &["gpu7=s3cret"]).await
 }
 
 /// A body of `total` zero bytes made lazily in 64 KiB chunks, counting what the server pulls.
@@ -63,15 +59,6 @@ async fn send(
 const MIB: u64 = 1 << 20;
 
 /// A fixture's bytes.
-fn fixture(name: &str) -> Vec<u8> {
-    std::fs::read(
-        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../tests/fixtures")
-            .join(name),
-    )
-    .unwrap()
-}
-
 /// One NVML reading of GPU `uuid` (1 byte used of 2).
 fn gpu_sample(uuid: &str) -> wire::GpuSample {
     wire::GpuSample {
@@ -91,12 +78,6 @@ fn gpu_sample(uuid: &str) -> wire::GpuSample {
 }
 
 /// One request through the router: the status and the body.
-async fn call(s: &AppState, req: Request<Body>) -> (StatusCode, Bytes) {
-    let res = server::http::app(s.clone()).oneshot(req).await.unwrap();
-    let status = res.status();
-    (status, res.into_body().collect().await.unwrap().to_bytes())
-}
-
 /// Uploads `bytes`; the new snapshot's id.
 async fn upload(s: &AppState, bytes: Vec<u8>) -> String {
     let req = Request::post(api::routes::upload(&Default::default()))

@@ -5,6 +5,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 
+use crate::support::app::error_message;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
@@ -12,11 +13,7 @@ use server::state::AppState;
 use tower::ServiceExt;
 
 async fn state(tag: &str) -> AppState {
-    let dir = std::env::temp_dir().join(format!("memscope-ingest-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let mut args = server::testing::serve_args(dir);
-    args.collector_tokens = vec!["gpu7=s3cret".into(), "gpu8=other".into()];
-    AppState::open(args).await.unwrap()
+    crate::support::app::app_state(&format!("ingest-{tag}"), &["gpu7=s3cret", "gpu8=other"]).await
 }
 
 /// A batch from the recorded NVML readings of `leak_detached_cache` (same fields as live NVML).
@@ -103,7 +100,7 @@ async fn batches_are_stored_once_and_only_with_the_right_token() {
     for token in [None, Some("wrong"), Some("other")] {
         let (st, err) = post(&s, token, json.clone(), false).await;
         assert_eq!(st, StatusCode::UNAUTHORIZED, "{token:?}: {err}");
-        assert!(err["error"].as_str().unwrap().len() > 10);
+        assert!(error_message(&err).len() > 10);
     }
     assert_eq!(s.live.live_counts().await.unwrap(), [0, 0, 0, 0, 0]);
 
@@ -134,10 +131,8 @@ async fn batches_are_stored_once_and_only_with_the_right_token() {
         false,
     )
     .await;
-    assert_eq!(
-        (st, ack["duplicate"].as_bool()),
-        (StatusCode::OK, Some(false))
-    );
+    let ack: wire::Ack = serde_json::from_value(ack).unwrap();
+    assert_eq!((st, ack.duplicate), (StatusCode::OK, false));
     assert_eq!(s.live.live_counts().await.unwrap()[0], 168);
 }
 
@@ -146,13 +141,7 @@ async fn malformed_batches_are_refused() {
     let s = state("bad").await;
     let (st, err) = post(&s, Some("s3cret"), b"{not json".to_vec(), false).await;
     assert_eq!(st, StatusCode::BAD_REQUEST);
-    assert!(
-        err["error"]
-            .as_str()
-            .unwrap()
-            .starts_with("malformed batch"),
-        "{err}"
-    );
+    assert!(error_message(&err).starts_with("malformed batch"), "{err}");
     let (st, err) = post(
         &s,
         Some("s3cret"),
@@ -161,7 +150,7 @@ async fn malformed_batches_are_refused() {
     )
     .await;
     assert_eq!(st, StatusCode::BAD_REQUEST);
-    assert!(err["error"].as_str().unwrap().contains("gzip"), "{err}");
+    assert!(error_message(&err).contains("gzip"), "{err}");
     let mut future = recorded_batch(1);
     future.version = wire::VERSION + 1;
     let (st, err) = post(
@@ -172,7 +161,7 @@ async fn malformed_batches_are_refused() {
     )
     .await;
     assert_eq!(st, StatusCode::BAD_REQUEST);
-    assert!(err["error"].as_str().unwrap().contains("newer"), "{err}");
+    assert!(error_message(&err).contains("newer"), "{err}");
     let (st, _) = post(
         &s,
         Some("s3cret"),
@@ -364,20 +353,18 @@ async fn an_oom_snapshot_from_a_reported_host_takes_its_gpu_size_from_nvml() {
         .uri("/api/snapshots?tags=kind=oom,host=gpu7,pid=999")
         .body(Body::from(pickle))
         .unwrap();
-    let res = server::http::app(state.clone()).oneshot(req).await.unwrap();
-    assert_eq!(res.status(), StatusCode::CREATED);
-    let up: serde_json::Value =
-        serde_json::from_slice(&res.into_body().collect().await.unwrap().to_bytes()).unwrap();
-    let t = &up["snapshot"]["device_total"];
-    assert_eq!(t["source"], "collector", "{up}");
-    assert_eq!(t["bytes"], total);
-    assert_eq!(t["detail"], "NVIDIA H200 on gpu7");
-    let req = Request::builder()
-        .uri(format!("/api/snapshots/{}", up["id"].as_str().unwrap()))
-        .body(Body::empty())
-        .unwrap();
-    let res = server::http::app(state.clone()).oneshot(req).await.unwrap();
-    let report: serde_json::Value =
-        serde_json::from_slice(&res.into_body().collect().await.unwrap().to_bytes()).unwrap();
-    assert_eq!(report["ooms"][0]["verdict"], "outside_pytorch");
+    let (status, body) = crate::support::app::respond(&state, req).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let up: api::Uploaded = serde_json::from_slice(&body).unwrap();
+    let t = up
+        .snapshot
+        .device_total
+        .as_ref()
+        .expect("the collector's total");
+    assert_eq!(t.source, api::DeviceTotalSource::Collector, "{up:?}");
+    assert_eq!(t.total_bytes, total);
+    assert_eq!(t.detail.as_deref(), Some("NVIDIA H200 on gpu7"));
+    let report: api::Report =
+        crate::support::app::get_as(&state, &format!("/api/snapshots/{}", up.id)).await;
+    assert_eq!(report.ooms[0].verdict, api::Verdict::OutsidePytorch);
 }

@@ -10,24 +10,12 @@ use server::now_ms;
 use server::state::AppState;
 use tower::ServiceExt;
 
+use crate::support::app::error_message;
+use crate::support::app::{get_as, respond_json as call};
 use crate::support::scenario::{GIB, MIB, alloc, batch, scenario};
 
 async fn state(tag: &str) -> AppState {
-    let dir = std::env::temp_dir().join(format!("memscope-live-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let mut args = server::testing::serve_args(dir);
-    args.collector_tokens = vec!["gpu7=s3cret".into()];
-    AppState::open(args).await.unwrap()
-}
-
-async fn call(s: &AppState, req: Request<Body>) -> (StatusCode, serde_json::Value) {
-    let res = server::http::app(s.clone()).oneshot(req).await.unwrap();
-    let status = res.status();
-    let bytes = res.into_body().collect().await.unwrap().to_bytes();
-    (
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null),
-    )
+    crate::support::app::app_state(&format!("live-{tag}"), &["gpu7=s3cret"]).await
 }
 
 async fn get(s: &AppState, uri: &str) -> serde_json::Value {
@@ -57,39 +45,32 @@ async fn fleet_gpu_and_process_pages_show_the_planted_figures() {
         StatusCode::UNAUTHORIZED
     );
 
-    let fleet = get(&s, "/api/live/fleet").await;
-    let host = &fleet["hosts"][0];
-    assert_eq!(host["host"], "gpu7");
-    let g = &host["gpus"][0];
-    let last_reserved = 2 * GIB + 11 * 20 * MIB;
+    let fleet: api::Fleet = get_as(&s, "/api/live/fleet").await;
+    let host = &fleet.hosts[0];
+    assert_eq!(host.host, "gpu7");
+    let g = &host.gpus[0];
+    let last_reserved = (2 * GIB + 11 * 20 * MIB) as i64;
     assert_eq!(
-        g["gpu"]["used_bytes"],
-        last_reserved + 512 * MIB + 300 * MIB
+        g.gpu.used_bytes,
+        Some(last_reserved + (512 * MIB + 300 * MIB) as i64)
     );
-    assert_eq!(g["processes"], 2);
-    assert_eq!(g["top_process"]["pid"], 100);
-    assert_eq!(g["stale"], true, "the last reading is ten minutes old");
+    assert_eq!(g.processes, 2);
+    assert_eq!(g.top_process.as_ref().map(|p| p.pid), Some(100));
+    assert!(g.stale, "the last reading is ten minutes old");
     // Ten minutes without an agent sample: what the process held then is not counted as held now.
-    assert_eq!(g["pytorch_reserved_bytes"], 0);
-    assert_eq!(fleet["alerts"][0]["kind"], "oom");
-    assert_eq!(fleet["alerts"][0]["snapshot_id"], "abc123");
-    let procs = fleet["processes"].as_array().unwrap();
-    let p100 = procs.iter().find(|p| p["pid"] == 100).unwrap();
-    assert_eq!(
-        (p100["has_agent"].clone(), p100["step"].clone()),
-        (true.into(), 119.into())
-    );
-    assert_eq!(p100["reserved_bytes"], last_reserved);
-    assert_eq!(p100["stale"], true);
-    assert!(
-        procs
-            .iter()
-            .any(|p| p["pid"] == 200 && p["has_agent"].is_null())
-    );
+    assert_eq!(g.pytorch_reserved_bytes, 0);
+    assert_eq!(fleet.alerts[0].kind, api::EventKind::Oom);
+    assert_eq!(fleet.alerts[0].snapshot_id.as_deref(), Some("abc123"));
+    let p100 = fleet.processes.iter().find(|p| p.pid == 100).unwrap();
+    assert_eq!((p100.has_agent, p100.step), (true, Some(119)));
+    assert_eq!(p100.reserved_bytes, Some(last_reserved));
+    assert!(p100.stale);
+    assert!(fleet.processes.iter().any(|p| p.pid == 200 && !p.has_agent));
 
     // One row per host and per process, kept by every batch.
     assert_eq!(
-        host["collector"], "gpu7/gpu7:100:42",
+        host.collector.as_deref(),
+        Some("gpu7/gpu7:100:42"),
         "the last batch was the agent's"
     );
     let p100: Vec<(bool, Option<String>)> = server::with_db!(&s.library.db, |p| sqlx::query_as(
@@ -108,7 +89,7 @@ async fn fleet_gpu_and_process_pages_show_the_planted_figures() {
     assert_eq!(p200, (false, t0, t0 + 119_000));
 
     // GPU page, one bucket per second: the outside-PyTorch band is exactly the 512 MiB.
-    let page = get(
+    let page: api::GpuPage = get_as(
         &s,
         &format!(
             "/api/live/gpus/GPU-aaa?from_ms={t0}&to_ms={}&points=120",
@@ -116,29 +97,22 @@ async fn fleet_gpu_and_process_pages_show_the_planted_figures() {
         ),
     )
     .await;
-    assert_eq!(page["window"]["bucket_ms"], 1000);
-    assert_eq!(page["used"].as_array().unwrap().len(), 120);
-    let ps = page["processes"].as_array().unwrap();
-    let p = ps.iter().find(|p| p["pid"] == 100).unwrap();
-    assert_eq!(p["has_agent"], true);
-    for (i, v) in p["outside_pytorch"].as_array().unwrap().iter().enumerate() {
-        assert_eq!(v.as_u64(), Some(512 * MIB), "bucket {i}");
+    assert_eq!(page.window.bucket_ms, 1000);
+    assert_eq!(page.used_bytes.len(), 120);
+    let p = page.processes.iter().find(|p| p.pid == 100).unwrap();
+    assert!(p.has_agent);
+    for (i, v) in p.outside_pytorch_bytes.iter().enumerate() {
+        assert_eq!(*v, Some((512 * MIB) as i64), "bucket {i}");
     }
-    assert_eq!(p["allocated"][5].as_u64(), Some(GIB + 5 * MIB));
-    let other = ps.iter().find(|p| p["pid"] == 200).unwrap();
-    assert_eq!(other["has_agent"], false);
-    assert!(
-        other["reserved"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|v| v.is_null())
-    );
-    assert_eq!(other["nvml_used"][0].as_u64(), Some(300 * MIB));
-    assert_eq!(page["events"][0]["kind"], "oom");
+    assert_eq!(p.allocated_bytes[5], Some((GIB + 5 * MIB) as i64));
+    let other = page.processes.iter().find(|p| p.pid == 200).unwrap();
+    assert!(!other.has_agent);
+    assert!(other.reserved_bytes.iter().all(Option::is_none));
+    assert_eq!(other.nvml_used_bytes[0], Some((300 * MIB) as i64));
+    assert_eq!(page.events[0].kind, api::EventKind::Oom);
 
     // Process page: 120 steps, the leak signal says 1 MiB per step, the OOM links its snapshot.
-    let proc_page = get(
+    let proc_page: api::ProcessPage = get_as(
         &s,
         &format!(
             "/api/live/processes/gpu7/100?from_ms={t0}&to_ms={}&points=120",
@@ -146,15 +120,15 @@ async fn fleet_gpu_and_process_pages_show_the_planted_figures() {
         ),
     )
     .await;
-    let d = &proc_page["devices"][0];
-    assert_eq!(d["gpu_uuid"], "GPU-aaa");
-    assert_eq!(d["steps"].as_array().unwrap().len(), 120);
-    assert_eq!(d["leak"]["rising"], true);
-    let slope = d["leak"]["bytes_per_step"].as_f64().unwrap();
+    let d = &proc_page.devices[0];
+    assert_eq!(d.gpu_uuid.as_deref(), Some("GPU-aaa"));
+    assert_eq!(d.steps.len(), 120);
+    assert!(d.leak.rising);
+    let slope = d.leak.bytes_per_step;
     assert!((slope - MIB as f64).abs() < 1.0, "{slope}");
-    assert_eq!(d["outside_pytorch"][0].as_u64(), Some(512 * MIB));
-    assert_eq!(proc_page["events"][0]["snapshot_id"], "abc123");
-    assert_eq!(proc_page["name"], "python");
+    assert_eq!(d.outside_pytorch_bytes[0], Some((512 * MIB) as i64));
+    assert_eq!(proc_page.events[0].snapshot_id.as_deref(), Some("abc123"));
+    assert_eq!(proc_page.name.as_deref(), Some("python"));
 
     // Unknown GPU / process: 404 with a message that names it.
     let (st, err) = call(
@@ -165,7 +139,7 @@ async fn fleet_gpu_and_process_pages_show_the_planted_figures() {
     )
     .await;
     assert_eq!(st, StatusCode::NOT_FOUND);
-    assert!(err["error"].as_str().unwrap().contains("GPU-nope"), "{err}");
+    assert!(error_message(&err).contains("GPU-nope"), "{err}");
 }
 
 #[tokio::test]

@@ -10,6 +10,8 @@ use server::state::AppState;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use crate::support::app::fixture_bytes as fixture;
+
 struct Running {
     state: AppState,
     addr: SocketAddr,
@@ -47,15 +49,6 @@ async fn listening(tag: &str) -> Running {
         addr,
         stop: Some(tx),
     }
-}
-
-fn fixture(name: &str) -> Vec<u8> {
-    std::fs::read(
-        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../tests/fixtures")
-            .join(name),
-    )
-    .unwrap()
 }
 
 /// Sends a whole request and reads the whole answer: (status, body).

@@ -2,6 +2,7 @@
 //! headless Chromium sessions, polling for page conditions, screenshots.
 #![allow(dead_code)]
 
+pub mod app;
 pub mod official_viewer;
 pub mod pg;
 pub mod stats;
