@@ -53,8 +53,13 @@ async fn open_state(tag: &str) -> (PathBuf, AppState) {
 }
 
 /// Uploads a fixture; returns the server's answer.
-async fn upload_fixture(state: &AppState, name: &str) -> serde_json::Value {
-    call(state, "POST", "/api/snapshots", fixture(name)).await.1
+async fn upload_fixture(state: &AppState, name: &str) -> api::Uploaded {
+    decode(call(state, "POST", "/api/snapshots", fixture(name)).await.1)
+}
+
+/// An answer read as the `api` type the dashboard reads it as.
+fn decode<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {
+    serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("{e}: {v}"))
 }
 
 /// Files in the data folder: originals, models and temporary files (each server's `tmp/` folder
@@ -79,12 +84,13 @@ async fn upload_list_get_update_delete() {
     )
     .await;
     assert_eq!(st, StatusCode::CREATED, "{up}");
-    let id = up["id"].as_str().unwrap().to_string();
+    let up: api::Uploaded = decode(up);
+    let id = up.id.clone();
     assert_eq!(id.len(), 16);
-    assert_eq!(up["created"], true);
-    assert_eq!(up["summary"]["segments"], 11);
-    assert_eq!(up["summary"]["leak_suspects"], 1);
-    assert_eq!(up["snapshot"]["tags"].as_array().unwrap().len(), 3);
+    assert!(up.created);
+    assert_eq!(up.summary.segments, 11);
+    assert_eq!(up.summary.leak_suspects, 1);
+    assert_eq!(up.snapshot.tags.len(), 3);
 
     // Same bytes again: deduplicated.
     let (st, again) = call(
@@ -95,13 +101,8 @@ async fn upload_list_get_update_delete() {
     )
     .await;
     assert_eq!(st, StatusCode::OK);
-    assert_eq!(
-        (
-            again["id"].as_str().unwrap(),
-            again["created"].as_bool().unwrap()
-        ),
-        (id.as_str(), false)
-    );
+    let again: api::Uploaded = decode(again);
+    assert_eq!((again.id.as_str(), again.created), (id.as_str(), false));
 
     // A compressed upload of another snapshot.
     let (st, xz) = call(
@@ -112,16 +113,23 @@ async fn upload_list_get_update_delete() {
     )
     .await;
     assert_eq!(st, StatusCode::CREATED);
-    assert_eq!(xz["snapshot"]["compression"], "xz");
-    assert_eq!(xz["snapshot"]["entries"], 250_021);
+    let xz: api::Uploaded = decode(xz);
+    assert_eq!(xz.snapshot.compression, api::Compression::Xz);
+    assert_eq!(xz.snapshot.entries, 250_021);
 
-    let (_, list) = call(&state, "GET", "/api/snapshots", vec![]).await;
-    assert_eq!(list.as_array().unwrap().len(), 2);
-    let (_, found) = call(&state, "GET", "/api/snapshots?q=bert", vec![]).await;
-    assert_eq!(found.as_array().unwrap().len(), 1);
-    assert_eq!(found[0]["id"], id.as_str());
-    let (_, found) = call(&state, "GET", "/api/snapshots?q=rank%3D0", vec![]).await;
-    assert_eq!(found.as_array().unwrap().len(), 1);
+    let list: Vec<api::SnapshotInfo> =
+        decode(call(&state, "GET", "/api/snapshots", vec![]).await.1);
+    assert_eq!(list.len(), 2);
+    let found: Vec<api::SnapshotInfo> =
+        decode(call(&state, "GET", "/api/snapshots?q=bert", vec![]).await.1);
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].id, id);
+    let found: Vec<api::SnapshotInfo> = decode(
+        call(&state, "GET", "/api/snapshots?q=rank%3D0", vec![])
+            .await
+            .1,
+    );
+    assert_eq!(found.len(), 1);
 
     // GET one = the same object as `memscope analyze --json`.
     let (st, report) = call(&state, "GET", &format!("/api/snapshots/{id}"), vec![]).await;
@@ -146,10 +154,14 @@ async fn upload_list_get_update_delete() {
     )
     .await;
     assert_eq!(st, StatusCode::OK);
-    assert_eq!(upd["name"], "renamed");
+    let upd: api::SnapshotInfo = decode(upd);
+    assert_eq!(upd.name, "renamed");
     assert_eq!(
-        upd["tags"],
-        serde_json::json!([{"key":"host","value":"gpu7"}])
+        upd.tags,
+        [api::Tag {
+            key: "host".into(),
+            value: "gpu7".into()
+        }]
     );
 
     // Delete removes the row and the files (the model file's, written after the answer, too).
@@ -221,14 +233,10 @@ async fn bad_uploads_are_rejected_and_leave_nothing() {
 async fn queries_answer_from_the_model() {
     let (dir, state) = open_state("query").await;
     let up = upload_fixture(&state, "oom_fraction.pickle").await;
-    let id = up["id"].as_str().unwrap().to_string();
+    let id = up.id.clone();
 
     // A fresh state (as after a restart): queries load the model file, not the pickle.
-    std::fs::remove_file(
-        dir.join("originals")
-            .join(up["snapshot"]["sha256"].as_str().unwrap()),
-    )
-    .unwrap();
+    std::fs::remove_file(dir.join("originals").join(&up.snapshot.sha256)).unwrap();
     let state = AppState::open(server::testing::serve_args(dir.clone()))
         .await
         .unwrap();
@@ -240,12 +248,13 @@ async fn queries_answer_from_the_model() {
     )
     .await;
     assert_eq!(st, StatusCode::OK, "{tl}");
-    assert_eq!(tl["axis"], "time");
-    assert_eq!(tl["timeline"]["buckets"].as_array().unwrap().len(), 100);
-    assert_eq!(tl["allocations"].as_array().unwrap().len(), 10);
-    let stack = tl["allocations"][0]["stack"].as_u64().unwrap();
-    assert!(tl["stacks"][stack.to_string()].as_array().is_some());
-    assert_eq!(tl["ooms"].as_array().unwrap().len(), 1);
+    let tl: api::TimelineAnswer = decode(tl);
+    assert_eq!(tl.axis, api::Axis::Time);
+    assert_eq!(tl.timeline.buckets.len(), 100);
+    assert_eq!(tl.allocations.len(), 10);
+    let stack = tl.allocations[0].stack;
+    assert!(tl.stacks.contains_key(&stack));
+    assert_eq!(tl.ooms.len(), 1);
 
     // A window on the event axis.
     let (_, w) = call(
@@ -255,12 +264,10 @@ async fn queries_answer_from_the_model() {
         vec![],
     )
     .await;
+    let w: api::TimelineAnswer = decode(w);
     assert_eq!(
-        (
-            w["timeline"]["first_position"].as_u64(),
-            w["timeline"]["last_position"].as_u64()
-        ),
-        (Some(100), Some(200))
+        (w.timeline.first_position, w.timeline.last_position),
+        (100, 200)
     );
 
     let (st, s) = call(
@@ -271,8 +278,9 @@ async fn queries_answer_from_the_model() {
     )
     .await;
     assert_eq!(st, StatusCode::OK);
-    assert_eq!(s["position"], 600);
-    assert!(!s["segments"].as_array().unwrap().is_empty());
+    let s: api::AllocatorState = decode(s);
+    assert_eq!(s.position, 600);
+    assert!(!s.segments.is_empty());
 
     let (st, spans) = call(
         &state,
@@ -282,8 +290,9 @@ async fn queries_answer_from_the_model() {
     )
     .await;
     assert_eq!(st, StatusCode::OK);
-    assert_eq!(spans["segments"].as_array().unwrap().len(), 266);
-    assert_eq!(spans["events"], 1328);
+    let spans: api::SegmentSpans = decode(spans);
+    assert_eq!(spans.segments.len(), 266);
+    assert_eq!(spans.events, 1328);
 
     let (_, k) = call(
         &state,
@@ -292,10 +301,11 @@ async fn queries_answer_from_the_model() {
         vec![],
     )
     .await;
-    assert_eq!(k["sites"][0]["site"]["line"], 181);
+    let typed: api::StackReport = decode(k.clone());
+    assert_eq!(typed.sites[0].site.as_ref().map(|f| f.line), Some(181));
     // Python frames by default (the snapshot has them), the choice said in the answer; all
     // frames on request, with the same total.
-    assert_eq!(k["frames"], "python");
+    assert_eq!(typed.frames, api::FlameFrames::Python);
     let (st, py) = call(
         &state,
         "GET",
@@ -312,8 +322,10 @@ async fn queries_answer_from_the_model() {
         vec![],
     )
     .await;
-    assert_eq!(k["frames"], "all");
-    assert_eq!(py["flame"]["bytes"], k["flame"]["bytes"]);
+    let (all, python): (api::StackReport, api::StackReport) =
+        (decode(k.clone()), decode(py.clone()));
+    assert_eq!(all.frames, api::FlameFrames::All);
+    assert_eq!(python.flame.bytes, all.flame.bytes);
     assert!(k["flame"].to_string().contains(".cpp\""));
     let text = py["flame"].to_string();
     assert!(
@@ -332,11 +344,11 @@ async fn queries_answer_from_the_model() {
     let (_, f) = call(
         &state,
         "GET",
-        &format!("/api/snapshots/{id}/frames/{stack}"),
+        &format!("/api/snapshots/{id}/frames/{}", stack.0),
         vec![],
     )
     .await;
-    assert!(f.as_array().is_some());
+    let _: Vec<api::Frame> = decode(f);
 
     let (st, e) = call(
         &state,
@@ -360,10 +372,7 @@ async fn queries_answer_from_the_model() {
 #[tokio::test]
 async fn diff_finds_what_changed_between_two_runs() {
     let (dir, state) = open_state("diff").await;
-    let a = upload_fixture(&state, "harness/steady.pickle").await["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let a = upload_fixture(&state, "harness/steady.pickle").await.id;
     let b = call(
         &state,
         "POST",
@@ -424,10 +433,9 @@ async fn diff_finds_what_changed_between_two_runs() {
 async fn each_device_of_a_snapshot_is_queried_on_its_own() {
     // steady_train on device 0, leak_detached_cache on device 1 (tests/fixtures/make_variants.py).
     let (dir, state) = open_state("devices").await;
-    let id = upload_fixture(&state, "variants/two_devices.pickle").await["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let id = upload_fixture(&state, "variants/two_devices.pickle")
+        .await
+        .id;
     let get = |q: String| {
         let state = state.clone();
         async move { call(&state, "GET", &q, vec![]).await }
@@ -484,10 +492,7 @@ async fn every_page_route_serves_the_dashboard() {
 async fn every_api_route_builder_reaches_its_handler() {
     use api::routes;
     let (dir, state) = open_state("routes").await;
-    let id = upload_fixture(&state, "multistream.pickle").await["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let id = upload_fixture(&state, "multistream.pickle").await.id;
     let q = api::TimelineQuery {
         axis: Some(api::Axis::Event),
         from: Some(0.0),
@@ -581,10 +586,7 @@ async fn every_api_route_builder_reaches_its_handler() {
 async fn a_damaged_model_is_rebuilt_from_the_original() {
     let (dir, state) = open_state("rebuild").await;
     let up = upload_fixture(&state, "multistream.pickle").await;
-    let (id, sha) = (
-        up["id"].as_str().unwrap().to_string(),
-        up["snapshot"]["sha256"].as_str().unwrap().to_string(),
-    );
+    let (id, sha) = (up.id.clone(), up.snapshot.sha256.clone());
     let model = dir.join("models").join(format!("{sha}.msmodel"));
     state.library.model_writes_done().await;
     assert!(
@@ -742,10 +744,7 @@ async fn an_internal_error_is_logged_once_inside_its_request() {
         .finish();
     let _ = tracing::subscriber::set_global_default(sink);
     let (dir, state) = open_state("logged-once").await;
-    let id = upload_fixture(&state, "multistream.pickle").await["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let id = upload_fixture(&state, "multistream.pickle").await.id;
     // Lose both files behind the snapshot and forget it in memory: opening it must fail.
     let info = state.library.get(&id).await.unwrap().unwrap();
     state.library.model_writes_done().await;
@@ -797,37 +796,34 @@ async fn oom_verdicts_follow_what_is_known_of_the_device() {
     let (_dir, state) = open_state("oom-total").await;
     let (status, up) = call(&state, "POST", "/api/snapshots", pickle.clone()).await;
     assert_eq!(status, StatusCode::CREATED);
-    let id = up["id"].as_str().unwrap().to_string();
-    assert!(up["snapshot"].get("device_total").is_none());
-    let (_, report) = call(&state, "GET", &format!("/api/snapshots/{id}"), vec![]).await;
-    let ooms = report["ooms"].as_array().unwrap();
+    let up: api::Uploaded = decode(up);
+    let id = up.id.clone();
+    assert!(up.snapshot.device_total.is_none());
+    let report: api::Report = decode(
+        call(&state, "GET", &format!("/api/snapshots/{id}"), vec![])
+            .await
+            .1,
+    );
+    let ooms = &report.ooms;
     assert_eq!(ooms.len(), 2);
     assert!(
-        ooms[0]["time_us"].as_i64() > ooms[1]["time_us"].as_i64(),
+        ooms[0].time_us > ooms[1].time_us,
         "the OOM that raised comes first"
     );
     let last = &ooms[0];
-    assert_eq!(last["verdict"], "undetermined", "{last}");
-    let text = last["explanation"].as_str().unwrap();
+    assert_eq!(last.verdict, api::Verdict::Undetermined, "{last:?}");
+    let text = &last.explanation;
     assert!(
         text.contains("PyTorch held 2.8 GiB and the driver had 254.2 MiB left")
             && text.contains("unless this GPU has only about 3.0 GiB")
             && !text.contains("exhaustion"),
         "{text}"
     );
-    assert_eq!(
-        last["site"]["line"], 247,
-        "the failing line: {}",
-        last["site"]
-    );
-    assert!(
-        last["site"]["filename"]
-            .as_str()
-            .unwrap()
-            .ends_with("scenarios.py")
-    );
-    assert_eq!(last["requested_bytes"], 256 << 20);
-    assert!(!last["advice"].as_array().unwrap().is_empty());
+    let site = last.site.as_ref().expect("the failing line");
+    assert_eq!(site.line, 247, "the failing line: {site:?}");
+    assert!(site.filename.ends_with("scenarios.py"));
+    assert_eq!(last.requested_bytes, 256 << 20);
+    assert!(!last.advice.is_empty());
 
     // A size of 0 is refused; the GPU picker's answer judges again.
     let (status, err) = call(
@@ -846,16 +842,25 @@ async fn oom_verdicts_follow_what_is_known_of_the_device() {
     )
     .await;
     assert_eq!(status, StatusCode::OK, "{info}");
-    assert_eq!(info["device_total"]["bytes"], H100_BYTES);
-    assert_eq!(info["device_total"]["source"], "set");
-    let (_, report) = call(&state, "GET", &format!("/api/snapshots/{id}"), vec![]).await;
-    let last = &report["ooms"][0];
-    assert_eq!(last["verdict"], "outside_pytorch", "{last}");
-    assert_eq!(last["device_total_bytes"], H100_BYTES);
-    let outside = last["outside_pytorch_bytes"].as_u64().unwrap();
+    let info: api::SnapshotInfo = decode(info);
+    let total = info.device_total.expect("the total set");
+    assert_eq!(
+        (total.total_bytes, total.source),
+        (H100_BYTES, api::DeviceTotalSource::Set)
+    );
+    let report: api::Report = decode(
+        call(&state, "GET", &format!("/api/snapshots/{id}"), vec![])
+            .await
+            .1,
+    );
+    let last = &report.ooms[0];
+    assert_eq!(last.verdict, api::Verdict::OutsidePytorch, "{last:?}");
+    assert_eq!(last.device_total_bytes, Some(H100_BYTES));
+    let outside = last.outside_pytorch_bytes.unwrap();
     assert!(outside > 76 << 30 && outside < 77 << 30, "{outside}");
     assert_eq!(
-        report["ooms"][1]["verdict"], "exhaustion",
+        report.ooms[1].verdict,
+        api::Verdict::Exhaustion,
         "the probe asked for more than the device"
     );
 
@@ -869,10 +874,17 @@ async fn oom_verdicts_follow_what_is_known_of_the_device() {
     )
     .await;
     assert_eq!(status, StatusCode::CREATED, "{up}");
-    assert_eq!(up["snapshot"]["device_total"]["source"], "upload");
-    let id = up["id"].as_str().unwrap();
-    let (_, report) = call(&state2, "GET", &format!("/api/snapshots/{id}"), vec![]).await;
-    assert_eq!(report["ooms"][0]["verdict"], "outside_pytorch");
+    let up: api::Uploaded = decode(up);
+    assert_eq!(
+        up.snapshot.device_total.map(|t| t.source),
+        Some(api::DeviceTotalSource::Upload)
+    );
+    let report: api::Report = decode(
+        call(&state2, "GET", &format!("/api/snapshots/{}", up.id), vec![])
+            .await
+            .1,
+    );
+    assert_eq!(report.ooms[0].verdict, api::Verdict::OutsidePytorch);
 }
 
 /// The events around a position: numbered as the state is ("after event p" includes event p),
@@ -881,10 +893,9 @@ async fn oom_verdicts_follow_what_is_known_of_the_device() {
 #[tokio::test]
 async fn events_around_a_position_and_block_sites() {
     let (_dir, state) = open_state("events").await;
-    let id = upload_fixture(&state, "leak_detached_cache.pickle").await["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let id = upload_fixture(&state, "leak_detached_cache.pickle")
+        .await
+        .id;
     let (st, a) = call(
         &state,
         "GET",
@@ -974,10 +985,9 @@ async fn the_same_snapshot_compressed_is_already_in_the_library() {
 #[tokio::test]
 async fn whatif_ranks_the_settings_that_avoid_the_oom() {
     let (_dir, state) = open_state("whatif").await;
-    let id = upload_fixture(&state, "harness/oom_fragmentation.oom.pickle").await["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let id = upload_fixture(&state, "harness/oom_fragmentation.oom.pickle")
+        .await
+        .id;
     let (st, w) = call(
         &state,
         "GET",
@@ -1199,10 +1209,9 @@ async fn a_jobs_ranks_make_a_run_with_the_imbalance_and_the_failing_rank_first()
 #[tokio::test]
 async fn a_report_stored_by_an_older_version_is_computed_again() {
     let (dir, state) = open_state("stale-report").await;
-    let id = upload_fixture(&state, "leak_detached_cache.pickle").await["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let id = upload_fixture(&state, "leak_detached_cache.pickle")
+        .await
+        .id;
     let (_, fresh) = call(&state, "GET", &format!("/api/snapshots/{id}"), vec![]).await;
     assert_eq!(fresh["report_version"], api::REPORT_VERSION);
     // What an older server stored: no version, a field since renamed.
@@ -1273,7 +1282,7 @@ async fn predict_answers_from_library_snapshots() {
             &format!("predict/mlp_checkpoint_batch.{s}.rec.pickle.xz"),
         )
         .await;
-        pairs.push(format!("{}:{s}", up["id"].as_str().unwrap()));
+        pairs.push(format!("{}:{s}", up.id));
     }
     let limits: serde_json::Value =
         serde_json::from_slice(&fixture("predict/limits.json")).unwrap();
