@@ -9,8 +9,8 @@ use http_body_util::BodyExt;
 use server::state::AppState;
 use tower::ServiceExt;
 
-use crate::support::app::error_message;
 use crate::support::app::fixture_bytes as fixture;
+use crate::support::app::{error_message, get_as};
 
 fn temp_dir(tag: &str) -> PathBuf {
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
@@ -373,41 +373,46 @@ async fn queries_answer_from_the_model() {
 async fn diff_finds_what_changed_between_two_runs() {
     let (dir, state) = open_state("diff").await;
     let a = upload_fixture(&state, "harness/steady.pickle").await.id;
-    let b = call(
-        &state,
-        "POST",
-        "/api/snapshots?name=leak_list.pickle",
-        fixture("harness/leak_list.pickle"),
-    )
-    .await
-    .1["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let up: api::Uploaded = decode(
+        call(
+            &state,
+            "POST",
+            "/api/snapshots?name=leak_list.pickle",
+            fixture("harness/leak_list.pickle"),
+        )
+        .await
+        .1,
+    );
+    let b = up.id;
     let (st, d) = call(&state, "GET", &format!("/api/diff/{a}/{b}"), vec![]).await;
     assert_eq!(st, StatusCode::OK, "{d}");
-    assert_eq!(d["a"]["id"], a.as_str());
-    assert_eq!(d["b"]["name"], "leak_list.pickle");
+    let d: api::DiffAnswer = decode(d);
+    assert_eq!(d.a.id, a);
+    assert_eq!(d.b.name, "leak_list.pickle");
     // The planted leak (scenarios.py:103) is a suspect only in b, and the largest change at peak.
-    assert_eq!(d["leaks"][0]["site"]["line"], 103);
-    assert!(d["leaks"][0]["a_bytes"].is_null());
-    assert!(d["leaks"][0]["b_bytes"].as_u64().unwrap() > 200 << 20);
-    assert_eq!(d["sites_at_peak"][0]["site"]["line"], 103);
-    assert!(d["sites_at_peak"][0]["delta_bytes"].as_i64().unwrap() > 200 << 20);
-    let suspects = d["figures"]
-        .as_array()
-        .unwrap()
+    let line = |f: &Option<api::Frame>| f.as_ref().map(|f| f.line);
+    let leak = &d.diff.leaks[0];
+    assert_eq!(line(&leak.site), Some(103));
+    assert!(leak.a_bytes.is_none());
+    assert!(leak.b_bytes.unwrap() > 200 << 20);
+    let top = &d.diff.sites_at_peak[0];
+    assert_eq!(line(&top.site), Some(103));
+    assert!(top.delta_bytes > 200 << 20);
+    let suspects = d
+        .diff
+        .figures
         .iter()
-        .find(|f| f["name"] == "leak suspects")
+        .find(|f| f.name == "leak suspects")
         .unwrap();
-    assert_eq!(
-        (suspects["a"].as_u64(), suspects["b"].as_u64()),
-        (Some(0), Some(1))
-    );
+    assert_eq!((suspects.a, suspects.b), (0, 1));
     // The other way round, the leak is gone.
-    let (_, back) = call(&state, "GET", &format!("/api/diff/{b}/{a}"), vec![]).await;
-    assert!(back["leaks"][0]["b_bytes"].is_null());
-    assert!(back["sites_at_peak"][0]["delta_bytes"].as_i64().unwrap() < 0);
+    let back: api::DiffAnswer = decode(
+        call(&state, "GET", &format!("/api/diff/{b}/{a}"), vec![])
+            .await
+            .1,
+    );
+    assert!(back.diff.leaks[0].b_bytes.is_none());
+    assert!(back.diff.sites_at_peak[0].delta_bytes < 0);
     // Unknown snapshots and devices are clear errors.
     let (st, e) = call(
         &state,
@@ -436,30 +441,28 @@ async fn each_device_of_a_snapshot_is_queried_on_its_own() {
     let id = upload_fixture(&state, "variants/two_devices.pickle")
         .await
         .id;
-    let get = |q: String| {
-        let state = state.clone();
-        async move { call(&state, "GET", &q, vec![]).await }
-    };
-    let (_, t0) = get(format!("/api/snapshots/{id}/timeline?buckets=10")).await;
-    let (_, t1) = get(format!("/api/snapshots/{id}/timeline?buckets=10&device=1")).await;
-    assert_eq!(
-        (
-            t0["timeline"]["events"].as_u64(),
-            t1["timeline"]["events"].as_u64()
-        ),
-        (Some(5356), Some(4936))
-    );
-    let (_, r) = get(format!("/api/snapshots/{id}")).await;
-    let (_, k1) = get(format!("/api/snapshots/{id}/stacks?device=1")).await;
-    assert_eq!(k1["device"], 1);
-    assert_eq!(k1["total_bytes"], r["devices"]["1"]["peak_requested_bytes"]);
-    assert_ne!(k1["total_bytes"], r["devices"]["0"]["peak_requested_bytes"]);
-    let (_, s1) = get(format!("/api/snapshots/{id}/state?device=1")).await;
-    assert_eq!(s1["segments"].as_array().unwrap().len(), 11);
-    let (_, spans) = get(format!("/api/snapshots/{id}/segments?device=1")).await;
-    assert_eq!(spans["events"], 4936);
+    let t0: api::TimelineAnswer =
+        get_as(&state, &format!("/api/snapshots/{id}/timeline?buckets=10")).await;
+    let t1: api::TimelineAnswer = get_as(
+        &state,
+        &format!("/api/snapshots/{id}/timeline?buckets=10&device=1"),
+    )
+    .await;
+    assert_eq!((t0.timeline.events, t1.timeline.events), (5356, 4936));
+    let r: api::Report = get_as(&state, &format!("/api/snapshots/{id}")).await;
+    let k1: api::StackReport =
+        get_as(&state, &format!("/api/snapshots/{id}/stacks?device=1")).await;
+    assert_eq!(k1.device, 1);
+    assert_eq!(k1.total_bytes, r.devices[&1].peak_requested_bytes);
+    assert_ne!(k1.total_bytes, r.devices[&0].peak_requested_bytes);
+    let s1: api::AllocatorState =
+        get_as(&state, &format!("/api/snapshots/{id}/state?device=1")).await;
+    assert_eq!(s1.segments.len(), 11);
+    let spans: api::SegmentSpans =
+        get_as(&state, &format!("/api/snapshots/{id}/segments?device=1")).await;
+    assert_eq!(spans.events, 4936);
     // The planted leak lives on device 1.
-    assert_eq!(r["leak_suspects"][0]["device"], 1);
+    assert_eq!(r.leak_suspects[0].device, 1);
     let _ = std::fs::remove_dir_all(dir);
 }
 
