@@ -907,14 +907,10 @@ async fn events_around_a_position_and_block_sites() {
     )
     .await;
     assert_eq!(st, StatusCode::OK, "{a}");
-    let pos: Vec<u64> = a["around"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["position"].as_u64().unwrap())
-        .collect();
+    let a: api::EventsAround = decode(a);
+    let pos: Vec<u32> = a.around.iter().map(|e| e.position).collect();
     assert_eq!(pos, [97, 98, 99, 100, 101, 102]);
-    assert_eq!(a["events"], 4936);
+    assert_eq!(a.events, 4936);
     let (_, a) = call(
         &state,
         "GET",
@@ -933,24 +929,17 @@ async fn events_around_a_position_and_block_sites() {
         "{e}"
     );
     // The planted leak's line colours its blocks: the state names it among its sites.
-    let (_, st) = call(&state, "GET", &format!("/api/snapshots/{id}/state"), vec![]).await;
-    let sites = st["sites"].as_array().unwrap();
-    let planted = sites
+    let st: api::AllocatorState = get_as(&state, &format!("/api/snapshots/{id}/state")).await;
+    let planted = st
+        .sites
         .iter()
-        .position(|f| {
-            f["line"] == 126
-                && f["filename"]
-                    .as_str()
-                    .unwrap()
-                    .ends_with("gen_snapshots.py")
-        })
+        .position(|f| f.line == 126 && f.filename.ends_with("gen_snapshots.py"))
         .expect("the leak's line among the sites");
-    let blocks = st["segments"]
-        .as_array()
-        .unwrap()
+    let blocks = st
+        .segments
         .iter()
-        .flat_map(|s| s["blocks"].as_array().unwrap())
-        .filter(|b| b["site"] == planted)
+        .flat_map(|s| &s.blocks)
+        .filter(|b| b.site == Some(planted as u32))
         .count();
     assert_eq!(blocks, 60, "one block per leaked step");
 }
