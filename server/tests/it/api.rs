@@ -680,41 +680,33 @@ async fn upload_progress_is_reported_while_the_body_arrives() {
     let upload = tokio::spawn(async move { app.oneshot(req).await.unwrap().status() });
     tx.send(Ok(bytes[..half].to_vec())).await.unwrap();
     // Wait until the first half has been received and (partly) parsed.
-    let mut seen = serde_json::Value::Null;
+    let mut seen = api::UploadProgress::default();
     for _ in 0..200 {
-        let (st, p) = call(&state, "GET", "/api/uploads/t123", vec![]).await;
-        if st == StatusCode::OK
-            && p["received_bytes"].as_u64() == Some(half as u64)
-            && p["parsed_bytes"].as_u64().unwrap_or(0) > 0
-        {
+        let p: api::UploadProgress = get_as(&state, "/api/uploads/t123").await;
+        if p.received_bytes == half as u64 && p.parsed_bytes > 0 {
             seen = p;
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
     assert_eq!(
-        seen["total_bytes"].as_u64(),
-        Some(bytes.len() as u64),
-        "progress while uploading: {seen}"
+        seen.total_bytes,
+        bytes.len() as u64,
+        "progress while uploading: {seen:?}"
     );
-    assert!(seen["parsed_bytes"].as_u64().unwrap() <= half as u64);
+    assert!(seen.parsed_bytes <= half as u64);
     tx.send(Ok(bytes[half..].to_vec())).await.unwrap();
     drop(tx);
     assert_eq!(upload.await.unwrap(), StatusCode::CREATED);
-    let (st, p) = call(&state, "GET", "/api/uploads/t123", vec![]).await;
-    assert_eq!(
-        (st, &p["finished"]),
-        (StatusCode::OK, &serde_json::json!(true)),
-        "an ended upload says so (a poller racing its answer gets no 404): {p}"
+    let p: api::UploadProgress = get_as(&state, "/api/uploads/t123").await;
+    assert!(
+        p.finished,
+        "an ended upload says so (a poller racing its answer gets no 404): {p:?}"
     );
-    let (st, p) = call(&state, "GET", "/api/uploads/never", vec![]).await;
+    let p: api::UploadProgress = get_as(&state, "/api/uploads/never").await;
     assert_eq!(
-        (st, &p["received_bytes"], &p["finished"]),
-        (
-            StatusCode::OK,
-            &serde_json::json!(0),
-            &serde_json::json!(false)
-        ),
+        (p.received_bytes, p.finished),
+        (0, false),
         "a token not seen yet: nothing received (a poller may start before its upload arrives)"
     );
 }
@@ -1205,22 +1197,20 @@ async fn a_report_stored_by_an_older_version_is_computed_again() {
         .await
         .id;
     let (_, fresh) = call(&state, "GET", &format!("/api/snapshots/{id}"), vec![]).await;
-    assert_eq!(fresh["report_version"], api::REPORT_VERSION);
+    let fresh_report: api::Report = decode(fresh.clone());
+    assert_eq!(fresh_report.report_version, api::REPORT_VERSION);
     // What an older server stored: no version, a field since renamed.
-    let mut old: api::Report = serde_json::from_value(fresh.clone()).unwrap();
+    let mut old = fresh_report.clone();
     old.report_version = 0;
     old.devices.get_mut(&0).unwrap().peak_allocated_bytes = 1;
     assert!(state.library.set_report(&id, &old).await.unwrap());
     let listed = |state: AppState| async move {
-        let (_, list) = call(&state, "GET", "/api/snapshots", vec![]).await;
-        (
-            list[0]["peak_bytes"].as_u64(),
-            list[0]["peak_reserved_bytes"].as_u64(),
-        )
+        let list: Vec<api::SnapshotInfo> = get_as(&state, "/api/snapshots").await;
+        (list[0].peak_bytes, list[0].peak_reserved_bytes)
     };
     assert_eq!(
         listed(state.clone()).await.0,
-        Some(1),
+        1,
         "the library lists the stored report's peak"
     );
     state.models.remove(&id);
@@ -1230,8 +1220,8 @@ async fn a_report_stored_by_an_older_version_is_computed_again() {
     assert_eq!(
         listed(state.clone()).await,
         (
-            fresh["devices"]["0"]["peak_allocated_bytes"].as_u64(),
-            fresh["devices"]["0"]["peak_reserved_bytes"].as_u64()
+            fresh_report.devices[&0].peak_allocated_bytes,
+            fresh_report.devices[&0].peak_reserved_bytes
         ),
         "and the library's figures with it"
     );
@@ -1250,10 +1240,11 @@ async fn a_report_stored_by_an_older_version_is_computed_again() {
         fixture("leak_detached_cache.pickle"),
     )
     .await;
-    assert_eq!((st, re["created"].as_bool()), (StatusCode::OK, Some(false)));
+    let re: api::Uploaded = decode(re);
+    assert_eq!((st, re.created), (StatusCode::OK, false));
     assert_eq!(
-        re["summary"]["devices"]["0"]["peak_allocated_bytes"],
-        fresh["devices"]["0"]["peak_allocated_bytes"]
+        re.summary.devices[&0].peak_allocated_bytes,
+        fresh_report.devices[&0].peak_allocated_bytes
     );
     let (_, stored) = call(&state, "GET", &format!("/api/snapshots/{id}"), vec![]).await;
     assert_eq!(stored, fresh);
