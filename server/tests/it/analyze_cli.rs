@@ -38,44 +38,40 @@ fn json_has_the_promised_keys_and_values() {
     ] {
         assert!(v.get(key).is_some(), "missing {key}");
     }
-    assert_eq!(v["segments"], 11);
-    assert_eq!(v["reserved_bytes"], 236_978_176u64);
-    assert_eq!(v["devices"]["0"]["entries"], 4936);
-    assert_eq!(v["devices"]["0"]["actions"]["alloc"], 1689);
-    let top = &v["leak_suspects"][0];
-    assert!(top["bytes"].as_u64().unwrap() > 0 && top["count"] == 60);
-    let frames = top["frames"].as_array().unwrap();
-    assert!(frames.iter().all(|f| f.get("filename").is_some()
-        && f.get("line").is_some()
-        && f.get("name").is_some()));
-    assert!(frames.iter().any(|f| {
-        f["filename"]
-            .as_str()
-            .unwrap()
-            .ends_with("gen_snapshots.py")
-            && f["line"] == 126
-    }));
+    // The same object the API answers.
+    let r: api::Report = serde_json::from_value(v).unwrap();
+    assert_eq!(r.segments, 11);
+    assert_eq!(r.reserved_bytes, 236_978_176);
+    assert_eq!(r.devices[&0].entries, 4936);
+    assert_eq!(r.devices[&0].actions[&api::TraceAction::Alloc], 1689);
+    let top = &r.leak_suspects[0];
+    assert!(top.bytes > 0 && top.count == 60);
+    assert!(
+        top.frames
+            .iter()
+            .any(|f| f.filename.ends_with("gen_snapshots.py") && f.line == 126)
+    );
 }
 
 #[test]
 fn json_oom_report() {
-    let v = analyze_json("oom_fraction.pickle");
-    let ooms = v["ooms"].as_array().unwrap();
+    let r: api::Report = serde_json::from_value(analyze_json("oom_fraction.pickle")).unwrap();
+    let ooms = &r.ooms;
     assert_eq!(ooms.len(), 1);
-    assert_eq!(ooms[0]["device"], 0);
-    assert_eq!(ooms[0]["requested_bytes"], 25_165_824u64);
-    assert_eq!(ooms[0]["device_free_bytes"], 143_561_719_808u64);
+    assert_eq!(ooms[0].device, 0);
+    assert_eq!(ooms[0].requested_bytes, 25_165_824);
+    assert_eq!(ooms[0].device_free_bytes, Some(143_561_719_808));
     // A list grows until the limit: growth, fatal, named by its line.
-    assert_eq!(ooms[0]["verdict"], "growth");
-    assert_eq!(ooms[0]["recovered"], false);
-    assert_eq!(ooms[0]["recovery"], "fatal");
-    assert_eq!(ooms[0]["growth"]["site"]["line"], 181);
-    assert_eq!(v["oom_incidents"].as_array().unwrap().len(), 1);
+    assert_eq!(ooms[0].verdict, api::Verdict::Growth);
+    assert!(!ooms[0].recovered);
+    assert_eq!(ooms[0].recovery, api::Recovery::Fatal);
+    let growth = ooms[0].growth.as_ref().expect("the growing line");
+    assert_eq!(growth.site.as_ref().map(|f| f.line), Some(181));
+    assert_eq!(r.oom_incidents.len(), 1);
     assert!(
-        v["oom_outcome"]
-            .as_str()
-            .unwrap()
-            .starts_with("Died of an OOM")
+        r.oom_outcome
+            .as_deref()
+            .is_some_and(|o| o.starts_with("Died of an OOM"))
     );
 }
 
@@ -150,16 +146,16 @@ fn human_report_reads_well() {
 
 #[test]
 fn compressed_input_and_stdin() {
-    let v = analyze_json("big_python.pickle.xz");
-    assert_eq!(v["devices"]["0"]["entries"], 250_021);
+    let r: api::Report = serde_json::from_value(analyze_json("big_python.pickle.xz")).unwrap();
+    assert_eq!(r.devices[&0].entries, 250_021);
     let out = Command::new(env!("CARGO_BIN_EXE_memscope"))
         .args(["analyze", "--json", "-"])
         .stdin(std::fs::File::open(fixture("multistream.pickle")).unwrap())
         .output()
         .unwrap();
     assert!(out.status.success());
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["block_states"]["active_pending_free"], 1);
+    let r: api::Report = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r.block_states[&api::BlockState::ActivePendingFree], 1);
 }
 
 #[test]
