@@ -210,13 +210,10 @@ fn diff_of_two_runs_names_the_new_leak() {
 
     let out = memscope(&["diff", "--json", b.to_str().unwrap(), a.to_str().unwrap()]);
     assert!(out.status.success());
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["leaks"][0]["site"]["line"], 103);
-    assert!(
-        v["leaks"][0]["b_bytes"].is_null(),
-        "gone in B: {}",
-        v["leaks"][0]
-    );
+    let d: api::Diff = serde_json::from_slice(&out.stdout).unwrap();
+    let gone = &d.leaks[0];
+    assert_eq!(gone.site.as_ref().map(|f| f.line), Some(103));
+    assert!(gone.b_bytes.is_none(), "gone in B: {gone:?}");
 
     // A snapshot without a trace is compared by its state at the snapshot, and says so.
     let out = memscope(&[
@@ -251,9 +248,9 @@ fn diff_of_two_runs_names_the_new_leak() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["device_b"], 1);
-    assert!(v["sites_at_peak"].as_array().unwrap().is_empty(), "{v}");
+    let d: api::Diff = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(d.device_b, 1);
+    assert!(d.sites_at_peak.is_empty(), "{d:?}");
     let out = memscope(&[
         "diff",
         "--device-a",
