@@ -180,7 +180,7 @@ async fn roll_ups_keep_min_max_mean_and_the_pages_still_draw_from_them() {
     assert_eq!((n, min as u64), (61, GIB - MIB));
 
     // The GPU page over the whole window still has the first minute (from the roll-up).
-    let page = get(
+    let page: api::GpuPage = get_as(
         &s,
         &format!(
             "/api/live/gpus/GPU-aaa?from_ms={t0}&to_ms={}&points=120",
@@ -188,17 +188,11 @@ async fn roll_ups_keep_min_max_mean_and_the_pages_still_draw_from_them() {
         ),
     )
     .await;
-    assert!(page["used"][0].as_u64().is_some());
-    let p = page["processes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["pid"] == 100)
-        .unwrap()
-        .clone();
+    assert!(page.used_bytes[0].is_some());
+    let p = page.processes.iter().find(|p| p.pid == 100).unwrap();
     assert_eq!(
-        p["reserved"][0].as_u64(),
-        Some(2 * GIB + 5 * 20 * MIB),
+        p.reserved_bytes[0],
+        Some((2 * GIB + 5 * 20 * MIB) as i64),
         "minute max"
     );
 

@@ -79,23 +79,16 @@ impl Replica {
             .into_body()
             .read_to_string()
             .unwrap();
-        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-        v["id"]
-            .as_str()
-            .unwrap_or_else(|| panic!("{v}"))
-            .to_string()
+        let up: api::Uploaded =
+            serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+        up.id
     }
 
     fn listed(&self) -> Vec<String> {
         let list = self.json("/api/snapshots");
-        let items = list
-            .as_array()
-            .or_else(|| list["snapshots"].as_array())
-            .unwrap_or_else(|| panic!("{list}"));
-        items
-            .iter()
-            .map(|s| s["id"].as_str().unwrap().to_string())
-            .collect()
+        let items: Vec<api::SnapshotInfo> =
+            serde_json::from_value(list.clone()).unwrap_or_else(|e| panic!("{e}: {list}"));
+        items.into_iter().map(|s| s.id).collect()
     }
 }
 
@@ -136,9 +129,8 @@ fn post(url: &str, body: &[u8]) -> Option<bool> {
         .header("content-type", "application/json")
         .send(body)
         .ok()?;
-    let ack: serde_json::Value =
-        serde_json::from_str(&resp.into_body().read_to_string().ok()?).ok()?;
-    Some(ack["duplicate"].as_bool().unwrap())
+    let ack: wire::Ack = serde_json::from_str(&resp.into_body().read_to_string().ok()?).ok()?;
+    Some(ack.duplicate)
 }
 
 fn data_dir(tag: &str) -> PathBuf {
@@ -275,8 +267,8 @@ fn two_servers_share_one_truth_and_one_can_die_mid_ingest() {
             "{listed:?}"
         );
     }
-    let fleet = a.json("/api/live/fleet");
-    assert_eq!(fleet["hosts"].as_array().unwrap().len(), 1, "{fleet}");
+    let fleet: api::Fleet = serde_json::from_value(a.json("/api/live/fleet")).unwrap();
+    assert_eq!(fleet.hosts.len(), 1, "{fleet:?}");
     drop((a, b));
     let _ = std::fs::remove_dir_all(data.parent().unwrap());
 }
