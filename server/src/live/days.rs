@@ -15,7 +15,11 @@
 //!   samples), and deletes the rows it packed, in the caller's transaction.
 //! - [`bucket_maxima`] reads a packed day back into a window's buckets (`queries`).
 
+use std::collections::{BTreeSet, HashMap};
+
 use super::series::Window;
+use crate::db::{Conn, RowSteps, Tx};
+use crate::with_tx;
 
 /// A day in milliseconds (UTC days: the same days as PostgreSQL's partitions).
 pub const DAY_MS: i64 = 86_400_000;
@@ -430,19 +434,19 @@ pub fn merge(table: &Table, into: &mut SeriesDay, late: SeriesDay) {
 }
 
 /// The SQL a table's packing needs, built once per call from its description.
-pub(crate) struct Statements {
+struct Statements {
     /// The one-minute rows older than $1, sorted by series and minute.
-    pub(crate) rows: String,
+    rows: String,
     /// Whether day $1 has packed rows.
-    pub(crate) any_packed: String,
+    any_packed: String,
     /// A series-day's packed row: key columns $1.., day last.
-    pub(crate) find: String,
-    pub(crate) delete: String,
-    pub(crate) insert: String,
+    find: String,
+    delete: String,
+    insert: String,
 }
 
 impl Table {
-    pub(crate) fn statements(&self) -> Statements {
+    fn statements(&self) -> Statements {
         let key: Vec<&str> = self.key.iter().map(|k| k.0).collect();
         let fields: Vec<&str> = self.fields.iter().map(|f| f.0).collect();
         let attr: Vec<&str> = self.attr.into_iter().collect();
@@ -495,117 +499,6 @@ impl Table {
     }
 }
 
-/// Binds a series' key values to `$q`, in order.
-macro_rules! bind_key {
-    ($q:expr, $key:expr) => {{
-        let mut q = $q;
-        for k in $key {
-            q = match k {
-                KeyValue::Text(v) => q.bind(v.clone()),
-                KeyValue::Int(v) => q.bind(*v),
-            };
-        }
-        q
-    }};
-}
-
-/// Reads one one-minute row (`Statements::rows`'s columns) into the packer.
-macro_rules! push_row {
-    ($packer:expr, $table:expr, $row:expr) => {{
-        use sqlx::Row;
-        let row = $row;
-        let mut at = 0usize;
-        let mut key = Vec::with_capacity($table.key.len());
-        for (_, ty, _) in $table.key {
-            key.push(match ty {
-                KeyType::Text => KeyValue::Text(row.try_get::<Option<String>, _>(at)?),
-                KeyType::Int => KeyValue::Int(row.try_get::<Option<i64>, _>(at)?),
-            });
-            at += 1;
-        }
-        let attr = match $table.attr {
-            Some(_) => {
-                at += 1;
-                row.try_get::<Option<String>, _>(at - 1)?
-            }
-            None => None,
-        };
-        let minute_ms: i64 = row.try_get(at)?;
-        let values = (0..$table.fields.len())
-            .map(|f| row.try_get::<Option<i64>, _>(at + 1 + f))
-            .collect::<Result<Vec<_>, _>>()?;
-        $packer.push(key, attr, minute_ms, values);
-    }};
-}
-
-/// Writes finished series-days, merging each into a packed row already there (late samples for
-/// a day packed before): `$conn` a connection in the caller's transaction.
-macro_rules! write_days {
-    ($conn:expr, $table:expr, $st:expr, $days:expr, $has_packed:expr) => {{
-        use sqlx::Row;
-        let mut written = 0u64;
-        for mut day in $days {
-            let known = match $has_packed.get(&day.day_ms) {
-                Some(&k) => k,
-                None => {
-                    let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe($st.any_packed.clone()))
-                        .bind(day.day_ms)
-                        .fetch_one(&mut *$conn)
-                        .await?;
-                    $has_packed.insert(day.day_ms, n > 0);
-                    n > 0
-                }
-            };
-            if known {
-                let old = $crate::live::days::bind_key!(
-                    sqlx::query(sqlx::AssertSqlSafe($st.find.clone())),
-                    &day.key
-                )
-                .bind(day.day_ms)
-                .fetch_optional(&mut *$conn)
-                .await?;
-                if let Some(old) = old {
-                    let skip = usize::from($table.attr.is_some());
-                    let attr = match $table.attr {
-                        Some(_) => old.try_get::<Option<String>, _>(0)?,
-                        None => None,
-                    };
-                    let minutes: Vec<u8> = old.try_get(skip)?;
-                    let columns = (0..$table.fields.len())
-                        .map(|f| old.try_get::<Vec<u8>, _>(skip + 1 + f))
-                        .collect::<Result<Vec<_>, _>>()?;
-                    let mut packed =
-                        SeriesDay::unpack(day.key.clone(), day.day_ms, attr, &minutes, &columns)?;
-                    merge($table, &mut packed, day);
-                    day = packed;
-                    $crate::live::days::bind_key!(
-                        sqlx::query(sqlx::AssertSqlSafe($st.delete.clone())),
-                        &day.key
-                    )
-                    .bind(day.day_ms)
-                    .execute(&mut *$conn)
-                    .await?;
-                }
-            }
-            let (minutes, columns) = day.pack();
-            let mut q = $crate::live::days::bind_key!(
-                sqlx::query(sqlx::AssertSqlSafe($st.insert.clone())),
-                &day.key
-            );
-            if $table.attr.is_some() {
-                q = q.bind(day.attr.clone());
-            }
-            q = q.bind(day.day_ms).bind(minutes);
-            for c in columns {
-                q = q.bind(c);
-            }
-            q.execute(&mut *$conn).await?;
-            written += 1;
-        }
-        written
-    }};
-}
-
 /// What packing did to one table.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Packed {
@@ -615,53 +508,166 @@ pub struct Packed {
     pub series_days: u64,
 }
 
-/// Packs every one-minute row of `$table` of a day that ends at or before `$before_ms` (a day's
-/// start) into its series-day, and retires the rows read (`Conn::retire_rolled_days`): `$conn`
-/// a connection of either backend in the caller's transaction. Rows are read in steps
-/// (`Conn::next_rows`), and each step's finished days written before the next is read.
-macro_rules! pack_days {
-    ($conn:expr, $table:expr, $before_ms:expr) => {{
-        use $crate::db::Conn as _;
-        use $crate::live::days::*;
-        let (table, before_ms): (&Table, i64) = ($table, $before_ms);
-        let st = table.statements();
-        let mut packer = Packer::new(table);
-        let mut steps = $crate::db::RowSteps::new(st.rows.clone(), before_ms);
-        let (mut rows_read, mut series_days) = (0u64, 0u64);
-        let mut has_packed = std::collections::HashMap::new();
-        let mut days = std::collections::BTreeSet::new();
-        loop {
-            let rows = $conn.next_rows(&mut steps).await?;
-            let last = rows.is_empty();
-            rows_read += rows.len() as u64;
-            for row in rows {
-                $crate::live::days::push_row!(packer, table, row);
-            }
-            if last {
-                packer.finish();
-            }
-            days.extend(packer.done.iter().map(|d| d.day_ms));
-            series_days += $crate::live::days::write_days!(
-                $conn,
-                table,
-                st,
-                packer.done.drain(..),
-                has_packed
-            );
-            if last {
-                break;
-            }
+/// Packs every one-minute row of `table` of a day that ends at or before `before_ms` (a day's
+/// start) into its series-day, and retires the rows read (`Conn::retire_rolled_days`), in the
+/// caller's transaction. Rows are read in steps (`Conn::next_rows`), and each step's finished
+/// days written before the next is read.
+pub async fn pack_days(tx: &mut Tx, table: &Table, before_ms: i64) -> sqlx::Result<Packed> {
+    let st = table.statements();
+    let mut packer = Packer::new(table);
+    let mut steps = RowSteps::new(st.rows.clone(), before_ms);
+    let (mut rows_read, mut series_days) = (0u64, 0u64);
+    let mut has_packed = HashMap::new();
+    let mut days = BTreeSet::new();
+    loop {
+        let read = read_step(tx, table, &mut steps, &mut packer).await?;
+        rows_read += read;
+        if read == 0 {
+            packer.finish();
         }
-        $conn
-            .retire_rolled_days(table.rolled, &days, before_ms)
-            .await?;
-        Packed {
-            rows: rows_read,
-            series_days,
+        days.extend(packer.done.iter().map(|d| d.day_ms));
+        let done: Vec<SeriesDay> = packer.done.drain(..).collect();
+        series_days += write_days(tx, table, &st, done, &mut has_packed).await?;
+        if read == 0 {
+            break;
         }
-    }};
+    }
+    with_tx!(tx, |c| c
+        .retire_rolled_days(table.rolled, &days, before_ms)
+        .await)?;
+    Ok(Packed {
+        rows: rows_read,
+        series_days,
+    })
 }
-pub(crate) use {bind_key, pack_days, push_row, write_days};
+
+/// Reads the next step of the closed days' one-minute rows (`Statements::rows`' columns) into
+/// the packer: the rows read, 0 when all were.
+async fn read_step(
+    tx: &mut Tx,
+    table: &Table,
+    steps: &mut RowSteps,
+    packer: &mut Packer<'_>,
+) -> sqlx::Result<u64> {
+    with_tx!(tx, |c| {
+        use sqlx::Row;
+        let rows = c.next_rows(steps).await?;
+        let read = rows.len() as u64;
+        for row in rows {
+            let mut at = 0usize;
+            let mut key = Vec::with_capacity(table.key.len());
+            for (_, ty, _) in table.key {
+                key.push(match ty {
+                    KeyType::Text => KeyValue::Text(row.try_get::<Option<String>, _>(at)?),
+                    KeyType::Int => KeyValue::Int(row.try_get::<Option<i64>, _>(at)?),
+                });
+                at += 1;
+            }
+            let attr = match table.attr {
+                Some(_) => {
+                    at += 1;
+                    row.try_get::<Option<String>, _>(at - 1)?
+                }
+                None => None,
+            };
+            let minute_ms: i64 = row.try_get(at)?;
+            let values = (0..table.fields.len())
+                .map(|f| row.try_get::<Option<i64>, _>(at + 1 + f))
+                .collect::<Result<Vec<_>, _>>()?;
+            packer.push(key, attr, minute_ms, values);
+        }
+        Ok(read)
+    })
+}
+
+/// Binds a series' key values to `q`, in order.
+fn bind_key<'q, DB: sqlx::Database>(
+    mut q: sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments>,
+    key: &[KeyValue],
+) -> sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments>
+where
+    for<'t> Option<String>: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
+    for<'t> Option<i64>: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
+{
+    for k in key {
+        q = match k {
+            KeyValue::Text(v) => q.bind(v.clone()),
+            KeyValue::Int(v) => q.bind(*v),
+        };
+    }
+    q
+}
+
+/// Writes finished series-days, merging each into a packed row already there (late samples for
+/// a day packed before): the rows written.
+async fn write_days(
+    tx: &mut Tx,
+    table: &Table,
+    st: &Statements,
+    days: Vec<SeriesDay>,
+    has_packed: &mut HashMap<i64, bool>,
+) -> sqlx::Result<u64> {
+    with_tx!(tx, |c| {
+        use sqlx::Row;
+        let mut written = 0u64;
+        for mut day in days {
+            let known = match has_packed.get(&day.day_ms) {
+                Some(&k) => k,
+                None => {
+                    let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(st.any_packed.clone()))
+                        .bind(day.day_ms)
+                        .fetch_one(&mut *c)
+                        .await?;
+                    has_packed.insert(day.day_ms, n > 0);
+                    n > 0
+                }
+            };
+            if known {
+                let old = bind_key(sqlx::query(sqlx::AssertSqlSafe(st.find.clone())), &day.key)
+                    .bind(day.day_ms)
+                    .fetch_optional(&mut *c)
+                    .await?;
+                if let Some(old) = old {
+                    let skip = usize::from(table.attr.is_some());
+                    let attr = match table.attr {
+                        Some(_) => old.try_get::<Option<String>, _>(0)?,
+                        None => None,
+                    };
+                    let minutes: Vec<u8> = old.try_get(skip)?;
+                    let columns = (0..table.fields.len())
+                        .map(|f| old.try_get::<Vec<u8>, _>(skip + 1 + f))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    let mut packed =
+                        SeriesDay::unpack(day.key.clone(), day.day_ms, attr, &minutes, &columns)?;
+                    merge(table, &mut packed, day);
+                    day = packed;
+                    bind_key(
+                        sqlx::query(sqlx::AssertSqlSafe(st.delete.clone())),
+                        &day.key,
+                    )
+                    .bind(day.day_ms)
+                    .execute(&mut *c)
+                    .await?;
+                }
+            }
+            let (minutes, columns) = day.pack();
+            let mut q = bind_key(
+                sqlx::query(sqlx::AssertSqlSafe(st.insert.clone())),
+                &day.key,
+            );
+            if table.attr.is_some() {
+                q = q.bind(day.attr.clone());
+            }
+            q = q.bind(day.day_ms).bind(minutes);
+            for col in columns {
+                q = q.bind(col);
+            }
+            q.execute(&mut *c).await?;
+            written += 1;
+        }
+        Ok(written)
+    })
+}
 
 #[cfg(test)]
 mod tests {

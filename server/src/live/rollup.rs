@@ -269,7 +269,7 @@ impl Live {
             if !with_tx!(&mut tx, |c| c.roll_up_turn().await)? {
                 break;
             }
-            let p = with_tx!(&mut tx, |c| days::pack_days!(c, t, before_ms));
+            let p = days::pack_days(&mut tx, t, before_ms).await?;
             tx.commit().await?;
             packed.rows += p.rows;
             packed.series_days += p.series_days;
