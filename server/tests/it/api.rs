@@ -326,8 +326,12 @@ async fn queries_answer_from_the_model() {
         (decode(k.clone()), decode(py.clone()));
     assert_eq!(all.frames, api::FlameFrames::All);
     assert_eq!(python.flame.bytes, all.flame.bytes);
-    assert!(k["flame"].to_string().contains(".cpp\""));
-    let text = py["flame"].to_string();
+    assert!(
+        serde_json::to_string(&all.flame)
+            .unwrap()
+            .contains(".cpp\"")
+    );
+    let text = serde_json::to_string(&python.flame).unwrap();
     assert!(
         !text.contains(".cpp\"") && text.contains("gen_snapshots.py"),
         "{text}"
@@ -576,9 +580,8 @@ async fn every_api_route_builder_reaches_its_handler() {
         ("GET", routes::page::live_process("host", 42, Some(7))),
     ] {
         let (status, body) = call(&state, method, &url, vec![]).await;
-        let fallback = body["error"]
-            .as_str()
-            .is_some_and(|e| e.starts_with("no such endpoint"));
+        let fallback = serde_json::from_value::<api::ErrorBody>(body)
+            .is_ok_and(|e| e.error.starts_with("no such endpoint"));
         assert!(!fallback, "{method} {url} reached no handler ({status})");
         assert_ne!(status, StatusCode::METHOD_NOT_ALLOWED, "{method} {url}");
     }
@@ -910,16 +913,9 @@ async fn events_around_a_position_and_block_sites() {
         vec![],
     )
     .await;
-    assert_eq!(
-        a["around"].as_array().unwrap().len(),
-        1,
-        "clipped at the first event: {a}"
-    );
-    let e = &a["around"][0];
-    assert!(
-        e["action"].is_string() && e["size"].is_u64() && e["stream"].is_u64(),
-        "{e}"
-    );
+    // Each event with its action, size and stream (the decode checks the keys).
+    let a: api::EventsAround = decode(a);
+    assert_eq!(a.around.len(), 1, "clipped at the first event: {a:?}");
     // The planted leak's line colours its blocks: the state names it among its sites.
     let st: api::AllocatorState = get_as(&state, &format!("/api/snapshots/{id}/state")).await;
     let planted = st
@@ -955,8 +951,9 @@ async fn the_same_snapshot_compressed_is_already_in_the_library() {
     ] {
         let (st, again) = call(&state, "POST", "/api/snapshots", fixture(name)).await;
         assert_eq!(st, StatusCode::OK, "{name}: {again}");
-        assert_eq!(again["created"], false);
-        assert_eq!(again["id"], plain["id"], "{name}");
+        let again: api::Uploaded = decode(again);
+        let plain: api::Uploaded = decode(plain.clone());
+        assert_eq!((again.created, &again.id), (false, &plain.id), "{name}");
     }
     let (_, list) = call(&state, "GET", "/api/snapshots", vec![]).await;
     assert_eq!(list.as_array().unwrap().len(), 1);
@@ -1105,7 +1102,7 @@ async fn a_jobs_ranks_make_a_run_with_the_imbalance_and_the_failing_rank_first()
             )
             .await;
             assert_eq!(st, StatusCode::CREATED, "{v}");
-            v["id"].as_str().unwrap().to_string()
+            decode::<api::Uploaded>(v).id
         }
     };
     let r0 = up("ranks.rank0.pickle", "job=train 7,rank=0").await;
@@ -1148,10 +1145,10 @@ async fn a_jobs_ranks_make_a_run_with_the_imbalance_and_the_failing_rank_first()
     assert_eq!(imb.sites[0].site.as_ref().map(|f| f.line), Some(301));
     assert!(imb.summary.contains("scenarios.py:301"), "{}", imb.summary);
     // The same figures as each rank's own report.
-    let (_, rep1) = call(&state, "GET", &api::routes::snapshot(&r1), vec![]).await;
+    let rep1: api::Report = get_as(&state, &api::routes::snapshot(&r1)).await;
     assert_eq!(
-        rep1["devices"]["0"]["peak_requested_bytes"].as_u64(),
-        Some(run.ranks[0].peak_live_bytes)
+        rep1.devices[&0].peak_requested_bytes,
+        run.ranks[0].peak_live_bytes
     );
 
     let (st, v) = call(
