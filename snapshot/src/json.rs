@@ -38,7 +38,7 @@ fn convert(v: &serde_json::Value, heap: &mut Heap, depth: usize) -> Result<Value
             }
             _ => Value::Float(n.as_f64().unwrap_or(f64::NAN)),
         },
-        J::String(s) => Value::Str(heap.intern(s)?),
+        J::String(s) => Value::Str(intern_bounded(heap, s)?),
         J::Array(items) => {
             let list = heap.new_container(Kind::List, Vec::new())?;
             for item in items {
@@ -50,11 +50,22 @@ fn convert(v: &serde_json::Value, heap: &mut Heap, depth: usize) -> Result<Value
         J::Object(map) => {
             let dict = heap.new_container(Kind::Dict, Vec::new())?;
             for (k, item) in map {
-                let key = Value::Str(heap.intern(k)?);
+                let key = Value::Str(intern_bounded(heap, k)?);
                 let v = convert(item, heap, depth + 1)?;
                 heap.set_items(dict, &[key, v])?;
             }
             dict
         }
     })
+}
+
+/// A string held to the same limit as a pickle's (`Limits::max_string_bytes`).
+fn intern_bounded(heap: &mut Heap, s: &str) -> Result<crate::intern::StrId, HeapErr> {
+    if s.len() as u64 > heap.limits.max_string_bytes {
+        return Err(HeapErr::Limit {
+            what: "a string's length",
+            limit: heap.limits.max_string_bytes,
+        });
+    }
+    heap.intern(s)
 }

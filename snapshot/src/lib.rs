@@ -257,6 +257,14 @@ fn read_decoded<R: Read>(
             format.decoded_bytes = counted.count;
             root
         }
+        // A file of a known other kind (a torch.save checkpoint is a zip archive) is named as
+        // such, before its first byte is read as a pickle opcode ('P', PERSID, for a zip).
+        Some(_) if known_format(&input_head).is_some() => {
+            return Err(Error::NotASnapshot(format!(
+                "the file is {}, not a memory snapshot (write one with torch.cuda.memory._dump_snapshot)",
+                known_format(&input_head).unwrap_or_default()
+            )));
+        }
         Some(first) => {
             format.encoding = model::Encoding::Pickle;
             let parsed = match reopen {
@@ -349,20 +357,7 @@ impl<R: Read> Read for CountingReader<R> {
 /// hex bytes, naming common formats a snapshot gets mistaken for.
 fn describe_head(head: &[u8]) -> String {
     let head = &head[..head.len().min(16)];
-    let known = [
-        (&b"\x7fELF"[..], "an ELF executable"),
-        (
-            &b"PK\x03\x04"[..],
-            "a zip archive (a torch.save checkpoint?)",
-        ),
-        (&b"\x89PNG"[..], "a PNG image"),
-        (&b"%PDF"[..], "a PDF"),
-        (
-            &b"BZh"[..],
-            "bzip2 data (not supported: use gzip, zstd or xz)",
-        ),
-    ];
-    if let Some((_, what)) = known.iter().find(|(m, _)| head.starts_with(m)) {
+    if let Some(what) = known_format(head) {
         return format!("the bytes of {what}");
     }
     let text = head
@@ -380,6 +375,27 @@ fn describe_head(head: &[u8]) -> String {
     }
 }
 
+/// The kind of file `head` begins, when it is one a snapshot is often mistaken for.
+fn known_format(head: &[u8]) -> Option<&'static str> {
+    let known = [
+        (&b"\x7fELF"[..], "an ELF executable"),
+        (
+            &b"PK\x03\x04"[..],
+            "a zip archive (torch.save writes checkpoints so)",
+        ),
+        (&b"\x89PNG"[..], "a PNG image"),
+        (&b"%PDF"[..], "a PDF"),
+        (
+            &b"BZh"[..],
+            "bzip2 data (not supported: use gzip, zstd or xz)",
+        ),
+    ];
+    known
+        .iter()
+        .find(|(magic, _)| head.starts_with(magic))
+        .map(|(_, what)| *what)
+}
+
 #[cfg(test)]
 mod head_tests {
     use super::describe_head;
@@ -395,5 +411,13 @@ mod head_tests {
             "the bytes of an ELF executable"
         );
         assert_eq!(describe_head(b"\x01\x02\xff"), "the bytes 01 02 ff");
+    }
+
+    #[test]
+    fn a_zip_archive_is_named_not_read_as_opcodes() {
+        let err = crate::from_bytes(b"PK\x03\x04\x14\x00\x00\x00archive/data.pkl").unwrap_err();
+        let message = err.to_string();
+        assert!(message.contains("a zip archive"), "{message}");
+        assert!(!message.contains("opcode"), "{message}");
     }
 }

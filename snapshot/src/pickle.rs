@@ -299,6 +299,11 @@ fn decode_long(bytes: &[u8]) -> Option<i128> {
 ///
 /// Trace entries come through `tape` (`fast.rs`): decoded ahead from the machine's own buffer, or
 /// by a pre-decoder thread.
+/// Most opcodes a pickle may run per value they build (past the first 65,536): a snapshot's
+/// opcodes each build or place a value (a few per value at most); a stream of `NONE`, `POP`
+/// builds nothing, however long, and would hold a parse slot for as long as it is sent.
+const OPCODES_PER_VALUE: u64 = 64;
+
 pub(crate) fn run<R: Read>(
     input: &mut Input<R>,
     heap: &mut Heap,
@@ -409,9 +414,20 @@ pub(crate) fn run<R: Read>(
         }};
     }
 
+    let mut opcodes: u64 = 0;
     loop {
         let off = input.offset();
         let op = input.byte("the pickle (no STOP opcode)")?;
+        opcodes += 1;
+        if opcodes.is_multiple_of(1 << 16)
+            && opcodes > OPCODES_PER_VALUE * (heap.built() + (1 << 16))
+        {
+            return Err(Error::NotASnapshot(format!(
+                "{opcodes} pickle opcodes by offset {off} have built {} values: a memory snapshot's \
+                 opcodes build its values, and these build nothing",
+                heap.built()
+            )));
+        }
         match op {
             // Containers.
             b'}' => {

@@ -31,7 +31,9 @@ const MAGIC: &[u8; 8] = b"MSMODEL\0";
 /// (the file as compact as the tables: 37 → ~21 bytes a trace entry). 4: the index may follow.
 /// 5: the first timeline view keeps every peak in view (its stored active span is refitted); the
 /// allocated peak and the blocks that are not their request rounded may follow the derived views.
-pub const VERSION: u32 = 5;
+/// 6: the original's name (the server's sha256 of the upload) after the version, so a model file
+/// copied over another snapshot's is refused, not served as that one.
+pub const VERSION: u32 = 6;
 
 struct W<'a, T: Write> {
     w: &'a mut T,
@@ -100,8 +102,20 @@ impl<T: Write> W<'_, T> {
     }
 }
 
-/// Writes `snap` as a model file, with `index` (built from `snap`) when given.
+/// Writes `snap` as a model file, with `index` (built from `snap`) when given, for no original in
+/// particular (tools, tests).
 pub fn write<T: Write>(snap: &Snapshot, index: Option<&Index>, out: &mut T) -> io::Result<()> {
+    write_for(snap, index, "", out)
+}
+
+/// Writes `snap` as the model file of the original named `origin` (the server: the upload's
+/// sha256), which [`read_for`] checks.
+pub fn write_for<T: Write>(
+    snap: &Snapshot,
+    index: Option<&Index>,
+    origin: &str,
+    out: &mut T,
+) -> io::Result<()> {
     let mut w = W {
         w: out,
         buf: Vec::with_capacity(1 << 17),
@@ -109,6 +123,7 @@ pub fn write<T: Write>(snap: &Snapshot, index: Option<&Index>, out: &mut T) -> i
     };
     w.buf.extend_from_slice(MAGIC);
     w.u32(VERSION)?;
+    w.bytes(origin.as_bytes())?;
     let f = &snap.format;
     for s in [
         f.encoding.as_str(),
@@ -336,8 +351,19 @@ impl<T: Read> R<'_, T> {
     }
 }
 
-/// Reads a model file written by [`write`]: the snapshot, and its index if one was stored.
+/// Reads a model file written by [`write`] or [`write_for`], whatever its original: the
+/// snapshot, and its index if one was stored.
 pub fn read<T: Read>(input: T) -> Result<(Snapshot, Option<Index>)> {
+    read_checked(input, None)
+}
+
+/// Reads the model file of the original named `origin`; a file written for another original
+/// (copied over this one's) is refused.
+pub fn read_for<T: Read>(input: T, origin: &str) -> Result<(Snapshot, Option<Index>)> {
+    read_checked(input, Some(origin))
+}
+
+fn read_checked<T: Read>(input: T, origin: Option<&str>) -> Result<(Snapshot, Option<Index>)> {
     let mut hasher = xxhash_rust::xxh3::Xxh3::new();
     let mut r = R {
         r: Hashing {
@@ -351,6 +377,10 @@ pub fn read<T: Read>(input: T) -> Result<(Snapshot, Option<Index>)> {
     }
     if r.u32()? != VERSION {
         return Err(r.bad("older version"));
+    }
+    let written_for = r.string()?;
+    if origin.is_some_and(|o| o != written_for) {
+        return Err(r.bad("written for another original (a model file copied over this one's)"));
     }
     let mut snap = Snapshot::default();
     let name = r.string()?;

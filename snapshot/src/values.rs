@@ -371,6 +371,9 @@ pub(crate) struct Heap {
     free: Vec<u32>,
     live_containers: usize,
     container_items: u64,
+    /// Values built so far (containers, their items, strings), never decreasing: what a
+    /// pickle's opcodes are weighed against (`built`).
+    built: u64,
     memo: Memo,
     memo_sparse: FxHashMap<u64, Value>,
     /// How many times a `PUT` replaced an existing memo slot (see `fast::State`).
@@ -406,6 +409,7 @@ impl Heap {
             free: Vec::new(),
             live_containers: 0,
             container_items: 0,
+            built: 0,
             memo: Memo::default(),
             memo_sparse: FxHashMap::default(),
             memo_overwrites: 0,
@@ -416,7 +420,14 @@ impl Heap {
         }
     }
 
+    /// Values built so far and trace rows made: the content a pickle has produced, whatever
+    /// it is later lowered into.
+    pub fn built(&self) -> u64 {
+        self.built + self.trace.len() as u64
+    }
+
     pub fn intern(&mut self, s: &str) -> Result<StrId, HeapErr> {
+        self.built += 1;
         let id = self.strings.intern(s);
         if self.strings.heap_bytes() as u64 / 2 > self.limits.max_string_pool_bytes {
             return Err(HeapErr::Limit {
@@ -441,6 +452,7 @@ impl Heap {
         }
         self.add_items(items.len() as u64)?;
         self.live_containers += 1;
+        self.built += 1;
         let c = Container {
             generation: 0,
             kind,
@@ -470,6 +482,7 @@ impl Heap {
 
     fn add_items(&mut self, n: u64) -> Result<(), HeapErr> {
         self.container_items += n;
+        self.built += n;
         if self.container_items > self.limits.max_container_items {
             return Err(HeapErr::Limit {
                 what: "values held in containers",

@@ -296,6 +296,44 @@ fn limits_bound_memory() {
     ));
 }
 
+/// Issue 38, item 3: a pickle of `NONE`, `POP` forever builds nothing and would hold a parse
+/// slot for as long as it is sent; it is refused once its opcodes outnumber what they built.
+#[test]
+fn opcodes_that_build_nothing_are_refused() {
+    let nothing = [b"\x80\x02".as_slice(), &b"N0".repeat(4 << 20), b"N."].concat();
+    let err = snapshot::from_bytes(&nothing).unwrap_err();
+    assert!(
+        matches!(&err, Error::NotASnapshot(m) if m.contains("build nothing")),
+        "{err}"
+    );
+    if let Error::NotASnapshot(m) = &err {
+        let opcodes: u64 = m.split(' ').next().unwrap().parse().unwrap();
+        assert!(opcodes < 8 << 20, "refused early: {m}");
+    }
+}
+
+/// Issue 38: a JSON snapshot's strings are held to the same limit as a pickle's (values and keys).
+#[test]
+fn json_strings_are_held_to_the_string_limit() {
+    let limits = Limits {
+        max_string_bytes: 1000,
+        ..Limits::default()
+    };
+    let long = "x".repeat(1001);
+    for doc in [
+        format!(r#"{{"segments": [], "note": "{long}"}}"#),
+        format!(r#"{{"segments": [], "{long}": 1}}"#),
+    ] {
+        let err = snapshot::read_with_limits(doc.as_bytes(), limits.clone()).unwrap_err();
+        assert!(
+            matches!(err, Error::LimitExceeded { limit: 1000, .. }),
+            "{err}"
+        );
+    }
+    let fits = format!(r#"{{"segments": [], "note": "{}"}}"#, "x".repeat(1000));
+    assert!(snapshot::read_with_limits(fits.as_bytes(), limits).is_ok());
+}
+
 #[test]
 fn garbage_and_wrong_shapes_get_clear_errors() {
     let e = read(b"hello world, this is not a pickle")
