@@ -27,6 +27,57 @@ impl Tag {
     }
 }
 
+/// Longest snapshot name kept, in bytes.
+pub const MAX_NAME_BYTES: usize = 1024;
+
+/// Longest tag key or value kept, in bytes; and most tags on one snapshot.
+pub const MAX_TAG_BYTES: usize = 256;
+pub const MAX_TAGS: usize = 64;
+
+/// Why `name` cannot name a snapshot, if it cannot: empty, too long, or holding a control
+/// character (NUL, which PostgreSQL cannot store, or a line break, which no header can carry).
+pub fn name_problem(name: &str) -> Option<String> {
+    if name.trim().is_empty() {
+        return Some("the name must not be empty".into());
+    }
+    if name.len() > MAX_NAME_BYTES {
+        return Some(format!(
+            "the name is {} bytes long; at most {MAX_NAME_BYTES}",
+            name.len()
+        ));
+    }
+    name.chars().any(char::is_control).then(|| {
+        format!(
+            "the name \"{}\" holds a control character (NUL, a line break, a tab, …)",
+            name.escape_debug()
+        )
+    })
+}
+
+/// Why `tags` cannot be kept, if they cannot: too many, or a key or value too long or holding a
+/// control character.
+pub fn tags_problem(tags: &[Tag]) -> Option<String> {
+    if tags.len() > MAX_TAGS {
+        return Some(format!("{} tags; at most {MAX_TAGS}", tags.len()));
+    }
+    tags.iter().find_map(|t| {
+        let text = t.text();
+        if t.key.len() > MAX_TAG_BYTES || t.value.len() > MAX_TAG_BYTES {
+            Some(format!(
+                "the tag \"{}…\" is longer than {MAX_TAG_BYTES} bytes",
+                text.chars().take(20).collect::<String>()
+            ))
+        } else if text.chars().any(char::is_control) {
+            Some(format!(
+                "the tag \"{}\" holds a control character (NUL, a line break, …)",
+                text.escape_debug()
+            ))
+        } else {
+            None
+        }
+    })
+}
+
 /// Tags from the text people type and the upload's `tags=` parameter: comma-separated,
 /// `key=value` or free text (`job=bert, rank=0, nightly`).
 pub fn parse_tags(s: &str) -> Vec<Tag> {

@@ -12,6 +12,9 @@ use crate::views::{DeviceQuery, EventsQuery, PositionQuery, StacksQuery, Timelin
 use crate::whatif::WhatIfQuery;
 
 pub const HEALTH: &str = "/api/health";
+/// `POST` with `Authorization: Bearer TOKEN`: the server sets the dashboard's token cookie
+/// (HttpOnly, for this port); `DELETE` clears it.
+pub const SESSION: &str = "/api/session";
 pub const SNAPSHOTS: &str = "/api/snapshots";
 pub const SNAPSHOT: &str = "/api/snapshots/{id}";
 pub const INFO: &str = "/api/snapshots/{id}/info";

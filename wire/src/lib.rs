@@ -67,6 +67,107 @@ impl Batch {
     }
 }
 
+/// Most distinct series one batch may carry (GPUs, process readings by (GPU, pid, start),
+/// allocator readings by (pid, start, device)): a collector's batch of ten readings of a
+/// 16-GPU host with 100 processes holds about 1,700.
+pub const MAX_SERIES_PER_BATCH: usize = 4096;
+
+/// Longest name a batch may carry (host, collector, spool id, GPU UUID and name, process name
+/// and cgroup, event kind), in bytes.
+pub const MAX_NAME_BYTES: usize = 1024;
+
+/// Longest event message a batch may carry, in bytes.
+pub const MAX_MESSAGE_BYTES: usize = 16 << 10;
+
+impl Batch {
+    /// Why a server refuses this batch as malformed, if it does: a version it never wrote, a
+    /// string no database keeps the same way on every backend (NUL; control characters in a
+    /// name), a name or message too long, or more series than [`MAX_SERIES_PER_BATCH`]. A
+    /// batch refused so is refused for good: resending it cannot help.
+    pub fn problem(&self) -> Option<String> {
+        if self.version == 0 {
+            return Some(format!(
+                "batch version 0 does not exist (collectors send 1 to {VERSION})"
+            ));
+        }
+        let mut names: Vec<(&str, &str)> =
+            vec![("host", &self.host), ("collector", &self.collector)];
+        names.extend(self.spool_id.as_deref().map(|s| ("spool_id", s)));
+        for g in &self.gpus {
+            names.push(("GPU uuid", &g.uuid));
+            names.extend(g.name.as_deref().map(|n| ("GPU name", n)));
+        }
+        for p in &self.processes {
+            names.push(("process GPU uuid", &p.gpu_uuid));
+            names.extend(p.name.as_deref().map(|n| ("process name", n)));
+            names.extend(p.cgroup.as_deref().map(|c| ("process cgroup", c)));
+        }
+        names.extend(
+            self.allocator
+                .iter()
+                .filter_map(|a| a.gpu_uuid.as_deref().map(|u| ("allocator GPU uuid", u))),
+        );
+        for e in &self.events {
+            names.push(("event kind", &e.kind));
+            names.extend(e.snapshot_id.as_deref().map(|id| ("event snapshot_id", id)));
+        }
+        if let Some(why) = names.iter().find_map(|(what, s)| name_problem(what, s)) {
+            return Some(why);
+        }
+        if let Some(e) = self
+            .events
+            .iter()
+            .find(|e| e.message.contains('\0') || e.message.len() > MAX_MESSAGE_BYTES)
+        {
+            return Some(format!(
+                "an event message ({} bytes) is longer than {MAX_MESSAGE_BYTES} bytes or holds a NUL character",
+                e.message.len()
+            ));
+        }
+        let series = self.series();
+        (series > MAX_SERIES_PER_BATCH).then(|| {
+            format!(
+                "the batch holds {series} series (GPUs, processes, allocator devices); at most {MAX_SERIES_PER_BATCH} \
+                 in one batch: send fewer readings per batch"
+            )
+        })
+    }
+
+    /// Distinct series in the batch: GPUs, process readings by (GPU, pid, start), allocator
+    /// readings by (pid, start, device).
+    pub fn series(&self) -> usize {
+        use std::collections::HashSet;
+        let gpus: HashSet<&str> = self.gpus.iter().map(|g| g.uuid.as_str()).collect();
+        let procs: HashSet<(&str, u32, Option<i64>)> = self
+            .processes
+            .iter()
+            .map(|p| (p.gpu_uuid.as_str(), p.pid, p.start_time_ms))
+            .collect();
+        let alloc: HashSet<(u32, Option<i64>, i32)> = self
+            .allocator
+            .iter()
+            .map(|a| (a.pid, a.start_time_ms, a.device))
+            .collect();
+        gpus.len() + procs.len() + alloc.len()
+    }
+}
+
+/// Why `s` cannot be a name in a batch, if it cannot.
+fn name_problem(what: &str, s: &str) -> Option<String> {
+    if s.len() > MAX_NAME_BYTES {
+        return Some(format!(
+            "the {what} is {} bytes long; at most {MAX_NAME_BYTES}",
+            s.len()
+        ));
+    }
+    s.chars().any(char::is_control).then(|| {
+        format!(
+            "the {what} {:?} holds a control character (NUL, a line break, …)",
+            s.escape_debug().to_string()
+        )
+    })
+}
+
 /// One NVML reading of one GPU.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GpuSample {
@@ -214,6 +315,50 @@ mod tests {
         assert_eq!(b.gpus[0].memory_used_bytes, None);
         assert_eq!(b.dropped_samples, 0);
         assert_eq!(b.spool_id, None, "a version-1 batch has no spool id");
+    }
+
+    #[test]
+    fn a_batch_with_nul_a_long_name_version_0_or_too_many_series_is_malformed() {
+        let ok = Batch::new("gpu7", 1, "gpu7");
+        assert_eq!(ok.problem(), None);
+        let v0 = Batch {
+            version: 0,
+            ..ok.clone()
+        };
+        assert!(v0.problem().unwrap().contains("version 0"));
+        let mut nul = ok.clone();
+        nul.events.push(Event {
+            time_ms: 1,
+            kind: "oom".into(),
+            pid: None,
+            device: None,
+            message: "bad\0byte".into(),
+            snapshot_id: None,
+        });
+        assert!(nul.problem().unwrap().contains("NUL"));
+        let crlf = Batch::new("gpu7", 1, "gpu7\r\nx");
+        assert!(crlf.problem().unwrap().contains("control character"));
+        let mut many = ok.clone();
+        for i in 0..=MAX_SERIES_PER_BATCH {
+            many.allocator.push(AllocatorSample {
+                time_ms: 1,
+                pid: i as u32,
+                start_time_ms: None,
+                device: 0,
+                gpu_uuid: None,
+                step: None,
+                allocated_bytes: 0,
+                reserved_bytes: 0,
+                active_bytes: None,
+                inactive_split_bytes: None,
+                requested_bytes: None,
+                alloc_retries: None,
+                ooms: None,
+                segments: None,
+                largest_free_block_bytes: None,
+            });
+        }
+        assert!(many.problem().unwrap().contains("series"));
     }
 
     #[test]
