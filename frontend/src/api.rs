@@ -39,28 +39,48 @@ fn error_message(body: &str) -> Option<String> {
         .map(|e| e.error)
 }
 
-/// The token the `memscope_token` cookie holds now, if any.
-fn current_token() -> Option<String> {
-    let doc = web_sys::window()?
-        .document()?
-        .dyn_into::<web_sys::HtmlDocument>()
-        .ok()?;
-    let cookies = doc.cookie().ok()?;
-    cookies
-        .split(';')
-        .find_map(|c| c.trim().strip_prefix("memscope_token=").map(str::to_string))
+thread_local! {
+    /// Tokens this page has handed the server (`POST /api/session`) so far: a request that got
+    /// 401 sends again without asking when another request's prompt set one since it was sent.
+    static SESSIONS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    /// Whether a request is asking for a token now (its prompt, then its session request).
+    static ASKING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// After a 401: whether to send again. Yes without asking if another request's prompt set a new
-/// token since this one was sent (requests in flight together ask once), else asks.
-fn token_renewed(sent_with: &Option<String>, message: &str) -> bool {
-    current_token() != *sent_with || ask_for_token(message)
+fn sessions() -> u32 {
+    SESSIONS.with(|s| s.get())
 }
 
-/// After a 401 (the server was started with API tokens): asks for the token once and keeps it in
-/// the `memscope_token` cookie, which every later request carries (fetches, uploads, the live
-/// event stream, downloads). False if the person gave none.
-fn ask_for_token(message: &str) -> bool {
+/// Resolves after `ms` milliseconds.
+pub async fn sleep_ms(ms: i32) {
+    let p = js_sys::Promise::new(&mut |resolve, _| {
+        if let Some(w) = web_sys::window() {
+            let _ = w.set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, ms);
+        }
+    });
+    let _ = JsFuture::from(p).await;
+}
+
+/// After a 401: whether to send again. Requests in flight together ask once: one asks, the
+/// others wait for it and send again if it set a token since they were sent.
+async fn token_renewed(sent_at: u32, message: &str) -> bool {
+    while ASKING.with(|a| a.get()) {
+        sleep_ms(50).await;
+    }
+    if sessions() != sent_at {
+        return true;
+    }
+    ASKING.with(|a| a.set(true));
+    let renewed = ask_for_token(message).await;
+    ASKING.with(|a| a.set(false));
+    renewed
+}
+
+/// After a 401 (the server was started with API tokens): asks for the token and hands it to the
+/// server (`POST /api/session`), which keeps it in an HttpOnly cookie for this port that every
+/// later request carries (fetches, uploads, the live event stream, downloads); no script can
+/// read it. False if the person gave none or the server refused it.
+async fn ask_for_token(message: &str) -> bool {
     let Some(window) = web_sys::window() else {
         return false;
     };
@@ -76,22 +96,35 @@ fn ask_for_token(message: &str) -> bool {
     else {
         return false;
     };
-    let Some(doc) = window
-        .document()
-        .and_then(|d| d.dyn_into::<web_sys::HtmlDocument>().ok())
+    let init = web_sys::RequestInit::new();
+    init.set_method("POST");
+    let Ok(headers) = web_sys::Headers::new() else {
+        return false;
+    };
+    if headers
+        .set("authorization", &format!("Bearer {token}"))
+        .is_err()
+    {
+        return false;
+    }
+    init.set_headers(&headers);
+    let Ok(resp) = JsFuture::from(window.fetch_with_str_and_init(routes::SESSION, &init)).await
     else {
         return false;
     };
-    doc.set_cookie(&format!(
-        "memscope_token={token}; path=/; SameSite=Strict; max-age=31536000"
-    ))
-    .is_ok()
+    let ok = resp.dyn_into::<web_sys::Response>().is_ok_and(|r| r.ok());
+    if ok {
+        SESSIONS.with(|s| s.set(s.get() + 1));
+    } else {
+        let _ = window.alert_with_message("The server did not accept that token.");
+    }
+    ok
 }
 
 async fn request(method: &str, url: &str, body: Option<String>) -> Result<String, String> {
-    let sent_with = current_token();
+    let sent_at = sessions();
     match request_once(method, url, body.clone()).await {
-        Err((401, message)) if token_renewed(&sent_with, &message) => {
+        Err((401, message)) if token_renewed(sent_at, &message).await => {
             request_once(method, url, body).await.map_err(|(_, m)| m)
         }
         other => other.map_err(|(_, m)| m),
@@ -253,9 +286,9 @@ pub async fn upload(
     tags: Option<String>,
     progress: impl Fn(f64, f64) + Clone + 'static,
 ) -> Result<api::Uploaded, String> {
-    let sent_with = current_token();
+    let sent_at = sessions();
     match upload_once(file.clone(), token, tags.clone(), progress.clone()).await {
-        Err((401, message)) if token_renewed(&sent_with, &message) => {
+        Err((401, message)) if token_renewed(sent_at, &message).await => {
             upload_once(file, token, tags, progress)
                 .await
                 .map_err(|(_, m)| m)

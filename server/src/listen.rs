@@ -1,33 +1,57 @@
 //! The server's connection loop, in place of `axum::serve`, because it bounds what one client can
-//! hold (issue 13, finding 5): at most `max_connections` connections at once (past that the loop
-//! stops accepting and the kernel's backlog waits), a request's headers must arrive within the
-//! header timeout (which also closes idle keep-alive connections), and a request body that stops
-//! arriving for the idle timeout ends the request ([`IdleBody`]). Shutdown stops accepting,
-//! lets requests in flight finish for a grace period, then closes what is left.
+//! hold (issue 13, finding 5; issue 38, item 2): at most `max_connections` connections at once
+//! (past it the loop stops accepting and the kernel's backlog waits) and
+//! `max_connections_per_client` from one address (past it, a new connection of that address is
+//! answered 503 and closed at once, taking no slot: one client cannot fill the server and make
+//! everyone else wait behind it); a request's headers must arrive within the header
+//! timeout (which also closes idle keep-alive connections); a request body that stops arriving
+//! for the idle timeout ends the request ([`IdleBody`]); a response the client stops reading for
+//! the write timeout ends its connection ([`WriteTimeout`]). Each request carries its client's
+//! address (`ConnectInfo`), for the budgets kept per client. Shutdown stops accepting, lets
+//! requests in flight finish for a grace period, then closes what is left.
 
+use std::collections::HashMap;
 use std::future::Future;
+use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
+use axum::extract::ConnectInfo;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 
 /// What one client may hold.
 #[derive(Debug, Clone, Copy)]
 pub struct ConnLimits {
     pub max_connections: usize,
+    /// Connections one address may hold at once.
+    pub max_connections_per_client: usize,
     /// From a connection's first byte of a request (or its last response) to the end of the
     /// request's headers.
     pub header_timeout: Duration,
     /// Longest wait for the next piece of a request body.
     pub body_idle_timeout: Duration,
+    /// Longest a response may wait for the client to take its next bytes.
+    pub write_timeout: Duration,
     /// How long requests in flight may finish after shutdown begins.
     pub shutdown_grace: Duration,
+}
+
+/// The answer to a connection over its client's cap, before it is closed.
+fn over_capacity() -> Vec<u8> {
+    const BODY: &str = r#"{"error":"too many connections from this client at once; try again"}"#;
+    format!(
+        "HTTP/1.1 503 Service Unavailable\r\nretry-after: 1\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n{BODY}",
+        BODY.len()
+    )
+    .into_bytes()
 }
 
 /// Serves `app` on `listener` until `shutdown` resolves.
@@ -43,6 +67,7 @@ pub async fn serve(
         },
     ));
     let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
+    let clients = Clients::default();
     let graceful = GracefulShutdown::new();
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
@@ -55,9 +80,9 @@ pub async fn serve(
             slot = slots.clone().acquire_owned() => slot.expect("never closed"),
             () = &mut shutdown => break,
         };
-        let stream = tokio::select! {
+        let (mut stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     // Out of file descriptors and the like: wait rather than spin.
                     tracing::warn!("accept failed: {e}");
@@ -67,14 +92,32 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
+        let Some(client) = clients.admit(peer.ip(), limits.max_connections_per_client) else {
+            drop(slot);
+            // Answered and closed at once (bounded: a client that does not read it is dropped).
+            tokio::spawn(async move {
+                let _ = tokio::time::timeout(
+                    Duration::from_secs(1),
+                    stream.write_all(&over_capacity()),
+                )
+                .await;
+            });
+            continue;
+        };
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(app.clone());
-        let conn = builder.serve_connection(TokioIo::new(stream), service);
+        let io = TokioIo::new(WriteTimeout::new(stream, limits.write_timeout));
+        let service = tower::ServiceBuilder::new()
+            .map_request(move |mut req: axum::http::Request<hyper::body::Incoming>| {
+                req.extensions_mut().insert(ConnectInfo(peer));
+                req
+            })
+            .service(app.clone());
+        let conn = builder.serve_connection(io, TowerToHyperService::new(service));
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
             // A client that goes away or times out ends its connection; nothing to report.
             let _ = conn.await;
-            drop(slot);
+            drop((slot, client));
         });
     }
     drop(listener);
@@ -86,6 +129,137 @@ pub async fn serve(
             "requests still running {} s after shutdown began were cut off",
             limits.shutdown_grace.as_secs()
         );
+    }
+}
+
+/// Connections held per client address.
+#[derive(Debug, Clone, Default)]
+struct Clients(Arc<Mutex<HashMap<IpAddr, usize>>>);
+
+/// One connection of a client, counted until dropped.
+struct ClientConn {
+    clients: Clients,
+    ip: IpAddr,
+}
+
+impl Clients {
+    /// A connection of `ip`, if it holds fewer than `cap`.
+    fn admit(&self, ip: IpAddr, cap: usize) -> Option<ClientConn> {
+        let mut held = self.0.lock().expect("clients lock");
+        let n = held.entry(ip).or_default();
+        if *n >= cap.max(1) {
+            return None;
+        }
+        *n += 1;
+        Some(ClientConn {
+            clients: self.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for ClientConn {
+    fn drop(&mut self) {
+        let mut held = self.clients.0.lock().expect("clients lock");
+        if let Some(n) = held.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                held.remove(&self.ip);
+            }
+        }
+    }
+}
+
+/// A connection whose writes must make progress: a write (or flush) the client has not taken
+/// for `timeout` fails, which ends the connection. A client that asks for a large download and
+/// never reads it would otherwise hold its connection (and the file) for as long as it likes.
+/// Time the server itself spends not writing (an event stream between events) is not counted.
+pub struct WriteTimeout<S> {
+    inner: S,
+    timeout: Duration,
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<S> WriteTimeout<S> {
+    pub fn new(inner: S, timeout: Duration) -> WriteTimeout<S> {
+        WriteTimeout {
+            inner,
+            timeout,
+            deadline: None,
+        }
+    }
+
+    /// After a write that returned `Pending`: an error once the deadline passed.
+    fn stalled(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Error> {
+        let timeout = self.timeout;
+        let deadline = self
+            .deadline
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+        match deadline.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("the client took nothing for {} s", timeout.as_secs_f64()),
+            )),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for WriteTimeout<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for WriteTimeout<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match Pin::new(&mut self.inner).poll_write(cx, buf) {
+            Poll::Pending => self.stalled(cx).map(Err),
+            done => {
+                self.deadline = None;
+                done
+            }
+        }
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match Pin::new(&mut self.inner).poll_flush(cx) {
+            Poll::Pending => self.stalled(cx).map(Err),
+            done => {
+                self.deadline = None;
+                done
+            }
+        }
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        match Pin::new(&mut self.inner).poll_write_vectored(cx, bufs) {
+            Poll::Pending => self.stalled(cx).map(Err),
+            done => {
+                self.deadline = None;
+                done
+            }
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
     }
 }
 

@@ -26,6 +26,9 @@ pub struct AppState {
     pub engine: Arc<EngineCounters>,
     /// Run reports computed lately (`http::runs`).
     pub runs: Arc<crate::runs::RunCache>,
+    /// Live event streams open now, at most `--max-live-streams`: streams never end on their
+    /// own, so they have a budget of their own, apart from other requests'.
+    pub streams: Arc<tokio::sync::Semaphore>,
 }
 
 /// What the engine's blocking threads are doing for requests.
@@ -40,7 +43,7 @@ pub struct EngineCounters {
 impl AppState {
     pub async fn open(config: ServeArgs) -> anyhow::Result<AppState> {
         let access = Arc::new(config.access()?);
-        let library = Library::open(&config.data_dir, config.database_url.as_deref()).await?;
+        let library = Library::open(&config.data_dir, config.database()?.as_deref()).await?;
         let shutdown = Arc::new(tokio::sync::watch::channel(false).0);
         // Listening to every server's batches before the first request can store one.
         let live = Live::open(library.db.clone(), shutdown.subscribe()).await?;
@@ -48,6 +51,8 @@ impl AppState {
         let limits = UploadLimits {
             max_bytes: config.max_upload_bytes,
             min_bytes_per_s: config.min_upload_bytes_per_s,
+            max_time: std::time::Duration::from_secs_f64(config.max_upload_secs.clamp(1.0, 1e7)),
+            slots_per_client: (config.index_workers / 2).max(1),
             rate_window: config.conn_limits().body_idle_timeout,
             read: config.read_limits(0),
         };
@@ -67,6 +72,7 @@ impl AppState {
             shutdown,
             engine: Default::default(),
             runs: Default::default(),
+            streams: Arc::new(tokio::sync::Semaphore::new(config.live_streams())),
             config: Arc::new(config),
         })
     }

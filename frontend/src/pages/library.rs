@@ -144,7 +144,7 @@ impl Uploader {
                 }
                 _ => {}
             }
-            sleep_ms(250).await;
+            crate::api::sleep_ms(250).await;
         }
     }
 
@@ -594,16 +594,6 @@ fn run_job(files: &[web_sys::File]) -> String {
             d.get_seconds()
         )
     })
-}
-
-/// Resolves after `ms` milliseconds.
-async fn sleep_ms(ms: i32) {
-    let p = js_sys::Promise::new(&mut |resolve, _| {
-        if let Some(w) = web_sys::window() {
-            let _ = w.set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, ms);
-        }
-    });
-    let _ = wasm_bindgen_futures::JsFuture::from(p).await;
 }
 
 /// The element an event came from, as `T`.

@@ -42,6 +42,10 @@ pub enum ApiError {
     /// The upload is not a snapshot memscope can read: the engine's message, for the user.
     #[error("{0}")]
     Unreadable(String),
+    /// A shared budget is spent for now (the database busy with other writers past its wait,
+    /// every live-stream slot taken): the request may be sent again in a moment.
+    #[error("{0}")]
+    Unavailable(String),
     /// The client went away and its request's engine work stopped early; nobody reads this.
     #[error("the client went away before the answer was ready")]
     Cancelled,
@@ -63,6 +67,7 @@ impl ApiError {
             }
             ApiError::Unreadable(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             // nginx's "client closed request": never sent, the client is gone.
             ApiError::Cancelled => StatusCode::from_u16(499).expect("499 is a valid status"),
         }
@@ -83,7 +88,13 @@ impl From<crate::live::IngestError> for ApiError {
 
 impl From<sqlx::Error> for ApiError {
     fn from(e: sqlx::Error) -> Self {
-        ApiError::Internal(e.into())
+        if crate::db::is_busy(&e) {
+            ApiError::Unavailable(
+                "the database is busy with other writes; try again in a moment".into(),
+            )
+        } else {
+            ApiError::Internal(e.into())
+        }
     }
 }
 
@@ -104,7 +115,9 @@ impl From<UploadError> for ApiError {
         match e {
             UploadError::Interrupted(m) => ApiError::BadRequest(format!("upload interrupted: {m}")),
             UploadError::TooLarge { limit_bytes } => ApiError::TooLarge { limit_bytes },
-            e @ UploadError::TooSlow { .. } => ApiError::Timeout(e.to_string()),
+            e @ (UploadError::TooSlow { .. } | UploadError::OverTime { .. }) => {
+                ApiError::Timeout(e.to_string())
+            }
             UploadError::Unreadable(m) => ApiError::Unreadable(m),
             UploadError::Internal(e) => ApiError::Internal(e),
         }
@@ -121,7 +134,14 @@ impl IntoResponse for ApiError {
             }
             other => other.to_string(),
         };
-        (self.status(), Json(api::ErrorBody { error: message })).into_response()
+        let mut response = (self.status(), Json(api::ErrorBody { error: message })).into_response();
+        if matches!(self, ApiError::Unavailable(_)) {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from_static("1"),
+            );
+        }
+        response
     }
 }
 

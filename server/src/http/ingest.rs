@@ -1,6 +1,7 @@
 //! `POST /api/ingest`: one collector batch (`wire::Batch`, JSON, optionally gzip), authenticated
-//! by the collector's bearer token, stored once per `(collector, seq)`, announced to the live
-//! pages' event stream. This is the collector ↔ server boundary: its types are `wire`'s.
+//! by the collector's bearer token (whose NAME is the one host it speaks for), checked for what
+//! no backend stores alike (`wire::Batch::problem`), stored once per `(collector, seq)`,
+//! announced to the live pages' event stream. This is the collector ↔ server boundary: its types are `wire`'s.
 
 use axum::body::Body;
 use axum::extract::State;
@@ -27,16 +28,12 @@ async fn ingest_batch(
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<Json<wire::Ack>> {
-    let token = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .ok_or_else(|| {
-            ApiError::Unauthorized("missing `Authorization: Bearer <collector token>`".into())
-        })?;
+    let token = super::access::bearer(&headers).ok_or_else(|| {
+        ApiError::Unauthorized("missing `Authorization: Bearer <collector token>`".into())
+    })?;
     let collector = s
-        .config
-        .collector_for_token(token.trim())
+        .access
+        .collector_for_token(token)
         .ok_or_else(|| {
             ApiError::Unauthorized(
                 "unknown collector token; add it with --collector-token NAME=TOKEN".into(),
@@ -88,6 +85,9 @@ async fn ingest_batch(
             batch.version,
             wire::VERSION
         )));
+    }
+    if let Some(why) = batch.problem() {
+        return Err(ApiError::BadRequest(format!("malformed batch: {why}")));
     }
     // A token for NAME covers NAME and NAME/… (the agents a collector's owner runs with it, each
     // with its own sequence space).

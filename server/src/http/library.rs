@@ -55,6 +55,7 @@ async fn list(
 async fn upload(
     State(s): State<AppState>,
     ApiQuery(q): ApiQuery<api::UploadQuery>,
+    super::query::Client(client): super::query::Client,
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<Response> {
@@ -69,6 +70,7 @@ async fn upload(
         .filter(|n| !n.trim().is_empty())
         .unwrap_or_else(|| "snapshot".into());
     let tags = q.tags.as_deref().map(api::parse_tags).unwrap_or_default();
+    refuse_bad_labels(Some(&name), Some(&tags))?;
     // A declared size over the limit is refused before a byte is read; the declared size is
     // the parser's size hint, so it is never trusted past the limit.
     let limit_bytes = s.uploads.max_bytes();
@@ -80,7 +82,16 @@ async fn upload(
     let progress = s.uploads.start(token.as_deref(), total_bytes);
     let result = s
         .uploads
-        .upload(name, tags, q.device_total_bytes, body, progress.clone())
+        .upload(
+            crate::library::upload::NewUpload {
+                name,
+                tags,
+                device_total: q.device_total_bytes,
+                client,
+            },
+            body,
+            progress.clone(),
+        )
         .await;
     s.uploads.finish(token, progress);
     let up = result?;
@@ -146,11 +157,7 @@ async fn update(
     Path(id): Path<String>,
     Json(u): Json<api::UpdateSnapshot>,
 ) -> ApiResult<Json<api::SnapshotInfo>> {
-    if let Some(n) = &u.name
-        && n.trim().is_empty()
-    {
-        return Err(ApiError::BadRequest("name must not be empty".into()));
-    }
+    refuse_bad_labels(u.name.as_deref(), u.tags.as_deref())?;
     if u.device_total_bytes == Some(0) {
         return Err(ApiError::BadRequest(
             "device_total_bytes must be the device's memory in bytes, not 0".into(),
@@ -168,6 +175,45 @@ async fn update(
     }
     let info = s.library.get(&id).await?.ok_or(ApiError::NotFound(id))?;
     Ok(Json(info))
+}
+
+/// Refuses a name or tags the library cannot keep alike on every backend and serve back in a
+/// header (`api::name_problem`, `api::tags_problem`), before anything is read or stored.
+fn refuse_bad_labels(name: Option<&str>, tags: Option<&[api::Tag]>) -> ApiResult<()> {
+    let why = name
+        .and_then(api::name_problem)
+        .or_else(|| tags.and_then(api::tags_problem));
+    match why {
+        Some(why) => Err(ApiError::BadRequest(why)),
+        None => Ok(()),
+    }
+}
+
+/// `Content-Disposition` for a download named `name` (RFC 6266): an ASCII `filename` for old
+/// clients and the exact name as UTF-8 in `filename*`; a control character (in a name stored
+/// before names were checked) becomes `_`, so the header is always valid.
+pub fn attachment(name: &str) -> String {
+    let fallback: String = name
+        .chars()
+        .map(|c| match c {
+            ' '..='~' if c != '"' && c != '\\' => c,
+            _ => '_',
+        })
+        .collect();
+    let mut exact = String::new();
+    for c in name.chars() {
+        let c = if c.is_control() { '_' } else { c };
+        let mut utf8 = [0u8; 4];
+        for b in c.encode_utf8(&mut utf8).bytes() {
+            match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' => exact.push(b as char),
+                b'!' | b'#' | b'$' | b'&' | b'+' | b'-' | b'.' | b'^' | b'_' | b'`' | b'|'
+                | b'~' => exact.push(b as char),
+                _ => exact.push_str(&format!("%{b:02X}")),
+            }
+        }
+    }
+    format!("attachment; filename=\"{fallback}\"; filename*=UTF-8''{exact}")
 }
 
 /// Judges the snapshot's OOMs again under a device total and stores both.
@@ -212,10 +258,7 @@ async fn original(State(s): State<AppState>, Path(id): Path<String>) -> ApiResul
     Ok((
         [
             (header::CONTENT_TYPE, "application/octet-stream".to_string()),
-            (
-                header::CONTENT_DISPOSITION,
-                format!("attachment; filename=\"{}\"", info.name.replace('"', "")),
-            ),
+            (header::CONTENT_DISPOSITION, attachment(&info.name)),
         ],
         Body::from_stream(file_chunks(file)),
     )
@@ -238,4 +281,19 @@ fn file_chunks(
             Err(e) => Some((Err(e), f)),
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_download_name_is_one_valid_header_whatever_it_holds() {
+        assert_eq!(
+            super::attachment("run \"7\".pickle"),
+            "attachment; filename=\"run _7_.pickle\"; filename*=UTF-8''run%20%227%22.pickle"
+        );
+        let crlf = super::attachment("a\r\nSet-Cookie: x\0.pickle");
+        assert!(crlf.chars().all(|c| !c.is_control()), "{crlf}");
+        assert!(axum::http::HeaderValue::from_str(&crlf).is_ok());
+        assert!(super::attachment("mémoire.pickle").ends_with("m%C3%A9moire.pickle"));
+    }
 }

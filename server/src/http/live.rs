@@ -34,7 +34,7 @@ fn window(q: &api::WindowQuery) -> Window {
 }
 
 async fn fleet(State(s): State<AppState>) -> ApiResult<Json<api::Fleet>> {
-    let names = s.config.collector_names();
+    let names = s.access.collector_names();
     Ok(Json(
         crate::live::pages::fleet_page(&s.live, now_ms(), names).await?,
     ))
@@ -63,32 +63,41 @@ async fn process(
 }
 
 /// Server-sent events: `ingest` (an `api::LiveNotice`) for every stored batch; ends at shutdown.
+/// Each holds one of the streams' slots (`AppState::streams`) while it is open; with none left,
+/// 503.
 async fn stream(
     State(s): State<AppState>,
-) -> Sse<impl futures_util::Stream<Item = Result<Event, Infallible>>> {
+) -> ApiResult<Sse<impl futures_util::Stream<Item = Result<Event, Infallible>>>> {
+    let slot = s.streams.clone().try_acquire_owned().map_err(|_| {
+        ApiError::Unavailable(format!(
+            "{} live streams are open, this server's most (--max-live-streams); try again later",
+            s.config.live_streams()
+        ))
+    })?;
     let rx = s.live.subscribe();
     let stop = s.shutdown.subscribe();
-    let events = futures_util::stream::unfold((rx, stop), |(mut rx, mut stop)| async move {
-        loop {
-            if *stop.borrow() {
-                return None;
+    let events =
+        futures_util::stream::unfold((rx, stop, slot), |(mut rx, mut stop, slot)| async move {
+            loop {
+                if *stop.borrow() {
+                    return None;
+                }
+                tokio::select! {
+                    got = rx.recv() => match got {
+                        Ok(n) => {
+                            let ev = Event::default()
+                                .event("ingest")
+                                .json_data(&n)
+                                .unwrap_or_else(|_| Event::default().event("ingest"));
+                            return Some((Ok(ev), (rx, stop, slot)));
+                        }
+                        // A slow page missed some notices: one notice is as good as many.
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+                    },
+                    _ = stop.changed() => return None,
+                }
             }
-            tokio::select! {
-                got = rx.recv() => match got {
-                    Ok(n) => {
-                        let ev = Event::default()
-                            .event("ingest")
-                            .json_data(&n)
-                            .unwrap_or_else(|_| Event::default().event("ingest"));
-                        return Some((Ok(ev), (rx, stop)));
-                    }
-                    // A slow page missed some notices: one notice is as good as many.
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
-                },
-                _ = stop.changed() => return None,
-            }
-        }
-    });
-    Sse::new(events).keep_alive(KeepAlive::default())
+        });
+    Ok(Sse::new(events).keep_alive(KeepAlive::default()))
 }

@@ -101,7 +101,14 @@ async fn metrics(State(s): State<AppState>) -> ApiResult<Response> {
             );
         }
     }
-    let (batches, rows, dropped, snapshots, events) = live.counters().await?;
+    let crate::live::Counters {
+        batches,
+        rows,
+        dropped,
+        future,
+        snapshots,
+        events,
+    } = live.counters().await?;
     let _ = writeln!(
         o,
         "# HELP memscope_ingest_batches_total Collector batches stored.\n# TYPE memscope_ingest_batches_total counter\nmemscope_ingest_batches_total {batches}"
@@ -113,6 +120,10 @@ async fn metrics(State(s): State<AppState>) -> ApiResult<Response> {
     let _ = writeln!(
         o,
         "# HELP memscope_ingest_dropped_samples_total Samples collectors dropped (spool full) and reported.\n# TYPE memscope_ingest_dropped_samples_total counter\nmemscope_ingest_dropped_samples_total {dropped}"
+    );
+    let _ = writeln!(
+        o,
+        "# HELP memscope_ingest_future_samples_total Samples and events refused for being stamped more than 5 minutes ahead of this server's clock (check the host's clock).\n# TYPE memscope_ingest_future_samples_total counter\nmemscope_ingest_future_samples_total {future}"
     );
     let _ = writeln!(
         o,

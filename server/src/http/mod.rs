@@ -29,6 +29,7 @@ use crate::state::AppState;
 
 pub fn app(state: AppState) -> Router {
     Router::new()
+        .merge(access::router())
         .merge(library::router())
         .merge(snapshots::router())
         .merge(diff::router())

@@ -1,6 +1,7 @@
 //! What handlers read from a request before its body: the query-string extractor every handler
 //! uses (decodes into an `api` query type; a malformed query is a 400 with the decoder's message
-//! as JSON, like every other error), and the body length a request declares.
+//! as JSON, like every other error), the client's address, and the body length a request
+//! declares.
 
 use axum::http::{HeaderMap, header};
 
@@ -31,4 +32,22 @@ pub fn declared_length(headers: &HeaderMap) -> Option<u64> {
     headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok()?.trim().parse().ok())
+}
+
+/// The address of the client that sent the request, when it came over a socket
+/// (`listen::serve` attaches it); `None` in-process.
+#[derive(Debug, Clone, Copy)]
+pub struct Client(pub Option<std::net::IpAddr>);
+
+impl<S: Send + Sync> FromRequestParts<S> for Client {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(Client(
+            parts
+                .extensions
+                .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+                .map(|c| c.0.ip()),
+        ))
+    }
 }

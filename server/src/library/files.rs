@@ -308,6 +308,7 @@ impl Library {
 pub fn write_model_file(
     snap: &snapshot::Snapshot,
     index: &snapshot::analysis::Index,
+    sha256: &str,
     path: &Path,
 ) -> std::io::Result<()> {
     snapshot::analysis::timeline::derive_views(snap, index);
@@ -315,7 +316,7 @@ pub fn write_model_file(
     let part = path.with_extension(format!("part-{}", instance_id()));
     {
         let mut f = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&part)?);
-        snapshot::store::write(snap, Some(index), &mut f)?;
+        snapshot::store::write_for(snap, Some(index), sha256, &mut f)?;
         f.into_inner().map_err(|e| e.into_error())?.sync_all()?;
     }
     std::fs::rename(&part, path)

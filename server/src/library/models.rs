@@ -123,12 +123,13 @@ impl Models {
         }
         // The load runs on a blocking thread; its log lines belong to the request that asked.
         let span = tracing::Span::current();
+        let sha256 = info.sha256.clone();
         let (loaded, rebuilt) = tokio::task::spawn_blocking(move || -> anyhow::Result<(Loaded, bool)> {
             let _in_request = span.enter();
             let mut rebuilt = false;
             let t0 = std::time::Instant::now();
             let (snap, stored) = match std::fs::File::open(&model_path).map_err(anyhow::Error::from).and_then(|f| {
-                snapshot::store::read(std::io::BufReader::with_capacity(1 << 20, f)).map_err(anyhow::Error::from)
+                snapshot::store::read_for(std::io::BufReader::with_capacity(1 << 20, f), &sha256).map_err(anyhow::Error::from)
             }) {
                 Ok(read) => read,
                 Err(e) => {
@@ -164,8 +165,9 @@ impl Models {
         if rebuilt {
             // Placed like an upload's (under the files lock, only while the row stands).
             let from = loaded.clone();
+            let sha256 = info.sha256.clone();
             lib.write_model(id, &info.sha256, move |path| {
-                write_model_file(&from.snap, &from.index, path)
+                write_model_file(&from.snap, &from.index, &sha256, path)
             })
             .await?;
         }

@@ -155,20 +155,23 @@ impl Library {
         }
     }
 
-    /// Every snapshot, newest first; `query` matches name, id or any tag (case-insensitive).
+    /// Every snapshot, newest first; `query` matches name, id or any tag (case-insensitive, as
+    /// text: `%` and `_` are themselves, not wildcards).
     pub async fn list(&self, query: Option<&str>) -> sqlx::Result<Vec<SnapshotInfo>> {
-        let pattern = format!("%{}%", query.unwrap_or("").to_lowercase());
-        let rows = with_db!(&self.db, |p| sqlx::query_as::<_, Row>(concat!(
+        let pattern = format!("%{}%", like_literal(&query.unwrap_or("").to_lowercase()));
+        let rows = with_db!(&self.db, |p| {
+            sqlx::query_as::<_, Row>(concat!(
             "SELECT ",
             columns!(),
-            " FROM snapshots s WHERE $1 = '%%' OR lower(s.name) LIKE $1 OR s.id LIKE $1 \
+            " FROM snapshots s WHERE $1 = '%%' OR lower(s.name) LIKE $1 ESCAPE '\\' OR s.id LIKE $1 ESCAPE '\\' \
              OR EXISTS (SELECT 1 FROM snapshot_tags t WHERE t.snapshot_id = s.id \
-                        AND (lower(t.value) LIKE $1 OR lower(t.key || '=' || t.value) LIKE $1)) \
+                        AND (lower(t.value) LIKE $1 ESCAPE '\\' OR lower(t.key || '=' || t.value) LIKE $1 ESCAPE '\\')) \
              ORDER BY uploaded_at_ms DESC, id"
         ))
         .bind(&pattern)
         .fetch_all(p)
-        .await)?;
+        .await
+        })?;
         let mut out = Vec::with_capacity(rows.len());
         for r in rows {
             let tags = self.tags(&r.id).await?;
@@ -400,6 +403,18 @@ impl Library {
         .fetch_optional(p)
         .await)
     }
+}
+
+/// `text` for a LIKE pattern with `ESCAPE '\'`: its `%`, `_` and `\` match themselves.
+fn like_literal(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '%' | '_' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// Inserts a snapshot's tags in its transaction.

@@ -22,6 +22,10 @@ use super::models::Loaded;
 use super::models::Models;
 use crate::live::Live;
 
+/// The most of an upload's declared length the engine reserves its tables for before the bytes
+/// arrive (a 256 MiB snapshot's tables: about 200 MB).
+const MAX_RESERVE_HINT_BYTES: u64 = 256 << 20;
+
 /// Why an upload was not stored.
 #[derive(Debug, thiserror::Error)]
 pub enum UploadError {
@@ -39,6 +43,13 @@ pub enum UploadError {
         got_bytes_per_s: u64,
         min_bytes_per_s: u64,
     },
+    /// The upload took longer than its time budget (`--max-upload-secs`, or less for a small
+    /// one), however fast it was going: an endless body sent just above the minimum rate
+    /// cannot hold a parse slot for days.
+    #[error(
+        "the upload took longer than its budget of {budget_s} s (60 s and its size at --min-upload-rate, at most --max-upload-secs); it was cut off"
+    )]
+    OverTime { budget_s: u64 },
     /// Not a snapshot memscope can read: the engine's message, for the user.
     #[error("{0}")]
     Unreadable(String),
@@ -237,10 +248,36 @@ pub struct UploadProgress {
 pub struct UploadLimits {
     pub max_bytes: u64,
     pub min_bytes_per_s: u64,
+    /// The longest any one upload may take from its first byte.
+    pub max_time: std::time::Duration,
+    /// Parse slots one client address may hold at once (the others wait for theirs).
+    pub slots_per_client: usize,
     /// The window the rate is averaged over (the body-idle timeout).
     pub rate_window: std::time::Duration,
     /// The parser's limits, but for the size hint (each upload's declared size).
     pub read: snapshot::Limits,
+}
+
+/// The stream's next item, unless `budget` from `started` passes first.
+async fn next_within<S: futures_util::Stream + Unpin>(
+    stream: &mut S,
+    started: Instant,
+    budget: std::time::Duration,
+) -> UploadResult<Option<S::Item>> {
+    tokio::time::timeout_at((started + budget).into(), stream.next())
+        .await
+        .map_err(|_| UploadError::OverTime {
+            budget_s: budget.as_secs(),
+        })
+}
+
+impl UploadLimits {
+    /// How long an upload of `size_bytes` may take to arrive: a minute, and its size at the
+    /// minimum rate, at most `max_time`.
+    pub fn time_budget(&self, size_bytes: u64) -> std::time::Duration {
+        let at_floor = size_bytes as f64 / self.min_bytes_per_s.max(1) as f64;
+        std::time::Duration::from_secs_f64(60.0 + at_floor).min(self.max_time)
+    }
 }
 
 /// Uploads: what they use of the server, and nothing else (the library they commit into, the
@@ -253,9 +290,46 @@ pub struct Uploads {
     models: Arc<Models>,
     /// Bounds how many uploads are parsed at once.
     slots: Arc<tokio::sync::Semaphore>,
+    /// Each client address's share of the parse slots, taken before a slot.
+    shares: Arc<
+        std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, Arc<tokio::sync::Semaphore>>>,
+    >,
     limits: UploadLimits,
     /// Progress of uploads in flight, by the token the client chose.
     progress: Arc<std::sync::Mutex<std::collections::HashMap<String, Arc<UploadProgress>>>>,
+}
+
+/// An upload's own settings: its name and tags, the device total it gave, and the address of
+/// the client sending it (when known: not for uploads made in-process).
+#[derive(Debug, Clone)]
+pub struct NewUpload {
+    pub name: String,
+    pub tags: Vec<Tag>,
+    pub device_total: Option<u64>,
+    pub client: Option<std::net::IpAddr>,
+}
+
+/// A client's parse-slot share held by one upload.
+struct ClientShare {
+    shares: Arc<
+        std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, Arc<tokio::sync::Semaphore>>>,
+    >,
+    ip: std::net::IpAddr,
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+impl Drop for ClientShare {
+    fn drop(&mut self) {
+        drop(self.permit.take());
+        let mut shares = self.shares.lock().expect("shares lock");
+        // Only the map holds it, with every permit back: the client holds nothing.
+        if shares
+            .get(&self.ip)
+            .is_some_and(|s| Arc::strong_count(s) == 1)
+        {
+            shares.remove(&self.ip);
+        }
+    }
 }
 
 /// What the body and the parser gave: the original's hash and size, and the parsed snapshot.
@@ -283,6 +357,7 @@ impl Uploads {
             live,
             models,
             slots: Arc::new(tokio::sync::Semaphore::new(parse_slots.max(1))),
+            shares: Default::default(),
             limits,
             progress: Default::default(),
         }
@@ -349,30 +424,39 @@ impl Uploads {
     /// outside: its body ends in an error, the parser sees the end of its input and stops, and
     /// only then are the parse slot released and the temporary files removed (issue 13, finding
     /// 4). An upload whose body had fully arrived is committed even if its client is gone.
+    ///
+    /// `client` (its address, when known) takes its share of the parse slots first: one client
+    /// cannot hold every slot, however many uploads it sends.
     pub async fn upload(
         &self,
-        name: String,
-        tags: Vec<Tag>,
-        device_total: Option<u64>,
+        upload: NewUpload,
         body: Body,
         progress: Arc<UploadProgress>,
     ) -> UploadResult<Uploaded> {
         let this = self.clone();
-        tokio::spawn(async move { this.run(name, tags, device_total, body, progress).await })
+        tokio::spawn(async move { this.run(upload, body, progress).await })
             .await
             .map_err(|e| UploadError::Internal(e.into()))?
     }
 
     async fn run(
         &self,
-        name: String,
-        tags: Vec<Tag>,
-        device_total: Option<u64>,
+        upload: NewUpload,
         body: Body,
         progress: Arc<UploadProgress>,
     ) -> UploadResult<Uploaded> {
+        let NewUpload {
+            name,
+            tags,
+            device_total,
+            client,
+        } = upload;
         let started = Instant::now();
         let device_total = self.device_total(device_total, &tags).await;
+        let _share = match client {
+            Some(ip) => Some(self.share(ip).await?),
+            None => None,
+        };
         let _slot = self
             .slots
             .acquire()
@@ -433,6 +517,28 @@ impl Uploads {
         })
     }
 
+    /// One of `ip`'s share of the parse slots, waited for; given back when dropped (and the
+    /// client forgotten once it holds none).
+    async fn share(&self, ip: std::net::IpAddr) -> UploadResult<ClientShare> {
+        let per_client = self.limits.slots_per_client.max(1);
+        let semaphore = self
+            .shares
+            .lock()
+            .expect("shares lock")
+            .entry(ip)
+            .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(per_client)))
+            .clone();
+        let permit = semaphore
+            .acquire_owned()
+            .await
+            .map_err(|e| UploadError::Internal(e.into()))?;
+        Ok(ClientShare {
+            shares: self.shares.clone(),
+            ip,
+            permit: Some(permit),
+        })
+    }
+
     /// The device's total memory: as the upload gave it, else from the collectors' readings of
     /// the host (and pid) the snapshot is tagged with.
     async fn device_total(&self, given: Option<u64>, tags: &[Tag]) -> Option<api::DeviceTotal> {
@@ -457,8 +563,11 @@ impl Uploads {
         options: snapshot::analysis::Options,
     ) -> UploadResult<Received> {
         let (tx, rx) = tokio::sync::mpsc::channel::<axum::body::Bytes>(64);
+        // The engine reserves its tables from the size hint up front: a declared length is
+        // only a claim (a Content-Length near the cap reserved ~4 GB of address space before a
+        // byte arrived), so the hint is bounded and the tables grow with what really arrives.
         let limits = snapshot::Limits {
-            size_hint_bytes: progress.total_bytes,
+            size_hint_bytes: progress.total_bytes.min(MAX_RESERVE_HINT_BYTES),
             ..self.limits.read.clone()
         };
         let parser = spawn_parser(rx, progress.clone(), limits, options);
@@ -482,11 +591,16 @@ impl Uploads {
         // When the last byte of the body arrived: the indexing after it is what the client
         // waits for once its upload is sent (logged as `after_last_byte_ms`).
         let mut last_byte_at = Instant::now();
-        // Receive until the end or the parser stops.
+        // Receive until the end or the parser stops, within the upload's time budget.
+        let receiving = Instant::now();
+        let declared = sink.progress.total_bytes;
+        let limits = self.limits.clone();
+        let budget =
+            move |received: u64| limits.time_budget(if declared > 0 { declared } else { received });
         let received: UploadResult<()> = async {
             sink.file = Some(tokio::fs::File::create(&tmp.0).await?);
             let mut tx = Some(tx);
-            while let Some(chunk) = stream.next().await {
+            while let Some(chunk) = next_within(&mut stream, receiving, budget(sink.size)).await? {
                 let chunk = sink.take(chunk).await?;
                 last_byte_at = Instant::now();
                 if let Some(t) = &tx
@@ -511,7 +625,7 @@ impl Uploads {
         let (snap, index, report, parsed_at) = parsed?;
         let parsed_after_last_byte = parsed_at.saturating_duration_since(last_byte_at);
         // Store what the parser did not need (trailing bytes after the pickle's STOP).
-        while let Some(chunk) = stream.next().await {
+        while let Some(chunk) = next_within(&mut stream, receiving, budget(sink.size)).await? {
             sink.take(chunk).await?;
             last_byte_at = Instant::now();
         }
@@ -561,9 +675,10 @@ impl Uploads {
         tokio::spawn(async move {
             let _counted = counted;
             let started = Instant::now();
+            let origin = sha256.clone();
             let placed = lib
                 .write_model(&id, &sha256, move |path| {
-                    write_model_file(&loaded.snap, &loaded.index, path)
+                    write_model_file(&loaded.snap, &loaded.index, &origin, path)
                 })
                 .await;
             match placed {

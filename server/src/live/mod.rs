@@ -19,7 +19,7 @@ mod rollup;
 mod series;
 mod store;
 
-pub use queries::{DeviceAllocator, GpuLatest};
+pub use queries::{Counters, DeviceAllocator, GpuLatest};
 pub use rollup::RollUp;
 pub use series::{LEAK_MIN_STEPS, Window, align, leak_signal, outside};
-pub use store::{IngestError, Live};
+pub use store::{IngestError, Live, MAX_AHEAD_MS, MAX_GPUS_PER_HOST};

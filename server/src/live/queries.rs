@@ -51,10 +51,10 @@ impl Live {
             .await)
     }
 
-    /// (batches, samples stored, samples collectors dropped, snapshots, events by kind).
-    pub async fn counters(&self) -> sqlx::Result<(i64, i64, i64, i64, Vec<(String, i64)>)> {
+    /// The running totals `/metrics` reports.
+    pub async fn counters(&self) -> sqlx::Result<Counters> {
         let mut c = self.db.live_read().await?;
-        let (batches, rows, dropped): (i64, i64, i64) =
+        let (batches, rows, dropped, future): (i64, i64, i64, i64) =
             with_live!(c, |conn| sqlx::query_as(INGEST_TOTALS)
                 .fetch_one(&mut *conn)
                 .await)?;
@@ -68,8 +68,32 @@ impl Live {
         )
         .fetch_all(&mut *conn)
         .await)?;
-        Ok((batches, rows, dropped, snapshots, events))
+        Ok(Counters {
+            batches,
+            rows,
+            dropped,
+            future,
+            snapshots,
+            events,
+        })
     }
+}
+
+/// Running totals of the live store and the library.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Counters {
+    /// Collector batches stored.
+    pub batches: i64,
+    /// Samples stored.
+    pub rows: i64,
+    /// Samples collectors dropped (spool full) and reported.
+    pub dropped: i64,
+    /// Samples and events refused for being stamped ahead of this server's clock.
+    pub future: i64,
+    /// Snapshots in the library.
+    pub snapshots: i64,
+    /// Events stored, by kind.
+    pub events: Vec<(String, i64)>,
 }
 
 #[derive(Debug, Clone, FromRow)]
@@ -160,7 +184,8 @@ const LATEST_ALLOCATOR_BY_DEVICE: &str = "SELECT host, device, CAST(sum(allocate
      CAST(sum(reserved_bytes) AS BIGINT) AS reserved_bytes, \
      CAST(coalesce(sum(alloc_retries), 0) AS BIGINT) AS alloc_retries, \
      CAST(coalesce(sum(ooms), 0) AS BIGINT) AS ooms FROM allocator_latest GROUP BY host, device ORDER BY host, device";
-const INGEST_TOTALS: &str = "SELECT batches, rows, dropped FROM ingest_totals WHERE id = 1";
+const INGEST_TOTALS: &str =
+    "SELECT batches, rows, dropped, future_samples FROM ingest_totals WHERE id = 1";
 const GPUS_WITH_LATEST: &str = "SELECT g.host, g.uuid, g.idx, g.name, g.total_bytes, g.last_seen_ms, l.used_bytes, \
      l.reserved_bytes, l.gpu_util, l.temperature_c, l.power_mw FROM gpus g \
      LEFT JOIN gpu_latest l ON l.gpu_uuid = g.uuid \

@@ -125,19 +125,41 @@ impl Live {
     /// same key with the same content again is a duplicate (acknowledged, nothing stored), with
     /// other content a conflict.
     ///
-    /// `token_name` is the NAME of the token the batch came with: it may speak for one host, the
-    /// first it reported, and for the GPUs no other host reported first.
+    /// `token_name` is the NAME of the token the batch came with: the one host it speaks for (its
+    /// configuration says so, not the batch: another token cannot claim this host, nor this one
+    /// another), with the GPUs no other host reported first. Samples stamped more than
+    /// [`MAX_AHEAD_MS`] ahead are not stored, and counted.
     pub async fn ingest_batch(
         &self,
         b: &wire::Batch,
         token_name: &str,
     ) -> Result<wire::Ack, IngestError> {
+        if b.host != token_name {
+            return Err(IngestError::Forbidden(format!(
+                "the token of {token_name:?} speaks for host {token_name:?}, and this batch says {:?}: \
+                 run the collector with --host {token_name} (or leave --host out), or give that host its own \
+                 --collector-token {}=TOKEN",
+                b.host, b.host
+            )));
+        }
         let _turn = self.db.writer_turn().await;
+        let now_ms = crate::now_ms();
+        // Digested as received (a resend matches), stored without what is stamped ahead.
+        let received = b;
+        let (b, ahead) = without_future(received, now_ms);
+        let b = b.as_ref();
+        if ahead > 0 {
+            tracing::warn!(
+                host = b.host,
+                samples = ahead,
+                "samples stamped more than {} minutes ahead of this server's clock were refused: check the host's clock (NTP)",
+                MAX_AHEAD_MS / 60_000
+            );
+        }
         let rows = (b.gpus.len() + b.processes.len() + b.allocator.len() + b.events.len()) as u64;
         let mut tx = self.db.begin().await?;
-        check_identity(&mut tx, b, token_name).await?;
-        let now_ms = crate::now_ms();
-        if !record_batch(&mut tx, b, rows, now_ms).await? {
+        check_identity(&mut tx, b).await?;
+        if !record_batch(&mut tx, received, rows, now_ms).await? {
             return Ok(wire::Ack {
                 seq: b.seq,
                 spool_id: b.spool_id.clone(),
@@ -150,7 +172,7 @@ impl Live {
         store_latest(&mut tx, b).await?;
         store_events(&mut tx, b).await?;
         keep_host_and_processes(&mut tx, b, now_ms).await?;
-        add_to_totals(&mut tx, rows, b.dropped_samples).await?;
+        add_to_totals(&mut tx, rows, b.dropped_samples, ahead).await?;
         let notice = api::LiveNotice {
             host: b.host.clone(),
             time_ms: now_ms,
@@ -188,44 +210,71 @@ impl Live {
     }
 }
 
-/// Refuses a batch that speaks for a host other than the one its token first reported, or for a
-/// GPU another host reported first; binds the token to its host on its first batch.
-async fn check_identity(tx: &mut Tx, b: &wire::Batch, token_name: &str) -> Result<(), IngestError> {
-    let (bound, owners) = with_tx!(tx, |c| {
-        sqlx::query(
-            "INSERT INTO collector_hosts (token_name, host, first_seen_ms) VALUES ($1, $2, $3) \
-             ON CONFLICT DO NOTHING",
-        )
-        .bind(token_name)
-        .bind(&b.host)
-        .bind(crate::now_ms())
-        .execute(&mut *c)
-        .await?;
-        let bound: String =
-            sqlx::query_scalar("SELECT host FROM collector_hosts WHERE token_name = $1")
-                .bind(token_name)
-                .fetch_one(&mut *c)
-                .await?;
-        let mut owners = Vec::new();
-        for uuid in batch_gpus(b) {
-            let owner: Option<String> = sqlx::query_scalar("SELECT host FROM gpus WHERE uuid = $1")
-                .bind(uuid)
-                .fetch_optional(&mut *c)
-                .await?;
-            owners.extend(owner.map(|o| (uuid, o)));
-        }
-        (bound, owners)
-    });
-    if bound != b.host {
-        return Err(IngestError::Forbidden(format!(
-            "the token of collector {token_name:?} reports host {bound:?}, and this batch says {:?}; \
-             give each host its own --collector-token (a renamed host needs a new token name)",
-            b.host
-        )));
+/// Samples stamped further ahead of this server's clock than this are refused and counted: one
+/// from a host with a wrong clock would hold the latest values (which never move back) until
+/// wall time passed it.
+pub const MAX_AHEAD_MS: i64 = 5 * 60_000;
+
+/// Most GPUs one host may own (8 GPUs split into 7 MIG instances each is 56).
+pub const MAX_GPUS_PER_HOST: usize = 1024;
+
+/// The batch without its samples and events stamped more than [`MAX_AHEAD_MS`] after `now_ms`,
+/// and how many those were.
+fn without_future(b: &wire::Batch, now_ms: i64) -> (std::borrow::Cow<'_, wire::Batch>, u64) {
+    let limit = now_ms.saturating_add(MAX_AHEAD_MS);
+    let ahead = b.gpus.iter().filter(|g| g.time_ms > limit).count()
+        + b.processes.iter().filter(|p| p.time_ms > limit).count()
+        + b.allocator.iter().filter(|a| a.time_ms > limit).count()
+        + b.events.iter().filter(|e| e.time_ms > limit).count();
+    if ahead == 0 {
+        return (std::borrow::Cow::Borrowed(b), 0);
     }
-    if let Some((uuid, owner)) = owners.into_iter().find(|(_, o)| *o != b.host) {
+    let mut kept = b.clone();
+    kept.gpus.retain(|g| g.time_ms <= limit);
+    kept.processes.retain(|p| p.time_ms <= limit);
+    kept.allocator.retain(|a| a.time_ms <= limit);
+    kept.events.retain(|e| e.time_ms <= limit);
+    (std::borrow::Cow::Owned(kept), ahead as u64)
+}
+
+/// GPU UUIDs per `IN (…)` list: well under SQLite's and PostgreSQL's bound parameters.
+const UUIDS_PER_QUERY: usize = 500;
+
+/// Refuses a batch that speaks for a GPU another host reported first, or that would give its
+/// host more than [`MAX_GPUS_PER_HOST`]. (Which host a batch may speak for is its token's NAME,
+/// checked before: `http::ingest`.) One query per few hundred GPUs, not one per GPU.
+async fn check_identity(tx: &mut Tx, b: &wire::Batch) -> Result<(), IngestError> {
+    let uuids = batch_gpus(b);
+    let mut owners: Vec<(String, String)> = Vec::new();
+    let owned: i64 = with_tx!(tx, |c| {
+        for chunk in uuids.chunks(UUIDS_PER_QUERY) {
+            let list: Vec<String> = (0..chunk.len()).map(|i| format!("${}", i + 1)).collect();
+            let sql = format!(
+                "SELECT uuid, host FROM gpus WHERE uuid IN ({})",
+                list.join(", ")
+            );
+            let mut q = sqlx::query_as(sqlx::AssertSqlSafe(sql));
+            for uuid in chunk {
+                q = q.bind(*uuid);
+            }
+            owners.extend(q.fetch_all(&mut *c).await?);
+        }
+        sqlx::query_scalar("SELECT count(*) FROM gpus WHERE host = $1")
+            .bind(&b.host)
+            .fetch_one(&mut *c)
+            .await?
+    });
+    if let Some((uuid, owner)) = owners.iter().find(|(_, o)| *o != b.host) {
         return Err(IngestError::Forbidden(format!(
             "GPU {uuid} belongs to host {owner:?}; a collector may only report its own host's GPUs"
+        )));
+    }
+    let new = uuids.len() - owners.len();
+    if owned as usize + new > MAX_GPUS_PER_HOST {
+        return Err(IngestError::Forbidden(format!(
+            "host {:?} would own {} GPUs; at most {MAX_GPUS_PER_HOST} per host",
+            b.host,
+            owned as usize + new
         )));
     }
     Ok(())
@@ -292,7 +341,7 @@ async fn record_batch(
 /// (a GPU keeps the host that first reported it: `check_identity` refused any other).
 async fn store_gpus(tx: &mut Tx, b: &wire::Batch) -> sqlx::Result<()> {
     with_tx!(tx, |c| {
-        for g in newest(&b.gpus, |x, y| x.uuid == y.uuid, |g| g.time_ms) {
+        for g in newest(&b.gpus, |g| g.uuid.as_str(), |g| g.time_ms) {
             sqlx::query(
                 "INSERT INTO gpu_latest (gpu_uuid, time_ms, used_bytes, reserved_bytes, gpu_util, temperature_c, \
                  power_mw) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (gpu_uuid) DO UPDATE SET \
@@ -327,14 +376,12 @@ async fn store_gpus(tx: &mut Tx, b: &wire::Batch) -> sqlx::Result<()> {
 /// Each allocator series' and each process's (per GPU) latest sample in this batch, into the
 /// latest tables (a late batch does not move them back).
 async fn store_latest(tx: &mut Tx, b: &wire::Batch) -> sqlx::Result<()> {
-    let same_series = |x: &wire::AllocatorSample, y: &wire::AllocatorSample| {
-        (x.pid, x.start_time_ms, x.device) == (y.pid, y.start_time_ms, y.device)
-    };
-    let same_process = |x: &wire::ProcessSample, y: &wire::ProcessSample| {
-        (&x.gpu_uuid, x.pid, x.start_time_ms) == (&y.gpu_uuid, y.pid, y.start_time_ms)
-    };
     with_tx!(tx, |c| {
-        for a in newest(&b.allocator, same_series, |a| a.time_ms) {
+        for a in newest(
+            &b.allocator,
+            |a| (a.pid, a.start_time_ms, a.device),
+            |a| a.time_ms,
+        ) {
             sqlx::query(
                 "INSERT INTO allocator_latest (host, pid, start_key, start_time_ms, device, gpu_uuid, time_ms, \
                  step, allocated_bytes, reserved_bytes, alloc_retries, ooms) \
@@ -359,7 +406,11 @@ async fn store_latest(tx: &mut Tx, b: &wire::Batch) -> sqlx::Result<()> {
             .execute(&mut *c)
             .await?;
         }
-        for p in newest(&b.processes, same_process, |p| p.time_ms) {
+        for p in newest(
+            &b.processes,
+            |p| (p.gpu_uuid.as_str(), p.pid, p.start_time_ms),
+            |p| p.time_ms,
+        ) {
             sqlx::query(
                 "INSERT INTO process_latest (gpu_uuid, pid, start_key, start_time_ms, host, time_ms, name, \
                  used_bytes) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
@@ -432,13 +483,15 @@ async fn keep_host_and_processes(tx: &mut Tx, b: &wire::Batch, now_ms: i64) -> s
 
 /// The running totals, last: every batch updates this one row, so its lock is held only from
 /// here to the commit (concurrent batches on PostgreSQL queue on it).
-async fn add_to_totals(tx: &mut Tx, rows: u64, dropped: u64) -> sqlx::Result<()> {
+async fn add_to_totals(tx: &mut Tx, rows: u64, dropped: u64, ahead: u64) -> sqlx::Result<()> {
     with_tx!(tx, |c| {
         sqlx::query(
-            "UPDATE ingest_totals SET batches = batches + 1, rows = rows + $1, dropped = dropped + $2 WHERE id = 1",
+            "UPDATE ingest_totals SET batches = batches + 1, rows = rows + $1, dropped = dropped + $2, \
+             future_samples = future_samples + $3 WHERE id = 1",
         )
         .bind(rows as i64)
         .bind(dropped as i64)
+        .bind(ahead as i64)
         .execute(&mut *c)
         .await?;
         Ok(())
@@ -479,18 +532,27 @@ fn batch_gpus(b: &wire::Batch) -> Vec<&str> {
     uuids
 }
 
-/// The newest sample of each series in a batch (a batch holds few series), in first-seen order.
-fn newest<T>(
-    samples: &[T],
-    same_series: impl Fn(&T, &T) -> bool,
+/// The newest sample of each series in a batch, in first-seen order (one pass, a map by key: a
+/// batch may hold thousands of series).
+fn newest<'a, T, K: std::hash::Hash + Eq>(
+    samples: &'a [T],
+    key: impl Fn(&'a T) -> K,
     time_ms: impl Fn(&T) -> i64,
-) -> Vec<&T> {
+) -> Vec<&'a T> {
+    let mut at: std::collections::HashMap<K, usize> = Default::default();
     let mut out: Vec<&T> = Vec::new();
     for s in samples {
-        match out.iter_mut().find(|x| same_series(x, s)) {
-            Some(x) if time_ms(x) <= time_ms(s) => *x = s,
-            Some(_) => {}
-            None => out.push(s),
+        match at.entry(key(s)) {
+            std::collections::hash_map::Entry::Occupied(e) => {
+                let x = &mut out[*e.get()];
+                if time_ms(x) <= time_ms(s) {
+                    *x = s;
+                }
+            }
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(out.len());
+                out.push(s);
+            }
         }
     }
     out

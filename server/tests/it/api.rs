@@ -647,7 +647,7 @@ fn serve_on_a_real_port_survives_a_restart() {
     };
     let mut child = start();
     let body = fixture("multistream.pickle");
-    let mut req = format!("POST /api/snapshots?name=ms HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-length: {}\r\n\r\n", body.len()).into_bytes();
+    let mut req = format!("POST /api/snapshots?name=ms HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\ncontent-length: {}\r\n\r\n", body.len()).into_bytes();
     req.extend_from_slice(&body);
     let res = http(&req);
     assert!(res.starts_with("HTTP/1.1 201"), "{res}");
@@ -655,7 +655,7 @@ fn serve_on_a_real_port_survives_a_restart() {
     child.kill().unwrap();
     child.wait().unwrap();
     let mut child = start();
-    let res = http(b"GET /api/snapshots HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+    let res = http(b"GET /api/snapshots HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n");
     assert!(
         res.starts_with("HTTP/1.1 200") && res.contains("\"name\":\"ms\""),
         "{res}"

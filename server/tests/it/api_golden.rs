@@ -138,7 +138,7 @@ async fn open(tag: &str) -> AppState {
     let dir = std::env::temp_dir().join(format!("memscope-golden-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let mut args = server::testing::serve_args(dir);
-    args.collector_tokens = vec!["gpu7=s3cret".into()];
+    args.collector_tokens = vec!["gpu7=s3cret-0123456789abcdef".into()];
     AppState::open(args).await.unwrap()
 }
 
@@ -301,7 +301,7 @@ async fn live_endpoints_answer_as_recorded() {
         let (st, body) = call(
             &state,
             Request::post("/api/ingest")
-                .header("authorization", "Bearer s3cret")
+                .header("authorization", "Bearer s3cret-0123456789abcdef")
                 .body(Body::from(serde_json::to_vec(b).unwrap()))
                 .unwrap(),
         )

@@ -2086,8 +2086,9 @@ async fn the_what_if_tab_shows_the_setting_that_avoids_the_oom() {
 }
 
 /// Issue 13, finding 8: a server started with API tokens. The dashboard asks for a token once
-/// (the first answer is a 401), keeps it, and everything works after: the library, an upload,
-/// the snapshot's page, without asking again.
+/// (the first answer is a 401), hands it to the server, which keeps it in an HttpOnly cookie
+/// (issue 38), and everything works after: the library, an upload, the snapshot's page, without
+/// asking again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_with_tokens_asks_for_one_once() {
     const WRITE: &str = "w-0123456789abcdef";
@@ -2126,6 +2127,12 @@ async fn a_server_with_tokens_asks_for_one_once() {
     )
     .await;
     assert!(c.get_alert_text().await.is_err(), "asked once, not again");
+    // Issue 38, item 14: the server set the cookie, HttpOnly: no script on the page can read it.
+    let cookies = c.execute("return document.cookie", vec![]).await.unwrap();
+    assert!(
+        !cookies.as_str().unwrap_or_default().contains(WRITE),
+        "the token is out of scripts' reach: {cookies}"
+    );
     screenshot(&c, "tokens-snapshot-page").await;
     // The only errors: the first requests' 401s, before the token was given.
     let errors: Vec<String> = console_errors(&c)

@@ -106,7 +106,7 @@ fn http_get(base: &str, path: &str) -> (u16, usize) {
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n"
     )
     .unwrap();
     let mut out = Vec::new();

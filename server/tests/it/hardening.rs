@@ -11,7 +11,11 @@ use server::state::AppState;
 use crate::support::app::{fixture_bytes as fixture, respond as call};
 
 async fn state(tag: &str) -> AppState {
-    crate::support::app::app_state(&format!("hardening-{tag}"), &["gpu7=s3cret"]).await
+    crate::support::app::app_state(
+        &format!("hardening-{tag}"),
+        &["gpu7=s3cret-0123456789abcdef"],
+    )
+    .await
 }
 
 /// A body of `total` zero bytes made lazily in 64 KiB chunks, counting what the server pulls.
@@ -59,22 +63,9 @@ async fn send(
 const MIB: u64 = 1 << 20;
 
 /// A fixture's bytes.
-/// One NVML reading of GPU `uuid` (1 byte used of 2).
+/// One NVML reading of GPU `uuid` (1 byte used).
 fn gpu_sample(uuid: &str) -> wire::GpuSample {
-    wire::GpuSample {
-        time_ms: 1_700_000_000_000,
-        uuid: uuid.into(),
-        index: 0,
-        name: None,
-        memory_used_bytes: Some(1),
-        memory_free_bytes: Some(1),
-        memory_total_bytes: Some(2),
-        memory_reserved_bytes: None,
-        gpu_util_percent: None,
-        mem_util_percent: None,
-        temperature_c: None,
-        power_mw: None,
-    }
+    crate::support::scenario::gpu(uuid, 1_700_000_000_000, 1)
 }
 
 /// One request through the router: the status and the body.
@@ -102,7 +93,10 @@ async fn no_body_is_read_before_its_request_is_allowed_and_never_past_its_limit(
         "read {pulled} bytes of an unauthenticated body"
     );
     // A token, but a declared size over the batch limit: refused before reading.
-    let auth = ("authorization", "Bearer s3cret".to_string());
+    let auth = (
+        "authorization",
+        "Bearer s3cret-0123456789abcdef".to_string(),
+    );
     let (st, text, pulled) = send(
         &s,
         "POST",
@@ -174,7 +168,7 @@ async fn any_window_a_client_asks_for_is_answered() {
         largest_free_block_bytes: None,
     });
     let req = Request::post("/api/ingest")
-        .header("authorization", "Bearer s3cret")
+        .header("authorization", "Bearer s3cret-0123456789abcdef")
         .body(Body::from(serde_json::to_vec(&b).unwrap()))
         .unwrap();
     let (st, text) = call(&s, req).await;
@@ -423,7 +417,7 @@ async fn a_fresh_spool_is_stored_and_a_changed_batch_is_a_conflict() {
     let s = state("spools").await;
     let post = |b: &wire::Batch| {
         Request::post("/api/ingest")
-            .header("authorization", "Bearer s3cret")
+            .header("authorization", "Bearer s3cret-0123456789abcdef")
             .body(Body::from(serde_json::to_vec(b).unwrap()))
             .unwrap()
     };
@@ -540,7 +534,10 @@ async fn a_collector_cannot_speak_for_another_host_or_its_gpus() {
     ));
     let _ = std::fs::remove_dir_all(&dir);
     let mut args = server::testing::serve_args(dir);
-    args.collector_tokens = vec!["gpu7=s3cret".into(), "gpu8=other".into()];
+    args.collector_tokens = vec![
+        "gpu7=s3cret-0123456789abcdef".into(),
+        "gpu8=other-0123456789abcdef".into(),
+    ];
     let s = AppState::open(args).await.unwrap();
     let post = |token: &str, b: &wire::Batch| {
         Request::post("/api/ingest")
@@ -554,21 +551,49 @@ async fn a_collector_cannot_speak_for_another_host_or_its_gpus() {
         b
     };
     // Each collector reports its own host and GPU.
-    let (st, _) = call(&s, post("s3cret", &batch("gpu7", 1, "gpu7", "GPU-seven"))).await;
+    let (st, _) = call(
+        &s,
+        post(
+            "s3cret-0123456789abcdef",
+            &batch("gpu7", 1, "gpu7", "GPU-seven"),
+        ),
+    )
+    .await;
     assert_eq!(st, StatusCode::OK);
-    let (st, _) = call(&s, post("other", &batch("gpu8", 1, "gpu8", "GPU-eight"))).await;
+    let (st, _) = call(
+        &s,
+        post(
+            "other-0123456789abcdef",
+            &batch("gpu8", 1, "gpu8", "GPU-eight"),
+        ),
+    )
+    .await;
     assert_eq!(st, StatusCode::OK);
     // gpu8 sending as host gpu7, with gpu7's GPU: refused.
-    let (st, text) = call(&s, post("other", &batch("gpu8", 2, "gpu7", "GPU-seven"))).await;
+    let (st, text) = call(
+        &s,
+        post(
+            "other-0123456789abcdef",
+            &batch("gpu8", 2, "gpu7", "GPU-seven"),
+        ),
+    )
+    .await;
     assert_eq!(st, StatusCode::FORBIDDEN);
     let error = |t: &[u8]| serde_json::from_slice::<api::ErrorBody>(t).unwrap().error;
     assert!(
-        error(&text).contains("reports host \"gpu8\""),
+        error(&text).contains("speaks for host \"gpu8\""),
         "{}",
         error(&text)
     );
     // gpu8 as itself, claiming gpu7's GPU: refused.
-    let (st, text) = call(&s, post("other", &batch("gpu8", 3, "gpu8", "GPU-seven"))).await;
+    let (st, text) = call(
+        &s,
+        post(
+            "other-0123456789abcdef",
+            &batch("gpu8", 3, "gpu8", "GPU-seven"),
+        ),
+    )
+    .await;
     assert_eq!(st, StatusCode::FORBIDDEN);
     assert!(
         error(&text).contains("belongs to host \"gpu7\""),
@@ -585,7 +610,7 @@ async fn a_collector_cannot_speak_for_another_host_or_its_gpus() {
         message: "forged".into(),
         snapshot_id: None,
     });
-    let (st, _) = call(&s, post("other", &forged)).await;
+    let (st, _) = call(&s, post("other-0123456789abcdef", &forged)).await;
     assert_eq!(st, StatusCode::FORBIDDEN);
     // Nothing of it stored; gpu7's GPU still gpu7's.
     let counts = s.live.live_counts().await.unwrap();
@@ -605,27 +630,34 @@ async fn a_collector_cannot_speak_for_another_host_or_its_gpus() {
 async fn writes_need_a_token_hosts_are_checked_and_other_sites_cannot_write() {
     const WRITE: &str = "w-0123456789abcdef";
     const READ: &str = "r-0123456789abcdef";
-    let req = |method: &str, uri: &str, headers: &[(&str, &str)]| {
+    let req_to = |host: &str, method: &str, uri: &str, headers: &[(&str, &str)]| {
         let mut r = Request::builder()
             .method(method)
             .uri(uri)
-            .header("host", "memscope.internal:8080");
+            .header("host", host);
         for (k, v) in headers {
             r = r.header(*k, *v);
         }
         r.body(Body::empty()).unwrap()
     };
-    // Default: no token needed, but a write from another site's page is refused.
+    let req = |method: &str, uri: &str, headers: &[(&str, &str)]| {
+        req_to("memscope.internal:8080", method, uri, headers)
+    };
+    // Default (loopback): no token needed, but a write from another site's page is refused.
     let s = state("access-open").await;
     let id = upload(&s, fixture("multistream.pickle")).await;
     let path = format!("/api/snapshots/{id}");
     let evil = [("origin", "http://evil.example")];
-    let (st, _) = call(&s, req("DELETE", &path, &evil)).await;
+    let (st, _) = call(&s, req_to("localhost:8080", "DELETE", &path, &evil)).await;
     assert_eq!(st, StatusCode::FORBIDDEN, "cross-site delete");
-    let (st, _) = call(&s, req("POST", "/api/snapshots", &evil)).await;
+    let (st, _) = call(
+        &s,
+        req_to("localhost:8080", "POST", "/api/snapshots", &evil),
+    )
+    .await;
     assert_eq!(st, StatusCode::FORBIDDEN, "cross-site upload");
-    let own = [("origin", "http://memscope.internal:8080")];
-    let (st, _) = call(&s, req("DELETE", &path, &own)).await;
+    let own = [("origin", "http://localhost:8080")];
+    let (st, _) = call(&s, req_to("localhost:8080", "DELETE", &path, &own)).await;
     assert_eq!(st, StatusCode::NO_CONTENT, "the dashboard's own delete");
 
     // Tokens: a write token to change the library, a read token to read it.
@@ -664,7 +696,7 @@ async fn writes_need_a_token_hosts_are_checked_and_other_sites_cannot_write() {
     assert_eq!(st, StatusCode::FORBIDDEN, "a read token cannot delete");
     let (st, _) = call(&s, req("DELETE", &path, &[])).await;
     assert_eq!(st, StatusCode::UNAUTHORIZED);
-    let cookie = format!("theme=dark; memscope_token={WRITE}");
+    let cookie = format!("theme=dark; memscope_token_8080={WRITE}");
     let (st, _) = call(&s, req("DELETE", &path, &[("cookie", &cookie)])).await;
     assert_eq!(st, StatusCode::NO_CONTENT, "the dashboard's cookie");
     // Another Host (a rebound DNS name) is refused even with a token.
@@ -708,7 +740,7 @@ async fn slow_live_queries_cannot_starve_ingest_or_the_library() {
         snapshot_id: None,
     });
     let ingest = Request::post("/api/ingest")
-        .header("authorization", "Bearer s3cret")
+        .header("authorization", "Bearer s3cret-0123456789abcdef")
         .body(Body::from(serde_json::to_vec(&b).unwrap()))
         .unwrap();
     let (st, _) = tokio::time::timeout(Duration::from_secs(2), call(&s, ingest))

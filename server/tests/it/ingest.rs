@@ -13,7 +13,14 @@ use server::state::AppState;
 use tower::ServiceExt;
 
 async fn state(tag: &str) -> AppState {
-    crate::support::app::app_state(&format!("ingest-{tag}"), &["gpu7=s3cret", "gpu8=other"]).await
+    crate::support::app::app_state(
+        &format!("ingest-{tag}"),
+        &[
+            "gpu7=s3cret-0123456789abcdef",
+            "gpu8=other-0123456789abcdef",
+        ],
+    )
+    .await
 }
 
 /// A batch from the recorded NVML readings of `leak_detached_cache` (same fields as live NVML).
@@ -97,7 +104,7 @@ async fn batches_are_stored_once_and_only_with_the_right_token() {
     assert!(batch.gpus.len() == 84 && !batch.processes.is_empty());
 
     // No token, an unknown token, another collector's token: 401 and nothing stored.
-    for token in [None, Some("wrong"), Some("other")] {
+    for token in [None, Some("wrong"), Some("other-0123456789abcdef")] {
         let (st, err) = post(&s, token, json.clone(), false).await;
         assert_eq!(st, StatusCode::UNAUTHORIZED, "{token:?}: {err}");
         assert!(error_message(&err).len() > 10);
@@ -105,7 +112,7 @@ async fn batches_are_stored_once_and_only_with_the_right_token() {
     assert_eq!(s.live.live_counts().await.unwrap(), [0, 0, 0, 0, 0]);
 
     // The right token, gzip-compressed: stored.
-    let (st, ack) = post(&s, Some("s3cret"), gz(&json), true).await;
+    let (st, ack) = post(&s, Some("s3cret-0123456789abcdef"), gz(&json), true).await;
     assert_eq!(st, StatusCode::OK, "{ack}");
     assert_eq!(
         ack,
@@ -115,7 +122,7 @@ async fn batches_are_stored_once_and_only_with_the_right_token() {
     assert_eq!(counts, [84, batch.processes.len() as i64, 0, 0, 1]);
 
     // The same batch again (a resend after a lost acknowledgement): acknowledged, not stored twice.
-    let (st, ack) = post(&s, Some("s3cret"), json.clone(), false).await;
+    let (st, ack) = post(&s, Some("s3cret-0123456789abcdef"), json.clone(), false).await;
     assert_eq!(st, StatusCode::OK);
     assert_eq!(
         ack,
@@ -126,7 +133,7 @@ async fn batches_are_stored_once_and_only_with_the_right_token() {
     // The next batch is stored.
     let (st, ack) = post(
         &s,
-        Some("s3cret"),
+        Some("s3cret-0123456789abcdef"),
         serde_json::to_vec(&recorded_batch(2)).unwrap(),
         false,
     )
@@ -139,12 +146,18 @@ async fn batches_are_stored_once_and_only_with_the_right_token() {
 #[tokio::test]
 async fn malformed_batches_are_refused() {
     let s = state("bad").await;
-    let (st, err) = post(&s, Some("s3cret"), b"{not json".to_vec(), false).await;
+    let (st, err) = post(
+        &s,
+        Some("s3cret-0123456789abcdef"),
+        b"{not json".to_vec(),
+        false,
+    )
+    .await;
     assert_eq!(st, StatusCode::BAD_REQUEST);
     assert!(error_message(&err).starts_with("malformed batch"), "{err}");
     let (st, err) = post(
         &s,
-        Some("s3cret"),
+        Some("s3cret-0123456789abcdef"),
         b"\x1f\x8bnot really gzip".to_vec(),
         true,
     )
@@ -155,7 +168,7 @@ async fn malformed_batches_are_refused() {
     future.version = wire::VERSION + 1;
     let (st, err) = post(
         &s,
-        Some("s3cret"),
+        Some("s3cret-0123456789abcdef"),
         serde_json::to_vec(&future).unwrap(),
         false,
     )
@@ -164,7 +177,7 @@ async fn malformed_batches_are_refused() {
     assert!(error_message(&err).contains("newer"), "{err}");
     let (st, _) = post(
         &s,
-        Some("s3cret"),
+        Some("s3cret-0123456789abcdef"),
         br#"{"version":1,"collector":"gpu7","seq":"x","host":"h"}"#.to_vec(),
         false,
     )
@@ -211,7 +224,7 @@ async fn prometheus_metrics_follow_the_conventions() {
     }];
     let (st, _) = post(
         &s,
-        Some("s3cret"),
+        Some("s3cret-0123456789abcdef"),
         serde_json::to_vec(&batch).unwrap(),
         false,
     )
@@ -294,7 +307,7 @@ async fn prometheus_metrics_follow_the_conventions() {
     late.allocator = vec![alloc(1, 15, 7, 7), alloc(2, 30, 5000, 6000)];
     let (st, _) = post(
         &s,
-        Some("s3cret"),
+        Some("s3cret-0123456789abcdef"),
         serde_json::to_vec(&late).unwrap(),
         false,
     )
@@ -337,7 +350,7 @@ async fn an_oom_snapshot_from_a_reported_host_takes_its_gpu_size_from_nvml() {
     let total = batch.gpus[0].memory_total_bytes.unwrap();
     let (status, _) = post(
         &state,
-        Some("s3cret"),
+        Some("s3cret-0123456789abcdef"),
         serde_json::to_vec(&batch).unwrap(),
         false,
     )

@@ -15,7 +15,7 @@ use crate::support::app::{get_as, respond_json as call};
 use crate::support::scenario::{GIB, MIB, alloc, batch, scenario};
 
 async fn state(tag: &str) -> AppState {
-    crate::support::app::app_state(&format!("live-{tag}"), &["gpu7=s3cret"]).await
+    crate::support::app::app_state(&format!("live-{tag}"), &["gpu7=s3cret-0123456789abcdef"]).await
 }
 
 async fn get(s: &AppState, uri: &str) -> serde_json::Value {
@@ -26,7 +26,7 @@ async fn get(s: &AppState, uri: &str) -> serde_json::Value {
 
 async fn ingest(s: &AppState, b: &wire::Batch) -> StatusCode {
     let req = Request::post("/api/ingest")
-        .header("authorization", "Bearer s3cret")
+        .header("authorization", "Bearer s3cret-0123456789abcdef")
         .body(Body::from(serde_json::to_vec(b).unwrap()))
         .unwrap();
     call(s, req).await.0

@@ -47,7 +47,7 @@ impl Replica {
             ])
             .arg(data)
             .args(["--database-url", database_url])
-            .args(["--collector-token", &format!("c1={TOKEN}")])
+            .args(["--collector-token", &format!("replica-host={TOKEN}")])
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -101,7 +101,7 @@ impl Drop for Replica {
 
 /// Batch `seq`: SAMPLES_PER_BATCH readings of two GPUs of host `replica-host`.
 fn batch(seq: u64) -> Vec<u8> {
-    let mut b = wire::Batch::new("c1", seq, "replica-host");
+    let mut b = wire::Batch::new("replica-host", seq, "replica-host");
     b.spool_id = Some("spool-replicas".into());
     for i in 0..SAMPLES_PER_BATCH {
         b.gpus.push(wire::GpuSample {

@@ -11,51 +11,28 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::support::app::fixture_bytes as fixture;
-
-struct Running {
-    state: AppState,
-    addr: SocketAddr,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.stop.take().map(|s| s.send(()));
-    }
-}
+use crate::support::socket::{self, Running};
 
 /// A server on a real socket with small limits: 16 connections, headers within 0.5 s, body
 /// pieces within 0.5 s, uploads at 64 KiB/s or faster, 2 parse slots.
 async fn listening(tag: &str) -> Running {
-    let dir = std::env::temp_dir().join(format!("memscope-slow-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let mut args = server::testing::serve_args(dir);
-    args.max_connections = 16;
-    args.header_timeout_secs = 0.5;
-    args.body_idle_timeout_secs = 0.5;
-    args.min_upload_bytes_per_s = 64 << 10;
-    args.index_workers = 2;
-    let state = AppState::open(args).await.unwrap();
-    let limits = state.config.conn_limits();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let app = server::http::app(state.clone());
-    tokio::spawn(server::listen::serve(listener, app, limits, async {
-        rx.await.ok();
-    }));
-    Running {
-        state,
-        addr,
-        stop: Some(tx),
-    }
+    socket::listening(&format!("slow-{tag}"), |args| {
+        args.max_connections = 16;
+        // One client (this test) takes every connection: the per-client cap is `starvation`'s.
+        args.max_connections_per_client = Some(16);
+        args.header_timeout_secs = 0.5;
+        args.body_idle_timeout_secs = 0.5;
+        args.min_upload_bytes_per_s = 64 << 10;
+        args.index_workers = 2;
+    })
+    .await
 }
 
 /// Sends a whole request and reads the whole answer: (status, body).
 async fn request(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> (u16, String) {
     let mut s = TcpStream::connect(addr).await.unwrap();
     let head = format!(
-        "{method} {path} HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        "{method} {path} HTTP/1.1\r\nhost: localhost\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
         body.len()
     );
     s.write_all(head.as_bytes()).await.unwrap();
@@ -88,6 +65,7 @@ fn tmp_files(s: &AppState) -> Vec<String> {
 /// blocked every other upload; 1,100 half-sent requests used up the file descriptors.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn slow_and_half_sent_requests_cannot_hold_the_server() {
+    let _turn = crate::support::SOCKET_FLOODS.lock().await;
     let r = listening("trickle").await;
     let addr = r.addr;
     let path = api::routes::upload(&Default::default());
@@ -97,8 +75,9 @@ async fn slow_and_half_sent_requests_cannot_hold_the_server() {
         let path = path.clone();
         tricklers.push(tokio::spawn(async move {
             let mut s = TcpStream::connect(addr).await.unwrap();
-            let head =
-                format!("POST {path} HTTP/1.1\r\nhost: x\r\ncontent-length: 1000000\r\n\r\n");
+            let head = format!(
+                "POST {path} HTTP/1.1\r\nhost: localhost\r\ncontent-length: 1000000\r\n\r\n"
+            );
             s.write_all(head.as_bytes()).await.unwrap();
             s.write_all(b"\x80\x04").await.unwrap();
             let mut answer = vec![0u8; 4096];
@@ -124,7 +103,7 @@ async fn slow_and_half_sent_requests_cannot_hold_the_server() {
     for _ in 0..200 {
         if let Ok(mut s) = TcpStream::connect(addr).await {
             let _ = s
-                .write_all(b"POST /api/snapshots HTTP/1.1\r\nhost: x\r\n")
+                .write_all(b"POST /api/snapshots HTTP/1.1\r\nhost: localhost\r\n")
                 .await;
             half_sent.push(s);
         }
@@ -165,7 +144,7 @@ async fn slow_and_half_sent_requests_cannot_hold_the_server() {
 async fn a_stalled_body_ends_its_request() {
     let r = listening("stall").await;
     let mut s = TcpStream::connect(r.addr).await.unwrap();
-    s.write_all(b"POST /api/ingest HTTP/1.1\r\nhost: x\r\nauthorization: Bearer nope\r\ncontent-length: 100\r\n\r\n{")
+    s.write_all(b"POST /api/ingest HTTP/1.1\r\nhost: localhost\r\nauthorization: Bearer nope\r\ncontent-length: 100\r\n\r\n{")
         .await
         .unwrap();
     let mut out = Vec::new();
@@ -179,7 +158,7 @@ async fn a_stalled_body_ends_its_request() {
         std::env::temp_dir().join(format!("memscope-slow-stall2-{}", std::process::id())),
     );
     let _ = std::fs::remove_dir_all(&args.data_dir);
-    args.collector_tokens = vec!["c=t".into()];
+    args.collector_tokens = vec!["c=t-0123456789abcdef".into()];
     args.body_idle_timeout_secs = 0.5;
     let state = AppState::open(args).await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -192,7 +171,7 @@ async fn a_stalled_body_ends_its_request() {
         std::future::pending(),
     ));
     let mut s = TcpStream::connect(addr).await.unwrap();
-    s.write_all(b"POST /api/ingest HTTP/1.1\r\nhost: x\r\nauthorization: Bearer t\r\ncontent-length: 100\r\n\r\n{")
+    s.write_all(b"POST /api/ingest HTTP/1.1\r\nhost: localhost\r\nauthorization: Bearer t-0123456789abcdef\r\ncontent-length: 100\r\n\r\n{")
         .await
         .unwrap();
     let started = Instant::now();
@@ -215,7 +194,7 @@ async fn a_client_that_disconnects_cannot_free_its_slot_early_or_leave_files() {
     {
         let mut s = TcpStream::connect(r.addr).await.unwrap();
         let head = format!(
-            "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n",
+            "POST {path} HTTP/1.1\r\nhost: localhost\r\ncontent-length: {}\r\n\r\n",
             bytes.len()
         );
         s.write_all(head.as_bytes()).await.unwrap();
@@ -225,7 +204,7 @@ async fn a_client_that_disconnects_cannot_free_its_slot_early_or_leave_files() {
     {
         let mut s = TcpStream::connect(r.addr).await.unwrap();
         let head = format!(
-            "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n",
+            "POST {path} HTTP/1.1\r\nhost: localhost\r\ncontent-length: {}\r\n\r\n",
             bytes.len()
         );
         s.write_all(head.as_bytes()).await.unwrap();
@@ -297,7 +276,7 @@ async fn an_abandoned_whatif_stops_replaying() {
 
     let engine = r.state.engine.clone();
     let mut client = TcpStream::connect(r.addr).await.unwrap();
-    let head = format!("GET {whatif} HTTP/1.1\r\nhost: x\r\n\r\n");
+    let head = format!("GET {whatif} HTTP/1.1\r\nhost: localhost\r\n\r\n");
     client.write_all(head.as_bytes()).await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     while engine.running.load(Relaxed) == 0 {

@@ -8,6 +8,7 @@ pub mod pg;
 pub mod stats;
 
 pub mod scenario;
+pub mod socket;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -179,7 +180,12 @@ pub async fn screenshot(c: &Client, name: &str) {
 }
 
 /// The token of collector `gpu7` (the live scenario's) on servers from [`start_server`].
-pub const COLLECTOR_TOKEN: &str = "e2e-token";
+/// Held by the tests that flood the process with sockets or count its open files
+/// (`starvation`, `slow_clients`), so that they take turns: one's sockets would be counted as
+/// the other's.
+pub static SOCKET_FLOODS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+pub const COLLECTOR_TOKEN: &str = "e2e-collector-token-0123";
 
 /// Posts a collector batch to a running server; returns the status.
 pub async fn post_batch(base: &str, batch: &wire::Batch) -> u16 {

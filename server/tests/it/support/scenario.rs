@@ -6,6 +6,24 @@
 pub const MIB: u64 = 1 << 20;
 pub const GIB: u64 = 1 << 30;
 
+/// One NVML reading of GPU `uuid` at `time_ms`: `used_bytes` in use, 1 GiB free of 2 GiB.
+pub fn gpu(uuid: &str, time_ms: i64, used_bytes: u64) -> wire::GpuSample {
+    wire::GpuSample {
+        time_ms,
+        uuid: uuid.into(),
+        index: 0,
+        name: None,
+        memory_used_bytes: Some(used_bytes),
+        memory_free_bytes: Some(GIB),
+        memory_total_bytes: Some(2 * GIB),
+        memory_reserved_bytes: None,
+        gpu_util_percent: None,
+        mem_util_percent: None,
+        temperature_c: None,
+        power_mw: None,
+    }
+}
+
 pub fn batch(collector: &str, seq: u64) -> wire::Batch {
     wire::Batch::new(collector, seq, "gpu7")
 }
