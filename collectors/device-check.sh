@@ -5,12 +5,12 @@ export PYTHONUNBUFFERED=1
 # Build here (cargo build --release; strip target/release/memscope target/release/memscope-collector), copy both into .devbin/, carry .devbin.
 B=.devbin
 echo "== nvidia-smi before"; nvidia-smi --query-gpu=uuid,name,memory.used,memory.total,memory.reserved --format=csv,noheader,nounits
-$B/memscope serve --addr 127.0.0.1:18090 --data-dir /tmp/msd --collector-token gpu=tok > $OUT/serve.log 2>&1 &
+$B/memscope serve --addr 127.0.0.1:18090 --data-dir /tmp/msd --collector-token gpu=device-collector-token > $OUT/serve.log 2>&1 &
 sleep 1
 python3 -c "import torch,time; x=torch.empty(3<<30, dtype=torch.uint8, device='cuda'); x.fill_(1); torch.cuda.synchronize(); print('holding 3 GiB, pid', __import__('os').getpid()); time.sleep(25)" &
 sleep 6
 echo "== collector: 30 readings at 100 ms"
-$B/memscope-collector --server http://127.0.0.1:18090 --token tok --name gpu --interval-ms 100 --readings 30 --readings-per-batch 5 --spool-dir /tmp/spool 2>&1
+$B/memscope-collector --server http://127.0.0.1:18090 --token device-collector-token --name gpu --interval-ms 100 --readings 30 --readings-per-batch 5 --spool-dir /tmp/spool 2>&1
 echo "== nvidia-smi during"; nvidia-smi --query-gpu=uuid,memory.used,memory.total --format=csv,noheader,nounits
 nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits
 python3 - <<'PY'
@@ -27,7 +27,7 @@ python3 - <<'PY'
 import os, resource, subprocess, time
 for interval, n in ((100, 100), (1000, 10)):
     t = time.time()
-    p = subprocess.Popen([".devbin/memscope-collector", "--server", "http://127.0.0.1:18090", "--token", "tok", "--name", "gpu",
+    p = subprocess.Popen([".devbin/memscope-collector", "--server", "http://127.0.0.1:18090", "--token", "device-collector-token", "--name", "gpu",
                           "--interval-ms", str(interval), "--readings", str(n), "--readings-per-batch", "10", "--spool-dir", f"/tmp/spool{interval}"],
                          stderr=subprocess.DEVNULL)
     _, status, ru = os.wait4(p.pid, 0)

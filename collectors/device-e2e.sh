@@ -18,9 +18,9 @@ export PYTHONPATH=$PWD/collectors/python
 get() { python3 -c "import urllib.request,sys;sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())" "$1"; }
 nvidia-smi --query-gpu=name,uuid,memory.used,memory.total,driver_version --format=csv > "$OUT/nvidia-smi-gpu.csv"
 
-"$BIN/memscope" serve --addr 127.0.0.1:$PORT --data-dir "$W/data" --collector-token gpuhost=tok > "$OUT/server.log" 2>&1 &
+"$BIN/memscope" serve --addr 127.0.0.1:$PORT --data-dir "$W/data" --collector-token gpuhost=device-collector-token > "$OUT/server.log" 2>&1 &
 SERVER=$!
-"$BIN/memscope-collector" --server $URL --token tok --name gpuhost --interval-ms 200 --readings-per-batch 5 \
+"$BIN/memscope-collector" --server $URL --token device-collector-token --name gpuhost --interval-ms 200 --readings-per-batch 5 \
     --agent-dir "$W/agents" --spool-dir "$W/spool" > "$OUT/collector.log" 2>&1 &
 COLLECTOR=$!
 sleep 2

@@ -9,9 +9,9 @@ FINAL=${OUT:-/tmp/memscope-harness-out}
 W=$(mktemp -d)
 mkdir -p "$W/out" "$FINAL"
 PORT=8080
-"$BIN/memscope" serve --addr 127.0.0.1:$PORT --data-dir "$W/data" --collector-token harness=tok > "$W/out/server.log" 2>&1 &
+"$BIN/memscope" serve --addr 127.0.0.1:$PORT --data-dir "$W/data" --collector-token harness=device-collector-token > "$W/out/server.log" 2>&1 &
 SERVER=$!
-"$BIN/memscope-collector" --server http://127.0.0.1:$PORT --token tok --name harness --interval-ms 200 \
+"$BIN/memscope-collector" --server http://127.0.0.1:$PORT --token device-collector-token --name harness --interval-ms 200 \
     --readings-per-batch 5 --agent-dir "$W/agents" --spool-dir "$W/spool" > "$W/out/collector.log" 2>&1 &
 COLLECTOR=$!
 sleep 2

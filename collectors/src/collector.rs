@@ -119,10 +119,41 @@ fn flush(
     Ok((batch.gpus.len() + batch.processes.len() + batch.allocator.len()) as u64)
 }
 
+/// Refusals of the collector's token (401, 403) in a row after which it stops: a token the server
+/// does not know, or a host it does not speak for, does not mend itself.
+pub const REFUSALS_BEFORE_GIVING_UP: u32 = 4;
+
+/// What the shipper did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Shipped {
+    /// Batches the server acknowledged.
+    pub acked: u64,
+    /// Batches the server refused for good (a conflict, or malformed), moved out of the spool
+    /// and kept for an operator: not delivered.
+    pub set_aside: u64,
+    /// Why the shipper gave up (the server refuses this collector's token or host), if it did;
+    /// unsent batches stay in the spool.
+    pub gave_up: Option<String>,
+}
+
+impl Shipped {
+    /// Whether everything spooled was delivered (nothing set aside, nothing given up on).
+    pub fn delivered_all(&self) -> bool {
+        self.set_aside == 0 && self.gave_up.is_none()
+    }
+}
+
 /// Sends everything in the spool until it is empty and `stop` is set, retrying with backoff while
-/// the server is away. Returns the number of batches acknowledged.
-pub fn ship(spool: &Mutex<Spool>, sender: &Sender, stop: &AtomicBool, log: &dyn Fn(&str)) -> u64 {
-    let (mut acked, mut attempt, mut seed) = (0u64, 0u32, 0x2545_f491_4f6c_dd1du64);
+/// the server is away; gives up when the server refuses the collector itself
+/// ([`REFUSALS_BEFORE_GIVING_UP`] times in a row).
+pub fn ship(
+    spool: &Mutex<Spool>,
+    sender: &Sender,
+    stop: &AtomicBool,
+    log: &dyn Fn(&str),
+) -> Shipped {
+    let mut shipped = Shipped::default();
+    let (mut attempt, mut refusals, mut seed) = (0u32, 0u32, 0x2545_f491_4f6c_dd1du64);
     loop {
         let pending = spool
             .lock()
@@ -131,13 +162,13 @@ pub fn ship(spool: &Mutex<Spool>, sender: &Sender, stop: &AtomicBool, log: &dyn 
             .unwrap_or_default();
         if pending.is_empty() {
             if stop.load(Ordering::Relaxed) {
-                return acked;
+                return shipped;
             }
             std::thread::sleep(Duration::from_millis(50));
             continue;
         }
         let seq = pending[0];
-        let (body, spool_id) = {
+        let (body, current_id) = {
             let s = spool.lock().expect("spool lock");
             (s.body(seq), s.id().to_string())
         };
@@ -146,11 +177,14 @@ pub fn ship(spool: &Mutex<Spool>, sender: &Sender, stop: &AtomicBool, log: &dyn 
             std::thread::sleep(Duration::from_millis(50));
             continue;
         };
+        // The id the batch was numbered under (the spool's may have changed since).
+        let spool_id = crate::spool::spool_id_of(&body).unwrap_or(current_id);
         match sender.send(&body) {
             Ok(ack) if ack.acknowledges(Some(&spool_id), seq) => {
                 let _ = spool.lock().expect("spool lock").ack(seq);
-                acked += 1;
+                shipped.acked += 1;
                 attempt = 0;
+                refusals = 0;
             }
             Ok(ack) => {
                 // Not an acknowledgement of what was sent (a server older than wire version 2
@@ -162,7 +196,11 @@ pub fn ship(spool: &Mutex<Spool>, sender: &Sender, stop: &AtomicBool, log: &dyn 
                 std::thread::sleep(backoff(6, seed));
             }
             Err(SendError::Conflict(message)) => {
-                let kept = spool.lock().expect("spool lock").set_aside(seq);
+                let kept = spool
+                    .lock()
+                    .expect("spool lock")
+                    .set_aside(seq, "conflicts");
+                shipped.set_aside += 1;
                 log(&format!(
                     "CONFLICT: the server already holds batch {seq} of spool {spool_id} with different \
                      content, so it was not stored: {message}; the batch is kept in {}",
@@ -172,11 +210,36 @@ pub fn ship(spool: &Mutex<Spool>, sender: &Sender, stop: &AtomicBool, log: &dyn 
                     )
                 ));
             }
+            Err(SendError::Refused { status, message }) if matches!(status, 401 | 403) => {
+                // The server refuses this collector (its token, or the host it speaks for):
+                // every batch would be. The batches stay in the spool for when it is fixed.
+                refusals += 1;
+                log(&format!(
+                    "REFUSED: the server refuses this collector ({status}): {message}"
+                ));
+                if refusals >= REFUSALS_BEFORE_GIVING_UP {
+                    shipped.gave_up = Some(format!(
+                        "the server refused this collector {refusals} times in a row ({status}: {message}); \
+                         check --token, --name and --host against the server's --collector-token NAME=TOKEN \
+                         (unsent batches stay in the spool)"
+                    ));
+                    return shipped;
+                }
+                std::thread::sleep(backoff(refusals - 1, seed));
+            }
             Err(SendError::Refused { status, message }) => {
-                // Resending cannot succeed; keep the batch and slow down, so nothing is lost
-                // silently while an operator fixes the token.
-                log(&format!("server refused batch {seq} ({status}): {message}"));
-                std::thread::sleep(backoff(6, seed));
+                // This batch is refused for good (malformed, too large): resending it cannot
+                // help, and it would hold up every batch after it. Kept for an operator.
+                let kept = spool.lock().expect("spool lock").set_aside(seq, "refused");
+                shipped.set_aside += 1;
+                log(&format!(
+                    "REFUSED: the server refused batch {seq} of spool {spool_id} ({status}): {message}; \
+                     the batch is kept in {}",
+                    kept.map_or_else(
+                        |e| format!("the spool (moving it failed: {e})"),
+                        |p| p.display().to_string()
+                    )
+                ));
             }
             Err(e) => {
                 if attempt == 0 {
@@ -193,6 +256,8 @@ pub fn ship(spool: &Mutex<Spool>, sender: &Sender, stop: &AtomicBool, log: &dyn 
 }
 
 /// Runs sampler and shipper until `stop` (or `readings` readings), then drains the spool.
+/// Returns the samples spooled and what the shipper did; a shipper that gave up stops the
+/// sampler too.
 pub fn run(
     cfg: Config,
     mut source: Box<dyn Source>,
@@ -200,21 +265,25 @@ pub fn run(
     sender: Sender,
     readings: Option<u64>,
     stop: Arc<AtomicBool>,
-) -> anyhow::Result<(u64, u64)> {
+) -> anyhow::Result<(u64, Shipped)> {
     let spool = Arc::new(Mutex::new(spool));
     let ship_stop = Arc::new(AtomicBool::new(false));
     let shipper = {
-        let (spool, ship_stop) = (spool.clone(), ship_stop.clone());
+        let (spool, ship_stop, stop) = (spool.clone(), ship_stop.clone(), stop.clone());
         std::thread::spawn(move || {
-            ship(&spool, &sender, &ship_stop, &|m| {
+            let shipped = ship(&spool, &sender, &ship_stop, &|m| {
                 eprintln!("memscope-collector: {m}")
-            })
+            });
+            if shipped.gave_up.is_some() {
+                stop.store(true, Ordering::Relaxed);
+            }
+            shipped
         })
     };
     let spooled = sample(&cfg, source.as_mut(), &spool, readings, &stop)?;
     ship_stop.store(true, Ordering::Relaxed);
-    let acked = shipper
+    let shipped = shipper
         .join()
         .map_err(|_| anyhow::anyhow!("shipper thread panicked"))?;
-    Ok((spooled, acked))
+    Ok((spooled, shipped))
 }

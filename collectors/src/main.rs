@@ -21,6 +21,10 @@ struct Args {
     /// This collector's name (the NAME of its token); default: the host name.
     #[arg(long, env = "MEMSCOPE_COLLECTOR_NAME")]
     name: Option<String>,
+    /// The host its readings are of, as the server shows it: the token's NAME, which the server
+    /// requires (default: --name).
+    #[arg(long, env = "MEMSCOPE_HOST")]
+    host: Option<String>,
     /// Sampling interval in milliseconds (100 works).
     #[arg(long, env = "MEMSCOPE_INTERVAL_MS", default_value_t = 1000)]
     interval_ms: u64,
@@ -79,12 +83,14 @@ fn main() -> std::process::ExitCode {
         },
     };
     eprintln!("memscope-collector: {}", src.describe());
-    let host = std::fs::read_to_string("/etc/hostname")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "localhost".into());
+    let name = args.name.clone().unwrap_or_else(|| {
+        std::fs::read_to_string("/etc/hostname")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|_| "localhost".into())
+    });
     let cfg = collector::Config {
-        name: args.name.clone().unwrap_or_else(|| host.clone()),
-        host,
+        host: args.host.clone().unwrap_or_else(|| name.clone()),
+        name,
         interval: Duration::from_millis(args.interval_ms.max(10)),
         readings_per_batch: args.readings_per_batch.max(1),
         relay: Some(relay::Relay::new(&args.agent_dir)),
@@ -112,11 +118,26 @@ fn main() -> std::process::ExitCode {
         Arc::new(AtomicBool::new(false)),
     );
     match result {
-        Ok((spooled, acked)) => {
+        Ok((spooled, shipped)) => {
             eprintln!(
-                "memscope-collector: {spooled} samples spooled, {acked} batches acknowledged"
+                "memscope-collector: {spooled} samples spooled, {} batches acknowledged, {} set aside",
+                shipped.acked, shipped.set_aside
             );
-            std::process::ExitCode::SUCCESS
+            if let Some(why) = &shipped.gave_up {
+                eprintln!("memscope-collector: gave up: {why}");
+            }
+            if shipped.set_aside > 0 {
+                eprintln!(
+                    "memscope-collector: {} batches were refused by the server and not delivered; they are kept under {}",
+                    shipped.set_aside,
+                    spool_dir.display()
+                );
+            }
+            if shipped.delivered_all() {
+                std::process::ExitCode::SUCCESS
+            } else {
+                std::process::ExitCode::FAILURE
+            }
         }
         Err(e) => {
             eprintln!("memscope-collector: {e:#}");

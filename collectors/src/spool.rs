@@ -24,6 +24,10 @@ const MEMORY_MAX_BYTES: u64 = 32 << 20;
 pub struct Spool {
     dir: PathBuf,
     id: String,
+    /// Whether `id` is the one in the folder's `spool_id` file. An id is kept only in memory
+    /// while the disk refuses `next_seq`: numbers not persisted are reused by the next start,
+    /// so they must not be numbered under the folder's id.
+    id_saved: bool,
     max_bytes: u64,
     next_seq: u64,
     /// Samples in batches dropped and not yet reported to the server.
@@ -116,6 +120,7 @@ impl Spool {
         let mut s = Spool {
             dir: dir.to_path_buf(),
             id: String::new(),
+            id_saved: false,
             max_bytes,
             next_seq: 1,
             dropped_samples: 0,
@@ -155,6 +160,7 @@ impl Spool {
                 id
             }
         };
+        self.id_saved = true;
         let stored: u64 = read("next_seq")
             .and_then(|s| s.trim().parse().ok())
             .unwrap_or(1);
@@ -175,19 +181,41 @@ impl Spool {
     }
 
     /// The sequence number the next batch gets, persisted first so numbers only increase across
-    /// restarts. A disk that refuses it does not stop the batch: the number is still unique in
-    /// this spool's memory (its id is fresh when the disk failed at open), and `disk_error` says
-    /// why.
+    /// restarts. A disk that refuses it does not stop the batch: the spool goes on under a fresh
+    /// id kept in memory (the next start, reading the old `next_seq`, would number batches the
+    /// server has stored under the folder's id again: every one a conflict), saved once the
+    /// disk takes it; `disk_error` says why.
     fn take_seq(&mut self) -> u64 {
+        if !self.save_next_seq(self.next_seq + 1) && self.id_saved {
+            self.id = new_id();
+            self.id_saved = false;
+        }
         let seq = self.next_seq;
         self.next_seq += 1;
-        if self.disk_error.is_none()
-            && let Err(e) =
-                write_atomic(&self.dir, "next_seq", self.next_seq.to_string().as_bytes())
-        {
-            self.disk_error = Some(e.to_string());
-        }
         seq
+    }
+
+    /// Persists `next` as the next sequence number (then the id, if it is not saved yet): true
+    /// if the disk took both. In this order, a crash between the two leaves the folder's old id
+    /// with a next number past every one used under either id.
+    fn save_next_seq(&mut self, next: u64) -> bool {
+        let saved = (|| {
+            write_atomic(&self.dir, "next_seq", next.to_string().as_bytes())?;
+            if !self.id_saved {
+                write_atomic(&self.dir, "spool_id", self.id.as_bytes())?;
+            }
+            Ok::<(), std::io::Error>(())
+        })();
+        match saved {
+            Ok(()) => {
+                self.id_saved = true;
+                true
+            }
+            Err(e) => {
+                self.disk_error.get_or_insert(e.to_string());
+                false
+            }
+        }
     }
 
     /// A new, empty batch from this spool: the next sequence number, the spool's id, and the
@@ -319,10 +347,11 @@ impl Spool {
         }
     }
 
-    /// The server refused `seq` for good (its key was stored with other content): moved out of
-    /// the way into `conflicts/`, kept for an operator, never deleted.
-    pub fn set_aside(&mut self, seq: u64) -> std::io::Result<PathBuf> {
-        let dir = self.dir.join("conflicts");
+    /// The server refused `seq` for good (its key was stored with other content, or it is
+    /// malformed): moved out of the way into `folder` (`conflicts/`, `refused/`), kept for an
+    /// operator, never deleted.
+    pub fn set_aside(&mut self, seq: u64, folder: &str) -> std::io::Result<PathBuf> {
+        let dir = self.dir.join(folder);
         std::fs::create_dir_all(&dir)?;
         let to = dir.join(format!("{}-{seq:020}.json.gz", self.id));
         match self.memory.iter().position(|(s, _)| *s == seq) {
@@ -334,6 +363,12 @@ impl Spool {
         }
         Ok(to)
     }
+}
+
+/// The spool id a spooled batch (gzip JSON) was numbered under: the id its acknowledgement must
+/// echo, which is not the spool's current one for a batch from before the id changed.
+pub fn spool_id_of(gz: &[u8]) -> Option<String> {
+    decode(gz).ok()?.spool_id
 }
 
 fn decode(gz: &[u8]) -> std::io::Result<wire::Batch> {

@@ -416,7 +416,8 @@ class Agent:
                 self._seq += 1
                 self._backlog.append({
                     "version": WIRE_VERSION, "collector": self.collector, "seq": self._seq,
-                    "host": self.host, "allocator": alloc, "events": events, "dropped_samples": dropped})
+                    # The server keeps a token's batches as host NAME (the token's name).
+                    "host": self.s.name, "allocator": alloc, "events": events, "dropped_samples": dropped})
                 if len(self._backlog) > self.MAX_BACKLOG:
                     lost = self._backlog.pop(0)
                     with self._lock:

@@ -114,14 +114,14 @@ fn relayed_agent_data_is_joined_with_nvml_and_its_leak_and_oom_are_found() {
             collector::run(
                 Config {
                     name: "c1".into(),
-                    host: "h1".into(),
+                    host: "c1".into(),
                     interval: Duration::from_millis(50),
                     readings_per_batch: 4,
                     relay: Some(Relay::new(&agent_dir)),
                 },
                 Box::new(src),
                 Spool::open(&spool_dir, 64 << 20),
-                Sender::new(&url, "t1"),
+                Sender::new(&url, "t1-0123456789abcdef"),
                 None,
                 stop,
             )
@@ -139,7 +139,7 @@ fn relayed_agent_data_is_joined_with_nvml_and_its_leak_and_oom_are_found() {
 
     let page = api(
         port,
-        &format!("/api/live/processes/h1/{pid}?minutes=5&points=300"),
+        &format!("/api/live/processes/c1/{pid}?minutes=5&points=300"),
     );
     let d = &page["devices"][0];
     assert_eq!(d["gpu_uuid"], FAKE_UUID);
@@ -187,7 +187,7 @@ fn the_agent_can_send_straight_to_the_server_under_its_collectors_token() {
     let server = start_server(&base.join("lib"), port);
     let child = spawn_agent(&[
         ("MEMSCOPE_SERVER", format!("http://127.0.0.1:{port}")),
-        ("MEMSCOPE_TOKEN", "t1".into()),
+        ("MEMSCOPE_TOKEN", "t1-0123456789abcdef".into()),
         ("MEMSCOPE_NAME", "c1".into()),
         ("MEMSCOPE_SNAPSHOT_DIR", base.display().to_string()),
     ]);
@@ -227,7 +227,7 @@ fn a_collector_without_nvml_says_so_and_still_relays() {
             "--server",
             &format!("http://127.0.0.1:{port}"),
             "--token",
-            "t1",
+            "t1-0123456789abcdef",
         ])
         .args(["--name", "c1", "--readings", "2", "--interval-ms", "20"])
         .arg("--agent-dir")

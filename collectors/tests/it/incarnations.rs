@@ -7,7 +7,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use collectors::collector::{self, Config};
+use collectors::collector::{self, Config, Shipped};
 use collectors::sender::{SendError, Sender};
 use collectors::source::{Recorded, Source};
 use collectors::spool::Spool;
@@ -17,7 +17,7 @@ use crate::support::{Server, fixture, scratch, start_server};
 fn config() -> Config {
     Config {
         name: "c1".into(),
-        host: "h1".into(),
+        host: "c1".into(),
         interval: Duration::from_millis(1),
         readings_per_batch: 2,
         relay: None,
@@ -42,12 +42,18 @@ fn stored_and_dropped(server: &Server, lib: &std::path::Path) -> (i64, i64) {
     server.rt.block_on(async {
         let lib = server::testing::open_live(lib).await.unwrap();
         let c = lib.live_counts().await.unwrap();
-        let (_, _, dropped, _, _) = lib.counters().await.unwrap();
-        (c[0] + c[1], dropped)
+        (c[0] + c[1], lib.counters().await.unwrap().dropped)
     })
 }
 
 fn run(spool: Spool, port: u16, readings: u64, skip: u64) -> (u64, u64) {
+    let (spooled, shipped) = run_shipped(spool, port, readings, skip);
+    (spooled, shipped.acked)
+}
+
+/// `readings` readings of the fixture from reading `skip` on, through `spool` to the server:
+/// the samples spooled and what the shipper did.
+fn run_shipped(spool: Spool, port: u16, readings: u64, skip: u64) -> (u64, Shipped) {
     let mut src = Recorded::open(&fixture()).unwrap();
     for _ in 0..skip {
         src.read(0);
@@ -56,11 +62,158 @@ fn run(spool: Spool, port: u16, readings: u64, skip: u64) -> (u64, u64) {
         config(),
         Box::new(src),
         spool,
-        Sender::new(&format!("http://127.0.0.1:{port}"), "t1"),
+        Sender::new(&format!("http://127.0.0.1:{port}"), "t1-0123456789abcdef"),
         Some(readings),
         Arc::new(AtomicBool::new(false)),
     )
     .unwrap()
+}
+
+/// Runs `f` on a thread; its result, or None if it has not finished within `secs`.
+fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(Duration::from_secs(secs)).ok()
+}
+
+/// Issue 38, item 11: a collector restarted while its spool could not save `next_seq` (a full
+/// disk) numbered its batches from the last saved number under the same spool id: every batch
+/// a conflict, set aside uncounted, and it exited 0 with "0 batches acknowledged". Numbers that
+/// could not be saved are taken under a fresh id, so no restart reuses a key.
+#[test]
+fn a_spool_that_cannot_save_its_numbers_never_reuses_a_key() {
+    let (base, port) = scratch("unsaved-seq");
+    let server = start_server(&base.join("lib"), port);
+    let dir = base.join("spool");
+    let (_, first) = run_shipped(Spool::open(&dir, 64 << 20), port, 20, 0);
+    assert_eq!(first.acked, 10);
+    // From now on `next_seq` can be neither read nor written (a folder in its place), as a
+    // disk that fails would leave it; batches themselves still reach the disk. Each start
+    // numbers from 1 again.
+    std::fs::remove_file(dir.join("next_seq")).unwrap();
+    std::fs::create_dir_all(dir.join("next_seq")).unwrap();
+    for life in 1..=2u64 {
+        let (_, shipped) = run_shipped(Spool::open(&dir, 64 << 20), port, 20, 20 * life);
+        assert_eq!(
+            (shipped.acked, shipped.set_aside),
+            (10, 0),
+            "life {life}: {shipped:?}"
+        );
+        assert!(shipped.delivered_all());
+    }
+    assert_eq!(
+        stored_and_dropped(&server, &base.join("lib")),
+        (produced(0, 60), 0),
+        "every life's samples stored"
+    );
+    server.stop();
+}
+
+/// Issue 38, item 15 (the collector's side): a batch the server refuses as malformed (400) was
+/// resent forever, holding up every batch after it. It is set aside, counted, and the rest
+/// flow.
+#[test]
+fn a_malformed_batch_is_set_aside_and_the_rest_flow() {
+    let (base, port) = scratch("poison");
+    let server = start_server(&base.join("lib"), port);
+    let mut spool = Spool::open(&base.join("spool"), 64 << 20);
+    let mut poison = spool.batch("c1", "c1");
+    poison.events.push(wire::Event {
+        time_ms: collector::now_ms(),
+        kind: "oom".into(),
+        pid: None,
+        device: None,
+        message: "bad\0byte".into(),
+        snapshot_id: None,
+    });
+    spool.push(&poison).unwrap();
+    let mut src = Recorded::open(&fixture()).unwrap();
+    let good = wire::Batch {
+        gpus: src.read(0).gpus,
+        ..spool.batch("c1", "c1")
+    };
+    spool.push(&good).unwrap();
+    let url = format!("http://127.0.0.1:{port}");
+    let shipped = within(20, move || {
+        let spool = Mutex::new(spool);
+        let sender = Sender::new(&url, "t1-0123456789abcdef");
+        collector::ship(&spool, &sender, &AtomicBool::new(true), &|m| {
+            eprintln!("{m}")
+        })
+    })
+    .expect("the shipper finishes instead of resending the malformed batch forever");
+    assert_eq!((shipped.acked, shipped.set_aside), (1, 1), "{shipped:?}");
+    assert!(!shipped.delivered_all());
+    let kept: Vec<_> = std::fs::read_dir(base.join("spool/refused"))
+        .unwrap()
+        .collect();
+    assert_eq!(kept.len(), 1, "the refused batch is kept for an operator");
+    server.stop();
+}
+
+/// Issue 38, item 5: a collector whose token or host the server refuses (a renamed host, a
+/// restarted container) looped silently while its spool filled. It says so loudly and exits
+/// non-zero, its batches kept.
+#[test]
+fn a_collector_the_server_refuses_gives_up_loudly() {
+    let (base, port) = scratch("refused");
+    let server = start_server(&base.join("lib"), port);
+    for (token, host, says) in [
+        ("not-this-servers-token", "c1", "401"),
+        ("t1-0123456789abcdef", "renamed-host", "403"),
+    ] {
+        let spool = base.join(format!("spool-{host}"));
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_memscope-collector"))
+            .args(["--server", &format!("http://127.0.0.1:{port}")])
+            .args(["--token", token, "--name", "c1", "--host", host])
+            .args(["--readings", "100000", "--interval-ms", "10"])
+            .arg("--replay")
+            .arg(fixture())
+            .arg("--spool-dir")
+            .arg(&spool)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let started = std::time::Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break Some(status);
+            }
+            if started.elapsed() > Duration::from_secs(30) {
+                let _ = child.kill();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let mut stderr = String::new();
+        use std::io::Read;
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr)
+            .unwrap();
+        let status = status.unwrap_or_else(|| panic!("still running after 30 s:\n{stderr}"));
+        assert!(!status.success(), "{stderr}");
+        assert!(
+            stderr.contains("gave up") && stderr.contains(says),
+            "{stderr}"
+        );
+        let kept = std::fs::read_dir(&spool)
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .path()
+                    .to_string_lossy()
+                    .ends_with(".json.gz")
+            })
+            .count();
+        assert!(kept > 0, "its batches stay in the spool");
+    }
+    server.stop();
 }
 
 #[test]
@@ -86,7 +239,7 @@ fn a_collector_restarted_with_a_fresh_spool_loses_nothing() {
 fn a_resent_batch_with_other_content_is_refused_and_kept() {
     let (base, port) = scratch("conflict");
     let server = start_server(&base.join("lib"), port);
-    let sender = Sender::new(&format!("http://127.0.0.1:{port}"), "t1");
+    let sender = Sender::new(&format!("http://127.0.0.1:{port}"), "t1-0123456789abcdef");
     let mut src = Recorded::open(&fixture()).unwrap();
     // A spool copied to a second machine: both number their next batch the same.
     let mut a = Spool::open(&base.join("spool"), 64 << 20);
@@ -97,12 +250,12 @@ fn a_resent_batch_with_other_content_is_refused_and_kept() {
     let r = src.read(0);
     let one = wire::Batch {
         gpus: r.gpus,
-        ..a.batch("c1", "h1")
+        ..a.batch("c1", "c1")
     };
     let r = src.read(0);
     let other = wire::Batch {
         gpus: r.gpus,
-        ..b.batch("c1", "h1")
+        ..b.batch("c1", "c1")
     };
     assert_eq!(one.seq, other.seq);
     a.push(&one).unwrap();

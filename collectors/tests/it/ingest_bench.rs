@@ -122,7 +122,7 @@ fn latency(url: &str, collector: &str, secs: f64) -> Vec<f64> {
             server::now_ms() - 3_600_000 + seq as i64 * 1000,
         );
         let t = Instant::now();
-        post(&agent, url, "t1", &b);
+        post(&agent, url, "t1-0123456789abcdef", &b);
         out.push(t.elapsed().as_secs_f64() * 1e3);
         seq += 1;
         std::thread::sleep(Duration::from_millis(50));
@@ -189,9 +189,9 @@ fn measure(
     println!("--- {label} ---");
     let (base, port) = scratch(&format!("ingest-bench-{}", label.to_lowercase()));
     let on_postgres = database_url.is_some();
-    // Tokens: c1=t1 (the latency probes) and load-W=t-load-W for each sender.
-    let tokens: Vec<String> = std::iter::once("c1=t1".to_string())
-        .chain((0..senders).map(|w| format!("load-{w}=t-load-{w}")))
+    // Tokens: c1=t1-… (the latency probes) and load-W=t-load-W-… for each sender.
+    let tokens: Vec<String> = std::iter::once("c1=t1-0123456789abcdef".to_string())
+        .chain((0..senders).map(|w| format!("load-{w}=t-load-{w}-0123456789abcdef")))
         .collect();
     let server = start_server_on(&base.join("lib"), port, database_url, &tokens);
     let url = format!("http://127.0.0.1:{port}/api/ingest");
@@ -240,7 +240,7 @@ fn measure(
                             &fresh
                         }
                     };
-                    post(&agent, &url, &format!("t-load-{w}"), b);
+                    post(&agent, &url, &format!("t-load-{w}-0123456789abcdef"), b);
                     stored.fetch_add(per_batch as u64, Ordering::Relaxed);
                     seq += 1;
                 }

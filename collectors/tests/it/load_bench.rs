@@ -194,7 +194,7 @@ fn four_collectors_queries_and_scrapes_on_a_30m_row_store() {
             "--data-dir",
         ])
         .arg(&lib)
-        .args(["--collector-token", "load0=t0,load1=t1,load2=t2,load3=t3"])
+        .args(["--collector-token", "load0=t0-0123456789abcdef,load1=t1-0123456789abcdef,load2=t2-0123456789abcdef,load3=t3-0123456789abcdef"])
         .env("MEMSCOPE_LOG", "warn")
         .spawn()
         .unwrap();
@@ -231,7 +231,7 @@ fn four_collectors_queries_and_scrapes_on_a_30m_row_store() {
                     },
                     Box::new(Synthetic { host, n: 0 }),
                     Spool::open(&base.join(format!("spool{c}")), 256 << 20),
-                    Sender::new(&url, &format!("t{c}")),
+                    Sender::new(&url, &format!("t{c}-0123456789abcdef")),
                     None,
                     stop,
                 )
@@ -293,7 +293,7 @@ fn four_collectors_queries_and_scrapes_on_a_30m_row_store() {
     for c in collectors {
         let (s, a) = c.join().unwrap();
         spooled += s;
-        acked += a;
+        acked += a.acked;
     }
     let run_s = started.elapsed().as_secs_f64();
     drop(server);

@@ -29,13 +29,13 @@ fn server_outage_loses_nothing_and_stores_nothing_twice() {
     let server = start_server(&base.join("lib"), port);
     let cfg = Config {
         name: "c1".into(),
-        host: "h1".into(),
+        host: "c1".into(),
         interval: Duration::from_millis(5),
         readings_per_batch: 4,
         relay: None,
     };
     let spool = Spool::open(&base.join("spool"), 64 << 20);
-    let sender = Sender::new(&format!("http://127.0.0.1:{port}"), "t1");
+    let sender = Sender::new(&format!("http://127.0.0.1:{port}"), "t1-0123456789abcdef");
     let src = Box::new(Recorded::open(&fixture()).unwrap());
     let collecting = std::thread::spawn(move || {
         collector::run(
@@ -68,9 +68,10 @@ fn server_outage_loses_nothing_and_stores_nothing_twice() {
     );
     let server = start_server(&base.join("lib"), port);
 
-    let (spooled, acked) = collecting.join().unwrap().unwrap();
+    let (spooled, shipped) = collecting.join().unwrap().unwrap();
     assert_eq!(spooled as i64, want_gpus + want_procs);
-    assert_eq!(acked, READINGS / 4);
+    assert_eq!(shipped.acked, READINGS / 4);
+    assert!(shipped.delivered_all(), "{shipped:?}");
 
     // Every sample exactly once.
     let counts = server.rt.block_on(async {
@@ -103,7 +104,7 @@ fn a_wrong_token_keeps_batches_in_the_spool() {
     let batch = wire::Batch {
         gpus: r.gpus,
         processes: r.processes,
-        ..spool.batch("c1", "h1")
+        ..spool.batch("c1", "c1")
     };
     spool.push(&batch).unwrap();
     let seq = spool.pending().unwrap()[0];
@@ -123,7 +124,7 @@ fn a_wrong_token_keeps_batches_in_the_spool() {
         1,
         "refused batches are kept"
     );
-    let ack = Sender::new(&format!("http://127.0.0.1:{port}"), "t1")
+    let ack = Sender::new(&format!("http://127.0.0.1:{port}"), "t1-0123456789abcdef")
         .send(&body)
         .unwrap();
     assert_eq!((ack.seq, ack.duplicate), (seq, false));

@@ -1,5 +1,5 @@
 //! What the collector's integration tests share: a scratch folder with a free port, and a real
-//! memscope server (in this process) that knows the token `c1=t1`.
+//! memscope server (in this process) that knows the token `c1=t1-0123456789abcdef`.
 #![allow(dead_code)]
 
 #[path = "../../../../server/tests/it/support/pg.rs"]
@@ -35,7 +35,7 @@ pub fn start_server(dir: &std::path::Path, port: u16) -> Server {
         dir,
         port,
         server::testing::database_for(dir),
-        &["c1=t1".to_string()],
+        &["c1=t1-0123456789abcdef".to_string()],
     )
 }
 
