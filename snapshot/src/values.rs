@@ -429,7 +429,7 @@ impl Heap {
     pub fn intern(&mut self, s: &str) -> Result<StrId, HeapErr> {
         self.built += 1;
         let id = self.strings.intern(s);
-        if self.strings.heap_bytes() as u64 / 2 > self.limits.max_string_pool_bytes {
+        if self.strings.heap_bytes() as u64 > self.limits.max_string_pool_bytes {
             return Err(HeapErr::Limit {
                 what: "interned string bytes",
                 limit: self.limits.max_string_pool_bytes,

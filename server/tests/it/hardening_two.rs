@@ -546,11 +546,7 @@ async fn tokens_files_comments_bearer_case_versions_zips_and_searches() {
 fn a_declared_length_near_the_cap_reserves_nothing_up_front() {
     let dir = std::env::temp_dir().join(format!("memscope-ulimit-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = crate::support::free_port();
     let limit_kib: u64 = 3 << 20; // 3 GiB: the idle server takes about 0.5
     let mut server = std::process::Command::new("bash")
         .arg("-c")

@@ -21,3 +21,4 @@ mod replicas;
 mod run_bench;
 mod slow_clients;
 mod starvation;
+mod upload_memory_bench;

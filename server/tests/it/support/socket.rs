@@ -1,6 +1,7 @@
 //! A server on a real loopback socket through the server's own connection loop
 //! (`server::listen::serve`), for the tests that need its limits: slow and half-sent requests,
-//! floods of connections. Stopped when dropped.
+//! floods of connections. Stopped when dropped. And the ports a `memscope serve` process is
+//! started on.
 
 use std::net::SocketAddr;
 
@@ -40,4 +41,15 @@ pub async fn listening(tag: &str, edit: impl FnOnce(&mut ServeArgs)) -> Running 
         addr,
         stop: Some(tx),
     }
+}
+
+/// Waits (up to 10 s) until something listens on loopback `port`; whether it did.
+pub fn wait_for_port(port: u16) -> bool {
+    (0..200).any(|_| {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        false
+    })
 }
