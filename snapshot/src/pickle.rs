@@ -299,6 +299,30 @@ fn decode_long(bytes: &[u8]) -> Option<i128> {
 ///
 /// Trace entries come through `tape` (`fast.rs`): decoded ahead from the machine's own buffer, or
 /// by a pre-decoder thread.
+/// Input a pickle may use before a dict appears: a memory snapshot is a dict (or a list of
+/// segment dicts) from its first bytes; a list of a million strings is not one.
+const MAX_BYTES_WITHOUT_STRUCTURE: u64 = 16 << 20;
+
+/// Refuses, early, a pickle that is not becoming a snapshot: its opcodes build nothing, or no
+/// dict has appeared in its first [`MAX_BYTES_WITHOUT_STRUCTURE`].
+fn refuse_what_is_no_snapshot(heap: &Heap, opcodes: u64, off: u64) -> Result<()> {
+    if opcodes > OPCODES_PER_VALUE * (heap.built() + (1 << 16)) {
+        return Err(Error::NotASnapshot(format!(
+            "{opcodes} pickle opcodes by offset {off} have built {} values: a memory snapshot's \
+             opcodes build its values, and these build nothing",
+            heap.built()
+        )));
+    }
+    if off > MAX_BYTES_WITHOUT_STRUCTURE && !heap.has_structure() {
+        return Err(Error::NotASnapshot(format!(
+            "no dict in the first {} MiB (by offset {off}): a memory snapshot is a dict, or a list of \
+             segment dicts, from its first bytes",
+            MAX_BYTES_WITHOUT_STRUCTURE >> 20
+        )));
+    }
+    Ok(())
+}
+
 /// Most opcodes a pickle may run per value they build (past the first 65,536): a snapshot's
 /// opcodes each build or place a value (a few per value at most); a stream of `NONE`, `POP`
 /// builds nothing, however long, and would hold a parse slot for as long as it is sent.
@@ -419,14 +443,8 @@ pub(crate) fn run<R: Read>(
         let off = input.offset();
         let op = input.byte("the pickle (no STOP opcode)")?;
         opcodes += 1;
-        if opcodes.is_multiple_of(1 << 16)
-            && opcodes > OPCODES_PER_VALUE * (heap.built() + (1 << 16))
-        {
-            return Err(Error::NotASnapshot(format!(
-                "{opcodes} pickle opcodes by offset {off} have built {} values: a memory snapshot's \
-                 opcodes build its values, and these build nothing",
-                heap.built()
-            )));
+        if opcodes.is_multiple_of(1 << 16) {
+            refuse_what_is_no_snapshot(heap, opcodes, off)?;
         }
         match op {
             // Containers.

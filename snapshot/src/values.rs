@@ -374,6 +374,8 @@ pub(crate) struct Heap {
     /// Values built so far (containers, their items, strings), never decreasing: what a
     /// pickle's opcodes are weighed against (`built`).
     built: u64,
+    /// Dicts made so far: a snapshot is dicts from its first bytes (`has_structure`).
+    dicts: u64,
     memo: Memo,
     memo_sparse: FxHashMap<u64, Value>,
     /// How many times a `PUT` replaced an existing memo slot (see `fast::State`).
@@ -410,6 +412,7 @@ impl Heap {
             live_containers: 0,
             container_items: 0,
             built: 0,
+            dicts: 0,
             memo: Memo::default(),
             memo_sparse: FxHashMap::default(),
             memo_overwrites: 0,
@@ -418,6 +421,12 @@ impl Heap {
             #[cfg(not(target_arch = "wasm32"))]
             follow: None,
         }
+    }
+
+    /// Whether anything shaped like a snapshot has been made: a dict (a snapshot, a segment,
+    /// a block, a frame) or a trace row.
+    pub fn has_structure(&self) -> bool {
+        self.dicts > 0 || !self.trace.is_empty()
     }
 
     /// Values built so far and trace rows made: the content a pickle has produced, whatever
@@ -453,6 +462,7 @@ impl Heap {
         self.add_items(items.len() as u64)?;
         self.live_containers += 1;
         self.built += 1;
+        self.dicts += u64::from(kind == Kind::Dict);
         let c = Container {
             generation: 0,
             kind,

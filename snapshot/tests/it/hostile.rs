@@ -312,6 +312,32 @@ fn opcodes_that_build_nothing_are_refused() {
     }
 }
 
+/// Issue 38, item 1: a list of distinct strings (the probe's 600 MB of them took the server to
+/// 5.4 GB) is refused once 16 MiB have gone by without a dict, not at the end.
+#[test]
+fn a_pickle_without_a_dict_is_refused_early() {
+    let mut strings = b"\x80\x02]".to_vec();
+    for i in 0..(24u32 << 20) / 14 {
+        strings.push(b'X');
+        strings.extend(8u32.to_le_bytes());
+        strings.extend(format!("{i:08x}").as_bytes());
+        strings.push(b'a');
+    }
+    strings.push(b'.');
+    let err = snapshot::from_bytes(&strings).unwrap_err();
+    let Error::NotASnapshot(message) = &err else {
+        panic!("{err}");
+    };
+    assert!(message.contains("no dict in the first 16 MiB"), "{message}");
+    let offset: u64 = message
+        .split("by offset ")
+        .nth(1)
+        .and_then(|r| r.split(')').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    assert!(offset < 18 << 20, "refused soon after 16 MiB: {offset}");
+}
+
 /// Issue 38: a JSON snapshot's strings are held to the same limit as a pickle's (values and keys).
 #[test]
 fn json_strings_are_held_to_the_string_limit() {
