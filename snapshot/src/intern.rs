@@ -5,12 +5,13 @@
 //! with every other (its end offset in a table, its id in a hash table that hashes the buffer's
 //! bytes): about 13 bytes beyond its text, where a boxed copy per string and a second one as the
 //! map's key took about 110. A hostile upload of distinct strings grows the pool by little more
-//! than its own size (issue 38, item 1).
+//! than its own size (issue 38, item 1). The hash is seeded per pool (foldhash), so an upload
+//! cannot be made of strings that collide.
 
 use std::hash::BuildHasher;
 
+use foldhash::quality::RandomState;
 use hashbrown::HashTable;
-use rustc_hash::FxBuildHasher;
 use serde::Serialize;
 
 /// Index of a string in a [`StringPool`].
@@ -32,6 +33,8 @@ pub struct StringPool {
     ends: Vec<u64>,
     /// Ids, found by their text's hash.
     index: HashTable<StrId>,
+    /// The hash's seed, this pool's own.
+    hasher: RandomState,
 }
 
 impl std::fmt::Debug for StringPool {
@@ -49,20 +52,22 @@ impl Default for StringPool {
             text: String::new(),
             ends: Vec::new(),
             index: HashTable::new(),
+            hasher: RandomState::default(),
         };
         pool.intern("");
         pool
     }
 }
 
-fn hash(s: &str) -> u64 {
-    FxBuildHasher.hash_one(s)
-}
-
 impl StringPool {
     pub fn intern(&mut self, s: &str) -> StrId {
-        let h = hash(s);
-        let StringPool { text, ends, index } = self;
+        let h = self.hasher.hash_one(s);
+        let StringPool {
+            text,
+            ends,
+            index,
+            hasher,
+        } = self;
         let get = |id: StrId| -> &str {
             let i = id.0 as usize;
             let start = if i == 0 { 0 } else { ends[i - 1] as usize };
@@ -78,14 +83,16 @@ impl StringPool {
         index.insert_unique(h, id, |&id| {
             let i = id.0 as usize;
             let start = if i == 0 { 0 } else { ends[i - 1] as usize };
-            hash(&text[start..ends[i] as usize])
+            hasher.hash_one(&text[start..ends[i] as usize])
         });
         id
     }
 
     /// Looks a string up without adding it.
     pub fn find(&self, s: &str) -> Option<StrId> {
-        self.index.find(hash(s), |&id| self.get(id) == s).copied()
+        self.index
+            .find(self.hasher.hash_one(s), |&id| self.get(id) == s)
+            .copied()
     }
 
     pub fn get(&self, id: StrId) -> &str {
