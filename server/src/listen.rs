@@ -189,6 +189,22 @@ impl<S> WriteTimeout<S> {
         }
     }
 
+    /// A write's (or flush's) outcome, watched: progress clears the deadline; `Pending` starts
+    /// it, and becomes an error once it has passed.
+    fn watch<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        polled: Poll<std::io::Result<T>>,
+    ) -> Poll<std::io::Result<T>> {
+        match polled {
+            Poll::Pending => self.stalled(cx).map(Err),
+            done => {
+                self.deadline = None;
+                done
+            }
+        }
+    }
+
     /// After a write that returned `Pending`: an error once the deadline passed.
     fn stalled(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Error> {
         let timeout = self.timeout;
@@ -221,23 +237,13 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for WriteTimeout<S> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        match Pin::new(&mut self.inner).poll_write(cx, buf) {
-            Poll::Pending => self.stalled(cx).map(Err),
-            done => {
-                self.deadline = None;
-                done
-            }
-        }
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.watch(cx, polled)
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match Pin::new(&mut self.inner).poll_flush(cx) {
-            Poll::Pending => self.stalled(cx).map(Err),
-            done => {
-                self.deadline = None;
-                done
-            }
-        }
+        let polled = Pin::new(&mut self.inner).poll_flush(cx);
+        self.watch(cx, polled)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
@@ -249,13 +255,8 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for WriteTimeout<S> {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        match Pin::new(&mut self.inner).poll_write_vectored(cx, bufs) {
-            Poll::Pending => self.stalled(cx).map(Err),
-            done => {
-                self.deadline = None;
-                done
-            }
-        }
+        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.watch(cx, polled)
     }
 
     fn is_write_vectored(&self) -> bool {

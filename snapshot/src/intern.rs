@@ -59,6 +59,13 @@ impl Default for StringPool {
     }
 }
 
+/// String `id`'s text: from where string `id - 1` ends to where it ends.
+fn slice<'a>(text: &'a str, ends: &[u64], id: StrId) -> &'a str {
+    let i = id.0 as usize;
+    let start = if i == 0 { 0 } else { ends[i - 1] as usize };
+    &text[start..ends[i] as usize]
+}
+
 impl StringPool {
     pub fn intern(&mut self, s: &str) -> StrId {
         let h = self.hasher.hash_one(s);
@@ -68,23 +75,14 @@ impl StringPool {
             index,
             hasher,
         } = self;
-        let get = |id: StrId| -> &str {
-            let i = id.0 as usize;
-            let start = if i == 0 { 0 } else { ends[i - 1] as usize };
-            &text[start..ends[i] as usize]
-        };
-        if let Some(&id) = index.find(h, |&id| get(id) == s) {
+        if let Some(&id) = index.find(h, |&id| slice(text, ends, id) == s) {
             return id;
         }
         let id = StrId(ends.len() as u32);
         text.push_str(s);
         ends.push(text.len() as u64);
         let (text, ends) = (&*text, &*ends);
-        index.insert_unique(h, id, |&id| {
-            let i = id.0 as usize;
-            let start = if i == 0 { 0 } else { ends[i - 1] as usize };
-            hasher.hash_one(&text[start..ends[i] as usize])
-        });
+        index.insert_unique(h, id, |&id| hasher.hash_one(slice(text, ends, id)));
         id
     }
 
@@ -96,9 +94,7 @@ impl StringPool {
     }
 
     pub fn get(&self, id: StrId) -> &str {
-        let i = id.0 as usize;
-        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
-        &self.text[start..self.ends[i] as usize]
+        slice(&self.text, &self.ends, id)
     }
 
     pub fn len(&self) -> usize {
