@@ -69,6 +69,12 @@ pub struct ServeArgs {
     /// in proportion (see the README's "Deploying").
     #[arg(long, env = "MEMSCOPE_MAX_DECODED_BYTES", default_value_t = 16 << 30)]
     pub max_decoded_bytes: u64,
+    /// Most memory the uploads being parsed at once may hold together, in bytes (default: half
+    /// of this machine's memory). Each parse also holds at most 1.5x the bytes it has read
+    /// plus 128 MiB. An upload that finds this budget held by other parses is answered 503
+    /// (retry shortly); one that alone would need more is refused.
+    #[arg(long, env = "MEMSCOPE_MAX_PARSE_MEMORY_BYTES")]
+    pub max_parse_memory_bytes: Option<u64>,
     /// Most a compressed upload may expand past its first 64 MiB, in decompressed bytes per
     /// compressed byte (real snapshots: 10–30×; a decompression bomb: 1000×). 0: no limit.
     #[arg(long, env = "MEMSCOPE_MAX_EXPANSION", default_value_t = 100)]
@@ -175,13 +181,21 @@ impl ServeArgs {
     }
 
     /// The engine's limits for an upload of `size_hint_bytes` (0 if unknown).
-    pub fn read_limits(&self, size_hint_bytes: u64) -> snapshot::Limits {
+    /// The engine's limits for uploads, with the one memory budget they all share (call once).
+    pub fn read_limits(&self) -> snapshot::Limits {
         snapshot::Limits {
             max_decoded_bytes: self.max_decoded_bytes,
             max_expansion: self.max_expansion,
-            size_hint_bytes,
+            budget: Some(snapshot::MemoryBudget::new(self.parse_memory_bytes())),
             ..snapshot::Limits::default()
         }
+    }
+
+    /// `--max-parse-memory-bytes`, or half of this machine's memory (4 GiB where it cannot
+    /// be read).
+    pub fn parse_memory_bytes(&self) -> u64 {
+        self.max_parse_memory_bytes
+            .unwrap_or_else(|| machine_memory_bytes().map_or(4 << 30, |m| m / 2))
     }
 
     /// Settings for tests: a given data dir, defaults otherwise.
@@ -202,6 +216,7 @@ impl ServeArgs {
             rollup_retention_days: 30.0,
             max_decoded_bytes: 16 << 30,
             max_expansion: 100,
+            max_parse_memory_bytes: None,
             min_upload_bytes_per_s: 16 << 10,
             max_upload_secs: 3600.0,
             max_connections: 512,
@@ -242,6 +257,20 @@ fn with_password(url: &str, password: &str) -> anyhow::Result<String> {
         }
     }
     Ok(format!("{scheme}://{user}:{encoded}@{host}"))
+}
+
+/// This machine's memory (`MemTotal` in `/proc/meminfo`), where it can be read.
+fn machine_memory_bytes() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse::<u64>()
+        .ok()?;
+    Some(kib << 10)
 }
 
 #[cfg(test)]

@@ -54,7 +54,7 @@ impl AppState {
             max_time: std::time::Duration::from_secs_f64(config.max_upload_secs.clamp(1.0, 1e7)),
             slots_per_client: (config.index_workers / 2).max(1),
             rate_window: config.conn_limits().body_idle_timeout,
-            read: config.read_limits(0),
+            read: config.read_limits(),
         };
         let uploads = Uploads::new(
             library.clone(),

@@ -67,6 +67,16 @@ pub enum Error {
         limit_bytes: u64,
     },
 
+    /// The memory that parses share (a server's `--max-parse-memory-bytes`) is held by other
+    /// parses: this one may succeed when they are done.
+    #[error(
+        "the memory for parsing snapshots ({} MiB) is in use by other uploads ({} MiB free); \
+         try again shortly",
+        total_bytes >> 20,
+        free_bytes >> 20
+    )]
+    Busy { total_bytes: u64, free_bytes: u64 },
+
     /// Reading the underlying stream failed.
     #[error("reading the snapshot failed at offset {offset}: {source}")]
     Io { offset: u64, source: std::io::Error },

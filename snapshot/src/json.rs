@@ -5,40 +5,72 @@
 //! it into a `serde_json::Value` first held the whole tree in memory before any limit was looked
 //! at (a 450 MB document of empty objects took the server to 5.6 GB; issue 38, item 1).
 
+use std::cell::Cell;
 use std::io::Read;
+use std::rc::Rc;
 
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
 use crate::error::{Error, Result};
 use crate::values::{Heap, HeapErr, Kind, Value};
 
-pub(crate) fn read<R: Read>(reader: R, heap: &mut Heap) -> Result<Value> {
-    let mut de = serde_json::Deserializer::from_reader(reader);
-    let mut refused = None;
+/// Reads the document into `heap`: its root value and the bytes it took.
+pub(crate) fn read<R: Read>(reader: R, heap: &mut Heap) -> Result<(Value, u64)> {
+    let consumed = Rc::new(Cell::new(0));
+    let mut de = serde_json::Deserializer::from_reader(Counting {
+        inner: reader,
+        count: consumed.clone(),
+    });
+    let mut walk = Walk {
+        refused: None,
+        consumed: consumed.clone(),
+        until_weigh: WEIGH_EVERY_VALUES,
+    };
     let seed = Seed {
         heap,
         depth: 0,
-        refused: &mut refused,
+        walk: &mut walk,
     };
     let parsed = seed.deserialize(&mut de).and_then(|v| de.end().map(|()| v));
-    match (parsed, refused) {
-        (_, Some(HeapErr::Limit { what, limit })) => Err(Error::LimitExceeded {
-            offset: 0,
-            what,
-            limit,
-        }),
+    match (parsed, walk.refused) {
         (_, Some(HeapErr::Bad(m))) => Err(Error::Json(m)),
-        (Ok(v), None) => Ok(v),
+        (_, Some(e)) => Err(e.at(consumed.get())),
+        (Ok(v), None) => Ok((v, consumed.get())),
         (Err(e), None) => Err(Error::Json(e.to_string())),
     }
 }
 
-/// Builds one JSON value (and everything in it) in the heap. A heap refusal (a limit) is kept
-/// in `refused`, so it reaches the caller as itself rather than as a JSON syntax error.
+/// How many values the visitor builds between weighing what the heap holds (`Heap::weigh`).
+const WEIGH_EVERY_VALUES: u32 = 1 << 12;
+
+/// Counts the bytes serde reads, for the weighing.
+struct Counting<R> {
+    inner: R,
+    count: Rc<Cell<u64>>,
+}
+
+impl<R: Read> Read for Counting<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.count.set(self.count.get() + n as u64);
+        Ok(n)
+    }
+}
+
+/// What the visitors of one document share.
+struct Walk {
+    /// A heap refusal (a limit), kept so that it reaches the caller as itself rather than as a
+    /// JSON syntax error.
+    refused: Option<HeapErr>,
+    consumed: Rc<Cell<u64>>,
+    until_weigh: u32,
+}
+
+/// Builds one JSON value (and everything in it) in the heap.
 struct Seed<'a> {
     heap: &'a mut Heap,
     depth: usize,
-    refused: &'a mut Option<HeapErr>,
+    walk: &'a mut Walk,
 }
 
 impl Seed<'_> {
@@ -46,7 +78,7 @@ impl Seed<'_> {
         Seed {
             heap: &mut *self.heap,
             depth: self.depth + 1,
-            refused: &mut *self.refused,
+            walk: &mut *self.walk,
         }
     }
 
@@ -58,11 +90,23 @@ impl Seed<'_> {
         r.map_err(|e| {
             let said = match &e {
                 HeapErr::Limit { what, .. } => format!("{what} over its limit"),
+                HeapErr::Busy { .. } => "the shared parse memory is in use".to_string(),
                 HeapErr::Bad(m) => m.clone(),
             };
-            *self.refused = Some(e);
+            self.walk.refused = Some(e);
             E::custom(said)
         })
+    }
+
+    /// Counts one value built; every so many, weighs the heap against the input read.
+    fn built<E: serde::de::Error>(&mut self) -> std::result::Result<(), E> {
+        self.walk.until_weigh -= 1;
+        if self.walk.until_weigh > 0 {
+            return Ok(());
+        }
+        self.walk.until_weigh = WEIGH_EVERY_VALUES;
+        let weighed = self.heap.weigh(self.walk.consumed.get(), 0);
+        self.held(weighed)
     }
 
     fn container<E: serde::de::Error>(&mut self, kind: Kind) -> std::result::Result<Value, E> {
@@ -73,6 +117,7 @@ impl Seed<'_> {
                 limit,
             }));
         }
+        self.built()?;
         let made = self.heap.new_container(kind, Vec::new());
         self.held(made)
     }
@@ -140,6 +185,7 @@ impl<'de> Visitor<'de> for Seed<'_> {
         while let Some(v) = seq.next_element_seed(self.child())? {
             let added = self.heap.extend(list, &[v]);
             self.held(added)?;
+            self.built()?;
         }
         Ok(list)
     }
@@ -150,6 +196,7 @@ impl<'de> Visitor<'de> for Seed<'_> {
             let v = map.next_value_seed(self.child())?;
             let added = self.heap.set_items(dict, &[key, v]);
             self.held(added)?;
+            self.built()?;
         }
         Ok(dict)
     }

@@ -10,6 +10,7 @@
 //! This crate does no IO of its own, no async and no HTTP or SQL, and builds for `wasm32`.
 
 pub mod analysis;
+pub mod budget;
 pub mod cancel;
 pub mod decompress;
 pub mod error;
@@ -31,6 +32,7 @@ mod values;
 
 use std::io::Read;
 
+pub use budget::MemoryBudget;
 pub use cancel::{Cancel, Cancelled};
 pub use error::{Error, Result};
 pub use intern::{StrId, StringPool};
@@ -249,12 +251,8 @@ fn read_decoded<R: Read>(
         }
         Some(b'{' | b'[' | b' ' | b'\n' | b'\r' | b'\t') => {
             format.encoding = model::Encoding::Json;
-            let mut counted = CountingReader {
-                inner: &mut input,
-                count: 0,
-            };
-            let root = json::read(&mut counted, &mut heap)?;
-            format.decoded_bytes = counted.count;
+            let (root, decoded_bytes) = json::read(&mut input, &mut heap)?;
+            format.decoded_bytes = decoded_bytes;
             root
         }
         // A file of a known other kind (a torch.save checkpoint is a zip archive) is named as
@@ -338,19 +336,6 @@ fn parse_with_predecoder<R: Read>(
 /// Reads a snapshot held in memory.
 pub fn from_bytes(bytes: &[u8]) -> Result<Snapshot> {
     read(bytes)
-}
-
-struct CountingReader<R> {
-    inner: R,
-    count: u64,
-}
-
-impl<R: Read> Read for CountingReader<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.count += n as u64;
-        Ok(n)
-    }
 }
 
 /// The first bytes of a file that is not a snapshot, for people: text in quotes, anything else as

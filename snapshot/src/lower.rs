@@ -32,7 +32,7 @@ fn describe(heap: &Heap, v: Value) -> &'static str {
         Value::Str(_) => "a string",
         Value::Bytes => "bytes",
         Value::EmptyList | Value::Stack(_) => "a list",
-        Value::Frame(_) | Value::Entry(_) => "a dict",
+        Value::Frame(_) | Value::Entry(_) | Value::Block(_) => "a dict",
         Value::Obj(cid) => match heap.kind(cid) {
             Ok(Kind::Dict) => "a dict",
             Ok(Kind::Tuple) => "a tuple",
@@ -253,6 +253,7 @@ fn entry_rows(heap: &mut Heap, v: Value) -> Rows {
     match heap.items(cid) {
         Ok(Items::Entries { start, len }) => Rows(vec![(*start, *len)]),
         Ok(Items::Rows(runs)) => Rows(runs.clone()),
+        Ok(Items::Blocks { .. }) => Rows(Vec::new()),
         Ok(Items::Vals(vals)) => Rows::of(vals.iter().filter_map(|v| match v {
             Value::Entry(e) => Some(*e),
             _ => None,
@@ -328,52 +329,15 @@ fn add_segment(
     let mut next_addr = address;
     let (mut sum_alloc, mut sum_active, mut sum_req) = (0, 0, 0);
     for b in get("blocks").map(|v| list(heap, v)).unwrap_or_default() {
-        let bp: Vec<(String, Value)> = heap
-            .dict_pairs(b)
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect();
-        let bget = |k: &str| bp.iter().find(|(key, _)| key == k).map(|(_, v)| *v);
-        let size = bget("size")
-            .map(|v| size_of(heap, v, "a block's size"))
-            .transpose()?
-            .unwrap_or(0);
-        let state = BlockState::parse(bget("state").and_then(|v| heap.str_of(v)).unwrap_or(""));
-        let addr = bget("address")
-            .and_then(|v| heap.u64(v))
-            .unwrap_or(next_addr);
+        let BlockFields {
+            address,
+            size,
+            requested,
+            state,
+            stack,
+        } = block_fields(heap, b, format)?;
+        let addr = address.unwrap_or(next_addr);
         next_addr = addr.wrapping_add(size);
-        let mut requested = bget("requested_size").and_then(|v| heap.u64(v));
-        let mut stack = bget("frames")
-            .map(|v| heap.stack_of(v))
-            .unwrap_or(StackId::EMPTY);
-        if let Some(history) = bget("history") {
-            // PyTorch 2.0: the allocation that made the block is the last history item.
-            if format.layout == Layout::Modern {
-                format.layout = Layout::BlockHistory;
-            }
-            if let Some(&last) = list(heap, history).last() {
-                let hp: Vec<(String, Value)> = heap
-                    .dict_pairs(last)
-                    .into_iter()
-                    .map(|(k, v)| (k.to_string(), v))
-                    .collect();
-                let hget = |k: &str| hp.iter().find(|(key, _)| key == k).map(|(_, v)| *v);
-                if requested.is_none() {
-                    requested = hget("real_size").and_then(|v| heap.u64(v));
-                }
-                if stack == StackId::EMPTY {
-                    stack = hget("frames")
-                        .map(|v| heap.stack_of(v))
-                        .unwrap_or(StackId::EMPTY);
-                }
-                if stack == StackId::EMPTY {
-                    stack = hget("cpp_frames")
-                        .map(|v| heap.stack_of(v))
-                        .unwrap_or(StackId::EMPTY);
-                }
-            }
-        }
         let requested_size = requested.unwrap_or(if state.is_active() { size } else { 0 });
         if state == BlockState::ActiveAllocated {
             sum_alloc += size;
@@ -414,4 +378,79 @@ fn add_segment(
         blocks: first_block..last_block,
     });
     Ok(())
+}
+
+/// One block's fields as PyTorch wrote them (its address may be left out: blocks follow each
+/// other from the segment's start).
+struct BlockFields {
+    address: Option<u64>,
+    size: u64,
+    requested: Option<u64>,
+    state: BlockState,
+    stack: StackId,
+}
+
+/// A block's fields, from its row (the common shape, lowered while parsing) or from its dict
+/// (PyTorch 2.0's `history`, unusual value types).
+fn block_fields(heap: &mut Heap, b: Value, format: &mut Format) -> Result<BlockFields> {
+    if let Value::Block(id) = b {
+        let row = heap.blocks[id as usize];
+        return Ok(BlockFields {
+            address: row.address(),
+            size: row.size,
+            requested: row.requested_size(),
+            state: row.state,
+            stack: row.stack,
+        });
+    }
+    let bp: Vec<(String, Value)> = heap
+        .dict_pairs(b)
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+    let bget = |k: &str| bp.iter().find(|(key, _)| key == k).map(|(_, v)| *v);
+    let size = bget("size")
+        .map(|v| size_of(heap, v, "a block's size"))
+        .transpose()?
+        .unwrap_or(0);
+    let state = BlockState::parse(bget("state").and_then(|v| heap.str_of(v)).unwrap_or(""));
+    let address = bget("address").and_then(|v| heap.u64(v));
+    let mut requested = bget("requested_size").and_then(|v| heap.u64(v));
+    let mut stack = bget("frames")
+        .map(|v| heap.stack_of(v))
+        .unwrap_or(StackId::EMPTY);
+    if let Some(history) = bget("history") {
+        // PyTorch 2.0: the allocation that made the block is the last history item.
+        if format.layout == Layout::Modern {
+            format.layout = Layout::BlockHistory;
+        }
+        if let Some(&last) = list(heap, history).last() {
+            let hp: Vec<(String, Value)> = heap
+                .dict_pairs(last)
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect();
+            let hget = |k: &str| hp.iter().find(|(key, _)| key == k).map(|(_, v)| *v);
+            if requested.is_none() {
+                requested = hget("real_size").and_then(|v| heap.u64(v));
+            }
+            if stack == StackId::EMPTY {
+                stack = hget("frames")
+                    .map(|v| heap.stack_of(v))
+                    .unwrap_or(StackId::EMPTY);
+            }
+            if stack == StackId::EMPTY {
+                stack = hget("cpp_frames")
+                    .map(|v| heap.stack_of(v))
+                    .unwrap_or(StackId::EMPTY);
+            }
+        }
+    }
+    Ok(BlockFields {
+        address,
+        size,
+        requested,
+        state,
+        stack,
+    })
 }

@@ -328,6 +328,13 @@ fn refuse_what_is_no_snapshot(heap: &Heap, opcodes: u64, off: u64) -> Result<()>
 /// builds nothing, however long, and would hold a parse slot for as long as it is sent.
 const OPCODES_PER_VALUE: u64 = 64;
 
+/// How often the machine weighs what the parse holds against its input and the shared budget
+/// (`Heap::weigh`): every so many opcodes, or bytes for opcodes that read long arguments. An
+/// opcode builds at most a few dozen bytes beyond its own length, so a check this often lets
+/// a hostile stream overshoot by a few MiB at most.
+const WEIGH_EVERY_OPCODES: u64 = 1 << 12;
+const WEIGH_EVERY_BYTES: u64 = 1 << 20;
+
 pub(crate) fn run<R: Read>(
     input: &mut Input<R>,
     heap: &mut Heap,
@@ -349,14 +356,7 @@ pub(crate) fn run<R: Read>(
         ($off:expr, $e:expr) => {
             match $e {
                 Ok(v) => v,
-                Err(HeapErr::Limit { what, limit }) => {
-                    return Err(Error::LimitExceeded {
-                        offset: $off,
-                        what,
-                        limit,
-                    })
-                }
-                Err(HeapErr::Bad(m)) => return Err(Error::malformed($off, m)),
+                Err(e) => return Err(HeapErr::at(e, $off)),
             }
         };
     }
@@ -439,12 +439,17 @@ pub(crate) fn run<R: Read>(
     }
 
     let mut opcodes: u64 = 0;
+    let mut weigh_at: u64 = WEIGH_EVERY_BYTES;
     loop {
         let off = input.offset();
         let op = input.byte("the pickle (no STOP opcode)")?;
         opcodes += 1;
-        if opcodes.is_multiple_of(1 << 16) {
-            refuse_what_is_no_snapshot(heap, opcodes, off)?;
+        if opcodes.is_multiple_of(WEIGH_EVERY_OPCODES) || off >= weigh_at {
+            weigh_at = off + WEIGH_EVERY_BYTES;
+            heap_err!(off, heap.weigh(off, stack.len()));
+            if opcodes.is_multiple_of(1 << 16) {
+                refuse_what_is_no_snapshot(heap, opcodes, off)?;
+            }
         }
         match op {
             // Containers.

@@ -11,8 +11,9 @@
 
 use rustc_hash::FxHashMap;
 
+use crate::budget::{Held, MemoryBudget, Shortfall};
 use crate::intern::{StrId, StringPool};
-use crate::model::{Action, Frame, FrameId, Frames, StackId, Stacks, TraceTable};
+use crate::model::{Action, BlockState, Frame, FrameId, Frames, StackId, Stacks, TraceTable};
 
 /// Limits that keep hostile input from taking unbounded memory. Time is linear in the input.
 #[derive(Clone, Debug)]
@@ -25,7 +26,8 @@ pub struct Limits {
     pub max_memo: usize,
     /// Most containers (lists, dicts, tuples) alive at once; lowered ones do not count.
     pub max_live_containers: usize,
-    /// Most values held in containers that are alive at once.
+    /// Most values held in containers that are alive at once (trace and block rows kept as
+    /// runs of row numbers are not values).
     pub max_container_items: u64,
     /// Most bytes of interned strings.
     pub max_string_pool_bytes: u64,
@@ -39,6 +41,15 @@ pub struct Limits {
     pub max_expansion: u64,
     /// Not a limit: the input's size if known (0 if not), used to reserve the trace columns.
     pub size_hint_bytes: u64,
+    /// Most memory the parse may hold, in percent of the (decompressed) input read so far,
+    /// past `held_allowance_bytes`: a memory snapshot is mostly trace rows and frames, which
+    /// its tables hold in less than their pickle's bytes (real files peak at 0.3-0.5x); a
+    /// list of distinct short strings or of empty containers is not one and would hold 4-16x.
+    pub max_held_percent_of_input: u64,
+    /// Memory any parse may hold whatever it has read (small files, the first bytes).
+    pub held_allowance_bytes: u64,
+    /// Memory shared with the other parses of this process (a server's index workers), if any.
+    pub budget: Option<MemoryBudget>,
 }
 
 /// Decompressed bytes below which the expansion ratio is not checked (a small file may compress
@@ -58,6 +69,9 @@ impl Default for Limits {
             max_decoded_bytes: u64::MAX,
             max_expansion: 0,
             size_hint_bytes: 0,
+            max_held_percent_of_input: 150,
+            held_allowance_bytes: 128 << 20,
+            budget: None,
         }
     }
 }
@@ -75,6 +89,10 @@ struct Memo {
     chunks: Vec<Box<[u32]>>,
     len: usize,
     wide: Vec<Value>,
+    /// Places in `wide` whose slot now holds a narrow value (a container lowered to a row, a
+    /// frame, a stack): reused, so the side table holds the wide values alive, not every
+    /// container the pickle ever memoized.
+    wide_free: Vec<u32>,
 }
 
 const MEMO_CHUNK: usize = 1 << 16;
@@ -90,6 +108,7 @@ mod slot {
     pub const STACK: u32 = 7;
     pub const ENTRY: u32 = 8;
     pub const WIDE: u32 = 9;
+    pub const BLOCK: u32 = 10;
     /// Bits of a slot that hold the id; the tag is above them.
     pub const ID_BITS: u32 = 28;
     pub const ID_MASK: u32 = (1 << ID_BITS) - 1;
@@ -107,6 +126,10 @@ impl Memo {
     fn pack(&mut self, v: Value) -> Option<u32> {
         match self.pack_narrow(v) {
             Some(w) => Some(w),
+            None if let Some(i) = self.wide_free.pop() => {
+                self.wide[i as usize] = v;
+                Some(slot::WIDE << slot::ID_BITS | i)
+            }
             None if self.wide.len() > slot::ID_MASK as usize => None,
             None => {
                 self.wide.push(v);
@@ -128,6 +151,7 @@ impl Memo {
             Value::Frame(f) => (slot::FRAME, f.0),
             Value::Stack(s) => (slot::STACK, s.0),
             Value::Entry(r) => (slot::ENTRY, r),
+            Value::Block(b) => (slot::BLOCK, b),
             _ => return None,
         };
         (id <= slot::ID_MASK).then_some(tag << slot::ID_BITS | id)
@@ -146,6 +170,7 @@ impl Memo {
             slot::FRAME => Value::Frame(FrameId(id)),
             slot::STACK => Value::Stack(StackId(id)),
             slot::ENTRY => Value::Entry(id),
+            slot::BLOCK => Value::Block(id),
             _ => self.wide[id as usize],
         }
     }
@@ -167,6 +192,10 @@ impl Memo {
         assert!(i < self.len, "memo index in range");
         let old = self.chunks[i / MEMO_CHUNK][i % MEMO_CHUNK];
         let w = match self.pack_narrow(v) {
+            Some(w) if old >> slot::ID_BITS == slot::WIDE => {
+                self.wide_free.push(old & slot::ID_MASK);
+                w
+            }
             Some(w) => w,
             None if old >> slot::ID_BITS == slot::WIDE => {
                 self.wide[(old & slot::ID_MASK) as usize] = v;
@@ -199,8 +228,38 @@ impl Memo {
 /// Why the heap refused an operation.
 #[derive(Debug)]
 pub(crate) enum HeapErr {
-    Limit { what: &'static str, limit: u64 },
+    Limit {
+        what: &'static str,
+        limit: u64,
+    },
+    /// The memory budget shared with other parses is held by them (`budget.rs`).
+    Busy {
+        total_bytes: u64,
+        free_bytes: u64,
+    },
     Bad(String),
+}
+
+impl HeapErr {
+    /// The engine error for this refusal, at `offset` of the input.
+    pub fn at(self, offset: u64) -> crate::error::Error {
+        use crate::error::Error;
+        match self {
+            HeapErr::Limit { what, limit } => Error::LimitExceeded {
+                offset,
+                what,
+                limit,
+            },
+            HeapErr::Busy {
+                total_bytes,
+                free_bytes,
+            } => Error::Busy {
+                total_bytes,
+                free_bytes,
+            },
+            HeapErr::Bad(m) => Error::malformed(offset, m),
+        }
+    }
 }
 
 impl From<String> for HeapErr {
@@ -240,6 +299,8 @@ pub(crate) enum Value {
     Stack(StackId),
     /// A row of [`Heap::trace`].
     Entry(u32),
+    /// A row of [`Heap::blocks`]: a segment's block, lowered from its dict.
+    Block(u32),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -260,6 +321,8 @@ pub(crate) enum Items {
     /// at different moments, so a batch that mixes them is permuted), as runs of consecutive rows
     /// `(first, len)`: a 12M-entry trace has ~100 breaks, so ~1 KB instead of 48 MB.
     Rows(Vec<(u32, u32)>),
+    /// A list holding consecutive block rows `start..start+len` (a segment's blocks).
+    Blocks { start: u32, len: u32 },
 }
 
 #[derive(Debug)]
@@ -280,7 +343,7 @@ const NO_MEMO: u64 = u64::MAX;
 /// Ids of the strings the lowering looks for: interned first, in this order, by [`Heap::new`], so
 /// the lowering can `match` on them.
 pub(crate) mod key {
-    pub const NAMES: [&str; 13] = [
+    pub const NAMES: [&str; 16] = [
         "action",
         "addr",
         "size",
@@ -294,6 +357,9 @@ pub(crate) mod key {
         "line",
         "name",
         "N/A",
+        "address",
+        "requested_size",
+        "state",
     ];
     pub const ACTION: u32 = 1;
     pub const ADDR: u32 = 2;
@@ -308,6 +374,9 @@ pub(crate) mod key {
     pub const LINE: u32 = 11;
     pub const NAME: u32 = 12;
     pub const NOT_AVAILABLE: u32 = 13;
+    pub const ADDRESS: u32 = 14;
+    pub const REQUESTED_SIZE: u32 = 15;
+    pub const STATE: u32 = 16;
 }
 
 /// Items as plain values (compact entry lists expanded).
@@ -319,6 +388,7 @@ fn entry_values(items: &Items) -> Vec<Value> {
             .iter()
             .flat_map(|&(first, len)| (first..first + len).map(Value::Entry))
             .collect(),
+        Items::Blocks { start, len } => (*start..start + len).map(Value::Block).collect(),
     }
 }
 
@@ -355,6 +425,34 @@ impl Default for EntryFields {
     }
 }
 
+/// A segment's block, lowered from its dict (`{address, size, requested_size, state, frames}`)
+/// as it is placed in the segment's block list: 32 bytes instead of a container and its ten
+/// items (~230 bytes, 6x the block's ~40 bytes of pickle), which is what a snapshot of a
+/// million live blocks is made of.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BlockRow {
+    pub address: u64,
+    pub size: u64,
+    pub requested_size: u64,
+    pub stack: StackId,
+    pub state: BlockState,
+    /// Which of `address` and `requested_size` the dict had (`HAS_ADDRESS`, `HAS_REQUESTED`).
+    pub has: u8,
+}
+
+impl BlockRow {
+    pub const HAS_ADDRESS: u8 = 1;
+    pub const HAS_REQUESTED: u8 = 2;
+
+    pub fn address(&self) -> Option<u64> {
+        (self.has & Self::HAS_ADDRESS != 0).then_some(self.address)
+    }
+
+    pub fn requested_size(&self) -> Option<u64> {
+        (self.has & Self::HAS_REQUESTED != 0).then_some(self.requested_size)
+    }
+}
+
 /// Everything values refer to: strings, frames, stacks, trace rows, big integers, containers, memo.
 #[derive(Debug)]
 pub(crate) struct Heap {
@@ -362,6 +460,7 @@ pub(crate) struct Heap {
     pub frames: Frames,
     pub stacks: Stacks,
     pub trace: TraceTable,
+    pub blocks: Vec<BlockRow>,
     pub bigs: Vec<i128>,
     pub limits: Limits,
     /// Whether `pickle::run` may use the entry fast path (`fast.rs`); tests turn it off to
@@ -386,10 +485,13 @@ pub(crate) struct Heap {
     /// Indexes trace rows while they are parsed (`follow.rs`), when asked for.
     #[cfg(not(target_arch = "wasm32"))]
     pub follow: Option<crate::follow::Follower>,
+    /// What this parse holds of the shared budget, given back when the heap is dropped.
+    held: Option<Held>,
 }
 
 impl Heap {
     pub fn new(limits: Limits) -> Heap {
+        let limits_budget = limits.budget.clone();
         let mut strings = StringPool::default();
         for (i, name) in key::NAMES.iter().enumerate() {
             let id = strings.intern(name);
@@ -404,6 +506,7 @@ impl Heap {
             frames: Frames::default(),
             stacks: Stacks::default(),
             trace: TraceTable::default(),
+            blocks: Vec::new(),
             bigs: Vec::new(),
             limits,
             fast_path: true,
@@ -420,7 +523,65 @@ impl Heap {
             spare: Vec::new(),
             #[cfg(not(target_arch = "wasm32"))]
             follow: None,
+            held: limits_budget.map(Held::new),
         }
+    }
+
+    /// Memory the parse holds now, estimated from its tables and arena: what is weighed
+    /// against the input read so far and against the shared budget ([`Heap::weigh`]).
+    /// Column reservations made from the size hint are not counted (address space, not
+    /// memory), so rows are weighed by how many there are.
+    pub fn held_bytes(&self) -> u64 {
+        const ROW_BYTES: usize = 40;
+        let memo = self.memo.chunks.len() * MEMO_CHUNK * 4
+            + self.memo.wide.capacity() * 16
+            + self.memo.wide_free.capacity() * 4
+            + self.memo_sparse.capacity() * 32;
+        let arena = self.containers.capacity() * std::mem::size_of::<Container>()
+            + self.container_items as usize * std::mem::size_of::<Value>()
+            + self.free.capacity() * 4;
+        (self.strings.heap_bytes()
+            + self.frames.heap_bytes()
+            + self.stacks.heap_bytes()
+            + self.trace.len() * ROW_BYTES
+            + self.blocks.len() * std::mem::size_of::<BlockRow>()
+            + self.bigs.capacity() * 16
+            + memo
+            + arena) as u64
+    }
+
+    /// Refuses to go on when the parse holds more than its input allows (`Limits`'s
+    /// `max_held_percent_of_input` past `held_allowance_bytes`) or than the shared budget has
+    /// left. `consumed_bytes`: the decompressed input read so far; `stack_values`: values
+    /// the reader holds outside the heap (the pickle machine's stack).
+    pub fn weigh(&mut self, consumed_bytes: u64, stack_values: usize) -> Result<(), HeapErr> {
+        let held = self.held_bytes() + stack_values as u64 * std::mem::size_of::<Value>() as u64;
+        let allowed = (consumed_bytes as u128 * self.limits.max_held_percent_of_input as u128 / 100)
+            as u64
+            + self.limits.held_allowance_bytes;
+        if held > allowed {
+            return Err(HeapErr::Limit {
+                what: "the bytes held for the input read so far (a memory snapshot's tables \
+                       take less than its own bytes; this input builds far more)",
+                limit: allowed,
+            });
+        }
+        let Some(share) = &mut self.held else {
+            return Ok(());
+        };
+        share.cover(held).map_err(|short| match short {
+            Shortfall::TooLarge { total_bytes } => HeapErr::Limit {
+                what: "the bytes one parse holds (the budget all parses share)",
+                limit: total_bytes,
+            },
+            Shortfall::Busy {
+                total_bytes,
+                free_bytes,
+            } => HeapErr::Busy {
+                total_bytes,
+                free_bytes,
+            },
+        })
     }
 
     /// Whether anything shaped like a snapshot has been made: a dict (a snapshot, a segment,
@@ -562,6 +723,7 @@ impl Heap {
         }
         // Taken out while appending (consuming may lower other containers); put back below.
         let mut items = std::mem::replace(&mut c.items, Items::Vals(Vec::new()));
+        let mut in_vals: u64 = 0;
         for &v in values {
             let v = if matches!(v, Value::Obj(_)) {
                 self.consume(v)?
@@ -575,9 +737,11 @@ impl Heap {
                     Items::Vals(vals) if vals.is_empty() => f.appended(list, e, true),
                     Items::Entries { .. } | Items::Rows(_) => f.appended(list, e, false),
                     // Entries among other values: indexed after parsing.
-                    Items::Vals(_) => f.lost(),
+                    Items::Vals(_) | Items::Blocks { .. } => f.lost(),
                 }
             }
+            // Rows kept as runs are not values held (`container_items`): only what lands in
+            // a value vector is.
             match (&mut items, v) {
                 (Items::Vals(vals), Value::Entry(e)) if vals.is_empty() => {
                     items = Items::Entries { start: e, len: 1 }
@@ -587,16 +751,25 @@ impl Heap {
                     items = Items::Rows(vec![(*start, *len), (e, 1)]);
                 }
                 (Items::Rows(runs), Value::Entry(e)) => crate::model::TraceTable::push_run(runs, e),
-                (Items::Entries { .. } | Items::Rows(_), v) => {
+                (Items::Vals(vals), Value::Block(b)) if vals.is_empty() => {
+                    items = Items::Blocks { start: b, len: 1 }
+                }
+                (Items::Blocks { start, len }, Value::Block(b)) if b == *start + *len => *len += 1,
+                (Items::Entries { .. } | Items::Rows(_) | Items::Blocks { .. }, v) => {
                     let mut vals = entry_values(&items);
                     vals.push(v);
+                    in_vals += vals.len() as u64;
                     items = Items::Vals(vals);
                 }
-                (Items::Vals(vals), v) => vals.push(v),
+                (Items::Vals(vals), v) => {
+                    vals.push(v);
+                    in_vals += 1;
+                }
             }
         }
         self.slot_mut(cid)?.items = items;
-        self.add_items(values.len() as u64)
+        self.built += values.len() as u64 - in_vals.min(values.len() as u64);
+        self.add_items(in_vals)
     }
 
     /// Sets consumed key/value pairs in a dict.
@@ -741,8 +914,7 @@ impl Heap {
         };
         let n = match &items {
             Items::Vals(v) => v.len() as u64,
-            Items::Entries { len, .. } => *len as u64,
-            Items::Rows(runs) => runs.iter().map(|&(_, len)| len as u64).sum(),
+            Items::Entries { .. } | Items::Rows(_) | Items::Blocks { .. } => 0,
         };
         match lowered {
             Some(l) => {
@@ -818,6 +990,9 @@ impl Heap {
         if has_action {
             return self.lower_entry(vals).map(Some);
         }
+        if other_keys && let Some(block) = self.lower_block(vals) {
+            return Ok(Some(block));
+        }
         if !other_keys && frame_keys >= 2 {
             let mut f = Frame {
                 filename: StrId::EMPTY,
@@ -837,6 +1012,50 @@ impl Heap {
             return Ok(Some(Value::Frame(self.frames.intern(f))));
         }
         Ok(None)
+    }
+
+    /// A block row for a dict of a block's keys alone, with values of the types PyTorch writes
+    /// (a whole byte count, a state string, an already lowered stack); `None` for any other
+    /// dict, which stays generic for `lower.rs` to read (and to explain, if it is broken).
+    fn lower_block(&mut self, vals: &[Value]) -> Option<Value> {
+        let mut row = BlockRow {
+            address: 0,
+            size: u64::MAX,
+            requested_size: 0,
+            stack: StackId::EMPTY,
+            state: BlockState::Unknown,
+            has: 0,
+        };
+        let mut has_state = false;
+        for pair in vals.chunks_exact(2) {
+            let Value::Str(StrId(k)) = pair[0] else {
+                return None;
+            };
+            match (k, pair[1]) {
+                (key::ADDRESS, v @ (Value::Int(_) | Value::Big(_))) => {
+                    row.address = self.u64(v)?;
+                    row.has |= BlockRow::HAS_ADDRESS;
+                }
+                (key::SIZE, Value::Int(i)) if (0..1 << 56).contains(&i) => row.size = i as u64,
+                (key::REQUESTED_SIZE, v @ (Value::Int(_) | Value::Big(_))) => {
+                    row.requested_size = self.u64(v)?;
+                    row.has |= BlockRow::HAS_REQUESTED;
+                }
+                (key::STATE, Value::Str(s)) => {
+                    row.state = BlockState::parse(self.strings.get(s));
+                    has_state = true;
+                }
+                (key::FRAMES, Value::Stack(s)) => row.stack = s,
+                (key::FRAMES, Value::EmptyList) => row.stack = StackId::EMPTY,
+                _ => return None,
+            }
+        }
+        if row.size == u64::MAX || !has_state {
+            return None;
+        }
+        let id = u32::try_from(self.blocks.len()).ok()?;
+        self.blocks.push(row);
+        Some(Value::Block(id))
     }
 
     /// Converts a frames value (already lowered, or a list of frame-shaped dicts) to a stack id.
@@ -1050,9 +1269,11 @@ impl Heap {
                 .unwrap_or(J::Null),
             Value::Str(s) => J::String(self.strings.get(s).to_string()),
             Value::Bytes => J::Null,
-            Value::EmptyList | Value::Stack(_) | Value::Entry(_) | Value::Frame(_) => {
-                J::Array(Vec::new())
-            }
+            Value::EmptyList
+            | Value::Stack(_)
+            | Value::Entry(_)
+            | Value::Frame(_)
+            | Value::Block(_) => J::Array(Vec::new()),
             Value::Obj(cid) => match (self.kind(cid)?, self.items(cid)?) {
                 (Kind::Dict, Items::Vals(vals)) => {
                     let mut m = serde_json::Map::new();
@@ -1070,7 +1291,9 @@ impl Heap {
                         .map(|x| self.to_json(*x, depth + 1))
                         .collect::<Result<_, _>>()?,
                 ),
-                (_, Items::Entries { .. } | Items::Rows(_)) => J::Array(Vec::new()),
+                (_, Items::Entries { .. } | Items::Rows(_) | Items::Blocks { .. }) => {
+                    J::Array(Vec::new())
+                }
             },
         })
     }

@@ -119,6 +119,7 @@ impl From<UploadError> for ApiError {
                 ApiError::Timeout(e.to_string())
             }
             UploadError::Unreadable(m) => ApiError::Unreadable(m),
+            UploadError::Busy(m) => ApiError::Unavailable(m),
             UploadError::Internal(e) => ApiError::Internal(e),
         }
     }

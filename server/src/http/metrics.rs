@@ -147,6 +147,11 @@ async fn metrics(State(s): State<AppState>) -> ApiResult<Response> {
         o,
         "# HELP memscope_engine_queries_cancelled_total Snapshot analyses stopped early because their client went away.\n# TYPE memscope_engine_queries_cancelled_total counter\nmemscope_engine_queries_cancelled_total {cancelled}"
     );
+    let (parse_total, parse_free) = s.uploads.parse_memory_bytes();
+    let _ = writeln!(
+        o,
+        "# HELP memscope_parse_memory_bytes Memory the uploads being parsed may hold together (--max-parse-memory-bytes).\n# TYPE memscope_parse_memory_bytes gauge\nmemscope_parse_memory_bytes {parse_total}\n# HELP memscope_parse_memory_free_bytes Of that, what no parse holds now (uploads that find too little are answered 503).\n# TYPE memscope_parse_memory_free_bytes gauge\nmemscope_parse_memory_free_bytes {parse_free}"
+    );
     let _ = writeln!(
         o,
         "# HELP memscope_live_queries_interrupted_total Live-data queries interrupted because their client went away.\n# TYPE memscope_live_queries_interrupted_total counter\nmemscope_live_queries_interrupted_total {interrupted}"

@@ -53,6 +53,10 @@ pub enum UploadError {
     /// Not a snapshot memscope can read: the engine's message, for the user.
     #[error("{0}")]
     Unreadable(String),
+    /// The memory shared by parses (`--max-parse-memory-bytes`) is held by other uploads: the
+    /// client may send it again shortly.
+    #[error("{0}")]
+    Busy(String),
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
 }
@@ -366,6 +370,15 @@ impl Uploads {
     /// Parse slots free now (none taken: the configured count).
     pub fn free_parse_slots(&self) -> usize {
         self.slots.available_permits()
+    }
+
+    /// The memory parses share (`--max-parse-memory-bytes`): (total, free now), in bytes.
+    pub fn parse_memory_bytes(&self) -> (u64, u64) {
+        self.limits
+            .read
+            .budget
+            .as_ref()
+            .map_or((0, 0), |b| (b.total_bytes(), b.free_bytes()))
     }
 
     /// The largest upload taken, in bytes.
@@ -719,8 +732,11 @@ fn spawn_parser(
             current: axum::body::Bytes::new(),
             progress,
         };
-        let (snap, index) = snapshot::read_indexed_with_limits(reader, limits)
-            .map_err(|e| UploadError::Unreadable(e.to_string()))?;
+        let (snap, index) =
+            snapshot::read_indexed_with_limits(reader, limits).map_err(|e| match e {
+                snapshot::Error::Busy { .. } => UploadError::Busy(e.to_string()),
+                e => UploadError::Unreadable(e.to_string()),
+            })?;
         let parsed_at = Instant::now();
         let report = crate::convert::report(snapshot::analysis::report(&snap, &index, &options));
         Ok((snap, index, report, parsed_at))

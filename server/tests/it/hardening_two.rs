@@ -599,3 +599,79 @@ fn a_declared_length_near_the_cap_reserves_nothing_up_front() {
         "the server died or stopped answering ({exited:?}): {stderr}"
     );
 }
+
+/// Issue 38, item 1: the uploads being parsed share one memory budget
+/// (`--max-parse-memory-bytes`): one that finds it held by another parse is answered 503 with
+/// `Retry-After` (not 422: nothing is wrong with it), and goes through once the other is done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uploads_share_one_parse_memory_budget() {
+    use tower::ServiceExt;
+    let s = app_with("budget", |a| a.max_parse_memory_bytes = Some(24 << 20)).await;
+    let big = fixture_bytes("big_python.pickle");
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(4);
+    let chunks =
+        futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|c| (c, rx)) });
+    let first = Request::post("/api/snapshots?name=first")
+        .body(Body::from_stream(chunks))
+        .unwrap();
+    let first = tokio::spawn({
+        let s = s.clone();
+        async move { respond(&s, first).await }
+    });
+    let cut = big.len() * 3 / 4;
+    for chunk in big[..cut].chunks(1 << 20) {
+        tx.send(Ok(chunk.to_vec())).await.unwrap();
+    }
+    let second = || {
+        Request::post("/api/snapshots?name=second")
+            .body(Body::from(fixture_bytes("big_python.pickle.xz")))
+            .unwrap()
+    };
+    // The first parse holds most of the budget (what it needs and a 16 MiB step) once it has
+    // read a few MiB (/metrics shows it); the second (the same snapshot, compressed) needs
+    // about 17 MiB.
+    let free = || async {
+        metric(&metrics(&s).await, "memscope_parse_memory_free_bytes ").unwrap_or(f64::MAX)
+    };
+    for _ in 0..200 {
+        if free().await < (8 << 20) as f64 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(
+        free().await < (8 << 20) as f64,
+        "the first upload holds the budget"
+    );
+    let busy = server::http::app(s.clone())
+        .oneshot(second())
+        .await
+        .unwrap();
+    assert_eq!(busy.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(busy.headers()[header::RETRY_AFTER], "1");
+    let body = http_body_util::BodyExt::collect(busy.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    let message = String::from_utf8_lossy(&body);
+    assert!(
+        message.contains("in use by other uploads") && message.contains("try again"),
+        "{message}"
+    );
+    tx.send(Ok(big[cut..].to_vec())).await.unwrap();
+    drop(tx);
+    let (status, body) = first.await.unwrap();
+    assert_eq!(
+        status,
+        StatusCode::CREATED,
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+    // The same content as the first: stored once, answered as the existing entry.
+    let (status, _) = respond(&s, second()).await;
+    assert!(
+        status.is_success(),
+        "after the first, the second fits: {status}"
+    );
+    assert_eq!(free().await, (24u64 << 20) as f64, "all given back");
+}

@@ -16,6 +16,9 @@ fuzz_target!(|data: &[u8]| {
         max_decoded_bytes: 64 << 20,
         max_expansion: 100,
         size_hint_bytes: 0,
+        max_held_percent_of_input: 150,
+        held_allowance_bytes: 16 << 20,
+        budget: None,
     };
     if let Ok(snap) = snapshot::read_with_limits(data, limits) {
         let (index, _report) = snapshot::analysis::analyze(&snap, &Default::default());

@@ -4,7 +4,7 @@
 use snapshot::analysis::Index;
 
 /// Every snapshot file under `tests/fixtures`, by path relative to it.
-fn all_files() -> Vec<String> {
+pub(crate) fn all_files() -> Vec<String> {
     fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
         for e in std::fs::read_dir(dir).unwrap() {
             let p = e.unwrap().path();

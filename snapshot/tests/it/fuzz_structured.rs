@@ -184,6 +184,9 @@ fn run_one(bytes: &[u8]) -> bool {
         max_decoded_bytes: 64 << 20,
         max_expansion: 100,
         size_hint_bytes: 0,
+        max_held_percent_of_input: 150,
+        held_allowance_bytes: 16 << 20,
+        budget: None,
     };
     let indexed = snapshot::read_indexed_with_limits(bytes, limits.clone());
     if let Ok(snap) = snapshot::read_with_limits(bytes, limits) {
