@@ -61,8 +61,9 @@ pub struct ServeArgs {
     /// One-minute roll-ups (and live events) are kept this long.
     #[arg(long, env = "MEMSCOPE_ROLLUP_RETENTION_DAYS", default_value_t = 30.0)]
     pub rollup_retention_days: f64,
-    /// Snapshots indexed at the same time (each takes one core while it runs); one client
-    /// address may hold half of them (at least one).
+    /// Snapshots parsed at the same time (each takes one core while it has bytes to parse; an
+    /// upload waiting for its client's next bytes holds none). Four times as many uploads may
+    /// be open at once, and one client address may have half as many open (at least one).
     #[arg(long, env = "MEMSCOPE_INDEX_WORKERS", default_value_t = 2)]
     pub index_workers: usize,
     /// Most bytes a compressed upload may decompress to (default 16 GiB); parsing takes memory
@@ -79,8 +80,9 @@ pub struct ServeArgs {
     /// compressed byte (real snapshots: 10–30×; a decompression bomb: 1000×). 0: no limit.
     #[arg(long, env = "MEMSCOPE_MAX_EXPANSION", default_value_t = 100)]
     pub max_expansion: u64,
-    /// Slowest upload that keeps its parse slot: fewer bytes per second than this, averaged over
-    /// the body idle timeout, and the upload is cut off (so slow clients cannot hold every slot).
+    /// Slowest upload that is kept open: fewer bytes per second than this, averaged over the
+    /// body idle timeout, and the upload is cut off (so slow clients cannot hold every open
+    /// upload).
     #[arg(long, env = "MEMSCOPE_MIN_UPLOAD_RATE", default_value_t = 16 << 10)]
     pub min_upload_bytes_per_s: u64,
     /// Longest any one upload may take to arrive, in seconds; a smaller one gets a minute and its

@@ -22,6 +22,10 @@ use super::models::Loaded;
 use super::models::Models;
 use crate::live::Live;
 
+/// Uploads open at once per parse slot: those waiting for their clients' bytes hold no slot,
+/// so a few slow ones cannot keep a fast one from being parsed.
+const OPEN_UPLOADS_PER_SLOT: usize = 4;
+
 /// The most of an upload's declared length the engine reserves its tables for before the bytes
 /// arrive (a 256 MiB snapshot's tables: about 200 MB).
 const MAX_RESERVE_HINT_BYTES: u64 = 256 << 20;
@@ -189,21 +193,65 @@ pub struct Uploaded {
     pub report: api::Report,
 }
 
-/// Feeds upload chunks from the async side to the parser thread.
+/// Feeds upload chunks from the async side to the parser thread, which holds a parse slot
+/// only while it has bytes to work on: waiting for its client's next bytes it gives the slot
+/// back, so uploads that trickle in (however many clients send them) leave the slots to those
+/// whose bytes have arrived (issue 38, item 3).
 struct ChannelReader {
     rx: tokio::sync::mpsc::Receiver<axum::body::Bytes>,
     current: axum::body::Bytes,
     progress: Arc<UploadProgress>,
+    slot: ParseSlot,
+}
+
+/// A parse's hold on one of the parse slots, taken when it has work and given back when it
+/// waits.
+struct ParseSlot {
+    slots: Arc<tokio::sync::Semaphore>,
+    held: Option<tokio::sync::OwnedSemaphorePermit>,
+    runtime: tokio::runtime::Handle,
+}
+
+impl ParseSlot {
+    /// Holds a slot, waiting for one if none is free (on the parser's blocking thread).
+    fn take(&mut self) -> std::io::Result<()> {
+        if self.held.is_none() {
+            let permit = self
+                .runtime
+                .block_on(self.slots.clone().acquire_owned())
+                .map_err(std::io::Error::other)?;
+            self.held = Some(permit);
+        }
+        Ok(())
+    }
+
+    fn give_back(&mut self) {
+        self.held = None;
+    }
 }
 
 impl std::io::Read for ChannelReader {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use tokio::sync::mpsc::error::TryRecvError;
         while self.current.is_empty() {
-            match self.rx.blocking_recv() {
+            let next = match self.rx.try_recv() {
+                Ok(b) => Some(b),
+                Err(TryRecvError::Disconnected) => None,
+                Err(TryRecvError::Empty) => {
+                    self.slot.give_back();
+                    self.rx.blocking_recv()
+                }
+            };
+            match next {
                 Some(b) => self.current = b,
-                None => return Ok(0),
+                None => {
+                    // The end: what follows (lowering, indexing, the report) is work.
+                    self.slot.take()?;
+                    return Ok(0);
+                }
             }
         }
+        self.slot.take()?;
         let n = buf.len().min(self.current.len());
         buf[..n].copy_from_slice(&self.current[..n]);
         self.current = self.current.slice(n..);
@@ -292,9 +340,14 @@ pub struct Uploads {
     library: Library,
     live: Live,
     models: Arc<Models>,
-    /// Bounds how many uploads are parsed at once.
+    /// Bounds how many uploads are parsed at once: held by a parse while it has bytes to work
+    /// on (`ParseSlot`).
     slots: Arc<tokio::sync::Semaphore>,
-    /// Each client address's share of the parse slots, taken before a slot.
+    /// Bounds how many uploads are open at once (received and parsed, or waiting for their
+    /// client's bytes): four per parse slot.
+    open: Arc<tokio::sync::Semaphore>,
+    /// Each client address's share of the open uploads (half the parse slots' count, at least
+    /// one), taken first.
     shares: Arc<
         std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, Arc<tokio::sync::Semaphore>>>,
     >,
@@ -361,6 +414,9 @@ impl Uploads {
             live,
             models,
             slots: Arc::new(tokio::sync::Semaphore::new(parse_slots.max(1))),
+            open: Arc::new(tokio::sync::Semaphore::new(
+                parse_slots.max(1) * OPEN_UPLOADS_PER_SLOT,
+            )),
             shares: Default::default(),
             limits,
             progress: Default::default(),
@@ -470,8 +526,8 @@ impl Uploads {
             Some(ip) => Some(self.share(ip).await?),
             None => None,
         };
-        let _slot = self
-            .slots
+        let _open = self
+            .open
             .acquire()
             .await
             .map_err(|e| UploadError::Internal(e.into()))?;
@@ -583,7 +639,12 @@ impl Uploads {
             size_hint_bytes: progress.total_bytes.min(MAX_RESERVE_HINT_BYTES),
             ..self.limits.read.clone()
         };
-        let parser = spawn_parser(rx, progress.clone(), limits, options);
+        let slot = ParseSlot {
+            slots: self.slots.clone(),
+            held: None,
+            runtime: tokio::runtime::Handle::current(),
+        };
+        let parser = spawn_parser(rx, progress.clone(), slot, limits, options);
         // Fused: the drain loop below may poll again after the end.
         let mut stream = body.into_data_stream().fuse();
         let mut sink = Sink {
@@ -716,6 +777,7 @@ impl Uploads {
 fn spawn_parser(
     rx: tokio::sync::mpsc::Receiver<axum::body::Bytes>,
     progress: Arc<UploadProgress>,
+    slot: ParseSlot,
     limits: snapshot::Limits,
     options: snapshot::analysis::Options,
 ) -> tokio::task::JoinHandle<
@@ -727,13 +789,15 @@ fn spawn_parser(
     )>,
 > {
     tokio::task::spawn_blocking(move || {
-        let reader = ChannelReader {
+        // Held to the end of this thread: the report is work too.
+        let mut reader = ChannelReader {
             rx,
             current: axum::body::Bytes::new(),
             progress,
+            slot,
         };
         let (snap, index) =
-            snapshot::read_indexed_with_limits(reader, limits).map_err(|e| match e {
+            snapshot::read_indexed_with_limits(&mut reader, limits).map_err(|e| match e {
                 snapshot::Error::Busy { .. } => UploadError::Busy(e.to_string()),
                 e => UploadError::Unreadable(e.to_string()),
             })?;

@@ -330,3 +330,81 @@ async fn uploads_just_above_the_rate_floor_cannot_hold_the_parse_slots() {
     );
     assert!(slow.contains(" 408 "), "{slow}");
 }
+
+/// Item 3, from two clients: each holds its one share, so per-client shares alone would leave
+/// both parse slots held for as long as the uploads last (an hour here: no time budget helps).
+/// A parse holds a slot only while it has bytes to work on, so a legitimate upload from a third
+/// client is parsed at once beside them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn slow_uploads_from_two_clients_cannot_hold_the_parse_slots() {
+    let _turn = crate::support::SOCKET_FLOODS.lock().await;
+    let r = socket::listening("starve-two", |args| {
+        args.min_upload_bytes_per_s = 64 << 10;
+        args.max_upload_secs = 3600.0;
+        args.index_workers = 2;
+    })
+    .await;
+    let addr = r.addr;
+    let endless = |first: bool| {
+        let mut first = first;
+        move || {
+            let mut piece = if first {
+                b"\x80\x02".to_vec()
+            } else {
+                Vec::new()
+            };
+            first = false;
+            piece.extend(b"N0".repeat(4 << 10));
+            piece
+        }
+    };
+    let head = "POST /api/snapshots?name=attack HTTP/1.1\r\nhost: localhost\r\ncontent-length: 8589934592\r\n\r\n";
+    let mut attackers = Vec::new();
+    for last in [2u8, 3] {
+        let socket = TcpSocket::new_v4().unwrap();
+        socket
+            .bind(SocketAddr::from(([127, 0, 0, last], 0)))
+            .unwrap();
+        let s = socket.connect(addr).await.unwrap();
+        attackers.push(tokio::spawn(trickle(
+            s,
+            head.to_string(),
+            endless(true),
+            (64 << 10) + (4 << 10),
+        )));
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let started = Instant::now();
+    let legit = fixture_bytes("oom_fraction.pickle");
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(
+        format!(
+            "POST /api/snapshots?name=legit HTTP/1.1\r\nhost: localhost\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            legit.len()
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    s.write_all(&legit).await.unwrap();
+    let mut answer = Vec::new();
+    let answered = tokio::time::timeout(Duration::from_secs(20), s.read_to_end(&mut answer)).await;
+    let legit_s = started.elapsed().as_secs_f64();
+    let status = String::from_utf8_lossy(&answer)
+        .lines()
+        .next()
+        .unwrap_or("(no answer)")
+        .to_string();
+    for a in &attackers {
+        a.abort();
+    }
+    println!(
+        "during two endless uploads at 68 KiB/s from two clients: a legitimate upload answered in {legit_s:.2} s ({status})"
+    );
+    assert!(
+        answered.is_ok(),
+        "the legitimate upload was not answered in 20 s"
+    );
+    assert!(status.starts_with("HTTP/1.1 201"), "{status}");
+    assert!(legit_s < 5.0, "answered in seconds: {legit_s:.2} s");
+}
