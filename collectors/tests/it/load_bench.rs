@@ -21,9 +21,9 @@ use collectors::source::{Reading, Source};
 use collectors::spool::Spool;
 
 /// 8 GPUs and 16 processes of host `host`, with memory that moves.
-struct Synthetic {
-    host: String,
-    n: u64,
+pub(crate) struct Synthetic {
+    pub host: String,
+    pub n: u64,
 }
 
 impl Source for Synthetic {

@@ -10,3 +10,4 @@ mod incarnations;
 mod ingest_bench;
 mod load_bench;
 mod no_loss;
+mod soak_bench;
