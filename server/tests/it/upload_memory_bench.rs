@@ -141,6 +141,15 @@ fn a_hostile_uploads_peak_memory_against_its_size() {
     println!(
         "upload                              MB    answer                        s      peak RSS MB  RSS/size"
     );
+    // Bounds memory, not time (a machine's memory is not noisy the way its clock is): each
+    // hostile upload is refused, at most twice its size plus a fixed allowance.
+    let held_to = |size: usize, status: &str, peak: u64| {
+        assert!(status.contains(" 422 "), "refused: {status}");
+        assert!(
+            peak <= 2 * size as u64 + (512 << 20),
+            "peak RSS {peak} bytes for a {size}-byte upload"
+        );
+    };
     let row = |name: &str, size: usize, status: &str, secs: f64, peak: u64| {
         println!(
             "{name:<34} {:>5.0}  {status:<28} {secs:>6.1}  {:>11.0}  {:>8.2}",
@@ -156,6 +165,7 @@ fn a_hostile_uploads_peak_memory_against_its_size() {
     ] {
         let (status, secs, peak) = upload_to_fresh_server(name, &body);
         row(name, body.len(), &status, secs, peak);
+        held_to(body.len(), &status, peak);
     }
     // A real snapshot beside them, if one is named: it must go through, at its usual cost.
     if let Ok(path) = std::env::var("MEMSCOPE_BENCH_REAL") {
@@ -173,4 +183,7 @@ fn a_hostile_uploads_peak_memory_against_its_size() {
         secs,
         peak,
     );
+    for status in &answers {
+        held_to(body.len() * 2, status, peak);
+    }
 }
