@@ -236,6 +236,14 @@ impl ServeArgs {
 /// The variable a PostgreSQL password may come in (not a flag: `ps` shows flags).
 pub const DATABASE_PASSWORD_VAR: &str = "MEMSCOPE_DATABASE_PASSWORD";
 
+/// What a URL may hold unencoded (RFC 3986's unreserved characters): the rest of a password is
+/// percent-encoded.
+const URL_UNRESERVED: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
 /// `url` (`postgres://USER@HOST…`) with `password` put after the user, percent-encoded.
 fn with_password(url: &str, password: &str) -> anyhow::Result<String> {
     let Some((scheme, rest)) = url.split_once("://") else {
@@ -251,15 +259,7 @@ fn with_password(url: &str, password: &str) -> anyhow::Result<String> {
             "--database-url already holds a password: give it there or in the password file or variable, not both"
         );
     }
-    let mut encoded = String::new();
-    for b in password.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                encoded.push(b as char)
-            }
-            _ => encoded.push_str(&format!("%{b:02X}")),
-        }
-    }
+    let encoded = percent_encoding::utf8_percent_encode(password, URL_UNRESERVED);
     Ok(format!("{scheme}://{user}:{encoded}@{host}"))
 }
 

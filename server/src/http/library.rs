@@ -200,21 +200,28 @@ pub fn attachment(name: &str) -> String {
             _ => '_',
         })
         .collect();
-    let mut exact = String::new();
-    for c in name.chars() {
-        let c = if c.is_control() { '_' } else { c };
-        let mut utf8 = [0u8; 4];
-        for b in c.encode_utf8(&mut utf8).bytes() {
-            match b {
-                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' => exact.push(b as char),
-                b'!' | b'#' | b'$' | b'&' | b'+' | b'-' | b'.' | b'^' | b'_' | b'`' | b'|'
-                | b'~' => exact.push(b as char),
-                _ => exact.push_str(&format!("%{b:02X}")),
-            }
-        }
-    }
+    let printable: String = name
+        .chars()
+        .map(|c| if c.is_control() { '_' } else { c })
+        .collect();
+    let exact = percent_encoding::utf8_percent_encode(&printable, ATTR_CHAR);
     format!("attachment; filename=\"{fallback}\"; filename*=UTF-8''{exact}")
 }
+
+/// RFC 5987's `attr-char`: what a `filename*` value may hold unencoded.
+const ATTR_CHAR: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'!')
+    .remove(b'#')
+    .remove(b'$')
+    .remove(b'&')
+    .remove(b'+')
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'^')
+    .remove(b'_')
+    .remove(b'`')
+    .remove(b'|')
+    .remove(b'~');
 
 /// Judges the snapshot's OOMs again under a device total and stores both.
 async fn set_device_total(s: &AppState, id: &str, total_bytes: u64) -> ApiResult<()> {
