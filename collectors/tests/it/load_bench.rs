@@ -63,6 +63,52 @@ impl Source for Synthetic {
     }
 }
 
+/// A server process, killed however the benchmark ends.
+pub(crate) struct Killed(pub std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The tokens of the collectors `four_collectors` starts, for the server's `--collector-token`.
+pub(crate) const FOUR_TOKENS: &str = "load0=t0-0123456789abcdef,load1=t1-0123456789abcdef,load2=t2-0123456789abcdef,load3=t3-0123456789abcdef";
+
+/// 4 collectors (hosts `load0`…`load3`, spools under `base`) sampling `Synthetic` every
+/// 100 ms, a batch a second, into the server at `url` until `stop`; each thread returns the
+/// samples it spooled and what was shipped.
+pub(crate) fn four_collectors(
+    url: &str,
+    stop: &Arc<AtomicBool>,
+    base: &std::path::Path,
+) -> Vec<std::thread::JoinHandle<(u64, collector::Shipped)>> {
+    (0..4)
+        .map(|c| {
+            let (url, stop, base) = (url.to_string(), stop.clone(), base.to_path_buf());
+            std::thread::spawn(move || {
+                let host = format!("load{c}");
+                collector::run(
+                    Config {
+                        name: host.clone(),
+                        host: host.clone(),
+                        interval: Duration::from_millis(100),
+                        readings_per_batch: 10,
+                        relay: None,
+                    },
+                    Box::new(Synthetic { host, n: 0 }),
+                    Spool::open(&base.join(format!("spool{c}")), 256 << 20),
+                    Sender::new(&url, &format!("t{c}-0123456789abcdef")),
+                    None,
+                    stop,
+                )
+                .unwrap()
+            })
+        })
+        .collect()
+}
+
 fn env_or(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
@@ -70,7 +116,7 @@ fn env_or(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-fn rss_mib(pid: u32) -> f64 {
+pub(crate) fn rss_mib(pid: u32) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
@@ -81,7 +127,7 @@ fn rss_mib(pid: u32) -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
-fn percentiles(mut ms: Vec<f64>) -> String {
+pub(crate) fn percentiles(mut ms: Vec<f64>) -> String {
     if ms.is_empty() {
         return "none".into();
     }
@@ -178,14 +224,6 @@ fn four_collectors_queries_and_scrapes_on_a_30m_row_store() {
     seed(&lib, rows);
     println!("seeded {rows} rows in {:.0} s", t.elapsed().as_secs_f64());
 
-    /// Kills the server however the benchmark ends.
-    struct Killed(std::process::Child);
-    impl Drop for Killed {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
     let server = std::process::Command::new(&bin)
         .args([
             "serve",
@@ -194,7 +232,7 @@ fn four_collectors_queries_and_scrapes_on_a_30m_row_store() {
             "--data-dir",
         ])
         .arg(&lib)
-        .args(["--collector-token", "load0=t0-0123456789abcdef,load1=t1-0123456789abcdef,load2=t2-0123456789abcdef,load3=t3-0123456789abcdef"])
+        .args(["--collector-token", FOUR_TOKENS])
         .env("MEMSCOPE_LOG", "warn")
         .spawn()
         .unwrap();
@@ -216,29 +254,7 @@ fn four_collectors_queries_and_scrapes_on_a_30m_row_store() {
     let started = Instant::now();
 
     // 4 collectors at 100 ms, a batch a second.
-    let collectors: Vec<_> = (0..4)
-        .map(|c| {
-            let (url, stop, base) = (url.clone(), stop.clone(), base.clone());
-            std::thread::spawn(move || {
-                let host = format!("load{c}");
-                collector::run(
-                    Config {
-                        name: host.clone(),
-                        host: host.clone(),
-                        interval: Duration::from_millis(100),
-                        readings_per_batch: 10,
-                        relay: None,
-                    },
-                    Box::new(Synthetic { host, n: 0 }),
-                    Spool::open(&base.join(format!("spool{c}")), 256 << 20),
-                    Sender::new(&url, &format!("t{c}-0123456789abcdef")),
-                    None,
-                    stop,
-                )
-                .unwrap()
-            })
-        })
-        .collect();
+    let collectors = four_collectors(&url, &stop, &base);
 
     // The dashboard's live queries, back to back, and /metrics every second.
     let queries = Arc::new(Mutex::new(Vec::<f64>::new()));

@@ -25,10 +25,6 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
-use collectors::collector::{self, Config};
-use collectors::sender::Sender;
-use collectors::spool::Spool;
-
 /// Answers each attack got, by status line (or what happened instead).
 type Tally = Arc<Mutex<BTreeMap<String, BTreeMap<String, u64>>>>;
 
@@ -279,42 +275,25 @@ fn steady_uploads(url: String, stop: Arc<AtomicBool>) -> (Vec<String>, u64, Vec<
 }
 
 fn percentiles(latencies: &[Option<f64>]) -> String {
-    let mut ms: Vec<f64> = latencies.iter().flatten().copied().collect();
-    if ms.is_empty() {
-        return "none answered".into();
-    }
-    ms.sort_by(f64::total_cmp);
-    let at = |q: f64| ms[((ms.len() - 1) as f64 * q) as usize];
+    let answered: Vec<f64> = latencies.iter().flatten().copied().collect();
     format!(
-        "{} of {} answered; p50 {:.1} ms, p95 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
-        ms.len(),
+        "{} of {} answered: {}",
+        answered.len(),
         latencies.len(),
-        at(0.5),
-        at(0.95),
-        at(0.99),
-        ms[ms.len() - 1]
+        crate::load_bench::percentiles(answered)
     )
 }
 
-/// A line of the server's `/proc/PID/status` (`VmHWM:`, the peak resident set, or `VmRSS:`,
-/// the resident set now), in MiB.
-fn status_mib(pid: u32, field: &str) -> f64 {
+/// The server's peak resident set (`VmHWM`), in MiB.
+fn peak_rss_mib(pid: u32) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
             s.lines()
-                .find_map(|l| l.strip_prefix(field))
+                .find_map(|l| l.strip_prefix("VmHWM:"))
                 .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
         })
         .map_or(0.0, |kb| kb / 1024.0)
-}
-
-fn peak_rss_mib(pid: u32) -> f64 {
-    status_mib(pid, "VmHWM:")
-}
-
-fn rss_mib(pid: u32) -> f64 {
-    status_mib(pid, "VmRSS:")
 }
 
 /// Samples stored for the soak's hosts.
@@ -354,24 +333,21 @@ fn ten_minutes_of_attacks_beside_collectors_and_uploads() {
     std::fs::create_dir_all(&lib).unwrap();
     let database_url = server::testing::database_for(&lib);
 
-    /// Kills the server however the soak ends.
-    struct Killed(std::process::Child);
-    impl Drop for Killed {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
     let mut command = std::process::Command::new(&bin);
     command
-        .args(["serve", "--addr", &format!("127.0.0.1:{port}"), "--data-dir"])
+        .args([
+            "serve",
+            "--addr",
+            &format!("127.0.0.1:{port}"),
+            "--data-dir",
+        ])
         .arg(&lib)
-        .args(["--collector-token", "load0=t0-0123456789abcdef,load1=t1-0123456789abcdef,load2=t2-0123456789abcdef,load3=t3-0123456789abcdef"])
+        .args(["--collector-token", crate::load_bench::FOUR_TOKENS])
         .env("MEMSCOPE_LOG", "warn");
     if let Some(url) = &database_url {
         command.args(["--database-url", url]);
     }
-    let server = Killed(command.spawn().unwrap());
+    let server = crate::load_bench::Killed(command.spawn().unwrap());
     let url = format!("http://127.0.0.1:{port}");
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     for _ in 0..600 {
@@ -386,29 +362,7 @@ fn ten_minutes_of_attacks_beside_collectors_and_uploads() {
 
     // The work that must go on: 4 collectors and steady uploads (the first is a 21 MB
     // snapshot, the original the slow readers ask for).
-    let collectors: Vec<_> = (0..4)
-        .map(|c| {
-            let (url, stop, base) = (url.clone(), stop.clone(), base.clone());
-            std::thread::spawn(move || {
-                let host = format!("load{c}");
-                collector::run(
-                    Config {
-                        name: host.clone(),
-                        host: host.clone(),
-                        interval: Duration::from_millis(100),
-                        readings_per_batch: 10,
-                        relay: None,
-                    },
-                    Box::new(crate::load_bench::Synthetic { host, n: 0 }),
-                    Spool::open(&base.join(format!("spool{c}")), 256 << 20),
-                    Sender::new(&url, &format!("t{c}-0123456789abcdef")),
-                    None,
-                    stop,
-                )
-                .unwrap()
-            })
-        })
-        .collect();
+    let collectors = crate::load_bench::four_collectors(&url, &stop, &base);
     let uploads = {
         let (url, stop) = (url.clone(), stop.clone());
         std::thread::spawn(move || steady_uploads(url, stop))
@@ -483,7 +437,7 @@ fn ten_minutes_of_attacks_beside_collectors_and_uploads() {
                 let mut out = Vec::new();
                 let t0 = Instant::now();
                 while !stop.load(Ordering::Relaxed) {
-                    out.push((t0.elapsed().as_secs(), rss_mib(pid)));
+                    out.push((t0.elapsed().as_secs(), crate::load_bench::rss_mib(pid)));
                     tokio::time::sleep(Duration::from_secs(10)).await;
                 }
                 out
