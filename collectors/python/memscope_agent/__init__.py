@@ -362,8 +362,10 @@ class Agent:
         except Exception:
             return None
 
-    def upload(self, path, name, tags, device=None, attempts=3):
-        """Uploads a snapshot file to the server, with the device's total memory; returns its id."""
+    def upload(self, path, name, tags, device=None, attempts=5):
+        """Uploads a snapshot file to the server, with the device's total memory; returns its id.
+        A busy server (503: the memory or slots it parses with are in use) is asked again after
+        the time it names in Retry-After (at most 30 s); an unreachable one after a backoff."""
         params = {"name": name, "tags": self._tags(tags)}
         total = self._device_total(device)
         if total:
@@ -383,6 +385,12 @@ class Agent:
                     with urllib.request.urlopen(req, timeout=300) as r:
                         return json.loads(r.read())["id"]
             except urllib.error.HTTPError as e:
+                if e.code in (429, 503) and i + 1 < attempts:
+                    retry_after = (e.headers.get("retry-after") or "").strip()
+                    delay = float(retry_after) if retry_after.isdigit() else 0.5 * 2 ** i
+                    last = "busy (%d)" % e.code
+                    time.sleep(min(30.0, delay))
+                    continue
                 raise RuntimeError("server refused the snapshot (%d): %s" % (e.code, e.read()[:300]))
             except Exception as e:
                 last = e

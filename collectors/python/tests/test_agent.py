@@ -32,6 +32,9 @@ class StubServer:
 
     def __init__(self):
         self.batches, self.uploads, self.down = [], [], False
+        # Uploads answered 503 (Retry-After: 0) before one is taken, as a server whose parse
+        # memory is in use answers.
+        self.busy_uploads = 0
         self.upload_auth = []
         stub = self
 
@@ -43,6 +46,12 @@ class StubServer:
                 body = self.rfile.read(int(self.headers["content-length"]))
                 if stub.down:
                     self.send_response(503)
+                    self.end_headers()
+                    return
+                if self.path != "/api/ingest" and stub.busy_uploads > 0:
+                    stub.busy_uploads -= 1
+                    self.send_response(503)
+                    self.send_header("retry-after", "0")
                     self.end_headers()
                     return
                 if self.path == "/api/ingest":
@@ -231,6 +240,17 @@ class DirectMode(unittest.TestCase):
         self.assertEqual(self.srv.upload_auth, [None], "no API token set: none sent")
         self.assertIn("phase%3Deval", self.srv.uploads[0][0])
         self.assertIn("device_total_bytes=150754820096", self.srv.uploads[0][0])
+
+    def test_an_upload_the_server_is_too_busy_for_is_sent_again(self):
+        self.srv.busy_uploads = 2
+        memscope_agent._agent = self.agent()
+        try:
+            sid = memscope_agent.snapshot("while the server parses others")
+        finally:
+            memscope_agent.stop()
+        self.assertEqual(sid, "snap1", "taken on the third try")
+        self.assertEqual(self.srv.busy_uploads, 0)
+        self.assertEqual(len(self.srv.uploads), 1)
 
     def test_uploads_carry_the_api_token_where_one_is_set(self):
         memscope_agent._agent = self.agent(api_token="w-0123456789abcdef")
