@@ -307,12 +307,19 @@ fn parses_share_one_memory_budget() {
     let first = Paused {
         bytes: bytes.clone(),
         at: 0,
-        pause: bytes.len() * 3 / 4,
+        pause: bytes.len() * 7 / 8,
         go: wait,
     };
     let limits = with(&budget);
     let held = std::thread::spawn(move || snapshot::read_with_limits(first, limits));
-    while budget.free_bytes() > 100 << 20 {
+    // Paused at 7/8 the first holds ~70 MB and a 16 MiB step; the second needs ~93 MB.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while budget.free_bytes() > 90 << 20 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first parse took {} MiB",
+            ((160 << 20) - budget.free_bytes()) >> 20
+        );
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
     let err = refused(
