@@ -52,7 +52,7 @@ impl AppState {
             max_bytes: config.max_upload_bytes,
             min_bytes_per_s: config.min_upload_bytes_per_s,
             max_time: std::time::Duration::from_secs_f64(config.max_upload_secs.clamp(1.0, 1e7)),
-            slots_per_client: (config.index_workers / 2).max(1),
+            open_per_client: (config.index_workers / 2).max(1),
             rate_window: config.conn_limits().body_idle_timeout,
             read: config.read_limits(),
         };

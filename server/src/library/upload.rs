@@ -38,10 +38,10 @@ pub enum UploadError {
     Interrupted(String),
     #[error("upload is larger than the limit of {limit_bytes} bytes")]
     TooLarge { limit_bytes: u64 },
-    /// The client sent too slowly to keep a parse slot (see `--min-upload-rate`).
+    /// The client sent too slowly to keep its upload open (see `--min-upload-rate`).
     #[error(
         "the upload arrived at {got_bytes_per_s} bytes/s, below the server's minimum of {min_bytes_per_s} bytes/s \
-         (--min-upload-rate); it was cut off so that slow clients cannot hold every parse slot"
+         (--min-upload-rate); it was cut off so that slow clients cannot hold every open upload"
     )]
     TooSlow {
         got_bytes_per_s: u64,
@@ -49,7 +49,7 @@ pub enum UploadError {
     },
     /// The upload took longer than its time budget (`--max-upload-secs`, or less for a small
     /// one), however fast it was going: an endless body sent just above the minimum rate
-    /// cannot hold a parse slot for days.
+    /// cannot stay open for days.
     #[error(
         "the upload took longer than its budget of {budget_s} s (60 s and its size at --min-upload-rate, at most --max-upload-secs); it was cut off"
     )]
@@ -101,7 +101,7 @@ struct Sink {
 /// How much of an upload is written between two background syncs of the original.
 const SYNC_EVERY_BYTES: u64 = 128 << 20;
 
-/// The slowest an upload may arrive while it holds a parse slot: at least `min_bytes_per_s`,
+/// The slowest an upload may arrive and stay open: at least `min_bytes_per_s`,
 /// averaged over each `window`.
 struct RateFloor {
     min_bytes_per_s: u64,
@@ -302,8 +302,8 @@ pub struct UploadLimits {
     pub min_bytes_per_s: u64,
     /// The longest any one upload may take from its first byte.
     pub max_time: std::time::Duration,
-    /// Parse slots one client address may hold at once (the others wait for theirs).
-    pub slots_per_client: usize,
+    /// Uploads one client address may have open at once (the others wait for theirs).
+    pub open_per_client: usize,
     /// The window the rate is averaged over (the body-idle timeout).
     pub rate_window: std::time::Duration,
     /// The parser's limits, but for the size hint (each upload's declared size).
@@ -366,7 +366,7 @@ pub struct NewUpload {
     pub client: Option<std::net::IpAddr>,
 }
 
-/// A client's parse-slot share held by one upload.
+/// A client's share of the open uploads, held by one upload.
 struct ClientShare {
     shares: Arc<
         std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, Arc<tokio::sync::Semaphore>>>,
@@ -491,11 +491,12 @@ impl Uploads {
     ///
     /// The work runs in its own task, so a client that disconnects does not cut it short from
     /// outside: its body ends in an error, the parser sees the end of its input and stops, and
-    /// only then are the parse slot released and the temporary files removed (issue 13, finding
-    /// 4). An upload whose body had fully arrived is committed even if its client is gone.
+    /// only then are its place among the open uploads released and the temporary files removed
+    /// (issue 13, finding 4). An upload whose body had fully arrived is committed even if its
+    /// client is gone.
     ///
-    /// `client` (its address, when known) takes its share of the parse slots first: one client
-    /// cannot hold every slot, however many uploads it sends.
+    /// `client` (its address, when known) takes its share of the open uploads first: one client
+    /// cannot hold every place, however many uploads it sends.
     pub async fn upload(
         &self,
         upload: NewUpload,
@@ -586,10 +587,10 @@ impl Uploads {
         })
     }
 
-    /// One of `ip`'s share of the parse slots, waited for; given back when dropped (and the
+    /// One of `ip`'s share of the open uploads, waited for; given back when dropped (and the
     /// client forgotten once it holds none).
     async fn share(&self, ip: std::net::IpAddr) -> UploadResult<ClientShare> {
-        let per_client = self.limits.slots_per_client.max(1);
+        let per_client = self.limits.open_per_client.max(1);
         let semaphore = self
             .shares
             .lock()
