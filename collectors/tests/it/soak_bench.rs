@@ -25,6 +25,8 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
+use crate::support::hostile::{dict_then_strings, empty_segments};
+
 /// Answers each attack got, by status line (or what happened instead).
 type Tally = Arc<Mutex<BTreeMap<String, BTreeMap<String, u64>>>>;
 
@@ -69,31 +71,6 @@ async fn upload_from(last: u8, addr: SocketAddr, body: &[u8]) -> String {
     let mut answer = Vec::new();
     let _ = tokio::time::timeout(Duration::from_secs(120), s.read_to_end(&mut answer)).await;
     status_of(&answer)
-}
-
-/// A pickle that opens with a dict and then lists distinct 8-character strings.
-fn dict_then_strings(total: usize) -> Vec<u8> {
-    let mut out = b"\x80\x02}X\x08\x00\x00\x00segments]".to_vec();
-    let mut i = 0u64;
-    while out.len() + 16 < total {
-        out.push(b'X');
-        out.extend(8u32.to_le_bytes());
-        out.extend(format!("{i:08x}").as_bytes());
-        out.push(b'a');
-        i += 1;
-    }
-    out.extend(b"s.");
-    out
-}
-
-/// `{"segments":[{},{},…]}` of `total` bytes.
-fn empty_segments(total: usize) -> Vec<u8> {
-    let mut out = b"{\"segments\":[{}".to_vec();
-    while out.len() + 5 < total {
-        out.extend(b",{}");
-    }
-    out.extend(b"]}");
-    out
 }
 
 /// Item 1: uploads built to take memory, back to back.

@@ -10,6 +10,8 @@
 use std::io::{Read, Write};
 use std::time::Instant;
 
+use crate::support::hostile::{dict_then_strings, distinct_strings, empty_segments};
+
 /// The server's peak resident set (`VmHWM`), in bytes.
 fn peak_rss_bytes(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
@@ -18,44 +20,6 @@ fn peak_rss_bytes(pid: u32) -> u64 {
         .find_map(|l| l.strip_prefix("VmHWM:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         .map_or(0, |kib| kib << 10)
-}
-
-/// `total` bytes of a pickle list of distinct 8-character strings (`X` + length + text +
-/// `APPEND`), ending with `STOP`.
-fn distinct_strings(total: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(total + 16);
-    out.extend(b"\x80\x02]");
-    let mut i = 0u64;
-    while out.len() + 15 < total {
-        out.push(b'X');
-        out.extend(8u32.to_le_bytes());
-        out.extend(format!("{:08x}", i & 0xffff_ffff).as_bytes());
-        out.push(b'a');
-        i += 1;
-    }
-    out.push(b'.');
-    out
-}
-
-/// `total` bytes of a pickle that opens with a dict (so it passes the early check for
-/// structure) and then lists distinct 8-character strings.
-fn dict_then_strings(total: usize) -> Vec<u8> {
-    let mut out = b"\x80\x02}X\x08\x00\x00\x00segments]".to_vec();
-    let body = distinct_strings(total - out.len() - 3);
-    out.extend(&body[3..body.len() - 1]);
-    out.extend(b"s.");
-    out
-}
-
-/// `total` bytes of `{"segments":[{},{},…]}`.
-fn empty_segments(total: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(total + 16);
-    out.extend(b"{\"segments\":[{}");
-    while out.len() + 5 < total {
-        out.extend(b",{}");
-    }
-    out.extend(b"]}");
-    out
 }
 
 /// Uploads `body` to a fresh server: (status line, seconds, the server's peak RSS).

@@ -8,6 +8,8 @@ use std::io::Read;
 
 use snapshot::{Error, Limits, MemoryBudget};
 
+use crate::support::hostile::{dict_then_strings, empty_segments};
+
 /// Writes pickles the way Python's pickler does (protocol 4: every dict and list memoized, a
 /// repeated string written once and fetched from the memo after).
 #[derive(Default)]
@@ -203,22 +205,6 @@ fn every_real_snapshot_reads_within_the_held_limit() {
     assert!(read > 50, "{read} snapshots read");
 }
 
-/// A pickle that opens with a dict (so it passes the early structure check) and then lists
-/// distinct 8-character strings: ~2.6x its bytes if it were all kept.
-fn dict_then_distinct_strings(total: usize) -> Vec<u8> {
-    let mut out = b"\x80\x02}X\x08\x00\x00\x00segmentsX\x04\x00\x00\x00junk]".to_vec();
-    let mut i = 0u64;
-    while out.len() + 16 < total {
-        out.push(b'X');
-        out.extend(8u32.to_le_bytes());
-        out.extend(format!("{:08x}", i & 0xffff_ffff).as_bytes());
-        out.push(b'a');
-        i += 1;
-    }
-    out.extend(b"\x86.");
-    out
-}
-
 #[test]
 fn inputs_that_build_far_more_than_their_bytes_are_refused_early() {
     let total = 64 << 20;
@@ -227,21 +213,13 @@ fn inputs_that_build_far_more_than_their_bytes_are_refused_early() {
         json_zeros.extend(b",0");
     }
     json_zeros.extend(b"]}");
-    let mut json_empty = b"{\"segments\":[{}".to_vec();
-    while json_empty.len() + 4 < total {
-        json_empty.extend(b",{}");
-    }
-    json_empty.extend(b"]}");
     let mut pickle_dicts = b"\x80\x04}(\x8c\x08segments](".to_vec();
     pickle_dicts.resize(total - 3, b'}');
     pickle_dicts.extend(b"eu.");
     for (name, bytes) in [
-        (
-            "distinct strings after a dict",
-            dict_then_distinct_strings(total),
-        ),
+        ("distinct strings after a dict", dict_then_strings(total)),
         ("JSON zeros", json_zeros),
-        ("JSON empty segments", json_empty),
+        ("JSON empty segments", empty_segments(total)),
         ("pickle empty dicts", pickle_dicts),
     ] {
         let err = refused(snapshot::read_with_limits(&bytes[..], tight()), name);

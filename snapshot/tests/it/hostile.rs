@@ -319,14 +319,7 @@ fn opcodes_that_build_nothing_are_refused() {
 /// 5.4 GB) is refused once 16 MiB have gone by without a dict, not at the end.
 #[test]
 fn a_pickle_without_a_dict_is_refused_early() {
-    let mut strings = b"\x80\x02]".to_vec();
-    for i in 0..(24u32 << 20) / 14 {
-        strings.push(b'X');
-        strings.extend(8u32.to_le_bytes());
-        strings.extend(format!("{i:08x}").as_bytes());
-        strings.push(b'a');
-    }
-    strings.push(b'.');
+    let strings = crate::support::hostile::distinct_strings(24 << 20);
     let err = snapshot::from_bytes(&strings).unwrap_err();
     let Error::NotASnapshot(message) = &err else {
         panic!("{err}");

@@ -5,6 +5,9 @@
 #[path = "../../../../server/tests/it/support/pg.rs"]
 pub mod pg;
 
+#[path = "../../../../server/tests/it/support/hostile.rs"]
+pub mod hostile;
+
 use std::path::PathBuf;
 use std::time::Duration;
 

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod app;
+pub mod hostile;
 pub mod official_viewer;
 pub mod pg;
 pub mod stats;

@@ -3,6 +3,9 @@
 
 use std::path::PathBuf;
 
+#[path = "../../../../server/tests/it/support/hostile.rs"]
+pub mod hostile;
+
 /// Every real fixture and the derived variants that tests round-trip or compare.
 pub const REAL_AND_VARIANTS: [&str; 13] = [
     "leak_detached_cache.pickle",
