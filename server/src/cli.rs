@@ -1,6 +1,5 @@
 //! Command-line flags and what each subcommand does.
 
-use std::fs::File;
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -39,6 +38,14 @@ pub enum Command {
     Predict(PredictArgs),
     /// Run the dashboard server: the JSON API under /api, with an embedded SQLite library.
     Serve(crate::config::ServeArgs),
+    /// Open snapshots in the dashboard: uploads them to the memscope server at --addr (starting
+    /// one in this process if none answers there), prints what the analyses found and opens the
+    /// browser on the snapshot, or on the run when several files or a folder of ranks are given.
+    Open(crate::open::OpenArgs),
+    /// A Model Context Protocol server on standard input and output, for coding agents: tools for
+    /// the report, OOM verdicts, leak suspects, peak memory, memory by stack or category,
+    /// what-if, predict, diff and a run's ranks, over snapshot files on this machine.
+    Mcp,
 }
 
 #[derive(Debug, clap::Args)]
@@ -158,26 +165,6 @@ pub struct AnalyzeArgs {
     pub top: usize,
 }
 
-/// Snapshot files in a folder (not its subfolders), by name: what `analyze DIR` reads.
-fn snapshot_files(dir: &std::path::Path) -> anyhow::Result<Vec<PathBuf>> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .with_context(|| format!("cannot list {}", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.is_file())
-        .filter(|p| {
-            p.file_name()
-                .is_some_and(|n| api::is_snapshot_file_name(&n.to_string_lossy()))
-        })
-        .collect();
-    files.sort();
-    anyhow::ensure!(
-        !files.is_empty(),
-        "{} has no snapshot files (*.pickle, *.pkl, *.json, optionally .gz/.zst/.xz)",
-        dir.display()
-    );
-    Ok(files)
-}
-
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Analyze(args) => analyze(args),
@@ -185,77 +172,47 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Whatif(args) => whatif(args),
         Command::Categories(args) => categories(args),
         Command::Predict(args) => predict(args),
+        Command::Mcp => crate::mcp::serve(std::io::stdin().lock(), std::io::stdout().lock()),
         Command::Serve(args) => {
-            tracing_subscriber::fmt()
-                .with_env_filter(
-                    tracing_subscriber::EnvFilter::try_from_env("MEMSCOPE_LOG")
-                        .unwrap_or_else(|_| "info".into()),
-                )
-                .init();
-            tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()?
-                .block_on(crate::serve::serve(args))
+            logs("info");
+            runtime()?.block_on(crate::serve::serve(args))
+        }
+        Command::Open(args) => {
+            logs("warn");
+            runtime()?.block_on(crate::open::open(args))
         }
     }
 }
 
-/// Reads a snapshot file (`-`: standard input).
-fn read(path: &std::path::Path) -> anyhow::Result<snapshot::Snapshot> {
-    let name = path.display().to_string();
-    if name == "-" {
-        return snapshot::read(std::io::stdin().lock())
-            .with_context(|| "cannot read standard input");
-    }
-    File::open(path).with_context(|| format!("cannot open {name}"))?;
-    crate::library::models::read_snapshot_file(path).with_context(|| format!("cannot read {name}"))
+/// Server logs on standard error, at `MEMSCOPE_LOG`'s level (else `default`).
+fn logs(default: &str) {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("MEMSCOPE_LOG")
+                .unwrap_or_else(|_| default.into()),
+        )
+        .init();
 }
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}
+
+use crate::local::{self, Opened};
 
 fn diff(args: DiffArgs) -> anyhow::Result<()> {
-    let (a, b) = (read(&args.a)?, read(&args.b)?);
-    let (ia, ib) = (
-        snapshot::analysis::Index::new(&a),
-        snapshot::analysis::Index::new(&b),
-    );
-    let device = |index: &snapshot::analysis::Index,
-                  path: &std::path::Path,
-                  chosen: Option<i32>| {
-        match chosen {
-            Some(c) => index.device(c).map(|d| d.device).with_context(|| {
-                let have: Vec<String> = index.devices.iter().map(|d| d.device.to_string()).collect();
-                format!(
-                    "{} has nothing on device {c} (devices with a trace or segments: {})",
-                    path.display(),
-                    if have.is_empty() { "none".to_string() } else { have.join(", ") }
-                )
-            }),
-            None => index.default_device().map(|d| d.device).with_context(|| {
-                format!(
-                    "{} has no device trace (record history with torch.cuda.memory._record_memory_history)",
-                    path.display()
-                )
-            }),
-        }
-    };
-    let side = |snap, index, path, chosen| -> anyhow::Result<snapshot::analysis::Side> {
-        Ok(snapshot::analysis::Side {
-            snap,
-            index,
-            device: device(index, path, chosen)?,
-        })
-    };
-    let d = snapshot::analysis::compare(
-        side(&a, &ia, &args.a, args.device_a)?,
-        side(&b, &ib, &args.b, args.device_b)?,
-        if args.json { 200 } else { args.top },
-    );
+    let (a, b) = (Opened::read(&args.a)?, Opened::read(&args.b)?);
+    let top = if args.json { 200 } else { args.top };
+    let d = local::diff(&a, &b, (args.device_a, args.device_b), top)?;
     let mut out = std::io::stdout().lock();
     if args.json {
         serde_json::to_writer(&mut out, &crate::convert::diff(d))?;
         writeln!(out)?;
     } else {
-        let names = (args.a.display().to_string(), args.b.display().to_string());
-        out.write_all(crate::text::render_diff(&names.0, &names.1, &d).as_bytes())?;
+        out.write_all(crate::text::render_diff(&a.name, &b.name, &d).as_bytes())?;
     }
     Ok(())
 }
@@ -266,7 +223,7 @@ fn analyze(args: AnalyzeArgs) -> anyhow::Result<()> {
         _ => return analyze_run(args),
     };
     let name = file.display().to_string();
-    let snap = read(&file)?;
+    let snap = local::read(&file)?;
     let options = snapshot::analysis::Options {
         device_total_bytes: args.device_total_bytes,
     };
@@ -289,72 +246,9 @@ fn analyze(args: AnalyzeArgs) -> anyhow::Result<()> {
 
 /// Several snapshots, or a folder of them, as the ranks of one run.
 fn analyze_run(args: AnalyzeArgs) -> anyhow::Result<()> {
-    let (id, files) = match args.files.as_slice() {
-        [dir] => (
-            dir.canonicalize()
-                .ok()
-                .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
-                .unwrap_or_else(|| "run".into()),
-            snapshot_files(dir)?,
-        ),
-        files => {
-            // The folder the files share names the run.
-            let parents: Vec<Option<PathBuf>> = files
-                .iter()
-                .map(|f| {
-                    f.canonicalize()
-                        .ok()
-                        .and_then(|p| p.parent().map(PathBuf::from))
-                })
-                .collect();
-            let shared = parents.windows(2).all(|w| w[0] == w[1]);
-            let id = parents[0]
-                .as_ref()
-                .filter(|_| shared)
-                .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-                .unwrap_or_else(|| "run".into());
-            (id, files.to_vec())
-        }
-    };
-    let names: Vec<String> = files
-        .iter()
-        .map(|f| {
-            f.file_name()
-                .unwrap_or_default()
-                .to_string_lossy()
-                .into_owned()
-        })
-        .collect();
-    let (ranks, by_name) = api::ranks_of_names(&names);
-    let options = snapshot::analysis::Options {
-        device_total_bytes: args.device_total_bytes,
-    };
-    let mut loaded = Vec::with_capacity(files.len());
-    for (i, f) in files.iter().enumerate() {
-        let snap = read(f)?;
-        let (index, report) = snapshot::analysis::analyze(&snap, &options);
-        loaded.push((
-            ranks[i],
-            f.display().to_string(),
-            snap,
-            index,
-            crate::convert::report(report),
-        ));
-    }
-    loaded.sort_by_key(|l| l.0);
-    let members: Vec<crate::runs::Member> = loaded
-        .iter()
-        .map(|(rank, name, snap, index, report)| crate::runs::Member {
-            rank: *rank,
-            snapshot_id: name.clone(),
-            name: name.clone(),
-            earlier: 0,
-            report,
-            snap,
-            index,
-        })
-        .collect();
-    let (report, _) = crate::runs::report(&id, &members, 1);
+    let (id, files) = local::run_files(&args.files)?;
+    let mut open = |p: &std::path::Path| Opened::read(p).map(std::sync::Arc::new);
+    let (report, by_name) = local::run_report(&id, &files, args.device_total_bytes, &mut open)?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     if args.json {
         // The same object `GET /api/runs/{id}` answers.
@@ -373,9 +267,7 @@ fn analyze_run(args: AnalyzeArgs) -> anyhow::Result<()> {
 }
 
 fn whatif(args: WhatifArgs) -> anyhow::Result<()> {
-    let name = args.file.display().to_string();
-    let snap = read(&args.file)?;
-    let index = snapshot::analysis::Index::new(&snap);
+    let o = Opened::read(&args.file)?;
     let options = snapshot::analysis::whatif::Options {
         device: args.device,
         alloc_confs: args.alloc_conf,
@@ -384,99 +276,49 @@ fn whatif(args: WhatifArgs) -> anyhow::Result<()> {
         curves: false,
         cancel: Default::default(),
     };
-    let w = snapshot::analysis::whatif::whatif(&snap, &index, &options)
-        .with_context(|| format!("cannot replay {name}"))?;
+    let w = o.whatif(&options)?;
     let mut out = std::io::stdout().lock();
     if args.json {
         // The same object `GET /api/snapshots/{id}/whatif` answers.
         serde_json::to_writer(&mut out, &crate::convert::whatif(w.clone()))?;
         writeln!(out)?;
     } else {
-        out.write_all(crate::text::render_whatif(&name, &w).as_bytes())?;
+        out.write_all(crate::text::render_whatif(&o.name, &w).as_bytes())?;
     }
     Ok(())
 }
 
+/// A category's name as the CLI and the MCP tools take it.
+pub fn parse_category(c: &str) -> anyhow::Result<api::Category> {
+    api::Category::parse(c).with_context(|| {
+        format!(
+            "unknown category {c:?}: one of {}",
+            api::Category::ALL.map(|c| c.as_str()).join(", ")
+        )
+    })
+}
+
 fn categories(args: CategoriesArgs) -> anyhow::Result<()> {
-    let only = match args.category.as_deref() {
-        None => None,
-        Some(c) => Some(api::Category::parse(c).with_context(|| {
-            format!(
-                "unknown category {c:?}: one of {}",
-                api::Category::ALL.map(|c| c.as_str()).join(", ")
-            )
-        })?),
-    };
-    let name = args.file.display().to_string();
-    let snap = read(&args.file)?;
-    let index = snapshot::analysis::Index::new(&snap);
-    let d = match args.device {
-        Some(c) => index
-            .device(c)
-            .with_context(|| format!("{name} has no trace for device {c}"))?,
-        None => index.default_device().with_context(|| {
-            format!("{name} has no trace: categories are read from the allocation history")
-        })?,
-    };
-    anyhow::ensure!(
-        d.len > 0,
-        "{name} has no trace for device {}: categories are read from the allocation history (record it with torch.cuda.memory._record_memory_history)",
-        d.device
-    );
-    let at = args.at.unwrap_or(d.peak_position);
-    anyhow::ensure!(
-        at <= d.len,
-        "--at {at} is past the trace's end: device {} has {} events",
-        d.device,
-        d.len
-    );
-    let c = snapshot::analysis::categories::at(&snap, &index, d, at);
-    let view = crate::convert::categories_at(c, &snap, &index, only, None);
+    let only = args.category.as_deref().map(parse_category).transpose()?;
+    let o = Opened::read(&args.file)?;
+    let view = o.categories(args.device, args.at, only, None)?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     if args.json {
         // The same object `GET /api/snapshots/{id}/categories` answers (every allocation).
         serde_json::to_writer(&mut out, &view)?;
         writeln!(out)?;
     } else {
-        let peak = args.at.is_none().then_some(d.peak_position);
-        out.write_all(crate::text::render_categories(&name, &view, peak, args.top).as_bytes())?;
+        let peak = match args.at {
+            None => Some(
+                o.traced_device(args.device, "memory by category")?
+                    .peak_position,
+            ),
+            Some(_) => None,
+        };
+        out.write_all(crate::text::render_categories(&o.name, &view, peak, args.top).as_bytes())?;
     }
     out.flush()?;
     Ok(())
-}
-
-/// A folder's snapshot files as FILE=SIZE, the sizes read from their names.
-fn recordings_in(dir: &std::path::Path) -> anyhow::Result<Vec<String>> {
-    let mut files: Vec<String> = std::fs::read_dir(dir)
-        .with_context(|| format!("reading {}", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.is_file())
-        .filter(|p| {
-            let n = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            [".pickle", ".pickle.gz", ".pickle.xz", ".pkl"]
-                .iter()
-                .any(|x| n.ends_with(x))
-        })
-        .map(|p| p.display().to_string())
-        .collect();
-    files.sort();
-    let names: Vec<&str> = files
-        .iter()
-        .map(|f| f.rsplit('/').next().unwrap_or(f))
-        .collect();
-    let sizes = snapshot::analysis::whatif::predict::guess_sizes(&names);
-    if files.len() < 2 || sizes.iter().any(Option::is_none) {
-        anyhow::bail!(
-            "{}: {} snapshot files whose names do not differ in exactly one number (the size); give each recording as FILE=SIZE instead",
-            dir.display(),
-            files.len()
-        );
-    }
-    Ok(files
-        .iter()
-        .zip(sizes)
-        .map(|(f, s)| format!("{f}={}", s.unwrap_or(0)))
-        .collect())
 }
 
 fn predict(args: PredictArgs) -> anyhow::Result<()> {
@@ -484,41 +326,14 @@ fn predict(args: PredictArgs) -> anyhow::Result<()> {
     if let [one] = args.recordings.as_slice()
         && std::path::Path::new(one).is_dir()
     {
-        args.recordings = recordings_in(std::path::Path::new(one))?;
+        args.recordings = local::recordings_in(std::path::Path::new(one))?;
     }
-    let mut parsed = Vec::new();
+    let mut opened = Vec::new();
     for r in &args.recordings {
-        let (file, size) = r.rsplit_once('=').with_context(|| {
-            format!("{r:?}: give each recording as FILE=SIZE (e.g. run8.pickle=8)")
-        })?;
-        let size: u64 = size
-            .parse()
-            .with_context(|| format!("{r:?}: the size after '=' must be a whole number"))?;
-        let snap = read(std::path::Path::new(file))?;
-        parsed.push((file.to_string(), size, snap));
+        let (file, size) = local::parse_recording(r)?;
+        opened.push((Opened::read(std::path::Path::new(&file))?, size));
     }
-    let indexes: Vec<snapshot::analysis::Index> = parsed
-        .iter()
-        .map(|(_, _, s)| snapshot::analysis::Index::new(s))
-        .collect();
-    let mut recordings = Vec::new();
-    for ((file, size, snap), index) in parsed.iter().zip(&indexes) {
-        let device = match args.device {
-            Some(d) => d,
-            None => {
-                index
-                    .default_device()
-                    .with_context(|| format!("{file} has no trace to learn from"))?
-                    .device
-            }
-        };
-        recordings.push(snapshot::analysis::whatif::predict::Recording {
-            snap,
-            index,
-            device,
-            size: *size as f64,
-        });
-    }
+    let recordings: Vec<(&Opened, u64)> = opened.iter().map(|(o, s)| (o, *s)).collect();
     let ask = crate::predict::Ask {
         sizes: args.sizes.clone(),
         search: args.sizes.is_empty(),
@@ -527,7 +342,7 @@ fn predict(args: PredictArgs) -> anyhow::Result<()> {
         gpu: args.gpu.clone(),
         alloc_conf: args.alloc_conf.clone(),
     };
-    let view = crate::predict::answer(&recordings, &ask).map_err(|e| anyhow::anyhow!(e))?;
+    let view = local::predict(&recordings, args.device, &ask)?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     if args.json {
         serde_json::to_writer(&mut out, &view)?;
