@@ -27,6 +27,8 @@ pub const FRAMES: &str = "/api/snapshots/{id}/frames/{stack}";
 pub const EVENTS: &str = "/api/snapshots/{id}/events";
 pub const WHATIF: &str = "/api/snapshots/{id}/whatif";
 pub const CATEGORIES: &str = "/api/snapshots/{id}/categories";
+/// A report to share (`?format=html|md`): the file `memscope report` writes.
+pub const REPORT: &str = "/api/snapshots/{id}/report";
 pub const UPLOAD_PROGRESS: &str = "/api/uploads/{token}";
 pub const DIFF: &str = "/api/diff/{a}/{b}";
 pub const RUNS: &str = "/api/runs";
@@ -121,6 +123,9 @@ pub fn whatif(id: &str, q: &WhatIfQuery) -> String {
 }
 pub fn categories(id: &str, q: &crate::categories::CategoriesQuery) -> String {
     with_query(snapshot_path(id, "/categories"), q)
+}
+pub fn report(id: &str, q: &crate::ReportQuery) -> String {
+    with_query(snapshot_path(id, "/report"), q)
 }
 pub fn frames(id: &str, stack: crate::StackId) -> String {
     snapshot_path(id, &format!("/frames/{}", stack.0))

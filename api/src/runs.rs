@@ -193,6 +193,21 @@ pub fn is_snapshot_file_name(name: &str) -> bool {
     })
 }
 
+/// A snapshot's name without its suffixes (`.pickle`, `.pkl`, `.json`, each optionally
+/// compressed): `run.pickle.gz` → `run`; other names as they are.
+pub fn strip_snapshot_suffix(name: &str) -> &str {
+    let lower = name.to_ascii_lowercase();
+    for ext in [".pickle", ".pkl", ".json"] {
+        for c in [".gz", ".zst", ".xz", ""] {
+            let suffix = format!("{ext}{c}");
+            if lower.ends_with(&suffix) && lower.len() > suffix.len() {
+                return &name[..name.len() - suffix.len()];
+            }
+        }
+    }
+    name
+}
+
 /// The ranks of files taken together as one run: `rank{N}` from every name when the names give
 /// each file a different rank (`true`), else the files' order (`false`).
 pub fn ranks_of_names<S: AsRef<str>>(names: &[S]) -> (Vec<u32>, bool) {

@@ -492,3 +492,43 @@ pub struct EventsAround {
     pub events: u32,
     pub around: Vec<TraceEvent>,
 }
+
+/// What `GET /api/snapshots/{id}/report` writes: one self-contained HTML file, or Markdown.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReportFormat {
+    #[default]
+    Html,
+    Md,
+}
+
+impl ReportFormat {
+    pub const ALL: [ReportFormat; 2] = [ReportFormat::Html, ReportFormat::Md];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReportFormat::Html => "html",
+            ReportFormat::Md => "md",
+        }
+    }
+    pub fn parse(s: &str) -> Option<ReportFormat> {
+        Self::ALL.into_iter().find(|f| f.as_str() == s)
+    }
+    pub fn content_type(self) -> &'static str {
+        match self {
+            ReportFormat::Html => "text/html; charset=utf-8",
+            ReportFormat::Md => "text/markdown; charset=utf-8",
+        }
+    }
+    /// The file a report of snapshot `name` is saved as: `run.pickle` → `run.memscope.html`.
+    pub fn file_name(self, name: &str) -> String {
+        let stem = crate::strip_snapshot_suffix(name);
+        format!("{stem}.memscope.{}", self.as_str())
+    }
+}
+
+/// `GET /api/snapshots/{id}/report` query.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReportQuery {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<ReportFormat>,
+}

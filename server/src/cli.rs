@@ -38,6 +38,10 @@ pub enum Command {
     Predict(PredictArgs),
     /// Run the dashboard server: the JSON API under /api, with an embedded SQLite library.
     Serve(crate::config::ServeArgs),
+    /// A report to share: one self-contained HTML file (charts inline, opens offline) or a
+    /// Markdown summary for a GitHub issue, with the verdicts, the memory over the trace, the call
+    /// sites at the peak, what the memory was, leaks, OOMs and what-if.
+    Report(ReportArgs),
     /// Open snapshots in the dashboard: uploads them to the memscope server at --addr (starting
     /// one in this process if none answers there), prints what the analyses found and opens the
     /// browser on the snapshot, or on the run when several files or a folder of ranks are given.
@@ -46,6 +50,24 @@ pub enum Command {
     /// the report, OOM verdicts, leak suspects, peak memory, memory by stack or category,
     /// what-if, predict, diff and a run's ranks, over snapshot files on this machine.
     Mcp,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ReportArgs {
+    /// The snapshot file; `-` reads standard input.
+    pub file: PathBuf,
+    /// Where to write it (default: standard output).
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+    /// html or md (default: from the output's extension, else html).
+    #[arg(long, value_parser = ["html", "md"])]
+    pub format: Option<String>,
+    /// Total memory of the device in bytes, for the OOM verdicts.
+    #[arg(long, env = "MEMSCOPE_DEVICE_TOTAL_BYTES")]
+    pub device_total_bytes: Option<u64>,
+    /// Leave out the what-if replay (the slowest part on long traces).
+    #[arg(long)]
+    pub no_whatif: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -172,6 +194,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Whatif(args) => whatif(args),
         Command::Categories(args) => categories(args),
         Command::Predict(args) => predict(args),
+        Command::Report(args) => report(args),
         Command::Mcp => crate::mcp::serve(std::io::stdin().lock(), std::io::stdout().lock()),
         Command::Serve(args) => {
             logs("info");
@@ -351,5 +374,36 @@ fn predict(args: PredictArgs) -> anyhow::Result<()> {
         out.write_all(crate::text::render_predict(&view).as_bytes())?;
     }
     out.flush()?;
+    Ok(())
+}
+
+fn report(args: ReportArgs) -> anyhow::Result<()> {
+    let format = match (&args.format, &args.output) {
+        (Some(f), _) => api::ReportFormat::parse(f).unwrap_or_default(),
+        (None, Some(p)) if p.extension().is_some_and(|e| e == "md" || e == "markdown") => {
+            api::ReportFormat::Md
+        }
+        _ => api::ReportFormat::Html,
+    };
+    let o = Opened::read(&args.file)?;
+    let name = args
+        .file
+        .file_name()
+        .map_or_else(|| o.name.clone(), |n| n.to_string_lossy().into_owned());
+    let report = o.report(args.device_total_bytes);
+    let shared = crate::report::gather(&name, &o.snap, &o.index, report, !args.no_whatif);
+    let text = crate::report::render(&shared, format);
+    match &args.output {
+        Some(path) => {
+            std::fs::write(path, &text)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            eprintln!(
+                "memscope: wrote {} ({} KiB)",
+                path.display(),
+                text.len() / 1024
+            );
+        }
+        None => std::io::stdout().lock().write_all(text.as_bytes())?,
+    }
     Ok(())
 }

@@ -17,6 +17,7 @@ pub mod local;
 pub mod mcp;
 pub mod open;
 pub mod predict;
+pub mod report;
 pub mod runs;
 pub mod serve;
 pub mod state;

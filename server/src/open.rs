@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use http_body_util::BodyExt;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
@@ -204,18 +204,7 @@ async fn upload(
     if let Some(t) = &args.token {
         req = req.header(hyper::header::AUTHORIZATION, format!("Bearer {t}"));
     }
-    let body = futures_util::stream::unfold(file, |mut f| async move {
-        use tokio::io::AsyncReadExt;
-        let mut chunk = vec![0u8; 1 << 20];
-        match f.read(&mut chunk).await {
-            Ok(0) => None,
-            Ok(n) => {
-                chunk.truncate(n);
-                Some((Ok::<_, std::io::Error>(Bytes::from(chunk)), f))
-            }
-            Err(e) => Some((Err(e), f)),
-        }
-    });
+    let body = crate::http::library::file_chunks(file);
     let answer = client
         .request(req.body(Body::from_stream(body))?)
         .await

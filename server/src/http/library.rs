@@ -273,7 +273,7 @@ async fn original(State(s): State<AppState>, Path(id): Path<String>) -> ApiResul
 }
 
 /// Streams a file in 256 KiB chunks.
-fn file_chunks(
+pub(crate) fn file_chunks(
     file: tokio::fs::File,
 ) -> impl futures_util::Stream<Item = std::io::Result<Vec<u8>>> {
     futures_util::stream::unfold(file, |mut f| async move {

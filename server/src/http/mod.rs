@@ -11,7 +11,7 @@ mod access;
 mod diff;
 mod error;
 mod ingest;
-mod library;
+pub(crate) mod library;
 mod live;
 mod metrics;
 mod query;

@@ -32,6 +32,45 @@ pub fn router() -> Router<AppState> {
         .route(routes::WHATIF, get(whatif))
         .route(routes::CATEGORIES, get(categories))
         .route(routes::PREDICT, get(predict))
+        .route(routes::REPORT, get(shared_report))
+}
+
+/// A report to share (`?format=html|md`): the file `memscope report` writes, from the stored
+/// report (the figures the dashboard shows) and the views beside it, as a download named for
+/// the snapshot.
+async fn shared_report(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    ApiQuery(q): ApiQuery<api::ReportQuery>,
+) -> ApiResult<axum::response::Response> {
+    use axum::response::IntoResponse;
+    let format = q.format.unwrap_or_default();
+    let info = s
+        .library
+        .get(&id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(id.clone()))?;
+    let report = report_of(&s, &id).await?;
+    let name = info.name.clone();
+    let text = query(&s, &id, move |m, _| {
+        let shared = crate::report::gather(&name, &m.snap, &m.index, report, true);
+        Ok(crate::report::render(&shared, format))
+    })
+    .await?;
+    Ok((
+        [
+            (
+                axum::http::header::CONTENT_TYPE,
+                format.content_type().to_string(),
+            ),
+            (
+                axum::http::header::CONTENT_DISPOSITION,
+                super::library::attachment(&format.file_name(&info.name)),
+            ),
+        ],
+        text,
+    )
+        .into_response())
 }
 
 /// Will it fit: a run's peak at sizes never recorded, from library snapshots of one program at

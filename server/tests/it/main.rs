@@ -19,6 +19,7 @@ mod metrics_bench;
 mod pg_history_bench;
 mod pg_schema;
 mod replicas;
+mod report;
 mod run_bench;
 mod slow_clients;
 mod starvation;
