@@ -11,6 +11,7 @@
 mod api;
 mod canvas;
 mod categories;
+mod export;
 mod fmt;
 mod pages;
 mod url;

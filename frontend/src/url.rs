@@ -77,6 +77,11 @@ impl UrlState {
     pub fn href<K: AsRef<str>, V: AsRef<str>>(&self, pairs: &[(K, V)]) -> String {
         api::routes::page::snapshot(&self.id.get_untracked(), pairs)
     }
+    /// This page with some query keys replaced (None removes), keeping the others: a link.
+    pub fn href_with(&self, changes: &[(&str, Option<String>)]) -> String {
+        let q = self.query.get();
+        self.href(&merge(|k| q.get(k), changes))
+    }
     /// Replaces some query keys (None removes) and navigates, keeping the others.
     pub fn set(&self, changes: &[(&str, Option<String>)]) {
         let q = self.query.get_untracked();

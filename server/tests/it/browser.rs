@@ -610,7 +610,7 @@ async fn dashboard_end_to_end() {
     assert!(
         wait_js(
             &c,
-            "document.querySelector('button.tab.active').dataset.tab",
+            "document.querySelector('.tab.active').dataset.tab",
             "active tab"
         )
         .await

@@ -162,11 +162,11 @@ async fn dashboard_benchmark() {
         {
             wait_js(
                 &c,
-                "document.querySelector(\"button.tab[data-tab='timeline']\")",
+                "document.querySelector(\".tab[data-tab='timeline']\")",
                 "tabs",
             )
             .await;
-            click(&c, "button.tab[data-tab='timeline']").await;
+            click(&c, ".tab[data-tab='timeline']").await;
         }
         wait_js(&c, &format!("{CANVAS_PIXELS} > 5000"), "timeline").await;
         let choose_to_drawn_s = t0.elapsed().as_secs_f64();
@@ -194,11 +194,11 @@ async fn dashboard_benchmark() {
         click(&c, "a.permalink").await;
         wait_js(
             &c,
-            "document.querySelector(\"button.tab[data-tab='timeline']\")",
+            "document.querySelector(\".tab[data-tab='timeline']\")",
             "snapshot page",
         )
         .await;
-        click(&c, "button.tab[data-tab='timeline']").await;
+        click(&c, ".tab[data-tab='timeline']").await;
         wait_js(
             &c,
             &format!("{CANVAS_PIXELS} > 5000"),

@@ -247,3 +247,140 @@ async fn the_html_report_opens_offline_in_chromium() {
     assert_eq!(console_errors(&c).await, Vec::<String>::new());
     c.close().await.unwrap();
 }
+
+/// The snapshot page's take-aways in Chromium: tabs are links (a new tab opens the same view),
+/// "Export report" and "Markdown" download the CLI's files, "Download original" the uploaded
+/// bytes, "Copy link" puts the page's address on the clipboard (or shows it to copy), and the
+/// Stacks tab's CSV holds the rows its table lists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_snapshot_page_exports_reports_the_original_a_link_and_csv() {
+    let dir = std::env::temp_dir().join(format!("memscope-report-page-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let base = start_server(&dir.join("data")).await;
+    let (status, body) = post(
+        &base,
+        "/api/snapshots?name=steady_train.pickle",
+        fixture_bytes("steady_train.pickle"),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let up: api::Uploaded = serde_json::from_str(&body).unwrap();
+    let (_driver, port) = start_chromedriver();
+    let c = browser(port, &dir.join("profile")).await;
+    c.goto(&format!("{base}/s/{}?view=stacks", up.id))
+        .await
+        .unwrap();
+    wait_js(
+        &c,
+        "document.querySelector('table.sites tr td')",
+        "the call sites",
+    )
+    .await;
+
+    // Tabs are links to their view, keeping the page's other keys.
+    let href = wait_js(
+        &c,
+        "document.querySelector(\"a.tab[data-tab='leaks']\").getAttribute('href')",
+        "the leaks tab",
+    )
+    .await;
+    assert_eq!(href, format!("/s/{}?view=leaks", up.id));
+    // A plain click switches in place.
+    click(&c, "a.tab[data-tab='timeline']").await;
+    wait_js(
+        &c,
+        "location.search == '?view=timeline'",
+        "the timeline view",
+    )
+    .await;
+    c.goto(&format!("{base}/s/{}?view=stacks", up.id))
+        .await
+        .unwrap();
+    wait_js(
+        &c,
+        "document.querySelector('table.sites tr td')",
+        "the call sites again",
+    )
+    .await;
+
+    // The downloads: what each link points at, fetched as the browser would.
+    let fetch = |sel: &str| {
+        format!(
+            "const a = document.querySelector('{sel}');
+             if (!a.hasAttribute('download')) return 'no download attribute';
+             return fetch(a.href).then(r => r.status + ' ' + r.headers.get('content-disposition') + '\\n' + (r.headers.get('content-type').startsWith('text') ? 'TEXT' : 'BIN') ).catch(e => String(e));"
+        )
+    };
+    for (sel, want) in [
+        (".export-report", "steady_train.memscope.html"),
+        (".export-markdown", "steady_train.memscope.md"),
+        (".download-original", "steady_train.pickle"),
+    ] {
+        let v = c.execute(&fetch(sel), vec![]).await.unwrap();
+        let v = v.as_str().unwrap();
+        assert!(
+            v.starts_with("200 attachment;") && v.contains(want),
+            "{sel}: {v}"
+        );
+    }
+    let md_href = wait_js(
+        &c,
+        "document.querySelector('.export-markdown').getAttribute('href')",
+        "md link",
+    )
+    .await;
+    let (_, md) = get(&base, md_href.as_str().unwrap()).await;
+    assert_eq!(md, report_of(&fixture_path("steady_train.pickle"), "md"));
+    let original = ureq::get(&format!("{base}{}", api::routes::original(&up.id)))
+        .call()
+        .unwrap()
+        .body_mut()
+        .with_config()
+        .limit(64 << 20)
+        .read_to_vec()
+        .unwrap();
+    assert_eq!(original, fixture_bytes("steady_train.pickle"));
+
+    // The CSV: a header and one row per call site in the table, the largest first.
+    let csv = wait_js(
+        &c,
+        "decodeURIComponent(document.querySelector('a.sites-csv').getAttribute('href').split(',').slice(1).join(','))",
+        "the CSV link",
+    )
+    .await;
+    let csv = csv.as_str().unwrap();
+    let rows = c
+        .execute(
+            "return document.querySelectorAll('table.sites tr').length - 1",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(
+        lines[0],
+        "bytes,share_percent,allocations,stacks,filename,line,function,stack"
+    );
+    assert_eq!(lines.len() as u64 - 1, rows.as_u64().unwrap(), "{csv}");
+    let (_, stacks) = get(&base, &api::routes::stacks(&up.id, &Default::default())).await;
+    let stacks: api::StackReport = serde_json::from_str(&stacks).unwrap();
+    let largest = stacks.sites.iter().map(|s| s.bytes).max().unwrap();
+    assert!(lines[1].starts_with(&format!("{largest},")), "{}", lines[1]);
+
+    // Copy link: on the clipboard, or shown to copy by hand; either way this page's address.
+    click(&c, ".copy-link").await;
+    let said = wait_js(
+        &c,
+        "(document.querySelector('.snapshot-actions .copied') && 'copied') || (document.querySelector('.copy-fallback') && document.querySelector('.copy-fallback').value)",
+        "the link copied or shown",
+    )
+    .await;
+    let here = c.current_url().await.unwrap().to_string();
+    assert!(
+        said == "copied" || said == here.as_str(),
+        "{said} vs {here}"
+    );
+    screenshot(&c, "snapshot_actions").await;
+    assert_eq!(console_errors(&c).await, Vec::<String>::new());
+    c.close().await.unwrap();
+}

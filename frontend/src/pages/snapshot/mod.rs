@@ -67,20 +67,29 @@ pub fn SnapshotPage() -> impl IntoView {
                     .iter()
                     .map(|(key, label)| {
                         let key = *key;
+                        // A link (open in a new tab, copy its address); a plain click
+                        // switches in place, as before, without a history entry per tab.
                         view! {
-                            <button
+                            <a
                                 class="tab"
                                 data-tab=key
+                                href=move || url.href_with(&[("view", Some(key.to_string()))])
                                 class:active=move || view_name.get() == key
-                                on:click=move |_| url.set(&[("view", Some(key.to_string()))])
+                                on:click=move |ev: web_sys::MouseEvent| {
+                                    if ev.button() == 0 && !(ev.ctrl_key() || ev.meta_key() || ev.shift_key() || ev.alt_key()) {
+                                        ev.prevent_default();
+                                        url.set(&[("view", Some(key.to_string()))]);
+                                    }
+                                }
                             >
                                 {*label}
-                            </button>
+                            </a>
                         }
                     })
                     .collect_view()}
             </nav>
             {move || report.get().and_then(|r| r.ok()).map(|r| device_picker(&r, url))}
+            <SnapshotActions id=id/>
         </div>
         {move || match report.get() {
             None => view! { <p>"loading…"</p> }.into_any(),
@@ -125,6 +134,62 @@ pub fn SnapshotPage() -> impl IntoView {
                 }
             }
         }}
+    }
+}
+
+/// What to take away from a snapshot's page: the report to share (HTML, Markdown), the
+/// original file, and this page's address.
+#[component]
+fn SnapshotActions(id: Memo<String>) -> impl IntoView {
+    let copied = RwSignal::new(None::<Result<(), String>>);
+    let report = move |format: ::api::ReportFormat| {
+        ::api::routes::report(
+            &id.get(),
+            &::api::ReportQuery {
+                format: Some(format),
+            },
+        )
+    };
+    let copy = move |_| {
+        let href = web_sys::window()
+            .and_then(|w| w.location().href().ok())
+            .unwrap_or_default();
+        leptos::task::spawn_local(async move {
+            copied.set(Some(
+                crate::export::copy_text(&href).await.map_err(|_| href),
+            ));
+        });
+    };
+    view! {
+        <div class="snapshot-actions">
+            <a class="export-report" href=move || report(::api::ReportFormat::Html) download
+                title="One self-contained HTML file: verdicts, the memory chart, call sites, leaks, OOMs and what-if; opens offline">
+                "Export report"
+            </a>
+            <a class="export-markdown" href=move || report(::api::ReportFormat::Md) download
+                title="A Markdown summary to paste into a GitHub issue">
+                "Markdown"
+            </a>
+            <a class="download-original" href=move || ::api::routes::original(&id.get()) download
+                title="The snapshot file as it was uploaded">
+                "Download original"
+            </a>
+            <button class="copy-link" on:click=copy title="Copy this page's address: the same view, device and moment">
+                "Copy link"
+            </button>
+            {move || match copied.get() {
+                None => ().into_any(),
+                Some(Ok(())) => view! { <span class="copied">"link copied"</span> }.into_any(),
+                // No clipboard (a page not in focus, a browser that refuses): the address,
+                // selected, to copy by hand.
+                Some(Err(href)) => view! {
+                    <input class="copy-fallback" readonly value=href
+                        on:focus=|ev| { event_target::<web_sys::HtmlInputElement>(&ev).select(); }
+                    />
+                }
+                .into_any(),
+            }}
+        </div>
     }
 }
 

@@ -101,6 +101,13 @@ pub fn Stacks(report: Arc<::api::Report>) -> impl IntoView {
                             )}
                         </p>
                         <super::icicle::Icicle flame=s.flame/>
+                        <p class="sites-export">
+                            <a class="sites-csv"
+                                href=crate::export::data_url("text/csv", &crate::export::call_sites_csv(&s.sites, s.total_bytes))
+                                download=format!("call-sites-at-event-{}.csv", s.position)>
+                                "CSV of these call sites"
+                            </a>
+                        </p>
                         <SitesTable sites=s.sites total=total sort=sort/>
                     </section>
                 }

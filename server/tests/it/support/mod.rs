@@ -333,7 +333,7 @@ pub async fn click(c: &Client, css: &str) {
 }
 
 pub async fn open_tab(c: &Client, tab: &str) {
-    c.find(Locator::Css(&format!("button.tab[data-tab='{tab}']")))
+    c.find(Locator::Css(&format!(".tab[data-tab='{tab}']")))
         .await
         .unwrap()
         .click()
