@@ -101,6 +101,7 @@ async fn metrics(State(s): State<AppState>) -> ApiResult<Response> {
             );
         }
     }
+    hosts_and_growth(&s, &mut o).await?;
     let crate::live::Counters {
         batches,
         rows,
@@ -133,6 +134,13 @@ async fn metrics(State(s): State<AppState>) -> ApiResult<Response> {
         o,
         "# HELP memscope_events_total Events received, by kind.\n# TYPE memscope_events_total counter"
     );
+    // OOMs are exposed from zero, so the first one is an increase a rule can see (a counter
+    // that appears at 1 shows none).
+    let mut events = events;
+    if !events.iter().any(|(k, _)| k == "oom") {
+        events.push(("oom".to_string(), 0));
+        events.sort();
+    }
     for (kind, n) in events {
         let _ = writeln!(o, "memscope_events_total{{kind=\"{}\"}} {n}", esc(&kind));
     }
@@ -157,4 +165,66 @@ async fn metrics(State(s): State<AppState>) -> ApiResult<Response> {
         "# HELP memscope_live_queries_interrupted_total Live-data queries interrupted because their client went away.\n# TYPE memscope_live_queries_interrupted_total counter\nmemscope_live_queries_interrupted_total {interrupted}"
     );
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], o).into_response())
+}
+
+/// How long ago an agent process must have reported to be watched for growth.
+const GROWTH_WATCH_MS: i64 = 5 * 60_000;
+
+/// When each collector last reported, and per (host, device) the agent processes whose memory
+/// held between steps keeps rising (the live leak signal) and the fastest of them.
+async fn hosts_and_growth(s: &AppState, o: &mut String) -> ApiResult<()> {
+    use std::fmt::Write;
+    let esc = |v: &str| {
+        v.replace('\\', "\\\\")
+            .replace('"', "\\\"")
+            .replace('\n', "\\n")
+    };
+    let _ = writeln!(
+        o,
+        "# HELP memscope_collector_last_seen_timestamp_seconds When the host's collector or agents last reported (Unix time).\n# TYPE memscope_collector_last_seen_timestamp_seconds gauge"
+    );
+    for h in s.live.hosts().await? {
+        let _ = writeln!(
+            o,
+            "memscope_collector_last_seen_timestamp_seconds{{host=\"{}\"}} {:.3}",
+            esc(&h.host),
+            h.last_seen_ms as f64 / 1000.0
+        );
+    }
+    let since = crate::now_ms() - GROWTH_WATCH_MS;
+    let (watched, growing) = crate::live::growing_since(&s.live, since).await?;
+    let _ = writeln!(
+        o,
+        "# HELP memscope_processes_growing Agent processes (reporting in the last 5 minutes) whose memory held between steps keeps rising.\n# TYPE memscope_processes_growing gauge"
+    );
+    let of = |host: &str, device: i64| -> Vec<&crate::live::Growing> {
+        growing
+            .iter()
+            .filter(|g| g.host == host && g.device == device)
+            .collect()
+    };
+    for (host, device) in &watched {
+        let _ = writeln!(
+            o,
+            "memscope_processes_growing{{host=\"{}\",device=\"{device}\"}} {}",
+            esc(host),
+            of(host, *device).len()
+        );
+    }
+    let _ = writeln!(
+        o,
+        "# HELP memscope_growth_bytes_per_step The fastest of those: bytes its step low point rises per step (0: none growing).\n# TYPE memscope_growth_bytes_per_step gauge"
+    );
+    for (host, device) in &watched {
+        let fastest = of(host, *device)
+            .iter()
+            .map(|g| g.signal.bytes_per_step)
+            .fold(0.0f64, f64::max);
+        let _ = writeln!(
+            o,
+            "memscope_growth_bytes_per_step{{host=\"{}\",device=\"{device}\"}} {fastest:.0}",
+            esc(host)
+        );
+    }
+    Ok(())
 }

@@ -19,6 +19,7 @@ mod rollup;
 mod series;
 mod store;
 
+pub use pages::{Growing, growing_since};
 pub use queries::{Counters, DeviceAllocator, GpuLatest};
 pub use rollup::RollUp;
 pub use series::{LEAK_MIN_STEPS, Window, align, leak_signal, outside};

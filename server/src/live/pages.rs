@@ -300,3 +300,52 @@ pub async fn process_page(
         events: events.into_iter().map(|e| e.into_api()).collect(),
     }))
 }
+
+/// A process whose memory held between steps keeps rising on a device: the live leak signal
+/// (`leak_signal` over its step low points) says so.
+#[derive(Debug, Clone)]
+pub struct Growing {
+    pub host: String,
+    pub pid: i64,
+    pub start_time_ms: Option<i64>,
+    pub device: i64,
+    pub signal: api::LeakSignal,
+}
+
+/// The agent processes heard from since `since_ms` (at most `MAX_WATCHED`, the latest first) and,
+/// per (host, device), how many of them and which are growing step over step.
+pub async fn growing_since(
+    live: &Live,
+    since_ms: i64,
+) -> sqlx::Result<(Vec<(String, i64)>, Vec<Growing>)> {
+    /// Processes looked at per call: each costs one query of its steps.
+    const MAX_WATCHED: usize = 256;
+    let mut agents = live.agents_since(since_ms).await?;
+    agents.sort_by_key(|a| std::cmp::Reverse(a.time_ms));
+    agents.truncate(MAX_WATCHED);
+    let mut watched: Vec<(String, i64)> =
+        agents.iter().map(|a| (a.host.clone(), a.device)).collect();
+    watched.sort();
+    watched.dedup();
+    let mut growing = Vec::new();
+    for a in agents {
+        let steps = live
+            .process_steps(&a.host, a.pid, a.start_time_ms, a.device)
+            .await?;
+        let lows: Vec<(i64, i64)> = steps
+            .iter()
+            .map(|s| (s.step, s.allocated_min_bytes))
+            .collect();
+        let signal = leak_signal(&lows);
+        if signal.rising {
+            growing.push(Growing {
+                host: a.host,
+                pid: a.pid,
+                start_time_ms: a.start_time_ms,
+                device: a.device,
+                signal,
+            });
+        }
+    }
+    Ok((watched, growing))
+}

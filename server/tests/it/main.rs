@@ -4,6 +4,7 @@
 
 mod support;
 
+mod alerts;
 mod analyze_cli;
 mod api;
 mod api_golden;
