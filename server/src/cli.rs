@@ -37,7 +37,7 @@ pub enum Command {
     /// searched for the largest that fits).
     Predict(PredictArgs),
     /// Run the dashboard server: the JSON API under /api, with an embedded SQLite library.
-    Serve(crate::config::ServeArgs),
+    Serve(Box<crate::config::ServeArgs>),
     /// A report to share: one self-contained HTML file (charts inline, opens offline) or a
     /// Markdown summary for a GitHub issue, with the verdicts, the memory over the trace, the call
     /// sites at the peak, what the memory was, leaks, OOMs and what-if.
@@ -198,7 +198,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Mcp => crate::mcp::serve(std::io::stdin().lock(), std::io::stdout().lock()),
         Command::Serve(args) => {
             logs("info");
-            runtime()?.block_on(crate::serve::serve(args))
+            runtime()?.block_on(crate::serve::serve(*args))
         }
         Command::Open(args) => {
             logs("warn");

@@ -113,6 +113,15 @@ pub struct ServeArgs {
     /// Seconds a request body may stall before the request is ended.
     #[arg(long, env = "MEMSCOPE_BODY_IDLE_TIMEOUT_SECS", default_value_t = 30.0)]
     pub body_idle_timeout_secs: f64,
+    /// A webhook told of every live OOM and every process found growing step over step, as
+    /// Slack-compatible JSON (`{"text": …}`; a Slack incoming webhook's address works as it
+    /// is). Delivered at least once, retried until the receiver takes it, across restarts.
+    #[arg(long, env = "MEMSCOPE_WEBHOOK_URL", hide_env_values = true)]
+    pub webhook_url: Option<String>,
+    /// The dashboard's address as its users reach it (e.g. https://memscope.example.com), for
+    /// links in webhook messages.
+    #[arg(long, env = "MEMSCOPE_PUBLIC_URL")]
+    pub public_url: Option<String>,
 }
 
 impl ServeArgs {
@@ -229,6 +238,8 @@ impl ServeArgs {
             write_timeout_secs: 30.0,
             header_timeout_secs: 10.0,
             body_idle_timeout_secs: 30.0,
+            webhook_url: None,
+            public_url: None,
         }
     }
 }

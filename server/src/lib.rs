@@ -15,6 +15,7 @@ pub mod listen;
 pub mod live;
 pub mod local;
 pub mod mcp;
+pub mod notify;
 pub mod open;
 pub mod predict;
 pub mod report;

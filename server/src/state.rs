@@ -63,6 +63,14 @@ impl AppState {
             config.index_workers,
             limits,
         );
+        if let Some(url) = &config.webhook_url {
+            tokio::spawn(crate::notify::run(
+                live.clone(),
+                url.clone(),
+                config.public_url.clone(),
+                shutdown.subscribe(),
+            ));
+        }
         Ok(AppState {
             access,
             library,

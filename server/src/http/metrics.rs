@@ -102,6 +102,14 @@ async fn metrics(State(s): State<AppState>) -> ApiResult<Response> {
         }
     }
     hosts_and_growth(&s, &mut o).await?;
+    if s.config.webhook_url.is_some() {
+        let c = live.outbox_counts().await?;
+        let _ = writeln!(
+            o,
+            "# HELP memscope_webhook_pending Webhook messages (live OOMs, growing processes) not yet taken by the receiver.\n# TYPE memscope_webhook_pending gauge\nmemscope_webhook_pending {}\n# HELP memscope_webhook_delivered_total Webhook messages the receiver took.\n# TYPE memscope_webhook_delivered_total counter\nmemscope_webhook_delivered_total {}\n# HELP memscope_webhook_failed_attempts_total Webhook sends that failed (each retried).\n# TYPE memscope_webhook_failed_attempts_total counter\nmemscope_webhook_failed_attempts_total {}",
+            c.pending, c.delivered, c.failed_attempts
+        );
+    }
     let crate::live::Counters {
         batches,
         rows,

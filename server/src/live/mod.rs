@@ -6,6 +6,7 @@
 //!   same key with other content is a conflict), its notice published.
 //! - `queries`: the tables read back as rows (latest readings, windows, events, counters).
 //! - `series`: windows, bucket alignment, the outside-PyTorch series and the leak signal (pure).
+//! - `outbox`: what the webhook notifier (`crate::notify`) owes its receiver, one row a message.
 //! - `pages`: the live pages' answers (`api` types) shaped from the rows, functions over `&Live`.
 //! - `rollup`: raw samples into one-minute rows, and retention.
 //! - `days`: the one-minute rows of days over, packed one row per series and day.
@@ -13,14 +14,16 @@
 
 pub mod days;
 pub mod notices;
+pub mod outbox;
 pub mod pages;
 mod queries;
 mod rollup;
 mod series;
 mod store;
 
+pub use outbox::{OutboxCounts, Owed};
 pub use pages::{Growing, growing_since};
-pub use queries::{Counters, DeviceAllocator, GpuLatest};
+pub use queries::{Counters, DeviceAllocator, EventRow, GpuLatest};
 pub use rollup::RollUp;
 pub use series::{LEAK_MIN_STEPS, Window, align, leak_signal, outside};
 pub use store::{IngestError, Live, MAX_AHEAD_MS, MAX_GPUS_PER_HOST};

@@ -25,4 +25,5 @@ mod run_bench;
 mod slow_clients;
 mod starvation;
 mod upload_memory_bench;
+mod webhook;
 mod wheel;
