@@ -204,7 +204,7 @@ async fn upload(
     if let Some(t) = &args.token {
         req = req.header(hyper::header::AUTHORIZATION, format!("Bearer {t}"));
     }
-    let body = crate::http::library::file_chunks(file);
+    let body = crate::http::download::file_chunks(file);
     let answer = client
         .request(req.body(Body::from_stream(body))?)
         .await

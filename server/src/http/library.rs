@@ -189,40 +189,6 @@ fn refuse_bad_labels(name: Option<&str>, tags: Option<&[api::Tag]>) -> ApiResult
     }
 }
 
-/// `Content-Disposition` for a download named `name` (RFC 6266): an ASCII `filename` for old
-/// clients and the exact name as UTF-8 in `filename*`; a control character (in a name stored
-/// before names were checked) becomes `_`, so the header is always valid.
-pub fn attachment(name: &str) -> String {
-    let fallback: String = name
-        .chars()
-        .map(|c| match c {
-            ' '..='~' if c != '"' && c != '\\' => c,
-            _ => '_',
-        })
-        .collect();
-    let printable: String = name
-        .chars()
-        .map(|c| if c.is_control() { '_' } else { c })
-        .collect();
-    let exact = percent_encoding::utf8_percent_encode(&printable, ATTR_CHAR);
-    format!("attachment; filename=\"{fallback}\"; filename*=UTF-8''{exact}")
-}
-
-/// RFC 5987's `attr-char`: what a `filename*` value may hold unencoded.
-const ATTR_CHAR: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
-    .remove(b'!')
-    .remove(b'#')
-    .remove(b'$')
-    .remove(b'&')
-    .remove(b'+')
-    .remove(b'-')
-    .remove(b'.')
-    .remove(b'^')
-    .remove(b'_')
-    .remove(b'`')
-    .remove(b'|')
-    .remove(b'~');
-
 /// Judges the snapshot's OOMs again under a device total and stores both.
 async fn set_device_total(s: &AppState, id: &str, total_bytes: u64) -> ApiResult<()> {
     let loaded = s
@@ -265,42 +231,12 @@ async fn original(State(s): State<AppState>, Path(id): Path<String>) -> ApiResul
     Ok((
         [
             (header::CONTENT_TYPE, "application/octet-stream".to_string()),
-            (header::CONTENT_DISPOSITION, attachment(&info.name)),
+            (
+                header::CONTENT_DISPOSITION,
+                super::download::attachment(&info.name),
+            ),
         ],
-        Body::from_stream(file_chunks(file)),
+        Body::from_stream(super::download::file_chunks(file)),
     )
         .into_response())
-}
-
-/// Streams a file in 256 KiB chunks.
-pub(crate) fn file_chunks(
-    file: tokio::fs::File,
-) -> impl futures_util::Stream<Item = std::io::Result<Vec<u8>>> {
-    futures_util::stream::unfold(file, |mut f| async move {
-        use tokio::io::AsyncReadExt;
-        let mut buf = vec![0u8; 256 << 10];
-        match f.read(&mut buf).await {
-            Ok(0) => None,
-            Ok(n) => {
-                buf.truncate(n);
-                Some((Ok(buf), f))
-            }
-            Err(e) => Some((Err(e), f)),
-        }
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn a_download_name_is_one_valid_header_whatever_it_holds() {
-        assert_eq!(
-            super::attachment("run \"7\".pickle"),
-            "attachment; filename=\"run _7_.pickle\"; filename*=UTF-8''run%20%227%22.pickle"
-        );
-        let crlf = super::attachment("a\r\nSet-Cookie: x\0.pickle");
-        assert!(crlf.chars().all(|c| !c.is_control()), "{crlf}");
-        assert!(axum::http::HeaderValue::from_str(&crlf).is_ok());
-        assert!(super::attachment("mémoire.pickle").ends_with("m%C3%A9moire.pickle"));
-    }
 }

@@ -9,9 +9,10 @@
 
 mod access;
 mod diff;
+pub mod download;
 mod error;
 mod ingest;
-pub(crate) mod library;
+mod library;
 mod live;
 mod metrics;
 mod query;

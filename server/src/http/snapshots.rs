@@ -65,7 +65,7 @@ async fn shared_report(
             ),
             (
                 axum::http::header::CONTENT_DISPOSITION,
-                super::library::attachment(&format.file_name(&info.name)),
+                super::download::attachment(&format.file_name(&info.name)),
             ),
         ],
         text,

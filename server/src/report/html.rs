@@ -9,7 +9,7 @@ use std::fmt::Write;
 use snapshot::analysis::human_bytes as hb;
 use snapshot::units::thousands;
 
-use super::{
+use super::shared::{
     DeviceViews, Shareable, categories, findings, replay_words, site_words, whatif_caveat,
     whatif_outcome,
 };

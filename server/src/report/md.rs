@@ -8,7 +8,7 @@ use std::fmt::Write;
 use snapshot::analysis::human_bytes as hb;
 use snapshot::units::thousands;
 
-use super::{
+use super::shared::{
     Shareable, categories, findings, replay_words, site_words, whatif_caveat, whatif_outcome,
 };
 
