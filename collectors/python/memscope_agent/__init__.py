@@ -9,6 +9,9 @@ samples to NVML's per-process readings and spools them without loss) or straight
 server (``MEMSCOPE_SERVER`` + ``MEMSCOPE_TOKEN``). On an out-of-memory error it dumps a snapshot
 (once per incident) and uploads it to the server, tagged with host, process, job and rank.
 ``memscope_agent.step(n)`` marks training steps so series can be read per step.
+``with memscope_agent.record(): ...`` records a block's allocation history and dumps it as a
+snapshot (also on the OOM that ends it), shown inline in Jupyter as memscope's report
+(``notebook.py``).
 
 It must never crash or slow the training process: every entry point swallows its own errors and
 logs each kind of failure once (logger ``memscope_agent``); nothing here runs on the training
@@ -31,7 +34,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-__all__ = ["start", "stop", "step", "snapshot", "Agent", "Settings"]
+__all__ = ["start", "stop", "step", "snapshot", "record", "show", "Agent", "Settings"]
 __version__ = "0.1.0"
 
 WIRE_VERSION = 1
@@ -550,3 +553,7 @@ def snapshot(name=None, **tags):
     if a is None:
         return None
     return a._guard("snapshot", a.snapshot, name, tags)
+
+
+# Notebooks and scripts: record a block, dump it (also on OOM), show its report inline.
+from .notebook import Recording, Report, record, show  # noqa: E402

@@ -1750,6 +1750,13 @@ async fn the_what_if_tab_shows_the_setting_that_avoids_the_oom() {
         said,
         "With expandable_segments:True it would have got past this OOM: peak reserved 1.8 GiB up to it (simulated); the trace stops there, so the rest of the run is not known."
     );
+    // The link may be drawn a moment after the sentence (the what-if answer arrives on its own).
+    wait_js(
+        &c,
+        "document.querySelector('.headline .s-whatif a.more')",
+        "the link to the What if tab",
+    )
+    .await;
     click(&c, ".headline .s-whatif a.more").await;
     wait_js(
         &c,
