@@ -1980,12 +1980,17 @@ async fn the_what_if_tab_shows_the_setting_that_avoids_the_oom() {
     let type_conf = |conf: &'static str| {
         let c = c.clone();
         async move {
-            c.execute(
-                "const i = document.querySelector('.try-conf .conf-input'); i.value = arguments[0]; i.dispatchEvent(new Event('input', {bubbles: true})); document.querySelector('.try-conf button').click();",
-                vec![serde_json::Value::from(conf)],
+            // Acted on once the form is there (a change of the page's query mounts the view
+            // afresh, so under load the form can be a moment away).
+            wait_js(
+                &c,
+                &format!(
+                    "(() => {{ const i = document.querySelector('.try-conf .conf-input'); const b = document.querySelector('.try-conf button'); if (!i || !b) return false; i.value = {}; i.dispatchEvent(new Event('input', {{bubbles: true}})); b.click(); return true; }})()",
+                    serde_json::Value::from(conf)
+                ),
+                "the setting form",
             )
-            .await
-            .unwrap();
+            .await;
         }
     };
     type_conf("expandable_segments:True,max_split_size_mb:64").await;
@@ -2048,12 +2053,12 @@ async fn the_what_if_tab_shows_the_setting_that_avoids_the_oom() {
 
     // Another limit: 3 GiB as a per-process fraction, and every setting gets past; the replay check
     // stays on the record (the trace under the limit its OOM implies).
-    c.execute(
-        "const i = document.querySelector('form.limit .limit-gib'); i.value = '3'; i.dispatchEvent(new Event('input', {bubbles: true})); document.querySelector('form.limit button').click();",
-        vec![],
+    wait_js(
+        &c,
+        "(() => { const i = document.querySelector('form.limit .limit-gib'); const b = document.querySelector('form.limit button'); if (!i || !b) return false; i.value = '3'; i.dispatchEvent(new Event('input', {bubbles: true})); b.click(); return true; })()",
+        "the limit form",
     )
-    .await
-    .unwrap();
+    .await;
     let fates = wait_js(
         &c,
         "document.querySelector('.limit-now')?.innerText.startsWith('Every run is held to a limit of 3.0 GiB') && document.querySelector('.replay-check.exact') && [...document.querySelectorAll('tr.run .fate')].map(f => f.innerText)",
