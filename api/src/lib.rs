@@ -190,6 +190,23 @@ impl BlockState {
 /// A memory pool: `(id, sub-id)` as PyTorch writes `segment_pool_id`; `(0, 0)` is the default.
 pub type PoolId = (i64, i64);
 
+/// Text made safe inside an HTML element or a quoted attribute (file and function names come
+/// from the user's snapshot): what the dashboard and the shared HTML report write.
+pub fn html_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -481,6 +481,17 @@ impl Report {
         )
     }
 
+    /// Each OOM incident with the OOM shown for it (its latest), in the incidents' order (the
+    /// fatal one first).
+    pub fn incidents(&self) -> impl Iterator<Item = (&OomIncident, &OomReport)> {
+        self.oom_incidents.iter().filter_map(|inc| {
+            self.ooms
+                .iter()
+                .find(|m| m.device == inc.device && m.position == inc.shown_position)
+                .map(|m| (inc, m))
+        })
+    }
+
     /// The device views show when none is chosen (the report's, else the first traced one).
     pub fn shown_device(&self) -> Option<i32> {
         self.default_device

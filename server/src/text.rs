@@ -193,14 +193,7 @@ fn render_ooms(o: &mut String, r: &api::Report) {
     if let Some(outcome) = &r.oom_outcome {
         let _ = writeln!(o, "  {outcome}");
     }
-    for inc in &r.oom_incidents {
-        let Some(m) = r
-            .ooms
-            .iter()
-            .find(|m| m.device == inc.device && m.position == inc.shown_position)
-        else {
-            continue;
-        };
+    for (inc, m) in r.incidents() {
         let fate = if m.recovered { "survived" } else { "FATAL" };
         let _ = writeln!(
             o,

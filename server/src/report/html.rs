@@ -14,21 +14,7 @@ use super::shared::{
     whatif_outcome,
 };
 
-/// Escapes text for HTML element content and attribute values.
-fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
+use api::html_escape as esc;
 
 const STYLE: &str = r#"
 .memscope-report{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#1d2330;max-width:1100px;margin:0 auto;padding:24px}
@@ -456,14 +442,7 @@ fn ooms(o: &mut String, r: &api::Report) {
         return;
     }
     o.push_str("<h2>Out of memory</h2>");
-    for inc in &r.oom_incidents {
-        let Some(m) = r
-            .ooms
-            .iter()
-            .find(|m| m.device == inc.device && m.position == inc.shown_position)
-        else {
-            continue;
-        };
+    for (inc, m) in r.incidents() {
         let fate = if m.recovered { "survived" } else { "fatal" };
         let _ = write!(
             o,

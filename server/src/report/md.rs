@@ -126,14 +126,7 @@ fn ooms(o: &mut String, rep: &api::Report) {
         return;
     }
     let _ = writeln!(o, "\n**Out of memory**");
-    for inc in &rep.oom_incidents {
-        let Some(m) = rep
-            .ooms
-            .iter()
-            .find(|m| m.device == inc.device && m.position == inc.shown_position)
-        else {
-            continue;
-        };
+    for (inc, m) in rep.incidents() {
         let _ = writeln!(
             o,
             "\n- **{}** ({}): {}\n  {}",

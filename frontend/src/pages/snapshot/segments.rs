@@ -247,7 +247,7 @@ fn rows_html(
             h,
             r#"<div class="segrow{}" data-s="{si}"><span class="seg-label">{}</span><div class="seg" style="width:calc((100% - 17em) * {:.4})">"#,
             if s.is_expandable { " expandable" } else { "" },
-            escape(&label),
+            ::api::html_escape(&label),
             width / 100.0
         );
         for (bi, b) in s.blocks.iter().enumerate() {
@@ -287,7 +287,7 @@ fn rows_html(
             let _ = write!(
                 h,
                 r#"<div class="just-mapped" style="left:{left:.3}%;width:{w:.3}%" title="{}"></div>"#,
-                escape(&format!("mapped by this event: {}", fmt::bytes(l.bytes)))
+                ::api::html_escape(&format!("mapped by this event: {}", fmt::bytes(l.bytes)))
             );
         }
         h.push_str("</div></div>");
@@ -397,23 +397,6 @@ fn hover(
             }
         });
     }
-}
-
-/// Text made safe inside an HTML element or a quoted attribute (file and function names come
-/// from the user's snapshot).
-fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 /// An expandable segment's mapped bytes in words: how much, and how it got there.
