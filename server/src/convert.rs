@@ -37,6 +37,16 @@ pub fn axis_in(a: api::Axis) -> tl::Axis {
     }
 }
 
+/// The frames memory by stack is read from when none are asked for: Python's where the
+/// snapshot has them (what a Python user reads), else all.
+pub fn default_frames(index: &analysis::Index) -> api::FlameFrames {
+    if index.frames.has_python() {
+        api::FlameFrames::Python
+    } else {
+        api::FlameFrames::All
+    }
+}
+
 pub fn flame_frames_in(f: api::FlameFrames) -> analysis::FlameFrames {
     match f {
         api::FlameFrames::All => analysis::FlameFrames::All,

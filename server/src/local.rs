@@ -111,11 +111,7 @@ impl Opened {
     ) -> anyhow::Result<api::StackReport> {
         let d = self.traced_device(device, "memory by stack")?;
         let at = self.position(d, at)?;
-        let frames = frames.unwrap_or(if self.index.frames.has_python() {
-            api::FlameFrames::Python
-        } else {
-            api::FlameFrames::All
-        });
+        let frames = frames.unwrap_or_else(|| crate::convert::default_frames(&self.index));
         analysis::stacks::stacks_of_category(
             &self.snap,
             &self.index,

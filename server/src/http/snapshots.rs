@@ -412,11 +412,9 @@ async fn stacks(
 ) -> ApiResult<Json<api::StackReport>> {
     let r = query(&s, &id, move |m, _| {
         let device = device_of(m, q.device)?.device;
-        let frames = q.frames.unwrap_or(if m.index.frames.has_python() {
-            api::FlameFrames::Python
-        } else {
-            api::FlameFrames::All
-        });
+        let frames = q
+            .frames
+            .unwrap_or_else(|| convert::default_frames(&m.index));
         analysis::stacks::stacks_of_category(
             &m.snap,
             &m.index,

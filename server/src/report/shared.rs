@@ -48,11 +48,7 @@ pub fn gather(
         let buckets = analysis::timeline::timeline(snap, index, d.device, 0, d.len, CHART_BUCKETS)
             .map(|t| t.buckets)
             .unwrap_or_default();
-        let frames = if index.frames.has_python() {
-            analysis::FlameFrames::PythonOnly
-        } else {
-            analysis::FlameFrames::All
-        };
+        let frames = crate::convert::flame_frames_in(crate::convert::default_frames(index));
         let sites = analysis::stacks::stacks_of_category(
             snap, index, d.device, None, TOP_SITES, frames, None,
         )
