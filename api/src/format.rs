@@ -91,9 +91,57 @@ pub struct Format {
     pub decoded_bytes: u64,
 }
 
+impl Format {
+    /// The file as a person would describe it: what wrote it, how it is encoded and compressed
+    /// (the snapshot page's format line).
+    pub fn describe(&self) -> String {
+        let layout = match self.layout {
+            Layout::Modern => "PyTorch ≥ 2.1 snapshot",
+            Layout::BlockHistory => "PyTorch 2.0 snapshot (a history per block)",
+            Layout::SegmentList => "segment list (torch.cuda.memory_snapshot(), no trace)",
+            Layout::LegacySegmentList => "PyTorch ≤ 1.13 segment list",
+        };
+        let encoding = match self.encoding {
+            Encoding::Pickle if self.protocol > 0 => format!("pickle protocol {}", self.protocol),
+            Encoding::Pickle => "pickle".to_string(),
+            Encoding::Json => "JSON".to_string(),
+        };
+        let compression = match self.compression {
+            Compression::None => "uncompressed",
+            Compression::Gzip => "gzip-compressed",
+            Compression::Zstd => "zstd-compressed",
+            Compression::Xz => "xz-compressed",
+        };
+        format!("{layout}, {encoding}, {compression}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_format_describes_itself_in_words() {
+        let f = Format {
+            encoding: Encoding::Pickle,
+            protocol: 4,
+            compression: Compression::Xz,
+            layout: Layout::Modern,
+            decoded_bytes: 10,
+        };
+        assert_eq!(
+            f.describe(),
+            "PyTorch ≥ 2.1 snapshot, pickle protocol 4, xz-compressed"
+        );
+        let bare = Format {
+            encoding: Encoding::Json,
+            protocol: 0,
+            compression: Compression::None,
+            layout: Layout::SegmentList,
+            decoded_bytes: 10,
+        };
+        assert!(bare.describe().ends_with("no trace), JSON, uncompressed"));
+    }
 
     #[test]
     fn closed_sets_name_themselves_as_their_json_does() {

@@ -41,6 +41,126 @@ pub fn sharp(
     g
 }
 
+/// The page's colours a chart draws its paper, labels and grid with: read from style.css's
+/// `--chart-*` properties, so the charts follow the page's light or dark theme.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ink {
+    /// The chart's background.
+    Paper,
+    /// Labels and axis text.
+    Text,
+    /// Grid lines.
+    Grid,
+    /// Lines and marks drawn in the text's colour at full strength (a recorded point, NVML).
+    Strong,
+    /// Secondary labels and baselines.
+    Muted,
+    /// The reserved-memory line.
+    Reserved,
+    /// The live-memory envelope behind the allocation bands.
+    Envelope,
+    /// A brush being dragged over a chart.
+    Brush,
+    /// Names written on the plot (record_function scopes).
+    Label,
+    /// An OOM: its marker and its label.
+    Danger,
+}
+
+impl Ink {
+    fn property(self) -> (&'static str, &'static str) {
+        match self {
+            Ink::Paper => ("--chart-paper", "#ffffff"),
+            Ink::Text => ("--chart-text", "#333333"),
+            Ink::Grid => ("--chart-grid", "#eeeeee"),
+            Ink::Strong => ("--chart-strong", "#111111"),
+            Ink::Muted => ("--chart-muted", "#888888"),
+            Ink::Reserved => ("--chart-reserved", "#e8590c"),
+            Ink::Envelope => ("--chart-envelope", "#d0d7f7"),
+            Ink::Brush => ("--chart-brush", "rgba(0,0,0,0.15)"),
+            Ink::Label => ("--chart-label", "#364fc7"),
+            Ink::Danger => ("--chart-danger", "#c92a2a"),
+        }
+    }
+}
+
+/// The colour of `which` in the page's current theme (its light value where no stylesheet
+/// says).
+pub fn ink(which: Ink) -> String {
+    let (property, light) = which.property();
+    web_sys::window()
+        .and_then(|w| {
+            let root = w.document()?.document_element()?;
+            w.get_computed_style(&root).ok().flatten()
+        })
+        .and_then(|style| style.get_property_value(property).ok())
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| light.to_string())
+}
+
+/// A colour given as the light theme draws it, in the current theme: the light theme's ink
+/// (`#111` marks, `#333` text, `#888`/`#999` secondary lines, white paper) becomes the theme's;
+/// any other colour (a series' hue, readable on both) is kept.
+pub fn themed(colour: &str) -> String {
+    let which = match colour {
+        "#111" | "#111111" | "#222" => Ink::Strong,
+        "#333" | "#333333" => Ink::Text,
+        "#888" | "#999" | "#666" => Ink::Muted,
+        "#fff" | "#ffffff" => Ink::Paper,
+        other => return other.to_string(),
+    };
+    ink(which)
+}
+
+/// The widest a classic (non-overlay) scrollbar takes.
+const SCROLLBAR_PX: f64 = 17.0;
+
+/// The width, in CSS pixels, a chart has inside the page's content column (`main` less its
+/// padding), at least `min`; `fallback` where there is no page yet. Charts take it when they
+/// mount, so a 1920-pixel screen gets a 1880-pixel chart rather than a fixed 1200.
+pub fn content_width(min: f64, fallback: f64) -> f64 {
+    let Some(w) = web_sys::window() else {
+        return fallback;
+    };
+    let Some(main) = w
+        .document()
+        .and_then(|d| d.query_selector("main").ok().flatten())
+    else {
+        return fallback;
+    };
+    let padding = w
+        .get_computed_style(&main)
+        .ok()
+        .flatten()
+        .map(|s| {
+            let px = |p: &str| {
+                s.get_property_value(p)
+                    .ok()
+                    .and_then(|v| v.trim_end_matches("px").parse::<f64>().ok())
+                    .unwrap_or(0.0)
+            };
+            px("padding-left") + px("padding-right")
+        })
+        .unwrap_or(0.0);
+    // A page that does not scroll yet may once the view is drawn: leave room for the
+    // scrollbar that would then appear, or the chart would be squeezed by it (blurred).
+    let no_scrollbar_yet = match (
+        w.inner_width().ok().and_then(|v| v.as_f64()),
+        w.document().and_then(|d| d.document_element()),
+    ) {
+        (Some(outer), Some(doc)) => outer - doc.client_width() as f64 <= 0.0,
+        _ => false,
+    };
+    let scrollbar = if no_scrollbar_yet { SCROLLBAR_PX } else { 0.0 };
+    let inner = main.client_width() as f64 - padding - scrollbar;
+    if inner > 0.0 {
+        inner.floor().max(min)
+    } else {
+        fallback
+    }
+}
+
 /// A stable number for a name (FNV-1a): what gives a file or a line the same colour on every
 /// chart and at every moment.
 pub fn name_hash(name: &str) -> u32 {
@@ -127,9 +247,9 @@ pub fn byte_grid_with(
     for i in 0..=steps {
         let v = y.d0 + (y.d1 - y.d0) * i as f64 / steps as f64;
         let py = y.at(v);
-        g.set_fill_style_str("#eee");
+        g.set_fill_style_str(&ink(Ink::Grid));
         g.fill_rect(x_from, py, x_to - x_from, 1.0);
-        g.set_fill_style_str("#333");
+        g.set_fill_style_str(&ink(Ink::Text));
         let _ = g.fill_text(&label(v), 4.0, py + 4.0);
     }
 }

@@ -28,13 +28,15 @@ pub fn start() {
 
 #[component]
 fn App() -> impl IntoView {
-    use pages::{diff, fit, library, live, run, snapshot};
+    use pages::{diff, fit, help, library, live, run, snapshot};
+    provide_context(help::HelpOpen(RwSignal::new(None)));
     view! {
         <Router>
             <header class="top">
                 <A href="/"><span class="logo">"memscope"</span></A>
                 <span class="tagline">"GPU memory observatory for PyTorch"</span>
                 <nav><A href="/">"Snapshots"</A><A href="/live">"Live"</A></nav>
+                <help::HelpOverlay/>
             </header>
             <main>
                 <Routes fallback=|| view! { <p class="error">"No such page."</p> }>

@@ -10,7 +10,7 @@ use leptos::html::Canvas;
 use leptos::prelude::*;
 use leptos_router::hooks::{use_navigate, use_query_map};
 
-use crate::canvas::{Scale, byte_axis_max, byte_grid_with, pointer, sharp};
+use crate::canvas::{Ink, Scale, byte_axis_max, byte_grid_with, ink, pointer, sharp, themed};
 use crate::pages::widgets::error_line;
 use crate::{api, fmt};
 
@@ -685,7 +685,7 @@ fn chart(curves: Vec<Curve>, hover: RwSignal<Option<u64>>) -> impl IntoView {
                 arr.push(&(*d).into());
             }
             let _ = g.set_line_dash(&arr);
-            g.set_stroke_style_str(colour);
+            g.set_stroke_style_str(&themed(colour));
             g.set_line_width(width);
             g.begin_path();
             for (i, (px, py)) in pts.iter().enumerate() {
@@ -765,14 +765,14 @@ fn chart(curves: Vec<Curve>, hover: RwSignal<Option<u64>>) -> impl IntoView {
         }
         for r in &first.answer.recorded {
             let (px, py) = (x.at(r.size as f64), y.at(r.peak_reserved_bytes as f64));
-            g.set_fill_style_str("#111");
+            g.set_fill_style_str(&ink(Ink::Strong));
             g.begin_path();
             let _ = g.arc(px, py, 4.0, 0.0, std::f64::consts::TAU);
             g.fill();
         }
         if let Some(s) = at {
             let px = x.at(s as f64);
-            g.set_fill_style_str("rgba(0,0,0,0.35)");
+            g.set_fill_style_str(&ink(Ink::Brush));
             g.fill_rect(px - 0.5, 10.0, 1.0, H - B - 10.0);
         }
         legend(&g, &drawn);
@@ -801,7 +801,7 @@ fn index_of(curves: &[Curve], c: &Curve) -> usize {
 
 /// Size labels along the bottom.
 fn size_axis(g: &web_sys::CanvasRenderingContext2d, x: &Scale) {
-    g.set_fill_style_str("#333");
+    g.set_fill_style_str(&ink(Ink::Text));
     for i in 0..=8 {
         let v = x.d0 + (x.d1 - x.d0) * i as f64 / 8.0;
         let text = format!("{}", v.round() as u64);
@@ -821,9 +821,9 @@ fn legend(g: &web_sys::CanvasRenderingContext2d, curves: &[Curve]) {
     let mut px = L + 10.0;
     let py = H - B - 10.0;
     for (text, colour) in items {
-        g.set_fill_style_str(colour);
+        g.set_fill_style_str(&themed(colour));
         g.fill_rect(px, py - 8.0, 10.0, 10.0);
-        g.set_fill_style_str("#333");
+        g.set_fill_style_str(&ink(Ink::Text));
         let _ = g.fill_text(&text, px + 14.0, py + 1.0);
         px += 24.0 + g.measure_text(&text).map(|m| m.width()).unwrap_or(80.0);
     }

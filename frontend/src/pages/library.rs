@@ -359,18 +359,42 @@ fn library_section(query: RwSignal<String>, refresh: RwSignal<u32>) -> impl Into
                 Some(Err(e)) => crate::pages::widgets::error_line(e).into_any(),
                 Some(Ok(list)) if list.is_empty() => {
                     let q = query.get_untracked();
-                    let text = if q.trim().is_empty() {
-                        "No snapshots yet: drop one above.".to_string()
+                    if q.trim().is_empty() {
+                        recipe().into_any()
                     } else {
-                        format!("No snapshot matches “{}”.", q.trim())
-                    };
-                    view! { <p class="empty">{text}</p> }.into_any()
+                        view! { <p class="empty">{format!("No snapshot matches “{}”.", q.trim())}</p> }.into_any()
+                    }
                 }
                 Some(Ok(list)) => view! { <LibraryTable list=list refresh=refresh saved=saved/> }.into_any(),
             }}
         </section>
     }
 }
+
+/// The empty library: how to record a snapshot, in the three lines of Python it takes.
+fn recipe() -> impl IntoView {
+    view! {
+        <section class="recipe">
+            <p class="empty">"No snapshots yet. Record one from your training script with three lines of Python, then drop the file above:"</p>
+            <pre class="cmd recipe-code">{RECIPE}</pre>
+            <p class="hint">
+                "memscope reads the pickle without running it. Record before the work starts, so the trace covers it; "
+                <code>"max_entries"</code>
+                " bounds the trace's memory on the host. In a notebook, "
+                <code>"pip install memscope-agent"</code>
+                " and "
+                <code>"with memscope_agent.record(): …"</code>
+                " does the same and dumps on an OOM too."
+            </p>
+        </section>
+    }
+}
+
+/// What the empty library shows to copy (also what the first-use test checks).
+pub const RECIPE: &str = "import torch
+torch.cuda.memory._record_memory_history(max_entries=100_000)   # 1. record, before the work
+train()                                                           #    your steps, as they are
+torch.cuda.memory._dump_snapshot(\"snapshot.pickle\")             # 2. dump (also after an OOM)";
 
 #[component]
 fn LibraryTable(

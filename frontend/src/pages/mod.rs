@@ -2,6 +2,7 @@
 
 pub mod diff;
 pub mod fit;
+pub mod help;
 pub mod library;
 pub mod live;
 pub mod run;

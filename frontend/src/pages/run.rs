@@ -9,7 +9,7 @@ use leptos::html::Canvas;
 use leptos::prelude::*;
 use leptos_router::hooks::use_params_map;
 
-use crate::canvas::{Scale, pointer, sharp};
+use crate::canvas::{Ink, Scale, ink, pointer, sharp};
 use crate::pages::widgets::error_line;
 use crate::{api, fmt};
 
@@ -242,7 +242,7 @@ fn rank_chart(
         let Some(c) = canvas.get() else { return };
         let g = sharp(&c, W, H);
         g.clear_rect(0.0, 0.0, W, H);
-        g.set_fill_style_str("#f6f6f6");
+        g.set_fill_style_str(&ink(Ink::Paper));
         g.fill_rect(L, 0.0, W - L, H);
         let x = Scale::new(0.0, n as f64, L, W);
         let y = Scale::new(0.0, top, H - 1.0, 2.0);
@@ -277,14 +277,14 @@ fn rank_chart(
         g.stroke();
         if let Some(t) = oom_at {
             let px = x.at(((t - from) as f64 / bucket as f64).min(n as f64));
-            g.set_fill_style_str("#c0392b");
+            g.set_fill_style_str(&ink(Ink::Danger));
             g.fill_rect(px - 1.0, 0.0, 2.0, H);
         }
-        g.set_fill_style_str("#222");
+        g.set_fill_style_str(&ink(Ink::Strong));
         g.set_font("bold 12px sans-serif");
         let _ = g.fill_text(&format!("rank {rank}"), 6.0, 18.0);
         g.set_font("11px sans-serif");
-        g.set_fill_style_str("#666");
+        g.set_fill_style_str(&ink(Ink::Muted));
         if let Some(peak) = live.iter().flatten().max() {
             let _ = g.fill_text(&format!("peak {}", fmt::bytes(*peak)), 6.0, 34.0);
         }

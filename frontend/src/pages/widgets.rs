@@ -12,6 +12,18 @@ pub fn kv(label: &'static str, value: String) -> impl IntoView {
     }
 }
 
+/// A figure whose label is a glossary term (`help::GLOSSARY`'s `term`): the label explains
+/// itself on hover and opens the glossary on a click.
+pub fn kv_term(term: &'static str, label: &'static str, value: String) -> impl IntoView {
+    use crate::pages::help::Term;
+    view! {
+        <div class="kv">
+            <span class="k"><Term key=term>{label}</Term></span>
+            <span class="v">{value}</span>
+        </div>
+    }
+}
+
 /// The first `max` frames of a stack, one per line (`file.py:12 function`).
 pub fn frames_list(frames: &[::api::Frame], max: usize) -> impl IntoView + use<> {
     let items: Vec<String> = frames.iter().take(max).map(::api::Frame::short).collect();

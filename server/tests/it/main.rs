@@ -17,6 +17,7 @@ mod ingest_scale_bench;
 mod live;
 mod mcp;
 mod metrics_bench;
+mod newcomer;
 mod pg_history_bench;
 mod pg_schema;
 mod replicas;

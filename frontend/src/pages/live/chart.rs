@@ -7,7 +7,7 @@ use leptos::prelude::*;
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 
-use crate::canvas::{Scale, byte_axis_max, byte_grid, pointer, sharp};
+use crate::canvas::{Ink, Scale, byte_axis_max, byte_grid, ink, pointer, sharp, themed};
 use crate::fmt;
 
 /// A counter that goes up (at most once a second) whenever the server stores live data.
@@ -118,7 +118,7 @@ fn draw_chart(
     // Grid and axes.
     g.set_font("11px sans-serif");
     byte_grid(&g, &ys, CL, CW - 10.0, 4);
-    g.set_fill_style_str("#888");
+    g.set_fill_style_str(&ink(Ink::Muted));
     for k in 0..=5 {
         let i = (n - 1) * k / 5;
         let d = js_sys::Date::new(&JsValue::from_f64(times[i]));
@@ -133,7 +133,7 @@ fn draw_chart(
     }
     for (k, lo, hi) in &stacked {
         let s = &all[*k];
-        g.set_fill_style_str(s.colour);
+        g.set_fill_style_str(&themed(s.colour));
         g.begin_path();
         g.move_to(x(0), y(hi[0]));
         for (i, v) in hi.iter().enumerate().take(n).skip(1) {
@@ -146,7 +146,7 @@ fn draw_chart(
         g.fill();
     }
     for s in all.iter().filter(|s| !s.band) {
-        g.set_stroke_style_str(s.colour);
+        g.set_stroke_style_str(&themed(s.colour));
         g.set_line_width(2.0);
         g.begin_path();
         let mut open = false;
@@ -178,7 +178,7 @@ fn draw_chart(
         let _ = g.fill_text(label, lx, 20.0);
     }
     if let Some(i) = hover.filter(|&i| i < n) {
-        g.set_stroke_style_str("#333");
+        g.set_stroke_style_str(&ink(Ink::Text));
         g.begin_path();
         g.move_to(x(i), 10.0);
         g.line_to(x(i), CH - 24.0);
@@ -228,7 +228,7 @@ pub fn Chart(
                 on:mouseleave=move |_| hover.set(None)></canvas>
             <div class="legend">
                 {legend.into_iter().map(|s| view! {
-                    <span class="key"><i style=format!("background:{}", s.colour)></i>{s.label}</span>
+                    <span class="key"><i style=format!("background:{}", themed(s.colour))></i>{s.label}</span>
                 }).collect_view()}
             </div>
             <div class="readout">

@@ -32,6 +32,121 @@ pub const TABS: [(&str, &str); 7] = [
     ("whatif", "What if"),
 ];
 
+/// What each tab shows, in a line, for someone who has not read the README (shown under the
+/// tabs).
+pub const TAB_ABOUT: [(&str, &str); 7] = [
+    (
+        "overview",
+        "The answer first (what ended the run, what grows), then this snapshot's figures. Dotted labels explain themselves; press ? for keys and words.",
+    ),
+    (
+        "timeline",
+        "Memory over the recorded trace: each band one allocation, stacked by age; the orange line is reserved memory, what PyTorch holds from the GPU. Drag or ← → to pan, wheel or + − to zoom, n p for the next OOM or leak.",
+    ),
+    (
+        "segments",
+        "The allocator's state at one moment: each row a segment PyTorch got from the driver, each block a tensor or a free piece. ← → step through events; hover a block for the line that made it.",
+    ),
+    (
+        "stacks",
+        "Which lines of code hold memory at one moment (the peak unless you pick another): the tree by bytes, then every call site. / searches them.",
+    ),
+    (
+        "leaks",
+        "Allocations that pile up step after step and are never freed, with the line that makes them and how fast they grow.",
+    ),
+    (
+        "oom",
+        "Each out-of-memory error: what was asked, what was free, and why it did not fit (growth, fragmentation, or memory held outside PyTorch).",
+    ),
+    (
+        "whatif",
+        "The trace replayed through a model of PyTorch's caching allocator under other settings: which would have avoided the OOM or lowered the peak, checked against what was recorded.",
+    ),
+];
+
+/// Moves the `.focused` mark to the next (`forward`) or previous of the cards `selector` finds
+/// (the OOM or Leaks tab's incidents) and scrolls it into view.
+fn step_cards(selector: &str, forward: bool) {
+    let Some(doc) = web_sys::window().and_then(|w| w.document()) else {
+        return;
+    };
+    let Ok(list) = doc.query_selector_all(selector) else {
+        return;
+    };
+    let cards: Vec<web_sys::Element> = (0..list.length())
+        .filter_map(|i| list.item(i))
+        .filter_map(|n| wasm_bindgen::JsCast::dyn_into(n).ok())
+        .collect();
+    if cards.is_empty() {
+        return;
+    }
+    let now = cards
+        .iter()
+        .position(|c| c.class_list().contains("focused"));
+    let next = match (now, forward) {
+        (None, true) => 0,
+        (None, false) => cards.len() - 1,
+        (Some(i), true) => (i + 1).min(cards.len() - 1),
+        (Some(i), false) => i.saturating_sub(1),
+    };
+    for c in &cards {
+        let _ = c.class_list().remove_1("focused");
+    }
+    let _ = cards[next].class_list().add_1("focused");
+    cards[next].scroll_into_view();
+}
+
+/// Focuses the first element `selector` finds once it is there (a view that is mounting).
+fn focus_when_there(selector: &'static str, tries: u32) {
+    let found = web_sys::window()
+        .and_then(|w| w.document())
+        .and_then(|d| d.query_selector(selector).ok().flatten())
+        .and_then(|e| wasm_bindgen::JsCast::dyn_into::<web_sys::HtmlElement>(e).ok());
+    match found {
+        Some(el) => {
+            let _ = el.focus();
+        }
+        None if tries > 0 => set_timeout(
+            move || focus_when_there(selector, tries - 1),
+            std::time::Duration::from_millis(50),
+        ),
+        None => {}
+    }
+}
+
+/// The snapshot page's keys: 1–7 pick a tab, / searches call sites, n p step through the OOM
+/// or Leaks tab's incidents (the timeline has its own n p, and its pan and zoom).
+fn on_key(ev: &web_sys::KeyboardEvent, url: UrlState, view: &str) {
+    let key = ev.key();
+    if let Some(tab) = key
+        .parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_sub(1))
+        .and_then(|i| TABS.get(i))
+        .filter(|_| !(view == "timeline" && key == "0"))
+    {
+        url.set(&[("view", Some(tab.0.to_string()))]);
+        return;
+    }
+    match (key.as_str(), view) {
+        ("/", "timeline") => {
+            ev.prevent_default();
+            focus_when_there("input.filter", 0);
+        }
+        ("/", _) => {
+            ev.prevent_default();
+            if view != "stacks" {
+                url.set(&[("view", Some("stacks".to_string()))]);
+            }
+            focus_when_there("input.site-search", 60);
+        }
+        ("n" | "p", "oom") => step_cards(".oom", key == "n"),
+        ("n" | "p", "leaks") => step_cards(".suspect", key == "n"),
+        _ => {}
+    }
+}
+
 #[component]
 pub fn SnapshotPage() -> impl IntoView {
     api::page_scope();
@@ -58,6 +173,21 @@ pub fn SnapshotPage() -> impl IntoView {
     provide_context(url);
     provide_context(revision);
     provide_context(info);
+    let help: Option<crate::pages::help::HelpOpen> = use_context();
+    // A window listener runs outside the page's owner: navigating (`url.set`) needs the
+    // router's context, so the keys are handled inside it.
+    let owner = Owner::current();
+    let keys = window_event_listener(leptos::ev::keydown, move |ev| {
+        let help_open = help.is_some_and(|h| h.0.get_untracked().is_some());
+        if !help_open && !crate::pages::help::typing(&ev) {
+            let handle = || on_key(&ev, url, &view_name.get_untracked());
+            match &owner {
+                Some(o) => o.with(handle),
+                None => handle(),
+            }
+        }
+    });
+    on_cleanup(move || keys.remove());
 
     view! {
         <div class="snapshot-head">
@@ -91,6 +221,12 @@ pub fn SnapshotPage() -> impl IntoView {
             {move || report.get().and_then(|r| r.ok()).map(|r| device_picker(&r, url))}
             <SnapshotActions id=id/>
         </div>
+        <p class="tab-about">
+            {move || {
+                let v = view_name.get();
+                TAB_ABOUT.iter().find(|(k, _)| *k == v).map(|(_, about)| *about)
+            }}
+        </p>
         {move || match report.get() {
             None => view! { <p>"loading…"</p> }.into_any(),
             Some(Err(e)) => crate::pages::widgets::error_line(e).into_any(),
@@ -117,7 +253,8 @@ pub fn SnapshotPage() -> impl IntoView {
                             .filter(|o| o.recovered && Some(o.device) == shown)
                             .map(|o| o.position)
                             .collect();
-                        view! { <timeline::TimelineView steps=steps survived=survived/> }.into_any()
+                        let marks = timeline_marks(&r, shown);
+                        view! { <timeline::TimelineView steps=steps survived=survived marks=marks/> }.into_any()
                     }
                     "whatif" if devices::shown_events(&r, url) == 0 => view! {
                         <p class="empty no-trace">
@@ -191,6 +328,28 @@ fn SnapshotActions(id: Memo<String>) -> impl IntoView {
             }}
         </div>
     }
+}
+
+/// Where the timeline's `n` and `p` go on `device`: its OOMs and its leak suspects' last
+/// allocations.
+fn timeline_marks(r: &::api::Report, device: Option<i32>) -> Vec<timeline::Mark> {
+    let ooms = r
+        .ooms
+        .iter()
+        .filter(|o| Some(o.device) == device)
+        .map(|o| timeline::Mark {
+            position: o.position,
+            time_us: o.time_us,
+        });
+    let leaks = r
+        .leak_suspects
+        .iter()
+        .filter(|l| Some(l.device) == device)
+        .map(|l| timeline::Mark {
+            position: l.last_position,
+            time_us: l.last_time_us,
+        });
+    ooms.chain(leaks).collect()
 }
 
 /// A choice of device when the snapshot traced more than one; the views follow it.

@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use leptos::prelude::*;
 
-use crate::pages::widgets::kv;
+use crate::pages::help::Term;
+use crate::pages::widgets::{kv, kv_term};
 use crate::url::UrlState;
 use crate::{api, fmt};
 
@@ -14,10 +15,7 @@ use crate::{api, fmt};
 pub fn Overview(report: Arc<::api::Report>) -> impl IntoView {
     let r = &*report;
     let f = &r.format;
-    let settings = r
-        .allocator_settings
-        .as_ref()
-        .map(|s| serde_json::to_string_pretty(s).unwrap_or_default());
+    let settings = r.allocator_settings.as_ref().map(settings_rows);
     let url: UrlState = expect_context();
     let sentences = headline(r);
     view! {
@@ -38,19 +36,19 @@ pub fn Overview(report: Arc<::api::Report>) -> impl IntoView {
                     .collect_view()}
             </p>
             <div class="figures">
-                {kv("segments", fmt::count(r.segments))}
+                {kv_term("segment", "segments", fmt::count(r.segments))}
                 {kv("blocks", fmt::count(r.blocks))}
-                {kv("reserved at the snapshot", fmt::bytes(r.reserved_bytes))}
-                {kv("allocated at the snapshot", fmt::bytes(r.allocated_bytes))}
-                {kv("requested at the snapshot", fmt::bytes(r.requested_bytes))}
-                {kv("pending free", fmt::bytes(r.pending_free_bytes))}
+                {kv_term("reserved", "reserved at the snapshot", fmt::bytes(r.reserved_bytes))}
+                {kv_term("allocated", "allocated at the snapshot", fmt::bytes(r.allocated_bytes))}
+                {kv_term("requested", "requested at the snapshot", fmt::bytes(r.requested_bytes))}
+                {kv_term("pending-free", "pending free", fmt::bytes(r.pending_free_bytes))}
                 {kv("leak suspects", match r.leak_check {
                     ::api::LeakCheck::Ran => r.leak_suspects.len().to_string(),
                     _ => "not available".to_string(),
                 })}
                 {kv("OOMs", r.ooms.len().to_string())}
-                {kv("format", format!("{} {} ({})", f.encoding.as_str(), f.layout.as_str(), f.compression.as_str()))}
             </div>
+            <p class="format-line">{format!("File: {}, {} decoded.", f.describe(), fmt::bytes(f.decoded_bytes))}</p>
             <CompareWith/>
             <h3>"Warnings"</h3>
             {if r.warnings.is_empty() {
@@ -71,9 +69,9 @@ pub fn Overview(report: Arc<::api::Report>) -> impl IntoView {
                 <tr>
                     <th>"device"</th>
                     <th>"events"</th>
-                    <th title="torch.cuda.memory_stats()[\"requested_bytes.all.peak\"]">"peak requested"</th>
-                    <th title="torch.cuda.max_memory_allocated()">"peak allocated"</th>
-                    <th title="torch.cuda.max_memory_reserved()">"peak reserved"</th>
+                    <th><Term key="requested">"peak requested"</Term></th>
+                    <th><Term key="allocated">"peak allocated"</Term></th>
+                    <th><Term key="reserved">"peak reserved"</Term></th>
                     <th>"over"</th>
                     <th>"actions"</th>
                 </tr>
@@ -101,11 +99,62 @@ pub fn Overview(report: Arc<::api::Report>) -> impl IntoView {
                     .collect_view()}
             </table>
             <h3>"Allocator settings"</h3>
-            <pre class="settings">
-                {settings.unwrap_or_else(|| "not recorded (before PyTorch 2.3)".to_string())}
-            </pre>
+            {match settings {
+                None => view! { <p class="empty">"not recorded (PyTorch records them from 2.3 on)"</p> }.into_any(),
+                Some(rows) => view! {
+                    <table class="settings">
+                        {rows
+                            .into_iter()
+                            .map(|(k, v)| view! { <tr><th>{k}</th><td>{v}</td></tr> })
+                            .collect_view()}
+                    </table>
+                }
+                .into_any(),
+            }}
         </section>
     }
+}
+
+/// PyTorch's `allocator_settings` as rows a person reads: one per setting, nested values on one
+/// line (`1: 0, 1024: 0`), an empty `PYTORCH_CUDA_ALLOC_CONF` said as "not set", `-1` sizes as
+/// "no limit".
+pub fn settings_rows(settings: &serde_json::Value) -> Vec<(String, String)> {
+    use serde_json::Value;
+    fn flat(v: &Value) -> String {
+        match v {
+            Value::String(s) => s.clone(),
+            Value::Object(m) if m.is_empty() => "none".into(),
+            Value::Object(m) => {
+                // Numbered keys (roundup_power2_divisions' sizes) in numeric order.
+                let mut pairs: Vec<(&String, &Value)> = m.iter().collect();
+                pairs.sort_by_key(|(k, _)| (k.parse::<u64>().unwrap_or(u64::MAX), k.to_string()));
+                pairs
+                    .into_iter()
+                    .map(|(k, v)| format!("{k}: {}", flat(v)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+            Value::Array(a) => a.iter().map(flat).collect::<Vec<_>>().join(", "),
+            other => other.to_string(),
+        }
+    }
+    let Value::Object(map) = settings else {
+        return vec![("settings".into(), flat(settings))];
+    };
+    map.iter()
+        .map(|(k, v)| {
+            let said = match (k.as_str(), v) {
+                ("PYTORCH_CUDA_ALLOC_CONF", Value::String(s)) if s.is_empty() => {
+                    "not set (PyTorch's defaults)".to_string()
+                }
+                (key, Value::Number(n)) if key.contains("size") && n.as_i64() == Some(-1) => {
+                    "no limit (-1)".to_string()
+                }
+                _ => flat(v),
+            };
+            (k.clone(), said)
+        })
+        .collect()
 }
 
 /// One sentence of the headline and the view that shows it.
@@ -382,6 +431,26 @@ fn CompareWith() -> impl IntoView {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn allocator_settings_read_as_rows_not_json() {
+        let v: serde_json::Value = serde_json::json!({
+            "PYTORCH_CUDA_ALLOC_CONF": "",
+            "expandable_segments": false,
+            "max_split_size": -1,
+            "roundup_power2_divisions": {"1024": 8, "1": 0, "128": 0},
+        });
+        let rows = settings_rows(&v);
+        let get = |k: &str| rows.iter().find(|r| r.0 == k).unwrap().1.clone();
+        assert_eq!(
+            get("PYTORCH_CUDA_ALLOC_CONF"),
+            "not set (PyTorch's defaults)"
+        );
+        assert_eq!(get("expandable_segments"), "false");
+        assert_eq!(get("max_split_size"), "no limit (-1)");
+        assert_eq!(get("roundup_power2_divisions"), "1: 0, 128: 0, 1024: 8");
+        assert!(rows.iter().all(|(_, v)| !v.contains('{')));
+    }
 
     #[allow(
         clippy::disallowed_methods,

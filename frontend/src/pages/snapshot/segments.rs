@@ -4,12 +4,13 @@
 //! coloured by the line that made them; the event at the position is named, with the events
 //! around it listed (click one to go there), like the official viewer's state history.
 
+use crate::pages::help::Term;
 use std::sync::Arc;
 
 use leptos::prelude::*;
 
 use super::devices::shown_events;
-use crate::canvas::{Scale, logical_size, pointer, sharp};
+use crate::canvas::{Ink, Scale, ink, logical_size, pointer, sharp};
 use crate::url::UrlState;
 use crate::{api, fmt};
 
@@ -139,11 +140,11 @@ fn segment_map(
         })}
         </p>
         <p class="seg-legend">
-            <span class="key"><i class="block active_allocated"></i>"allocated"</span>
-            <span class="key"><i class="block active_allocated waste-key"></i>"rounding waste (size − requested, darker tail)"</span>
-            <span class="key"><i class="block active_pending_free"></i>"freed, waiting for its stream (pending free)"</span>
-            <span class="key"><i class="block inactive"></i>"cached free"</span>
-            <span class="muted">"Each row is a segment (a cudaMalloc, or an expandable segment), width by size; hover a block for its stack."</span>
+            <span class="key"><i class="block active_allocated"></i><Term key="allocated">"allocated"</Term></span>
+            <span class="key"><i class="block active_allocated waste-key"></i><Term key="rounding-waste">"rounding waste (size − requested, darker tail)"</Term></span>
+            <span class="key"><i class="block active_pending_free"></i><Term key="pending-free">"freed, waiting for its stream (pending free)"</Term></span>
+            <span class="key"><i class="block inactive"></i><Term key="inactive-split">"cached free"</Term></span>
+            <span class="muted">"Each row is a "<Term key="segment">"segment"</Term>" (a cudaMalloc, or an "<Term key="expandable-segments">"expandable segment"</Term>"), width by size; hover a block for its stack."</span>
         </p>
         {if by_category { category_legend(&st).into_any() } else { site_legend(&st).into_any() }}
         {mapped_note(&st)}
@@ -588,7 +589,7 @@ fn SegmentTimeline(pos: Memo<u64>, events: u64) -> impl IntoView {
         };
         let (w, h) = logical_size(&c);
         let g = sharp(&c, w, h);
-        g.set_fill_style_str("#fff");
+        g.set_fill_style_str(&ink(Ink::Paper));
         g.fill_rect(0.0, 0.0, w, h);
         let ev = events.max(1) as f64;
         let x = Scale::new(0.0, ev, 0.0, w);
@@ -608,7 +609,7 @@ fn SegmentTimeline(pos: Memo<u64>, events: u64) -> impl IntoView {
                 (row - 1.0).max(1.0),
             );
         }
-        g.set_fill_style_str("#c92a2a");
+        g.set_fill_style_str(&ink(Ink::Danger));
         g.fill_rect(x.at(pos.get() as f64) - 1.0, 0.0, 2.0, h);
     });
     let on_click = move |e: web_sys::MouseEvent| {
@@ -620,7 +621,7 @@ fn SegmentTimeline(pos: Memo<u64>, events: u64) -> impl IntoView {
     };
     view! {
         <h3>"Cached segments over the trace (click to choose a moment)"</h3>
-        <canvas id="segment-timeline" node_ref=canvas width="1200" height="120" on:click=on_click></canvas>
+        <canvas id="segment-timeline" node_ref=canvas width=crate::canvas::content_width(600.0, 1200.0) as u32 height="120" on:click=on_click></canvas>
         <p class="seg-legend span-legend">
             <span class="key"><i style="background:#4c6ef5"></i>"large-pool segment"</span>
             <span class="key"><i style="background:#74c0fc"></i>"small-pool segment"</span>

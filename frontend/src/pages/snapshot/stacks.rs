@@ -19,6 +19,8 @@ pub fn Stacks(report: Arc<::api::Report>) -> impl IntoView {
     // The table's order outlives a reload (another moment, other frames): a user who sorted by
     // call site keeps that order while stepping through events.
     let sort = RwSignal::new(("bytes", true));
+    // The call-site search (`/`), kept across moments too.
+    let search = RwSignal::new(String::new());
     // Absent: the server's choice (Python when the snapshot has Python frames).
     let frames = Memo::new(move |_| match url.get("frames").as_deref() {
         Some("python") => Some(::api::FlameFrames::Python),
@@ -108,7 +110,20 @@ pub fn Stacks(report: Arc<::api::Report>) -> impl IntoView {
                                 "CSV of these call sites"
                             </a>
                         </p>
-                        <SitesTable sites=s.sites total=total sort=sort/>
+                        <input
+                            class="site-search"
+                            type="search"
+                            placeholder="search call sites: file, function or line (/)"
+                            prop:value=move || search.get()
+                            on:input=move |ev| search.set(event_target_value(&ev))
+                            on:keydown=move |ev: web_sys::KeyboardEvent| {
+                                if ev.key() == "Escape" {
+                                    search.set(String::new());
+                                    let _ = event_target::<web_sys::HtmlElement>(&ev).blur();
+                                }
+                            }
+                        />
+                        <SitesTable sites=s.sites total=total sort=sort search=search/>
                     </section>
                 }
                     .into_any()
@@ -133,7 +148,23 @@ fn SitesTable(
     total: f64,
     /// (column, descending), owned by the tab so that it survives a reload.
     sort: RwSignal<(&'static str, bool)>,
+    /// Only the sites whose frames mention this text (any case).
+    search: RwSignal<String>,
 ) -> impl IntoView {
+    let all = sites.len();
+    let sites: Vec<(::api::CallSite, String)> = sites
+        .into_iter()
+        .map(|c| {
+            let text = c
+                .frames
+                .iter()
+                .map(::api::Frame::short)
+                .collect::<Vec<_>>()
+                .join("\n")
+                .to_lowercase();
+            (c, text)
+        })
+        .collect();
     let header = move |key: &'static str, label: &'static str| {
         view! {
             <th class="sortable" on:click=move |_| sort.update(|s| *s = (key, if s.0 == key { !s.1 } else { true }))>
@@ -145,7 +176,26 @@ fn SitesTable(
         }
     };
     let site_name = |c: &::api::CallSite| ::api::site_text(c.site.as_ref());
+    let shown = move || {
+        let needle = search.get().trim().to_lowercase();
+        sites
+            .iter()
+            .filter(|(_, text)| needle.is_empty() || text.contains(&needle))
+            .map(|(c, _)| c.clone())
+            .collect::<Vec<_>>()
+    };
+    let shown = Memo::new(move |_| shown());
     view! {
+        <p class="sites-count">
+            {move || {
+                let n = shown.with(Vec::len);
+                if n == all {
+                    format!("{all} call site{}", if all == 1 { "" } else { "s" })
+                } else {
+                    format!("{n} of {all} call sites match")
+                }
+            }}
+        </p>
         <table class="sites">
             <tr>
                 {header("bytes", "bytes")}
@@ -155,7 +205,7 @@ fn SitesTable(
             </tr>
             {move || {
                 let (key, desc) = sort.get();
-                let mut rows = sites.clone();
+                let mut rows = shown.get();
                 rows.sort_by(|a, b| {
                     let o = match key {
                         "count" => a.count.cmp(&b.count),

@@ -12,7 +12,7 @@ use leptos::html::Canvas;
 use leptos::prelude::*;
 
 use super::bands::{Layout, layout};
-use crate::canvas::{Scale, byte_axis_max, byte_grid, logical_size, pointer, sharp};
+use crate::canvas::{Ink, Scale, byte_axis_max, byte_grid, ink, logical_size, pointer, sharp};
 use crate::url::UrlState;
 use crate::{api, fmt};
 
@@ -38,8 +38,17 @@ const MIN_SPAN: [f64; 2] = [2.0, 100.0];
 
 /// A stable colour per stack.
 fn colour(stack: ::api::StackId) -> String {
-    let h = (stack.0.wrapping_mul(2_654_435_761) >> 8) % 360;
-    format!("hsl({h}, 60%, 62%)")
+    format!("hsl({}, 60%, 62%)", stack_hue(stack))
+}
+
+/// Hues kept for the chart's own marks: the reserved line (orange, ~22°) and the OOM marker
+/// (red, 0°). An allocation's hue is never within them, so no band reads as either.
+const MARK_HUES: std::ops::Range<u32> = 345..408; // 345° round to 48°
+
+/// A stack's hue in [48°, 345°): stable for the stack, away from [`MARK_HUES`].
+fn stack_hue(stack: ::api::StackId) -> u32 {
+    let span = 360 - (MARK_HUES.end - MARK_HUES.start);
+    (MARK_HUES.end + (stack.0.wrapping_mul(2_654_435_761) >> 8) % span) % 360
 }
 
 /// The plot's scales on a canvas of width `w` and height `h` (with or without axes).
@@ -113,7 +122,7 @@ fn draw(c: &web_sys::HtmlCanvasElement, r: &Resp, height: f64, o: Overlay) {
     let w = logical_size(c).0;
     let g = sharp(c, w, height);
     let h = height;
-    g.set_fill_style_str("#ffffff");
+    g.set_fill_style_str(&ink(Ink::Paper));
     g.fill_rect(0.0, 0.0, w, h);
     let b = &r.timeline.buckets;
     let Some((xs, ys)) = scales(r, w, h, o.with_axes) else {
@@ -203,7 +212,11 @@ fn draw_live(
     }
     g.line_to(right, ys.at(0.0));
     g.close_path();
-    g.set_fill_style_str(if o.with_axes { "#d0d7f7" } else { "#4c6ef5" });
+    g.set_fill_style_str(&if o.with_axes {
+        ink(Ink::Envelope)
+    } else {
+        "#4c6ef5".to_string()
+    });
     g.fill();
     // Allocations as stacked bands on top of the envelope.
     if let Some(lay) = o.bands {
@@ -214,7 +227,7 @@ fn draw_live(
             g.set_fill_style_str(&if r.stack_mentions(a.stack, o.filter) {
                 colour(a.stack)
             } else {
-                "#e9ecef".to_string()
+                ink(Ink::Grid)
             });
             let last = band.first + band.lower.len();
             g.begin_path();
@@ -257,7 +270,7 @@ fn draw_rest(
         }
         g.line_to(b.get(i + 1).map_or(right, x_of), y);
     }
-    g.set_stroke_style_str("#e8590c");
+    g.set_stroke_style_str(&ink(Ink::Reserved));
     g.set_line_width(1.5);
     g.stroke();
     // A what-if setting's reserved memory, simulated: dashed steps over the same buckets.
@@ -291,10 +304,21 @@ fn draw_rest(
             Axis::Event => m.position as f64,
         });
         let survived = o.survived.binary_search(&m.position).is_ok();
-        g.set_fill_style_str(if survived { "#f59f00" } else { "#c92a2a" });
+        g.set_fill_style_str(&if survived {
+            "#f59f00".to_string()
+        } else {
+            ink(Ink::Danger)
+        });
         g.fill_rect(x - 1.0, top, if survived { 1.5 } else { 3.0 }, plot_h);
         if o.with_axes && !survived {
-            let _ = g.fill_text("OOM", x + 3.0, top + 10.0);
+            // Right of the marker, or left of it where the plot ends first (never clipped).
+            let tw = g.measure_text("OOM").map_or(26.0, |m| m.width());
+            let lx = if x + 3.0 + tw <= w - 2.0 {
+                x + 3.0
+            } else {
+                x - 3.0 - tw
+            };
+            let _ = g.fill_text("OOM", lx, top + 10.0);
         }
     }
     if let Some(a) = o.highlight {
@@ -323,7 +347,7 @@ fn draw_rest(
         // Band names (record_function scopes), on the band where they fit, at the plot's top.
         if r.axis == Axis::Time {
             g.set_font("11px sans-serif");
-            g.set_fill_style_str("#364fc7");
+            g.set_fill_style_str(&ink(Ink::Label));
             let mut taken = f64::MIN;
             for a in &r.annotations {
                 let (x0, x1) = (
@@ -342,7 +366,7 @@ fn draw_rest(
                 }
             }
         }
-        g.set_fill_style_str("#333");
+        g.set_fill_style_str(&ink(Ink::Text));
         g.set_font("12px sans-serif");
         byte_grid(g, ys, left, right, 4);
         if let Some(s) = o.steps {
@@ -351,7 +375,7 @@ fn draw_rest(
             for (x, _) in steps_in_view(s, r.axis, xs.d0, xs.d1) {
                 g.fill_rect(xs.at(x), top, 1.0, plot_h);
             }
-            g.set_fill_style_str("#333");
+            g.set_fill_style_str(&ink(Ink::Text));
         }
         // Ticks: seven even ones, or with steps as the axis the step starts in view (at most
         // seven of them, evenly picked), each named by its step.
@@ -390,7 +414,7 @@ fn draw_rest(
         }
         g.set_fill_style_str("#4c6ef5");
         g.fill_rect(left, 4.0, 10.0, 10.0);
-        g.set_fill_style_str("#333");
+        g.set_fill_style_str(&ink(Ink::Text));
         let _ = g.fill_text(
             if o.categories.is_some() {
                 "live: stacked by category at each bucket's highest (legend above)"
@@ -400,14 +424,14 @@ fn draw_rest(
             left + 14.0,
             13.0,
         );
-        g.set_fill_style_str("#e8590c");
+        g.set_fill_style_str(&ink(Ink::Reserved));
         g.fill_rect(left + 440.0, 4.0, 10.0, 10.0);
-        g.set_fill_style_str("#333");
+        g.set_fill_style_str(&ink(Ink::Text));
         let _ = g.fill_text("reserved", left + 454.0, 13.0);
         if o.simulated.is_some() {
             g.set_fill_style_str("#1971c2");
             g.fill_rect(left + 520.0, 4.0, 10.0, 10.0);
-            g.set_fill_style_str("#333");
+            g.set_fill_style_str(&ink(Ink::Text));
             let _ = g.fill_text(
                 "reserved under the what-if setting (simulated)",
                 left + 534.0,
@@ -416,7 +440,7 @@ fn draw_rest(
         }
     }
     if let Some((a, bx)) = o.brush {
-        g.set_fill_style_str("rgba(0,0,0,0.15)");
+        g.set_fill_style_str(&ink(Ink::Brush));
         g.fill_rect(xs.at(a), 0.0, (xs.at(bx) - xs.at(a)).max(2.0), h);
     }
 }
@@ -447,6 +471,8 @@ struct Chart {
     filter: RwSignal<String>,
     mini_drag: RwSignal<Option<f64>>,
     bands: Memo<Option<Layout>>,
+    /// The chart's width in CSS pixels: the content column's when the view mounts.
+    width: f64,
 }
 
 impl Chart {
@@ -454,6 +480,7 @@ impl Chart {
         survived.sort_unstable();
         let url: UrlState = expect_context();
         let has_steps = steps.is_some();
+        let width = crate::canvas::content_width(600.0, W);
         let by_category = move || url.get("by").as_deref() == Some("category");
         let window = Memo::new(move |_| {
             // A window needs both ends.
@@ -463,7 +490,7 @@ impl Chart {
                 axis: url.axis(),
                 from: window.map(|w| w.0),
                 to: window.map(|w| w.1),
-                buckets: Some((W - LEFT) as usize),
+                buckets: Some((width - LEFT) as usize),
                 allocations: Some(3000),
                 categories: by_category().then_some(true),
             }
@@ -523,6 +550,7 @@ impl Chart {
             filter: RwSignal::new(url.get("filter").unwrap_or_default()),
             mini_drag: RwSignal::new(None),
             bands: Memo::new(move |_| data.get().and_then(|d| d.ok()).map(|d| layout(&d))),
+            width,
         }
     }
 
@@ -628,6 +656,80 @@ impl Chart {
             ("to", Some(format!("{b:.0}"))),
             ("axis", Some(axis.as_str().to_string())),
         ]);
+    }
+
+    /// The whole trace, on the shown window's axis.
+    fn whole(self) -> Option<(f64, f64)> {
+        let o = self.overview.get_untracked()?.ok()?;
+        Some((o.timeline.x_from, o.timeline.x_to))
+    }
+
+    /// A window of the same width moved by `by` of it, kept inside the trace.
+    fn pan(self, by: f64) {
+        let (Some((x0, x1, axis)), Some((w0, w1))) = (self.span(), self.whole()) else {
+            return;
+        };
+        let width = x1 - x0;
+        let a = (x0 + width * by).clamp(w0, (w1 - width).max(w0));
+        self.set_window(a, a + width, axis);
+    }
+
+    /// Zoom around the window's middle by `scale` (< 1 in), never past the whole trace.
+    fn zoom(self, scale: f64) {
+        let (Some((x0, x1, axis)), Some((w0, w1))) = (self.span(), self.whole()) else {
+            return;
+        };
+        let (mid, half) = ((x0 + x1) / 2.0, (x1 - x0) * scale / 2.0);
+        if 2.0 * half < MIN_SPAN[axis as usize] {
+            return;
+        }
+        if 2.0 * half >= w1 - w0 {
+            self.url.set(&[("from", None), ("to", None)]);
+            return;
+        }
+        let a = (mid - half).clamp(w0, w1 - 2.0 * half);
+        self.set_window(a, a + 2.0 * half, axis);
+    }
+
+    /// The window centred on the next (`forward`) or previous mark, as wide as now but at most a
+    /// quarter of the trace.
+    fn to_mark(self, marks: &[Mark], forward: bool) {
+        let (Some((x0, x1, axis)), Some((w0, w1))) = (self.span(), self.whole()) else {
+            return;
+        };
+        let at = |m: &Mark| match axis {
+            Axis::Time => m.time_us as f64,
+            Axis::Event => m.position as f64,
+        };
+        let mid = (x0 + x1) / 2.0;
+        // Within a hundredth of the window counts as "here": the next press moves on.
+        let near = (x1 - x0) / 100.0;
+        let mut xs: Vec<f64> = marks.iter().map(at).collect();
+        xs.sort_by(f64::total_cmp);
+        let target = if forward {
+            xs.into_iter().find(|&x| x > mid + near)
+        } else {
+            xs.into_iter().rev().find(|&x| x < mid - near)
+        };
+        let Some(x) = target else { return };
+        let width = (x1 - x0).min((w1 - w0) / 4.0).max(MIN_SPAN[axis as usize]);
+        self.set_window(x - width / 2.0, x + width / 2.0, axis);
+    }
+
+    /// The timeline's keys (the help overlay lists them); true when the key was one of them.
+    fn on_key(self, ev: &web_sys::KeyboardEvent, marks: &[Mark]) -> bool {
+        match ev.key().as_str() {
+            "ArrowLeft" => self.pan(if ev.shift_key() { -1.0 } else { -0.25 }),
+            "ArrowRight" => self.pan(if ev.shift_key() { 1.0 } else { 0.25 }),
+            "+" | "=" => self.zoom(0.5),
+            "-" | "_" => self.zoom(2.0),
+            "0" => self.url.set(&[("from", None), ("to", None)]),
+            "n" => self.to_mark(marks, true),
+            "p" => self.to_mark(marks, false),
+            "Escape" => self.pinned.set(None),
+            _ => return false,
+        }
+        true
     }
 
     /// The wheel zooms: the moment under the pointer stays under it, both sides scale around it.
@@ -737,14 +839,41 @@ impl Chart {
     fn shown_width(self) -> f64 {
         self.canvas
             .get_untracked()
-            .map_or(W, |c| c.get_bounding_client_rect().width())
+            .map_or(self.width, |c| c.get_bounding_client_rect().width())
     }
 }
 
+/// A moment `n` and `p` move to: an OOM, or a leak suspect's last allocation.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Mark {
+    pub position: u32,
+    pub time_us: i64,
+}
+
 #[component]
-pub fn TimelineView(steps: Option<::api::Steps>, survived: Vec<u32>) -> impl IntoView {
+pub fn TimelineView(
+    steps: Option<::api::Steps>,
+    survived: Vec<u32>,
+    /// Where `n` and `p` go.
+    marks: Vec<Mark>,
+) -> impl IntoView {
     let c = Chart::new(steps, survived);
     c.draw_on_change();
+    let help: Option<crate::pages::help::HelpOpen> = use_context();
+    // Inside the view's owner: moving the window navigates, which needs the router's context.
+    let owner = Owner::current();
+    let keys = window_event_listener(leptos::ev::keydown, move |ev| {
+        let help_open = help.is_some_and(|h| h.0.get_untracked().is_some());
+        let handled = || !help_open && !crate::pages::help::typing(&ev) && c.on_key(&ev, &marks);
+        let handled = match &owner {
+            Some(o) => o.with(handled),
+            None => handled(),
+        };
+        if handled {
+            ev.prevent_default();
+        }
+    });
+    on_cleanup(move || keys.remove());
     view! {
         <section class="timeline">
             {toolbar(c)}
@@ -755,7 +884,7 @@ pub fn TimelineView(steps: Option<::api::Steps>, survived: Vec<u32>) -> impl Int
                 <canvas
                     id="timeline-canvas"
                     node_ref=c.canvas
-                    width=W as u32
+                    width=c.width as u32
                     height=H as u32
                     on:wheel=move |ev| c.on_wheel(ev)
                     on:mousemove=move |ev| c.on_move(ev)
@@ -770,7 +899,7 @@ pub fn TimelineView(steps: Option<::api::Steps>, survived: Vec<u32>) -> impl Int
                 id="minimap"
                 class="minimap"
                 node_ref=c.mini
-                width=W as u32
+                width=c.width as u32
                 height=MINI_H as u32
                 on:mousedown=move |ev| c.mini_drag.set(c.mini_frac(&ev))
                 on:mousemove=move |ev| {
@@ -1107,5 +1236,27 @@ fn largest_allocations(c: Chart) -> AnyView {
             }
             .into_any()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_allocation_takes_the_reserved_lines_or_the_oom_markers_hue() {
+        // The reserved line is ~22° (#e8590c), the OOM marker 0° (#c92a2a).
+        for id in 0..100_000u32 {
+            let h = stack_hue(::api::StackId(id));
+            assert!((48..345).contains(&h), "stack {id}: hue {h}");
+        }
+        let hues: std::collections::HashSet<u32> = (0..2_000u32)
+            .map(|id| stack_hue(::api::StackId(id)))
+            .collect();
+        assert!(
+            hues.len() > 250,
+            "stacks still spread over the wheel: {}",
+            hues.len()
+        );
     }
 }

@@ -10,7 +10,7 @@ use ::api::{RecordedCurves, WhatIf, WhatIfQuery, WhatIfRun};
 use leptos::html::Canvas;
 use leptos::prelude::*;
 
-use crate::canvas::{Scale, byte_axis_max, byte_grid, pointer, sharp};
+use crate::canvas::{Ink, Scale, byte_axis_max, byte_grid, ink, pointer, sharp};
 use crate::url::UrlState;
 use crate::{api, fmt};
 
@@ -543,13 +543,13 @@ fn steps(
 
 fn draw(c: &web_sys::HtmlCanvasElement, d: &Drawn, hover: Option<u32>) {
     let g = sharp(c, CW, CH);
-    g.set_fill_style_str("#ffffff");
+    g.set_fill_style_str(&ink(Ink::Paper));
     g.fill_rect(0.0, 0.0, CW, CH);
     let (xs, ys) = d.scales();
     g.set_font("11px sans-serif");
     byte_grid(&g, &ys, LEFT, CW - 10.0, 4);
     // The event axis, at round numbers.
-    g.set_fill_style_str("#888");
+    g.set_fill_style_str(&ink(Ink::Muted));
     let step = tick_step(d.events);
     for p in (0..=d.events as u64).step_by(step as usize) {
         let label = format!("event {}", fmt::count(p));
@@ -570,11 +570,11 @@ fn draw(c: &web_sys::HtmlCanvasElement, d: &Drawn, hover: Option<u32>) {
         }
         g.line_to(xs.at(end), ys.at(0.0));
         g.close_path();
-        g.set_fill_style_str("#dde3fb");
+        g.set_fill_style_str(&ink(Ink::Envelope));
         g.fill();
     }
     // Recorded reserved (the trace's own), as the timeline draws it.
-    g.set_stroke_style_str("#e8590c");
+    g.set_stroke_style_str(&ink(Ink::Reserved));
     g.set_line_width(2.0);
     steps(&g, &xs, &ys, &d.curves.reserved, end);
     // The chosen setting, simulated, up to where it would run out of memory.
@@ -594,7 +594,7 @@ fn draw(c: &web_sys::HtmlCanvasElement, d: &Drawn, hover: Option<u32>) {
     g.set_line_width(1.0);
     // Where the recorded settings run out of memory (the trace's OOM, as replayed).
     if let Some(p) = d.recorded.and_then(|r| r.oom_position) {
-        g.set_fill_style_str("#c92a2a");
+        g.set_fill_style_str(&ink(Ink::Danger));
         g.fill_rect(xs.at(p as f64) - 1.0, TOP, 3.0, CH - BOTTOM - TOP);
         let x = xs.at(p as f64);
         let _ = g.fill_text(
@@ -604,14 +604,14 @@ fn draw(c: &web_sys::HtmlCanvasElement, d: &Drawn, hover: Option<u32>) {
         );
     }
     if let Some(l) = d.limit {
-        g.set_stroke_style_str("#c92a2a");
+        g.set_stroke_style_str(&ink(Ink::Danger));
         let _ = g.set_line_dash(&js_sys::Array::of2(&3.0.into(), &3.0.into()));
         g.begin_path();
         g.move_to(LEFT, ys.at(l as f64));
         g.line_to(CW - 10.0, ys.at(l as f64));
         g.stroke();
         let _ = g.set_line_dash(&js_sys::Array::new());
-        g.set_fill_style_str("#c92a2a");
+        g.set_fill_style_str(&ink(Ink::Danger));
         let _ = g.fill_text(
             &format!("limit {}", fmt::bytes(l)),
             LEFT + 4.0,
@@ -619,7 +619,7 @@ fn draw(c: &web_sys::HtmlCanvasElement, d: &Drawn, hover: Option<u32>) {
         );
     }
     if let Some(p) = hover {
-        g.set_fill_style_str("#333");
+        g.set_fill_style_str(&ink(Ink::Text));
         g.fill_rect(xs.at(p as f64), TOP, 1.0, CH - BOTTOM - TOP);
     }
 }

@@ -97,19 +97,47 @@ pub async fn browser_with(
     size: (u32, u32),
     scale: f64,
 ) -> Client {
+    browser_themed(driver_port, profile, size, scale, Theme::Light).await
+}
+
+/// The colour scheme a browser's pages are told the system prefers (`prefers-color-scheme`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Theme {
+    Light,
+    Dark,
+}
+
+/// [`browser_with`] on a system that prefers `theme`.
+pub async fn browser_themed(
+    driver_port: u16,
+    profile: &Path,
+    size: (u32, u32),
+    scale: f64,
+    theme: Theme,
+) -> Client {
+    let mut args = vec![
+        "--headless".to_string(),
+        "--no-sandbox".into(),
+        "--disable-gpu".into(),
+        "--disable-quic".into(),
+        "--no-first-run".into(),
+        "--disable-background-networking".into(),
+        "--disable-component-update".into(),
+        "--disable-sync".into(),
+        "--disable-dev-shm-usage".into(),
+        format!("--window-size={},{}", size.0, size.1),
+        format!("--force-device-scale-factor={scale}"),
+        format!("--user-data-dir={}", profile.display()),
+    ];
+    if theme == Theme::Dark {
+        // What a dark system theme tells pages (0: dark).
+        args.push("--force-dark-mode".into());
+        args.push("--blink-settings=preferredColorScheme=0".into());
+    }
     let mut caps = serde_json::Map::new();
     caps.insert(
         "goog:chromeOptions".into(),
-        serde_json::json!({
-            "binary": "/usr/bin/chromium",
-            "args": [
-                "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--disable-dev-shm-usage", format!("--window-size={},{}", size.0, size.1),
-                format!("--force-device-scale-factor={scale}"),
-                format!("--user-data-dir={}", profile.display()),
-            ]
-        }),
+        serde_json::json!({ "binary": "/usr/bin/chromium", "args": args }),
     );
     // A prompt (the dashboard asking for an access token) waits for the test to answer it.
     caps.insert(
@@ -330,6 +358,20 @@ pub async fn click(c: &Client, css: &str) {
     )
     .await
     .unwrap();
+}
+
+/// Presses `keys` together (a chord: `[Key::Shift.into(), Key::Left.into()]`), as a person's
+/// keyboard would, to whatever has the focus.
+pub async fn press(c: &Client, keys: &[char]) {
+    use fantoccini::actions::{InputSource, KeyAction, KeyActions};
+    let mut a = KeyActions::new("keyboard".into());
+    for &k in keys {
+        a = a.then(KeyAction::Down { value: k });
+    }
+    for &k in keys.iter().rev() {
+        a = a.then(KeyAction::Up { value: k });
+    }
+    c.perform_actions(a).await.unwrap();
 }
 
 pub async fn open_tab(c: &Client, tab: &str) {

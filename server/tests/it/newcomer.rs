@@ -1,0 +1,590 @@
+//! Issue 40: a dashboard a newcomer understands without the README, and that uses the whole
+//! screen. In headless Chromium: the empty library's recipe, the "?" overlay (keys and the
+//! glossary, reached from a figure's label), a line per tab, the keyboard (tabs, the timeline's
+//! pan, zoom and next OOM or leak, the call-site search, the incidents), and every tab in the
+//! light and the dark theme at 1280 and 1920 pixels: text contrast, nothing wider than the
+//! window, charts as wide as the column. Screenshots under `target/e2e-screenshots/newcomer/`.
+
+use fantoccini::key::Key;
+
+use crate::support::{
+    CANVAS_PIXELS, Theme, browser_themed, click, console_errors, get, post, press, root,
+    screenshot, start_chromedriver, start_server, upload, wait_js,
+};
+
+const TABS: [&str; 7] = [
+    "overview", "timeline", "segments", "stacks", "leaks", "oom", "whatif",
+];
+
+fn fixture(name: &str) -> std::path::PathBuf {
+    root().join("tests/fixtures").join(name)
+}
+
+/// Uploads a fixture through the API; its id.
+async fn upload_api(base: &str, name: &str) -> String {
+    let bytes = std::fs::read(fixture(name)).unwrap();
+    let (status, body) = post(base, &format!("/api/snapshots?name={name}"), bytes).await;
+    assert!(status == 200 || status == 201, "{status} {body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    v["id"].as_str().unwrap().to_string()
+}
+
+/// The report's JSON for `id`.
+async fn report(base: &str, id: &str) -> serde_json::Value {
+    let (status, body) = get(base, &format!("/api/snapshots/{id}")).await;
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+/// The timeline window in the URL (`from`, `to`), when there is one.
+async fn window(c: &fantoccini::Client) -> Option<(f64, f64)> {
+    let v = c
+        .execute(
+            "const q = new URLSearchParams(location.search); \
+             return q.has('from') ? [Number(q.get('from')), Number(q.get('to'))] : null;",
+            vec![],
+        )
+        .await
+        .unwrap();
+    v.as_array()
+        .map(|a| (a[0].as_f64().unwrap(), a[1].as_f64().unwrap()))
+}
+
+/// Waits until the URL's window differs from `before`; the new one.
+async fn window_after(
+    c: &fantoccini::Client,
+    before: Option<(f64, f64)>,
+    what: &str,
+) -> Option<(f64, f64)> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let now = window(c).await;
+        if now != before {
+            // The chart redrawn for it.
+            wait_js(c, &format!("{CANVAS_PIXELS} > 5000"), what).await;
+            return now;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: the window did not change"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+    }
+}
+
+/// Clicks the page's tab line (nothing happens there), as a person who has just opened the page
+/// would before typing: the keys then go to the page.
+async fn focus_page(c: &fantoccini::Client) {
+    wait_js(c, "document.querySelector('.tab-about')", "the page").await;
+    c.find(fantoccini::Locator::Css(".tab-about"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+}
+
+async fn view_is(c: &fantoccini::Client, view: &str) {
+    wait_js(
+        c,
+        &format!("(new URLSearchParams(location.search).get('view') || 'overview') === '{view}' && document.querySelector('.tab.active[data-tab=\"{view}\"]')"),
+        view,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newcomer_finds_the_recipe_the_words_and_a_line_per_tab() {
+    let data =
+        std::env::temp_dir().join(format!("memscope-e2e-newcomer-help-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data);
+    let base = start_server(&data.join("lib")).await;
+    let (_driver, port) = start_chromedriver();
+    let c = browser_themed(port, &data.join("profile"), (1280, 900), 1.0, Theme::Light).await;
+    c.goto(&base).await.unwrap();
+
+    // The empty library says how to record a snapshot, in Python to copy.
+    let recipe = wait_js(
+        &c,
+        "document.querySelector('.recipe-code')?.innerText",
+        "the recipe",
+    )
+    .await;
+    let recipe = recipe.as_str().unwrap();
+    assert!(
+        recipe.contains("torch.cuda.memory._record_memory_history("),
+        "{recipe}"
+    );
+    assert!(
+        recipe.contains("torch.cuda.memory._dump_snapshot(\"snapshot.pickle\")"),
+        "{recipe}"
+    );
+    std::fs::create_dir_all(root().join("target/e2e-screenshots/newcomer")).unwrap();
+    screenshot(&c, "newcomer/empty-library-recipe").await;
+
+    // Upload: the page lands on the answer (the OOM), then "?" opens the help.
+    upload(&c, &fixture("oom_fraction.pickle")).await;
+    view_is(&c, "oom").await;
+    wait_js(&c, "document.querySelector('.oom.first')", "the OOM report").await;
+    press(&c, &['?']).await;
+    wait_js(
+        &c,
+        "document.querySelector('.help-overlay')",
+        "the help overlay",
+    )
+    .await;
+    let help = c
+        .execute(
+            "return { shortcuts: document.querySelectorAll('.help-overlay table.shortcuts tr').length, \
+             terms: [...document.querySelectorAll('.glossary-entry')].map(e => e.id) };",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert!(help["shortcuts"].as_u64().unwrap() >= 8, "{help}");
+    for term in [
+        "reserved",
+        "allocated",
+        "active",
+        "inactive-split",
+        "pending-free",
+        "rounding-waste",
+        "fragmentation",
+        "expandable-segments",
+    ] {
+        let id = format!("glossary-{term}");
+        assert!(
+            help["terms"].as_array().unwrap().iter().any(|t| t == &id),
+            "{id} missing: {help}"
+        );
+    }
+    screenshot(&c, "newcomer/help-overlay").await;
+    press(&c, &[Key::Escape.into()]).await;
+    wait_js(
+        &c,
+        "!document.querySelector('.help-overlay')",
+        "Esc to close the help",
+    )
+    .await;
+
+    // A figure's label opens the glossary at its word.
+    click(&c, ".tab[data-tab='overview']").await;
+    view_is(&c, "overview").await;
+    wait_js(
+        &c,
+        "document.querySelector('.kv .term[data-term=\"reserved\"]')",
+        "the labelled figures",
+    )
+    .await;
+    click(&c, ".kv .term[data-term='reserved']").await;
+    let shown = wait_js(
+        &c,
+        "(() => { const e = document.querySelector('#glossary-reserved.marked'); if (!e) return null; \
+         const r = e.getBoundingClientRect(); return r.top >= 0 && r.bottom <= innerHeight ? e.innerText : null; })()",
+        "the glossary at 'reserved', in view",
+    )
+    .await;
+    assert!(
+        shown.as_str().unwrap().contains("memory_reserved"),
+        "{shown}"
+    );
+    click(&c, ".help-close").await;
+    wait_js(
+        &c,
+        "!document.querySelector('.help-overlay')",
+        "the close button",
+    )
+    .await;
+    // Every labelled figure names a word the glossary has.
+    let unknown = c
+        .execute(
+            "const ids = new Set(); document.querySelectorAll('.term').forEach(t => ids.add(t.dataset.term)); \
+             return [...ids].filter(k => !document.querySelector('.term[data-term=\"' + k + '\"]').title);",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(unknown, serde_json::json!([]), "terms without a meaning");
+
+    // Each tab says what it shows, in its own words.
+    let mut abouts = std::collections::HashSet::new();
+    for tab in TABS {
+        click(&c, &format!(".tab[data-tab='{tab}']")).await;
+        view_is(&c, tab).await;
+        let about = wait_js(
+            &c,
+            "document.querySelector('.tab-about')?.innerText",
+            "the tab's line",
+        )
+        .await;
+        let about = about.as_str().unwrap().to_string();
+        assert!(about.len() > 60, "{tab}: {about}");
+        assert!(abouts.insert(about), "{tab}'s line is another tab's");
+    }
+    assert_eq!(console_errors(&c).await, Vec::<String>::new());
+    c.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_keyboard_moves_through_tabs_the_timeline_and_the_incidents() {
+    let data =
+        std::env::temp_dir().join(format!("memscope-e2e-newcomer-keys-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data);
+    let base = start_server(&data.join("lib")).await;
+    let oom = upload_api(&base, "oom_fraction.pickle").await;
+    let leak = upload_api(&base, "leak_detached_cache.pickle").await;
+    let (_driver, port) = start_chromedriver();
+    let c = browser_themed(port, &data.join("profile"), (1280, 900), 1.0, Theme::Light).await;
+
+    // 2: the timeline, drawn over the whole trace.
+    c.goto(&format!("{base}/s/{leak}")).await.unwrap();
+    view_is(&c, "overview").await;
+    focus_page(&c).await;
+    press(&c, &['2']).await;
+    view_is(&c, "timeline").await;
+    wait_js(&c, &format!("{CANVAS_PIXELS} > 5000"), "the timeline").await;
+    assert_eq!(window(&c).await, None);
+
+    // + zooms in around the middle (half as wide each time), - back out.
+    press(&c, &['+']).await;
+    let (a1, b1) = window_after(&c, None, "+").await.unwrap();
+    press(&c, &['+']).await;
+    let (a2, b2) = window_after(&c, Some((a1, b1)), "+ again").await.unwrap();
+    let ratio = (b2 - a2) / (b1 - a1);
+    assert!(
+        (ratio - 0.5).abs() < 0.01,
+        "zoom in halves the window: {ratio}"
+    );
+    assert!(
+        ((a2 + b2) / 2.0 - (a1 + b1) / 2.0).abs() <= (b1 - a1) * 0.01,
+        "around the middle"
+    );
+    // → pans a quarter of the window, Shift+← a whole window back.
+    press(&c, &[Key::Right.into()]).await;
+    let (a3, b3) = window_after(&c, Some((a2, b2)), "→").await.unwrap();
+    assert!(
+        ((a3 - a2) / (b2 - a2) - 0.25).abs() < 0.01,
+        "→ pans a quarter: {a2} → {a3}"
+    );
+    assert!(((b3 - a3) - (b2 - a2)).abs() < 2.0, "same width");
+    press(&c, &[Key::Shift.into(), Key::Left.into()]).await;
+    let (a4, _) = window_after(&c, Some((a3, b3)), "Shift+←").await.unwrap();
+    assert!(
+        ((a3 - a4) / (b3 - a3) - 1.0).abs() < 0.01,
+        "Shift+← pans a window: {a3} → {a4}"
+    );
+    let before = window(&c).await;
+    assert_eq!(before.map(|w| w.0), Some(a4));
+    press(&c, &['-']).await;
+    let (a5, b5) = window_after(&c, before, "-").await.unwrap();
+    assert!(
+        ((b5 - a5) / (b3 - a3) - 2.0).abs() < 0.01,
+        "- doubles the window"
+    );
+    // 0: the whole trace again.
+    press(&c, &['0']).await;
+    wait_js(
+        &c,
+        "!new URLSearchParams(location.search).has('from')",
+        "0 for the whole trace",
+    )
+    .await;
+
+    // n: the window moves to the leak suspect's last allocation.
+    let r = report(&base, &leak).await;
+    let leak_at = r["leak_suspects"][0]["last_time_us"].as_f64().unwrap();
+    wait_js(
+        &c,
+        &format!("{CANVAS_PIXELS} > 5000"),
+        "the whole trace drawn",
+    )
+    .await;
+    press(&c, &['n']).await;
+    let (a, b) = window_after(&c, None, "n").await.unwrap();
+    assert!(
+        a <= leak_at && leak_at <= b,
+        "n shows the leak: {a}..{b} ∌ {leak_at}"
+    );
+    assert!(
+        ((a + b) / 2.0 - leak_at).abs() <= (b - a) * 0.01,
+        "centred on it"
+    );
+    screenshot(&c, "newcomer/keys-n-to-the-leak").await;
+
+    // /: on the timeline, its allocation filter; Esc leaves it.
+    press(&c, &['/']).await;
+    wait_js(
+        &c,
+        "document.activeElement?.classList.contains('filter')",
+        "/ focuses the filter",
+    )
+    .await;
+    c.execute("document.activeElement.blur()", vec![])
+        .await
+        .unwrap();
+
+    // The OOM snapshot: 6 opens its OOM tab, n marks the incident.
+    c.goto(&format!("{base}/s/{oom}")).await.unwrap();
+    view_is(&c, "overview").await;
+    focus_page(&c).await;
+    press(&c, &['6']).await;
+    view_is(&c, "oom").await;
+    wait_js(&c, "document.querySelector('.oom')", "the OOM incident").await;
+    press(&c, &['n']).await;
+    wait_js(
+        &c,
+        "document.querySelector('.oom.focused')",
+        "n marks the OOM",
+    )
+    .await;
+    // Its timeline: n goes to the OOM.
+    let oom_at = report(&base, &oom).await["ooms"][0]["time_us"]
+        .as_f64()
+        .unwrap();
+    press(&c, &['2']).await;
+    view_is(&c, "timeline").await;
+    wait_js(&c, &format!("{CANVAS_PIXELS} > 5000"), "the timeline").await;
+    press(&c, &['n']).await;
+    let (a, b) = window_after(&c, None, "n to the OOM").await.unwrap();
+    assert!(
+        a <= oom_at && oom_at <= b,
+        "n shows the OOM: {a}..{b} ∌ {oom_at}"
+    );
+
+    // / elsewhere: the Stacks tab, its call-site search focused; typing filters the sites (the
+    // leak's snapshot: eight call sites).
+    c.goto(&format!("{base}/s/{leak}")).await.unwrap();
+    view_is(&c, "overview").await;
+    focus_page(&c).await;
+    press(&c, &['/']).await;
+    view_is(&c, "stacks").await;
+    wait_js(
+        &c,
+        "document.activeElement?.classList.contains('site-search')",
+        "/ focuses the search",
+    )
+    .await;
+    let all = wait_js(
+        &c,
+        "document.querySelectorAll('table.sites tr').length - 1",
+        "the call sites",
+    )
+    .await;
+    let all = all.as_u64().unwrap();
+    assert!(all >= 2, "{all} sites");
+    for ch in "no-such-line".chars() {
+        press(&c, &[ch]).await;
+    }
+    wait_js(&c, "document.querySelectorAll('table.sites tr').length === 1 && /^0 of \\d+ call sites match/.test(document.querySelector('.sites-count').innerText)", "nothing matches").await;
+    press(&c, &[Key::Escape.into()]).await;
+    wait_js(&c, &format!("document.querySelectorAll('table.sites tr').length - 1 === {all} && document.activeElement?.classList?.contains('site-search') === false"), "Esc clears the search").await;
+    for ch in "gen_snapshots.py:126".chars() {
+        c.execute("document.querySelector('.site-search').focus()", vec![])
+            .await
+            .unwrap();
+        press(&c, &[ch]).await;
+    }
+    let left = wait_js(&c, "(() => { const n = document.querySelectorAll('table.sites tr').length - 1; return n >= 1 ? n : 0; })()", "the line's sites").await;
+    assert!(left.as_u64().unwrap() < all, "the search narrows the sites");
+    let rows_match = c
+        .execute(
+            "return [...document.querySelectorAll('table.sites tr')].slice(1).every(r => r.innerText.includes('gen_snapshots.py:126'));",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows_match, serde_json::json!(true));
+    // Keys typed into the search are the search's, not shortcuts.
+    assert!(
+        c.current_url()
+            .await
+            .unwrap()
+            .as_str()
+            .contains("view=stacks")
+    );
+
+    // ? and Esc from anywhere.
+    c.execute("document.activeElement.blur()", vec![])
+        .await
+        .unwrap();
+    press(&c, &['?']).await;
+    wait_js(&c, "document.querySelector('.help-overlay')", "?").await;
+    press(&c, &['3']).await; // with the help open, keys are not shortcuts
+    press(&c, &[Key::Escape.into()]).await;
+    wait_js(&c, "!document.querySelector('.help-overlay')", "Esc").await;
+    assert!(
+        c.current_url()
+            .await
+            .unwrap()
+            .as_str()
+            .contains("view=stacks")
+    );
+    assert_eq!(console_errors(&c).await, Vec::<String>::new());
+    c.close().await.unwrap();
+}
+
+/// The lowest text contrast on the page (WCAG 2 ratio of each visible text element's colour to
+/// the first opaque background behind it), with the element that has it.
+const LOWEST_CONTRAST: &str = r#"(() => {
+  const rgb = s => (s.match(/[\d.]+/g) || []).map(Number);
+  const lum = c => { const f = v => { v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); };
+    return 0.2126 * f(c[0]) + 0.7152 * f(c[1]) + 0.0722 * f(c[2]); };
+  const bg = e => { for (; e; e = e.parentElement) { const c = rgb(getComputedStyle(e).backgroundColor);
+    if (c.length >= 3 && (c.length < 4 || c[3] > 0.5)) return c; } return [255, 255, 255]; };
+  let worst = { ratio: 99, what: '' };
+  for (const e of document.querySelectorAll('main *, header *')) {
+    if (!e.offsetParent && e.tagName !== 'BODY') continue;
+    const own = [...e.childNodes].some(n => n.nodeType === 3 && n.textContent.trim().length > 1);
+    if (!own || e.closest('pre.cmd, .help-backdrop, header.top, option, select')) continue;
+    const s = getComputedStyle(e);
+    if (s.visibility === 'hidden' || Number(s.opacity) < 0.6) continue;
+    const a = lum(rgb(s.color)), b = lum(bg(e));
+    const ratio = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+    if (ratio < worst.ratio) worst = { ratio, what: e.tagName + '.' + e.className + ': ' + e.textContent.trim().slice(0, 40) };
+  }
+  return worst;
+})()"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_tab_reads_in_light_and_dark_and_fits_1280_and_1920() {
+    let data = std::env::temp_dir().join(format!(
+        "memscope-e2e-newcomer-themes-{}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&data);
+    let base = start_server(&data.join("lib")).await;
+    let id = upload_api(&base, "oom_fraction.pickle").await;
+    let other = upload_api(&base, "fragmentation.pickle").await;
+    let (_driver, port) = start_chromedriver();
+    std::fs::create_dir_all(root().join("target/e2e-screenshots/newcomer")).unwrap();
+    // The other pages, beside the snapshot's tabs: (name, path, what shows it is drawn).
+    let pages = [
+        (
+            "library",
+            "/".to_string(),
+            "document.querySelector('table.snapshots tr td')",
+        ),
+        (
+            "diff",
+            format!("/diff/{other}/{id}"),
+            "document.querySelector('.diff table tr td')",
+        ),
+        (
+            "fit",
+            "/fit".to_string(),
+            "document.querySelector('.fit h1')",
+        ),
+        (
+            "live",
+            "/live".to_string(),
+            "document.querySelector('.live')",
+        ),
+    ];
+    let mut contrast = Vec::new();
+    for (theme, width) in [
+        (Theme::Light, 1280),
+        (Theme::Dark, 1280),
+        (Theme::Light, 1920),
+        (Theme::Dark, 1920),
+    ] {
+        let name = format!(
+            "{}-{width}",
+            if theme == Theme::Dark {
+                "dark"
+            } else {
+                "light"
+            }
+        );
+        let c = browser_themed(
+            port,
+            &data.join(format!("profile-{name}")),
+            (width, 1000),
+            1.0,
+            theme,
+        )
+        .await;
+        let views = TABS
+            .iter()
+            .map(|t| (t.to_string(), format!("/s/{id}?view={t}"), ""))
+            .chain(pages.iter().map(|(n, p, r)| (n.to_string(), p.clone(), *r)));
+        for (tab, path, page_ready) in views {
+            let tab = tab.as_str();
+            c.goto(&format!("{base}{path}")).await.unwrap();
+            if page_ready.is_empty() {
+                view_is(&c, tab).await;
+            }
+            let ready = match tab {
+                _ if !page_ready.is_empty() => page_ready,
+                "timeline" => {
+                    "document.querySelector('#timeline-canvas') && document.querySelectorAll('.timeline table tr').length > 1"
+                }
+                "segments" => "document.querySelector('.segrow .block')",
+                "stacks" => "document.querySelector('table.sites tr td')",
+                "leaks" => "document.querySelector('.suspect')",
+                "oom" => "document.querySelector('.oom')",
+                "whatif" => "document.querySelector('table.whatif-runs tr.run')",
+                _ => {
+                    "document.querySelector('.headline .sentence') && document.querySelector('table.settings')"
+                }
+            };
+            wait_js(&c, ready, &format!("{tab} at {name}")).await;
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            let dark = c
+                .execute(
+                    "return matchMedia('(prefers-color-scheme: dark)').matches;",
+                    vec![],
+                )
+                .await
+                .unwrap();
+            assert_eq!(dark, serde_json::json!(theme == Theme::Dark), "{name}");
+            // Nothing wider than the window.
+            let over = c
+                .execute(
+                    "return document.documentElement.scrollWidth - innerWidth;",
+                    vec![],
+                )
+                .await
+                .unwrap();
+            assert!(
+                over.as_i64().unwrap() <= 0,
+                "{tab} at {name}: {over} px wider than the window"
+            );
+            let worst = c
+                .execute(&format!("return {LOWEST_CONTRAST};"), vec![])
+                .await
+                .unwrap();
+            let ratio = worst["ratio"].as_f64().unwrap();
+            contrast.push(format!("{tab} {name}: {ratio:.2} ({})", worst["what"]));
+            assert!(
+                ratio >= 4.5,
+                "{tab} at {name}: text contrast {ratio:.2} < 4.5: {}",
+                worst["what"]
+            );
+            // The charts take the column's width.
+            if width == 1920 && tab == "timeline" {
+                let w = c
+                    .execute("return document.getElementById('timeline-canvas').getBoundingClientRect().width;", vec![])
+                    .await
+                    .unwrap();
+                assert!(
+                    w.as_f64().unwrap() >= 1800.0,
+                    "the timeline at 1920: {w} px"
+                );
+            }
+            if width == 1920 && tab == "segments" {
+                let w = c
+                    .execute("return document.getElementById('segment-timeline').getBoundingClientRect().width;", vec![])
+                    .await
+                    .unwrap();
+                assert!(
+                    w.as_f64().unwrap() >= 1800.0,
+                    "the segments' chart at 1920: {w} px"
+                );
+            }
+            screenshot(&c, &format!("newcomer/{tab}-{name}")).await;
+        }
+        assert_eq!(console_errors(&c).await, Vec::<String>::new(), "{name}");
+        c.close().await.unwrap();
+    }
+    eprintln!("lowest text contrast per view:\n{}", contrast.join("\n"));
+}
