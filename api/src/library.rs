@@ -67,6 +67,13 @@ pub fn tags_problem(tags: &[Tag]) -> Option<String> {
                 "the tag \"{}…\" is longer than {MAX_TAG_BYTES} bytes",
                 text.chars().take(20).collect::<String>()
             ))
+        } else if t.key.is_empty() || t.value.is_empty() {
+            // A bare word cannot be searched as `key=…` nor grouped into a run: say how to
+            // write it instead of keeping something the library half-understands.
+            Some(format!(
+                "the tag \"{text}\" is not key=value: write it as, for example, job=bert, rank=0 or run={}",
+                if text.is_empty() { "nightly" } else { text.trim_matches('=') }
+            ))
         } else if text.chars().any(char::is_control) {
             Some(format!(
                 "the tag \"{}\" holds a control character (NUL, a line break, …)",
@@ -78,8 +85,9 @@ pub fn tags_problem(tags: &[Tag]) -> Option<String> {
     })
 }
 
-/// Tags from the text people type and the upload's `tags=` parameter: comma-separated,
-/// `key=value` or free text (`job=bert, rank=0, nightly`).
+/// Tags from the text people type and the upload's `tags=` parameter: comma-separated
+/// `key=value` (`job=bert, rank=0`). A bare word is parsed as a tag without a key, which
+/// [`tags_problem`] refuses with a message.
 pub fn parse_tags(s: &str) -> Vec<Tag> {
     s.split(',')
         .map(str::trim)
@@ -284,6 +292,20 @@ pub struct ListQuery {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tag_that_is_not_key_value_is_refused_saying_how_to_write_it() {
+        for bad in ["nightly", "job=", "=bert"] {
+            let why = tags_problem(&parse_tags(bad)).expect(bad);
+            assert!(why.contains("is not key=value"), "{bad}: {why}");
+        }
+        assert_eq!(tags_problem(&parse_tags("job=bert, rank=0")), None);
+        assert!(
+            tags_problem(&parse_tags("nightly"))
+                .unwrap()
+                .contains("run=nightly")
+        );
+    }
 
     #[test]
     fn tags_are_parsed_from_what_people_type_and_written_back_the_same() {

@@ -39,7 +39,7 @@ fn App() -> impl IntoView {
                 <help::HelpOverlay/>
             </header>
             <main>
-                <Routes fallback=|| view! { <p class="error">"No such page."</p> }>
+                <Routes fallback=pages::not_found::NotFound>
                     <Route path=path!("/") view=library::Library/>
                     <Route path=path!("/s/:id") view=snapshot::SnapshotPage/>
                     <Route path=path!("/diff/:a/:b") view=diff::DiffPage/>

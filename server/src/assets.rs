@@ -2,13 +2,14 @@
 //! the stylesheet, and the wasm app with its JS glue built by `build.rs`.
 
 use axum::Router;
-use axum::http::header;
+use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 
 use api::routes;
 
 const INDEX_HTML: &str = include_str!("../../frontend/index.html");
+const FAVICON_SVG: &str = include_str!("../../frontend/favicon.svg");
 const STYLE_CSS: &str = include_str!("../../frontend/style.css");
 const APP_JS: &str = include_str!(concat!(env!("OUT_DIR"), "/frontend.js"));
 const APP_WASM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/frontend_bg.wasm"));
@@ -23,6 +24,9 @@ pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
         .route(routes::PAGE_LIVE, get(index))
         .route(routes::PAGE_LIVE_GPU, get(index))
         .route(routes::PAGE_LIVE_PROCESS, get(index))
+        .route("/favicon.svg", get(favicon))
+        // Asked for by browsers and tools that do not read the page's <link rel="icon">.
+        .route("/favicon.ico", get(favicon))
         .route(
             "/style.css",
             get(|| async { ([(header::CONTENT_TYPE, "text/css")], STYLE_CSS) }),
@@ -38,11 +42,28 @@ pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
 }
 
 async fn index() -> impl IntoResponse {
+    page(StatusCode::OK)
+}
+
+/// The app's page with `status` (404 for a path no page has: the app then draws its own
+/// not-found page).
+pub fn page(status: StatusCode) -> impl IntoResponse {
     (
+        status,
         [
             (header::CONTENT_TYPE, "text/html; charset=utf-8"),
             (header::CACHE_CONTROL, "no-cache"),
         ],
         INDEX_HTML,
+    )
+}
+
+async fn favicon() -> impl IntoResponse {
+    (
+        [
+            (header::CONTENT_TYPE, "image/svg+xml"),
+            (header::CACHE_CONTROL, "max-age=86400"),
+        ],
+        FAVICON_SVG,
     )
 }

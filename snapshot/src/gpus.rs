@@ -3,8 +3,10 @@
 //! A snapshot records what PyTorch reserved and, at an OOM, what the driver had free, but not the
 //! device's total memory; without it an OOM caused by memory held outside PyTorch looks like
 //! PyTorch's own exhaustion. The OOM analysis uses this table to tell whether what it saw could
-//! be a whole GPU, and the dashboard offers it as a picker. Totals are what `nvidia-smi` (and
-//! `torch.cuda.get_device_properties(d).total_memory`, to within a few MiB) reports, in MiB.
+//! be a whole GPU, and the dashboard offers it as a picker. Totals are in MiB, each with where it
+//! comes from ([`SizeSource`]): read from a real device of the model in this project's GPU runs
+//! (`nvidia-smi`/NVML; `snapshot/tests/it/gpus.rs` checks them against those files), else the
+//! board's listed size.
 
 const MIB: u64 = 1 << 20;
 
@@ -13,12 +15,44 @@ const MIB: u64 = 1 << 20;
 pub struct GpuModel {
     pub name: &'static str,
     pub total_bytes: u64,
+    /// Where the size comes from (the picker says it).
+    pub source: SizeSource,
+}
+
+/// Where a model's size comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SizeSource {
+    /// Read from a real device of that model in this project's GPU runs (the file that holds it).
+    Measured(&'static str),
+    /// The board's memory as listed, not read from a device here: a real one may report a few
+    /// hundred MiB less.
+    Listed,
+}
+
+impl SizeSource {
+    pub fn words(self) -> String {
+        match self {
+            SizeSource::Measured(file) => format!("measured on a real device ({file})"),
+            SizeSource::Listed => {
+                "the board's listed memory, not measured here (a real one may report a few hundred MiB less)".into()
+            }
+        }
+    }
 }
 
 const fn gpu(name: &'static str, total_mib: u64) -> GpuModel {
     GpuModel {
         name,
         total_bytes: total_mib * MIB,
+        source: SizeSource::Listed,
+    }
+}
+
+const fn measured(name: &'static str, total_mib: u64, file: &'static str) -> GpuModel {
+    GpuModel {
+        name,
+        total_bytes: total_mib * MIB,
+        source: SizeSource::Measured(file),
     }
 }
 
@@ -38,11 +72,17 @@ pub const KNOWN: &[GpuModel] = &[
     gpu("A100 (40 GB)", 40960),
     gpu("L40S (48 GB)", 46068),
     gpu("RTX A6000 / RTX 6000 Ada (48 GB)", 49140),
-    gpu("H100 (80 GB)", 81080),
+    // nvidia-smi's memory.total on the H100 80GB HBM3 of the live run.
+    measured(
+        "H100 (80 GB)",
+        81559,
+        "bench/results-live-h100/nvidia-smi-gpu.csv",
+    ),
     gpu("A100 (80 GB)", 81920),
     gpu("H100 NVL (94 GB)", 95830),
     gpu("GH200 (96 GB)", 97871),
-    gpu("H200 (141 GB)", 143771),
+    // NVML's total in the H200 recordings (150,754,820,096 bytes).
+    measured("H200 (141 GB)", 143771, "tests/fixtures/*.nvml.json"),
     gpu("B200 (180 GB)", 183359),
     gpu("Instinct MI300X (192 GB)", 196592),
 ];

@@ -324,12 +324,7 @@ fn form(picks: Vec<Pick>, names: Vec<String>, ask: PredictQuery) -> impl IntoVie
                     <option value="" selected=ask.gpu.is_none()>"(the limit given)"</option>
                     {snapshot::gpus::KNOWN
                         .iter()
-                        .map(|g| {
-                            let chosen = ask.gpu.as_deref() == Some(g.name);
-                            view! {
-                                <option value=g.name selected=chosen>{format!("{} · {}", g.name, fmt::bytes(g.total_bytes))}</option>
-                            }
-                        })
+                        .map(|g| crate::pages::widgets::gpu_option(g, ask.gpu.as_deref() == Some(g.name)))
                         .collect_view()}
                 </select>
                 " or a limit of "

@@ -371,6 +371,19 @@ fn library_section(query: RwSignal<String>, refresh: RwSignal<u32>) -> impl Into
     }
 }
 
+/// A name field that shows its end once drawn (`long`: the name is wider than the field).
+fn name_end(long: bool) -> NodeRef<leptos::html::Input> {
+    let field = NodeRef::<leptos::html::Input>::new();
+    if long {
+        Effect::new(move |_| {
+            if let Some(i) = field.get() {
+                i.set_scroll_left(i.scroll_width());
+            }
+        });
+    }
+    field
+}
+
 /// The empty library: how to record a snapshot, in the three lines of Python it takes.
 fn recipe() -> impl IntoView {
     view! {
@@ -420,6 +433,13 @@ fn LibraryTable(
             };
             let retag = move |ev: web_sys::Event| {
                 let tags = ::api::parse_tags(&event_target_value(&ev));
+                // Refused here with the server's own words (it refuses them too), without a
+                // request that fails; the field goes back to what is stored.
+                if let Some(why) = ::api::tags_problem(&tags) {
+                    saved.set(Some(Err(why)));
+                    refresh.update(|r| *r += 1);
+                    return;
+                }
                 let id = id3.clone();
                 spawn_local(async move {
                     let r = api::update(&id, &::api::UpdateSnapshot { tags: Some(tags), ..Default::default() }).await;
@@ -460,7 +480,16 @@ fn LibraryTable(
                         <a class="permalink" href=::api::routes::page::snapshot_home(&id)>"open"</a>
                     </td>
                     <td>
-                        <input class="name" value=s.name.clone() title=s.name.clone() on:change=rename/>
+                        // As wide as the name (up to 40 characters), so names that share a
+                        // long start (`run.limit`, `run.free`) show the part that differs;
+                        // a longer one is scrolled to its end, where names usually differ.
+                        <input class="name" value=s.name.clone() title=s.name.clone() on:change=rename
+                            size=s.name.chars().count().clamp(12, 40)
+                            on:focusout=|ev| {
+                                let i = event_target::<web_sys::HtmlInputElement>(&ev);
+                                i.set_scroll_left(i.scroll_width());
+                            }
+                            node_ref=name_end(s.name.chars().count() > 40)/>
                     </td>
                     <td class="date">{fmt::date(s.uploaded_at_ms)}</td>
                     <td class="num">{fmt::bytes(s.size_bytes)}</td>

@@ -5,6 +5,7 @@ pub mod fit;
 pub mod help;
 pub mod library;
 pub mod live;
+pub mod not_found;
 pub mod run;
 pub mod snapshot;
 pub mod widgets;

@@ -24,6 +24,20 @@ pub fn kv_term(term: &'static str, label: &'static str, value: String) -> impl I
     }
 }
 
+/// A GPU model as a picker's option: its name and size, said to be measured or listed, with
+/// where the size comes from on hover.
+pub fn gpu_option(g: &snapshot::gpus::GpuModel, selected: bool) -> impl IntoView + use<> {
+    let how = match g.source {
+        snapshot::gpus::SizeSource::Measured(_) => "measured",
+        snapshot::gpus::SizeSource::Listed => "listed",
+    };
+    view! {
+        <option value=g.name selected=selected title=g.source.words() data-source=how>
+            {format!("{} · {} ({how})", g.name, crate::fmt::bytes(g.total_bytes))}
+        </option>
+    }
+}
+
 /// The first `max` frames of a stack, one per line (`file.py:12 function`).
 pub fn frames_list(frames: &[::api::Frame], max: usize) -> impl IntoView + use<> {
     let items: Vec<String> = frames.iter().take(max).map(::api::Frame::short).collect();

@@ -58,6 +58,15 @@ pub fn app(state: AppState) -> Router {
         .with_state(state)
 }
 
-async fn not_found() -> ApiError {
-    ApiError::BadRequest("no such endpoint; see the README's API section".into())
+/// What answers a path no route has: under `/api/` (or any method but GET), the API's 404,
+/// "no such endpoint"; any other page, the dashboard with status 404, so the app shows its own
+/// not-found page with a way back rather than a bare error.
+async fn not_found(method: axum::http::Method, uri: axum::http::Uri) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let path = uri.path();
+    if method != axum::http::Method::GET || path == "/api" || path.starts_with("/api/") {
+        return ApiError::Missing("no such endpoint; see the README's API section".into())
+            .into_response();
+    }
+    crate::assets::page(axum::http::StatusCode::NOT_FOUND).into_response()
 }

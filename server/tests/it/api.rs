@@ -43,6 +43,69 @@ async fn call(
     (status, json)
 }
 
+/// A tag that is not `key=value` is refused with a message that says how to write it, on upload
+/// (nothing stored) and on a retag (the tags unchanged); the server's 404s: an unknown API path
+/// is "no such endpoint", an unknown page is the dashboard (its own not-found page), and the
+/// favicon is served.
+#[tokio::test]
+async fn bare_tags_are_refused_and_unknown_paths_answer_404() {
+    let (dir, state) = open_state("bare-tags").await;
+    let (st, body) = call(
+        &state,
+        "POST",
+        "/api/snapshots?name=leak.pickle&tags=job=bert,nightly",
+        fixture("leak_detached_cache.pickle"),
+    )
+    .await;
+    assert_eq!(st, StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("\"nightly\" is not key=value"),
+        "{body}"
+    );
+    let (_, list) = call(&state, "GET", "/api/snapshots", vec![]).await;
+    assert_eq!(list, serde_json::json!([]), "nothing stored");
+
+    let (st, up) = call(
+        &state,
+        "POST",
+        "/api/snapshots?name=leak.pickle&tags=job=bert",
+        fixture("leak_detached_cache.pickle"),
+    )
+    .await;
+    assert_eq!(st, StatusCode::CREATED, "{up}");
+    let id = up["id"].as_str().unwrap().to_string();
+    let (st, body) = call(
+        &state,
+        "PATCH",
+        &format!("/api/snapshots/{id}"),
+        br#"{"tags":[{"key":"","value":"nightly"}]}"#.to_vec(),
+    )
+    .await;
+    assert_eq!(st, StatusCode::BAD_REQUEST, "{body}");
+    let (_, info) = call(&state, "GET", &format!("/api/snapshots/{id}/info"), vec![]).await;
+    assert_eq!(
+        info["tags"],
+        serde_json::json!([{"key": "job", "value": "bert"}])
+    );
+
+    for (path, status, starts) in [
+        ("/api/no/such/thing", StatusCode::NOT_FOUND, "{"),
+        ("/no/such/page", StatusCode::NOT_FOUND, "<!doctype html>"),
+        ("/favicon.svg", StatusCode::OK, "<svg"),
+        ("/favicon.ico", StatusCode::OK, "<svg"),
+    ] {
+        let req = Request::builder().uri(path).body(Body::empty()).unwrap();
+        let res = server::http::app(state.clone()).oneshot(req).await.unwrap();
+        assert_eq!(res.status(), status, "{path}");
+        let body = res.into_body().collect().await.unwrap().to_bytes();
+        assert!(body.starts_with(starts.as_bytes()), "{path}: {body:?}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// A fresh library in a temporary folder.
 async fn open_state(tag: &str) -> (PathBuf, AppState) {
     let dir = temp_dir(tag);
@@ -79,7 +142,7 @@ async fn upload_list_get_update_delete() {
     let (st, up) = call(
         &state,
         "POST",
-        "/api/snapshots?name=leak.pickle&tags=job=bert,rank=0,nightly",
+        "/api/snapshots?name=leak.pickle&tags=job=bert,rank=0,run=nightly",
         fixture("leak_detached_cache.pickle"),
     )
     .await;

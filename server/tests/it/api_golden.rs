@@ -267,7 +267,7 @@ async fn snapshot_endpoints_answer_as_recorded() {
         Request::patch(format!("/api/snapshots/{}", ids[0]))
             .header("content-type", "application/json")
             .body(Body::from(
-                r#"{"name":"renamed","tags":[{"key":"job","value":"x"},{"value":"free"}]}"#,
+                r#"{"name":"renamed","tags":[{"key":"job","value":"x"},{"key":"run","value":"free"}]}"#,
             ))
             .unwrap(),
     )

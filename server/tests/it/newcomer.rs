@@ -588,3 +588,202 @@ async fn every_tab_reads_in_light_and_dark_and_fits_1280_and_1920() {
     }
     eprintln!("lowest text contrast per view:\n{}", contrast.join("\n"));
 }
+
+/// The small things that broke a first impression: long library names that differ at their end,
+/// a tag that is not `key=value`, renames confirmed, GPU sizes that say where they come from, the
+/// "GPU size unknown" banner where a process limit stopped the run, "the timeline around it"
+/// zoomed to the OOM, an unknown address answered by the app's own page, the favicon.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_small_breaks_of_a_first_visit_are_fixed() {
+    let data = std::env::temp_dir().join(format!(
+        "memscope-e2e-newcomer-small-{}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&data);
+    let base = start_server(&data.join("lib")).await;
+    // Two names that share their first 30 characters.
+    let limit = upload_api(&base, "oom_fraction.pickle").await;
+    let free = upload_api(&base, "fragmentation.pickle").await;
+    for (id, name) in [
+        (&limit, "resnet50_bs64_fraction_half_run.limit"),
+        (&free, "resnet50_bs64_fraction_half_run.free"),
+    ] {
+        let (status, body) = crate::support::patch(
+            &base,
+            &format!("/api/snapshots/{id}"),
+            serde_json::json!({ "name": name }),
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let (_driver, port) = start_chromedriver();
+    let c = browser_themed(port, &data.join("profile"), (1280, 900), 1.0, Theme::Light).await;
+    c.goto(&base).await.unwrap();
+    wait_js(
+        &c,
+        "document.querySelectorAll('table.snapshots input.name').length == 2",
+        "the library",
+    )
+    .await;
+    // Each name shown whole: the field as wide as its text.
+    let cut = c
+        .execute(
+            "return [...document.querySelectorAll('table.snapshots input.name')].filter(i => i.scrollWidth > i.clientWidth + 1).map(i => i.value);",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(cut, serde_json::json!([]), "names cut");
+    let over = c
+        .execute(
+            "return document.documentElement.scrollWidth - innerWidth;",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert!(
+        over.as_i64().unwrap() <= 0,
+        "the library is {over} px wider than 1280"
+    );
+    // A tag that is not key=value: refused, saying how to write it; the field keeps what is stored.
+    c.execute(
+        "const i = document.querySelector('table.snapshots input.tags'); i.value = 'nightly'; i.dispatchEvent(new Event('change'));",
+        vec![],
+    )
+    .await
+    .unwrap();
+    let refused = wait_js(
+        &c,
+        "document.querySelector('.save-status.error')?.innerText",
+        "the refusal",
+    )
+    .await;
+    assert!(
+        refused
+            .as_str()
+            .unwrap()
+            .contains("\"nightly\" is not key=value"),
+        "{refused}"
+    );
+    // A rename is confirmed.
+    c.execute(
+        "const i = document.querySelector('table.snapshots input.name'); i.value = 'renamed run'; i.dispatchEvent(new Event('change'));",
+        vec![],
+    )
+    .await
+    .unwrap();
+    let saved = wait_js(
+        &c,
+        "document.querySelector('.save-status.ok')?.innerText",
+        "the rename's confirmation",
+    )
+    .await;
+    assert!(
+        saved.as_str().unwrap().contains("renamed to “renamed run”"),
+        "{saved}"
+    );
+    screenshot(&c, "newcomer/library-names-and-tags").await;
+
+    // The OOM of a per-process fraction: no "which GPU was it?" banner, but why it is not needed.
+    c.goto(&format!("{base}/s/{limit}?view=oom")).await.unwrap();
+    let note = wait_js(
+        &c,
+        "document.querySelector('.process-limit')?.innerText",
+        "the process-limit note",
+    )
+    .await;
+    assert!(
+        note.as_str().unwrap().contains("not the GPU's size"),
+        "{note}"
+    );
+    assert_eq!(
+        c.execute(
+            "return document.querySelector('.device-total') === null;",
+            vec![]
+        )
+        .await
+        .unwrap(),
+        serde_json::json!(true)
+    );
+    // "The timeline around it": zoomed to the OOM.
+    let r = report(&base, &limit).await;
+    let (oom_at, first) = (
+        r["ooms"][0]["time_us"].as_f64().unwrap(),
+        r["devices"]["0"]["first_time_us"].as_f64().unwrap(),
+    );
+    click(&c, ".oom-timeline").await;
+    view_is(&c, "timeline").await;
+    let (a, b) = window(&c).await.unwrap();
+    assert!(a <= oom_at && oom_at <= b, "{a}..{b} ∌ the OOM at {oom_at}");
+    assert!(
+        b - a < (oom_at - first) / 4.0,
+        "zoomed: {} of {}",
+        b - a,
+        oom_at - first
+    );
+    wait_js(&c, &format!("{CANVAS_PIXELS} > 5000"), "drawn").await;
+    screenshot(&c, "newcomer/timeline-around-the-oom").await;
+
+    // GPU sizes say where they come from (the will-it-fit picker; the OOM one is the same list).
+    c.goto(&format!("{base}/fit")).await.unwrap();
+    let options = wait_js(
+        &c,
+        "(() => { const o = [...document.querySelectorAll('select.gpu-model option[data-source]')]; return o.length ? o.map(x => [x.value, x.dataset.source, x.title, x.innerText]) : null; })()",
+        "the GPU presets",
+    )
+    .await;
+    for o in options.as_array().unwrap() {
+        let (name, how, title, text) = (
+            o[0].as_str().unwrap(),
+            o[1].as_str().unwrap(),
+            o[2].as_str().unwrap(),
+            o[3].as_str().unwrap(),
+        );
+        assert!(text.ends_with(&format!("({how})")), "{text}");
+        let measured = name.starts_with("H100 (80") || name.starts_with("H200");
+        assert_eq!(how, if measured { "measured" } else { "listed" }, "{name}");
+        assert!(
+            title.contains(if measured {
+                "measured on a real device"
+            } else {
+                "not measured here"
+            }),
+            "{title}"
+        );
+    }
+
+    // An address the app has no page at: its own page, status 404, with the ways in.
+    let (status, _) = get(&base, "/no/such/page").await;
+    assert_eq!(status, 404);
+    c.goto(&format!("{base}/no/such/page")).await.unwrap();
+    let text = wait_js(
+        &c,
+        "document.querySelector('.not-found')?.innerText",
+        "the not-found page",
+    )
+    .await;
+    assert!(text.as_str().unwrap().contains("/no/such/page"), "{text}");
+    let links = c
+        .execute("return [...document.querySelectorAll('.not-found a')].map(a => a.getAttribute('href'));", vec![])
+        .await
+        .unwrap();
+    assert_eq!(links, serde_json::json!(["/", "/live", "/fit"]));
+    screenshot(&c, "newcomer/not-found").await;
+    // The favicon the page links to is served as an image.
+    let icon = c
+        .execute(
+            "return fetch(document.querySelector('link[rel=icon]').href).then(r => [r.status, r.headers.get('content-type')]);",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(icon, serde_json::json!([200, "image/svg+xml"]));
+    // The 404 of the page itself is the one console line; nothing else went wrong.
+    let errors: Vec<String> = console_errors(&c)
+        .await
+        .into_iter()
+        .filter(|e| !(e.contains("/no/such/page") && e.contains("404")))
+        .collect();
+    assert_eq!(errors, Vec::<String>::new());
+    c.close().await.unwrap();
+}

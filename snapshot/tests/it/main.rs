@@ -11,6 +11,7 @@ mod follow;
 mod formats;
 mod fuzz_structured;
 mod golden;
+mod gpus;
 mod held;
 mod hostile;
 mod peaks;

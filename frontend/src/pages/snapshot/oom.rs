@@ -37,6 +37,14 @@ pub fn Ooms(report: Arc<::api::Report>) -> impl IntoView {
     };
     let survived = report.ooms.iter().all(|o| o.recovered);
     let incidents = cards.len();
+    // The driver still had room for every request that failed: a limit on the process (a
+    // per-process memory fraction), not the GPU's size, stopped it. The least it had free.
+    let driver_had_room = report
+        .ooms
+        .iter()
+        .map(|o| o.device_free_bytes.filter(|&f| f >= o.requested_bytes))
+        .collect::<Option<Vec<u64>>>()
+        .and_then(|free| free.into_iter().min());
     view! {
         <section class="ooms">
             {report.oom_outcome.clone().map(|t| view! {
@@ -51,7 +59,18 @@ pub fn Ooms(report: Arc<::api::Report>) -> impl IntoView {
                     )}
                 </p>
             })}
-            <DeviceTotal/>
+            {match driver_had_room {
+                Some(free) => view! {
+                    <p class="process-limit">
+                        {format!(
+                            "The driver still had {} free when the allocation failed, so a limit on this process (torch.cuda.set_per_process_memory_fraction, or a container's), not the GPU's size, stopped it: the verdicts below do not need the GPU's size.",
+                            fmt::bytes(free)
+                        )}
+                    </p>
+                }
+                .into_any(),
+                None => view! { <DeviceTotal/> }.into_any(),
+            }}
             {cards
                 .into_iter()
                 .enumerate()
@@ -77,14 +96,16 @@ fn oom_card(
             ("pos", o.position.to_string()),
         ])
     };
-    // The timeline around the OOM: the second before it, or the run up to it.
+    // The timeline zoomed to the OOM: the last eighth of the run before it (at most a second,
+    // at least 2 ms), the OOM near the right edge.
     let timeline_href = {
         let start = report
             .devices
             .get(&o.device)
             .and_then(|d| d.first_time_us)
             .unwrap_or(o.time_us);
-        let (from, to) = super::leaks::around((o.time_us - 1_000_000).max(start), o.time_us);
+        let span = ((o.time_us - start) / 8).clamp(2_000, 1_000_000);
+        let (from, to) = super::leaks::around(o.time_us - span, o.time_us);
         url.href(&[
             ("view", "timeline".to_string()),
             ("device", o.device.to_string()),
@@ -274,9 +295,7 @@ fn DeviceTotal() -> impl IntoView {
                 <option value="">"choose a GPU…"</option>
                 {snapshot::gpus::KNOWN
                     .iter()
-                    .map(|g| view! {
-                        <option value=g.name>{format!("{} · {}", g.name, fmt::bytes(g.total_bytes))}</option>
-                    })
+                    .map(|g| crate::pages::widgets::gpu_option(g, false))
                     .collect_view()}
             </select>
             " or "

@@ -234,6 +234,11 @@ pub async fn get(base: &str, path: &str) -> (u16, String) {
     request(base, "GET", path, Vec::new()).await
 }
 
+/// PATCHes `path` of a running server with `body` (JSON); returns the status and the answer.
+pub async fn patch(base: &str, path: &str, body: serde_json::Value) -> (u16, String) {
+    request(base, "PATCH", path, serde_json::to_vec(&body).unwrap()).await
+}
+
 async fn request(base: &str, method: &'static str, path: &str, body: Vec<u8>) -> (u16, String) {
     use std::io::{Read, Write};
     let addr = base.trim_start_matches("http://").to_string();
