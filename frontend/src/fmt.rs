@@ -64,6 +64,27 @@ pub fn date(ms: impl Amount) -> String {
         .unwrap_or_default()
 }
 
+/// A CUDA stream as a person names it: `default stream` (0, PyTorch's unless told otherwise),
+/// `side stream N` for the Nth other stream of `sides` (the snapshot's non-default streams, in
+/// address order), its id where it is not among them.
+pub fn stream(stream: u64, sides: &[u64]) -> String {
+    if stream == 0 {
+        return "default stream".into();
+    }
+    match sides.iter().position(|&s| s == stream) {
+        Some(i) => format!("side stream {}", i + 1),
+        None => format!("stream {stream:#x}"),
+    }
+}
+
+/// The non-default streams among `streams`, sorted and once each: what [`stream`] numbers.
+pub fn side_streams(streams: impl IntoIterator<Item = u64>) -> Vec<u64> {
+    let mut s: Vec<u64> = streams.into_iter().filter(|&s| s != 0).collect();
+    s.sort_unstable();
+    s.dedup();
+    s
+}
+
 /// `1,234,567`.
 pub fn count(n: u64) -> String {
     snapshot::units::thousands(n)
@@ -126,6 +147,16 @@ pub fn error_parts(message: &str) -> (String, Option<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn streams_are_named_default_or_side_n() {
+        let sides = side_streams([0, 0x7f20, 0x7f10, 0x7f20]);
+        assert_eq!(sides, vec![0x7f10, 0x7f20]);
+        assert_eq!(stream(0, &sides), "default stream");
+        assert_eq!(stream(0x7f10, &sides), "side stream 1");
+        assert_eq!(stream(0x7f20, &sides), "side stream 2");
+        assert_eq!(stream(0x99, &sides), "stream 0x99");
+    }
 
     #[test]
     fn an_error_keeps_its_particulars_for_the_details_toggle() {

@@ -787,3 +787,64 @@ async fn the_small_breaks_of_a_first_visit_are_fixed() {
     assert_eq!(errors, Vec::<String>::new());
     c.close().await.unwrap();
 }
+
+/// Streams by name (the default stream, side stream N) wherever the segments view says which
+/// stream, and `record_stream` explained where pending frees are: the multistream recording
+/// (tensors used on a side stream with record_stream; a block still pending at the snapshot).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_are_named_and_pending_frees_explained() {
+    let data = std::env::temp_dir().join(format!(
+        "memscope-e2e-newcomer-streams-{}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&data);
+    let base = start_server(&data.join("lib")).await;
+    let id = upload_api(&base, "multistream.pickle").await;
+    let (_driver, port) = start_chromedriver();
+    let c = browser_themed(port, &data.join("profile"), (1280, 900), 1.0, Theme::Light).await;
+    c.goto(&format!("{base}/s/{id}?view=segments"))
+        .await
+        .unwrap();
+    let note = wait_js(
+        &c,
+        "document.querySelector('.pending-note')?.innerText",
+        "the pending-free note",
+    )
+    .await;
+    let note = note.as_str().unwrap();
+    assert!(note.contains("record_stream"), "{note}");
+    assert!(note.contains("freed in Python but still pending"), "{note}");
+    // The state's own count of pending blocks is the note's.
+    let (_, state) = get(&base, &format!("/api/snapshots/{id}/state")).await;
+    let state: serde_json::Value = serde_json::from_str(&state).unwrap();
+    let pending = state["segments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["blocks"].as_array().unwrap())
+        .filter(|b| b["state"] == "active_pending_free")
+        .count();
+    assert!(pending > 0);
+    assert!(
+        note.starts_with(&format!("{pending} block")),
+        "{pending}: {note}"
+    );
+    // Every event line names its stream in words.
+    let lines = wait_js(
+        &c,
+        "(() => { const l = [...document.querySelectorAll('ol.event-list li')].map(x => x.innerText); return l.length ? l : null; })()",
+        "the events around",
+    )
+    .await;
+    for l in lines.as_array().unwrap() {
+        let l = l.as_str().unwrap();
+        assert!(
+            l.contains("default stream") || l.contains("side stream "),
+            "{l}"
+        );
+        assert!(!l.contains(", stream "), "{l}");
+    }
+    screenshot(&c, "newcomer/streams-and-pending-frees").await;
+    assert_eq!(console_errors(&c).await, Vec::<String>::new());
+    c.close().await.unwrap();
+}

@@ -32,6 +32,13 @@ pub fn Segments(report: Arc<::api::Report>) -> impl IntoView {
         url.set(&[("pos", Some(p.to_string()))]);
     };
     let hovered = RwSignal::new(String::new());
+    // The state's non-default streams, numbered for their names (side stream 1, 2, …).
+    let sides = Memo::new(move |_| {
+        data.get()
+            .and_then(|d| d.ok())
+            .map(|st| fmt::side_streams(st.segments.iter().map(|s| s.stream)))
+            .unwrap_or_default()
+    });
     view! {
         <section
             class="segments"
@@ -64,7 +71,7 @@ pub fn Segments(report: Arc<::api::Report>) -> impl IntoView {
                 </button>
             </div>
             <SegmentTimeline pos=pos events=events/>
-            <EventList pos=pos/>
+            <EventList pos=pos sides=sides/>
             <p class="hover">{move || hovered.get()}</p>
             {move || match data.get() {
                 None => view! { <p>"loading…"</p> }.into_any(),
@@ -148,6 +155,7 @@ fn segment_map(
         </p>
         {if by_category { category_legend(&st).into_any() } else { site_legend(&st).into_any() }}
         {mapped_note(&st)}
+        {pending_note(&st)}
         <div
             class="segmap"
             on:mouseover=move |ev: web_sys::MouseEvent| hover(&ev, &st_hover, url, hovered)
@@ -296,11 +304,43 @@ fn rows_html(
     h
 }
 
+/// Where blocks wait as pending frees: how many, and why (`record_stream`), with what to do.
+fn pending_note(st: &::api::AllocatorState) -> impl IntoView + use<> {
+    let (blocks, bytes, streams) = st
+        .segments
+        .iter()
+        .flat_map(|s| s.blocks.iter().map(move |b| (s.stream, b)))
+        .filter(|(_, b)| b.state == ::api::BlockState::ActivePendingFree)
+        .fold(
+            (0u32, 0u64, Vec::new()),
+            |(n, total, mut streams), (stream, b)| {
+                streams.push(stream);
+                (n + 1, total + b.size_bytes, streams)
+            },
+        );
+    let sides = fmt::side_streams(st.segments.iter().map(|s| s.stream));
+    let mut of_streams: Vec<String> = streams.iter().map(|&s| fmt::stream(s, &sides)).collect();
+    of_streams.sort();
+    of_streams.dedup();
+    (blocks > 0).then(|| view! {
+        <p class="pending-note">
+            {format!(
+                "{blocks} {} ({}, yellow) freed in Python but still pending, allocated on the {}: another stream used {} (tensor.record_stream), so the allocator reuses {} only once that stream's queued work has finished. Many or long-lived pending frees hold memory: free such tensors after synchronising the other stream, or allocate them on the stream that uses them.",
+                if blocks == 1 { "block" } else { "blocks" },
+                fmt::bytes(bytes),
+                of_streams.join(", "),
+                if blocks == 1 { "it" } else { "them" },
+                if blocks == 1 { "it" } else { "them" },
+            )}
+        </p>
+    })
+}
+
 /// A segment in words: where, how big, which pool and stream, how full.
-fn segment_words(s: &::api::SegmentView) -> String {
+fn segment_words(s: &::api::SegmentView, sides: &[u64]) -> String {
     let fr = &s.fragmentation;
     format!(
-        "segment {:#x}: {} {} pool, stream {}{}: allocated {}, rounding waste {}, cached free {} in {} blocks (largest {})",
+        "segment {:#x}: {} {} pool, {}{}: allocated {}, rounding waste {}, cached free {} in {} blocks (largest {})",
         s.address,
         fmt::bytes(s.total_bytes),
         match s.segment_type {
@@ -308,7 +348,7 @@ fn segment_words(s: &::api::SegmentView) -> String {
             ::api::SegmentType::Large => "large",
             ::api::SegmentType::Unknown => "unknown",
         },
-        s.stream,
+        fmt::stream(s.stream, sides),
         s.mapped
             .as_ref()
             .map(|m| format!(", expandable: {}", mapped_words(s.total_bytes, m)))
@@ -367,7 +407,8 @@ fn hover(
         return;
     };
     if row.get_attribute("title").is_none() {
-        row.set_attribute("title", &segment_words(seg)).ok();
+        let sides = fmt::side_streams(st.segments.iter().map(|s| s.stream));
+        row.set_attribute("title", &segment_words(seg, &sides)).ok();
     }
     let Some((block, b)) = el
         .closest(".block")
@@ -503,7 +544,11 @@ fn site_legend(st: &::api::AllocatorState) -> impl IntoView + use<> {
 /// The event at the position (what it did, how big, on which stream, from which line) and the
 /// events around it; a click on one goes there.
 #[component]
-fn EventList(pos: Memo<u64>) -> impl IntoView {
+fn EventList(
+    pos: Memo<u64>,
+    /// The state's side streams (named by [`fmt::stream`]).
+    sides: Memo<Vec<u64>>,
+) -> impl IntoView {
     let url: UrlState = expect_context();
     let data = LocalResource::new(move || {
         let id = url.id.get();
@@ -515,13 +560,13 @@ fn EventList(pos: Memo<u64>) -> impl IntoView {
         };
         async move { api::events(&id, &q).await }
     });
-    let line = |e: &::api::TraceEvent| {
+    let line = move |e: &::api::TraceEvent| {
         format!(
-            "{} {} at {:#x}, stream {}{}",
+            "{} {} at {:#x}, {}{}",
             e.action.name(),
             fmt::bytes(e.size_bytes),
             e.address,
-            e.stream,
+            sides.with(|s| fmt::stream(e.stream, s)),
             e.site
                 .as_ref()
                 .map(|f| format!(" · {}", f.short()))
