@@ -848,3 +848,48 @@ async fn streams_are_named_and_pending_frees_explained() {
     assert_eq!(console_errors(&c).await, Vec::<String>::new());
     c.close().await.unwrap();
 }
+
+/// A first-time user's path, counted: the empty library says how to record; choosing the file is
+/// the one action; the page lands on the OOM's verdict, which names the line that kept growing
+/// (the recording's truth: line 181) and what to do — under five actions, each step a screenshot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_visit_goes_from_empty_library_to_the_line_to_fix_in_under_five_actions() {
+    let data =
+        std::env::temp_dir().join(format!("memscope-e2e-newcomer-path-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data);
+    let base = start_server(&data.join("lib")).await;
+    let (_driver, port) = start_chromedriver();
+    let c = browser_themed(port, &data.join("profile"), (1280, 900), 1.0, Theme::Light).await;
+    std::fs::create_dir_all(root().join("target/e2e-screenshots/newcomer")).unwrap();
+    let mut actions = 0;
+    c.goto(&base).await.unwrap();
+    // 0 actions: the recipe is the first thing the empty library says.
+    wait_js(&c, "document.querySelector('.recipe-code')", "the recipe").await;
+    screenshot(&c, "newcomer/path-1-empty-library").await;
+    // 1: choose the file the recipe dumped.
+    upload(&c, &fixture("oom_fraction.pickle")).await;
+    actions += 1;
+    // No click: the upload lands on its answer, the OOM's verdict.
+    view_is(&c, "oom").await;
+    let verdict = wait_js(
+        &c,
+        "document.querySelector('.oom.first .verdict')?.dataset.verdict",
+        "the verdict",
+    )
+    .await;
+    assert_eq!(verdict, "growth");
+    let card = wait_js(
+        &c,
+        "document.querySelector('.oom.first').innerText",
+        "the card",
+    )
+    .await;
+    let card = card.as_str().unwrap();
+    // The line to fix: the growing line the recording planted (gen_snapshots.py:181), and advice.
+    assert!(card.contains("gen_snapshots.py:181"), "{card}");
+    assert!(card.contains("What to do"), "{card}");
+    screenshot(&c, "newcomer/path-2-verdict-and-line").await;
+    assert!(actions < 5, "{actions} actions");
+    assert_eq!(console_errors(&c).await, Vec::<String>::new());
+    c.close().await.unwrap();
+}
