@@ -22,7 +22,8 @@ use crate::model::{Snapshot, TraceTable};
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
     /// A line whose live memory grew step over step holds most of what was allocated: a leak
-    /// ran the device out, and no allocator setting fixes it.
+    /// used up all the memory the process could have (the device's, or a per-process limit), and no
+    /// allocator setting fixes it.
     Growth,
     /// PyTorch had enough cached free memory, but no free block large enough: the cache is split up.
     Fragmentation,
@@ -325,7 +326,7 @@ fn growth_finding(g: &GrowthCause, allocated: u64, fragmented: bool) -> Finding 
     Finding {
         verdict: Verdict::Growth,
         explanation: format!(
-            "{line} kept growing ({}), and {} of the {} allocated here was made there: growth ran the device out. No allocator setting fixes growth; one only moves the point where it fails.{also}",
+            "{line} kept growing ({}), and {} of the {} allocated here was made there: growth used up all the memory the process could have. No allocator setting fixes growth; one only moves the point where it fails.{also}",
             g.pattern,
             gib(g.bytes_at_oom),
             gib(allocated)
