@@ -16,6 +16,38 @@ const TABS: [&str; 7] = [
     "overview", "timeline", "segments", "stacks", "leaks", "oom", "whatif",
 ];
 
+/// A test's own server on an empty library in a fresh folder (named by `tag`), and chromedriver.
+struct Lab {
+    data: std::path::PathBuf,
+    base: String,
+    _driver: crate::support::Driver,
+    port: u16,
+}
+
+async fn lab(tag: &str) -> Lab {
+    let data = std::env::temp_dir().join(format!(
+        "memscope-e2e-newcomer-{tag}-{}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&data);
+    let base = start_server(&data.join("lib")).await;
+    let (driver, port) = start_chromedriver();
+    Lab {
+        data,
+        base,
+        _driver: driver,
+        port,
+    }
+}
+
+impl Lab {
+    /// A headless Chromium of `size` CSS pixels on a system that prefers `theme`, with its own
+    /// profile folder.
+    async fn browser(&self, theme: Theme, size: (u32, u32), profile: &str) -> fantoccini::Client {
+        browser_themed(self.port, &self.data.join(profile), size, 1.0, theme).await
+    }
+}
+
 fn fixture(name: &str) -> std::path::PathBuf {
     root().join("tests/fixtures").join(name)
 }
@@ -95,12 +127,9 @@ async fn view_is(c: &fantoccini::Client, view: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_newcomer_finds_the_recipe_the_words_and_a_line_per_tab() {
-    let data =
-        std::env::temp_dir().join(format!("memscope-e2e-newcomer-help-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&data);
-    let base = start_server(&data.join("lib")).await;
-    let (_driver, port) = start_chromedriver();
-    let c = browser_themed(port, &data.join("profile"), (1280, 900), 1.0, Theme::Light).await;
+    let lab = lab("help").await;
+    let base = lab.base.clone();
+    let c = lab.browser(Theme::Light, (1280, 900), "profile").await;
     c.goto(&base).await.unwrap();
 
     // The empty library says how to record a snapshot, in Python to copy.
@@ -227,14 +256,11 @@ async fn a_newcomer_finds_the_recipe_the_words_and_a_line_per_tab() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_keyboard_moves_through_tabs_the_timeline_and_the_incidents() {
-    let data =
-        std::env::temp_dir().join(format!("memscope-e2e-newcomer-keys-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&data);
-    let base = start_server(&data.join("lib")).await;
+    let lab = lab("keys").await;
+    let base = lab.base.clone();
     let oom = upload_api(&base, "oom_fraction.pickle").await;
     let leak = upload_api(&base, "leak_detached_cache.pickle").await;
-    let (_driver, port) = start_chromedriver();
-    let c = browser_themed(port, &data.join("profile"), (1280, 900), 1.0, Theme::Light).await;
+    let c = lab.browser(Theme::Light, (1280, 900), "profile").await;
 
     // 2: the timeline, drawn over the whole trace.
     c.goto(&format!("{base}/s/{leak}")).await.unwrap();
@@ -447,15 +473,10 @@ const LOWEST_CONTRAST: &str = r#"(() => {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_tab_reads_in_light_and_dark_and_fits_1280_and_1920() {
-    let data = std::env::temp_dir().join(format!(
-        "memscope-e2e-newcomer-themes-{}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&data);
-    let base = start_server(&data.join("lib")).await;
+    let lab = lab("themes").await;
+    let base = lab.base.clone();
     let id = upload_api(&base, "oom_fraction.pickle").await;
     let other = upload_api(&base, "fragmentation.pickle").await;
-    let (_driver, port) = start_chromedriver();
     std::fs::create_dir_all(root().join("target/e2e-screenshots/newcomer")).unwrap();
     // The other pages, beside the snapshot's tabs: (name, path, what shows it is drawn).
     let pages = [
@@ -495,14 +516,9 @@ async fn every_tab_reads_in_light_and_dark_and_fits_1280_and_1920() {
                 "light"
             }
         );
-        let c = browser_themed(
-            port,
-            &data.join(format!("profile-{name}")),
-            (width, 1000),
-            1.0,
-            theme,
-        )
-        .await;
+        let c = lab
+            .browser(theme, (width, 1000), &format!("profile-{name}"))
+            .await;
         let views = TABS
             .iter()
             .map(|t| (t.to_string(), format!("/s/{id}?view={t}"), ""))
@@ -595,12 +611,8 @@ async fn every_tab_reads_in_light_and_dark_and_fits_1280_and_1920() {
 /// zoomed to the OOM, an unknown address answered by the app's own page, the favicon.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_small_breaks_of_a_first_visit_are_fixed() {
-    let data = std::env::temp_dir().join(format!(
-        "memscope-e2e-newcomer-small-{}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&data);
-    let base = start_server(&data.join("lib")).await;
+    let lab = lab("small").await;
+    let base = lab.base.clone();
     // Two names that share their first 30 characters.
     let limit = upload_api(&base, "oom_fraction.pickle").await;
     let free = upload_api(&base, "fragmentation.pickle").await;
@@ -616,8 +628,7 @@ async fn the_small_breaks_of_a_first_visit_are_fixed() {
         .await;
         assert_eq!(status, 200, "{body}");
     }
-    let (_driver, port) = start_chromedriver();
-    let c = browser_themed(port, &data.join("profile"), (1280, 900), 1.0, Theme::Light).await;
+    let c = lab.browser(Theme::Light, (1280, 900), "profile").await;
     c.goto(&base).await.unwrap();
     wait_js(
         &c,
@@ -793,15 +804,10 @@ async fn the_small_breaks_of_a_first_visit_are_fixed() {
 /// (tensors used on a side stream with record_stream; a block still pending at the snapshot).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_are_named_and_pending_frees_explained() {
-    let data = std::env::temp_dir().join(format!(
-        "memscope-e2e-newcomer-streams-{}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&data);
-    let base = start_server(&data.join("lib")).await;
+    let lab = lab("streams").await;
+    let base = lab.base.clone();
     let id = upload_api(&base, "multistream.pickle").await;
-    let (_driver, port) = start_chromedriver();
-    let c = browser_themed(port, &data.join("profile"), (1280, 900), 1.0, Theme::Light).await;
+    let c = lab.browser(Theme::Light, (1280, 900), "profile").await;
     c.goto(&format!("{base}/s/{id}?view=segments"))
         .await
         .unwrap();
@@ -854,12 +860,9 @@ async fn streams_are_named_and_pending_frees_explained() {
 /// (the recording's truth: line 181) and what to do — under five actions, each step a screenshot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_first_visit_goes_from_empty_library_to_the_line_to_fix_in_under_five_actions() {
-    let data =
-        std::env::temp_dir().join(format!("memscope-e2e-newcomer-path-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&data);
-    let base = start_server(&data.join("lib")).await;
-    let (_driver, port) = start_chromedriver();
-    let c = browser_themed(port, &data.join("profile"), (1280, 900), 1.0, Theme::Light).await;
+    let lab = lab("path").await;
+    let base = lab.base.clone();
+    let c = lab.browser(Theme::Light, (1280, 900), "profile").await;
     std::fs::create_dir_all(root().join("target/e2e-screenshots/newcomer")).unwrap();
     let mut actions = 0;
     c.goto(&base).await.unwrap();
