@@ -286,7 +286,11 @@ pub async fn process_page(
         });
     }
     let events = live.process_events(host, pid).await?;
-    if out.is_empty() && events.is_empty() && name.is_none() {
+    if out.is_empty()
+        && events.is_empty()
+        && name.is_none()
+        && !live.process_seen(host, pid).await?
+    {
         return Ok(None);
     }
     Ok(Some(api::ProcessPage {

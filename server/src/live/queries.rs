@@ -528,6 +528,21 @@ impl Live {
         .flatten())
     }
 
+    /// Whether any reading of this process was stored (NVML's, or its agent's): a process NVML
+    /// sees but cannot name (another PID namespace) has no name, no allocator rows and no
+    /// events, and its page must still answer.
+    pub async fn process_seen(&self, host: &str, pid: i64) -> sqlx::Result<bool> {
+        let mut c = self.db.live_read().await?;
+        Ok(with_live!(c, |conn| sqlx::query_scalar::<_, i64>(
+            "SELECT 1 FROM process_samples WHERE host = $1 AND pid = $2 LIMIT 1",
+        )
+        .bind(host)
+        .bind(pid)
+        .fetch_optional(&mut *conn)
+        .await)?
+        .is_some())
+    }
+
     /// NVML's reading of one process on one GPU, per bucket: (bucket, used).
     pub async fn process_nvml_rows(
         &self,

@@ -896,3 +896,69 @@ async fn a_first_visit_goes_from_empty_library_to_the_line_to_fix_in_under_five_
     assert_eq!(console_errors(&c).await, Vec::<String>::new());
     c.close().await.unwrap();
 }
+
+/// Every process link on the live pages leads to a page that answers (issue 40: "today every
+/// pid link 404s and the page polls errors into the console"): the planted scenario, a process
+/// with the agent and one NVML alone sees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_process_link_of_the_live_pages_opens_a_page() {
+    let lab = lab("livelinks").await;
+    let base = lab.base.clone();
+    let (mut nvml, agent) = crate::support::scenario::scenario(server::now_ms() - 119_000);
+    // A process NVML alone sees and cannot name (another PID namespace, a container): no
+    // name, no start time.
+    let readings: Vec<wire::ProcessSample> = nvml
+        .processes
+        .iter()
+        .filter(|p| p.pid == 200)
+        .map(|p| wire::ProcessSample {
+            pid: 300,
+            name: None,
+            start_time_ms: None,
+            ..p.clone()
+        })
+        .collect();
+    nvml.processes.extend(readings);
+    assert_eq!(crate::support::post_batch(&base, &nvml).await, 200);
+    assert_eq!(crate::support::post_batch(&base, &agent).await, 200);
+    let c = lab.browser(Theme::Light, (1280, 900), "profile").await;
+    let mut links = std::collections::BTreeSet::new();
+    for page in ["/live", "/live/gpu/GPU-aaa"] {
+        c.goto(&format!("{base}{page}")).await.unwrap();
+        let found = wait_js(
+            &c,
+            "(() => { const l = [...document.querySelectorAll('a[href^=\"/live/process/\"]')].map(a => a.getAttribute('href')); return l.length ? l : null; })()",
+            page,
+        )
+        .await;
+        links.extend(
+            found
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|l| l.as_str().unwrap().to_string()),
+        );
+    }
+    eprintln!("process links: {links:?}");
+    for link in &links {
+        c.goto(&format!("{base}{link}")).await.unwrap();
+        wait_js(
+            &c,
+            "document.querySelector('.live h1, .live h2') && !document.body.innerText.includes('loading')",
+            link,
+        )
+        .await;
+        tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+        let errors = console_errors(&c).await;
+        let text = c
+            .execute("return document.querySelector('main').innerText;", vec![])
+            .await
+            .unwrap();
+        assert!(errors.is_empty(), "{link}: {errors:?}\n{text}");
+        assert!(
+            !text.as_str().unwrap().contains("no process"),
+            "{link}: {text}"
+        );
+    }
+    c.close().await.unwrap();
+}
