@@ -244,12 +244,13 @@ pub fn byte_grid_with(
     steps: u32,
     label: impl Fn(f64) -> String,
 ) {
+    let (grid, text) = (ink(Ink::Grid), ink(Ink::Text));
     for i in 0..=steps {
         let v = y.d0 + (y.d1 - y.d0) * i as f64 / steps as f64;
         let py = y.at(v);
-        g.set_fill_style_str(&ink(Ink::Grid));
+        g.set_fill_style_str(&grid);
         g.fill_rect(x_from, py, x_to - x_from, 1.0);
-        g.set_fill_style_str(&ink(Ink::Text));
+        g.set_fill_style_str(&text);
         let _ = g.fill_text(&label(v), 4.0, py + 4.0);
     }
 }

@@ -140,6 +140,28 @@ pub fn typing(ev: &web_sys::KeyboardEvent) -> bool {
         || ev.alt_key()
 }
 
+/// Listens for a view's keyboard shortcuts while it is mounted: `handle` gets each key press not
+/// typed into a field while the help overlay is closed, and runs inside the view's owner (a
+/// window listener runs outside it, and navigating needs the router's context); when it returns
+/// true the key was a shortcut and the browser's own action for it is prevented.
+pub fn on_shortcut(handle: impl Fn(&web_sys::KeyboardEvent) -> bool + 'static) {
+    let help: Option<HelpOpen> = use_context();
+    let owner = Owner::current();
+    let keys = window_event_listener(leptos::ev::keydown, move |ev| {
+        if help.is_some_and(|h| h.0.get_untracked().is_some()) || typing(&ev) {
+            return;
+        }
+        let handled = match &owner {
+            Some(o) => o.with(|| handle(&ev)),
+            None => handle(&ev),
+        };
+        if handled {
+            ev.prevent_default();
+        }
+    });
+    on_cleanup(move || keys.remove());
+}
+
 /// The overlay, and the keys that open and close it; mounted once, by the app (which provides
 /// [`HelpOpen`] to every page).
 #[component]

@@ -148,7 +148,6 @@ async fn a_newcomer_finds_the_recipe_the_words_and_a_line_per_tab() {
         recipe.contains("torch.cuda.memory._dump_snapshot(\"snapshot.pickle\")"),
         "{recipe}"
     );
-    std::fs::create_dir_all(root().join("target/e2e-screenshots/newcomer")).unwrap();
     screenshot(&c, "newcomer/empty-library-recipe").await;
 
     // Upload: the page lands on the answer (the OOM), then "?" opens the help.
@@ -477,7 +476,6 @@ async fn every_tab_reads_in_light_and_dark_and_fits_1280_and_1920() {
     let base = lab.base.clone();
     let id = upload_api(&base, "oom_fraction.pickle").await;
     let other = upload_api(&base, "fragmentation.pickle").await;
-    std::fs::create_dir_all(root().join("target/e2e-screenshots/newcomer")).unwrap();
     // The other pages, beside the snapshot's tabs: (name, path, what shows it is drawn).
     let pages = [
         (
@@ -863,7 +861,6 @@ async fn a_first_visit_goes_from_empty_library_to_the_line_to_fix_in_under_five_
     let lab = lab("path").await;
     let base = lab.base.clone();
     let c = lab.browser(Theme::Light, (1280, 900), "profile").await;
-    std::fs::create_dir_all(root().join("target/e2e-screenshots/newcomer")).unwrap();
     let mut actions = 0;
     c.goto(&base).await.unwrap();
     // 0 actions: the recipe is the first thing the empty library says.

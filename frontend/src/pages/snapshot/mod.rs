@@ -116,26 +116,23 @@ fn focus_when_there(selector: &'static str, tries: u32) {
 }
 
 /// The snapshot page's keys: 1–7 pick a tab, / searches call sites, n p step through the OOM
-/// or Leaks tab's incidents (the timeline has its own n p, and its pan and zoom).
-fn on_key(ev: &web_sys::KeyboardEvent, url: UrlState, view: &str) {
+/// or Leaks tab's incidents (the timeline has its own n p, and its pan and zoom, and its 0);
+/// true when the key was one of them.
+fn on_key(ev: &web_sys::KeyboardEvent, url: UrlState, view: &str) -> bool {
     let key = ev.key();
+    // "0" parses but names no tab.
     if let Some(tab) = key
         .parse::<usize>()
         .ok()
         .and_then(|n| n.checked_sub(1))
         .and_then(|i| TABS.get(i))
-        .filter(|_| !(view == "timeline" && key == "0"))
     {
         url.set(&[("view", Some(tab.0.to_string()))]);
-        return;
+        return true;
     }
     match (key.as_str(), view) {
-        ("/", "timeline") => {
-            ev.prevent_default();
-            focus_when_there("input.filter", 0);
-        }
+        ("/", "timeline") => focus_when_there("input.filter", 0),
         ("/", _) => {
-            ev.prevent_default();
             if view != "stacks" {
                 url.set(&[("view", Some("stacks".to_string()))]);
             }
@@ -143,8 +140,9 @@ fn on_key(ev: &web_sys::KeyboardEvent, url: UrlState, view: &str) {
         }
         ("n" | "p", "oom") => step_cards(".oom", key == "n"),
         ("n" | "p", "leaks") => step_cards(".suspect", key == "n"),
-        _ => {}
+        _ => return false,
     }
+    true
 }
 
 #[component]
@@ -173,21 +171,7 @@ pub fn SnapshotPage() -> impl IntoView {
     provide_context(url);
     provide_context(revision);
     provide_context(info);
-    let help: Option<crate::pages::help::HelpOpen> = use_context();
-    // A window listener runs outside the page's owner: navigating (`url.set`) needs the
-    // router's context, so the keys are handled inside it.
-    let owner = Owner::current();
-    let keys = window_event_listener(leptos::ev::keydown, move |ev| {
-        let help_open = help.is_some_and(|h| h.0.get_untracked().is_some());
-        if !help_open && !crate::pages::help::typing(&ev) {
-            let handle = || on_key(&ev, url, &view_name.get_untracked());
-            match &owner {
-                Some(o) => o.with(handle),
-                None => handle(),
-            }
-        }
-    });
-    on_cleanup(move || keys.remove());
+    crate::pages::help::on_shortcut(move |ev| on_key(ev, url, &view_name.get_untracked()));
 
     view! {
         <div class="snapshot-head">

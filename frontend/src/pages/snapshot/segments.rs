@@ -76,7 +76,7 @@ pub fn Segments(report: Arc<::api::Report>) -> impl IntoView {
             {move || match data.get() {
                 None => view! { <p>"loading…"</p> }.into_any(),
                 Some(Err(e)) => crate::pages::widgets::error_line(e).into_any(),
-                Some(Ok(st)) => segment_map(st, url, hovered, events > 0).into_any(),
+                Some(Ok(st)) => segment_map(st, url, hovered, events > 0, sides).into_any(),
             }}
         </section>
     }
@@ -88,6 +88,8 @@ fn segment_map(
     url: UrlState,
     hovered: RwSignal<String>,
     replayable: bool,
+    // This state's side streams, numbered (`fmt::stream`).
+    sides: Memo<Vec<u64>>,
 ) -> impl IntoView {
     let rows = st.segments.len();
     let largest = st
@@ -155,10 +157,10 @@ fn segment_map(
         </p>
         {if by_category { category_legend(&st).into_any() } else { site_legend(&st).into_any() }}
         {mapped_note(&st)}
-        {pending_note(&st)}
+        {sides.with_untracked(|sides| pending_note(&st, sides))}
         <div
             class="segmap"
-            on:mouseover=move |ev: web_sys::MouseEvent| hover(&ev, &st_hover, url, hovered)
+            on:mouseover=move |ev: web_sys::MouseEvent| hover(&ev, &st_hover, url, hovered, sides)
             on:scroll=on_scroll
         >
             <div class="segmap-space" style=format!("height:{}px", rows as f64 * ROW_PX)>
@@ -305,7 +307,7 @@ fn rows_html(
 }
 
 /// Where blocks wait as pending frees: how many, and why (`record_stream`), with what to do.
-fn pending_note(st: &::api::AllocatorState) -> impl IntoView + use<> {
+fn pending_note(st: &::api::AllocatorState, sides: &[u64]) -> impl IntoView + use<> {
     let (blocks, bytes, streams) = st
         .segments
         .iter()
@@ -318,8 +320,7 @@ fn pending_note(st: &::api::AllocatorState) -> impl IntoView + use<> {
                 (n + 1, total + b.size_bytes, streams)
             },
         );
-    let sides = fmt::side_streams(st.segments.iter().map(|s| s.stream));
-    let mut of_streams: Vec<String> = streams.iter().map(|&s| fmt::stream(s, &sides)).collect();
+    let mut of_streams: Vec<String> = streams.iter().map(|&s| fmt::stream(s, sides)).collect();
     of_streams.sort();
     of_streams.dedup();
     (blocks > 0).then(|| view! {
@@ -389,6 +390,7 @@ fn hover(
     st: &::api::AllocatorState,
     url: UrlState,
     hovered: RwSignal<String>,
+    sides: Memo<Vec<u64>>,
 ) {
     use wasm_bindgen::JsCast;
     let Some(el) = ev
@@ -407,8 +409,8 @@ fn hover(
         return;
     };
     if row.get_attribute("title").is_none() {
-        let sides = fmt::side_streams(st.segments.iter().map(|s| s.stream));
-        row.set_attribute("title", &segment_words(seg, &sides)).ok();
+        let words = sides.with_untracked(|sides| segment_words(seg, sides));
+        row.set_attribute("title", &words).ok();
     }
     let Some((block, b)) = el
         .closest(".block")

@@ -859,21 +859,7 @@ pub fn TimelineView(
 ) -> impl IntoView {
     let c = Chart::new(steps, survived);
     c.draw_on_change();
-    let help: Option<crate::pages::help::HelpOpen> = use_context();
-    // Inside the view's owner: moving the window navigates, which needs the router's context.
-    let owner = Owner::current();
-    let keys = window_event_listener(leptos::ev::keydown, move |ev| {
-        let help_open = help.is_some_and(|h| h.0.get_untracked().is_some());
-        let handled = || !help_open && !crate::pages::help::typing(&ev) && c.on_key(&ev, &marks);
-        let handled = match &owner {
-            Some(o) => o.with(handled),
-            None => handled(),
-        };
-        if handled {
-            ev.prevent_default();
-        }
-    });
-    on_cleanup(move || keys.remove());
+    crate::pages::help::on_shortcut(move |ev| c.on_key(ev, &marks));
     view! {
         <section class="timeline">
             {toolbar(c)}
