@@ -337,6 +337,9 @@ fn library_section(query: RwSignal<String>, refresh: RwSignal<u32>) -> impl Into
         async move { api::snapshots(&::api::ListQuery { q: Some(q) }).await }
     });
     let saved = RwSignal::new(None::<Result<String, String>>);
+    // Snapshots ticked for comparing: (id, upload time). Held here, above the table, so a
+    // refresh (another upload finishing, a rename) keeps the ticks instead of clearing them.
+    let picked: RwSignal<Vec<(String, i64)>> = RwSignal::new(Vec::new());
     view! {
         <section class="library">
             <div class="toolbar">
@@ -365,7 +368,7 @@ fn library_section(query: RwSignal<String>, refresh: RwSignal<u32>) -> impl Into
                         view! { <p class="empty">{format!("No snapshot matches “{}”.", q.trim())}</p> }.into_any()
                     }
                 }
-                Some(Ok(list)) => view! { <LibraryTable list=list refresh=refresh saved=saved/> }.into_any(),
+                Some(Ok(list)) => view! { <LibraryTable list=list refresh=refresh saved=saved picked=picked/> }.into_any(),
             }}
         </section>
     }
@@ -414,14 +417,15 @@ fn LibraryTable(
     list: Vec<::api::SnapshotInfo>,
     refresh: RwSignal<u32>,
     saved: RwSignal<Option<Result<String, String>>>,
+    picked: RwSignal<Vec<(String, i64)>>,
 ) -> impl IntoView {
-    // Snapshots ticked for comparing: (id, upload time); two make a diff, older one first.
-    let picked: RwSignal<Vec<(String, i64)>> = RwSignal::new(Vec::new());
+    // Two ticked make a diff, older one first. Ticks outlive a filter (tick one, search for
+    // the other, tick it); deleting a snapshot drops its tick.
     let rows = list
         .into_iter()
         .map(|s| {
             let id = s.id.clone();
-            let (id2, id3) = (id.clone(), id.clone());
+            let (id2, id3, id4) = (id.clone(), id.clone(), id.clone());
             let rename = move |ev: web_sys::Event| {
                 let name = event_target_value(&ev);
                 let id = id2.clone();
@@ -453,6 +457,7 @@ fn LibraryTable(
                     let id = id.clone();
                     let ok = web_sys::window().and_then(|w| w.confirm_with_message("Delete this snapshot?").ok()).unwrap_or(false);
                     if ok {
+                        picked.update(|p| p.retain(|(i, _)| *i != id));
                         spawn_local(async move {
                             let _ = api::delete(&id).await;
                             refresh.update(|r| *r += 1);
@@ -475,7 +480,8 @@ fn LibraryTable(
             view! {
                 <tr data-id=id.clone()>
                     <td class="nowrap">
-                        <input type="checkbox" class="pick" title="compare" on:change=pick/>
+                        <input type="checkbox" class="pick" title="compare" on:change=pick
+                            prop:checked=move || picked.with(|p| p.iter().any(|(i, _)| *i == id4))/>
                         " "
                         <a class="permalink" href=::api::routes::page::snapshot_home(&id)>"open"</a>
                     </td>
