@@ -86,8 +86,13 @@ pub fn is_cpp_frame(filename: &str, line: u32) -> bool {
 
 /// A C++ frame's function as people name it: `BmmBackward0` for
 /// `torch::autograd::generated::BmmBackward0::apply(std::vector<…>&&)`, `bmm (op)` for
-/// `at::_ops::bmm::call(…)`, else its last two `::` parts without the argument list.
+/// `at::_ops::bmm::call(…)`, else its last two `::` parts without the argument list. A note
+/// the engine gives a site without a Python frame (it starts with `(`) is kept whole.
 pub fn cpp_name(full: &str) -> String {
+    // A note in place of a frame (`(backward of addmm, no Python frame)`), written as it is.
+    if full.starts_with('(') {
+        return full.to_string();
+    }
     // The qualified name's `::` parts outside template brackets, up to the argument list; a
     // return type before it (`void …`) is dropped.
     let (mut parts, mut start, mut depth) = (Vec::new(), 0, 0i32);
@@ -229,6 +234,13 @@ mod tests {
         };
         assert_eq!(f.short(), "train.py:88 step");
         assert_eq!(site_text(None), NO_STACK);
+        // A note the engine gives a site without a Python frame is written as it is.
+        let note = Frame {
+            filename: String::new(),
+            line: 0,
+            name: "(backward of addmm, no Python frame)".into(),
+        };
+        assert_eq!(note.short(), note.name);
     }
 
     #[test]

@@ -24,6 +24,7 @@ pub const STATE: &str = "/api/snapshots/{id}/state";
 pub const STACKS: &str = "/api/snapshots/{id}/stacks";
 pub const SEGMENTS: &str = "/api/snapshots/{id}/segments";
 pub const FRAMES: &str = "/api/snapshots/{id}/frames/{stack}";
+pub const ALLOCATION: &str = "/api/snapshots/{id}/allocations/{n}";
 pub const EVENTS: &str = "/api/snapshots/{id}/events";
 pub const WHATIF: &str = "/api/snapshots/{id}/whatif";
 pub const CATEGORIES: &str = "/api/snapshots/{id}/categories";
@@ -129,6 +130,9 @@ pub fn report(id: &str, q: &crate::ReportQuery) -> String {
 }
 pub fn frames(id: &str, stack: crate::StackId) -> String {
     snapshot_path(id, &format!("/frames/{}", stack.0))
+}
+pub fn allocation(id: &str, n: u32, q: &DeviceQuery) -> String {
+    with_query(snapshot_path(id, &format!("/allocations/{n}")), q)
 }
 pub fn diff(a: &str, b: &str, q: &DiffQuery) -> String {
     with_query(format!("/api/diff/{}/{}", encode(a), encode(b)), q)

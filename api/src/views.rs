@@ -417,6 +417,84 @@ pub struct SegmentSpans {
     /// Events in the device's trace.
     pub events: u32,
     pub segments: Vec<SegmentSpan>,
+    /// The frees that waited for another stream over the whole trace.
+    #[serde(default)]
+    pub pending: PendingFrees,
+}
+
+/// `GET /api/snapshots/{id}/allocations/{n}`: one allocation of a device's trace, by its index
+/// (`BlockView::allocation`): what a selection in the segment map follows, whatever else later
+/// sits at its address.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AllocationInfo {
+    pub device: i32,
+    pub allocation: u32,
+    pub address: u64,
+    #[serde(rename = "size")]
+    pub size_bytes: u64,
+    pub stream: u64,
+    pub stack: StackId,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub site: Option<Frame>,
+    /// Its `alloc` event (none: made before the trace), `free_requested` and `free_completed`
+    /// (none: alive when the snapshot was taken).
+    pub alloc_event: Option<u32>,
+    pub free_requested_event: Option<u32>,
+    pub free_event: Option<u32>,
+    pub alloc_us: Option<i64>,
+    pub free_us: Option<i64>,
+    /// The segment it sat in: an index into [`SegmentSpans::segments`].
+    pub segment: Option<u32>,
+}
+
+/// Frees stuck pending on a device: `free_requested` long before `free_completed`, because the
+/// block was used on another stream (`record_stream`). Counted over every allocation.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PendingFrees {
+    /// Listed when they waited at least this long (1 ms).
+    pub min_wait_us: i64,
+    /// False when the trace has no times: every free that waited an event or more is listed.
+    pub timed: bool,
+    /// Frees requested in the trace, and how many waited at all.
+    pub requested: u64,
+    pub waited: u64,
+    /// Those listed (over `min_wait_us`, or still pending at the snapshot however recent): how
+    /// many, their bytes, the longest completed wait, how many still pending.
+    pub count: u64,
+    #[serde(rename = "bytes")]
+    pub size_bytes: u64,
+    pub longest_us: i64,
+    pub still_pending: u64,
+    /// The device's other streams: what the blocks may have waited for (the trace does not
+    /// say which).
+    pub streams: Vec<u64>,
+    /// Still pending first, then the longest wait first; at most 2,000 (the totals count all).
+    pub frees: Vec<PendingFree>,
+    /// The call sites of the frees, each once (`PendingFree::site` indexes it).
+    pub sites: Vec<Frame>,
+}
+
+/// One free that waited.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PendingFree {
+    /// The allocation's index on the device (`BlockView::allocation`).
+    pub allocation: u32,
+    pub address: u64,
+    #[serde(rename = "size")]
+    pub size_bytes: u64,
+    /// The stream the block was allocated on.
+    pub stream: u64,
+    pub stack: StackId,
+    /// An index into [`PendingFrees::sites`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub site: Option<u32>,
+    /// None: made before the trace and pending at the snapshot (the request is not recorded).
+    pub requested_event: Option<u32>,
+    /// None: still pending when the snapshot was taken.
+    pub completed_event: Option<u32>,
+    pub requested_us: i64,
+    pub waited_us: i64,
+    pub waited_events: u32,
 }
 
 #[cfg(test)]

@@ -217,6 +217,14 @@ pub async fn whatif(id: &str, q: &api::WhatIfQuery) -> Result<api::WhatIf, Strin
     get(routes::whatif(id, q)).await
 }
 
+pub async fn allocation(
+    id: &str,
+    n: u32,
+    q: &api::DeviceQuery,
+) -> Result<api::AllocationInfo, String> {
+    get(routes::allocation(id, n, q)).await
+}
+
 pub async fn frames(id: &str, stack: api::StackId) -> Result<Vec<api::Frame>, String> {
     get(routes::frames(id, stack)).await
 }

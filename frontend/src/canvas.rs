@@ -65,6 +65,8 @@ pub enum Ink {
     Label,
     /// An OOM: its marker and its label.
     Danger,
+    /// A selected allocation (the segment map's outline).
+    Select,
 }
 
 impl Ink {
@@ -80,6 +82,7 @@ impl Ink {
             Ink::Brush => ("--chart-brush", "rgba(0,0,0,0.15)"),
             Ink::Label => ("--chart-label", "#364fc7"),
             Ink::Danger => ("--chart-danger", "#c92a2a"),
+            Ink::Select => ("--select", "#ae3ec9"),
         }
     }
 }

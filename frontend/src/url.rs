@@ -1,6 +1,6 @@
-//! A snapshot page's state in its URL query (view, device, window, axis, position, filter,
-//! frames, the what-if setting and limit), so a shared link opens the same view at the same
-//! moment. `merge` is the pure rule (tested on the host); `UrlState` reads and writes it through
+//! A snapshot page's state in its URL query (view, device, window, axis, position, selected
+//! allocation, filter, frames, the what-if setting and limit), so a shared link opens the same
+//! view at the same moment. `merge` is the pure rule (tested on the host); `UrlState` reads and writes it through
 //! the router.
 
 use leptos::prelude::*;
@@ -8,13 +8,14 @@ use leptos_router::NavigateOptions;
 use leptos_router::hooks::use_navigate;
 
 /// The query keys a snapshot page keeps, in the order its URLs write them.
-pub const KEYS: [&str; 15] = [
+pub const KEYS: [&str; 16] = [
     "view",
     "device",
     "from",
     "to",
     "axis",
     "pos",
+    "sel",
     "filter",
     "frames",
     "conf",

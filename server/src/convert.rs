@@ -278,10 +278,7 @@ pub fn categories_at(
             stream: a.stream,
             alloc_event: a.start,
             stack: api::StackId(a.stack.0),
-            site: index
-                .frames
-                .label(snap, a.stack)
-                .map(|f| frame(snapshot::frames::view(snap, f))),
+            site: index.frames.site(snap, a.stack).map(frame),
         })
         .collect();
     api::CategoriesAt {
@@ -572,6 +569,38 @@ pub fn trace_event(e: analysis::timeline::TraceEvent) -> api::TraceEvent {
     }
 }
 
+/// Call sites sent once per answer: each stack's site an index into `sites`.
+struct SiteTable<'a> {
+    snap: &'a snapshot::Snapshot,
+    index: &'a index::Index,
+    ids: std::collections::HashMap<model::FrameId, u32>,
+    sites: Vec<api::Frame>,
+}
+
+impl<'a> SiteTable<'a> {
+    fn new(snap: &'a snapshot::Snapshot, index: &'a index::Index) -> Self {
+        SiteTable {
+            snap,
+            index,
+            ids: Default::default(),
+            sites: Vec::new(),
+        }
+    }
+
+    /// The index of `stack`'s site (none for the empty stack or one without a site).
+    fn id(&mut self, stack: model::StackId) -> Option<u32> {
+        if stack == model::StackId::EMPTY {
+            return None;
+        }
+        let f = self.index.frames.label(self.snap, stack)?;
+        let (snap, index, sites) = (self.snap, self.index, &mut self.sites);
+        Some(*self.ids.entry(f).or_insert_with(|| {
+            sites.push(frame(index.frames.site_view(snap, f)));
+            (sites.len() - 1) as u32
+        }))
+    }
+}
+
 /// The allocator's state for the dashboard: each block with its call site (one table of sites,
 /// so the view colours blocks by the line that made them).
 pub fn allocator_state(
@@ -579,8 +608,7 @@ pub fn allocator_state(
     snap: &snapshot::Snapshot,
     index: &index::Index,
 ) -> api::AllocatorState {
-    let mut site_ids: std::collections::HashMap<model::FrameId, u32> = Default::default();
-    let mut sites = Vec::new();
+    let mut sites = SiteTable::new(snap, index);
     // Each block's category, where the device has a trace to read it from.
     let labels = index
         .device(s.device)
@@ -590,16 +618,7 @@ pub fn allocator_state(
         let (labels, a) = (labels?, a?);
         Some(category(labels.labels.get(a as usize)?.category))
     };
-    let mut site_of = |stack: model::StackId| {
-        if stack == model::StackId::EMPTY {
-            return None;
-        }
-        let f = index.frames.label(snap, stack)?;
-        Some(*site_ids.entry(f).or_insert_with(|| {
-            sites.push(frame(snapshot::frames::view(snap, f)));
-            (sites.len() - 1) as u32
-        }))
-    };
+    let mut site_of = |stack: model::StackId| sites.id(stack);
     let segments = s
         .segments
         .into_iter()
@@ -644,7 +663,7 @@ pub fn allocator_state(
         segments,
         total: fragmentation(s.total),
         pools: s.pools.into_iter().map(pool).collect(),
-        sites,
+        sites: sites.sites,
     }
 }
 
@@ -684,6 +703,73 @@ pub fn segment_span(s: &index::SegmentSpan) -> api::SegmentSpan {
         is_expandable: s.is_expandable,
         start: s.start,
         end: s.end,
+    }
+}
+
+/// One allocation, followed by its index.
+pub fn allocation_info(
+    snap: &snapshot::Snapshot,
+    index: &snapshot::analysis::Index,
+    d: &snapshot::analysis::index::DeviceIndex,
+    n: u32,
+) -> api::AllocationInfo {
+    use snapshot::analysis::index::NONE;
+    let a = &d.allocations[n as usize];
+    let event = |e: u32| (e != NONE).then_some(e);
+    let time = |e: u32| snap.trace.time_us.get(d.row(e));
+    api::AllocationInfo {
+        device: d.device,
+        allocation: n,
+        address: d.addr_of(&snap.trace, n),
+        size_bytes: d.size_of(&snap.trace, n),
+        stream: d.stream_of(&snap.trace, n),
+        stack: api::StackId(a.stack.0),
+        site: index.frames.site(snap, a.stack).map(frame),
+        alloc_event: event(a.start),
+        free_requested_event: d.free_requested_event(&snap.trace, n),
+        free_event: event(a.end),
+        alloc_us: event(a.start).map(time),
+        free_us: event(a.end).map(time),
+        segment: d.segment_of(&snap.trace, n).map(|s| s as u32),
+    }
+}
+
+/// A device's stuck frees, their call sites sent once.
+pub fn pending_frees(
+    snap: &snapshot::Snapshot,
+    index: &snapshot::analysis::Index,
+    p: &snapshot::analysis::pending::PendingFrees,
+) -> api::PendingFrees {
+    let mut sites = SiteTable::new(snap, index);
+    let frees = p
+        .frees
+        .iter()
+        .map(|f| api::PendingFree {
+            allocation: f.allocation,
+            address: f.address,
+            size_bytes: f.size_bytes,
+            stream: f.stream,
+            stack: api::StackId(f.stack.0),
+            site: sites.id(f.stack),
+            requested_event: f.requested_event,
+            completed_event: f.completed_event,
+            requested_us: f.requested_us,
+            waited_us: f.waited_us,
+            waited_events: f.waited_events,
+        })
+        .collect();
+    api::PendingFrees {
+        min_wait_us: p.min_wait_us,
+        timed: p.timed,
+        requested: p.requested,
+        waited: p.waited,
+        count: p.count,
+        size_bytes: p.bytes,
+        longest_us: p.longest_us,
+        still_pending: p.still_pending,
+        streams: p.streams.clone(),
+        frees,
+        sites: sites.sites,
     }
 }
 
@@ -853,12 +939,7 @@ pub fn predict(
         .iter()
         .take(10)
         .map(|u| api::UnmodelledSite {
-            site: largest.and_then(|(snap, index)| {
-                index
-                    .frames
-                    .label(snap, u.stack)
-                    .map(|f| frame(snapshot::frames::view(snap, f)))
-            }),
+            site: largest.and_then(|(snap, index)| index.frames.site(snap, u.stack).map(frame)),
             stack: stack_id(u.stack),
             why: match u.why {
                 Unmodelled::NoRule => api::UnmodelledWhy::NoRule,

@@ -103,12 +103,60 @@ pub struct FrameView {
     pub name: String,
 }
 
+/// What a call site with no Python frame is called where people read stacks in Python, from
+/// the C++ frame that labels it ([`FrameClass::label`]), in a Python user's words:
+/// `(backward of addmm, no Python frame)` for `…::AddmmBackward0::apply(…)`, `(gradient
+/// accumulation, no Python frame)`, `(bmm called from C++, no Python frame)` for
+/// `at::_ops::bmm::call(…)`, else `(C++ code, no Python frame)`. The parenthesis marks it as a
+/// note, not a frame (`api::cpp_name` passes it through).
+pub fn python_note(cpp_name: &str) -> String {
+    let what = if cpp_rank(cpp_name) == 0 {
+        "C++ code".to_string()
+    } else if cpp_name.contains("AccumulateGrad") {
+        "gradient accumulation".to_string()
+    } else if let Some(node) = cpp_name
+        .split_once("::apply(")
+        .map(|(q, _)| q.rsplit("::").next().unwrap_or(q))
+        .and_then(|n| n.split_once("Backward").map(|(op, _)| op))
+        .filter(|op| !op.is_empty())
+    {
+        format!("backward of {}", snake(node))
+    } else if let Some(op) = cpp_name
+        .split_once("at::_ops::")
+        .and_then(|(_, rest)| rest.split_once("::"))
+        .map(|(op, _)| op)
+        .filter(|op| !op.is_empty())
+    {
+        format!("{op} called from C++")
+    } else {
+        "C++ code".to_string()
+    };
+    format!("({what}, no Python frame)")
+}
+
+/// `NativeLayerNorm` as PyTorch names the operator: `native_layer_norm`.
+fn snake(camel: &str) -> String {
+    let mut out = String::with_capacity(camel.len() + 4);
+    for (i, c) in camel.chars().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            out.push('_');
+        }
+        out.push(c.to_ascii_lowercase());
+    }
+    out
+}
+
 /// Per-frame classification, computed once for a snapshot.
 #[derive(Debug, Clone)]
 pub struct FrameClass {
     noise: Vec<bool>,
     user: Vec<bool>,
     cpp: Vec<bool>,
+    /// The snapshot recorded Python frames: its call sites are read in Python.
+    python: bool,
+    /// Per frame, the first frame with the same [`python_note`] (C++ frames) or itself: C++
+    /// sites that read the same in Python are one site there.
+    python_site: Vec<FrameId>,
 }
 
 impl FrameClass {
@@ -117,14 +165,31 @@ impl FrameClass {
         let mut noise = Vec::with_capacity(n);
         let mut user = Vec::with_capacity(n);
         let mut cpp = Vec::with_capacity(n);
+        let mut python_site = Vec::with_capacity(n);
+        let mut first_with_note = rustc_hash::FxHashMap::<String, FrameId>::default();
+        let mut plain_cpp = None;
         for i in 0..n {
-            let f = snap.frame(FrameId(i as u32));
+            let id = FrameId(i as u32);
+            let f = snap.frame(id);
             let (file, name) = (snap.str(f.filename), snap.str(f.name));
             noise.push(is_noise(file, name));
             user.push(is_user(file));
             cpp.push(is_cpp(file));
+            // (Most C++ frames rank 0 and read as plain C++ code: no note made for them.)
+            python_site.push(match (is_cpp(file), cpp_rank(name)) {
+                (false, _) => id,
+                (true, 0) => *plain_cpp.get_or_insert(id),
+                (true, _) => *first_with_note.entry(python_note(name)).or_insert(id),
+            });
         }
-        FrameClass { noise, user, cpp }
+        let python = cpp.iter().zip(&noise).any(|(&c, &n)| !c && !n);
+        FrameClass {
+            noise,
+            user,
+            cpp,
+            python,
+            python_site,
+        }
     }
 
     pub fn is_noise(&self, f: FrameId) -> bool {
@@ -142,7 +207,32 @@ impl FrameClass {
     /// True when the snapshot recorded Python frames (not only C++): then people read its
     /// stacks in Python.
     pub fn has_python(&self) -> bool {
-        self.cpp.iter().zip(&self.noise).any(|(&c, &n)| !c && !n)
+        self.python
+    }
+
+    /// The call site of a stack as people read it ([`Self::label`], shown by
+    /// [`Self::site_view`]).
+    pub fn site(&self, snap: &Snapshot, stack: StackId) -> Option<FrameView> {
+        self.label(snap, stack).map(|f| self.site_view(snap, f))
+    }
+
+    /// A site's frame as shown: in a snapshot read in Python, a C++ frame is its
+    /// [`python_note`], never the C++ function.
+    pub fn site_view(&self, snap: &Snapshot, f: FrameId) -> FrameView {
+        self.site_view_in(snap, f, self.python)
+    }
+
+    /// [`Self::site_view`], read in Python or not.
+    pub fn site_view_in(&self, snap: &Snapshot, f: FrameId, python: bool) -> FrameView {
+        if python && self.is_cpp(f) {
+            FrameView {
+                filename: String::new(),
+                line: 0,
+                name: python_note(snap.str(snap.frame(f).name)),
+            }
+        } else {
+            view(snap, f)
+        }
     }
 
     /// The innermost user frame of a stack.
@@ -163,7 +253,24 @@ impl FrameClass {
     /// torch, e.g. `backward`), else the autograd node or operator that allocated (a backward
     /// allocation on the engine's thread has only C++ frames: `BmmBackward0::apply`,
     /// `at::_ops::bmm::call`), else the first C++ frame outside the caching allocator itself.
+    ///
+    /// In a snapshot read in Python, C++ labels that read the same there ([`python_note`]) are
+    /// one label: the grouping matches what is shown.
     pub fn label(&self, snap: &Snapshot, stack: StackId) -> Option<FrameId> {
+        self.label_in(snap, stack, self.python)
+    }
+
+    /// [`Self::label`], read in Python or not.
+    pub fn label_in(&self, snap: &Snapshot, stack: StackId, python: bool) -> Option<FrameId> {
+        let f = self.cpp_label(snap, stack)?;
+        Some(if python {
+            self.python_site[f.0 as usize]
+        } else {
+            f
+        })
+    }
+
+    fn cpp_label(&self, snap: &Snapshot, stack: StackId) -> Option<FrameId> {
         let frames = snap.stack(stack);
         self.first_user_frame(snap, stack)
             .or_else(|| {

@@ -28,6 +28,7 @@ pub fn router() -> Router<AppState> {
         .route(routes::STACKS, get(stacks))
         .route(routes::SEGMENTS, get(segment_spans))
         .route(routes::FRAMES, get(frames))
+        .route(routes::ALLOCATION, get(allocation))
         .route(routes::EVENTS, get(events))
         .route(routes::WHATIF, get(whatif))
         .route(routes::CATEGORIES, get(categories))
@@ -472,6 +473,15 @@ async fn segment_spans(
             device: d.device,
             events: d.len,
             segments: d.segments.iter().map(convert::segment_span).collect(),
+            pending: convert::pending_frees(
+                &m.snap,
+                &m.index,
+                &analysis::pending::pending_frees(
+                    &m.snap,
+                    d,
+                    analysis::pending::DEFAULT_MIN_WAIT_US,
+                ),
+            ),
         })
     })
     .await?;
@@ -501,6 +511,27 @@ async fn whatif(
                 WhatIfError::Cancelled => ApiError::Cancelled,
                 e => ApiError::BadRequest(e.to_string()),
             })
+    })
+    .await?;
+    Ok(Json(r))
+}
+
+/// One allocation of a device's trace, by index: its lifetime, site and segment.
+async fn allocation(
+    State(s): State<AppState>,
+    Path((id, n)): Path<(String, u32)>,
+    ApiQuery(q): ApiQuery<api::DeviceQuery>,
+) -> ApiResult<Json<api::AllocationInfo>> {
+    let r = query(&s, &id, move |m, _| {
+        let d = device_of(m, q.device)?;
+        if n as usize >= d.allocations.len() {
+            return Err(ApiError::BadRequest(format!(
+                "no allocation {n} on device {}: it has {}",
+                d.device,
+                d.allocations.len()
+            )));
+        }
+        Ok(convert::allocation_info(&m.snap, &m.index, d, n))
     })
     .await?;
     Ok(Json(r))

@@ -959,3 +959,290 @@ async fn every_process_link_of_the_live_pages_opens_a_page() {
     }
     c.close().await.unwrap();
 }
+
+/// Frees stuck pending, listed over the whole trace: the harness's planted `record_stream` free
+/// (64 MiB, still pending at the snapshot, truth.json) is the first row; a click shows its block
+/// selected in the segment map while it waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stuck_frees_are_listed_and_a_click_shows_the_block_waiting() {
+    let lab = lab("pending").await;
+    let base = lab.base.clone();
+    let id = upload_api(&base, "harness/side_stream.pickle").await;
+    let truth: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(fixture("harness/side_stream.truth.json")).unwrap())
+            .unwrap();
+    let (_, spans) = get(&base, &format!("/api/snapshots/{id}/segments")).await;
+    let spans: serde_json::Value = serde_json::from_str(&spans).unwrap();
+    let pending = &spans["pending"];
+    assert_eq!(pending["still_pending"], 1, "{pending}");
+    assert_eq!(
+        pending["frees"][0]["size"],
+        truth["expect"]["pending_free_bytes"]
+    );
+    let c = lab.browser(Theme::Light, (1280, 900), "profile").await;
+    c.goto(&format!("{base}/s/{id}?view=segments&pos=0"))
+        .await
+        .unwrap();
+    let row = wait_js(
+        &c,
+        "document.querySelector('tr.pending-row')?.innerText",
+        "the stuck frees",
+    )
+    .await;
+    let row = row.as_str().unwrap();
+    let line = format!("scenarios.py:{}", truth["expect"]["line"]);
+    assert!(
+        row.contains("64.0 MiB") && row.contains("still pending") && row.contains(&line),
+        "{row}"
+    );
+    assert!(row.contains("default stream"), "{row}");
+    let summary = wait_js(
+        &c,
+        "document.querySelector('section.pending-frees p').innerText",
+        "the summary",
+    )
+    .await;
+    assert!(
+        summary
+            .as_str()
+            .unwrap()
+            .contains("1 free was still pending when the snapshot was taken"),
+        "{summary}"
+    );
+    click(&c, "tr.pending-row").await;
+    let n = pending["frees"][0]["allocation"].as_u64().unwrap();
+    let at = pending["frees"][0]["requested_event"].as_u64().unwrap() + 1;
+    wait_js(
+        &c,
+        &format!(
+            "new URLSearchParams(location.search).get('sel') === '{n}' && new URLSearchParams(location.search).get('pos') === '{at}'"
+        ),
+        "the selection in the address",
+    )
+    .await;
+    let block = wait_js(
+        &c,
+        "document.querySelector('.block.selected')?.className",
+        "the selected block",
+    )
+    .await;
+    assert!(
+        block.as_str().unwrap().contains("active_pending_free"),
+        "{block}"
+    );
+    let sel = wait_js(
+        &c,
+        "document.querySelector('.selection')?.innerText",
+        "the selection's line",
+    )
+    .await;
+    let sel = sel.as_str().unwrap();
+    assert!(
+        sel.contains(&format!("allocation #{n}")) && sel.contains("still pending here"),
+        "{sel}"
+    );
+    screenshot(&c, "newcomer/stuck-frees").await;
+    assert_eq!(console_errors(&c).await, Vec::<String>::new());
+    c.close().await.unwrap();
+}
+
+/// A selection follows the allocation, not the address: a block freed and its address taken by a
+/// later tensor is not outlined there; going to the event that made it outlines it again. The
+/// reused address is found through the API (a training loop reuses addresses every step).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_selection_stays_on_its_allocation_when_the_address_is_reused() {
+    let lab = lab("select").await;
+    let base = lab.base.clone();
+    let id = upload_api(&base, "harness/steady.pickle").await;
+    // Two allocations at one address: A freed, then B made there.
+    let mut seen: Vec<serde_json::Value> = Vec::new();
+    let mut found = None;
+    'search: for n in 0..2000 {
+        let (status, body) = get(&base, &format!("/api/snapshots/{id}/allocations/{n}")).await;
+        if status == 400 {
+            break;
+        }
+        assert_eq!(status, 200, "{body}");
+        let b: serde_json::Value = serde_json::from_str(&body).unwrap();
+        for a in &seen {
+            let freed_before = a["free_event"]
+                .as_u64()
+                .zip(b["alloc_event"].as_u64())
+                .is_some_and(|(f, m)| f < m);
+            if a["address"] == b["address"] && freed_before && !a["alloc_event"].is_null() {
+                found = Some((a.clone(), b.clone()));
+                break 'search;
+            }
+        }
+        seen.push(b);
+    }
+    let (a, b) = found.expect("an address used by two allocations");
+    let (n, other) = (
+        a["allocation"].as_u64().unwrap(),
+        b["allocation"].as_u64().unwrap(),
+    );
+    // Just after B was made: its block sits where A's was.
+    let end = b["alloc_event"].as_u64().unwrap() + 1;
+    let (_, state) = get(&base, &format!("/api/snapshots/{id}/state?position={end}")).await;
+    let state: serde_json::Value = serde_json::from_str(&state).unwrap();
+    let at = state["segments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["blocks"].as_array().unwrap())
+        .find(|blk| blk["address"] == a["address"] && blk["state"] == "active_allocated")
+        .expect("a block at A's address");
+    assert_eq!(at["allocation"].as_u64(), Some(other));
+    let c = lab.browser(Theme::Light, (1280, 900), "profile").await;
+    c.goto(&format!("{base}/s/{id}?view=segments&pos={end}&sel={n}"))
+        .await
+        .unwrap();
+    let sel = wait_js(
+        &c,
+        "document.querySelector('.selection')?.innerText",
+        "the selection's line",
+    )
+    .await;
+    assert!(
+        sel.as_str().unwrap().contains("freed before this event"),
+        "{sel}"
+    );
+    // The map is there and outlines nothing: the block at that address is allocation `other`.
+    wait_js(&c, "document.querySelector('.segmap .block')", "the map").await;
+    assert_eq!(
+        c.execute(
+            "return document.querySelectorAll('.block.selected').length",
+            vec![]
+        )
+        .await
+        .unwrap(),
+        0,
+        "allocation {other} holds the address now, not {n}"
+    );
+    // Its allocation event: alive there, outlined (scrolled into the list's view).
+    click(&c, "button.sel-alloc").await;
+    let made = a["alloc_event"].as_u64().unwrap() + 1;
+    wait_js(
+        &c,
+        &format!("new URLSearchParams(location.search).get('pos') === '{made}' && document.querySelector('.block.selected')"),
+        "the block outlined where it was made",
+    )
+    .await;
+    let alive = wait_js(
+        &c,
+        "document.querySelector('.selection .sel-where')?.innerText",
+        "where it is",
+    )
+    .await;
+    assert!(
+        alive.as_str().unwrap().starts_with("alive at this event"),
+        "{alive}"
+    );
+    // A click on another block selects that one instead.
+    c.execute(
+        "const b = [...document.querySelectorAll('.segmap .block.active_allocated')].find(b => !b.classList.contains('selected')); b.click();",
+        vec![],
+    )
+    .await
+    .unwrap();
+    wait_js(
+        &c,
+        &format!("new URLSearchParams(location.search).get('sel') !== '{n}' && document.querySelectorAll('.block.selected').length === 1"),
+        "another block selected",
+    )
+    .await;
+    screenshot(&c, "newcomer/selection").await;
+    assert_eq!(console_errors(&c).await, Vec::<String>::new());
+    c.close().await.unwrap();
+}
+
+/// Python mode is Python: a GPT step recorded with C++ and Python frames, read with Python
+/// frames (the default where a snapshot has them). No call site shown is a C++ function — the
+/// stacks table, the timeline's largest allocations, the segments tab's event line — and the
+/// backward pass's allocations (only C++ frames, on autograd's thread) read as notes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_python_frames_no_call_site_is_a_cpp_function() {
+    let lab = lab("python").await;
+    let base = lab.base.clone();
+    let id = upload_api(&base, "categories/gpt_bf16_adamw.all.pickle.xz").await;
+    // A C++ name as a call site: `ns::Node::apply`, `XBackward0`, `op (op)`.
+    let cpp = "/::|Backward\\d|\\(op\\)/";
+    let c = lab.browser(Theme::Light, (1280, 900), "profile").await;
+    c.goto(&format!("{base}/s/{id}?view=stacks")).await.unwrap();
+    let sites = wait_js(
+        &c,
+        "(() => { const r = [...document.querySelectorAll('table.sites tr td:last-child')].map(t => t.innerText); return r.length ? r : null; })()",
+        "the call sites",
+    )
+    .await;
+    let sites: Vec<&str> = sites
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    assert!(
+        sites.iter().any(|s| s.contains("(backward of")),
+        "{sites:?}"
+    );
+    let bad = c
+        .execute(
+            &format!("return [...document.querySelectorAll('table.sites tr td:last-child')].map(t => t.innerText).filter(t => {cpp}.test(t));"),
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(bad, serde_json::json!([]), "C++ sites in the stacks table");
+    screenshot(&c, "newcomer/python-stacks").await;
+    // The timeline's largest allocations.
+    c.goto(&format!("{base}/s/{id}?view=timeline"))
+        .await
+        .unwrap();
+    let rows = wait_js(
+        &c,
+        "(() => { const r = [...document.querySelectorAll('table.allocs tr td:last-child')].map(t => t.innerText); return r.length ? r : null; })()",
+        "the largest allocations",
+    )
+    .await;
+    for r in rows.as_array().unwrap() {
+        let r = r.as_str().unwrap();
+        assert!(!r.contains("::") && !r.contains("Backward0"), "{r}");
+    }
+    // The segments tab at a backward allocation: its event line names the note.
+    let (_, cats) = get(&base, &format!("/api/snapshots/{id}/categories?limit=5000")).await;
+    let cats: serde_json::Value = serde_json::from_str(&cats).unwrap();
+    let backward = cats["allocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| {
+            a["site"]["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("(backward of"))
+        })
+        .expect("a backward allocation alive at the peak");
+    let at = backward["alloc_event"].as_u64().unwrap() + 1;
+    c.goto(&format!("{base}/s/{id}?view=segments&pos={at}"))
+        .await
+        .unwrap();
+    let line = wait_js(
+        &c,
+        "document.querySelector('.current-event')?.innerText",
+        "the event line",
+    )
+    .await;
+    let line = line.as_str().unwrap();
+    assert!(line.contains("(backward of"), "{line}");
+    let around = wait_js(
+        &c,
+        "(() => { const l = [...document.querySelectorAll('ol.event-list li')].map(x => x.innerText); return l.length ? l : null; })()",
+        "the events around",
+    )
+    .await;
+    for l in around.as_array().unwrap() {
+        let l = l.as_str().unwrap();
+        assert!(!l.contains("::") && !l.contains("Backward0"), "{l}");
+    }
+    assert_eq!(console_errors(&c).await, Vec::<String>::new());
+    c.close().await.unwrap();
+}

@@ -286,6 +286,32 @@ impl DeviceIndex {
         (self.first_row + event) as usize
     }
 
+    /// The event of allocation `id`'s `free_requested`, where the trace has it. A block made
+    /// before the trace and pending at the snapshot is marked requested at event 0 (so it is
+    /// pending from the start); that is its request only if event 0 is one at its address.
+    pub fn free_requested_event(&self, t: &TraceTable, id: u32) -> Option<u32> {
+        let a = self.allocations.get(id as usize)?;
+        match a.free_requested {
+            NONE => None,
+            0 if a.start == NONE => (self.len > 0
+                && t.action[self.row(0)] == Action::FreeRequested
+                && t.addr[self.row(0)] == self.addr_of(t, id))
+            .then_some(0),
+            e => Some(e),
+        }
+    }
+
+    /// The segment span allocation `id` sat in: the one alive when it was made (or, made before
+    /// the trace, at the trace's start) whose range holds its address.
+    pub fn segment_of(&self, t: &TraceTable, id: u32) -> Option<usize> {
+        let a = self.allocations.get(id as usize)?;
+        let p = if a.start == NONE { 0 } else { a.start + 1 };
+        let addr = self.addr_of(t, id);
+        self.segments
+            .iter()
+            .position(|s| s.alive_at(p) && s.address <= addr && addr < s.address + s.size)
+    }
+
     /// The CUDA stream of allocation `id`.
     pub fn stream_of(&self, t: &TraceTable, id: u32) -> u64 {
         match self.origin(id) {

@@ -30,7 +30,7 @@ use serde::Serialize;
 
 use super::index::{DeviceIndex, Index, NONE};
 use super::steps::{Steps, steps, wave_ends};
-use crate::frames::{FrameView, view};
+use crate::frames::FrameView;
 use crate::model::{FrameId, Snapshot, StackId, TraceTable};
 use crate::units::human_bytes;
 
@@ -442,7 +442,7 @@ pub fn suspects_until(
             last_position: acc.last + 1,
             first_time_us: times[0],
             last_time_us: times[times.len() - 1],
-            site: site.map(|f| view(snap, f)),
+            site: site.map(|f| index.frames.site_view(snap, f)),
             stacks: acc.by_stack.len() as u32,
             frames: fc.display(snap, shown),
             per_step_bytes,

@@ -10,6 +10,7 @@ pub mod labels;
 pub mod leaks;
 pub mod oom;
 pub mod peaks;
+pub mod pending;
 pub mod recovery;
 pub mod run;
 pub mod stacks;

@@ -14,7 +14,7 @@ use super::stacks::{CallSite, stacks_at};
 use super::state::state_at;
 use super::steps::steps;
 use crate::analysis::whatif::{OomWhatIf, oom_whatif};
-use crate::frames::{FrameView, view};
+use crate::frames::FrameView;
 use crate::model::{Snapshot, TraceTable};
 
 /// Why an allocation failed.
@@ -455,7 +455,7 @@ pub fn oom_reports(
                 recovery_evidence: fate.evidence,
                 step: steps.as_ref().and_then(|s| s.number_at(p)),
                 growth,
-                site: index.frames.label(snap, stack).map(|f| view(snap, f)),
+                site: index.frames.site(snap, stack),
                 frames: index.frames.display(snap, stack),
                 largest_sites,
                 categories: super::categories::totals_at(snap, index, d, p),

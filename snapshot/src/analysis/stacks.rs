@@ -5,7 +5,7 @@ use rustc_hash::FxHashMap;
 use serde::Serialize;
 
 use super::index::Index;
-use crate::frames::{FrameView, view};
+use crate::frames::FrameView;
 use crate::model::{FrameId, Snapshot, StackId};
 
 #[derive(Clone, Debug, Serialize)]
@@ -82,7 +82,14 @@ pub fn stacks_at(
     p: Option<u32>,
     max_sites: usize,
 ) -> Option<StackReport> {
-    stacks_at_with(snap, index, device, p, max_sites, FlameFrames::All)
+    stacks_at_with(
+        snap,
+        index,
+        device,
+        p,
+        max_sites,
+        FlameFrames::default_for(index),
+    )
 }
 
 /// Which frames the flame tree is built from.
@@ -94,6 +101,17 @@ pub enum FlameFrames {
     /// Python frames only: the tree a Python user reads. Allocations with no Python frame at all
     /// (a library's workspace, say) sit under one node, `(no Python frames)`.
     PythonOnly,
+}
+
+impl FlameFrames {
+    /// Python where the snapshot recorded Python frames (what its users read), else every frame.
+    pub fn default_for(index: &Index) -> FlameFrames {
+        if index.frames.has_python() {
+            FlameFrames::PythonOnly
+        } else {
+            FlameFrames::All
+        }
+    }
 }
 
 /// [`stacks_at`], choosing the flame tree's frames.
@@ -141,10 +159,12 @@ pub fn stacks_of_category(
         count: 0,
         children: Vec::new(),
     };
+    // Read in Python: a site is a Python line or a note saying there was none.
+    let python = frames == FlameFrames::PythonOnly;
     for &(stack, bytes, count) in &per_stack {
-        let label = fc.label(snap, stack);
+        let label = fc.label_in(snap, stack, python);
         let site = sites.entry(label).or_insert_with(|| CallSite {
-            site: label.map(|f| view(snap, f)),
+            site: label.map(|f| fc.site_view_in(snap, f, python)),
             bytes: 0,
             count: 0,
             frames: Vec::new(),

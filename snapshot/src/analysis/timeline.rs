@@ -516,12 +516,9 @@ pub fn window(
         stacks
             .entry(a.stack)
             .or_insert_with(|| index.frames.display(snap, a.stack));
-        sites.entry(a.stack).or_insert_with(|| {
-            index
-                .frames
-                .label(snap, a.stack)
-                .map(|f| crate::frames::view(snap, f))
-        });
+        sites
+            .entry(a.stack)
+            .or_insert_with(|| index.frames.site(snap, a.stack));
     }
     let time = |p: u32| time_at(snap, d, p);
     // Annotations are cut at the window as drawn: the requested times on the time axis.
@@ -658,10 +655,7 @@ pub fn events_around(
                 size_bytes: t.size.get(r),
                 stream: t.stream(r),
                 time_us: t.time_us.get(r),
-                site: index
-                    .frames
-                    .label(snap, t.stack[r])
-                    .map(|f| crate::frames::view(snap, f)),
+                site: index.frames.site(snap, t.stack[r]),
             }
         })
         .collect()

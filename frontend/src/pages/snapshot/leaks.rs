@@ -79,7 +79,8 @@ pub fn Leaks(report: Arc<::api::Report>) -> impl IntoView {
                     let series: Vec<f64> = l.series.iter().map(|p| p.live_bytes as f64).collect();
                     let site = ::api::site_text(l.site.as_ref());
                     // The timeline greys every allocation whose stack does not contain this text.
-                    let on_timeline = l.site.as_ref().map(|s| {
+                    // (A site without a line, C++ or a note, has nothing to search for.)
+                    let on_timeline = l.site.as_ref().filter(|s| s.line > 0).map(|s| {
                         let needle = format!(
                             "{}:{}",
                             s.filename.rsplit('/').next().unwrap_or(""),

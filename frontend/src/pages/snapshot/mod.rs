@@ -350,6 +350,8 @@ fn device_picker(report: &::api::Report, url: UrlState) -> impl IntoView + use<>
                         ("from", None),
                         ("to", None),
                         ("pos", None),
+                        // An allocation's index is per device.
+                        ("sel", None),
                     ])
                 }>
                     {devices

@@ -32,12 +32,45 @@ pub fn Segments(report: Arc<::api::Report>) -> impl IntoView {
         url.set(&[("pos", Some(p.to_string()))]);
     };
     let hovered = RwSignal::new(String::new());
-    // The state's non-default streams, numbered for their names (side stream 1, 2, …).
+    // Every segment's lifetime and the stuck frees, over the whole trace: only the device
+    // (a step changes the URL's position, and these stay the same).
+    let device = Memo::new(move |_| url.device());
+    let spans = LocalResource::new(move || {
+        let id = url.id.get();
+        let q = ::api::DeviceQuery {
+            device: device.get(),
+        };
+        async move { api::segments(&id, &q).await }
+    });
+    // The selected allocation (`sel`, its index on the device): followed by identity, so a
+    // later tensor at the same address is not it.
+    let sel = Memo::new(move |_| url.get("sel").and_then(|v| v.parse::<u32>().ok()));
+    let selected = LocalResource::new(move || {
+        let (id, device, n) = (url.id.get(), device.get(), sel.get());
+        async move {
+            match n {
+                Some(n) => Some(api::allocation(&id, n, &::api::DeviceQuery { device }).await),
+                None => None,
+            }
+        }
+    });
+    // The trace's non-default streams (and the state's), numbered once for their names (side
+    // stream 1, 2, …), the same at every position.
     let sides = Memo::new(move |_| {
-        data.get()
+        let traced = spans
+            .get()
             .and_then(|d| d.ok())
-            .map(|st| fmt::side_streams(st.segments.iter().map(|s| s.stream)))
-            .unwrap_or_default()
+            .map(|d| d.segments.iter().map(|s| s.stream).collect::<Vec<_>>());
+        let here = data
+            .get()
+            .and_then(|d| d.ok())
+            .map(|st| st.segments.iter().map(|s| s.stream).collect::<Vec<_>>());
+        fmt::side_streams(
+            traced
+                .into_iter()
+                .flatten()
+                .chain(here.into_iter().flatten()),
+        )
     });
     view! {
         <section
@@ -70,13 +103,15 @@ pub fn Segments(report: Arc<::api::Report>) -> impl IntoView {
                     {move || if url.get("by").as_deref() == Some("category") { "colour by call site" } else { "colour by category" }}
                 </button>
             </div>
-            <SegmentTimeline pos=pos events=events/>
+            <SegmentTimeline pos=pos events=events spans=spans selected=selected/>
             <EventList pos=pos sides=sides/>
+            <PendingFrees spans=spans sides=sides/>
+            <Selection pos=pos selected=selected sides=sides/>
             <p class="hover">{move || hovered.get()}</p>
             {move || match data.get() {
                 None => view! { <p>"loading…"</p> }.into_any(),
                 Some(Err(e)) => crate::pages::widgets::error_line(e).into_any(),
-                Some(Ok(st)) => segment_map(st, url, hovered, events > 0, sides).into_any(),
+                Some(Ok(st)) => segment_map(st, url, hovered, events > 0, sides, sel.get()).into_any(),
             }}
         </section>
     }
@@ -88,8 +123,10 @@ fn segment_map(
     url: UrlState,
     hovered: RwSignal<String>,
     replayable: bool,
-    // This state's side streams, numbered (`fmt::stream`).
+    // The trace's side streams, numbered (`fmt::stream`).
     sides: Memo<Vec<u64>>,
+    // The selected allocation, outlined where it is alive.
+    sel: Option<u32>,
 ) -> impl IntoView {
     let rows = st.segments.len();
     let largest = st
@@ -99,12 +136,36 @@ fn segment_map(
         .fold(1.0, f64::max);
     // Allocated blocks by what they are (parameters, activations, …) or by the line that made them.
     let by_category = url.get("by").as_deref() == Some("category");
-    let first_rows = rows_html(&st, largest, 0..rows.min(WINDOW_ROWS), by_category);
+    // The rows shown first: from the top, or around the selected block.
+    let sel_row = sel.and_then(|n| {
+        st.segments
+            .iter()
+            .position(|s| s.blocks.iter().any(|b| b.allocation == Some(n)))
+    });
+    let start = sel_row.map_or(0, |r| {
+        r.saturating_sub(WINDOW_ROWS / 4) / STEP_ROWS * STEP_ROWS
+    });
+    let first_rows = rows_html(
+        &st,
+        largest,
+        start..rows.min(start + WINDOW_ROWS),
+        by_category,
+        sel,
+    );
     // The hover and scroll handlers read the state; the header reads it first.
     let st = std::rc::Rc::new(st);
-    let (st_hover, st_scroll) = (st.clone(), st.clone());
+    let (st_hover, st_scroll, st_click) = (st.clone(), st.clone(), st.clone());
     let window = NodeRef::<leptos::html::Div>::new();
-    let shown_from = std::cell::Cell::new(0usize);
+    let list = NodeRef::<leptos::html::Div>::new();
+    let shown_from = std::cell::Cell::new(start);
+    // The selected block's row scrolled into the list's view (its rows are already made).
+    if let Some(r) = sel_row {
+        Effect::new(move |_| {
+            if let Some(l) = list.get() {
+                l.set_scroll_top(((r as f64 - 3.0).max(0.0) * ROW_PX) as i32);
+            }
+        });
+    }
     // Past the rows in view (and a margin), the rows are made as the list scrolls.
     let on_scroll = move |ev: web_sys::Event| {
         use wasm_bindgen::JsCast;
@@ -125,7 +186,7 @@ fn segment_map(
         web_sys::HtmlElement::style(&win)
             .set_property("top", &format!("{}px", from as f64 * ROW_PX))
             .ok();
-        win.set_inner_html(&rows_html(&st_scroll, largest, from..to, by_category));
+        win.set_inner_html(&rows_html(&st_scroll, largest, from..to, by_category, sel));
     };
     let t = &st.total;
     view! {
@@ -160,12 +221,19 @@ fn segment_map(
         {sides.with_untracked(|sides| pending_note(&st, sides))}
         <div
             class="segmap"
+            node_ref=list
             on:mouseover=move |ev: web_sys::MouseEvent| hover(&ev, &st_hover, url, hovered, sides)
+            on:click=move |ev: web_sys::MouseEvent| select(&ev, &st_click, url)
             on:scroll=on_scroll
         >
             <div class="segmap-space" style=format!("height:{}px", rows as f64 * ROW_PX)>
                 <div inner_html=site_rules(&st)></div>
-                <div class="segmap-window" node_ref=window inner_html=first_rows></div>
+                <div
+                    class="segmap-window"
+                    node_ref=window
+                    style=format!("top:{}px", start as f64 * ROW_PX)
+                    inner_html=first_rows
+                ></div>
             </div>
         </div>
     }
@@ -236,6 +304,7 @@ fn rows_html(
     largest: f64,
     range: std::ops::Range<usize>,
     by_category: bool,
+    sel: Option<u32>,
 ) -> String {
     use std::fmt::Write;
     let mut h = String::with_capacity(range.len() * 400);
@@ -275,6 +344,9 @@ fn rows_html(
                     let _ = write!(h, " s{site}");
                 }
                 _ => {}
+            }
+            if sel.is_some() && b.allocation == sel {
+                h.push_str(" selected");
             }
             let _ = write!(h, r#"" data-b="{bi}" style="width:{w:.3}%"#);
             if waste > 0 {
@@ -442,6 +514,234 @@ fn hover(
         });
     }
 }
+
+/// The block under a click, selected (or, selected already, let go): followed by its allocation.
+fn select(ev: &web_sys::MouseEvent, st: &::api::AllocatorState, url: UrlState) {
+    use wasm_bindgen::JsCast;
+    let index = |e: &web_sys::Element, attr: &str| {
+        e.get_attribute(attr).and_then(|v| v.parse::<usize>().ok())
+    };
+    let Some(el) = ev
+        .target()
+        .and_then(|t| t.dyn_into::<web_sys::Element>().ok())
+    else {
+        return;
+    };
+    let (Some(row), Some(block)) = (
+        el.closest(".segrow").ok().flatten(),
+        el.closest(".block").ok().flatten(),
+    ) else {
+        return;
+    };
+    let Some(n) = index(&row, "data-s")
+        .and_then(|s| st.segments.get(s))
+        .and_then(|s| s.blocks.get(index(&block, "data-b")?))
+        .and_then(|b| b.allocation)
+    else {
+        return;
+    };
+    let again = url.get("sel").and_then(|v| v.parse::<u32>().ok()) == Some(n);
+    url.set(&[("sel", (!again).then(|| n.to_string()))]);
+}
+
+/// The selected allocation: what it is, where it is at this event (its block outlined in the
+/// map, its segment's row and its lifetime outlined on the timeline above), and links to the
+/// events that made and freed it.
+#[component]
+fn Selection(
+    pos: Memo<u64>,
+    selected: LocalResource<Option<Result<::api::AllocationInfo, String>>>,
+    sides: Memo<Vec<u64>>,
+) -> impl IntoView {
+    let url: UrlState = expect_context();
+    let go = move |p: u32| url.set(&[("pos", Some(p.to_string()))]);
+    move || {
+        let a = match selected.get().flatten() {
+            None => return ().into_any(),
+            Some(Err(e)) => return crate::pages::widgets::error_line(e).into_any(),
+            Some(Ok(a)) => a,
+        };
+        let p = pos.get() as u32;
+        let made = a.alloc_event.is_none_or(|e| e < p);
+        let gone = a.free_event.is_some_and(|e| e < p);
+        let pending = a.free_requested_event.is_some_and(|e| e < p) && !gone;
+        let here = match (made, gone, pending) {
+            (false, _, _) => "not made yet at this event".to_string(),
+            (_, true, _) => format!(
+                "freed before this event; its address {:#x} may hold another tensor now, which is not it",
+                a.address
+            ),
+            (_, _, true) => "freed in Python, still pending here (outlined in the map)".to_string(),
+            _ => "alive at this event (outlined in the map)".to_string(),
+        };
+        view! {
+            <div class="selection">
+                <b>{format!("Selected: allocation #{} · {} at {:#x}, {}", a.allocation, fmt::bytes(a.size_bytes), a.address, sides.with(|s| fmt::stream(a.stream, s)))}</b>
+                " · "
+                <span class="sel-site">{::api::site_text(a.site.as_ref())}</span>
+                <p class="sel-where">{here}</p>
+                <p class="sel-links">
+                    {match a.alloc_event {
+                        Some(e) => view! { <button class="sel-alloc" on:click=move |_| go(e + 1)>{format!("made at event {}", fmt::count(e as u64 + 1))}</button> }.into_any(),
+                        None => view! { <span>"made before the trace"</span> }.into_any(),
+                    }}
+                    " "
+                    {a.free_requested_event.filter(|&r| Some(r + 1) != a.free_event).map(|e| view! {
+                        <button class="sel-requested" on:click=move |_| go(e + 1)>{format!("freed in Python at event {}", fmt::count(e as u64 + 1))}</button>
+                        " "
+                    })}
+                    {match a.free_event {
+                        Some(e) => view! { <button class="sel-free" on:click=move |_| go(e + 1)>{format!("free completed at event {}", fmt::count(e as u64 + 1))}</button> }.into_any(),
+                        None => view! { <span>"alive when the snapshot was taken"</span> }.into_any(),
+                    }}
+                    " "
+                    <button class="sel-clear" on:click=move |_| url.set(&[("sel", None)])>"clear selection"</button>
+                </p>
+            </div>
+        }
+        .into_any()
+    }
+}
+
+/// Frees stuck pending over the whole trace (`free_requested` long before `free_completed`):
+/// how many and how much, then each, longest wait first; a click shows its block, selected,
+/// while it waits.
+#[component]
+fn PendingFrees(
+    spans: LocalResource<Result<::api::SegmentSpans, String>>,
+    sides: Memo<Vec<u64>>,
+) -> impl IntoView {
+    let url: UrlState = expect_context();
+    let all = RwSignal::new(false);
+    move || {
+        let Some(Ok(d)) = spans.get() else {
+            return ().into_any();
+        };
+        let events = d.events;
+        let p = d.pending;
+        let over = if p.timed {
+            format!("over {}", fmt::seconds(p.min_wait_us as f64))
+        } else {
+            "an event or more (this trace has no times)".to_string()
+        };
+        // No free in the trace (no trace, or history without frees): nothing to say.
+        if p.requested == 0 && p.count == 0 {
+            return ().into_any();
+        }
+        if p.count == 0 {
+            return view! {
+                <p class="pending-frees none">{format!(
+                    "No free waited {over} for another stream (of {} frees requested in the trace).",
+                    fmt::count(p.requested)
+                )}</p>
+            }
+            .into_any();
+        }
+        let name = |s: u64| sides.with(|sd| fmt::stream(s, sd));
+        let others = if p.streams.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " Other streams in the trace, what they may have waited for (the trace does not say which): {}.",
+                p.streams
+                    .iter()
+                    .map(|&s| name(s))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        };
+        let shown = if all.get() {
+            p.frees.len()
+        } else {
+            p.frees.len().min(PENDING_ROWS)
+        };
+        // Still pending: how long before the snapshot is not recorded, only since the request
+        // to the trace's last event.
+        let waited = |f: &::api::PendingFree| match (p.timed, f.completed_event) {
+            (true, Some(_)) => fmt::seconds(f.waited_us as f64),
+            (true, None) if f.waited_us > 0 => format!("≥ {}", fmt::seconds(f.waited_us as f64)),
+            (true, None) => "(the last event)".to_string(),
+            (false, _) => format!("{} events", fmt::count(f.waited_events as u64)),
+        };
+        let done = p.count - p.still_pending;
+        let rows = p.frees[..shown]
+            .iter()
+            .map(|f| {
+                // (Requested before the trace: shown where the snapshot was taken.)
+                let (n, at) = (f.allocation, f.requested_event.map_or(events, |e| e + 1));
+                let site = ::api::site_text(f.site.and_then(|i| p.sites.get(i as usize)));
+                view! {
+                    <tr
+                        class="pending-row"
+                        data-allocation=n.to_string()
+                        on:click=move |_| url.set(&[("pos", Some(at.to_string())), ("sel", Some(n.to_string()))])
+                    >
+                        <td class="num">{fmt::bytes(f.size_bytes)}</td>
+                        <td class="num">{waited(f)}</td>
+                        <td>{name(f.stream)}</td>
+                        // Events named as the event list names them (the position after each).
+                        <td class="num">{f.requested_event.map_or("before the trace".to_string(), |e| fmt::count(e as u64 + 1))}</td>
+                        <td class="num">{f.completed_event.map_or("still pending".to_string(), |e| fmt::count(e as u64 + 1))}</td>
+                        <td>{site}</td>
+                    </tr>
+                }
+            })
+            .collect_view();
+        let more = p.frees.len() - shown;
+        view! {
+            <section class="pending-frees">
+                <h3><Term key="pending-free">"Frees stuck pending"</Term></h3>
+                <p>{format!(
+                    "{}{}{} ({} in all). Of {} frees requested in the trace, {} did not complete at once.{others} Click a row to see its block while it waits.",
+                    if done > 0 {
+                        format!(
+                            "{} {} waited {over} for another stream between free_requested and free_completed, the longest {}",
+                            fmt::count(done),
+                            if done == 1 { "free" } else { "frees" },
+                            if p.timed { fmt::seconds(p.longest_us as f64) } else { "—".into() },
+                        )
+                    } else {
+                        String::new()
+                    },
+                    if done > 0 && p.still_pending > 0 { "; " } else { "" },
+                    if p.still_pending > 0 {
+                        format!(
+                            "{} {} still pending when the snapshot was taken (freed in Python, waiting for another stream)",
+                            fmt::count(p.still_pending),
+                            if p.still_pending == 1 { "free was" } else { "frees were" },
+                        )
+                    } else {
+                        String::new()
+                    },
+                    fmt::bytes(p.size_bytes),
+                    fmt::count(p.requested),
+                    fmt::count(p.waited),
+                )}</p>
+                <table class="pending-list">
+                    <tr>
+                        <th class="num">"size"</th>
+                        <th class="num">"waited"</th>
+                        <th>"allocated on"</th>
+                        <th class="num">"freed at event"</th>
+                        <th class="num">"completed at event"</th>
+                        <th>"line"</th>
+                    </tr>
+                    {rows}
+                </table>
+                {(more > 0).then(|| view! {
+                    <button class="pending-all" on:click=move |_| all.set(true)>{format!("show all {} listed", fmt::count(p.frees.len() as u64))}</button>
+                })}
+                {(p.count as usize > p.frees.len()).then(|| view! {
+                    <p class="muted">{format!("The {} longest are listed; the figures above count all {}.", fmt::count(p.frees.len() as u64), fmt::count(p.count))}</p>
+                })}
+            </section>
+        }
+        .into_any()
+    }
+}
+
+/// Stuck frees listed before "show all".
+const PENDING_ROWS: usize = 20;
 
 /// An expandable segment's mapped bytes in words: how much, and how it got there.
 fn mapped_words(total_bytes: u64, m: &::api::MappedGrowth) -> String {
@@ -616,20 +916,17 @@ fn EventList(
 }
 
 /// The cached-segment timeline: each segment a row (by address), a bar from its cudaMalloc to its
-/// cudaFree; the chosen position as a line. Click to choose a position.
+/// cudaFree; the chosen position as a line, the selected allocation's segment outlined with its
+/// lifetime inside. Click to choose a position.
 #[component]
-fn SegmentTimeline(pos: Memo<u64>, events: u64) -> impl IntoView {
+fn SegmentTimeline(
+    pos: Memo<u64>,
+    events: u64,
+    spans: LocalResource<Result<::api::SegmentSpans, String>>,
+    selected: LocalResource<Option<Result<::api::AllocationInfo, String>>>,
+) -> impl IntoView {
     let url: UrlState = expect_context();
     let canvas = NodeRef::<leptos::html::Canvas>::new();
-    // Only the device: a step changes the URL's position, and the spans stay the same.
-    let device = Memo::new(move |_| url.device());
-    let spans = LocalResource::new(move || {
-        let id = url.id.get();
-        let q = ::api::DeviceQuery {
-            device: device.get(),
-        };
-        async move { api::segments(&id, &q).await }
-    });
     Effect::new(move |_| {
         let (Some(Ok(d)), Some(c)) = (spans.get(), canvas.get()) else {
             return;
@@ -653,6 +950,26 @@ fn SegmentTimeline(pos: Memo<u64>, events: u64) -> impl IntoView {
                 x.at(start),
                 i as f64 * row,
                 (x.at(end) - x.at(start)).max(1.0),
+                (row - 1.0).max(1.0),
+            );
+        }
+        // The selection: its segment's row outlined, its own lifetime drawn inside it.
+        if let Some(Some(Ok(a))) = selected.get()
+            && let Some(i) = a.segment
+        {
+            let y = i as f64 * row;
+            let (from, to) = (
+                a.alloc_event.map_or(0.0, |e| e as f64),
+                a.free_event.map_or(ev, |e| e as f64),
+            );
+            g.set_stroke_style_str(&ink(Ink::Text));
+            g.set_line_width(1.0);
+            g.stroke_rect(0.5, y - 1.5, w - 1.0, row + 2.0);
+            g.set_fill_style_str(&ink(Ink::Select));
+            g.fill_rect(
+                x.at(from),
+                y,
+                (x.at(to) - x.at(from)).max(2.0),
                 (row - 1.0).max(1.0),
             );
         }

@@ -1175,7 +1175,12 @@ fn pinned(c: Chart, a: Alloc) -> impl IntoView {
                 class="to-segments"
                 on:click=move |_| {
                     let pos = c.hover.get_untracked().map(|h| h.2.last).or(a.start.map(|s| s + 1)).unwrap_or(0);
-                    c.url.set(&[("view", Some("segments".into())), ("pos", Some(pos.to_string()))]);
+                    // Selected there too: its block outlined, followed by identity.
+                    c.url.set(&[
+                        ("view", Some("segments".into())),
+                        ("pos", Some(pos.to_string())),
+                        ("sel", Some(a.id.to_string())),
+                    ]);
                 }
             >
                 "allocator state at this moment"
