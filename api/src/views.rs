@@ -60,6 +60,12 @@ pub struct Bucket {
     pub reserved_min_bytes: u64,
     #[serde(rename = "reserved_max")]
     pub reserved_max_bytes: u64,
+    /// Allocations made in the bucket and their requested bytes: every one, however
+    /// short-lived (what the density view draws).
+    #[serde(default)]
+    pub allocs: u32,
+    #[serde(default)]
+    pub alloc_bytes: u64,
 }
 
 /// A window of a device's trace reduced to buckets.

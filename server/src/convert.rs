@@ -501,6 +501,8 @@ pub fn timeline(t: tl::Timeline) -> api::Timeline {
                 live_max_bytes: b.live_max,
                 reserved_min_bytes: b.reserved_min,
                 reserved_max_bytes: b.reserved_max,
+                allocs: b.allocs,
+                alloc_bytes: b.alloc_bytes,
             })
             .collect(),
         peak_position: t.peak_position,

@@ -1246,3 +1246,69 @@ async fn with_python_frames_no_call_site_is_a_cpp_function() {
     assert_eq!(console_errors(&c).await, Vec::<String>::new());
     c.close().await.unwrap();
 }
+
+/// Time that matters: a 70 s trace of 1 GiB tensors each alive for a few events (the wild
+/// `sqattn_emptycache`, tests/fixtures/wild). At the whole-trace zoom they are narrower than a
+/// pixel, so the bands show a fraction of the live memory at its highest: the chart says how
+/// much, and the density strip under it shows where memory is made, every allocation counted
+/// (the engine's `density::` test checks the counts against the trace rows); hover names a
+/// pixel's count and bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trace_of_short_lived_allocations_is_drawn_as_density() {
+    let lab = lab("density").await;
+    let base = lab.base.clone();
+    let id = upload_api(&base, "wild/sqattn_emptycache.pickle.xz").await;
+    let c = lab.browser(Theme::Light, (1280, 1000), "profile").await;
+    c.goto(&format!("{base}/s/{id}?view=timeline"))
+        .await
+        .unwrap();
+    wait_js(
+        &c,
+        &format!("{} > 300", crate::support::canvas_pixels("density")),
+        "the density strip drawn",
+    )
+    .await;
+    let note = wait_js(
+        &c,
+        "document.querySelector('.density-note')?.innerText.includes('the bands show') && document.querySelector('.density-note').innerText",
+        "the note on what the bands miss",
+    )
+    .await;
+    let note = note.as_str().unwrap();
+    let pct: f64 = note
+        .split("the bands show ")
+        .nth(1)
+        .and_then(|s| s.split('%').next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("{note}"));
+    assert!(pct < 50.0, "{note}");
+    // Hover the darkest column of the strip: it names what was made there.
+    let said = c
+        .execute(
+            "const c = document.getElementById('density'); const g = c.getContext('2d'); \
+             const d = g.getImageData(0, 0, c.width, c.height).data; let best = -1, at = 0; \
+             for (let x = 0; x < c.width; x++) { const i = ((c.height >> 1) * c.width + x) * 4; \
+               const ink = 765 - d[i] - d[i+1] - d[i+2]; if (x > 80 && ink > best) { best = ink; at = x; } } \
+             const r = c.getBoundingClientRect(); \
+             c.dispatchEvent(new MouseEvent('mousemove', { clientX: r.left + at * r.width / c.width, clientY: r.top + r.height / 2, bubbles: true })); \
+             return at;",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert!(said.as_u64().unwrap() > 80);
+    let here = wait_js(
+        &c,
+        "document.querySelector('.density-note')?.innerText.startsWith('Here: ') && document.querySelector('.density-note').innerText",
+        "the hovered pixel's figures",
+    )
+    .await;
+    let here = here.as_str().unwrap();
+    assert!(
+        here.contains("made") && here.contains("requested") && !here.starts_with("Here: 0 "),
+        "{here}"
+    );
+    screenshot(&c, "newcomer/density").await;
+    assert_eq!(console_errors(&c).await, Vec::<String>::new());
+    c.close().await.unwrap();
+}

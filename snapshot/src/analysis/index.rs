@@ -204,6 +204,9 @@ pub(crate) struct LazyViews {
     pub(crate) steps: StepsCache,
     /// What each allocation is (`categories::categories`).
     pub(crate) categories: CategoriesCache,
+    /// Allocations made before each block of [`SERIES_BLOCK`] events: `(count, bytes)`, one
+    /// entry per block boundary (`allocated_between`).
+    pub(crate) made_before_block: std::sync::OnceLock<Vec<(u32, u64)>>,
 }
 
 /// The device's allocation labels once found; like [`StepsCache`], derived again after a reopen.
@@ -480,6 +483,51 @@ impl DeviceIndex {
                 self.size_of(t, i)
             })
         })
+    }
+
+    /// How many allocations were made by events `lo..hi` (alloc events: `(count, requested
+    /// bytes)`), every one counted: from running totals at block boundaries (made on the first
+    /// call, one pass) and at most two partial blocks read from the trace.
+    pub fn allocated_between(&self, t: &TraceTable, lo: u32, hi: u32) -> (u32, u64) {
+        let block = SERIES_BLOCK as u32;
+        let totals = self.lazy.made_before_block.get_or_init(|| {
+            let mut out = Vec::with_capacity(self.len as usize / SERIES_BLOCK + 2);
+            let (mut n, mut bytes) = (0u32, 0u64);
+            for e in 0..self.len {
+                if e % block == 0 {
+                    out.push((n, bytes));
+                }
+                let r = self.row(e);
+                if t.action[r] == Action::Alloc {
+                    n += 1;
+                    bytes += t.size.get(r);
+                }
+            }
+            out.push((n, bytes));
+            out
+        });
+        let hi = hi.min(self.len);
+        let lo = lo.min(hi);
+        let scan = |a: u32, b: u32| {
+            (a..b).fold((0u32, 0u64), |(n, s), e| {
+                let r = self.row(e);
+                if t.action[r] == Action::Alloc {
+                    (n + 1, s + t.size.get(r))
+                } else {
+                    (n, s)
+                }
+            })
+        };
+        let (first_full, last_full) = (lo.div_ceil(block), hi / block);
+        if first_full >= last_full {
+            return scan(lo, hi);
+        }
+        let (head, tail) = (scan(lo, first_full * block), scan(last_full * block, hi));
+        let (a, b) = (
+            totals[first_full as usize],
+            totals[(last_full as usize).min(totals.len() - 1)],
+        );
+        (head.0 + (b.0 - a.0) + tail.0, head.1 + (b.1 - a.1) + tail.1)
     }
 
     /// The peak of allocated (block) bytes (`peaks::allocated_peak`), computed once.

@@ -28,13 +28,27 @@ pub struct Bucket {
     pub live_max: u64,
     pub reserved_min: u64,
     pub reserved_max: u64,
+    /// Allocations made in the bucket (alloc events between its first and last position), and
+    /// their requested bytes: every one, however short-lived (the density view draws them where
+    /// bands are narrower than a pixel).
+    pub allocs: u32,
+    pub alloc_bytes: u64,
 }
 
 impl Bucket {
     /// The lowest and highest live and reserved bytes at positions `lo..=hi`, starting at
     /// `time_us`: what both the event-axis and the time-axis buckets hold.
-    fn over(d: &DeviceIndex, lo: u32, hi: u32, time_us: i64) -> Bucket {
+    /// `made_by`: the events whose allocations the bucket counts (buckets side by side split
+    /// the trace's events between them, each counted once).
+    fn over(
+        t: &TraceTable,
+        d: &DeviceIndex,
+        (lo, hi): (u32, u32),
+        made_by: (u32, u32),
+        time_us: i64,
+    ) -> Bucket {
         let (lmin, lmax, rmin, rmax) = d.extremes(lo, hi);
+        let (allocs, alloc_bytes) = d.allocated_between(t, made_by.0, made_by.1);
         Bucket {
             first: lo,
             last: hi,
@@ -43,6 +57,8 @@ impl Bucket {
             live_max: lmax,
             reserved_min: rmin,
             reserved_max: rmax,
+            allocs,
+            alloc_bytes,
         }
     }
 }
@@ -112,7 +128,14 @@ pub fn timeline(
     for b in 0..n {
         let lo = first + (span * b / n) as u32;
         let hi = first + (span * (b + 1) / n) as u32 - 1;
-        out.push(Bucket::over(d, lo, hi, time_at(snap, d, lo)));
+        // Positions lo..=hi; the next bucket starts at hi + 1, so its events are lo..=hi.
+        out.push(Bucket::over(
+            &snap.trace,
+            d,
+            (lo, hi),
+            (lo, hi + 1),
+            time_at(snap, d, lo),
+        ));
     }
     Some(Timeline {
         device,
@@ -175,7 +198,8 @@ pub fn timeline_by_time(
         } else {
             before(edge(k + 1))
         };
-        out.push(Bucket::over(d, lo, hi, edge(k)));
+        // Events lo..hi are those timed inside the bucket.
+        out.push(Bucket::over(&snap.trace, d, (lo, hi), (lo, hi), edge(k)));
         lo = hi;
     }
     Some(Timeline {

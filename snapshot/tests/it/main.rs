@@ -5,6 +5,7 @@
 mod support;
 
 mod categories;
+mod density;
 mod diff;
 mod flame;
 mod follow;

@@ -17,9 +17,10 @@ pub struct Band {
     pub lower: Vec<f32>,
 }
 
-/// Bands of one answer; compared by identity so a Memo recomputes only on new data.
+/// Bands of one answer, and the bytes they cover in each bucket (the top of the stack); compared
+/// by identity so a Memo recomputes only on new data.
 #[derive(Debug, Clone)]
-pub struct Layout(pub Arc<Vec<Band>>);
+pub struct Layout(pub Arc<Vec<Band>>, pub Arc<Vec<f64>>);
 
 impl PartialEq for Layout {
     fn eq(&self, other: &Self) -> bool {
@@ -60,7 +61,22 @@ pub fn layout(r: &TimelineAnswer) -> Layout {
             lower,
         });
     }
-    Layout(Arc::new(bands))
+    Layout(Arc::new(bands), Arc::new(acc))
+}
+
+impl Layout {
+    /// The share of live bytes the bands show where live memory is highest in the answer: low
+    /// when most of it is in allocations narrower than a bucket (or beyond the largest sent).
+    pub fn shown_at_peak(&self, r: &TimelineAnswer) -> f64 {
+        let b = &r.timeline.buckets;
+        let Some((j, k)) = b.iter().enumerate().max_by_key(|(_, k)| k.live_max_bytes) else {
+            return 1.0;
+        };
+        if k.live_max_bytes == 0 {
+            return 1.0;
+        }
+        (self.1.get(j).copied().unwrap_or(0.0) / k.live_max_bytes as f64).min(1.0)
+    }
 }
 
 impl Layout {
@@ -88,6 +104,8 @@ mod tests {
             live_max_bytes: 0,
             reserved_min_bytes: 0,
             reserved_max_bytes: 0,
+            allocs: 0,
+            alloc_bytes: 0,
         }
     }
 

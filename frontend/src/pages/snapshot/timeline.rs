@@ -880,6 +880,8 @@ pub fn TimelineView(
                 ></canvas>
                 {move || c.hover.get().map(|h| tooltip(c, h))}
             </div>
+            // Under the chart, on its axis: where memory is made in the window shown.
+            {density_strip(c)}
             // Press, drag and release the brush: the window follows on release.
             <canvas
                 id="minimap"
@@ -1161,6 +1163,96 @@ fn hover_frames(c: Chart, a: &Alloc) -> impl IntoView + use<> {
             {frames.into_iter().take(TOOLTIP_FRAMES).map(|f| { let title = f.clone(); view! { <li title=title>{f}</li> } }).collect_view()}
         </ol>
         {(more > 0).then(|| view! { <div class="more">{format!("+{more} more frames: click to pin")}</div> })}
+    }
+}
+
+/// Height of the density strip under the chart, in CSS pixels.
+const DENSITY_H: f64 = 22.0;
+
+/// Where memory is made, every allocation counted (the buckets' `allocs`/`alloc_bytes`): a strip
+/// under the chart, darker where more bytes were allocated in a pixel. It is what shows a trace
+/// whose allocations each live shorter than a pixel (the bands then cover little of the live
+/// memory, and a note says so); hover names a pixel's count and bytes.
+fn density_strip(c: Chart) -> impl IntoView {
+    let canvas = NodeRef::<Canvas>::new();
+    let hover = RwSignal::new(None::<String>);
+    Effect::new(move |_| {
+        let (Some(r), Some(cv)) = (c.answer(), canvas.get()) else {
+            return;
+        };
+        let w = logical_size(&cv).0;
+        let g = sharp(&cv, w, DENSITY_H);
+        g.set_fill_style_str(&ink(Ink::Paper));
+        g.fill_rect(0.0, 0.0, w, DENSITY_H);
+        let b = &r.timeline.buckets;
+        let xs = Scale::new(r.timeline.x_from, r.timeline.x_to, LEFT, w - 10.0);
+        let most = b.iter().map(|k| k.alloc_bytes).max().unwrap_or(0).max(1) as f64;
+        for (i, k) in b.iter().enumerate() {
+            if k.allocs == 0 {
+                continue;
+            }
+            let (x0, x1) = (
+                xs.at(r.bucket_x(k)),
+                b.get(i + 1).map_or(xs.p1, |n| xs.at(r.bucket_x(n))),
+            );
+            // Log scale: a bucket with a thousandth of the most still shows.
+            let shade = ((1.0 + k.alloc_bytes as f64).ln() / (1.0 + most).ln()).clamp(0.08, 1.0);
+            g.set_fill_style_str(&format!("rgba(76, 110, 245, {shade:.3})"));
+            g.fill_rect(x0, 2.0, (x1 - x0).max(1.0), DENSITY_H - 4.0);
+        }
+        g.set_fill_style_str(&ink(Ink::Muted));
+        let _ = g.fill_text("made", 6.0, 15.0);
+    });
+    let on_move = move |ev: web_sys::MouseEvent| {
+        let (Some(r), Some(cv)) = (c.answer(), canvas.get_untracked()) else {
+            return;
+        };
+        let (x, _) = pointer(&cv, &ev);
+        let xs = Scale::new(
+            r.timeline.x_from,
+            r.timeline.x_to,
+            LEFT,
+            logical_size(&cv).0 - 10.0,
+        );
+        let at = xs.inv(x);
+        let b = &r.timeline.buckets;
+        let i = b.partition_point(|k| r.bucket_x(k) <= at).saturating_sub(1);
+        hover.set(b.get(i).map(|k| {
+            format!(
+                "Here: {} {} made, {} requested.",
+                fmt::count(k.allocs as u64),
+                if k.allocs == 1 {
+                    "allocation"
+                } else {
+                    "allocations"
+                },
+                fmt::bytes(k.alloc_bytes)
+            )
+        }));
+    };
+    view! {
+        <canvas
+            id="density"
+            class="density"
+            node_ref=canvas
+            width=c.width as u32
+            height=DENSITY_H as u32
+            on:mousemove=on_move
+            on:mouseleave=move |_| hover.set(None)
+        ></canvas>
+        <p class="density-note">
+            {move || hover.get().unwrap_or_else(|| {
+                let shown = c.answer().zip(c.bands.get()).map(|(r, lay)| lay.shown_at_peak(&r));
+                if let Some(s) = shown.filter(|&s| s < 0.5) {
+                    format!(
+                        "At the highest point in view the bands show {:.0}% of live memory: the rest is in allocations too short-lived to draw one by one (narrower than a pixel). The strip shows where memory is made, every allocation counted (darker: more bytes per pixel); zoom in (wheel, +) to see them as bands.",
+                        s * 100.0
+                    )
+                } else {
+                    "The strip shows where memory is made: every allocation counted, darker where more bytes were allocated per pixel. Hover it for the figures.".to_string()
+                }
+            })}
+        </p>
     }
 }
 
