@@ -25,6 +25,21 @@ pub struct FigureDelta {
     pub delta: i64,
     /// Bytes (true) or a count.
     pub bytes: bool,
+    /// What a change means: more memory, leaks or OOMs cost; more trace events or segments are
+    /// neither better nor worse by themselves (a longer recording is not a regression).
+    #[serde(default)]
+    pub change: ChangeMeaning,
+}
+
+/// How a change of a figure reads.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChangeMeaning {
+    /// Up is worse, down is better.
+    #[default]
+    Cost,
+    /// Neither: shown without a colour.
+    Neutral,
 }
 
 /// Memory one call site holds at each snapshot's peak.

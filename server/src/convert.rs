@@ -799,6 +799,11 @@ pub fn diff(d: diff::Diff) -> api::Diff {
                 b: f.b,
                 delta: f.delta,
                 bytes: f.figure.is_bytes(),
+                change: if f.figure.more_is_worse() {
+                    api::ChangeMeaning::Cost
+                } else {
+                    api::ChangeMeaning::Neutral
+                },
             })
             .collect(),
         categories_at_peak: d.categories_at_peak.map(|(a, b)| api::CategoriesDelta {

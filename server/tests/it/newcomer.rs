@@ -1312,3 +1312,151 @@ async fn a_trace_of_short_lived_allocations_is_drawn_as_density() {
     assert_eq!(console_errors(&c).await, Vec::<String>::new());
     c.close().await.unwrap();
 }
+
+/// Compare shows change: two ranks of one harness job (rank 1 ran out of memory), their memory
+/// curves overlaid (both colours drawn, by time and by event), what ended each run side by side
+/// (each report's own words), and the figures coloured by meaning: more trace events is not a
+/// regression, a change of peak memory is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_comparison_overlays_the_curves_and_sets_the_verdicts_side_by_side() {
+    let lab = lab("compare").await;
+    let base = lab.base.clone();
+    let a = upload_api(&base, "harness/ranks.rank0.pickle").await;
+    let b = upload_api(&base, "harness/ranks.rank1.oom.pickle").await;
+    let (ra, rb) = (report(&base, &a).await, report(&base, &b).await);
+    let c = lab.browser(Theme::Light, (1280, 1000), "profile").await;
+    c.goto(&format!("{base}/diff/{a}/{b}")).await.unwrap();
+    // Both curves on one chart: pixels of A's blue and B's orange.
+    let colours = "(() => { const c = document.getElementById('overlay'); if (!c) return null; \
+        const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let blue = 0, orange = 0; \
+        for (let i = 0; i < d.length; i += 4) { const [r, g, b] = [d[i], d[i+1], d[i+2]]; \
+          if (b > 200 && r < 120 && g < 150) blue++; if (r > 220 && g > 80 && g < 140 && b < 60) orange++; } \
+        return blue > 50 && orange > 50 ? [blue, orange] : null; })()";
+    wait_js(&c, colours, "both curves drawn by time").await;
+    click(&c, "button.by-event").await;
+    wait_js(
+        &c,
+        "document.querySelector('button.by-event.active')",
+        "the event axis",
+    )
+    .await;
+    wait_js(&c, colours, "both curves drawn by event").await;
+    // What ended each run, in each report's own words.
+    let outcome = wait_js(
+        &c,
+        "(() => { const r = document.querySelector('tr.v-outcome'); return r ? [...r.querySelectorAll('td')].map(t => t.innerText) : null; })()",
+        "the outcomes side by side",
+    )
+    .await;
+    let said = |r: &serde_json::Value| {
+        r["oom_outcome"]
+            .as_str()
+            .unwrap_or("No OOM in the trace.")
+            .to_string()
+    };
+    assert_eq!(outcome, serde_json::json!([said(&ra), said(&rb)]));
+    let fatal = wait_js(
+        &c,
+        "[...document.querySelectorAll('tr.v-fatal td')].map(t => t.innerText)",
+        "the fatal OOMs",
+    )
+    .await;
+    let raised = rb["ooms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["recovered"] == false)
+        .expect("rank 1 raised");
+    assert!(
+        fatal[1]
+            .as_str()
+            .unwrap()
+            .starts_with(raised["verdict"].as_str().unwrap()),
+        "{fatal}"
+    );
+    // Coloured by meaning: the trace-events change is neutral, a peak's change is not.
+    let cells = c
+        .execute(
+            "return [...document.querySelectorAll('table.diff-figures tbody tr')].map(r => [r.cells[0].innerText, r.cells[3].className, r.cells[3].innerText]);",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let row = |name: &str| {
+        cells
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r[0] == name)
+            .unwrap_or_else(|| panic!("{name}: {cells}"))
+            .clone()
+    };
+    let events = row("trace events");
+    assert!(
+        events[1].as_str().unwrap().contains("neutral")
+            && !events[1].as_str().unwrap().contains("up")
+            && !events[1].as_str().unwrap().contains("down"),
+        "{events}"
+    );
+    let peak = row("peak reserved bytes");
+    if peak[2] != "0" {
+        let class = peak[1].as_str().unwrap();
+        assert!(class.contains("up") || class.contains("down"), "{peak}");
+    }
+    screenshot(&c, "newcomer/compare").await;
+    assert_eq!(console_errors(&c).await, Vec::<String>::new());
+    c.close().await.unwrap();
+}
+
+/// Idle stretches in the middle of a trace: the H200 run that kept a side stream busy 3–90 ms
+/// between its allocations (tests/fixtures/pending, truth.json) has stretches with no event,
+/// shaded and counted on the time axis; "fold idle time" shows the same events by index, idle
+/// time taking no room, each stretch a marked break.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_stretches_mid_trace_are_marked_and_fold() {
+    let lab = lab("idle").await;
+    let base = lab.base.clone();
+    let id = upload_api(&base, "pending/pending_one_side.pickle").await;
+    let c = lab.browser(Theme::Light, (1280, 900), "profile").await;
+    c.goto(&format!("{base}/s/{id}?view=timeline"))
+        .await
+        .unwrap();
+    let note = wait_js(
+        &c,
+        "document.querySelector('.idle-note')?.innerText",
+        "the idle note",
+    )
+    .await;
+    let note = note.as_str().unwrap();
+    let n: usize = note
+        .split(' ')
+        .next()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("{note}"));
+    // The two longest planted waits (30 and 90 ms of a 166 ms trace) at least.
+    assert!(n >= 2 && note.contains("idle stretches in view"), "{note}");
+    screenshot(&c, "newcomer/idle-shaded").await;
+    click(&c, "button.fold-idle").await;
+    let folded = wait_js(
+        &c,
+        "new URLSearchParams(location.search).get('axis') === 'event' && document.querySelector('.idle-note')?.innerText.startsWith('Idle time folded') && document.querySelector('.idle-note').innerText",
+        "the folded view",
+    )
+    .await;
+    assert!(
+        folded
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("Idle time folded: {n} breaks")),
+        "{folded} (shaded: {note})"
+    );
+    wait_js(
+        &c,
+        &format!("{CANVAS_PIXELS} > 5000"),
+        "the folded chart drawn",
+    )
+    .await;
+    screenshot(&c, "newcomer/idle-folded").await;
+    assert_eq!(console_errors(&c).await, Vec::<String>::new());
+    c.close().await.unwrap();
+}

@@ -52,6 +52,21 @@ impl Figure {
         }
     }
 
+    /// Whether more of it is worse: memory, leaks and OOMs cost; a longer trace or more
+    /// segments are not a regression by themselves.
+    pub fn more_is_worse(self) -> bool {
+        match self {
+            Figure::PeakRequested
+            | Figure::PeakAllocated
+            | Figure::PeakReserved
+            | Figure::ReservedAtSnapshot
+            | Figure::AllocatedAtSnapshot
+            | Figure::LeakSuspects
+            | Figure::Ooms => true,
+            Figure::Segments | Figure::TraceEvents => false,
+        }
+    }
+
     /// Bytes (true) or a count.
     pub fn is_bytes(self) -> bool {
         match self {

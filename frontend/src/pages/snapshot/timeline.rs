@@ -92,6 +92,102 @@ struct Overlay<'a> {
     categories: Option<(&'a [::api::CategoryBytes], &'a [Category])>,
 }
 
+/// An idle stretch in the middle of the window: no event for at least this share of it (and
+/// [`MIN_IDLE_US`]) is marked.
+const IDLE_SHARE: f64 = 0.05;
+const MIN_IDLE_US: i64 = 1_000;
+
+/// The idle stretches of an answer, as (x from, x to, µs idle) on its axis. On the time axis, a
+/// run of buckets with no event (drawn flat, marked with its length); on the event axis, where
+/// time is already folded away, the boundary between two buckets whose times jump (a mark where
+/// the idle time went).
+pub fn idle_stretches(r: &Resp) -> Vec<(f64, f64, i64)> {
+    let b = &r.timeline.buckets;
+    let span_us = (r.last_time_us - r.first_time_us).max(1);
+    let mut out = Vec::new();
+    match r.axis {
+        Axis::Time => {
+            let window = (r.timeline.x_to - r.timeline.x_from).max(1.0);
+            let min = (window * IDLE_SHARE).max(MIN_IDLE_US as f64);
+            let mut i = 0;
+            while i < b.len() {
+                if b[i].first != b[i].last {
+                    i += 1;
+                    continue;
+                }
+                let j = (i..b.len())
+                    .find(|&j| b[j].first != b[j].last)
+                    .unwrap_or(b.len());
+                let (from, to) = (
+                    b[i].time_us as f64,
+                    b.get(j).map_or(r.timeline.x_to, |k| k.time_us as f64),
+                );
+                // Only inside the trace (not the stretch after its last event).
+                let inside = j < b.len() && b[i].first > 0;
+                if inside && to - from >= min {
+                    out.push((from, to, (to - from) as i64));
+                }
+                i = j;
+            }
+        }
+        Axis::Event => {
+            let min = ((span_us as f64 * IDLE_SHARE) as i64).max(MIN_IDLE_US);
+            for w in b.windows(2) {
+                // The time between the two buckets' starts, less what a bucket's own events
+                // take, is at least this gap: marked where the next bucket starts.
+                let gap = w[1].time_us - w[0].time_us;
+                if gap >= min {
+                    out.push((w[1].first as f64, w[1].first as f64, gap));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Idle stretches marked: hatched and named by their length on the time axis; a break with the
+/// time it folds on the event axis.
+fn draw_idle(
+    g: &web_sys::CanvasRenderingContext2d,
+    r: &Resp,
+    xs: &Scale,
+    (top, plot_h): (f64, f64),
+) {
+    // A label that would run into the one before it is left out (its stretch stays marked).
+    let mut taken = f64::MIN;
+    for (from, to, us) in idle_stretches(r) {
+        let (x0, x1) = (xs.at(from), xs.at(to));
+        let label = format!("idle {}", fmt::seconds(us as f64));
+        if r.axis == Axis::Time {
+            g.set_fill_style_str("rgba(134, 142, 150, 0.16)");
+            g.fill_rect(x0, top, (x1 - x0).max(1.0), plot_h);
+        } else {
+            // A break: two slanted strokes across the plot where the idle time was folded.
+            g.set_stroke_style_str(&ink(Ink::Muted));
+            g.set_line_width(1.0);
+            for dx in [-2.0, 2.0] {
+                g.begin_path();
+                g.move_to(x0 + dx - 3.0, top + plot_h);
+                g.line_to(x0 + dx + 3.0, top);
+                g.stroke();
+            }
+        }
+        g.set_fill_style_str(&ink(Ink::Muted));
+        let tw = g.measure_text(&label).map_or(60.0, |m| m.width());
+        let mid = if r.axis == Axis::Time {
+            (x0 + x1) / 2.0
+        } else {
+            x0
+        };
+        let lx = mid - tw / 2.0;
+        if lx < taken + 4.0 {
+            continue;
+        }
+        taken = lx + tw;
+        let _ = g.fill_text(&label, lx, top + 24.0);
+    }
+}
+
 /// Most step boundaries drawn; more are thinned to every k-th.
 const MAX_STEP_LINES: usize = 200;
 
@@ -438,6 +534,9 @@ fn draw_rest(
                 13.0,
             );
         }
+    }
+    if o.with_axes {
+        draw_idle(g, r, xs, (top, plot_h));
     }
     if let Some((a, bx)) = o.brush {
         g.set_fill_style_str(&ink(Ink::Brush));
@@ -865,6 +964,7 @@ pub fn TimelineView(
             {toolbar(c)}
             {category_legend(c)}
             {fitted_note(c)}
+            {idle_note(c)}
             {whatif_note(c)}
             <div class="chart">
                 <canvas
@@ -1019,6 +1119,55 @@ fn category_legend(c: Chart) -> impl IntoView {
 }
 
 /// When the server fitted the view to where memory changes: what it left out, and a way back.
+/// Idle stretches inside the window: how many and how long, shaded on the time axis; "fold" shows
+/// the same window by event, where idle time takes no room and each stretch is a marked break.
+fn idle_note(c: Chart) -> impl IntoView {
+    move || {
+        let d = c.answer()?;
+        let idle = idle_stretches(&d);
+        if idle.is_empty() {
+            return None;
+        }
+        let total: i64 = idle.iter().map(|s| s.2).sum();
+        let n = idle.len();
+        let (first, last) = (d.timeline.first_position, d.timeline.last_position);
+        let time = d.axis == Axis::Time;
+        Some(view! {
+            <p class="idle-note">
+                {if time {
+                    format!(
+                        "{n} idle {} in view ({} with no event, shaded). ",
+                        if n == 1 { "stretch" } else { "stretches" },
+                        fmt::seconds(total as f64)
+                    )
+                } else {
+                    format!(
+                        "Idle time folded: {n} {} ({} with no event) marked where {} were. ",
+                        if n == 1 { "break" } else { "breaks" },
+                        fmt::seconds(total as f64),
+                        if n == 1 { "it" } else { "they" }
+                    )
+                }}
+                {time.then(|| view! {
+                    <button
+                        class="fold-idle"
+                        on:click=move |_| {
+                            // The same events, by event index: idle time takes no room.
+                            c.url.set(&[
+                                ("axis", Some("event".into())),
+                                ("from", Some(first.to_string())),
+                                ("to", Some(last.to_string())),
+                            ]);
+                        }
+                    >
+                        "fold idle time"
+                    </button>
+                })}
+            </p>
+        })
+    }
+}
+
 fn fitted_note(c: Chart) -> impl IntoView {
     move || {
         let d = c.answer()?;
