@@ -937,7 +937,9 @@ fn SegmentTimeline(
         g.fill_rect(0.0, 0.0, w, h);
         let ev = events.max(1) as f64;
         let x = Scale::new(0.0, ev, 0.0, w);
-        let row = (h / d.segments.len().max(1) as f64).clamp(1.0, 10.0);
+        // Every segment inside the canvas (under a pixel a row past 120 of them), so a selected
+        // allocation's row is always drawn.
+        let row = (h / d.segments.len().max(1) as f64).min(10.0);
         for (i, s) in d.segments.iter().enumerate() {
             let start = s.start_event().unwrap_or(0) as f64;
             let end = s.end_event().map_or(ev, |e| e as f64);
