@@ -181,6 +181,17 @@ impl TimelineAnswer {
         }
     }
 
+    /// The bucket holding moment `x` on the answer's axis (the last one starting at or before
+    /// it; the first before them all); none without buckets.
+    pub fn bucket_at(&self, x: f64) -> Option<usize> {
+        let b = &self.timeline.buckets;
+        (!b.is_empty()).then(|| {
+            b.partition_point(|k| self.bucket_x(k) <= x)
+                .saturating_sub(1)
+                .min(b.len() - 1)
+        })
+    }
+
     /// Whether `stack`'s frames mention `needle` (lower-case; empty matches everything).
     pub fn stack_mentions(&self, stack: StackId, needle: &str) -> bool {
         needle.is_empty()

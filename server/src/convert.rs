@@ -620,7 +620,6 @@ pub fn allocator_state(
         let (labels, a) = (labels?, a?);
         Some(category(labels.labels.get(a as usize)?.category))
     };
-    let mut site_of = |stack: model::StackId| sites.id(stack);
     let segments = s
         .segments
         .into_iter()
@@ -652,7 +651,7 @@ pub fn allocator_state(
                     allocation: b.allocation,
                     category: category_of(b.allocation),
                     stack: stack_id(b.stack),
-                    site: site_of(b.stack),
+                    site: sites.id(b.stack),
                 })
                 .collect(),
             fragmentation: fragmentation(g.fragmentation),
@@ -715,23 +714,21 @@ pub fn allocation_info(
     d: &snapshot::analysis::index::DeviceIndex,
     n: u32,
 ) -> api::AllocationInfo {
-    use snapshot::analysis::index::NONE;
-    let a = &d.allocations[n as usize];
-    let event = |e: u32| (e != NONE).then_some(e);
-    let time = |e: u32| snap.trace.time_us.get(d.row(e));
+    // What the timeline says of it (address, size, stream, lifetime), and what a selection adds.
+    let a = tl::allocation_view(snap, d, n);
     api::AllocationInfo {
         device: d.device,
         allocation: n,
-        address: d.addr_of(&snap.trace, n),
-        size_bytes: d.size_of(&snap.trace, n),
-        stream: d.stream_of(&snap.trace, n),
+        address: a.addr,
+        size_bytes: a.size,
+        stream: a.stream,
         stack: api::StackId(a.stack.0),
         site: index.frames.site(snap, a.stack).map(frame),
-        alloc_event: event(a.start),
+        alloc_event: a.start,
         free_requested_event: d.free_requested_event(&snap.trace, n),
-        free_event: event(a.end),
-        alloc_us: event(a.start).map(time),
-        free_us: event(a.end).map(time),
+        free_event: a.end,
+        alloc_us: a.start_time_us,
+        free_us: a.end_time_us,
         segment: d.segment_of(&snap.trace, n).map(|s| s as u32),
     }
 }

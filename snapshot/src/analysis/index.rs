@@ -490,44 +490,39 @@ impl DeviceIndex {
     /// call, one pass) and at most two partial blocks read from the trace.
     pub fn allocated_between(&self, t: &TraceTable, lo: u32, hi: u32) -> (u32, u64) {
         let block = SERIES_BLOCK as u32;
+        // Running totals at each full block's start, and at the last full block's end.
         let totals = self.lazy.made_before_block.get_or_init(|| {
-            let mut out = Vec::with_capacity(self.len as usize / SERIES_BLOCK + 2);
-            let (mut n, mut bytes) = (0u32, 0u64);
-            for e in 0..self.len {
-                if e % block == 0 {
-                    out.push((n, bytes));
-                }
-                let r = self.row(e);
-                if t.action[r] == Action::Alloc {
-                    n += 1;
-                    bytes += t.size.get(r);
-                }
+            let mut acc = (0u32, 0u64);
+            let mut out = vec![acc];
+            for k in 0..self.len / block {
+                let (n, bytes) = self.allocs_in(t, k * block, (k + 1) * block);
+                acc = (acc.0 + n, acc.1 + bytes);
+                out.push(acc);
             }
-            out.push((n, bytes));
             out
         });
         let hi = hi.min(self.len);
         let lo = lo.min(hi);
-        let scan = |a: u32, b: u32| {
-            (a..b).fold((0u32, 0u64), |(n, s), e| {
-                let r = self.row(e);
-                if t.action[r] == Action::Alloc {
-                    (n + 1, s + t.size.get(r))
-                } else {
-                    (n, s)
-                }
-            })
-        };
         let (first_full, last_full) = (lo.div_ceil(block), hi / block);
         if first_full >= last_full {
-            return scan(lo, hi);
+            return self.allocs_in(t, lo, hi);
         }
-        let (head, tail) = (scan(lo, first_full * block), scan(last_full * block, hi));
-        let (a, b) = (
-            totals[first_full as usize],
-            totals[(last_full as usize).min(totals.len() - 1)],
-        );
+        let head = self.allocs_in(t, lo, first_full * block);
+        let tail = self.allocs_in(t, last_full * block, hi);
+        let (a, b) = (totals[first_full as usize], totals[last_full as usize]);
         (head.0 + (b.0 - a.0) + tail.0, head.1 + (b.1 - a.1) + tail.1)
+    }
+
+    /// Alloc rows among events `lo..hi`, read from the trace: `(count, requested bytes)`.
+    fn allocs_in(&self, t: &TraceTable, lo: u32, hi: u32) -> (u32, u64) {
+        (lo..hi).fold((0, 0), |(n, bytes), e| {
+            let r = self.row(e);
+            if t.action[r] == Action::Alloc {
+                (n + 1, bytes + t.size.get(r))
+            } else {
+                (n, bytes)
+            }
+        })
     }
 
     /// The peak of allocated (block) bytes (`peaks::allocated_peak`), computed once.

@@ -464,33 +464,14 @@ fn hover(
     hovered: RwSignal<String>,
     sides: Memo<Vec<u64>>,
 ) {
-    use wasm_bindgen::JsCast;
-    let Some(el) = ev
-        .target()
-        .and_then(|t| t.dyn_into::<web_sys::Element>().ok())
-    else {
-        return;
-    };
-    let index = |e: &web_sys::Element, attr: &str| {
-        e.get_attribute(attr).and_then(|v| v.parse::<usize>().ok())
-    };
-    let Some(row) = el.closest(".segrow").ok().flatten() else {
-        return;
-    };
-    let Some(seg) = index(&row, "data-s").and_then(|i| st.segments.get(i)) else {
+    let Some(((row, seg), block)) = under(ev, st) else {
         return;
     };
     if row.get_attribute("title").is_none() {
         let words = sides.with_untracked(|sides| segment_words(seg, sides));
         row.set_attribute("title", &words).ok();
     }
-    let Some((block, b)) = el
-        .closest(".block")
-        .ok()
-        .flatten()
-        .and_then(|e| Some((index(&e, "data-b").and_then(|i| seg.blocks.get(i))?, e)))
-        .map(|(b, e)| (e, b))
-    else {
+    let Some((block, b)) = block else {
         return;
     };
     let info = block_words(b, &st.sites);
@@ -517,31 +498,35 @@ fn hover(
 
 /// The block under a click, selected (or, selected already, let go): followed by its allocation.
 fn select(ev: &web_sys::MouseEvent, st: &::api::AllocatorState, url: UrlState) {
-    use wasm_bindgen::JsCast;
-    let index = |e: &web_sys::Element, attr: &str| {
-        e.get_attribute(attr).and_then(|v| v.parse::<usize>().ok())
-    };
-    let Some(el) = ev
-        .target()
-        .and_then(|t| t.dyn_into::<web_sys::Element>().ok())
-    else {
-        return;
-    };
-    let (Some(row), Some(block)) = (
-        el.closest(".segrow").ok().flatten(),
-        el.closest(".block").ok().flatten(),
-    ) else {
-        return;
-    };
-    let Some(n) = index(&row, "data-s")
-        .and_then(|s| st.segments.get(s))
-        .and_then(|s| s.blocks.get(index(&block, "data-b")?))
-        .and_then(|b| b.allocation)
-    else {
+    let Some(n) = under(ev, st).and_then(|(_, block)| block?.1.allocation) else {
         return;
     };
     let again = url.get("sel").and_then(|v| v.parse::<u32>().ok()) == Some(n);
     url.set(&[("sel", (!again).then(|| n.to_string()))]);
+}
+
+/// The segment row under the pointer (its element and segment) and, over a block, the block's
+/// element and block: what the map's hover and click both read (`data-s`, `data-b`).
+type Under<'a> = (
+    (web_sys::Element, &'a ::api::SegmentView),
+    Option<(web_sys::Element, &'a ::api::BlockView)>,
+);
+
+fn under<'a>(ev: &web_sys::MouseEvent, st: &'a ::api::AllocatorState) -> Option<Under<'a>> {
+    use wasm_bindgen::JsCast;
+    let index = |e: &web_sys::Element, attr: &str| {
+        e.get_attribute(attr).and_then(|v| v.parse::<usize>().ok())
+    };
+    let el = ev.target()?.dyn_into::<web_sys::Element>().ok()?;
+    let row = el.closest(".segrow").ok().flatten()?;
+    let seg = st.segments.get(index(&row, "data-s")?)?;
+    let block = el
+        .closest(".block")
+        .ok()
+        .flatten()
+        .and_then(|e| Some((seg.blocks.get(index(&e, "data-b")?)?, e)))
+        .map(|(b, e)| (e, b));
+    Some(((row, seg), block))
 }
 
 /// The selected allocation: what it is, where it is at this event (its block outlined in the

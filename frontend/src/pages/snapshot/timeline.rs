@@ -850,17 +850,12 @@ impl Chart {
         let (Some(f), Some(Ok(d))) = (self.frac(&ev), self.data.get_untracked()) else {
             return;
         };
-        let b = &d.timeline.buckets;
-        if b.is_empty() {
-            return;
-        }
         // The moment under the pointer on the axis shown, and the bucket that holds it.
         let at = d.timeline.x_from + (d.timeline.x_to - d.timeline.x_from) * f;
-        let i = b
-            .partition_point(|k| d.bucket_x(k) <= at)
-            .saturating_sub(1)
-            .min(b.len() - 1);
-        let bucket = b[i].clone();
+        let Some(i) = d.bucket_at(at) else {
+            return;
+        };
+        let bucket = d.timeline.buckets[i].clone();
         let p = bucket.last;
         // The band under the cursor, else the largest allocation alive there.
         let value = self.canvas.get_untracked().and_then(|c| {
@@ -1334,7 +1329,9 @@ fn density_strip(c: Chart) -> impl IntoView {
         g.set_fill_style_str(&ink(Ink::Paper));
         g.fill_rect(0.0, 0.0, w, DENSITY_H);
         let b = &r.timeline.buckets;
-        let xs = Scale::new(r.timeline.x_from, r.timeline.x_to, LEFT, w - 10.0);
+        let Some((xs, _)) = scales(&r, w, DENSITY_H, true) else {
+            return;
+        };
         let most = b.iter().map(|k| k.alloc_bytes).max().unwrap_or(0).max(1) as f64;
         for (i, k) in b.iter().enumerate() {
             if k.allocs == 0 {
@@ -1356,17 +1353,12 @@ fn density_strip(c: Chart) -> impl IntoView {
         let (Some(r), Some(cv)) = (c.answer(), canvas.get_untracked()) else {
             return;
         };
+        // The chart's x scale: a pixel is the same moment in both.
         let (x, _) = pointer(&cv, &ev);
-        let xs = Scale::new(
-            r.timeline.x_from,
-            r.timeline.x_to,
-            LEFT,
-            logical_size(&cv).0 - 10.0,
-        );
-        let at = xs.inv(x);
+        let at = scales(&r, logical_size(&cv).0, DENSITY_H, true).map(|(xs, _)| xs.inv(x));
         let b = &r.timeline.buckets;
-        let i = b.partition_point(|k| r.bucket_x(k) <= at).saturating_sub(1);
-        hover.set(b.get(i).map(|k| {
+        hover.set(at.and_then(|at| r.bucket_at(at)).map(|i| {
+            let k = &b[i];
             format!(
                 "Here: {} {} made, {} requested.",
                 fmt::count(k.allocs as u64),
