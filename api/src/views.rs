@@ -237,6 +237,48 @@ impl<'de> Deserialize<'de> for FlameFrames {
     }
 }
 
+/// What the stacks tab weighs memory by.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FlameWeight {
+    /// The bytes alive at one moment (`position`, default the peak).
+    #[default]
+    Live,
+    /// Each allocation's bytes × the time it was held (alloc to free completed), summed over the
+    /// whole trace: what held memory longest.
+    Held,
+}
+
+impl FlameWeight {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FlameWeight::Live => "live",
+            FlameWeight::Held => "held",
+        }
+    }
+    /// The figure sites and flame nodes are ordered and drawn by: bytes at a moment, or byte ×
+    /// µs held.
+    pub fn of(self, bytes: u64, held: f64) -> f64 {
+        match self {
+            FlameWeight::Live => bytes as f64,
+            FlameWeight::Held => held,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for FlameWeight {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        match s.as_str() {
+            "live" => Ok(FlameWeight::Live),
+            "held" => Ok(FlameWeight::Held),
+            other => Err(serde::de::Error::custom(format!(
+                "weight={other}: use live (bytes at a moment) or held (bytes × time held)"
+            ))),
+        }
+    }
+}
+
 /// `GET /api/snapshots/{id}/stacks` query.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct StacksQuery {
@@ -249,6 +291,10 @@ pub struct StacksQuery {
     /// Only allocations of this category ([`crate::categories`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub category: Option<crate::categories::Category>,
+    /// Bytes at a moment (default), or bytes × time held over the whole trace (`position` is
+    /// then not read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<FlameWeight>,
 }
 
 /// `?device=N` (default: the first device with a trace).
@@ -363,8 +409,12 @@ pub struct AllocatorState {
 pub struct CallSite {
     /// The frame the site is known by (first user frame, …); none: no frames.
     pub site: Option<Frame>,
+    /// Alive at the moment; weighed by [`FlameWeight::Held`], every byte allocated here.
     pub bytes: u64,
     pub count: u32,
+    /// Byte × µs held over the trace ([`FlameWeight::Held`]; absent at a moment).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub held: f64,
     /// The largest stack of the site, user frames first.
     pub frames: Vec<Frame>,
     /// How many distinct stacks share the site.
@@ -379,7 +429,14 @@ pub struct FlameNode {
     pub line: u32,
     pub bytes: u64,
     pub count: u32,
+    /// Byte × µs held over the trace ([`FlameWeight::Held`]; absent at a moment).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub held: f64,
     pub children: Vec<FlameNode>,
+}
+
+fn is_zero(v: &f64) -> bool {
+    *v == 0.0
 }
 
 /// `GET /api/snapshots/{id}/stacks`: memory by call site and a flame tree at a position.
@@ -394,7 +451,33 @@ pub struct StackReport {
     /// frames (what a Python user reads), else all.
     #[serde(default)]
     pub frames: FlameFrames,
+    /// What `sites` and `flame` are weighed by.
+    #[serde(default)]
+    pub weight: FlameWeight,
+    /// Weighed by [`FlameWeight::Held`]: the clock it ran on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<HeldClock>,
     pub flame: FlameNode,
+}
+
+/// The clock memory held over a trace was measured on ([`FlameWeight::Held`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct HeldClock {
+    /// The trace's span, µs; events where it has no clock (`by_events`).
+    pub span_us: f64,
+    pub by_events: bool,
+    /// Allocations made before the trace began, counted from its first event (held at least
+    /// that long).
+    pub before_trace: u32,
+    /// Allocations still alive at the snapshot, counted to its last event.
+    pub at_snapshot: u32,
+}
+
+impl HeldClock {
+    /// The average bytes held over the trace, given byte × µs held.
+    pub fn average_bytes(&self, held: f64) -> f64 {
+        held / self.span_us.max(1.0)
+    }
 }
 
 /// A segment's lifetime in events (cudaMalloc → cudaFree); for an expandable segment

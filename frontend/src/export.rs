@@ -13,13 +13,21 @@ fn field(s: &str) -> String {
     }
 }
 
-/// The call sites, one row each, largest first: bytes, share of the total, allocations,
-/// distinct stacks, the site (file, line, function) and its stack, frames separated by ` <- `.
-pub fn call_sites_csv(sites: &[::api::CallSite], total_bytes: u64) -> String {
-    let mut rows: Vec<&::api::CallSite> = sites.iter().collect();
-    rows.sort_by_key(|c| std::cmp::Reverse(c.bytes));
-    let mut out =
-        String::from("bytes,share_percent,allocations,stacks,filename,line,function,stack\n");
+/// The call sites, one row each, in the answer's weight, largest first: bytes, share of the
+/// total, allocations, distinct stacks, the site (file, line, function) and its stack, frames
+/// separated by ` <- `. Weighed by time held, the share is of all memory held, and two columns
+/// come first: byte × seconds held and the average bytes held over the trace; `bytes` is then
+/// every byte allocated at the site.
+pub fn call_sites_csv(r: &::api::StackReport) -> String {
+    let mut rows: Vec<&::api::CallSite> = r.sites.iter().collect();
+    let w = r.weight;
+    rows.sort_by(|a, b| w.of(b.bytes, b.held).total_cmp(&w.of(a.bytes, a.held)));
+    let total = w.of(r.total_bytes, r.flame.held).max(1.0);
+    let mut out = String::new();
+    if r.held.is_some() {
+        out.push_str("held_byte_seconds,average_bytes_held,");
+    }
+    out.push_str("bytes,share_percent,allocations,stacks,filename,line,function,stack\n");
     for c in rows {
         let (file, line, name) = match &c.site {
             Some(f) => (f.filename.as_str(), f.line.to_string(), f.name.as_str()),
@@ -30,10 +38,17 @@ pub fn call_sites_csv(sites: &[::api::CallSite], total_bytes: u64) -> String {
             .iter()
             .map(|f| format!("{}:{} {}", f.filename, f.line, f.name))
             .collect();
+        if let Some(clock) = &r.held {
+            out.push_str(&format!(
+                "{:.3},{:.0},",
+                c.held / 1e6,
+                clock.average_bytes(c.held)
+            ));
+        }
         out.push_str(&format!(
             "{},{:.2},{},{},{},{},{},{}\n",
             c.bytes,
-            100.0 * c.bytes as f64 / total_bytes.max(1) as f64,
+            100.0 * w.of(c.bytes, c.held) / total,
             c.count,
             c.stacks,
             field(file),
@@ -98,6 +113,7 @@ mod tests {
             site: Some(f.clone()),
             bytes,
             count: 2,
+            held: bytes as f64 * (1000 - bytes) as f64,
             frames: vec![f.clone(), f],
             stacks: 1,
         }
@@ -106,7 +122,8 @@ mod tests {
     #[test]
     fn call_sites_are_rows_largest_first_with_awkward_names_quoted() {
         let sites = vec![site("a.py", 3, "f", 100), site("b, \"c\".py", 9, "g", 300)];
-        let csv = call_sites_csv(&sites, 400);
+        let mut r = report(sites);
+        let csv = call_sites_csv(&r);
         let lines: Vec<&str> = csv.lines().collect();
         assert_eq!(
             lines[0],
@@ -117,6 +134,51 @@ mod tests {
             "300,75.00,2,1,\"b, \"\"c\"\".py\",9,g,\"b, \"\"c\"\".py:9 g <- b, \"\"c\"\".py:9 g\""
         );
         assert_eq!(lines[2], "100,25.00,2,1,a.py,3,f,a.py:3 f <- a.py:3 f");
+
+        // Weighed by time held: a.py held 100 B × 900 µs, b 300 B × 700 µs, over 1000 µs.
+        r.weight = ::api::FlameWeight::Held;
+        r.flame.held = 300_000.0;
+        r.held = Some(::api::HeldClock {
+            span_us: 1000.0,
+            by_events: false,
+            before_trace: 0,
+            at_snapshot: 0,
+        });
+        let csv = call_sites_csv(&r);
+        let lines: Vec<&str> = csv.lines().collect();
+        assert!(lines[0].starts_with("held_byte_seconds,average_bytes_held,bytes,share_percent"));
+        assert!(
+            lines[1].starts_with("0.210,210,300,70.00,2,1,"),
+            "{}",
+            lines[1]
+        );
+        assert!(
+            lines[2].starts_with("0.090,90,100,30.00,2,1,a.py"),
+            "{}",
+            lines[2]
+        );
+    }
+
+    fn report(sites: Vec<::api::CallSite>) -> ::api::StackReport {
+        ::api::StackReport {
+            device: 0,
+            position: 1,
+            total_bytes: sites.iter().map(|s| s.bytes).sum(),
+            count: 4,
+            sites,
+            frames: ::api::FlameFrames::Python,
+            weight: ::api::FlameWeight::Live,
+            held: None,
+            flame: ::api::FlameNode {
+                name: "all".into(),
+                filename: String::new(),
+                line: 0,
+                bytes: 400,
+                count: 4,
+                held: 0.0,
+                children: Vec::new(),
+            },
+        }
     }
 
     #[test]

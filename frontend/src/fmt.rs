@@ -43,6 +43,16 @@ pub fn bytes(b: impl Amount) -> String {
     format!("{v:.1} {}", UNITS[u])
 }
 
+/// Memory held over time, from byte × µs: `39.7 GiB·s`; `GiB·events` where the trace had no
+/// clock and events stood in for µs.
+pub fn held(byte_us: f64, by_events: bool) -> String {
+    if by_events {
+        format!("{}·events", bytes(byte_us))
+    } else {
+        format!("{}·s", bytes(byte_us / 1e6))
+    }
+}
+
 /// Seconds relative to a start, for the time axis.
 pub fn seconds(us: f64) -> String {
     let s = us / 1e6;
@@ -200,5 +210,12 @@ mod tests {
         assert_eq!(seconds(6_230_000.0), "6.23 s");
         assert_eq!(ago(100_000, 40_000), "60 s ago");
         assert_eq!(ago(1_000_000, 400_000), "10 min ago");
+    }
+
+    #[test]
+    fn memory_held_over_time_reads_in_byte_seconds() {
+        // 2 GiB held for 1.5 s.
+        assert_eq!(held(2.0 * (1u64 << 30) as f64 * 1.5e6, false), "3.0 GiB·s");
+        assert_eq!(held(4096.0 * 10.0, true), "40.0 KiB·events");
     }
 }

@@ -8,7 +8,7 @@ use leptos_router::NavigateOptions;
 use leptos_router::hooks::use_navigate;
 
 /// The query keys a snapshot page keeps, in the order its URLs write them.
-pub const KEYS: [&str; 16] = [
+pub const KEYS: [&str; 17] = [
     "view",
     "device",
     "from",
@@ -25,6 +25,7 @@ pub const KEYS: [&str; 16] = [
     "by",
     "hide",
     "category",
+    "weigh",
 ];
 
 /// The query after `changes` (a key set to `None` is removed; other keys are kept), in `KEYS`

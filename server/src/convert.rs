@@ -349,6 +349,7 @@ fn call_site(c: stacks::CallSite) -> api::CallSite {
         site: c.site.map(frame),
         bytes: c.bytes,
         count: c.count,
+        held: c.held,
         frames: frames(c.frames),
         stacks: c.stacks,
     }
@@ -675,8 +676,31 @@ fn flame(n: stacks::FlameNode) -> api::FlameNode {
         line: n.line,
         bytes: n.bytes,
         count: n.count,
+        held: n.held,
         children: n.children.into_iter().map(flame).collect(),
     }
+}
+
+/// Memory by stack as `q` asks: at a moment (`position`, default the peak) or held over the
+/// whole trace, of one category or all, the largest `max_sites` sites. `None`: no trace.
+pub fn stacks_answer(
+    snap: &model::Snapshot,
+    index: &analysis::Index,
+    device: i32,
+    q: &api::StacksQuery,
+    max_sites: usize,
+) -> Option<api::StackReport> {
+    let frames = flame_frames_in(q.frames.unwrap_or_else(|| default_frames(index)));
+    let only = q.category.map(category_from_api);
+    match q.weight.unwrap_or_default() {
+        api::FlameWeight::Live => {
+            stacks::stacks_of_category(snap, index, device, q.position, max_sites, frames, only)
+        }
+        api::FlameWeight::Held => {
+            stacks::held_by_stack(snap, index, device, max_sites, frames, only)
+        }
+    }
+    .map(stack_report)
 }
 
 pub fn stack_report(s: stacks::StackReport) -> api::StackReport {
@@ -690,6 +714,16 @@ pub fn stack_report(s: stacks::StackReport) -> api::StackReport {
             analysis::FlameFrames::All => api::FlameFrames::All,
             analysis::FlameFrames::PythonOnly => api::FlameFrames::Python,
         },
+        weight: match s.weight {
+            analysis::FlameWeight::Live => api::FlameWeight::Live,
+            analysis::FlameWeight::Held => api::FlameWeight::Held,
+        },
+        held: s.held.map(|h| api::HeldClock {
+            span_us: h.span_us,
+            by_events: h.by_events,
+            before_trace: h.before_trace,
+            at_snapshot: h.at_snapshot,
+        }),
         flame: flame(s.flame),
     }
 }

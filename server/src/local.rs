@@ -100,29 +100,20 @@ impl Opened {
         ))
     }
 
-    /// Live memory by call stack at a position (default: the peak), the largest `max_sites`.
+    /// Memory by call stack as `q` asks (default: live at the peak), the largest `max_sites`.
     pub fn stacks(
         &self,
-        device: Option<i32>,
-        at: Option<u32>,
-        frames: Option<api::FlameFrames>,
-        only: Option<api::Category>,
+        q: &api::StacksQuery,
         max_sites: usize,
     ) -> anyhow::Result<api::StackReport> {
-        let d = self.traced_device(device, "memory by stack")?;
-        let at = self.position(d, at)?;
-        let frames = frames.unwrap_or_else(|| crate::convert::default_frames(&self.index));
-        analysis::stacks::stacks_of_category(
-            &self.snap,
-            &self.index,
-            d.device,
-            Some(at),
-            max_sites,
-            crate::convert::flame_frames_in(frames),
-            only.map(crate::convert::category_from_api),
-        )
-        .map(crate::convert::stack_report)
-        .with_context(|| format!("{} has no trace for device {}", self.name, d.device))
+        let d = self.traced_device(q.device, "memory by stack")?;
+        let at = self.position(d, q.position)?;
+        let q = api::StacksQuery {
+            position: Some(at),
+            ..q.clone()
+        };
+        crate::convert::stacks_answer(&self.snap, &self.index, d.device, &q, max_sites)
+            .with_context(|| format!("{} has no trace for device {}", self.name, d.device))
     }
 
     /// The trace replayed through the allocator model under other settings.

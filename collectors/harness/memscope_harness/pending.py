@@ -11,11 +11,10 @@ pending when the snapshot was dumped, and how many frees of the workload were no
 must not be listed as stuck). Nothing here reads memscope's output.
 """
 
-import argparse
 import json
 import os
-import subprocess
-import sys
+
+from . import run_each
 
 MIB = 1 << 20
 # torch.cuda._sleep spins this many cycles per millisecond at about 2 GHz; the truth is measured
@@ -148,20 +147,7 @@ def run(name, out):
 
 
 def main():
-    ap = argparse.ArgumentParser(prog="python -m memscope_harness.pending", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--workloads", default=",".join(WORKLOADS))
-    ap.add_argument("--one", help=argparse.SUPPRESS)
-    a = ap.parse_args()
-    os.makedirs(a.out, exist_ok=True)
-    if a.one:
-        run(a.one, a.out)
-        return
-    failed = 0
-    for w in a.workloads.split(","):
-        r = subprocess.run([sys.executable, "-m", "memscope_harness.pending", "--out", a.out, "--one", w])
-        failed += r.returncode != 0
-    sys.exit(1 if failed else 0)
+    run_each("memscope_harness.pending", __doc__, WORKLOADS, run)
 
 
 if __name__ == "__main__":

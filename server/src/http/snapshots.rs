@@ -413,20 +413,8 @@ async fn stacks(
 ) -> ApiResult<Json<api::StackReport>> {
     let r = query(&s, &id, move |m, _| {
         let device = device_of(m, q.device)?.device;
-        let frames = q
-            .frames
-            .unwrap_or_else(|| convert::default_frames(&m.index));
-        analysis::stacks::stacks_of_category(
-            &m.snap,
-            &m.index,
-            device,
-            q.position,
-            200,
-            convert::flame_frames_in(frames),
-            q.category.map(convert::category_from_api),
-        )
-        .map(convert::stack_report)
-        .ok_or_else(|| ApiError::BadRequest("no trace".into()))
+        convert::stacks_answer(&m.snap, &m.index, device, &q, 200)
+            .ok_or_else(|| ApiError::BadRequest("no trace".into()))
     })
     .await?;
     Ok(Json(r))

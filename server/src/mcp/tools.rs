@@ -159,7 +159,7 @@ const TOOLS: &[Tool] = &[
     Tool {
         name: "memory_by_stack",
         title: "Memory by call stack at an event",
-        description: "Live memory by call site at one moment of a device's trace (after `position` events; default the peak of live bytes): bytes, allocations and the largest stack of each site. Optionally only one category, and the flame tree (frames Python-only or all).",
+        description: "Live memory by call site at one moment of a device's trace (after `position` events; default the peak of live bytes): bytes, allocations and the largest stack of each site; or, with weight=held, what held memory longest over the whole trace (bytes × time held). Optionally only one category, and the flame tree (frames Python-only or all).",
         schema: || {
             object(
                 &[
@@ -170,6 +170,7 @@ const TOOLS: &[Tool] = &[
                     FRAMES,
                     top(20, 200),
                     FLAME,
+                    WEIGHT,
                 ],
                 &["file"],
             )
@@ -316,6 +317,10 @@ const CATEGORY: Property = (
 const FRAMES: Property = (
     "frames",
     r#"{"type":"string","enum":["python","all"],"description":"Frames call sites are read from (default: python when the snapshot has Python frames)."}"#,
+);
+const WEIGHT: Property = (
+    "weight",
+    r#"{"type":"string","enum":["live","held"],"description":"live (default): bytes alive at the moment. held: each allocation's bytes × the time it was held, over the whole trace (what held memory longest; `position` is not read); sites and the tree carry `held` in byte × µs, and `held` says the clock."}"#,
 );
 const FLAME: Property = (
     "flame",
@@ -509,7 +514,11 @@ fn peak_memory(files: &mut Files, arguments: Value) -> anyhow::Result<Value> {
         })
         .collect();
     // A snapshot without a trace still has its peaks (from its segments): said, not an error.
-    let (at_peak, why_not) = match o.stacks(a.device, None, None, None, clamp(a.top, 20, 200)) {
+    let q = api::StacksQuery {
+        device: a.device,
+        ..Default::default()
+    };
+    let (at_peak, why_not) = match o.stacks(&q, clamp(a.top, 20, 200)) {
         Ok(mut r) => {
             r.flame.children.clear();
             trim_frames(&mut r.sites, MAX_FRAMES);
@@ -538,20 +547,24 @@ struct StackArgs {
     top: Option<usize>,
     #[serde(default)]
     flame: bool,
+    #[serde(default)]
+    weight: Option<api::FlameWeight>,
 }
 
 fn memory_by_stack(files: &mut Files, arguments: Value) -> anyhow::Result<Value> {
     let a: StackArgs = args(arguments)?;
     let o = files.open(&a.file)?;
-    let mut r = o.stacks(
-        a.device,
-        a.position,
-        a.frames,
-        a.category,
-        clamp(a.top, 20, 200),
-    )?;
+    let q = api::StacksQuery {
+        device: a.device,
+        position: a.position,
+        frames: a.frames,
+        category: a.category,
+        weight: a.weight,
+    };
+    let mut r = o.stacks(&q, clamp(a.top, 20, 200))?;
     if a.flame {
-        prune(&mut r.flame, r.total_bytes / 200, 0);
+        let min = r.weight.of(r.total_bytes, r.flame.held) / 200.0;
+        prune(&mut r, min);
     } else {
         r.flame.children.clear();
     }
@@ -569,15 +582,21 @@ fn trim_frames(sites: &mut [api::CallSite], n: usize) {
     }
 }
 
-/// The flame tree without nodes under `min_bytes` or deeper than 24 frames.
-fn prune(node: &mut api::FlameNode, min_bytes: u64, depth: usize) {
+/// The flame tree without nodes weighing under `min` (bytes, or byte × µs held) or deeper than
+/// 24 frames.
+fn prune(r: &mut api::StackReport, min: f64) {
+    let w = r.weight;
+    prune_node(&mut r.flame, &|n| w.of(n.bytes, n.held) >= min.max(1.0), 0);
+}
+
+fn prune_node(node: &mut api::FlameNode, keep: &dyn Fn(&api::FlameNode) -> bool, depth: usize) {
     if depth >= 24 {
         node.children.clear();
         return;
     }
-    node.children.retain(|c| c.bytes >= min_bytes.max(1));
+    node.children.retain(|c| keep(c));
     for c in &mut node.children {
-        prune(c, min_bytes, depth + 1);
+        prune_node(c, keep, depth + 1);
     }
 }
 

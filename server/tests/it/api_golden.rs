@@ -219,6 +219,8 @@ async fn snapshot_endpoints_answer_as_recorded() {
                 "/timeline?axis=event&buckets=8&allocations=0&categories=true".into(),
             ),
             ("stacks_activations", "/stacks?category=activation".into()),
+            ("stacks_held", "/stacks?weight=held".into()),
+            ("bad_weight", "/stacks?weight=longest".into()),
             (
                 "categories_mid",
                 format!("/categories?position={mid}&limit=6"),

@@ -415,10 +415,14 @@ async fn dashboard_end_to_end() {
         "the zoomed window drawn",
     )
     .await;
-    c.execute(&hover_at(0.9), vec![]).await.unwrap();
+    // Hovered again at each poll: on a loaded machine the chart can be redrawn (a new canvas)
+    // after a first hover.
     let text = wait_js(
         &c,
-        "document.querySelector('.tooltip') && document.querySelector('.tooltip').innerText",
+        &format!(
+            "(() => {{ {} const t = document.querySelector('.tooltip'); return t && t.innerText; }})()",
+            hover_at(0.9)
+        ),
         "the tooltip after zooming",
     )
     .await;

@@ -28,7 +28,7 @@ pub use index::Index;
 pub use leaks::{LeakCheck, LeakSuspect, leak_suspects};
 pub use oom::{OomReport, Verdict, oom_reports};
 pub use peaks::{Peak, PeakScope, Peaks, peaks};
-pub use stacks::{FlameFrames, StackReport, stacks_at, stacks_at_with};
+pub use stacks::{FlameFrames, FlameWeight, StackReport, held_by_stack, stacks_at, stacks_at_with};
 pub use state::{AllocatorState, Fragmentation, PoolFragmentation, final_state, state_at};
 pub use summary::{DeviceSummary, Summary, Warning, WarningCode, summary, warnings};
 pub use timeline::{Axis, Timeline, allocations_in_window, timeline};

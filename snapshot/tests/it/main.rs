@@ -14,6 +14,7 @@ mod fuzz_structured;
 mod golden;
 mod gpus;
 mod held;
+mod held_flame;
 mod hostile;
 mod peaks;
 mod pending;

@@ -217,33 +217,7 @@ fn the_planted_frees_are_the_stuck_ones_on_the_gpu_runs() {
 /// is one the device's state would show waiting.
 #[test]
 fn every_fixture_lists_its_stuck_frees_without_a_panic() {
-    let mut files = Vec::new();
-    for dir in [
-        "",
-        "harness",
-        "variants",
-        "categories",
-        "pending",
-        "peaks",
-        "verdicts",
-        "whatif",
-        "wild",
-    ] {
-        let Ok(entries) = std::fs::read_dir(crate::support::fixtures().join(dir)) else {
-            continue;
-        };
-        for e in entries {
-            let name = e.unwrap().file_name().into_string().unwrap();
-            if name.contains(".pickle") {
-                files.push(if dir.is_empty() {
-                    name
-                } else {
-                    format!("{dir}/{name}")
-                });
-            }
-        }
-    }
-    files.sort();
+    let files = crate::support::all_fixtures();
     assert!(files.len() > 40, "{}", files.len());
     let mut unknown_requests = 0usize;
     for name in &files {

@@ -1,5 +1,6 @@
 //! The stacks view's icicle on a canvas: outermost frames on top, each box as wide as the bytes
-//! alive beneath it, labelled `file:line function` and coloured by file (C++ in greys). A DOM
+//! alive beneath it (or, weighed by time held, the byte × seconds held beneath it over the whole
+//! trace), labelled `file:line function` and coloured by file (C++ in greys). A DOM
 //! icicle of a 1M-entry snapshot's tree took seconds to lay out; a canvas draws it in one pass.
 //! Hover names a box; a click zooms into it.
 
@@ -26,6 +27,8 @@ pub struct Cell {
     pub line: u32,
     pub bytes: u64,
     pub count: u32,
+    /// Byte × µs held (weighed by time held).
+    pub held: f64,
 }
 
 impl Cell {
@@ -40,9 +43,10 @@ impl Cell {
     }
 }
 
-/// The tree below the root, flattened in pre-order.
-pub fn layout(root: &::api::FlameNode) -> Vec<Cell> {
-    let total = (root.bytes as f64).max(1.0);
+/// The tree below the root, flattened in pre-order, each box as wide as its `weight`.
+pub fn layout(root: &::api::FlameNode, weight: ::api::FlameWeight) -> Vec<Cell> {
+    let of = |n: &::api::FlameNode| weight.of(n.bytes, n.held);
+    let total = of(root).max(1.0);
     let mut out = Vec::new();
     let mut stack: Vec<(&::api::FlameNode, usize, f64)> = Vec::new();
     // Children in reverse so the largest (first) comes out first.
@@ -50,11 +54,11 @@ pub fn layout(root: &::api::FlameNode) -> Vec<Cell> {
     let mut firsts = Vec::new();
     for c in &root.children {
         firsts.push((c, 0usize, x));
-        x += c.bytes as f64 / total;
+        x += of(c) / total;
     }
     stack.extend(firsts.into_iter().rev());
     while let Some((n, depth, x0)) = stack.pop() {
-        let w = n.bytes as f64 / total;
+        let w = of(n) / total;
         if w < MIN_SHARE || depth >= MAX_DEPTH {
             continue;
         }
@@ -67,12 +71,13 @@ pub fn layout(root: &::api::FlameNode) -> Vec<Cell> {
             line: n.line,
             bytes: n.bytes,
             count: n.count,
+            held: n.held,
         });
         let mut kids = Vec::with_capacity(n.children.len());
         let mut cx = x0;
         for c in &n.children {
             kids.push((c, depth + 1, cx));
-            cx += c.bytes as f64 / total;
+            cx += of(c) / total;
         }
         stack.extend(kids.into_iter().rev());
     }
@@ -106,10 +111,45 @@ fn visible(cells: &[Cell], focus: Option<usize>) -> Vec<(usize, f64, f64, usize)
         .collect()
 }
 
+/// What a box holds, in the tree's weight: `1.2 GiB`, or `avg 1.2 GiB` held over the trace.
+fn amount(cell: &Cell, clock: Option<&::api::HeldClock>) -> String {
+    match clock {
+        None => fmt::bytes(cell.bytes),
+        Some(c) => format!("avg {}", fmt::bytes(c.average_bytes(cell.held))),
+    }
+}
+
+/// The hover's figures: the bytes and share of what is alive, or of all memory held.
+fn tip(cell: &Cell, root: &::api::FlameNode, clock: Option<&::api::HeldClock>) -> String {
+    let count = fmt::count(cell.count as u64);
+    match clock {
+        None => format!(
+            "{} ({:.1}% of what is alive) in {count} allocations",
+            fmt::bytes(cell.bytes),
+            cell.bytes as f64 * 100.0 / (root.bytes as f64).max(1.0),
+        ),
+        Some(c) => format!(
+            "held {} ({:.1}% of all memory held): on average {} over the trace, by {count} allocations of {} in all",
+            fmt::held(cell.held, c.by_events),
+            cell.held * 100.0 / root.held.max(1.0),
+            fmt::bytes(c.average_bytes(cell.held)),
+            fmt::bytes(cell.bytes),
+        ),
+    }
+}
+
 #[component]
-pub fn Icicle(flame: ::api::FlameNode) -> impl IntoView {
-    let total = flame.bytes;
-    let cells = StoredValue::new(layout(&flame));
+pub fn Icicle(
+    flame: ::api::FlameNode,
+    weight: ::api::FlameWeight,
+    /// The clock of a tree weighed by time held.
+    clock: Option<::api::HeldClock>,
+) -> impl IntoView {
+    let cells = StoredValue::new(layout(&flame, weight));
+    let root = StoredValue::new(::api::FlameNode {
+        children: Vec::new(),
+        ..flame
+    });
     let focus = RwSignal::new(None::<usize>);
     let hover = RwSignal::new(None::<(usize, f64, f64)>);
     let canvas = NodeRef::<Canvas>::new();
@@ -150,7 +190,7 @@ pub fn Icicle(flame: ::api::FlameNode) -> impl IntoView {
                 g.set_fill_style_str(&colour(cell));
                 g.fill_rect(px, y, (pw - 1.0).max(0.5), ROW - 1.0);
                 if pw > 24.0 {
-                    let mut label = format!("{} ({})", cell.label(), fmt::bytes(cell.bytes));
+                    let mut label = format!("{} ({})", cell.label(), amount(cell, clock.as_ref()));
                     let fits =
                         |t: &str| g.measure_text(t).map(|m| m.width()).unwrap_or(0.0) <= pw - 6.0;
                     while !label.is_empty() && !fits(&label) {
@@ -206,12 +246,7 @@ pub fn Icicle(flame: ::api::FlameNode) -> impl IntoView {
                     <div class="tooltip icicle-tip" style=format!("left:{left:.0}px; top:{:.0}px", y + 14.0)>
                         <div class="tip-frame"><b>{c.name.clone()}</b></div>
                         <div class="tip-file">{if c.line > 0 { format!("{}:{}", c.filename, c.line) } else { c.filename.clone() }}</div>
-                        <div>{format!(
-                            "{} ({:.1}% of what is alive) in {} allocations",
-                            fmt::bytes(c.bytes),
-                            c.bytes as f64 * 100.0 / (total as f64).max(1.0),
-                            fmt::count(c.count as u64)
-                        )}</div>
+                        <div>{root.with_value(|r| tip(c, r, clock.as_ref()))}</div>
                     </div>
                 }
             }))}
@@ -236,6 +271,7 @@ mod tests {
             line,
             bytes,
             count: 1,
+            held: bytes as f64 * 2.0,
             children,
         }
     }
@@ -258,7 +294,7 @@ mod tests {
                 node("load", "/x/data.py", 5, 25, vec![]),
             ],
         );
-        let cells = layout(&root);
+        let cells = layout(&root, ::api::FlameWeight::Live);
         assert_eq!(cells.len(), 3);
         assert_eq!((cells[0].depth, cells[0].x0, cells[0].x1), (0, 0.0, 0.75));
         assert_eq!((cells[1].depth, cells[1].x0, cells[1].x1), (1, 0.0, 0.5));
@@ -283,5 +319,30 @@ mod tests {
             })
             .starts_with("hsl(210, 14%")
         );
+    }
+
+    #[test]
+    fn weighed_by_time_held_a_small_long_lived_box_is_the_wide_one() {
+        // `load` holds 25 B for the whole trace, `train` 75 B briefly.
+        let mut train = node("train", "/x/train.py", 88, 75, vec![]);
+        train.held = 700.0;
+        let mut load = node("load", "/x/data.py", 5, 25, vec![]);
+        load.held = 2100.0;
+        let mut root = node("all", "", 0, 100, vec![train, load]);
+        root.held = 2800.0;
+        let live = layout(&root, ::api::FlameWeight::Live);
+        assert_eq!((live[0].x0, live[0].x1), (0.0, 0.75));
+        let held = layout(&root, ::api::FlameWeight::Held);
+        assert_eq!((held[0].x0, held[0].x1), (0.0, 0.25));
+        assert_eq!((held[1].x0, held[1].x1), (0.25, 1.0));
+        let clock = ::api::HeldClock {
+            span_us: 100.0,
+            by_events: false,
+            before_trace: 0,
+            at_snapshot: 0,
+        };
+        assert_eq!(amount(&held[1], Some(&clock)), "avg 21 B");
+        assert_eq!(amount(&held[1], None), "25 B");
+        assert!(tip(&held[1], &root, Some(&clock)).contains("(75.0% of all memory held)"));
     }
 }

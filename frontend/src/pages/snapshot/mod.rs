@@ -49,7 +49,7 @@ pub const TAB_ABOUT: [(&str, &str); 7] = [
     ),
     (
         "stacks",
-        "Which lines of code hold memory at one moment (the peak unless you pick another): the tree by bytes, then every call site. / searches them.",
+        "Which lines of code hold memory at one moment (the peak unless you pick another), or, weighed by bytes × time held, which held it longest over the whole trace: the tree, then every call site. / searches them.",
     ),
     (
         "leaks",

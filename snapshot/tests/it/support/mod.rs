@@ -46,6 +46,39 @@ pub fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures")
 }
 
+/// Every snapshot of the fixture folders (GPU runs, harness, format variants, the wild files),
+/// by name under `tests/fixtures`, sorted.
+pub fn all_fixtures() -> Vec<String> {
+    let mut files = Vec::new();
+    for dir in [
+        "",
+        "harness",
+        "variants",
+        "categories",
+        "pending",
+        "peaks",
+        "verdicts",
+        "whatif",
+        "wild",
+    ] {
+        let Ok(entries) = std::fs::read_dir(fixtures().join(dir)) else {
+            continue;
+        };
+        for e in entries {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            if name.contains(".pickle") {
+                files.push(if dir.is_empty() {
+                    name
+                } else {
+                    format!("{dir}/{name}")
+                });
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
 pub fn fixture(name: &str) -> PathBuf {
     fixtures().join(name)
 }
