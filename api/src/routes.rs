@@ -49,6 +49,8 @@ pub const PAGE_SNAPSHOT: &str = "/s/{id}";
 pub const PAGE_DIFF: &str = "/diff/{a}/{b}";
 pub const PAGE_RUN: &str = "/runs/{id}";
 pub const PAGE_FIT: &str = "/fit";
+/// Several snapshots at once (`?ids=A,B,C`): a sweep, say of batch sizes.
+pub const PAGE_COMPARE: &str = "/compare";
 pub const PAGE_LIVE: &str = "/live";
 pub const PAGE_LIVE_GPU: &str = "/live/gpu/{uuid}";
 pub const PAGE_LIVE_PROCESS: &str = "/live/process/{host}/{pid}";
@@ -197,6 +199,12 @@ pub mod page {
     pub fn diff(a: &str, b: &str, q: &crate::diff::DiffQuery) -> String {
         super::with_query(format!("/diff/{}/{}", encode(a), encode(b)), q)
     }
+    /// Several snapshots compared at once, in the order given (the page orders them by what
+    /// was swept).
+    pub fn compare<S: AsRef<str>>(ids: &[S]) -> String {
+        let ids: Vec<String> = ids.iter().map(|i| encode(i.as_ref())).collect();
+        format!("{}?ids={}", super::PAGE_COMPARE, ids.join(","))
+    }
     /// Will it fit: the recordings (`id:size`), the GPU or limit and the setting, as the API's
     /// query.
     pub fn fit(q: &crate::predict::PredictQuery) -> String {
@@ -265,6 +273,7 @@ mod tests {
             live_process("gpu 7", 12, &WindowQuery::default()),
             "/api/live/processes/gpu%207/12"
         );
+        assert_eq!(page::compare(&["a b", "c"]), "/compare?ids=a%20b,c");
         assert_eq!(
             page::snapshot("x", &[("view", "timeline"), ("filter", "a.py:3")]),
             "/s/x?view=timeline&filter=a.py%3A3"
@@ -289,6 +298,8 @@ mod tests {
             (RUN_SERIES, run_series("j", &Default::default())),
             (LIVE_GPU, live_gpu("u", &Default::default())),
             (LIVE_PROCESS, live_process("h", 1, &Default::default())),
+            (PAGE_DIFF, page::diff("a", "b", &Default::default())),
+            (PAGE_COMPARE, page::compare(&["a", "b", "c"])),
         ];
         for (pattern, url) in pairs {
             let p: Vec<&str> = pattern.split('/').collect();

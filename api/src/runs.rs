@@ -155,6 +155,10 @@ pub struct RunSeries {
     pub to: i64,
     pub bucket: i64,
     pub ranks: Vec<RankSeries>,
+    /// Stretches of the axis where no rank has an event (each at least 5 % of the axis and
+    /// 1 ms; none on the events axis), `[from, to]` on the axis.
+    #[serde(default)]
+    pub idle: Vec<(i64, i64)>,
 }
 
 /// The rank in a file name: `rank{N}` (`rank3_memory_snapshot.pickle`, `rank_3`, `rank-3`,

@@ -45,6 +45,7 @@ fn App() -> impl IntoView {
                     <Route path=path!("/diff/:a/:b") view=diff::DiffPage/>
                     <Route path=path!("/runs/:id") view=run::RunPage/>
                     <Route path=path!("/fit") view=fit::FitPage/>
+                    <Route path=path!("/compare") view=pages::sweep::SweepPage/>
                     <Route path=path!("/live") view=live::fleet::FleetPage/>
                     <Route path=path!("/live/gpu/:uuid") view=live::gpu::GpuPage/>
                     <Route path=path!("/live/process/:host/:pid") view=live::process::ProcessPage/>

@@ -21,6 +21,7 @@ pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
         .route(routes::PAGE_DIFF, get(index))
         .route(routes::PAGE_RUN, get(index))
         .route(routes::PAGE_FIT, get(index))
+        .route(routes::PAGE_COMPARE, get(index))
         .route(routes::PAGE_LIVE, get(index))
         .route(routes::PAGE_LIVE_GPU, get(index))
         .route(routes::PAGE_LIVE_PROCESS, get(index))

@@ -277,6 +277,7 @@ pub fn report(id: &str, members: &[Member], buckets: usize) -> (api::RunReport, 
                 reserved_bytes: s.ranks[i].iter().map(|p| p.map(|p| p.1)).collect(),
             })
             .collect(),
+        idle: s.idle.iter().map(|&(a, b)| (rel(a), rel(b))).collect(),
     };
     let report = api::RunReport {
         id: id.to_string(),

@@ -521,12 +521,24 @@ fn LibraryTable(
             }
         })
         .collect_view();
+    // Two ticked: the diff (older → newer); more: the sweep page, which orders them itself.
     let compare = move || {
         let mut p = picked.get();
-        (p.len() == 2).then(|| {
-            p.sort_by_key(|x| x.1);
-            ::api::routes::page::diff(&p[0].0, &p[1].0, &Default::default())
-        })
+        p.sort_by_key(|x| x.1);
+        match p.len() {
+            2 => Some((
+                ::api::routes::page::diff(&p[0].0, &p[1].0, &Default::default()),
+                "compare the two ticked snapshots (older → newer)".to_string(),
+            )),
+            n if (3..=crate::pages::sweep::MAX_RUNS).contains(&n) => {
+                let ids: Vec<&str> = p.iter().map(|x| x.0.as_str()).collect();
+                Some((
+                    ::api::routes::page::compare(&ids),
+                    format!("compare the {n} ticked snapshots (a sweep)"),
+                ))
+            }
+            _ => None,
+        }
     };
     // Two or three ticked: recordings of one program at different sizes, for Will it fit.
     let fit = move || {
@@ -548,12 +560,15 @@ fn LibraryTable(
     view! {
         <p class="compare-bar">
             {move || match compare() {
-                Some(href) => view! {
-                    <a class="compare" href=href>"compare the two ticked snapshots (older → newer)"</a>
+                Some((href, words)) => view! {
+                    <a class="compare" href=href>{words}</a>
                 }
                 .into_any(),
                 None => view! {
-                    <span class="hint">"Tick two snapshots to compare them, two or three of one program at different sizes to ask what fits."</span>
+                    <span class="hint">{format!(
+                        "Tick two snapshots to compare them, up to {} to lay a sweep (of batch sizes, say) side by side, two or three of one program at different sizes to ask what fits.",
+                        crate::pages::sweep::MAX_RUNS
+                    )}</span>
                 }
                 .into_any(),
             }}

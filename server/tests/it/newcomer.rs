@@ -1588,3 +1588,170 @@ async fn the_flame_graph_weighs_what_held_memory_longest() {
     assert_eq!(console_errors(&c).await, Vec::<String>::new());
     c.close().await.unwrap();
 }
+
+/// More than two snapshots at once: the H200 recordings of one convnet at batch 8, 16 and 24
+/// (tests/fixtures/predict, each with `torch.cuda.max_memory_allocated()` from its own process),
+/// ticked in the library in any order, open one comparison that reads the batch from their
+/// names, orders them by it, lists each one's peaks (the GPU's own figures), overlays the three
+/// curves in three colours and sets their verdicts side by side.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_of_batch_sizes_is_compared_at_once() {
+    let lab = lab("sweep").await;
+    let base = lab.base.clone();
+    let sizes = [24, 8, 16];
+    for b in sizes {
+        upload_api(&base, &format!("predict/convnet_batch.{b}.rec.pickle.xz")).await;
+    }
+    let c = lab.browser(Theme::Light, (1280, 1000), "profile").await;
+    c.goto(&format!("{base}/")).await.unwrap();
+    wait_js(
+        &c,
+        "document.querySelectorAll('input.pick').length === 3",
+        "three snapshots listed",
+    )
+    .await;
+    c.execute(
+        "document.querySelectorAll('input.pick').forEach(b => b.click());",
+        vec![],
+    )
+    .await
+    .unwrap();
+    let link = wait_js(
+        &c,
+        "(() => { const a = document.querySelector('a.compare'); return a && a.innerText.includes('3 ticked') ? a.innerText : null; })()",
+        "the sweep link",
+    )
+    .await;
+    assert_eq!(link, "compare the 3 ticked snapshots (a sweep)");
+    click(&c, "a.compare").await;
+    let title = wait_js(
+        &c,
+        "document.querySelector('h1.sweep-title')?.innerText",
+        "the sweep page",
+    )
+    .await;
+    assert_eq!(title, "3 runs by batch: 8, 16, 24");
+    // Each run's peaks are the GPU's: max_memory_allocated / max_memory_reserved as recorded.
+    let rows = wait_js(
+        &c,
+        "(() => { const r = [...document.querySelectorAll('tr.sweep-row')].map(r => [...r.cells].slice(0, 3).map(c => c.innerText)); return r.length === 3 ? r : null; })()",
+        "the peaks",
+    )
+    .await;
+    for (row, b) in rows.as_array().unwrap().iter().zip([8, 16, 24]) {
+        let truth: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(fixture(&format!("predict/convnet_batch.{b}.rec.json"))).unwrap(),
+        )
+        .unwrap();
+        let bytes = |k: &str| {
+            let v = truth[k].as_f64().unwrap();
+            format!("{:.1} MiB", v / (1u64 << 20) as f64)
+        };
+        assert_eq!(row[0].as_str().unwrap().trim(), format!("batch = {b}"));
+        assert_eq!(row[1], bytes("peak_allocated_bytes"), "batch {b}");
+        assert_eq!(row[2], bytes("peak_reserved_bytes"), "batch {b}");
+    }
+    // Three curves on one chart, a colour each (blue, orange, green).
+    let colours = "(() => { const c = document.getElementById('overlay'); if (!c || c.dataset.runs !== '3') return null; \
+        const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let blue = 0, orange = 0, green = 0; \
+        for (let i = 0; i < d.length; i += 4) { const [r, g, b] = [d[i], d[i+1], d[i+2]]; \
+          if (b > 200 && r < 120 && g < 150) blue++; if (r > 220 && g > 80 && g < 140 && b < 60) orange++; \
+          if (g > 130 && r < 80 && b < 90) green++; } \
+        return blue > 50 && orange > 50 && green > 50 ? [blue, orange, green] : null; })()";
+    wait_js(&c, colours, "three curves drawn").await;
+    let outcome = wait_js(
+        &c,
+        "(() => { const r = document.querySelector('tr.v-outcome'); return r ? [...r.querySelectorAll('td')].map(t => t.innerText) : null; })()",
+        "the verdicts side by side",
+    )
+    .await;
+    assert_eq!(outcome.as_array().unwrap().len(), 3, "{outcome}");
+    // Three runs: the prediction takes them.
+    wait_js(
+        &c,
+        "document.querySelector('a.will-it-fit')",
+        "the fit link",
+    )
+    .await;
+    screenshot(&c, "newcomer/sweep").await;
+    assert_eq!(console_errors(&c).await, Vec::<String>::new());
+    c.close().await.unwrap();
+}
+
+/// Idle time on the run page's shared axis: two H200 runs of `memscope_harness.held` as the
+/// ranks of one job (`planted` and `growing`, lined up at their starts) leave stretches where
+/// neither has an event (the engine's `run::` test checks them against every rank's event
+/// times); the page names them, shades them on every row, and folds each to a marked break.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_time_on_the_run_axis_is_marked_and_folds() {
+    let lab = lab("runidle").await;
+    let base = lab.base.clone();
+    for (rank, name) in ["held/held_planted.pickle", "held/held_growing.pickle"]
+        .iter()
+        .enumerate()
+    {
+        let bytes = std::fs::read(fixture(name)).unwrap();
+        let (status, body) = post(
+            &base,
+            &format!("/api/snapshots?name=rank{rank}.pickle&tags=job%3Didle%2Crank%3D{rank}"),
+            bytes,
+        )
+        .await;
+        assert!(status == 200 || status == 201, "{status} {body}");
+    }
+    let (status, series) = get(&base, "/api/runs/idle/series?buckets=600").await;
+    assert_eq!(status, 200, "{series}");
+    let series: serde_json::Value = serde_json::from_str(&series).unwrap();
+    let idle = series["idle"].as_array().unwrap();
+    assert!(!idle.is_empty(), "{series}");
+    let c = lab.browser(Theme::Light, (1280, 900), "profile").await;
+    c.goto(&format!("{base}/runs/idle")).await.unwrap();
+    let note = wait_js(
+        &c,
+        "document.querySelector('.idle-note')?.innerText",
+        "the idle note",
+    )
+    .await;
+    let note = note.as_str().unwrap();
+    assert!(
+        note.starts_with(&format!("{} idle stretch", idle.len()))
+            && note.contains("where no rank had an event"),
+        "{note}"
+    );
+    let px =
+        "[...document.querySelectorAll('a.rank-chart canvas')].map(c => Number(c.dataset.idlePx))";
+    let shaded = wait_js(
+        &c,
+        &format!("(() => {{ const p = {px}; return p.length === 2 && p[0] > 0 ? p : null; }})()"),
+        "the stretches shaded on both rows",
+    )
+    .await;
+    let wide = shaded[0].as_f64().unwrap();
+    // As wide as their share of the axis (the plot is 1,004 px).
+    let share: f64 = idle
+        .iter()
+        .map(|s| s[1].as_f64().unwrap() - s[0].as_f64().unwrap())
+        .sum::<f64>()
+        / (series["to"].as_f64().unwrap() - series["from"].as_f64().unwrap());
+    assert!(
+        (wide - share * 1004.0).abs() <= 2.0 * idle.len() as f64,
+        "{wide} vs {share}"
+    );
+    screenshot(&c, "newcomer/run-idle").await;
+    click(&c, "label.fold-idle input").await;
+    let folded = wait_js(
+        &c,
+        &format!("(() => {{ const p = {px}; return p[0] < {wide} / 2 ? p : null; }})()"),
+        "the stretches folded",
+    )
+    .await;
+    // Each folded to 1.2 % of the plot.
+    let n = idle.len() as f64;
+    assert!(
+        (folded[0].as_f64().unwrap() - n * 0.012 * 1004.0).abs() <= n,
+        "{folded}"
+    );
+    screenshot(&c, "newcomer/run-idle-folded").await;
+    assert_eq!(console_errors(&c).await, Vec::<String>::new());
+    c.close().await.unwrap();
+}

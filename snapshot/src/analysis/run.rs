@@ -258,7 +258,16 @@ pub struct RunSeries {
     /// Per rank, in the order given: per bucket the highest live and reserved bytes, `None`
     /// where the rank has no trace (before its first event, after its last).
     pub ranks: Vec<Vec<Option<(u64, u64)>>>,
+    /// Stretches of the axis where no rank has an event, each at least [`IDLE_SHARE`] of the
+    /// axis and [`IDLE_MIN_US`] long (none on the events axis): where the ranks waited, folded
+    /// by the dashboard.
+    pub idle: Vec<(i64, i64)>,
 }
+
+/// An idle stretch is at least this share of the run's axis…
+pub const IDLE_SHARE: f64 = 0.05;
+/// …and at least this long.
+pub const IDLE_MIN_US: i64 = 1000;
 
 /// `buckets` equal buckets over the whole run (at least 1).
 pub fn series(ranks: &[RankInput], run: &RunAnalysis, buckets: usize) -> RunSeries {
@@ -315,12 +324,65 @@ pub fn series(ranks: &[RankInput], run: &RunAnalysis, buckets: usize) -> RunSeri
                 .collect()
         })
         .collect();
+    let min = ((to - from) as f64 * IDLE_SHARE).ceil() as i64;
     RunSeries {
         from,
         to,
         bucket,
         ranks: per_rank,
+        idle: if events_axis {
+            Vec::new()
+        } else {
+            idle_stretches(ranks, run, min.max(IDLE_MIN_US))
+        },
     }
+}
+
+/// Where no rank has an event for at least `min` on the run's axis (µs): each rank's own quiet
+/// stretches (before its first event and after its last included), intersected across ranks,
+/// inside the run's span. One pass over every rank's events.
+pub fn idle_stretches(ranks: &[RankInput], run: &RunAnalysis, min: i64) -> Vec<(i64, i64)> {
+    let from = run.ranks.iter().filter_map(|f| f.start).min().unwrap_or(0);
+    let to = run.ranks.iter().filter_map(|f| f.end).max().unwrap_or(0);
+    let mut common = vec![(from, to)];
+    for (r, f) in ranks.iter().zip(&run.ranks) {
+        let quiet = match r.dev().filter(|d| d.len > 0) {
+            None => continue,
+            Some(d) => {
+                let mut quiet = vec![(i64::MIN, f.start.unwrap_or(from))];
+                let mut last = i64::MIN;
+                for e in 0..d.len {
+                    let t = time_of(r, d, e) - f.offset_us;
+                    if last != i64::MIN && t - last >= min {
+                        quiet.push((last, t));
+                    }
+                    last = last.max(t);
+                }
+                quiet.push((f.end.unwrap_or(to), i64::MAX));
+                quiet
+            }
+        };
+        common = intersect(&common, &quiet);
+    }
+    common.retain(|&(a, b)| b - a >= min);
+    common
+}
+
+/// The overlaps of two sorted lists of disjoint intervals.
+fn intersect(a: &[(i64, i64)], b: &[(i64, i64)]) -> Vec<(i64, i64)> {
+    let (mut i, mut j, mut out) = (0, 0, Vec::new());
+    while i < a.len() && j < b.len() {
+        let (lo, hi) = (a[i].0.max(b[j].0), a[i].1.min(b[j].1));
+        if lo < hi {
+            out.push((lo, hi));
+        }
+        if a[i].1 < b[j].1 {
+            i += 1;
+        } else {
+            j += 1;
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -376,6 +438,69 @@ mod tests {
         let max_live = |v: &Vec<Option<(u64, u64)>>| v.iter().flatten().map(|p| p.0).max();
         assert_eq!(max_live(&s.ranks[0]), Some(768 << 20));
         assert_eq!(max_live(&s.ranks[1]), Some((768 << 20) + (2 << 30)));
+    }
+
+    /// Idle stretches against every rank's event times on the run's axis, merged and sorted
+    /// here: every gap of at least `min` between consecutive events of the run is one, and no
+    /// other.
+    fn check_idle(ranks: &[RankInput], run: &RunAnalysis, min: i64) -> Vec<(i64, i64)> {
+        let mut times: Vec<i64> = Vec::new();
+        for (r, f) in ranks.iter().zip(&run.ranks) {
+            let d = r.dev().unwrap();
+            times.extend((0..d.len).map(|e| time_of(r, d, e) - f.offset_us));
+        }
+        times.sort_unstable();
+        let gaps: Vec<(i64, i64)> = times
+            .windows(2)
+            .filter(|w| w[1] - w[0] >= min)
+            .map(|w| (w[0], w[1]))
+            .collect();
+        assert_eq!(idle_stretches(ranks, run, min), gaps);
+        gaps
+    }
+
+    #[test]
+    fn idle_stretches_are_where_no_rank_has_an_event() {
+        let pending = |name: &str| {
+            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../tests/fixtures/pending")
+                .join(name);
+            crate::read(std::fs::File::open(path).unwrap()).unwrap()
+        };
+        let (s0, s1) = (load("ranks.rank0.pickle"), load("ranks.rank1.oom.pickle"));
+        let (p0, p1) = (
+            pending("pending_one_side.pickle"),
+            pending("pending_two_sides.pickle"),
+        );
+        let idx = |s: &Snapshot| analyze(s, &Default::default()).0;
+        let (i0, i1, j0, j1) = (idx(&s0), idx(&s1), idx(&p0), idx(&p1));
+        let mut found = 0;
+        for pair in [
+            [(&s0, &i0), (&s1, &i1)],
+            [(&p0, &j0), (&p1, &j1)],
+            [(&p0, &j0), (&p0, &j0)],
+        ] {
+            let ranks = two_ranks(pair);
+            let run = analyze_run(&ranks);
+            for min in [1_000, 10_000, 50_000] {
+                found += check_idle(&ranks, &run, min).len();
+            }
+            let s = series(&ranks, &run, 100);
+            let min = (((s.to - s.from) as f64 * IDLE_SHARE).ceil() as i64).max(IDLE_MIN_US);
+            assert_eq!(s.idle, check_idle(&ranks, &run, min));
+        }
+        // The side stream kept busy 30–90 ms between allocations leaves stretches.
+        assert!(found > 5, "{found}");
+        // The same rank twice is idle exactly where it alone is.
+        let one = two_ranks([(&p0, &j0), (&p0, &j0)]);
+        let run = analyze_run(&one);
+        let alone = idle_stretches(&one[..1], &run, 10_000);
+        assert!(!alone.is_empty());
+        assert_eq!(
+            idle_stretches(&one, &run, 10_000),
+            alone,
+            "the same rank twice"
+        );
     }
 
     #[test]
