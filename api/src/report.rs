@@ -471,6 +471,18 @@ pub struct Report {
 }
 
 impl Report {
+    /// Whether the driver still had room for every request that ran out of memory (the least it
+    /// had free, then): a limit on the process, not the GPU's size, stopped them, so no verdict
+    /// needs the GPU's size. The premise of the engine's `process_limit` verdict, over every OOM
+    /// (a fragmentation verdict can come first for one: the driver's room still stands).
+    pub fn driver_had_room(&self) -> Option<u64> {
+        self.ooms
+            .iter()
+            .map(|o| o.device_free_bytes.filter(|&f| f >= o.requested_bytes))
+            .collect::<Option<Vec<u64>>>()
+            .and_then(|free| free.into_iter().min())
+    }
+
     /// The highest allocated and the highest reserved bytes of any device (what the library
     /// lists).
     pub fn peaks(&self) -> (u64, u64) {

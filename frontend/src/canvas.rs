@@ -102,18 +102,28 @@ pub fn ink(which: Ink) -> String {
         .unwrap_or_else(|| light.to_string())
 }
 
-/// A colour given as the light theme draws it, in the current theme: the light theme's ink
-/// (`#111` marks, `#333` text, `#888`/`#999` secondary lines, white paper) becomes the theme's;
-/// any other colour (a series' hue, readable on both) is kept.
-pub fn themed(colour: &str) -> String {
-    let which = match colour {
-        "#111" | "#111111" | "#222" => Ink::Strong,
-        "#333" | "#333333" => Ink::Text,
-        "#888" | "#999" | "#666" => Ink::Muted,
-        "#fff" | "#ffffff" => Ink::Paper,
-        other => return other.to_string(),
-    };
-    ink(which)
+/// A series' colour: one of the theme's inks (it follows light and dark: a line drawn in the
+/// text's colour), or a hue readable on both.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Paint {
+    Ink(Ink),
+    Hue(&'static str),
+}
+
+impl Paint {
+    /// The CSS colour in the page's current theme.
+    pub fn css(self) -> String {
+        match self {
+            Paint::Ink(which) => ink(which),
+            Paint::Hue(hue) => hue.to_string(),
+        }
+    }
+}
+
+impl From<&'static str> for Paint {
+    fn from(hue: &'static str) -> Paint {
+        Paint::Hue(hue)
+    }
 }
 
 /// The widest a classic (non-overlay) scrollbar takes.

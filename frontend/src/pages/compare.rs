@@ -261,20 +261,6 @@ fn fatal(r: &::api::Report) -> String {
     }
 }
 
-/// What a setting would have done for the OOM that raised (the simulated advice).
-fn whatif(r: &::api::Report) -> String {
-    match r
-        .ooms
-        .iter()
-        .find(|o| !o.recovered)
-        .and_then(|o| o.whatif.as_ref())
-    {
-        Some(w) => w.advice.clone(),
-        None if r.ooms.iter().any(|o| !o.recovered) => "not simulated for this OOM".to_string(),
-        None => "—".to_string(),
-    }
-}
-
 fn leaks(r: &::api::Report) -> String {
     match r.leak_suspects.first() {
         Some(l) => format!(
@@ -283,6 +269,48 @@ fn leaks(r: &::api::Report) -> String {
             r.leak_suspects.len()
         ),
         None => "none".to_string(),
+    }
+}
+
+/// What each run's trace, replayed through the allocator model under the built-in settings (and
+/// the limit its OOM implies), says a setting would have done: the what-if tab's answer, in
+/// words. Replayed one run after another, after the rest of the page.
+#[component]
+fn WhatIfRow(runs: Vec<Run>) -> impl IntoView {
+    let n = runs.len();
+    let asked: Vec<(String, Option<i32>)> = runs.iter().map(|r| (r.id.clone(), r.device)).collect();
+    let answers = LocalResource::new(move || {
+        let asked = asked.clone();
+        async move {
+            let mut out = Vec::new();
+            for (id, device) in asked {
+                let q = ::api::WhatIfQuery {
+                    device,
+                    ..Default::default()
+                };
+                out.push(match api::whatif(&id, &q).await {
+                    Ok(w) => crate::pages::snapshot::whatif::answer_words(&w),
+                    Err(e) => format!("not replayed: {e}"),
+                });
+            }
+            out
+        }
+    });
+    view! {
+        <tr class="v-whatif">
+            <th>"what a setting would have done (simulated)"</th>
+            {move || match answers.get() {
+                None => (0..n)
+                    .map(|_| view! { <td class="muted">"replaying…"</td> })
+                    .collect_view()
+                    .into_any(),
+                Some(cells) => cells
+                    .into_iter()
+                    .map(|text| view! { <td>{text}</td> })
+                    .collect_view()
+                    .into_any(),
+            }}
+        </tr>
     }
 }
 
@@ -317,7 +345,7 @@ fn Verdicts(runs: Vec<Run>, reports: Vec<::api::Report>) -> impl IntoView {
             <tbody>
                 {row("what ended the run", "v-outcome", ended)}
                 {row("the OOM that raised: cause and line", "v-fatal", fatal)}
-                {row("what a setting would have done (simulated)", "v-whatif", whatif)}
+                <WhatIfRow runs=runs.clone()/>
                 {row("leak suspects", "v-leaks", leaks)}
             </tbody>
         </table>

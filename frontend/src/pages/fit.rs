@@ -10,7 +10,7 @@ use leptos::html::Canvas;
 use leptos::prelude::*;
 use leptos_router::hooks::{use_navigate, use_query_map};
 
-use crate::canvas::{Ink, Scale, byte_axis_max, byte_grid_with, ink, pointer, sharp, themed};
+use crate::canvas::{Ink, Paint, Scale, byte_axis_max, byte_grid_with, ink, pointer, sharp};
 use crate::pages::widgets::error_line;
 use crate::{api, fmt};
 
@@ -674,13 +674,13 @@ fn chart(curves: Vec<Curve>, hover: RwSignal<Option<u64>>) -> impl IntoView {
         g.set_font("11px sans-serif");
         byte_grid_with(&g, &y, (L, W - 10.0), 5, |v| peak(v as u64));
         size_axis(&g, &x);
-        let line = |pts: &[(f64, f64)], colour: &str, width: f64, dash: &[f64]| {
+        let line = |pts: &[(f64, f64)], colour: Paint, width: f64, dash: &[f64]| {
             let arr = js_sys::Array::new();
             for d in dash {
                 arr.push(&(*d).into());
             }
             let _ = g.set_line_dash(&arr);
-            g.set_stroke_style_str(&themed(colour));
+            g.set_stroke_style_str(&colour.css());
             g.set_line_width(width);
             g.begin_path();
             for (i, (px, py)) in pts.iter().enumerate() {
@@ -704,20 +704,20 @@ fn chart(curves: Vec<Curve>, hover: RwSignal<Option<u64>>) -> impl IntoView {
         };
         line(
             &pts(&|p| p.linear_peak_reserved_bytes, &first.need),
-            "#999",
+            Paint::Ink(Ink::Muted),
             1.0,
             &[2.0, 3.0],
         );
         line(
             &pts(&|p| p.peak_allocated_bytes, &first.need),
-            "#7fa7cf",
+            Paint::Hue("#7fa7cf"),
             1.0,
             &[5.0, 3.0],
         );
         for c in &drawn {
             line(
                 &pts(&|p| p.peak_reserved_bytes, &c.need),
-                c.colour,
+                c.colour.into(),
                 2.0,
                 &[],
             );
@@ -740,7 +740,12 @@ fn chart(curves: Vec<Curve>, hover: RwSignal<Option<u64>>) -> impl IntoView {
             }
             if let Some(s) = c.answer.largest_fitting_size {
                 let px = x.at(s as f64);
-                line(&[(px, y.at(0.0)), (px, 10.0)], c.colour, 1.0, &[4.0, 4.0]);
+                line(
+                    &[(px, y.at(0.0)), (px, 10.0)],
+                    c.colour.into(),
+                    1.0,
+                    &[4.0, 4.0],
+                );
                 g.set_fill_style_str(c.colour);
                 let label = format!("{}: fits up to {s}", c.name);
                 let w = g.measure_text(&label).map(|m| m.width()).unwrap_or(120.0);
@@ -754,7 +759,12 @@ fn chart(curves: Vec<Curve>, hover: RwSignal<Option<u64>>) -> impl IntoView {
         }
         if let Some(l) = limit {
             let py = y.at(l as f64);
-            line(&[(L, py), (W - 10.0, py)], "#c0392b", 1.5, &[6.0, 3.0]);
+            line(
+                &[(L, py), (W - 10.0, py)],
+                Paint::Hue("#c0392b"),
+                1.5,
+                &[6.0, 3.0],
+            );
             g.set_fill_style_str("#c0392b");
             let _ = g.fill_text(&format!("limit {}", peak(l)), L + 6.0, py - 5.0);
         }
@@ -806,17 +816,17 @@ fn size_axis(g: &web_sys::CanvasRenderingContext2d, x: &Scale) {
 }
 
 fn legend(g: &web_sys::CanvasRenderingContext2d, curves: &[Curve]) {
-    let mut items: Vec<(String, &str)> = curves
+    let mut items: Vec<(String, Paint)> = curves
         .iter()
-        .map(|c| (format!("peak reserved, {}", c.name), c.colour))
+        .map(|c| (format!("peak reserved, {}", c.name), c.colour.into()))
         .collect();
-    items.push(("peak allocated".into(), "#7fa7cf"));
-    items.push(("linear baseline".into(), "#999"));
-    items.push(("recorded".into(), "#111"));
+    items.push(("peak allocated".into(), Paint::Hue("#7fa7cf")));
+    items.push(("linear baseline".into(), Paint::Ink(Ink::Muted)));
+    items.push(("recorded".into(), Paint::Ink(Ink::Strong)));
     let mut px = L + 10.0;
     let py = H - B - 10.0;
     for (text, colour) in items {
-        g.set_fill_style_str(&themed(colour));
+        g.set_fill_style_str(&colour.css());
         g.fill_rect(px, py - 8.0, 10.0, 10.0);
         g.set_fill_style_str(&ink(Ink::Text));
         let _ = g.fill_text(&text, px + 14.0, py + 1.0);

@@ -374,17 +374,23 @@ fn library_section(query: RwSignal<String>, refresh: RwSignal<u32>) -> impl Into
     }
 }
 
-/// A name field that shows its end once drawn (`long`: the name is wider than the field).
+/// A name field that shows its end once drawn (`long`: the name is wider than the field), and
+/// again when the user leaves it.
 fn name_end(long: bool) -> NodeRef<leptos::html::Input> {
     let field = NodeRef::<leptos::html::Input>::new();
     if long {
         Effect::new(move |_| {
             if let Some(i) = field.get() {
-                i.set_scroll_left(i.scroll_width());
+                show_end(&i);
             }
         });
     }
     field
+}
+
+/// Scrolls a text field to its end, where names usually differ.
+fn show_end(i: &web_sys::HtmlInputElement) {
+    i.set_scroll_left(i.scroll_width());
 }
 
 /// The empty library: how to record a snapshot, in the three lines of Python it takes.
@@ -491,10 +497,7 @@ fn LibraryTable(
                         // a longer one is scrolled to its end, where names usually differ.
                         <input class="name" value=s.name.clone() title=s.name.clone() on:change=rename
                             size=s.name.chars().count().clamp(12, 40)
-                            on:focusout=|ev| {
-                                let i = event_target::<web_sys::HtmlInputElement>(&ev);
-                                i.set_scroll_left(i.scroll_width());
-                            }
+                            on:focusout=|ev| show_end(&event_target(&ev))
                             node_ref=name_end(s.name.chars().count() > 40)/>
                     </td>
                     <td class="date">{fmt::date(s.uploaded_at_ms)}</td>

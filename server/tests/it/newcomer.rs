@@ -1375,6 +1375,18 @@ async fn a_comparison_overlays_the_curves_and_sets_the_verdicts_side_by_side() {
         "the fatal OOMs",
     )
     .await;
+    // What a setting would have done, for both: the OOM run's answer speaks of its OOM.
+    let whatif = wait_js(
+        &c,
+        "(() => { const r = [...document.querySelectorAll('tr.v-whatif td')].map(t => t.innerText); return r.length === 2 && !r.some(t => t.startsWith('replaying')) ? r : null; })()",
+        "the what-if answers",
+    )
+    .await;
+    let b_whatif = whatif[1].as_str().unwrap();
+    assert!(
+        b_whatif.contains("OOM") || b_whatif.contains("out of memory"),
+        "{whatif}"
+    );
     let raised = rb["ooms"]
         .as_array()
         .unwrap()
@@ -1666,6 +1678,21 @@ async fn a_sweep_of_batch_sizes_is_compared_at_once() {
     )
     .await;
     assert_eq!(outcome.as_array().unwrap().len(), 3, "{outcome}");
+    // What a setting would have done, for every run: each trace replayed (the what-if tab's
+    // answer in words).
+    let whatif = wait_js(
+        &c,
+        "(() => { const r = [...document.querySelectorAll('tr.v-whatif td')].map(t => t.innerText); return r.length === 3 && !r.some(t => t.startsWith('replaying')) ? r : null; })()",
+        "the what-if answers",
+    )
+    .await;
+    for cell in whatif.as_array().unwrap() {
+        let cell = cell.as_str().unwrap();
+        assert!(
+            cell.contains("reserve") && !cell.starts_with("not replayed"),
+            "{cell}"
+        );
+    }
     // Three runs: the prediction takes them.
     wait_js(
         &c,

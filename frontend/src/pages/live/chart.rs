@@ -7,7 +7,7 @@ use leptos::prelude::*;
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 
-use crate::canvas::{Ink, Scale, byte_axis_max, byte_grid, ink, pointer, sharp, themed};
+use crate::canvas::{Ink, Paint, Scale, byte_axis_max, byte_grid, ink, pointer, sharp};
 use crate::fmt;
 
 /// A counter that goes up (at most once a second) whenever the server stores live data.
@@ -52,7 +52,7 @@ pub fn live_ticks() -> ReadSignal<u32> {
 #[derive(Clone)]
 pub struct Series {
     pub label: String,
-    pub colour: &'static str,
+    pub colour: Paint,
     pub values: Vec<Option<f64>>,
     pub band: bool,
 }
@@ -64,13 +64,13 @@ pub fn values(v: &[Option<i64>]) -> Vec<Option<f64>> {
 
 pub fn series(
     label: impl Into<String>,
-    colour: &'static str,
+    colour: impl Into<Paint>,
     v: &[Option<i64>],
     band: bool,
 ) -> Series {
     Series {
         label: label.into(),
-        colour,
+        colour: colour.into(),
         values: values(v),
         band,
     }
@@ -133,7 +133,7 @@ fn draw_chart(
     }
     for (k, lo, hi) in &stacked {
         let s = &all[*k];
-        g.set_fill_style_str(&themed(s.colour));
+        g.set_fill_style_str(&s.colour.css());
         g.begin_path();
         g.move_to(x(0), y(hi[0]));
         for (i, v) in hi.iter().enumerate().take(n).skip(1) {
@@ -146,7 +146,7 @@ fn draw_chart(
         g.fill();
     }
     for s in all.iter().filter(|s| !s.band) {
-        g.set_stroke_style_str(&themed(s.colour));
+        g.set_stroke_style_str(&s.colour.css());
         g.set_line_width(2.0);
         g.begin_path();
         let mut open = false;
@@ -228,7 +228,7 @@ pub fn Chart(
                 on:mouseleave=move |_| hover.set(None)></canvas>
             <div class="legend">
                 {legend.into_iter().map(|s| view! {
-                    <span class="key"><i style=format!("background:{}", themed(s.colour))></i>{s.label}</span>
+                    <span class="key"><i style=format!("background:{}", s.colour.css())></i>{s.label}</span>
                 }).collect_view()}
             </div>
             <div class="readout">

@@ -9,6 +9,7 @@ use super::chart::{
     values, window_query,
 };
 use super::links::process_href;
+use crate::canvas::{Ink, Paint};
 use crate::{api, fmt};
 
 const PALETTE: [(&str, &str, &str); 4] = [
@@ -75,7 +76,7 @@ fn gpu_view(p: ::api::GpuPage, minutes: Memo<f64>, base: String) -> impl IntoVie
             ));
             all.push(Series {
                 label: format!("{label} cached"),
-                colour: c_cache,
+                colour: c_cache.into(),
                 values: cached,
                 band: true,
             });
@@ -102,11 +103,16 @@ fn gpu_view(p: ::api::GpuPage, minutes: Memo<f64>, base: String) -> impl IntoVie
         .collect();
     all.push(Series {
         label: "other (not in any process)".into(),
-        colour: "#ecf0f1",
+        colour: "#ecf0f1".into(),
         values: other,
         band: true,
     });
-    all.push(series("NVML used", "#111", &p.used_bytes, false));
+    all.push(series(
+        "NVML used",
+        Paint::Ink(Ink::Strong),
+        &p.used_bytes,
+        false,
+    ));
     let markers: Vec<(f64, String)> = p
         .events
         .iter()

@@ -11,6 +11,7 @@ use super::chart::{
 };
 use super::gpu::last_some;
 use super::links::snapshot_link;
+use crate::canvas::{Ink, Paint};
 use crate::{api, fmt};
 
 #[component]
@@ -73,7 +74,12 @@ fn device_view(
         series("allocated", "#2e86de", &d.allocated_bytes, false),
         series("reserved", "#16a085", &d.reserved_bytes, false),
         series("inactive split", "#f39c12", &d.inactive_split_bytes, false),
-        series("NVML used", "#111", &d.nvml_used_bytes, false),
+        series(
+            "NVML used",
+            Paint::Ink(Ink::Strong),
+            &d.nvml_used_bytes,
+            false,
+        ),
         series(
             "outside PyTorch",
             "#e67e22",
@@ -85,7 +91,7 @@ fn device_view(
     let step_series = vec![
         Series {
             label: "allocated at step low".into(),
-            colour: "#c0392b",
+            colour: "#c0392b".into(),
             values: d
                 .steps
                 .iter()
@@ -95,7 +101,7 @@ fn device_view(
         },
         Series {
             label: "allocated at step peak".into(),
-            colour: "#2e86de",
+            colour: "#2e86de".into(),
             values: d
                 .steps
                 .iter()

@@ -11,7 +11,7 @@ mod overview;
 mod segments;
 mod stacks;
 mod timeline;
-mod whatif;
+pub(crate) mod whatif;
 
 use std::sync::Arc;
 

@@ -37,14 +37,7 @@ pub fn Ooms(report: Arc<::api::Report>) -> impl IntoView {
     };
     let survived = report.ooms.iter().all(|o| o.recovered);
     let incidents = cards.len();
-    // The driver still had room for every request that failed: a limit on the process (a
-    // per-process memory fraction), not the GPU's size, stopped it. The least it had free.
-    let driver_had_room = report
-        .ooms
-        .iter()
-        .map(|o| o.device_free_bytes.filter(|&f| f >= o.requested_bytes))
-        .collect::<Option<Vec<u64>>>()
-        .and_then(|free| free.into_iter().min());
+    let driver_had_room = report.driver_had_room();
     view! {
         <section class="ooms">
             {report.oom_outcome.clone().map(|t| view! {
