@@ -3,15 +3,17 @@ same run, same machine. Prints a table and writes bench/results-engine.json.
 
     python3 bench/engine.py FILE [FILE ...]
 
-For each file, best of REPEATS (default 3) child processes each: `memscope analyze --json FILE`
+For each file, REPEATS (default 3) child processes each (best of them in the figures, and the
+CLI's and `pickle.load`'s min / median / max): `memscope analyze --json FILE`
 (the CLI as a user runs it: read, index, every analysis, the JSON report), the engine example
 (parse and analyses timed apart, plus the views the dashboard opens with), and Python's
-`pickle.load`; the speedups are against `pickle.load` measured in the same run.
+`pickle.load`; the speedups are against `pickle.load` measured in the same run (best against best, and
+median against median). The CLI's RSS is the highest of its runs.
 
 Each measurement runs in its own child process; peak RSS is that child's own ru_maxrss (wait4).
 The big snapshot is made on a GPU host with bench/make_big_snapshot.py (see bench/README.md).
 """
-import json, os, subprocess, sys, time
+import json, os, statistics, subprocess, sys, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(ROOT, "target", "release", "examples", "bench")
@@ -30,6 +32,11 @@ def child(argv):
     if status != 0:
         sys.exit(f"{argv} failed with {status}")
     return wall, ru.ru_maxrss * 1024, out
+
+
+def spread(runs):
+    """min / median / max of a list of seconds, as text."""
+    return " / ".join(f"{v:.3f}" for v in (min(runs), statistics.median(runs), max(runs)))
 
 
 def decompressed(path):
@@ -59,18 +66,19 @@ def main():
             r["peak_rss_bytes"] = rss
             if ours is None or r["total_s"] < ours["total_s"]:
                 ours = r
-        cli_s, cli_rss = None, 0
+        cli_runs, cli_rss = [], 0
         for _ in range(REPEATS):
             s, rss, _ = child([MEMSCOPE, "analyze", "--json", plain])
-            if cli_s is None or s < cli_s:
-                cli_s, cli_rss = s, rss
-        py_s, py_rss = None, 0
+            cli_runs.append(s)
+            cli_rss = max(cli_rss, rss)
+        cli_s = min(cli_runs)
+        py_runs, py_rss = [], 0
         for _ in range(REPEATS):
             _, rss, out = child([sys.executable, "-c",
                 "import pickle,sys,time; t=time.perf_counter(); pickle.load(open(sys.argv[1],'rb')); print(time.perf_counter()-t)", plain])
-            s = float(out)
-            py_s = s if py_s is None else min(py_s, s)
+            py_runs.append(float(out))
             py_rss = max(py_rss, rss)
+        py_s = min(py_runs)
         size = os.path.getsize(plain)
         rows.append(dict(
             file=os.path.basename(plain), file_mb=size / 1e6, entries=ours["entries"],
@@ -80,11 +88,14 @@ def main():
             cli_rss_over_file=cli_rss / size,
             memscope_rss_mb=ours["peak_rss_bytes"] / 1e6, rss_over_file=ours["peak_rss_bytes"] / size,
             python_rss_mb=py_rss / 1e6, python_rss_over_file=py_rss / size,
-            model_bytes_per_entry=ours["model_bytes_per_entry"], tables_bytes_per_entry=ours["tables_bytes_per_entry"]))
+            model_bytes_per_entry=ours["model_bytes_per_entry"], tables_bytes_per_entry=ours["tables_bytes_per_entry"],
+            cli_s_min_median_max=spread(cli_runs), pickle_load_s_min_median_max=spread(py_runs),
+            cli_speedup_median=statistics.median(py_runs) / statistics.median(cli_runs)))
     keys = ["file", "file_mb", "entries", "cli_analyze_json_s", "cli_speedup", "cli_rss_mb", "cli_rss_over_file",
             "memscope_s", "parse_s", "analyses_s", "mb_per_s", "python_pickle_load_s",
             "speedup", "memscope_rss_mb", "rss_over_file", "python_rss_mb", "python_rss_over_file",
-            "model_bytes_per_entry", "tables_bytes_per_entry"]
+            "model_bytes_per_entry", "tables_bytes_per_entry", "cli_s_min_median_max",
+            "pickle_load_s_min_median_max", "cli_speedup_median"]
     for r in rows:
         print()
         for k in keys:

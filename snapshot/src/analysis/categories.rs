@@ -745,17 +745,29 @@ fn forward_starts(
     python_trace: bool,
 ) -> Vec<u32> {
     let t = &snap.trace;
+    // The optimizer's stretches by start, with the latest end of those up to each: the latest
+    // end of a stretch that starts before `to` is then one binary search. (Scanning every
+    // stretch for every backward pass took 2.9 s of 4.8 on a run of 57,000 steps.)
+    let mut by_start = optimizer.to_vec();
+    by_start.sort_unstable();
+    let latest_end: Vec<u32> = by_start
+        .iter()
+        .scan(0, |m, o| {
+            *m = (*m).max(o.1);
+            Some(*m)
+        })
+        .collect();
     let mut out = Vec::with_capacity(backward.len() + 1);
     for k in 0..=backward.len() {
         let from = if k == 0 { 0 } else { backward[k - 1].1 };
         let to = backward.get(k).map_or(d.len, |b| b.0);
-        let after_optimizer = optimizer
-            .iter()
-            .filter(|o| o.0 < to && o.1 > from)
-            .map(|o| o.1)
-            .max()
-            .unwrap_or(from)
-            .clamp(from, to);
+        // The latest end among stretches starting before `to`, where it is after `from` (an
+        // earlier one ends before this stretch of work).
+        let after_optimizer = match by_start.partition_point(|o| o.0 < to) {
+            0 => from,
+            i => latest_end[i - 1].max(from),
+        }
+        .clamp(from, to);
         let made = |p: u32| {
             let a = d.event_allocation[p as usize];
             (a != NONE && d.allocations[a as usize].start == p).then_some(a)
