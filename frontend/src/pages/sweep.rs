@@ -20,7 +20,24 @@ pub const MAX_RUNS: usize = 10;
 pub struct Swept {
     /// A tag's key, or the word before the number in the names (`bs`).
     pub by: String,
+    pub from: SweptFrom,
     pub values: Vec<f64>,
+}
+
+/// Where the swept value was read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SweptFrom {
+    Tags,
+    Names,
+}
+
+impl SweptFrom {
+    fn words(self) -> &'static str {
+        match self {
+            SweptFrom::Tags => "tags",
+            SweptFrom::Names => "names",
+        }
+    }
 }
 
 /// The swept value of each of `runs` (name, tags), if they share one: a tag key every run has,
@@ -42,6 +59,7 @@ fn by_tag(runs: &[(String, Vec<::api::Tag>)]) -> Option<Swept> {
             .collect();
         values.filter(|v| differ(v)).map(|values| Swept {
             by: t.key.clone(),
+            from: SweptFrom::Tags,
             values,
         })
     })
@@ -99,6 +117,7 @@ fn by_name(runs: &[(String, Vec<::api::Tag>)]) -> Option<Swept> {
         .rev()
         .collect();
     Some(Swept {
+        from: SweptFrom::Names,
         by: if word.is_empty() {
             "the number in the names".into()
         } else {
@@ -233,7 +252,7 @@ fn sweep_view(infos: Vec<::api::SnapshotInfo>) -> impl IntoView {
         <h1 class="sweep-title">{heading}</h1>
         <p class="hint">
             {match &swept {
-                Some(s) => format!("Ordered by {}, read from the runs' {}. ", s.by, if named.iter().all(|(_, t)| t.iter().any(|t| t.key == s.by)) { "tags" } else { "names" }),
+                Some(s) => format!("Ordered by {}, read from the runs' {}. ", s.by, s.from.words()),
                 None => "No tag or number in the names tells the runs apart; tag them (batch=8) to order them by it. ".to_string(),
             }}
             {runs.iter().map(|r| view! {
@@ -319,6 +338,7 @@ mod tests {
             swept(&runs),
             Some(Swept {
                 by: "batch".into(),
+                from: SweptFrom::Tags,
                 values: vec![32.0, 8.0, 16.0]
             })
         );
@@ -332,6 +352,7 @@ mod tests {
             swept(&runs),
             Some(Swept {
                 by: "bs".into(),
+                from: SweptFrom::Names,
                 values: vec![12.0, 16.0, 128.0]
             })
         );
@@ -373,6 +394,7 @@ mod tests {
         assert_eq!(order(&infos, None), vec![1, 2, 0]);
         let s = Swept {
             by: "batch".into(),
+            from: SweptFrom::Tags,
             values: vec![8.0, 32.0, 16.0],
         };
         assert_eq!(order(&infos, Some(&s)), vec![0, 2, 1]);

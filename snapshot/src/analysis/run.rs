@@ -264,7 +264,8 @@ pub struct RunSeries {
     pub idle: Vec<(i64, i64)>,
 }
 
-/// An idle stretch is at least this share of the run's axis…
+/// An idle stretch is at least this share of the run's axis (or of a snapshot timeline's window:
+/// the dashboard marks both by this rule)…
 pub const IDLE_SHARE: f64 = 0.05;
 /// …and at least this long.
 pub const IDLE_MIN_US: i64 = 1000;

@@ -3,13 +3,6 @@
 
 use snapshot::analysis::{FlameFrames, Index, stacks::FlameNode, stacks_at_with};
 
-fn walk<'a>(n: &'a FlameNode, out: &mut Vec<&'a FlameNode>) {
-    out.push(n);
-    for c in &n.children {
-        walk(c, out);
-    }
-}
-
 #[test]
 fn python_only_flame_keeps_every_byte_and_no_cpp_frame() {
     let snap = crate::support::read("leak_detached_cache.pickle");
@@ -18,9 +11,10 @@ fn python_only_flame_keeps_every_byte_and_no_cpp_frame() {
     let all = stacks_at_with(&snap, &index, device, None, 10, FlameFrames::All).unwrap();
     let py = stacks_at_with(&snap, &index, device, None, 10, FlameFrames::PythonOnly).unwrap();
 
-    let (mut a, mut p) = (Vec::new(), Vec::new());
-    walk(&all.flame, &mut a);
-    walk(&py.flame, &mut p);
+    let (a, p) = (
+        crate::support::flame_nodes(&all.flame),
+        crate::support::flame_nodes(&py.flame),
+    );
     let cpp = |n: &&FlameNode| snapshot::frames::is_cpp(&n.filename) && !n.filename.is_empty();
     assert!(a.iter().any(cpp), "this fixture records C++ frames");
     assert!(!p.iter().any(cpp));

@@ -4,7 +4,7 @@
 //! segments hold at the end, walked back), not through the index the analysis reads.
 
 use snapshot::analysis::categories::Category;
-use snapshot::analysis::stacks::{FlameNode, StackReport};
+use snapshot::analysis::stacks::StackReport;
 use snapshot::analysis::{FlameFrames, Index, held_by_stack};
 use snapshot::model::Action;
 
@@ -49,17 +49,6 @@ fn integral_from_rows(snap: &snapshot::Snapshot, device: i32) -> Option<f64> {
     Some(held)
 }
 
-fn nodes(n: &FlameNode) -> Vec<&FlameNode> {
-    let mut out = vec![n];
-    let mut i = 0;
-    while i < out.len() {
-        let n = out[i];
-        out.extend(n.children.iter());
-        i += 1;
-    }
-    out
-}
-
 /// Every site and node weighs what its allocations held: the sites add up to the whole, each
 /// node's children to at most the node, and they come heaviest first.
 fn check_sums(name: &str, r: &StackReport) {
@@ -76,7 +65,7 @@ fn check_sums(name: &str, r: &StackReport) {
         "{name}"
     );
     assert!(r.sites.windows(2).all(|w| w[0].held >= w[1].held), "{name}");
-    for n in nodes(&r.flame) {
+    for n in crate::support::flame_nodes(&r.flame) {
         let below: f64 = n.children.iter().map(|c| c.held).sum();
         assert!(below <= n.held * (1.0 + 1e-9) + 1.0, "{name}: {}", n.name);
         assert!(

@@ -10,6 +10,7 @@
 use ::api::{AllocationView as Alloc, Axis, Bucket, Category, TimelineAnswer as Resp};
 use leptos::html::Canvas;
 use leptos::prelude::*;
+use snapshot::analysis::run::{IDLE_MIN_US, IDLE_SHARE};
 
 use super::bands::{Layout, layout};
 use crate::canvas::{Ink, Scale, byte_axis_max, byte_grid, ink, logical_size, pointer, sharp};
@@ -92,12 +93,8 @@ struct Overlay<'a> {
     categories: Option<(&'a [::api::CategoryBytes], &'a [Category])>,
 }
 
-/// An idle stretch in the middle of the window: no event for at least this share of it (and
-/// [`MIN_IDLE_US`]) is marked.
-const IDLE_SHARE: f64 = 0.05;
-const MIN_IDLE_US: i64 = 1_000;
-
-/// The idle stretches of an answer, as (x from, x to, µs idle) on its axis. On the time axis, a
+/// The idle stretches of an answer, as (x from, x to, µs idle) on its axis: no event for at
+/// least [`IDLE_SHARE`] of the window and [`IDLE_MIN_US`], the rule the run page follows too. On the time axis, a
 /// run of buckets with no event (drawn flat, marked with its length); on the event axis, where
 /// time is already folded away, the boundary between two buckets whose times jump (a mark where
 /// the idle time went).
@@ -108,7 +105,7 @@ pub fn idle_stretches(r: &Resp) -> Vec<(f64, f64, i64)> {
     match r.axis {
         Axis::Time => {
             let window = (r.timeline.x_to - r.timeline.x_from).max(1.0);
-            let min = (window * IDLE_SHARE).max(MIN_IDLE_US as f64);
+            let min = (window * IDLE_SHARE).max(IDLE_MIN_US as f64);
             let mut i = 0;
             while i < b.len() {
                 if b[i].first != b[i].last {
@@ -131,7 +128,7 @@ pub fn idle_stretches(r: &Resp) -> Vec<(f64, f64, i64)> {
             }
         }
         Axis::Event => {
-            let min = ((span_us as f64 * IDLE_SHARE) as i64).max(MIN_IDLE_US);
+            let min = ((span_us as f64 * IDLE_SHARE) as i64).max(IDLE_MIN_US);
             for w in b.windows(2) {
                 // The time between the two buckets' starts, less what a bucket's own events
                 // take, is at least this gap: marked where the next bucket starts.

@@ -79,6 +79,20 @@ pub fn all_fixtures() -> Vec<String> {
     files
 }
 
+/// Every node of a flame tree, the root first (breadth first).
+pub fn flame_nodes(
+    n: &snapshot::analysis::stacks::FlameNode,
+) -> Vec<&snapshot::analysis::stacks::FlameNode> {
+    let mut out = vec![n];
+    let mut i = 0;
+    while i < out.len() {
+        let n = out[i];
+        out.extend(n.children.iter());
+        i += 1;
+    }
+    out
+}
+
 pub fn fixture(name: &str) -> PathBuf {
     fixtures().join(name)
 }
