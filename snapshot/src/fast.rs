@@ -14,10 +14,12 @@
 //! the golden tests compare both paths). A refusal is always safe, so the two steps may disagree
 //! with the general machine only by refusing.
 //!
-//! For a big plain file, [`predecode`] runs [`decode`] on a second thread over the file's later
-//! part (`lib.rs` opens it again at an offset), and the parsing thread, on reaching an
-//! `EMPTY_DICT` at an offset the pre-decoder read an entry from, only applies its tokens
-//! ([`Tape`]). An entry decoded from the same bytes is the same entry whatever led the
+//! For a big plain file, [`predecode`] runs [`decode`] on a second thread over the file (`lib.rs`
+//! opens it a second time), and the parsing thread, on reaching an `EMPTY_DICT` at an offset the
+//! pre-decoder read an entry from, only applies its tokens ([`Tape`]). Tokens cross from one core
+//! to the other by the million, so they are kept small (16 bytes, keys as 4-byte memo indices)
+//! and their batches are recycled; and since nearly every entry names the same memoized keys in
+//! the same order, [`apply`] resolves them once per run of entries (`Keys`). An entry decoded from the same bytes is the same entry whatever led the
 //! pre-decoder there, so it needs no other agreement with the parser than the offset; memo
 //! references are resolved by the parser, in order, so nothing of the memo is shared.
 //!
@@ -29,17 +31,24 @@ use crate::model::{FrameId, StackId};
 use crate::values::{EntryFields, Heap, Value, key};
 use rustc_hash::FxHashMap;
 
-/// The memo op that may follow a new object.
-#[derive(Clone, Copy, Debug)]
-enum MemoOp {
-    No,
-    /// `MEMOIZE`: the next index.
-    Next,
-    /// `BINPUT`/`LONG_BINPUT`: only accepted when it names the next index.
-    At(u32),
+/// The memo op that may follow a new object, in 4 bytes (tokens are written and read back by
+/// the million, so their size is memory traffic): [`MemoOp::NO`], [`MemoOp::NEXT`]
+/// (`MEMOIZE`), or the index a `BINPUT`/`LONG_BINPUT` names (only accepted when it is the
+/// next one).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct MemoOp(u32);
+
+impl MemoOp {
+    const NO: MemoOp = MemoOp(u32::MAX);
+    const NEXT: MemoOp = MemoOp(u32::MAX - 1);
+
+    /// A `PUT` of index `i`; `None` for the two indices the encoding keeps (no memo is that big).
+    fn at(i: u32) -> Option<MemoOp> {
+        (i < MemoOp::NEXT.0).then_some(MemoOp(i))
+    }
 }
 
-/// One key or value of an entry.
+/// One key or value of an entry. 16 bytes.
 #[derive(Clone, Copy, Debug)]
 enum Tok {
     Int(i64),
@@ -62,6 +71,8 @@ enum Tok {
     },
 }
 
+const _: () = assert!(std::mem::size_of::<Tok>() == 16);
+
 #[derive(Clone, Debug)]
 struct Head {
     /// Stream offset of the entry's `EMPTY_DICT` (0 on the serial path, where it is not needed).
@@ -69,22 +80,44 @@ struct Head {
     /// Bytes from `EMPTY_DICT` to the dict's `SETITEMS`, inclusive.
     len: u32,
     memo: MemoOp,
+    /// The entry's keys and values in [`Entries::keys`] and [`Entries::vals`].
     fields: Range<u32>,
 }
+
+/// Most fields of an entry the fast path takes (a trace entry has at most ten); the general
+/// machine reads a bigger dict.
+const MAX_FIELDS: usize = 16;
+
+/// A key is nearly always a memo reference to a key string met before: it is kept as the index
+/// (below `KEY_STR`), or as `KEY_STR` + the place of a new string in [`Entries::new_keys`].
+const KEY_STR: u32 = 1 << 31;
 
 /// Decoded entries: what [`decode`] writes and [`apply`] reads.
 #[derive(Default, Debug)]
 pub(crate) struct Entries {
     heads: Vec<Head>,
-    fields: Vec<(Tok, Tok)>,
+    keys: Vec<u32>,
+    vals: Vec<Tok>,
+    new_keys: Vec<Tok>,
     arena: Vec<u8>,
 }
 
 impl Entries {
     fn clear(&mut self) {
         self.heads.clear();
-        self.fields.clear();
+        self.keys.clear();
+        self.vals.clear();
+        self.new_keys.clear();
         self.arena.clear();
+    }
+
+    /// Key `k` of [`Entries::keys`] as a token.
+    #[inline]
+    fn key(&self, k: u32) -> Tok {
+        match k.checked_sub(KEY_STR) {
+            Some(i) => self.new_keys[i as usize],
+            None => Tok::Ref(k),
+        }
     }
 
     /// Bytes entry `i` spans.
@@ -118,6 +151,26 @@ pub(crate) struct State {
     stacks: FxHashMap<Box<[u8]>, StackId>,
     stack_key_bytes: usize,
     overwrites_seen: u64,
+    keys: Keys,
+}
+
+/// The last entry's keys when every one was a memo reference, and the key each named: a trace's
+/// entries nearly all name the same memoized key strings in the same order, so the next entry
+/// compares its references instead of looking each one up in the memo. As with the stack cache,
+/// a reference means the same string as long as no memo slot is overwritten.
+#[derive(Default)]
+struct Keys {
+    refs: Vec<u32>,
+    ids: Vec<u32>,
+    overwrites_seen: u64,
+}
+
+impl Keys {
+    #[inline]
+    fn matches(&self, keys: &[u32], overwrites: u64) -> bool {
+        // An entry refused half way leaves fewer ids than references: no match.
+        self.ids.len() == keys.len() && overwrites == self.overwrites_seen && self.refs == keys
+    }
 }
 
 /// Keys stop being added past this many bytes of cached list bodies (lists still parse, uncached).
@@ -175,17 +228,17 @@ impl Cursor<'_> {
         Some(match self.peek_op() {
             Some(0x94) => {
                 self.pos += 1;
-                MemoOp::Next
+                MemoOp::NEXT
             }
             Some(b'q') => {
                 self.pos += 1;
-                MemoOp::At(self.byte()? as u32)
+                MemoOp::at(self.byte()? as u32)?
             }
             Some(b'r') => {
                 self.pos += 1;
-                MemoOp::At(self.u32()?)
+                MemoOp::at(self.u32()?)?
             }
-            _ => MemoOp::No,
+            _ => MemoOp::NO,
         })
     }
 
@@ -215,13 +268,18 @@ impl Cursor<'_> {
         })
     }
 
+    /// A key as [`Entries::keys`] keeps it.
     #[inline(always)]
-    fn key(&mut self, max_str: u64, arena: &mut Vec<u8>) -> Option<Tok> {
+    fn key(&mut self, max_str: u64, out: &mut Entries) -> Option<u32> {
         match self.op()? {
-            op @ (b'h' | b'j') => self.memo_ref(op),
+            b'h' => Some(self.byte()? as u32),
+            b'j' => self.u32().filter(|&i| i < KEY_STR),
             0x8c => {
                 let n = self.byte()? as usize;
-                self.string(n, max_str, arena)
+                let k = KEY_STR.checked_add(u32::try_from(out.new_keys.len()).ok()?)?;
+                let s = self.string(n, max_str, &mut out.arena)?;
+                out.new_keys.push(s);
+                Some(k)
             }
             _ => None,
         }
@@ -327,19 +385,21 @@ impl Cursor<'_> {
 /// as it was) when the bytes are not a trace entry of the fast path's shape. `offset` is the
 /// stream offset of `buf[0]`, kept with the entry.
 pub(crate) fn decode(buf: &[u8], max_str: u64, offset: u64, out: &mut Entries) -> bool {
-    let (fields, arena) = (out.fields.len(), out.arena.len());
+    let (fields, new_keys, arena) = (out.keys.len(), out.new_keys.len(), out.arena.len());
     match decode_fields(buf, max_str, out) {
         Some((len, memo)) if u32::try_from(len).is_ok() => {
             out.heads.push(Head {
                 offset,
                 len: len as u32,
                 memo,
-                fields: fields as u32..out.fields.len() as u32,
+                fields: fields as u32..out.keys.len() as u32,
             });
             true
         }
         _ => {
-            out.fields.truncate(fields);
+            out.keys.truncate(fields);
+            out.vals.truncate(fields);
+            out.new_keys.truncate(new_keys);
             out.arena.truncate(arena);
             false
         }
@@ -347,7 +407,7 @@ pub(crate) fn decode(buf: &[u8], max_str: u64, offset: u64, out: &mut Entries) -
 }
 
 fn decode_fields(buf: &[u8], max_str: u64, out: &mut Entries) -> Option<(usize, MemoOp)> {
-    if buf.first() != Some(&b'}') || u32::try_from(out.fields.len() + 64).is_err() {
+    if buf.first() != Some(&b'}') || u32::try_from(out.keys.len() + 64).is_err() {
         return None;
     }
     let mut c = Cursor { buf, pos: 1 };
@@ -355,20 +415,29 @@ fn decode_fields(buf: &[u8], max_str: u64, out: &mut Entries) -> Option<(usize, 
     if c.op()? != b'(' {
         return None;
     }
-    let first = out.fields.len();
+    // Fields are gathered on the stack and copied out once: pushing each to `out` made every
+    // push store the vectors' lengths back to memory (measured in bench/README.md).
+    let mut keys = [0u32; MAX_FIELDS];
+    let mut vals = [Tok::None; MAX_FIELDS];
+    let mut n = 0;
     loop {
         if c.peek_op()? == b'u' {
             c.pos += 1;
             break;
         }
-        let k = c.key(max_str, &mut out.arena)?;
-        let v = c.value(max_str, &mut out.arena)?;
-        out.fields.push((k, v));
+        if n == MAX_FIELDS {
+            return None;
+        }
+        keys[n] = c.key(max_str, out)?;
+        vals[n] = c.value(max_str, &mut out.arena)?;
+        n += 1;
     }
     // The dict must be finished: a MARK or SETITEM here would add to it.
-    if out.fields.len() == first || matches!(c.peek_op(), None | Some(b'(' | b's' | b'u')) {
+    if n == 0 || matches!(c.peek_op(), None | Some(b'(' | b's' | b'u')) {
         return None;
     }
+    out.keys.extend_from_slice(&keys[..n]);
+    out.vals.extend_from_slice(&vals[..n]);
     Some((c.pos, memo))
 }
 
@@ -386,17 +455,34 @@ pub(crate) fn apply(e: &Entries, i: usize, heap: &mut Heap, state: &mut State) -
 fn apply_entry(e: &Entries, head: &Head, heap: &mut Heap, state: &mut State) -> Option<Value> {
     let slot = memo(heap, head.memo, Value::None)?;
     let mut fields = EntryFields::default();
-    let pairs = &e.fields[head.fields.start as usize..head.fields.end as usize];
-    for (n, &(k, v)) in pairs.iter().enumerate() {
-        let Value::Str(k) = resolve(e, k, heap, state)? else {
-            return None;
-        };
-        if n == 0 && k.0 != key::ACTION {
-            return None;
+    let span = head.fields.start as usize..head.fields.end as usize;
+    let (keys, vals) = (&e.keys[span.clone()], &e.vals[span]);
+    if state.keys.matches(keys, heap.memo_overwrites()) {
+        for (n, &v) in vals.iter().enumerate() {
+            let k = state.keys.ids[n];
+            let v = resolve(e, v, heap, state)?;
+            heap.set_field(&mut fields, k, v).ok()?;
         }
-        let v = resolve(e, v, heap, state)?;
-        // A field the machine would refuse: it refuses it, naming the offset.
-        heap.set_field(&mut fields, k.0, v).ok()?;
+    } else {
+        state.keys.refs.clear();
+        state.keys.ids.clear();
+        for (n, (&k, &v)) in keys.iter().zip(vals).enumerate() {
+            state.keys.refs.push(k);
+            let Value::Str(k) = resolve(e, e.key(k), heap, state)? else {
+                return None;
+            };
+            if n == 0 && k.0 != key::ACTION {
+                return None;
+            }
+            state.keys.ids.push(k.0);
+            let v = resolve(e, v, heap, state)?;
+            // A field the machine would refuse: it refuses it, naming the offset.
+            heap.set_field(&mut fields, k.0, v).ok()?;
+        }
+        state.keys.overwrites_seen = heap.memo_overwrites();
+        if keys.iter().any(|&k| k >= KEY_STR) {
+            state.keys.ids.clear();
+        }
     }
     let v = Value::Entry(heap.push_entry(&fields));
     if let Some(slot) = slot {
@@ -409,10 +495,10 @@ fn apply_entry(e: &Entries, head: &Head, heap: &mut Heap, state: &mut State) -> 
 #[inline]
 fn memo(heap: &mut Heap, op: MemoOp, v: Value) -> Option<Option<usize>> {
     match op {
-        MemoOp::No => Some(None),
-        MemoOp::Next => Some(Some(heap.memo_push(v)?)),
-        MemoOp::At(i) if i as usize == heap.memo_mark()? => Some(Some(heap.memo_push(v)?)),
-        MemoOp::At(_) => None,
+        MemoOp::NO => Some(None),
+        MemoOp::NEXT => Some(Some(heap.memo_push(v)?)),
+        MemoOp(i) if i as usize == heap.memo_mark()? => Some(Some(heap.memo_push(v)?)),
+        MemoOp(_) => None,
     }
 }
 
@@ -501,6 +587,8 @@ pub(crate) struct Tape {
 #[cfg(not(target_arch = "wasm32"))]
 struct Remote {
     rx: std::sync::mpsc::Receiver<Entries>,
+    /// Batches applied, handed back to the pre-decoder to fill again.
+    back: std::sync::mpsc::Sender<Entries>,
     cur: Entries,
     next: usize,
     /// The pre-decoder's first offset: entries before it are never on its tape.
@@ -511,10 +599,15 @@ struct Remote {
 impl Tape {
     /// A tape fed by a pre-decoder ([`predecode`]) from offset `start` on.
     #[cfg(not(target_arch = "wasm32"))]
-    pub fn with_predecoder(rx: std::sync::mpsc::Receiver<Entries>, start: u64) -> Tape {
+    pub fn with_predecoder(
+        rx: std::sync::mpsc::Receiver<Entries>,
+        back: std::sync::mpsc::Sender<Entries>,
+        start: u64,
+    ) -> Tape {
         Tape {
             remote: Some(Remote {
                 rx,
+                back,
                 cur: Entries::default(),
                 next: 0,
                 start,
@@ -604,7 +697,7 @@ impl Remote {
             }
             match self.rx.recv() {
                 Ok(batch) => {
-                    self.cur = batch;
+                    let _ = self.back.send(std::mem::replace(&mut self.cur, batch));
                     self.next = 0;
                 }
                 Err(_) => {
@@ -619,14 +712,21 @@ impl Remote {
 /// The pre-decoder: reads `r` (the stream from offset `start`), decodes every entry dict it finds
 /// and sends them in batches until the stream ends or the parser hangs up. Bytes that are not an
 /// entry are stepped over to the next `EMPTY_DICT`; what it reads from a false start is never used
-/// (the parser asks only for offsets where it meets an `EMPTY_DICT` itself).
+/// (the parser asks only for offsets where it meets an `EMPTY_DICT` itself). Batches come back
+/// on `back` once applied and are filled again: a fresh batch grew by copying, page by new page.
 #[cfg(not(target_arch = "wasm32"))]
 pub(crate) fn predecode<R: std::io::Read>(
     mut r: R,
     start: u64,
     max_str: u64,
     tx: std::sync::mpsc::SyncSender<Entries>,
+    back: std::sync::mpsc::Receiver<Entries>,
 ) {
+    let next_batch = || {
+        let mut b = back.try_recv().unwrap_or_default();
+        b.clear();
+        b
+    };
     /// Bytes in view before an entry is decoded, as the parser's window (`pickle::FAST_WINDOW`).
     const WINDOW: usize = 64 << 10;
     let mut buf = vec![0u8; 4 << 20];
@@ -660,7 +760,11 @@ pub(crate) fn predecode<R: std::io::Read>(
         }
         if decode(&buf[at..hi], max_str, base + at as u64, &mut batch) {
             lo = at + batch.heads.last().map_or(1, |h| h.len as usize);
-            if batch.heads.len() >= BATCH_ENTRIES && tx.send(std::mem::take(&mut batch)).is_err() {
+            if batch.heads.len() >= BATCH_ENTRIES
+                && tx
+                    .send(std::mem::replace(&mut batch, next_batch()))
+                    .is_err()
+            {
                 return;
             }
         } else {

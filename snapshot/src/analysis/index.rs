@@ -843,6 +843,8 @@ pub struct DeviceBuilder {
     checkpoints: Vec<Checkpoint>,
     /// The position of the next checkpoint ([`CHECKPOINT_EVERY`]).
     next_checkpoint: u32,
+    /// How many allocations there were at the last checkpoint.
+    checkpoint_allocations: u32,
     traced: TracedCounts,
 }
 
@@ -873,6 +875,7 @@ impl DeviceBuilder {
             peak_rel: 0,
             checkpoints: Vec::new(),
             next_checkpoint: 0,
+            checkpoint_allocations: 0,
             traced: TracedCounts::default(),
         }
     }
@@ -1025,19 +1028,23 @@ impl DeviceBuilder {
         }
     }
 
-    /// The allocations made in the trace and open now: those `open` holds (allocations made
-    /// before the trace are added by `alive_at`; one closed by the reuse of its address is no
-    /// longer there). Taken from `open` rather than from a list of its own kept beside it, which
-    /// cost 4 bytes an allocation at the parse's memory peak (16 MB on 12M events).
+    /// The allocations made in the trace and open now, ascending (allocations made before the
+    /// trace are added by `alive_at`; one closed by the reuse of its address is closed here).
+    /// Ids grow with time, so they are the last checkpoint's still open followed by those made
+    /// since that are: two sequential passes, already in order. Gathering them from `open` (a
+    /// hash table) and sorting cost 0.3 s on a 13M-event trace (bench/README.md).
     fn checkpoint(&mut self, position: u32) {
         let allocations = &self.allocations;
-        let mut alive: Vec<u32> = self
-            .open
-            .values()
-            .map(|&(id, _)| id)
-            .filter(|&id| allocations[id as usize].start != NONE)
-            .collect();
-        alive.sort_unstable();
+        let open = |&id: &u32| {
+            let a = &allocations[id as usize];
+            a.start != NONE && a.end == NONE
+        };
+        let before = self.checkpoints.last().map_or(&[][..], |c| &c.alive[..]);
+        let made_since = self.checkpoint_allocations..allocations.len() as u32;
+        let mut alive = Vec::with_capacity(before.len() + made_since.len());
+        alive.extend(before.iter().copied().filter(open));
+        alive.extend(made_since.filter(open));
+        self.checkpoint_allocations = allocations.len() as u32;
         self.next_checkpoint = position + CHECKPOINT_EVERY.max(alive.len() as u32);
         self.checkpoints.push(Checkpoint { position, alive });
     }

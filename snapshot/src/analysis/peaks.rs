@@ -15,6 +15,8 @@
 //! Counted as PyTorch counts: allocated bytes fall when the program frees a block
 //! (`free_requested`), requested bytes when the block goes back to the pool (`free_completed`).
 
+use std::collections::BTreeMap;
+
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
@@ -274,8 +276,11 @@ fn walk(snap: &Snapshot, d: &DeviceIndex) -> (Peak, Vec<(u32, u64)>) {
 /// of its live large-pool blocks (a handful per segment, so a scan beats a tree: a B-tree of all
 /// live blocks was most of this walk's time).
 struct OpenSegments {
-    /// (start, end, span) by start.
-    open: Vec<(u64, u64, usize)>,
+    /// (start, newest first among equal starts) → (end, span). A map, not a sorted vector: a
+    /// long trace can hold 200,000 segments open, and inserting into the middle of a vector that
+    /// long copied 0.6 s of memory on a tiled 6M-event trace (bench/README.md, issue 41).
+    open: BTreeMap<(u64, u64), (u64, usize)>,
+    opened: u64,
     /// Live large blocks' addresses, by span.
     blocks: Vec<Vec<u64>>,
 }
@@ -283,29 +288,37 @@ struct OpenSegments {
 impl OpenSegments {
     fn new(spans: usize) -> OpenSegments {
         OpenSegments {
-            open: Vec::new(),
+            open: BTreeMap::new(),
+            opened: 0,
             blocks: vec![Vec::new(); spans],
         }
     }
 
     fn open(&mut self, address: u64, size: u64, span: usize) {
-        let at = self.open.partition_point(|s| s.0 < address);
-        self.open.insert(at, (address, address + size, span));
+        self.opened += 1;
+        self.open
+            .insert((address, u64::MAX - self.opened), (address + size, span));
         self.blocks[span].clear();
     }
 
+    /// Closes the newest segment opened at `address`.
     fn close(&mut self, address: u64) {
-        let at = self.open.partition_point(|s| s.0 < address);
-        if self.open.get(at).is_some_and(|s| s.0 == address) {
-            let (_, _, span) = self.open.remove(at);
+        let newest = self
+            .open
+            .range((address, 0)..=(address, u64::MAX))
+            .next()
+            .map(|(&k, _)| k);
+        if let Some(k) = newest
+            && let Some((_, span)) = self.open.remove(&k)
+        {
             self.blocks[span].clear();
         }
     }
 
-    /// The segment holding `addr`: (its end, its span).
+    /// The segment holding `addr`: (its end, its span); of segments opened at one address, the
+    /// oldest.
     fn of(&self, addr: u64) -> Option<(u64, usize)> {
-        let at = self.open.partition_point(|s| s.0 <= addr).checked_sub(1)?;
-        let (_, end, span) = self.open[at];
+        let (_, &(end, span)) = self.open.range(..=(addr, u64::MAX)).next_back()?;
         (addr < end).then_some((end, span))
     }
 
@@ -357,4 +370,33 @@ fn block_size(
     }
     let split = asked < conf.max_split_size_bytes && free - asked > SMALL_SIZE;
     if split { asked } else { free }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::OpenSegments;
+
+    #[test]
+    fn open_segments_find_the_segment_holding_an_address() {
+        let mut segs = OpenSegments::new(4);
+        segs.open(1000, 100, 0);
+        segs.open(500, 100, 1);
+        segs.open(2000, 50, 2);
+        assert_eq!(segs.of(1050), Some((1100, 0)));
+        assert_eq!(segs.of(500), Some((600, 1)));
+        assert_eq!(segs.of(600), None, "an end is outside its segment");
+        assert_eq!(segs.of(499), None);
+        assert_eq!(segs.of(2049), Some((2050, 2)));
+        segs.close(1000);
+        assert_eq!(segs.of(1050), None);
+        // A trace that opens two segments at one address without closing the first (as the
+        // sorted list this replaced did): lookups find the oldest, a close takes the newest.
+        segs.open(3000, 10, 0);
+        segs.open(3000, 20, 3);
+        assert_eq!(segs.of(3005), Some((3010, 0)));
+        segs.close(3000);
+        assert_eq!(segs.of(3005), Some((3010, 0)));
+        segs.close(3000);
+        assert_eq!(segs.of(3005), None);
+    }
 }
