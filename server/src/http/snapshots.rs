@@ -16,7 +16,7 @@ use snapshot::model::StackId;
 use super::error::{ApiError, ApiResult};
 use super::query::ApiQuery;
 use crate::convert;
-use crate::library::models::Loaded;
+use crate::library::models::{Answers, Loaded};
 use crate::state::{AppState, EngineCounters};
 use api::routes;
 
@@ -483,24 +483,26 @@ async fn whatif(
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<api::WhatIfQuery>,
 ) -> ApiResult<Json<api::WhatIf>> {
-    let limit_is_fraction = q.limit_kind == Some(api::LimitKind::Fraction);
-    let r = query(&s, &id, move |m, cancel| {
-        let options = snapshot::analysis::whatif::Options {
-            device: q.device,
-            alloc_confs: q.alloc_conf.into_iter().collect(),
-            limit_bytes: q.limit_bytes,
-            limit_is_fraction,
-            curves: q.curves.unwrap_or(false),
-            cancel: cancel.clone(),
-        };
-        snapshot::analysis::whatif::whatif(&m.snap, &m.index, &options)
-            .map(convert::whatif)
-            .map_err(|e| match e {
-                WhatIfError::Cancelled => ApiError::Cancelled,
-                e => ApiError::BadRequest(e.to_string()),
-            })
+    // Kept with the model once computed; one computed at a time per model, so a request for
+    // the answer an upload's background replay is computing waits for it (`Answers`).
+    let m = model(&s, &id).await?;
+    let key = Answers::whatif_key(&q);
+    if let Some(kept) = m.answers.whatif(&key) {
+        return Ok(Json((*kept).clone()));
+    }
+    let _computing = m.answers.computing.lock().await;
+    if let Some(kept) = m.answers.whatif(&key) {
+        return Ok(Json((*kept).clone()));
+    }
+    let model = m.clone();
+    let r = on_engine(&s, move |cancel| {
+        model.whatif(&q, cancel).map_err(|e| match e {
+            WhatIfError::Cancelled => ApiError::Cancelled,
+            e => ApiError::BadRequest(e.to_string()),
+        })
     })
     .await?;
+    m.answers.keep_whatif(key, Arc::new(r.clone()));
     Ok(Json(r))
 }
 

@@ -16,6 +16,74 @@ use super::files::{Library, write_model_file};
 pub struct Loaded {
     pub snap: Snapshot,
     pub index: Index,
+    /// Answers too slow to compute again, kept as long as the model is in memory.
+    pub answers: Answers,
+}
+
+impl Loaded {
+    pub fn new(snap: Snapshot, index: Index) -> Loaded {
+        Loaded {
+            snap,
+            index,
+            answers: Answers::default(),
+        }
+    }
+
+    /// The what-if answer `q` asks for (the trace replayed under the candidates or one
+    /// setting), computed: callers look in [`Answers`] first.
+    pub fn whatif(
+        &self,
+        q: &api::WhatIfQuery,
+        cancel: &snapshot::Cancel,
+    ) -> Result<api::WhatIf, snapshot::analysis::whatif::WhatIfError> {
+        let options = snapshot::analysis::whatif::Options {
+            device: q.device,
+            alloc_confs: q.alloc_conf.iter().cloned().collect(),
+            limit_bytes: q.limit_bytes,
+            limit_is_fraction: q.limit_kind == Some(api::LimitKind::Fraction),
+            curves: q.curves.unwrap_or(false),
+            cancel: cancel.clone(),
+        };
+        snapshot::analysis::whatif::whatif(&self.snap, &self.index, &options)
+            .map(crate::convert::whatif)
+    }
+}
+
+/// What-if answers by query. The What if tab opens on the table of every candidate setting,
+/// which replays the trace ten times (about 11 s for a 13M-event trace on two cores): an upload
+/// computes that table in the background as soon as it is answered
+/// (`library::upload`), and every answer is kept here, so opening the tab again, or after the
+/// background replay, is a lookup.
+#[derive(Debug, Default)]
+pub struct Answers {
+    whatif: Mutex<Vec<(String, Arc<api::WhatIf>)>>,
+    /// Held while a what-if answer is computed: a request for the one being computed waits for
+    /// it and finds it here instead of replaying the trace again.
+    pub computing: tokio::sync::Mutex<()>,
+}
+
+/// What-if answers kept per model (the table and a few charts' settings).
+const KEPT_WHATIF_ANSWERS: usize = 16;
+
+impl Answers {
+    /// The key of a what-if query: its canonical JSON.
+    pub fn whatif_key(q: &api::WhatIfQuery) -> String {
+        serde_json::to_string(q).unwrap_or_default()
+    }
+
+    pub fn whatif(&self, key: &str) -> Option<Arc<api::WhatIf>> {
+        let kept = self.whatif.lock().expect("answers lock");
+        kept.iter().find(|(k, _)| k == key).map(|(_, a)| a.clone())
+    }
+
+    pub fn keep_whatif(&self, key: String, answer: Arc<api::WhatIf>) {
+        let mut kept = self.whatif.lock().expect("answers lock");
+        kept.retain(|(k, _)| *k != key);
+        if kept.len() >= KEPT_WHATIF_ANSWERS {
+            kept.remove(0);
+        }
+        kept.push((key, answer));
+    }
 }
 
 #[derive(Debug)]
@@ -158,7 +226,7 @@ impl Models {
                 index_stored,
                 "snapshot model loaded"
             );
-            Ok((Loaded { snap, index }, rebuilt))
+            Ok((Loaded::new(snap, index), rebuilt))
         })
         .await??;
         let loaded = Arc::new(loaded);

@@ -574,11 +574,9 @@ impl Uploads {
             after_last_byte_ms = got.last_byte_at.elapsed().as_millis() as u64,
             "snapshot ingested (index_ms counts from the first byte; after_last_byte_ms: from the body's last byte to the commit)"
         );
-        let loaded = Arc::new(Loaded {
-            snap: got.snap,
-            index: got.index,
-        });
+        let loaded = Arc::new(Loaded::new(got.snap, got.index));
         self.models.insert(&info.id, loaded.clone());
+        replay_later(info.id.clone(), Arc::downgrade(&loaded));
         self.write_model_later(info.id.clone(), info.sha256.clone(), loaded);
         Ok(Uploaded {
             created: true,
@@ -770,6 +768,47 @@ impl Uploads {
             }
         });
     }
+}
+
+/// One background what-if replay at a time, whatever the number of uploads.
+static BACKGROUND_REPLAYS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
+
+/// Computes the What if tab's first answer (every candidate setting, replayed) for a new upload
+/// in the background, and keeps it with the model ([`Answers`](super::models::Answers)). One
+/// runs at a time; a model dropped from memory before its turn is skipped (it holds only a weak
+/// reference until then), and a request for the answer meanwhile waits for the replay running.
+fn replay_later(id: String, loaded: std::sync::Weak<Loaded>) {
+    tokio::spawn(async move {
+        let Ok(_turn) = BACKGROUND_REPLAYS.acquire().await else {
+            return;
+        };
+        let Some(m) = loaded.upgrade() else {
+            return;
+        };
+        let _computing = m.answers.computing.lock().await;
+        let q = api::WhatIfQuery::default();
+        let key = super::models::Answers::whatif_key(&q);
+        if m.answers.whatif(&key).is_some() {
+            return;
+        }
+        let started = Instant::now();
+        let model = m.clone();
+        let replayed =
+            tokio::task::spawn_blocking(move || model.whatif(&q, &snapshot::Cancel::new())).await;
+        match replayed {
+            Ok(Ok(answer)) => {
+                m.answers.keep_whatif(key, Arc::new(answer));
+                tracing::info!(
+                    id,
+                    whatif_ms = started.elapsed().as_millis() as u64,
+                    "what-if table replayed after the answer"
+                );
+            }
+            // A trace with nothing to replay: the tab says why when asked.
+            Ok(Err(e)) => tracing::debug!(id, error = %e, "no what-if table"),
+            Err(e) => tracing::warn!(id, error = %e, "the background what-if replay failed"),
+        }
+    });
 }
 
 /// Parses and analyses the upload's bytes as they arrive through `rx`, on a blocking thread.

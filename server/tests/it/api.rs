@@ -1022,6 +1022,65 @@ async fn the_same_snapshot_compressed_is_already_in_the_library() {
     assert_eq!(list.as_array().unwrap().len(), 1);
 }
 
+/// The What if tab's first answer (every candidate replayed) is computed in the background as
+/// soon as an upload is answered and kept with the model: it appears without being asked for,
+/// equals what the engine computes for that query, and the request answers it as kept, the
+/// same each time. Other queries are kept once asked.
+#[tokio::test]
+async fn the_whatif_table_is_replayed_after_an_upload_and_kept() {
+    let (_dir, state) = open_state("whatif-kept").await;
+    let id = upload_fixture(&state, "harness/oom_fragmentation.oom.pickle")
+        .await
+        .id;
+    let m = state
+        .models
+        .get(&state.library, &id)
+        .await
+        .unwrap()
+        .unwrap();
+    let table = api::WhatIfQuery::default();
+    let key = server::library::models::Answers::whatif_key(&table);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let kept = loop {
+        if let Some(kept) = m.answers.whatif(&key) {
+            break kept;
+        }
+        assert!(std::time::Instant::now() < deadline, "no background replay");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    };
+    let computed = m.whatif(&table, &snapshot::Cancel::new()).unwrap();
+    assert_eq!(
+        serde_json::to_value(&*kept).unwrap(),
+        serde_json::to_value(&computed).unwrap()
+    );
+    assert!(
+        kept.runs.len() >= 10,
+        "every candidate: {}",
+        kept.runs.len()
+    );
+    let uri = api::routes::whatif(&id, &table);
+    let (st, first) = call(&state, "GET", &uri, vec![]).await;
+    assert_eq!(st, StatusCode::OK, "{first}");
+    assert_eq!(first, serde_json::to_value(&*kept).unwrap());
+
+    let one = api::WhatIfQuery {
+        alloc_conf: Some("max_split_size_mb:128".into()),
+        curves: Some(true),
+        ..Default::default()
+    };
+    let one_key = server::library::models::Answers::whatif_key(&one);
+    assert!(
+        m.answers.whatif(&one_key).is_none(),
+        "asked for by nobody yet"
+    );
+    let uri = api::routes::whatif(&id, &one);
+    let (_, first) = call(&state, "GET", &uri, vec![]).await;
+    assert!(m.answers.whatif(&one_key).is_some());
+    let (_, again) = call(&state, "GET", &uri, vec![]).await;
+    assert_eq!(first, again);
+    assert_eq!(decode::<api::WhatIf>(again).runs.len(), 2);
+}
+
 /// What if: the OOM fixture replayed under the candidates. The replay check is exact, the limit
 /// comes from its OOM (a per-process fraction), the recorded defaults run out of memory and
 /// expandable segments, ranked first, do not. One setting can be asked for; a bad one is a 400

@@ -440,15 +440,27 @@ pub fn whatif(snap: &Snapshot, index: &Index, opts: &Options) -> Result<WhatIf, 
     };
     let recorded_peak = recorded.stats.peak_reserved_bytes;
     let w = bucket_events(d.len);
-    let mut runs: Vec<Run> = Vec::with_capacity(confs.len());
-    for (i, ((name, conf), not_simulated)) in confs.iter().zip(parsed).zip(notes).enumerate() {
+    // The settings replay side by side (the candidates are independent): 11 replays of a 13M-event
+    // trace took 22.7 s one after the other (bench/README.md, issue 41). Each replay is turned
+    // into its row at once, so only as many replays' curves are held as there are threads.
+    let jobs: Vec<(usize, (&String, AllocConf), Vec<String>)> = confs
+        .iter()
+        .zip(parsed)
+        .zip(notes)
+        .enumerate()
+        .map(|(i, (c, n))| (i, c, n))
+        .collect();
+    let runs = crate::par::map(&jobs, |(i, (name, conf), not_simulated)| {
+        let i = *i;
+        let replayed;
         let o = if i == recorded_index {
-            recorded.clone()
+            &recorded
         } else {
-            trace.replay(conf, model_limit, Releases::At(&releases), cancel)?
+            replayed = trace.replay(conf.clone(), model_limit, Releases::At(&releases), cancel)?;
+            &replayed
         };
-        runs.push(Run {
-            alloc_conf: name.clone(),
+        Ok(Run {
+            alloc_conf: (*name).clone(),
             recorded: i == recorded_index,
             limit_bytes: limit.as_ref().map(|l| l.bytes),
             peak_reserved_bytes: o.stats.peak_reserved_bytes,
@@ -462,7 +474,7 @@ pub fn whatif(snap: &Snapshot, index: &Index, opts: &Options) -> Result<WhatIf, 
             survivable_ooms: o.survivable_ooms(),
             fatal_ooms: o.fatal_ooms(),
             first_oom_position: o.ooms.first().map(|o| o.0),
-            not_simulated,
+            not_simulated: not_simulated.clone(),
             fragmentation_at_peak: o.stats.peak_reserved_bytes
                 - o.stats.allocated_at_peak_reserved_bytes,
             saving_bytes: recorded_peak as i64 - o.stats.peak_reserved_bytes as i64,
@@ -471,8 +483,11 @@ pub fn whatif(snap: &Snapshot, index: &Index, opts: &Options) -> Result<WhatIf, 
             } else {
                 Vec::new()
             },
-        });
-    }
+        })
+    });
+    let mut runs = runs
+        .into_iter()
+        .collect::<Result<Vec<Run>, WhatIfError>>()?;
     runs.sort_by_key(|r| (r.oom, r.peak_reserved_bytes, !r.recorded));
     Ok(WhatIf {
         device: d.device,

@@ -50,7 +50,7 @@ pub struct Trace<'a> {
     caught_users: Vec<Vec<FrameId>>,
     fallback_stacks: Vec<StackId>,
     last_survived: Option<u32>,
-    user_frames: Box<dyn Fn(StackId) -> Vec<FrameId> + 'a>,
+    user_frames: Box<dyn Fn(StackId) -> Vec<FrameId> + Sync + 'a>,
 }
 
 /// How far back a request with no user frames looks for the user code around it.
