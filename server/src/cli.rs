@@ -298,6 +298,7 @@ fn whatif(args: WhatifArgs) -> anyhow::Result<()> {
         limit_is_fraction: args.limit_kind == "fraction",
         curves: false,
         cancel: Default::default(),
+        threads: 0,
     };
     let w = o.whatif(&options)?;
     let mut out = std::io::stdout().lock();

@@ -29,12 +29,20 @@ pub fn join<A: Send, B: Send>(
 /// the machine has on a native build (each takes the next item left, so uneven items balance),
 /// one item after the other on `wasm32`.
 pub fn map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    map_on(0, items, f)
+}
+
+/// [`map`] on at most `threads` threads (0: as many as the machine has).
+pub fn map_on<T: Sync, R: Send>(threads: usize, items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
     #[cfg(not(target_arch = "wasm32"))]
     {
         use std::sync::atomic::{AtomicUsize, Ordering};
-        let threads = std::thread::available_parallelism()
-            .map_or(1, |n| n.get())
-            .min(items.len());
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let threads = match threads {
+            0 => cores,
+            t => t.min(cores),
+        }
+        .min(items.len());
         if threads > 1 {
             let next = AtomicUsize::new(0);
             let work = || {
@@ -73,5 +81,6 @@ mod tests {
         let out = super::map(&items, |&i| i * i);
         assert_eq!(out, items.iter().map(|i| i * i).collect::<Vec<_>>());
         assert!(super::map(&[] as &[u8], |_| 0).is_empty());
+        assert_eq!(super::map_on(1, &items, |&i| i + 1)[999], 1000);
     }
 }

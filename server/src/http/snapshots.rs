@@ -496,7 +496,7 @@ async fn whatif(
     }
     let model = m.clone();
     let r = on_engine(&s, move |cancel| {
-        model.whatif(&q, cancel).map_err(|e| match e {
+        model.whatif(&q, cancel, 0).map_err(|e| match e {
             WhatIfError::Cancelled => ApiError::Cancelled,
             e => ApiError::BadRequest(e.to_string()),
         })

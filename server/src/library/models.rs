@@ -30,11 +30,13 @@ impl Loaded {
     }
 
     /// The what-if answer `q` asks for (the trace replayed under the candidates or one
-    /// setting), computed: callers look in [`Answers`] first.
+    /// setting), computed on at most `threads` threads (0: every core): callers look in
+    /// [`Answers`] first.
     pub fn whatif(
         &self,
         q: &api::WhatIfQuery,
         cancel: &snapshot::Cancel,
+        threads: usize,
     ) -> Result<api::WhatIf, snapshot::analysis::whatif::WhatIfError> {
         let options = snapshot::analysis::whatif::Options {
             device: q.device,
@@ -43,6 +45,7 @@ impl Loaded {
             limit_is_fraction: q.limit_kind == Some(api::LimitKind::Fraction),
             curves: q.curves.unwrap_or(false),
             cancel: cancel.clone(),
+            threads,
         };
         snapshot::analysis::whatif::whatif(&self.snap, &self.index, &options)
             .map(crate::convert::whatif)

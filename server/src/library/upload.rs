@@ -773,12 +773,19 @@ impl Uploads {
 /// One background what-if replay at a time, whatever the number of uploads.
 static BACKGROUND_REPLAYS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
 
+/// How long after an upload's answer its background replay waits: the dashboard opens the
+/// timeline right after the answer, and a replay on every core meanwhile made choosing a 164 MB
+/// file → timeline drawn 0.19 s slower (median of 3, bench/README.md, issue 41). The replay then
+/// runs on one thread, leaving the other cores to the user's requests.
+const BACKGROUND_REPLAY_DELAY: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Computes the What if tab's first answer (every candidate setting, replayed) for a new upload
-/// in the background, and keeps it with the model ([`Answers`](super::models::Answers)). One
+/// in the background once its first screen is drawn, and keeps it with the model ([`Answers`](super::models::Answers)). One
 /// runs at a time; a model dropped from memory before its turn is skipped (it holds only a weak
 /// reference until then), and a request for the answer meanwhile waits for the replay running.
 fn replay_later(id: String, loaded: std::sync::Weak<Loaded>) {
     tokio::spawn(async move {
+        tokio::time::sleep(BACKGROUND_REPLAY_DELAY).await;
         let Ok(_turn) = BACKGROUND_REPLAYS.acquire().await else {
             return;
         };
@@ -794,7 +801,8 @@ fn replay_later(id: String, loaded: std::sync::Weak<Loaded>) {
         let started = Instant::now();
         let model = m.clone();
         let replayed =
-            tokio::task::spawn_blocking(move || model.whatif(&q, &snapshot::Cancel::new())).await;
+            tokio::task::spawn_blocking(move || model.whatif(&q, &snapshot::Cancel::new(), 1))
+                .await;
         match replayed {
             Ok(Ok(answer)) => {
                 m.answers.keep_whatif(key, Arc::new(answer));

@@ -655,6 +655,7 @@ fn whatif(files: &mut Files, arguments: Value) -> anyhow::Result<Value> {
         limit_is_fraction: a.limit_kind == api::LimitKind::Fraction,
         curves: false,
         cancel: Default::default(),
+        threads: 0,
     })?;
     Ok(serde_json::to_value(crate::convert::whatif(w))?)
 }

@@ -76,6 +76,7 @@ pub fn gather(
                     limit_is_fraction: false,
                     curves: false,
                     cancel: Default::default(),
+                    threads: 0,
                 },
             )
             .map(crate::convert::whatif)

@@ -1048,7 +1048,7 @@ async fn the_whatif_table_is_replayed_after_an_upload_and_kept() {
         assert!(std::time::Instant::now() < deadline, "no background replay");
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     };
-    let computed = m.whatif(&table, &snapshot::Cancel::new()).unwrap();
+    let computed = m.whatif(&table, &snapshot::Cancel::new(), 0).unwrap();
     assert_eq!(
         serde_json::to_value(&*kept).unwrap(),
         serde_json::to_value(&computed).unwrap()

@@ -69,6 +69,9 @@ pub struct Options {
     pub curves: bool,
     /// Stops the replays early (the server's client went away).
     pub cancel: Cancel,
+    /// Most settings replayed at once, one a thread (0: one per core). Work nobody waits for
+    /// yet (the server's background replay) takes one, leaving the others to the user.
+    pub threads: usize,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -450,7 +453,7 @@ pub fn whatif(snap: &Snapshot, index: &Index, opts: &Options) -> Result<WhatIf, 
         .enumerate()
         .map(|(i, (c, n))| (i, c, n))
         .collect();
-    let runs = crate::par::map(&jobs, |(i, (name, conf), not_simulated)| {
+    let runs = crate::par::map_on(opts.threads, &jobs, |(i, (name, conf), not_simulated)| {
         let i = *i;
         let replayed;
         let o = if i == recorded_index {
