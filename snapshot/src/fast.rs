@@ -627,10 +627,11 @@ impl Tape {
             && !r.done
         {
             match r.at(offset) {
-                Some(i) => return self.remote.as_ref().map(|r| (&r.cur, i)),
+                Ahead::Found(i) => return self.remote.as_ref().map(|r| (&r.cur, i)),
                 // The pre-decoder passed this offset without an entry: one entry from here.
-                None if !r.done => return self.decode_here(offset, window, max_str, 1),
-                None => {}
+                Ahead::Passed => return self.decode_here(offset, window, max_str, 1),
+                // Decoded here, a batch at a time, until the pre-decoder is ahead again.
+                Ahead::Behind => {}
             }
         }
         while let Some(h) = self.inline.heads.get(self.inline_next) {
@@ -680,29 +681,45 @@ impl Tape {
 }
 
 #[cfg(not(target_arch = "wasm32"))]
+/// Where the pre-decoder is, seen from an offset the parser reached.
+#[cfg(not(target_arch = "wasm32"))]
+enum Ahead {
+    /// Its entry there: the index in `cur`.
+    Found(usize),
+    /// It went past the offset without an entry there.
+    Passed,
+    /// It has not got there yet (or has ended: then `done`).
+    Behind,
+}
+
+#[cfg(not(target_arch = "wasm32"))]
 impl Remote {
-    /// The index in `cur` of the pre-decoder's entry at `offset`, waiting for it to get that
-    /// far; `None` if it has none there (or has ended: then `done`).
-    fn at(&mut self, offset: u64) -> Option<usize> {
+    /// The pre-decoder's entry at `offset`, never waiting for it: a pre-decoder that has not got
+    /// that far (at the start, or when the machine gave its core to something else) leaves the
+    /// parser to decode the entry itself, and, doing less an entry, soon runs ahead again.
+    /// Waiting for it instead cost 0.15 s on a 1 GB file (bench/README.md, issue 41).
+    fn at(&mut self, offset: u64) -> Ahead {
+        use std::sync::mpsc::TryRecvError;
         loop {
             if let Some(h) = self.cur.heads.get(self.next) {
                 if h.offset > offset {
-                    return None;
+                    return Ahead::Passed;
                 }
                 self.next += 1;
                 if h.offset == offset {
-                    return Some(self.next - 1);
+                    return Ahead::Found(self.next - 1);
                 }
                 continue;
             }
-            match self.rx.recv() {
+            match self.rx.try_recv() {
                 Ok(batch) => {
                     let _ = self.back.send(std::mem::replace(&mut self.cur, batch));
                     self.next = 0;
                 }
-                Err(_) => {
+                Err(TryRecvError::Empty) => return Ahead::Behind,
+                Err(TryRecvError::Disconnected) => {
                     self.done = true;
-                    return None;
+                    return Ahead::Behind;
                 }
             }
         }
@@ -729,6 +746,9 @@ pub(crate) fn predecode<R: std::io::Read>(
     };
     /// Bytes in view before an entry is decoded, as the parser's window (`pickle::FAST_WINDOW`).
     const WINDOW: usize = 64 << 10;
+    /// Bytes in view a refill waits for (a file's read gives the whole buffer at once; a reader
+    /// that gives less is read again until this much is there).
+    const REFILL_BYTES: usize = 8 * WINDOW;
     let mut buf = vec![0u8; 4 << 20];
     let (mut lo, mut hi, mut base, mut eof) = (0usize, 0usize, start, false);
     let mut batch = Entries::default();
@@ -738,7 +758,7 @@ pub(crate) fn predecode<R: std::io::Read>(
             base += lo as u64;
             hi -= lo;
             lo = 0;
-            while hi < buf.len() && !eof {
+            while hi - lo < REFILL_BYTES && hi < buf.len() && !eof {
                 match r.read(&mut buf[hi..]) {
                     Ok(0) | Err(_) => eof = true,
                     Ok(n) => hi += n,
