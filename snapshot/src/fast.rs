@@ -19,9 +19,11 @@
 //! pre-decoder read an entry from, only applies its tokens ([`Tape`]). Tokens cross from one core
 //! to the other by the million, so they are kept small (16 bytes, keys as 4-byte memo indices)
 //! and their batches are recycled; and since nearly every entry names the same memoized keys in
-//! the same order, [`apply`] resolves them once per run of entries (`Keys`). An entry decoded from the same bytes is the same entry whatever led the
-//! pre-decoder there, so it needs no other agreement with the parser than the offset; memo
-//! references are resolved by the parser, in order, so nothing of the memo is shared.
+//! the same order, [`apply`] resolves them once per run of entries (`Keys`). An entry decoded
+//! from the same bytes is the same entry whatever led the pre-decoder there, so it needs no other
+//! agreement with the parser than the offset; memo references are resolved by the parser, in
+//! order, so nothing of the memo is shared. The parser never waits for the pre-decoder: where it
+//! has not got yet, the parser decodes the entry itself.
 //!
 //! Measured on the 1M- and 12M-event benchmarks: see bench/README.md.
 

@@ -780,9 +780,10 @@ static BACKGROUND_REPLAYS: tokio::sync::Semaphore = tokio::sync::Semaphore::cons
 const BACKGROUND_REPLAY_DELAY: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Computes the What if tab's first answer (every candidate setting, replayed) for a new upload
-/// in the background once its first screen is drawn, and keeps it with the model ([`Answers`](super::models::Answers)). One
-/// runs at a time; a model dropped from memory before its turn is skipped (it holds only a weak
-/// reference until then), and a request for the answer meanwhile waits for the replay running.
+/// in the background once its first screen is drawn, and keeps it with the model
+/// ([`Answers`](super::models::Answers)). One runs at a time; a model dropped from memory before
+/// its turn is skipped (it holds only a weak reference until then), and a request for the answer
+/// meanwhile waits for the replay running. Not counted as a request's engine work in `/metrics`.
 fn replay_later(id: String, loaded: std::sync::Weak<Loaded>) {
     tokio::spawn(async move {
         tokio::time::sleep(BACKGROUND_REPLAY_DELAY).await;
