@@ -446,24 +446,18 @@ pub fn whatif(snap: &Snapshot, index: &Index, opts: &Options) -> Result<WhatIf, 
     // The settings replay side by side (the candidates are independent): 11 replays of a 13M-event
     // trace took 22.7 s one after the other (bench/README.md, issue 41). Each replay is turned
     // into its row at once, so only as many replays' curves are held as there are threads.
-    let jobs: Vec<(usize, (&String, AllocConf), Vec<String>)> = confs
-        .iter()
-        .zip(parsed)
-        .zip(notes)
-        .enumerate()
-        .map(|(i, (c, n))| (i, c, n))
-        .collect();
-    let runs = crate::par::map_on(opts.threads, &jobs, |(i, (name, conf), not_simulated)| {
-        let i = *i;
+    let settings: Vec<usize> = (0..confs.len()).collect();
+    let runs = crate::par::map_on(opts.threads, &settings, |&i| {
         let replayed;
         let o = if i == recorded_index {
             &recorded
         } else {
-            replayed = trace.replay(conf.clone(), model_limit, Releases::At(&releases), cancel)?;
+            let conf = parsed[i].clone();
+            replayed = trace.replay(conf, model_limit, Releases::At(&releases), cancel)?;
             &replayed
         };
         Ok(Run {
-            alloc_conf: (*name).clone(),
+            alloc_conf: confs[i].clone(),
             recorded: i == recorded_index,
             limit_bytes: limit.as_ref().map(|l| l.bytes),
             peak_reserved_bytes: o.stats.peak_reserved_bytes,
@@ -477,7 +471,7 @@ pub fn whatif(snap: &Snapshot, index: &Index, opts: &Options) -> Result<WhatIf, 
             survivable_ooms: o.survivable_ooms(),
             fatal_ooms: o.fatal_ooms(),
             first_oom_position: o.ooms.first().map(|o| o.0),
-            not_simulated: not_simulated.clone(),
+            not_simulated: notes[i].clone(),
             fragmentation_at_peak: o.stats.peak_reserved_bytes
                 - o.stats.allocated_at_peak_reserved_bytes,
             saving_bytes: recorded_peak as i64 - o.stats.peak_reserved_bytes as i64,
