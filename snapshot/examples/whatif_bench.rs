@@ -35,11 +35,12 @@ fn main() {
         for r in rows.clone() {
             let r = r as usize;
             t.action.push(t.action[r]);
-            t.addr.push(t.addr[r].wrapping_add(k as u64 * (1 << 40)));
+            t.addr
+                .push(t.addr.get(r).wrapping_add(k as u64 * (1 << 40)));
             t.size.push(t.size.get(r));
             t.stream_id.push(t.stream_id.get(r));
             t.time_us.push(t.time_us.get(r) + k as i64 * span_us);
-            t.stack.push(t.stack[r]);
+            t.stack.push(t.stack.get(r));
             copied += 1;
         }
     }

@@ -28,6 +28,19 @@ impl StackId {
     pub const EMPTY: StackId = StackId(0);
 }
 
+/// A trace's stack column is [`Packed`]: the ids of 256 neighbouring rows span a few thousand
+/// stacks, so they take 10–14 bits a row instead of 32.
+impl crate::packed::Word for StackId {
+    #[inline]
+    fn to_i64(self) -> i64 {
+        self.0 as i64
+    }
+    #[inline]
+    fn from_i64(v: i64) -> Self {
+        StackId(v as u32)
+    }
+}
+
 /// One frame of a call stack, as PyTorch records it: Python frames have a file and line, C++ frames
 /// have `filename` `"??"` or a bare `.cpp` name and line 0.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -181,8 +194,9 @@ impl Action {
 #[derive(Debug, Default, Clone)]
 pub struct TraceTable {
     pub action: Vec<Action>,
-    pub addr: Vec<u64>,
-    /// Bytes, 4 a row where neighbours are within 4 GiB ([`Packed`]).
+    /// Addresses, in the bits a block of rows spans ([`Packed`]: 3–5 bytes a row).
+    pub addr: Packed<u64>,
+    /// Bytes, in the bits a block of rows spans ([`Packed`]).
     pub size: Packed<u64>,
     /// Each row's CUDA stream as an index into `streams` ([`TraceTable::stream`] reads it): a
     /// program uses a handful of streams, so 2 bytes a row instead of 8.
@@ -192,7 +206,7 @@ pub struct TraceTable {
     pub streams: Vec<u64>,
     /// Microseconds since the Unix epoch; 0 where the file has no `time_us` (before PyTorch 2.2).
     pub time_us: Packed<i64>,
-    pub stack: Vec<StackId>,
+    pub stack: Packed<StackId>,
     /// `device_free` of `oom` entries: bytes the driver reported free.
     pub device_free: Vec<(u32, u64)>,
     /// `compile_context` where it is not `"N/A"`.
@@ -233,11 +247,12 @@ impl TraceTable {
     }
     pub fn heap_bytes(&self) -> usize {
         self.action.capacity()
-            + (self.addr.capacity() + self.streams.capacity()) * 8
+            + self.streams.capacity() * 8
+            + self.addr.heap_bytes()
             + self.size.heap_bytes()
             + self.time_us.heap_bytes()
             + self.stream_id.heap_bytes()
-            + self.stack.capacity() * 4
+            + self.stack.heap_bytes()
             + (self.device_free.capacity() + self.compile_context.capacity()) * 16
             + (self.user_metadata.capacity() + self.other_action.capacity()) * 8
     }
@@ -368,7 +383,7 @@ impl TraceTable {
         }
         TraceTable {
             action: rows.iter().map(|&r| self.action[r as usize]).collect(),
-            addr: rows.iter().map(|&r| self.addr[r as usize]).collect(),
+            addr: rows.iter().map(|&r| self.addr.get(r as usize)).collect(),
             size: rows.iter().map(|&r| self.size.get(r as usize)).collect(),
             stream_id: rows
                 .iter()
@@ -376,7 +391,7 @@ impl TraceTable {
                 .collect(),
             streams: self.streams.clone(),
             time_us: rows.iter().map(|&r| self.time_us.get(r as usize)).collect(),
-            stack: rows.iter().map(|&r| self.stack[r as usize]).collect(),
+            stack: rows.iter().map(|&r| self.stack.get(r as usize)).collect(),
             device_free: remap(&pos, &self.device_free),
             compile_context: remap(&pos, &self.compile_context),
             user_metadata: remap(&pos, &self.user_metadata),
@@ -666,11 +681,11 @@ mod tests {
             t.reorder_within(base, &runs);
             for (k, &r) in rows.iter().enumerate() {
                 let at = base as usize + k;
-                assert_eq!(t.addr[at], r as u64, "case {case}");
+                assert_eq!(t.addr.get(at), r as u64, "case {case}");
                 assert_eq!(t.size.get(at), r as u64 * 3, "case {case}");
                 assert_eq!(t.stream_id.get(at), (r % 3) as u16, "case {case}");
                 assert_eq!(t.time_us.get(at), r as i64 * 7, "case {case}");
-                assert_eq!(t.stack[at], StackId(r), "case {case}");
+                assert_eq!(t.stack.get(at), StackId(r), "case {case}");
             }
             let mut want: Vec<(u32, u64)> = (0..base)
                 .chain(rows.iter().copied())

@@ -1,11 +1,14 @@
-//! 64-bit columns in about 4 bytes a value: times, sizes and live-byte series of big traces.
+//! 64-bit columns in a few bytes a value: addresses, times, sizes and live-byte series of big
+//! traces.
 //!
-//! A 12M-event trace spends 8 bytes on each event's time, size and live bytes, but neighbouring
-//! values are close: within 256 events times span milliseconds and sizes rarely differ by 4 GiB.
-//! [`Packed`] stores each block of [`BLOCK`] values as its lowest value plus a `u32` offset per
-//! value; a block whose values span more than `u32` (a 20 GiB segment among small tensors) keeps
-//! its values whole. Reads are exact either way; the model shrinks by ~4 bytes per value and
-//! column (issue 14: the 1 GB snapshot within half its size in memory).
+//! A 12M-event trace spends 8 bytes on each event's address, time, size and live bytes, but
+//! neighbouring values are close: within 256 events times span milliseconds, and addresses and
+//! sizes span what one program's segments do. [`Packed`] stores each block of [`BLOCK`] values
+//! as its lowest value plus, per value, its offset from it in as many bits as the block's
+//! widest offset needs (frame-of-reference bit packing). Reads are exact whatever the values (a
+//! block spanning all of `u64` takes 64 bits a value), and any value is read in O(1): a block's
+//! offsets all have one width. The model shrinks from 8 bytes per value and column to what the
+//! data needs (issue 41: measured in bench/README.md).
 
 /// Values per block.
 pub const BLOCK: usize = 256;
@@ -38,161 +41,227 @@ impl Word for u64 {
     }
 }
 
-/// Marks a block stored whole in `base` (the block's values are found through `wide`).
-const WIDE: i64 = i64::MIN;
+/// Bits of [`Packed::at`] that hold the block's width; its bit position is a multiple of 256
+/// above them.
+const WIDTH_MASK: u64 = 0xff;
 
-/// A column of 64-bit values stored as per-block bases and 4-byte offsets (module docs).
-#[derive(Clone, Default)]
+/// A column of 64-bit values stored as per-block bases and bit-packed offsets (module docs).
+#[derive(Clone)]
 pub struct Packed<T> {
-    /// Per full block: its lowest value, or [`WIDE`].
+    /// Per full block: its lowest value.
     base: Vec<i64>,
-    /// One per value of the full blocks: the offset from its block's base (0 in wide blocks).
-    off: Vec<u32>,
-    /// Wide blocks in order, and their values (`BLOCK` each, same order).
-    wide_blocks: Vec<u32>,
-    wide_values: Vec<i64>,
+    /// Per full block: the bit position of its first offset in `bits` (a multiple of 256) or'd
+    /// with the offsets' width in bits (0 to 64).
+    at: Vec<u64>,
+    /// The blocks' offsets, `width` bits each, low bits first; one spare word at the end so
+    /// that every read may load two words.
+    bits: Vec<u64>,
+    /// Bits of `bits` in use, blocks rewritten elsewhere by [`Packed::set_range`] included.
+    bit_len: u64,
+    /// Bits left behind by rewritten blocks (reclaimed when they pass half of `bit_len`).
+    stale_bits: u64,
     /// Values after the last full block.
     tail: Vec<i64>,
+    /// The lowest and highest of `tail`, kept as values are pushed (a block's bounds are then
+    /// known when it fills).
+    tail_lo: i64,
+    tail_hi: i64,
     _t: std::marker::PhantomData<T>,
+}
+
+impl<T: Word> Default for Packed<T> {
+    fn default() -> Self {
+        Packed::new()
+    }
+}
+
+#[inline]
+fn width_mask(w: u64) -> u64 {
+    if w >= 64 { u64::MAX } else { (1u64 << w) - 1 }
+}
+
+/// Writes the low `w` bits of `v` at bit `pos` of `bits` (which has a word past `pos + w`).
+#[inline]
+fn put_bits(bits: &mut [u64], pos: u64, w: u64, v: u64) {
+    let (word, sh) = ((pos / 64) as usize, pos % 64);
+    let mask = width_mask(w);
+    let v = v & mask;
+    bits[word] = (bits[word] & !(mask << sh)) | (v << sh);
+    if sh + w > 64 {
+        let high = width_mask(sh + w - 64);
+        bits[word + 1] = (bits[word + 1] & !high) | (v >> (64 - sh));
+    }
+}
+
+/// Writes each value's offset from `lo` in `w` bits (1 to 64) from the start of `out`. The
+/// words are built in a register and each stored once (or'ing offsets into memory made every
+/// value wait for the store before it).
+#[inline]
+fn pack_fresh(out: &mut [u64], w: u64, lo: i64, values: &[i64]) {
+    let (mut acc, mut n, mut k) = (0u64, 0u64, 0usize);
+    for &v in values {
+        let d = v.wrapping_sub(lo) as u64;
+        acc |= d << n;
+        n += w;
+        if n >= 64 {
+            out[k] = acc;
+            k += 1;
+            n -= 64;
+            // The bits of `d` that did not fit (none when it ended on the word).
+            acc = if n == 0 { 0 } else { d >> (w - n) };
+        }
+    }
+}
+
+/// The `w` bits at bit `pos` of `bits` (which has a word past them).
+#[inline(always)]
+fn get_bits(bits: &[u64], pos: u64, w: u64) -> u64 {
+    let (word, sh) = ((pos / 64) as usize, pos % 64);
+    let two = &bits[word..word + 2];
+    // `two[1] << (64 - sh)`, which is 0 for `sh` = 0.
+    ((two[0] >> sh) | ((two[1] << 1) << (63 - sh))) & width_mask(w)
 }
 
 impl<T: Word> Packed<T> {
     pub fn new() -> Self {
         Packed {
             base: Vec::new(),
-            off: Vec::new(),
-            wide_blocks: Vec::new(),
-            wide_values: Vec::new(),
+            at: Vec::new(),
+            bits: vec![0],
+            bit_len: 0,
+            stale_bits: 0,
             tail: Vec::with_capacity(BLOCK),
+            tail_lo: i64::MAX,
+            tail_hi: i64::MIN,
             _t: std::marker::PhantomData,
         }
     }
 
     #[inline]
     pub fn len(&self) -> usize {
-        self.off.len() + self.tail.len()
+        self.base.len() * BLOCK + self.tail.len()
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    /// Room for `n` more values without growing (address space only until written).
+    /// Room for `n` more values without growing, at 32 bits a value (address space only until
+    /// written).
     pub fn reserve(&mut self, n: usize) {
-        self.off.reserve(n);
+        self.bits.reserve(n / 2 + 1);
         self.base.reserve(n / BLOCK + 1);
+        self.at.reserve(n / BLOCK + 1);
     }
 
     pub fn shrink_to_fit(&mut self) {
-        self.off.shrink_to_fit();
+        self.bits.shrink_to_fit();
         self.base.shrink_to_fit();
-        self.wide_blocks.shrink_to_fit();
-        self.wide_values.shrink_to_fit();
+        self.at.shrink_to_fit();
     }
 
     pub fn heap_bytes(&self) -> usize {
         self.base.capacity() * 8
-            + self.off.capacity() * 4
-            + self.wide_blocks.capacity() * 4
-            + self.wide_values.capacity() * 8
+            + self.at.capacity() * 8
+            + self.bits.capacity() * 8
             + self.tail.capacity() * 8
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn push(&mut self, v: T) {
         if self.tail.capacity() == 0 {
             self.tail.reserve_exact(BLOCK);
         }
-        self.tail.push(v.to_i64());
+        let v = v.to_i64();
+        self.tail.push(v);
+        self.tail_lo = self.tail_lo.min(v);
+        self.tail_hi = self.tail_hi.max(v);
         if self.tail.len() == BLOCK {
             let block = std::mem::take(&mut self.tail);
-            self.append_block(&block);
+            let (base, at) = self.encode(&block, (self.tail_lo, self.tail_hi));
+            (self.tail_lo, self.tail_hi) = (i64::MAX, i64::MIN);
+            self.base.push(base);
+            self.at.push(at);
             self.tail = block;
             self.tail.clear();
         }
     }
 
-    /// Encodes one full block at the end.
-    fn append_block(&mut self, values: &[i64]) {
+    /// Writes one full block's offsets at the end of `bits`: its base and `at`. Once in 256
+    /// pushes, so kept out of line: [`Packed::push`] stays small enough to inline.
+    #[inline(never)]
+    fn encode(&mut self, values: &[i64], (lo, hi): (i64, i64)) -> (i64, u64) {
         debug_assert_eq!(values.len(), BLOCK);
-        let (lo, hi) = min_max(values);
-        if (hi as i128 - lo as i128) <= u32::MAX as i128 && lo != WIDE {
-            self.base.push(lo);
-            self.off
-                .extend(values.iter().map(|&v| (v as i128 - lo as i128) as u32));
-        } else {
-            self.wide_blocks.push(self.base.len() as u32);
-            self.base.push(WIDE);
-            self.off.extend(std::iter::repeat_n(0, BLOCK));
-            self.wide_values.extend_from_slice(values);
+        debug_assert_eq!((lo, hi), min_max(values));
+        let w = 64 - (hi.wrapping_sub(lo) as u64).leading_zeros() as u64;
+        let pos = self.bit_len.next_multiple_of(256);
+        self.bit_len = pos + w * BLOCK as u64;
+        // Packed on the stack and appended once: the words are built in cache, not read back
+        // from a zeroed vector.
+        let mut words = [0u64; 4 * 64 + 1];
+        let n = 4 * w as usize;
+        if w > 0 {
+            pack_fresh(&mut words[..n + 1], w, lo, values);
         }
-    }
-
-    /// Where block `b`'s values are in `wide_values`, if it is wide.
-    #[inline]
-    fn wide_at(&self, b: usize) -> Option<usize> {
-        if self.base[b] != WIDE {
-            return None;
-        }
-        let k = self.wide_blocks.binary_search(&(b as u32)).ok()?;
-        Some(k * BLOCK)
+        let first = (pos / 64) as usize;
+        self.bits.resize(first, 0);
+        self.bits.extend_from_slice(&words[..n]);
+        // The spare word every read may touch.
+        self.bits.push(0);
+        (lo, pos | w)
     }
 
     /// Value `i`. Panics past the end, like slice indexing.
     #[inline]
     pub fn get(&self, i: usize) -> T {
-        let full = self.off.len();
-        if i >= full {
-            return T::from_i64(self.tail[i - full]);
-        }
         let b = i / BLOCK;
-        let base = self.base[b];
-        if base != WIDE {
-            return T::from_i64(base.wrapping_add(self.off[i] as i64));
+        if b >= self.base.len() {
+            return T::from_i64(self.tail[i - self.base.len() * BLOCK]);
         }
-        match self.wide_at(b) {
-            Some(at) => T::from_i64(self.wide_values[at + i % BLOCK]),
-            None => T::from_i64(base.wrapping_add(self.off[i] as i64)),
+        let (base, at) = (self.base[b], self.at[b]);
+        let w = at & WIDTH_MASK;
+        if w == 0 {
+            return T::from_i64(base);
         }
+        let pos = (at & !WIDTH_MASK) + (i % BLOCK) as u64 * w;
+        T::from_i64(base.wrapping_add(get_bits(&self.bits, pos, w) as i64))
     }
 
-    /// Adds `delta` to every value (wrapping), in O(blocks + wide values): a block's offsets
-    /// are relative to its base, so only bases move. A series built relative to an origin
-    /// learnt at the end (the live bytes of allocations made before a trace) is shifted this way.
+    /// Full block `b`'s values.
+    fn block(&self, b: usize) -> Vec<i64> {
+        (b * BLOCK..(b + 1) * BLOCK)
+            .map(|k| self.get(k).to_i64())
+            .collect()
+    }
+
+    /// Adds `delta` to every value (wrapping), in O(blocks): a block's offsets are relative to
+    /// its base, so only bases move. A series built relative to an origin learnt at the end
+    /// (the live bytes of allocations made before a trace) is shifted this way.
     pub fn add_to_all(&mut self, delta: i64) {
-        if delta == 0 {
-            return;
-        }
-        if self
-            .base
-            .iter()
-            .any(|&b| b != WIDE && b.wrapping_add(delta) == WIDE)
-        {
-            // A base would land on the wide marker: encode the values again (never for byte
-            // series, whose values are far from i64::MIN).
-            let values: Vec<i64> = self.iter().map(|v| v.to_i64()).collect();
-            *self = Packed::new();
-            for v in values {
-                self.push(T::from_i64(v.wrapping_add(delta)));
-            }
-            return;
-        }
-        for b in &mut self.base {
-            if *b != WIDE {
-                *b = b.wrapping_add(delta);
-            }
-        }
-        for v in self.wide_values.iter_mut().chain(self.tail.iter_mut()) {
+        for v in self.base.iter_mut().chain(self.tail.iter_mut()) {
             *v = v.wrapping_add(delta);
         }
+        // Wrapping may reorder the tail's values.
+        (self.tail_lo, self.tail_hi) = min_max(&self.tail);
     }
 
-    /// Values `range` in order.
-    pub fn iter_range(&self, range: std::ops::Range<usize>) -> impl Iterator<Item = T> + '_ {
-        range.map(move |i| self.get(i))
+    /// Values `range` in order, read a block at a time (no per-value lookup of its block).
+    pub fn iter_range(&self, range: std::ops::Range<usize>) -> Iter<'_, T> {
+        assert!(
+            range.end <= self.len() || range.is_empty(),
+            "range past the end"
+        );
+        Iter {
+            p: self,
+            i: range.start,
+            end: range.end.max(range.start),
+            // No block decoded yet: every row is outside it.
+            buf_start: usize::MAX / 2,
+            buf: Box::new([0; BLOCK]),
+        }
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = T> + '_ {
+    pub fn iter(&self) -> Iter<'_, T> {
         self.iter_range(0..self.len())
     }
 
@@ -219,7 +288,7 @@ impl<T: Word> Packed<T> {
     pub fn set_range(&mut self, at: usize, values: &[T]) {
         let end = at + values.len();
         assert!(end <= self.len(), "set_range past the end");
-        let full = self.off.len();
+        let full = self.base.len() * BLOCK;
         let mut i = at;
         while i < end {
             if i >= full {
@@ -229,9 +298,7 @@ impl<T: Word> Packed<T> {
             }
             let b = i / BLOCK;
             let start = b * BLOCK;
-            let mut block: Vec<i64> = (start..start + BLOCK)
-                .map(|k| self.get(k).to_i64())
-                .collect();
+            let mut block = self.block(b);
             let stop = end.min(start + BLOCK);
             for k in i..stop {
                 block[k - start] = values[k - at].to_i64();
@@ -239,104 +306,170 @@ impl<T: Word> Packed<T> {
             self.rewrite_block(b, &block);
             i = stop;
         }
+        (self.tail_lo, self.tail_hi) = min_max(&self.tail);
+        if self.stale_bits > self.bit_len / 2 {
+            self.reencode();
+        }
     }
 
-    /// Re-encodes full block `b` with `values`.
+    /// Re-encodes full block `b` with `values`: in place when its offsets still fit the
+    /// block's width, else at the end of `bits` (its old bits become stale).
     fn rewrite_block(&mut self, b: usize, values: &[i64]) {
-        let start = b * BLOCK;
         let (lo, hi) = min_max(values);
-        let narrow = (hi as i128 - lo as i128) <= u32::MAX as i128 && lo != WIDE;
-        let was = self.wide_at(b);
-        match (narrow, was) {
-            (true, None) => {
-                self.base[b] = lo;
-                for (k, &v) in values.iter().enumerate() {
-                    self.off[start + k] = (v as i128 - lo as i128) as u32;
-                }
+        let need = 64 - (hi.wrapping_sub(lo) as u64).leading_zeros() as u64;
+        let (pos, w) = (self.at[b] & !WIDTH_MASK, self.at[b] & WIDTH_MASK);
+        if need <= w {
+            self.base[b] = lo;
+            for (k, &v) in values.iter().enumerate() {
+                put_bits(
+                    &mut self.bits,
+                    pos + k as u64 * w,
+                    w,
+                    v.wrapping_sub(lo) as u64,
+                );
             }
-            (true, Some(at)) => {
-                let k = at / BLOCK;
-                self.wide_blocks.remove(k);
-                self.wide_values.drain(at..at + BLOCK);
-                self.base[b] = lo;
-                for (k, &v) in values.iter().enumerate() {
-                    self.off[start + k] = (v as i128 - lo as i128) as u32;
-                }
-            }
-            (false, Some(at)) => self.wide_values[at..at + BLOCK].copy_from_slice(values),
-            (false, None) => {
-                let k = self.wide_blocks.partition_point(|&w| (w as usize) < b);
-                self.wide_blocks.insert(k, b as u32);
-                let at = k * BLOCK;
-                self.wide_values.splice(at..at, values.iter().copied());
-                self.base[b] = WIDE;
-                self.off[start..start + BLOCK].fill(0);
-            }
+        } else {
+            self.stale_bits += w * BLOCK as u64;
+            (self.base[b], self.at[b]) = self.encode(values, (lo, hi));
+        }
+    }
+
+    /// Encodes every block again, leaving out stale bits.
+    fn reencode(&mut self) {
+        let mut fresh = Packed::<T>::new();
+        fresh.bits.reserve(self.bits.len());
+        for b in 0..self.base.len() {
+            let values = self.block(b);
+            let (base, at) = fresh.encode(&values, min_max(&values));
+            fresh.base.push(base);
+            fresh.at.push(at);
+        }
+        fresh.tail = std::mem::take(&mut self.tail);
+        (fresh.tail_lo, fresh.tail_hi) = (self.tail_lo, self.tail_hi);
+        *self = fresh;
+    }
+}
+
+/// [`Packed::iter_range`]: values are decoded a block at a time into `buf`.
+pub struct Iter<'a, T> {
+    p: &'a Packed<T>,
+    i: usize,
+    end: usize,
+    /// `buf` holds the values of rows `buf_start..buf_start + BLOCK`.
+    buf_start: usize,
+    buf: Box<[i64; BLOCK]>,
+}
+
+impl<T: Word> Iter<'_, T> {
+    /// Decodes the block holding row `i` (or the tail) into `buf`.
+    fn fill(&mut self, i: usize) {
+        let b = i / BLOCK;
+        self.buf_start = b * BLOCK;
+        let p = self.p;
+        if b >= p.base.len() {
+            self.buf[..p.tail.len()].copy_from_slice(&p.tail);
+            return;
+        }
+        let (base, at) = (p.base[b], p.at[b]);
+        let w = at & WIDTH_MASK;
+        let pos = at & !WIDTH_MASK;
+        if w == 0 {
+            self.buf.fill(base);
+            return;
+        }
+        for (k, v) in self.buf.iter_mut().enumerate() {
+            *v = base.wrapping_add(get_bits(&p.bits, pos + k as u64 * w, w) as i64);
         }
     }
 }
+
+impl<T: Word> Iterator for Iter<'_, T> {
+    type Item = T;
+
+    #[inline]
+    fn next(&mut self) -> Option<T> {
+        if self.i >= self.end {
+            return None;
+        }
+        let i = self.i;
+        self.i += 1;
+        if i.wrapping_sub(self.buf_start) >= BLOCK {
+            self.fill(i);
+        }
+        Some(T::from_i64(self.buf[i - self.buf_start]))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = self.end - self.i;
+        (n, Some(n))
+    }
+}
+
+impl<T: Word> ExactSizeIterator for Iter<'_, T> {}
 
 /// A [`Packed`] column as the model file stores it (`store.rs`): its parts as they are in
 /// memory, so a reopened model is the column itself, not a re-encoding of every value.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct PackedParts {
     pub base: Vec<i64>,
-    pub off: Vec<u32>,
-    pub wide_blocks: Vec<u32>,
-    pub wide_values: Vec<i64>,
+    pub at: Vec<u64>,
+    pub bits: Vec<u64>,
     pub tail: Vec<i64>,
 }
 
 impl<T: Word> Packed<T> {
-    /// The column's parts, for the model file: bases, offsets, wide blocks, their values, tail.
-    #[allow(clippy::type_complexity)]
-    pub fn parts(&self) -> (&[i64], &[u32], &[u32], &[i64], &[i64]) {
-        (
-            &self.base,
-            &self.off,
-            &self.wide_blocks,
-            &self.wide_values,
-            &self.tail,
-        )
+    /// The column's parts, for the model file: bases, bit positions and widths, bits, tail.
+    pub fn parts(&self) -> (&[i64], &[u64], &[u64], &[i64]) {
+        (&self.base, &self.at, &self.bits, &self.tail)
     }
 
-    /// The column from its parts, or why they do not make one (every read is then in bounds
-    /// and every wide block found).
+    /// The column from its parts, or why they do not make one (every read is then in bounds).
     pub fn from_parts(p: PackedParts) -> Result<Self, &'static str> {
-        if p.off.len() != p.base.len() * BLOCK {
-            return Err("packed column: offsets do not fill its blocks");
+        if p.base.len() != p.at.len() {
+            return Err("packed column: bases and bit positions differ in number");
         }
         if p.tail.len() >= BLOCK {
             return Err("packed column: tail of a full block");
         }
-        if p.wide_values.len() != p.wide_blocks.len() * BLOCK {
-            return Err("packed column: wide values do not fill its wide blocks");
+        // Bits a read may touch: the words in use, and the spare one after them.
+        let usable = (p.bits.len() as u64).saturating_sub(1) * 64;
+        let mut bit_len = 0;
+        for &at in &p.at {
+            let w = at & WIDTH_MASK;
+            if w > 64 {
+                return Err("packed column: a block wider than 64 bits");
+            }
+            let end = (at & !WIDTH_MASK)
+                .checked_add(w * BLOCK as u64)
+                .filter(|&e| e <= usable)
+                .ok_or("packed column: a block past its bits")?;
+            bit_len = bit_len.max(end);
         }
-        if !p.wide_blocks.windows(2).all(|w| w[0] < w[1])
-            || p.wide_blocks
-                .iter()
-                .any(|&b| p.base.get(b as usize) != Some(&WIDE))
-            || p.base.iter().filter(|&&b| b == WIDE).count() != p.wide_blocks.len()
-        {
-            return Err("packed column: wide blocks do not match its bases");
+        if p.bits.is_empty() {
+            return Err("packed column: no spare word");
         }
         let mut tail = p.tail;
         tail.reserve_exact(BLOCK - tail.len());
+        let (tail_lo, tail_hi) = min_max(&tail);
         Ok(Packed {
             base: p.base,
-            off: p.off,
-            wide_blocks: p.wide_blocks,
-            wide_values: p.wide_values,
+            at: p.at,
+            bits: p.bits,
+            bit_len,
+            stale_bits: 0,
             tail,
+            tail_lo,
+            tail_hi,
             _t: std::marker::PhantomData,
         })
     }
 }
 
 fn min_max(values: &[i64]) -> (i64, i64) {
-    values
-        .iter()
-        .fold((i64::MAX, i64::MIN), |(lo, hi), &v| (lo.min(v), hi.max(v)))
+    // Two reductions, each vectorized.
+    let lo = values.iter().copied().fold(i64::MAX, i64::min);
+    let hi = values.iter().copied().fold(i64::MIN, i64::max);
+    (lo, hi)
 }
 
 impl<T: Word> Extend<T> for Packed<T> {
@@ -629,8 +762,7 @@ impl Column for Runs {
 mod tests {
     use super::*;
 
-    /// Shifting every value moves only bases, reads back exact, and survives a base that would
-    /// land on the wide marker.
+    /// Shifting every value moves only bases and reads back exact, wrapping at the ends.
     #[test]
     fn add_to_all_shifts_every_value() {
         for (seed, delta) in [(1u64, 12_345i64), (2, -7), (3, i64::MIN + 5), (4, 0)] {
@@ -643,7 +775,7 @@ mod tests {
             let want: Vec<i64> = vals.iter().map(|v| v.wrapping_add(delta)).collect();
             assert_eq!(p.iter().collect::<Vec<_>>(), want, "seed {seed}");
         }
-        // A narrow block whose base becomes i64::MIN.
+        // A block whose base becomes i64::MIN.
         let mut p: Packed<i64> = Packed::new();
         for i in 0..BLOCK as i64 + 3 {
             p.push(10 + i);
@@ -691,6 +823,17 @@ mod tests {
             assert_eq!(got, want, "n {n}");
             let u: Packed<u64> = want.iter().map(|&v| v as u64).collect();
             assert!(u.iter().zip(&want).all(|(a, &b)| a == b as u64));
+            // Ranges starting and ending inside blocks and in the tail read block by block.
+            for (a, b) in [
+                (0, n),
+                (n / 3, n / 2),
+                (n.saturating_sub(5), n),
+                (n / 2, n / 2),
+            ] {
+                let got: Vec<i64> = p.iter_range(a..b).collect();
+                assert_eq!(got, want[a..b], "n {n}, range {a}..{b}");
+                assert!(got.iter().enumerate().all(|(k, &v)| v == p.get(a + k)));
+            }
         }
     }
 
@@ -698,12 +841,11 @@ mod tests {
     fn a_column_rebuilt_from_its_parts_is_the_same_and_bad_parts_are_refused() {
         for n in [0, 1, BLOCK, 5 * BLOCK + 17, 40 * BLOCK + 3] {
             let p: Packed<i64> = values(n, 11 + n as u64).into_iter().collect();
-            let (base, off, wide_blocks, wide_values, tail) = p.parts();
+            let (base, at, bits, tail) = p.parts();
             let parts = PackedParts {
                 base: base.to_vec(),
-                off: off.to_vec(),
-                wide_blocks: wide_blocks.to_vec(),
-                wide_values: wide_values.to_vec(),
+                at: at.to_vec(),
+                bits: bits.to_vec(),
                 tail: tail.to_vec(),
             };
             let mut q = Packed::<i64>::from_parts(parts.clone()).unwrap();
@@ -712,20 +854,29 @@ mod tests {
             q.extend((0..BLOCK as i64).map(|i| i * 3));
             assert_eq!(q.len(), n + BLOCK);
             assert_eq!(q.get(n + BLOCK - 1), (BLOCK as i64 - 1) * 3);
+            assert_eq!(
+                q.iter().take(n).collect::<Vec<_>>(),
+                p.iter().collect::<Vec<_>>()
+            );
             if n >= 5 * BLOCK {
                 let mut bad = parts.clone();
-                bad.off.pop();
+                bad.at.pop();
                 assert!(Packed::<i64>::from_parts(bad).is_err());
                 let mut bad = parts.clone();
                 bad.tail = vec![0; BLOCK];
                 assert!(Packed::<i64>::from_parts(bad).is_err());
                 let mut bad = parts.clone();
+                bad.bits.truncate(bad.bits.len() - 2);
                 assert!(
-                    !bad.wide_blocks.is_empty(),
-                    "the test values have wide blocks"
+                    Packed::<i64>::from_parts(bad).is_err(),
+                    "a block past its bits"
                 );
-                bad.wide_blocks[0] += 1;
-                assert!(Packed::<i64>::from_parts(bad).is_err());
+                let mut bad = parts.clone();
+                bad.at[0] = (bad.at[0] & !WIDTH_MASK) | 65;
+                assert!(
+                    Packed::<i64>::from_parts(bad).is_err(),
+                    "wider than 64 bits"
+                );
             }
         }
         assert!(Runs::from_runs(vec![0, 5], vec![1, 2], 9).is_ok());
@@ -740,14 +891,25 @@ mod tests {
         }
     }
 
+    /// A block takes the bits its widest offset needs: 10 bits a value for times 1 ms apart
+    /// over 256 ms, 0 for a constant block, 64 for a block spanning all of `i64`.
     #[test]
-    fn narrow_blocks_take_four_bytes_a_value() {
+    fn blocks_take_the_bits_their_offsets_need() {
         let mut p: Packed<i64> = (0..100 * BLOCK as i64)
-            .map(|i| 1_700_000_000_000_000 + i * 1000)
+            .map(|i| 1_700_000_000_000_000 + (i % BLOCK as i64) * 1000)
             .collect();
         p.shrink_to_fit();
-        assert!(p.wide_blocks.is_empty());
-        assert!(p.heap_bytes() < 100 * BLOCK * 4 + 100 * 8 + BLOCK * 8 + 64);
+        assert!(
+            p.at.iter().all(|&a| a & WIDTH_MASK == 18),
+            "255 000 needs 18 bits"
+        );
+        assert!(p.heap_bytes() < 100 * BLOCK * 18 / 8 + 100 * 16 + BLOCK * 8 + 64);
+        let c: Packed<u64> = std::iter::repeat_n(7u64, 3 * BLOCK).collect();
+        assert!(c.at.iter().all(|&a| a & WIDTH_MASK == 0));
+        assert_eq!(c.get(2 * BLOCK + 5), 7);
+        let wide: Packed<i64> = (0..BLOCK).map(|i| [i64::MIN, i64::MAX][i % 2]).collect();
+        assert_eq!(wide.at[0] & WIDTH_MASK, 64);
+        assert_eq!((wide.get(0), wide.get(1)), (i64::MIN, i64::MAX));
     }
 
     /// Writing a range of a run column equals writing the plain ids, and leaves the runs
@@ -813,7 +975,29 @@ mod tests {
             p.set_range(at, &patch);
             let got: Vec<i64> = p.iter().collect();
             assert_eq!(got, want, "round {round}");
+            assert!(
+                p.stale_bits <= p.bit_len / 2,
+                "round {round}: stale bits reclaimed"
+            );
         }
+    }
+
+    /// A block whose new offsets need more bits moves to the end of the bits; the bits it left
+    /// are reclaimed once they are half of them, and every read stays exact.
+    #[test]
+    fn widened_blocks_move_and_their_old_bits_are_reclaimed() {
+        let mut want: Vec<i64> = (0..4 * BLOCK as i64).map(|i| i % 200).collect();
+        let mut p: Packed<i64> = want.iter().copied().collect();
+        assert!(p.at.iter().all(|&a| a & WIDTH_MASK == 8));
+        for round in 0..12usize {
+            let b = round % 4;
+            let patch: Vec<i64> = (0..BLOCK as i64).map(|k| k << (20 + round * 3)).collect();
+            want[b * BLOCK..(b + 1) * BLOCK].copy_from_slice(&patch);
+            p.set_range(b * BLOCK, &patch);
+            assert_eq!(p.iter().collect::<Vec<_>>(), want, "round {round}");
+            assert!(p.stale_bits <= p.bit_len / 2, "round {round}");
+        }
+        assert!(p.bit_len <= 4 * BLOCK as u64 * 64 * 2);
     }
 
     #[test]

@@ -32,8 +32,9 @@ const MAGIC: &[u8; 8] = b"MSMODEL\0";
 /// 5: the first timeline view keeps every peak in view (its stored active span is refitted); the
 /// allocated peak and the blocks that are not their request rounded may follow the derived views.
 /// 6: the original's name (the server's sha256 of the upload) after the version, so a model file
-/// copied over another snapshot's is refused, not served as that one.
-pub const VERSION: u32 = 6;
+/// copied over another snapshot's is refused, not served as that one. 7: packed columns as
+/// bit-packed offsets (`packed.rs`), addresses and stacks packed too.
+pub const VERSION: u32 = 7;
 
 struct W<'a, T: Write> {
     w: &'a mut T,
@@ -90,11 +91,10 @@ impl<T: Write> W<'_, T> {
         Ok(())
     }
     fn packed<V: Word>(&mut self, p: &Packed<V>) -> io::Result<()> {
-        let (base, off, wide_blocks, wide_values, tail) = p.parts();
+        let (base, at, bits, tail) = p.parts();
         self.array(base, i64::to_le_bytes)?;
-        self.array(off, u32::to_le_bytes)?;
-        self.array(wide_blocks, u32::to_le_bytes)?;
-        self.array(wide_values, i64::to_le_bytes)?;
+        self.array(at, u64::to_le_bytes)?;
+        self.array(bits, u64::to_le_bytes)?;
         self.array(tail, i64::to_le_bytes)
     }
     fn len(&mut self, n: usize) -> io::Result<()> {
@@ -189,9 +189,7 @@ pub fn write_for<T: Write>(
     for &a in &t.action {
         w.u8(a as u8)?;
     }
-    for &v in &t.addr {
-        w.u64(v)?;
-    }
+    w.packed(&t.addr)?;
     w.packed(&t.size)?;
     w.array(&t.streams, u64::to_le_bytes)?;
     match &t.stream_id {
@@ -211,9 +209,7 @@ pub fn write_for<T: Write>(
         }
     }
     w.packed(&t.time_us)?;
-    for &v in &t.stack {
-        w.u32(v.0)?;
-    }
+    w.packed(&t.stack)?;
     w.len(t.device_free.len())?;
     for &(r, v) in &t.device_free {
         w.u32(r)?;
@@ -338,9 +334,8 @@ impl<T: Read> R<'_, T> {
     fn packed<V: Word>(&mut self, n: usize) -> Result<Packed<V>> {
         let parts = PackedParts {
             base: self.array(i64::from_le_bytes)?,
-            off: self.array(u32::from_le_bytes)?,
-            wide_blocks: self.array(u32::from_le_bytes)?,
-            wide_values: self.array(i64::from_le_bytes)?,
+            at: self.array(u64::from_le_bytes)?,
+            bits: self.array(u64::from_le_bytes)?,
             tail: self.array(i64::from_le_bytes)?,
         };
         let p = Packed::from_parts(parts).map_err(|e| self.bad(e))?;
@@ -525,7 +520,7 @@ fn read_checked<T: Read>(input: T, origin: Option<&str>) -> Result<(Snapshot, Op
     if bad_action {
         return Err(r.bad("unknown action code"));
     }
-    t.addr = r.column::<8, _>(n, u64::from_le_bytes)?;
+    t.addr = r.packed(n)?;
     t.size = r.packed(n)?;
     t.streams = r.array(u64::from_le_bytes)?;
     t.stream_id = match r.u8()? {
@@ -547,7 +542,7 @@ fn read_checked<T: Read>(input: T, origin: Option<&str>) -> Result<(Snapshot, Op
         return Err(r.bad("stream ids out of range"));
     }
     t.time_us = r.packed(n)?;
-    t.stack = r.column::<4, _>(n, |b| StackId(u32::from_le_bytes(b)))?;
+    t.stack = r.packed(n)?;
     if t.stack.iter().any(|s| s.0 >= n_stacks.max(1)) {
         return Err(r.bad("stack id out of range"));
     }

@@ -430,7 +430,7 @@ fn backward_from_threads(
         ) {
             continue;
         }
-        match thread_of(facts.of(t.stack[r]), python_trace) {
+        match thread_of(facts.of(t.stack.get(r)), python_trace) {
             Thread::Autograd => {
                 let o = open.get_or_insert((p, p + 1, false));
                 o.1 = p + 1;
@@ -597,22 +597,22 @@ fn classify(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Categories {
         .rows()
         .filter(|&r| t.action[r] == Action::Alloc)
         .take(1 << 16)
-        .filter(|&r| facts.of(t.stack[r]) & PYTHON != 0)
+        .filter(|&r| facts.of(t.stack.get(r)) & PYTHON != 0)
         .count();
     let python_trace = allocs_with_python > 0;
     let has_frames = d
         .rows()
         .filter(|&r| t.action[r] == Action::Alloc)
         .take(1 << 16)
-        .any(|r| facts.of(t.stack[r]) & HAS_FRAMES != 0);
+        .any(|r| facts.of(t.stack.get(r)) & HAS_FRAMES != 0);
 
     let optimizer_frames = python_trace
         && d.rows()
-            .any(|r| t.action[r] == Action::Alloc && facts.of(t.stack[r]) & OPTIM != 0);
+            .any(|r| t.action[r] == Action::Alloc && facts.of(t.stack.get(r)) & OPTIM != 0);
     let mut optimizer = optimizer_spans(snap, d);
     // Frames say it too where annotations are missing: an event in torch/optim/.
     if optimizer.is_empty() && python_trace {
-        optimizer = runs_where(d, |p| facts.of(t.stack[d.row(p)]) & OPTIM != 0);
+        optimizer = runs_where(d, |p| facts.of(t.stack.get(d.row(p))) & OPTIM != 0);
     }
     // Parameters before phases: what was made before the trace or before anything was freed and
     // is alive throughout. Their sizes tell gradients from other backward buffers.
@@ -654,7 +654,7 @@ fn classify(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Categories {
                 let a = d.event_allocation[p as usize];
                 a != NONE
                     && d.allocations[a as usize].start == p
-                    && facts.of(t.stack[d.row(p)]) & FORWARD != 0
+                    && facts.of(t.stack.get(d.row(p))) & FORWARD != 0
             })
             .unwrap_or(NONE)
     } else {
@@ -775,7 +775,8 @@ fn forward_starts(
         let by_frames = python_trace
             .then(|| {
                 (after_optimizer..to).find(|&p| {
-                    made(p).is_some() && facts.of(t.stack[d.row(p)]) & (FORWARD | OPTIM) == FORWARD
+                    made(p).is_some()
+                        && facts.of(t.stack.get(d.row(p))) & (FORWARD | OPTIM) == FORWARD
                 })
             })
             .flatten();

@@ -303,7 +303,7 @@ impl DeviceIndex {
             NONE => None,
             0 if a.start == NONE => (self.len > 0
                 && t.action[self.row(0)] == Action::FreeRequested
-                && t.addr[self.row(0)] == self.addr_of(t, id))
+                && t.addr.get(self.row(0)) == self.addr_of(t, id))
             .then_some(0),
             e => Some(e),
         }
@@ -332,7 +332,7 @@ impl DeviceIndex {
     #[inline]
     pub fn addr_of(&self, t: &TraceTable, id: u32) -> u64 {
         match self.origin(id) {
-            Ok(r) => t.addr[r],
+            Ok(r) => t.addr.get(r),
             Err(p) => p.map_or(0, |p| p.addr),
         }
     }
@@ -805,10 +805,10 @@ impl Row {
     pub fn of(t: &TraceTable, r: usize) -> Row {
         Row {
             action: t.action[r],
-            addr: t.addr[r],
+            addr: t.addr.get(r),
             size: t.size.get(r),
             stream: t.stream(r),
-            stack: t.stack[r],
+            stack: t.stack.get(r),
         }
     }
 }
@@ -1192,8 +1192,20 @@ fn build_device(snap: &Snapshot, device: i32, rows: std::ops::Range<u32>) -> Dev
     let t: &TraceTable = &snap.trace;
     let mut b = DeviceBuilder::new();
     b.reserve(rows.len());
-    for r in rows.clone() {
-        b.push(Row::of(t, r as usize));
+    // The packed columns read a block at a time.
+    let span = rows.start as usize..rows.end as usize;
+    let columns = t
+        .addr
+        .iter_range(span.clone())
+        .zip(t.size.iter_range(span.clone()));
+    for (r, (addr, size)) in span.zip(columns) {
+        b.push(Row {
+            action: t.action[r],
+            addr,
+            size,
+            stream: t.stream(r),
+            stack: t.stack.get(r),
+        });
     }
     b.finish(snap, device, rows.start)
 }
@@ -1250,10 +1262,10 @@ mod tests {
                 let r = p as usize;
                 match t.action[r] {
                     Action::Alloc => {
-                        alive.insert(t.addr[r]);
+                        alive.insert(t.addr.get(r));
                     }
                     Action::FreeCompleted => {
-                        alive.remove(&t.addr[r]);
+                        alive.remove(&t.addr.get(r));
                     }
                     _ => {}
                 }

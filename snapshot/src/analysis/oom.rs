@@ -430,7 +430,7 @@ pub fn oom_reports(
             let largest_sites = stacks_at(snap, index, d.device, Some(p), 5)
                 .map(|s| s.sites)
                 .unwrap_or_default();
-            let stack = snap.trace.stack[r];
+            let stack = snap.trace.stack.get(r);
             let pytorch_message = pytorch_message(d.device, &figures);
             out.push(OomReport {
                 pytorch_message,

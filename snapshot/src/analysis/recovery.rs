@@ -122,7 +122,7 @@ pub fn fates(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Vec<Fate> {
 fn workspace_evidence(snap: &Snapshot, index: &Index, d: &DeviceIndex, e: u32) -> Option<String> {
     let t = &snap.trace;
     let r = d.row(e);
-    let (stack, stream) = (t.stack[r], t.stream(r));
+    let (stack, stream) = (t.stack.get(r), t.stream(r));
     let named = snap.stack(stack).iter().find_map(|&f| {
         let name = snap.str(snap.frame(f).name);
         let lower = name.to_ascii_lowercase();
@@ -144,7 +144,7 @@ fn workspace_evidence(snap: &Snapshot, index: &Index, d: &DeviceIndex, e: u32) -
         match t.action[rq] {
             Action::FreeRequested | Action::FreeCompleted => return None,
             Action::Alloc | Action::Oom => {
-                return (t.stack[rq] == stack).then(|| {
+                return (t.stack.get(rq) == stack).then(|| {
                     "the same operator asked again for less right after, freeing nothing: a cuDNN/cuBLAS workspace fallback (it costs speed, not the run)".to_string()
                 });
             }

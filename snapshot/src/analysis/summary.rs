@@ -191,7 +191,7 @@ pub fn warnings(snap: &Snapshot, index: &Index) -> Vec<Warning> {
                       `torch.cuda.memory._record_memory_history()` enabled before the run?"
                     .into(),
         });
-    } else if snap.trace.stack.iter().all(|&s| s == StackId::EMPTY)
+    } else if snap.trace.stack.iter().all(|s| s == StackId::EMPTY)
         && snap.blocks.iter().all(|b| b.stack == StackId::EMPTY)
     {
         w.push(Warning {

@@ -675,11 +675,11 @@ pub fn events_around(
                     .then(|| TraceTable::sparse(&t.other_action, r as u32))
                     .flatten()
                     .map(|s| snap.str(s).to_string()),
-                address: t.addr[r],
+                address: t.addr.get(r),
                 size_bytes: t.size.get(r),
                 stream: t.stream(r),
                 time_us: t.time_us.get(r),
-                site: index.frames.site(snap, t.stack[r]),
+                site: index.frames.site(snap, t.stack.get(r)),
             }
         })
         .collect()

@@ -63,8 +63,8 @@ fn stacks_survive_every_encoding() {
         let other = crate::support::read(name);
         assert_eq!(other.trace.len(), base.trace.len());
         for r in [0usize, 17, 100, base.trace.len() - 1] {
-            let a: Vec<_> = snapshot::frames::full_stack(&base, base.trace.stack[r]);
-            let b: Vec<_> = snapshot::frames::full_stack(&other, other.trace.stack[r]);
+            let a: Vec<_> = snapshot::frames::full_stack(&base, base.trace.stack.get(r));
+            let b: Vec<_> = snapshot::frames::full_stack(&other, other.trace.stack.get(r));
             assert_eq!(a, b, "{name} row {r}");
         }
     }
@@ -105,7 +105,7 @@ fn integers_of_nine_bytes() {
     let snap = crate::support::read("variants/big_ints.pickle");
     let big_stream = (1u64 << 63) + 7;
     assert!(snap.segments.iter().all(|s| s.stream == big_stream));
-    assert_eq!(snap.trace.addr[0], u64::MAX - 4095);
+    assert_eq!(snap.trace.addr.get(0), u64::MAX - 4095);
     assert!((0..snap.trace.len()).all(|r| snap.trace.stream(r) == big_stream));
     let (_, report) = analysis::analyze(&snap, &Default::default());
     assert_eq!(report.summary.segments, 3);
@@ -194,8 +194,8 @@ fn assert_same_tables(name: &str, fast: &snapshot::Snapshot, general: &snapshot:
         "{name}"
     );
     for r in 0..a.len() {
-        let fa = snapshot::frames::full_stack(fast, a.stack[r]);
-        let fb = snapshot::frames::full_stack(general, b.stack[r]);
+        let fa = snapshot::frames::full_stack(fast, a.stack.get(r));
+        let fb = snapshot::frames::full_stack(general, b.stack.get(r));
         assert_eq!(fa, fb, "{name} row {r}");
     }
     assert_eq!(
@@ -279,7 +279,7 @@ fn a_frame_replaced_in_the_memo_is_not_served_from_the_stack_cache() {
     for (how, snap) in reads {
         let names: Vec<String> = (0..snap.trace.len())
             .map(|r| {
-                let stack = snap.stack(snap.trace.stack[r]);
+                let stack = snap.stack(snap.trace.stack.get(r));
                 stack
                     .iter()
                     .map(|&f| snap.strings.get(snap.frame(f).name).to_string())

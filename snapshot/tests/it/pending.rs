@@ -18,10 +18,10 @@ fn from_rows(snap: &snapshot::Snapshot, device: i32, min_wait_us: i64) -> (u64, 
     for (i, &r) in rows.iter().enumerate() {
         match t.action[r] {
             Action::FreeRequested => {
-                open.insert(t.addr[r], (i, r));
+                open.insert(t.addr.get(r), (i, r));
             }
             Action::FreeCompleted => {
-                if let Some((j, q)) = open.remove(&t.addr[r]) {
+                if let Some((j, q)) = open.remove(&t.addr.get(r)) {
                     let long = t.time_us.get(r) - t.time_us.get(q) >= min_wait_us;
                     waited += u64::from(i - j > 1 || long);
                     if long {

@@ -123,7 +123,7 @@ impl<'a> Trace<'a> {
             };
             recorded.push(SegEvent {
                 action,
-                addr: t.addr[r],
+                addr: t.addr.get(r),
                 size: t.size.get(r),
             });
             recorded_at.push(i as u32);
@@ -184,7 +184,7 @@ impl<'a> Trace<'a> {
             (Vec::new(), Vec::new(), None);
         for f in fates(snap, index, d) {
             recorded_ooms.insert(f.position, f.recovery.recovered());
-            let stack = t.stack[d.row(f.position)];
+            let stack = t.stack.get(d.row(f.position));
             match f.recovery {
                 Recovery::Fatal => continue,
                 Recovery::WorkspaceFallback => fallback_stacks.push(stack),
@@ -234,7 +234,7 @@ impl<'a> Trace<'a> {
             let t = &self.snap.trace;
             users = (i.saturating_sub(CONTEXT_EVENTS)..i)
                 .rev()
-                .map(|q| (self.user_frames)(t.stack[self.d.row(q)]))
+                .map(|q| (self.user_frames)(t.stack.get(self.d.row(q))))
                 .find(|u| !u.is_empty())
                 .unwrap_or_default();
             if users.is_empty() {
@@ -294,7 +294,7 @@ impl<'a> Trace<'a> {
             .filter(|&i| t.action[first + i as usize] == Action::Oom)
             .map(|i| {
                 let r = first + i as usize;
-                let driver_free = free.get(&(r as u32)).copied().unwrap_or(t.addr[r]);
+                let driver_free = free.get(&(r as u32)).copied().unwrap_or(t.addr.get(r));
                 (i, t.size.get(r), t.stream(r), driver_free)
             })
             .collect()
@@ -404,7 +404,7 @@ impl<'a> Trace<'a> {
             let r = first + i;
             match t.action[r] {
                 Action::Alloc => {
-                    let addr = t.addr[r];
+                    let addr = t.addr.get(r);
                     let private = self.private_pool(addr, i as u32);
                     capturing.insert(t.stream(r), private);
                     match a.malloc(t.size.get(r), t.stream(r), private) {
@@ -418,7 +418,7 @@ impl<'a> Trace<'a> {
                         None => {
                             // Dropped, as PyTorch drops it; its frees find nothing to free.
                             live.remove(&addr);
-                            let survivable = self.survivable_at(t.stack[r], i as u32);
+                            let survivable = self.survivable_at(t.stack.get(r), i as u32);
                             out.oom(i as u32, survivable);
                             if !survivable {
                                 break; // the run ends here
@@ -448,11 +448,11 @@ impl<'a> Trace<'a> {
                     }
                 }
                 Action::FreeRequested => {
-                    let addr = t.addr[r];
+                    let addr = t.addr.get(r);
                     if let Some(&b) = live.get(&addr) {
                         let completes_now = i + 1 < n
                             && t.action[r + 1] == Action::FreeCompleted
-                            && t.addr[r + 1] == addr;
+                            && t.addr.get(r + 1) == addr;
                         a.free(b, !completes_now);
                         if completes_now {
                             live.remove(&addr);
@@ -461,7 +461,7 @@ impl<'a> Trace<'a> {
                     }
                 }
                 Action::FreeCompleted => {
-                    if let Some(b) = live.remove(&t.addr[r])
+                    if let Some(b) = live.remove(&t.addr.get(r))
                         && a.is_pending(b)
                     {
                         a.complete_free(b);
