@@ -235,6 +235,7 @@ fn read_decoded<R: Read>(
         heap.follow = Some(follow::Follower::start(
             (heap.limits.size_hint_bytes / 40).min(1 << 28) as usize,
         ));
+        heap.compact_memo();
     }
     #[cfg(target_arch = "wasm32")]
     let _ = follow;

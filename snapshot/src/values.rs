@@ -84,9 +84,20 @@ impl Default for Limits {
 /// [`Value`] takes; about two slots an event, so ~100 MB less than 8-byte slots while a
 /// 12M-event file is read (computed), and the 1M-event benchmark's peak 54 → 43 MB (measured,
 /// bench/README.md).
+///
+/// While a parse is indexed as it goes (uploads: `follow.rs`), the index grows beside the memo,
+/// so the memo is made smaller: a chunk two behind the newest is stored compact ([`Compact`]),
+/// and expanded for good the first time a slot of it is read or written. Most of a trace's slots
+/// are its entry dicts and their frame lists, which no later opcode reads; the chunks that do get
+/// read (key strings, frames) are expanded once and stay so.
 #[derive(Debug, Default)]
 struct Memo {
+    /// Slots by chunk; a compact chunk's is empty (its slots are in `compact`).
     chunks: Vec<Box<[u32]>>,
+    /// Per chunk: its compact form, whether it was ever expanded.
+    compact: Vec<Compact>,
+    /// Store chunks compact (see above).
+    compacting: bool,
     len: usize,
     wide: Vec<Value>,
     /// Places in `wide` whose slot now holds a narrow value (a container lowered to a row, a
@@ -96,6 +107,67 @@ struct Memo {
 }
 
 const MEMO_CHUNK: usize = 1 << 16;
+
+/// A memo chunk's compact form.
+#[derive(Debug, Default)]
+enum Compact {
+    /// Never compacted (yet).
+    #[default]
+    No,
+    /// Slots as the difference of each slot's id from the last id of its tag, zigzag-encoded:
+    /// the tag and 3 bits in the first byte, then 7 bits a byte. A trace's slots alternate an
+    /// entry (the last entry's id plus one: 1 byte) and a frames list (a stack id near the
+    /// last: 1–3 bytes).
+    Bytes(Box<[u8]>),
+    /// Expanded after being read or written: not compacted again.
+    Hot,
+}
+
+impl Compact {
+    fn encode(slots: &[u32]) -> Box<[u8]> {
+        let mut out = Vec::with_capacity(slots.len() * 2);
+        let mut last = [0u32; 16];
+        for &w in slots {
+            let (tag, id) = ((w >> slot::ID_BITS) as usize, w & slot::ID_MASK);
+            // The difference as a signed 28-bit number, zigzagged: small either way, few bits.
+            let d = (((id.wrapping_sub(last[tag]) << 4) as i32) >> 4) as u32;
+            last[tag] = id;
+            let mut z = (d << 1) ^ ((d as i32) >> 31) as u32;
+            let mut b = (tag as u8) | (((z & 7) as u8) << 4);
+            z >>= 3;
+            while z != 0 {
+                out.push(b | 0x80);
+                b = (z & 0x7f) as u8;
+                z >>= 7;
+            }
+            out.push(b);
+        }
+        out.into_boxed_slice()
+    }
+
+    fn decode(bytes: &[u8], out: &mut [u32]) {
+        let mut last = [0u32; 16];
+        let mut at = 0;
+        for w in out.iter_mut() {
+            let first = bytes[at];
+            at += 1;
+            let tag = (first & 0x0f) as usize;
+            let mut z = ((first >> 4) & 7) as u32;
+            let (mut more, mut shift) = (first & 0x80 != 0, 3);
+            while more {
+                let b = bytes[at];
+                at += 1;
+                z |= ((b & 0x7f) as u32) << shift;
+                shift += 7;
+                more = b & 0x80 != 0;
+            }
+            let d = (z >> 1) ^ (z & 1).wrapping_neg();
+            let id = last[tag].wrapping_add(d) & slot::ID_MASK;
+            last[tag] = id;
+            *w = (tag as u32) << slot::ID_BITS | id;
+        }
+    }
+}
 
 mod slot {
     pub const NONE: u32 = 0;
@@ -176,11 +248,37 @@ impl Memo {
     }
 
     #[inline]
-    fn get(&self, i: usize) -> Option<Value> {
-        if i < self.len {
-            Some(self.unpack(self.chunks[i / MEMO_CHUNK][i % MEMO_CHUNK]))
-        } else {
-            None
+    fn get(&mut self, i: usize) -> Option<Value> {
+        if i >= self.len {
+            return None;
+        }
+        let (c, k) = (i / MEMO_CHUNK, i % MEMO_CHUNK);
+        let w = match self.chunks[c].get(k) {
+            Some(&w) => w,
+            None => self.expand(c)[k],
+        };
+        Some(self.unpack(w))
+    }
+
+    /// Chunk `c`'s slots, expanded for good if it was compact.
+    #[cold]
+    fn expand(&mut self, c: usize) -> &mut [u32] {
+        if let Compact::Bytes(bytes) = std::mem::replace(&mut self.compact[c], Compact::Hot) {
+            let mut slots = vec![0u32; MEMO_CHUNK].into_boxed_slice();
+            Compact::decode(&bytes, &mut slots);
+            self.chunks[c] = slots;
+        }
+        &mut self.chunks[c]
+    }
+
+    /// Stores the chunk two behind the newest compact, if it never was.
+    fn compact_old(&mut self) {
+        let Some(c) = self.chunks.len().checked_sub(3) else {
+            return;
+        };
+        if matches!(self.compact[c], Compact::No) {
+            self.compact[c] = Compact::Bytes(Compact::encode(&self.chunks[c]));
+            self.chunks[c] = Box::default();
         }
     }
 
@@ -190,6 +288,9 @@ impl Memo {
     #[inline]
     fn set(&mut self, i: usize, v: Value) -> Option<()> {
         assert!(i < self.len, "memo index in range");
+        if self.chunks[i / MEMO_CHUNK].is_empty() {
+            self.expand(i / MEMO_CHUNK);
+        }
         let old = self.chunks[i / MEMO_CHUNK][i % MEMO_CHUNK];
         let w = match self.pack_narrow(v) {
             Some(w) if old >> slot::ID_BITS == slot::WIDE => {
@@ -212,6 +313,10 @@ impl Memo {
     fn push(&mut self, v: Value) -> Option<()> {
         if self.len.is_multiple_of(MEMO_CHUNK) && self.len / MEMO_CHUNK == self.chunks.len() {
             self.chunks.push(vec![0; MEMO_CHUNK].into_boxed_slice());
+            self.compact.push(Compact::No);
+            if self.compacting {
+                self.compact_old();
+            }
         }
         let i = self.len;
         let w = self.pack(v)?;
@@ -222,6 +327,12 @@ impl Memo {
 
     fn truncate(&mut self, len: usize) {
         self.len = self.len.min(len);
+        // Slots past the end are written again by `push`: their chunk must be expanded.
+        if let Some(c) = self.chunks.get(self.len / MEMO_CHUNK)
+            && c.is_empty()
+        {
+            self.expand(self.len / MEMO_CHUNK);
+        }
     }
 }
 
@@ -852,6 +963,11 @@ impl Heap {
         Ok(v)
     }
 
+    /// Keeps the memo smaller while the parse is indexed as it goes ([`Memo`]).
+    pub fn compact_memo(&mut self) {
+        self.memo.compacting = true;
+    }
+
     /// Drops the machine's working state once parsing is done; the tables stay.
     pub fn release_memo(&mut self) {
         self.memo = Memo::default();
@@ -1222,7 +1338,7 @@ impl Heap {
 
     /// A memo value without counting a reference (the fast path never takes containers).
     #[inline]
-    pub fn memo_peek(&self, key: usize) -> Option<Value> {
+    pub fn memo_peek(&mut self, key: usize) -> Option<Value> {
         self.memo.get(key)
     }
 
@@ -1330,5 +1446,57 @@ mod tests {
         assert_eq!(memo.get(5), Some(Value::Int(9)));
         assert_eq!(memo.get(3), Some(Value::Stack(StackId(1))));
         assert_eq!(memo.get(values.len()), None);
+    }
+
+    /// A compacting memo reads back what a plain one holds, through chunks compacted, read,
+    /// written and truncated into, and most chunks of a trace-like memo stay compact.
+    #[test]
+    fn compact_chunks_read_back_and_expand_when_touched() {
+        let n = 7 * MEMO_CHUNK + 123;
+        // Entries and their frame lists in turn, with strings and a wide value now and then.
+        let value = |i: usize| match i % 2 {
+            _ if i % 1000 == 999 => Value::Int(i as i64),
+            _ if i.is_multiple_of(777) => Value::Str(StrId((i / 777) as u32)),
+            0 => Value::Entry((i / 2) as u32),
+            _ => Value::Stack(StackId((i * 7919 % 5000) as u32)),
+        };
+        let (mut plain, mut compact) = (Memo::default(), Memo::default());
+        compact.compacting = true;
+        for i in 0..n {
+            plain.push(value(i)).unwrap();
+            compact.push(value(i)).unwrap();
+        }
+        let stored = compact.chunks.iter().filter(|c| c.is_empty()).count();
+        assert_eq!(stored, 6, "all but the newest two chunks compact");
+        // Reads from a compact chunk, a write into another, a truncation into a third.
+        assert_eq!(compact.get(3), plain.get(3));
+        compact.set(MEMO_CHUNK + 5, Value::None).unwrap();
+        plain.set(MEMO_CHUNK + 5, Value::None).unwrap();
+        for i in (0..n).step_by(97) {
+            assert_eq!(compact.get(i), plain.get(i), "slot {i}");
+        }
+        assert!(
+            compact.chunks.iter().all(|c| !c.is_empty()),
+            "every chunk read was expanded"
+        );
+        let mut again = Memo {
+            compacting: true,
+            ..Memo::default()
+        };
+        for i in 0..4 * MEMO_CHUNK {
+            again.push(value(i)).unwrap();
+        }
+        again.truncate(MEMO_CHUNK + 10);
+        again.push(Value::Bool(true)).unwrap();
+        assert_eq!(again.get(MEMO_CHUNK + 10), Some(Value::Bool(true)));
+        assert_eq!(again.get(MEMO_CHUNK + 9), Some(value(MEMO_CHUNK + 9)));
+        assert_eq!(again.get(2), Some(value(2)));
+        // Compact, the trace-like slots take about two bytes each.
+        let slots: Vec<u32> = (0..MEMO_CHUNK).map(|i| plain.chunks[2][i]).collect();
+        let bytes = Compact::encode(&slots);
+        assert!(bytes.len() < 2 * MEMO_CHUNK, "{} bytes", bytes.len());
+        let mut back = vec![0u32; MEMO_CHUNK];
+        Compact::decode(&bytes, &mut back);
+        assert_eq!(back, slots);
     }
 }

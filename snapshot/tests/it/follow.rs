@@ -49,6 +49,13 @@ fn the_index_built_while_parsing_is_the_index_built_after() {
         let (snap, during) =
             snapshot::read_indexed_with_limits(&bytes[..], Default::default()).unwrap();
         assert_eq!(snap.content_hash, plain.content_hash, "{name}");
+        // The same tables: the memo a followed parse keeps compact (big_python's trace fills
+        // enough of it to be) reads back what a plain parse's does.
+        assert_eq!(
+            format!("{:?}", snap.trace),
+            format!("{:?}", plain.trace),
+            "{name}"
+        );
         assert_eq!(
             format!("{:?}", during.devices),
             format!("{:?}", after.devices),
