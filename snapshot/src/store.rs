@@ -17,8 +17,8 @@ use crate::packed::{Packed, PackedParts, Runs, Word};
 use std::io::{self, Read, Write};
 
 use crate::analysis::index::{
-    Allocation, Checkpoint, DeviceIndex, Fitted, Index, LazyViews, NONE, PreTrace, SERIES_BLOCK,
-    SegmentSpan, TracedCounts,
+    Allocation, Checkpoint, DeviceIndex, EventAllocations, Fitted, Index, LazyViews, NONE,
+    PreTrace, SERIES_BLOCK, SegmentSpan, TracedCounts,
 };
 use crate::decompress::Hashing;
 use crate::error::{Error, Result};
@@ -33,7 +33,9 @@ const MAGIC: &[u8; 8] = b"MSMODEL\0";
 /// allocated peak and the blocks that are not their request rounded may follow the derived views.
 /// 6: the original's name (the server's sha256 of the upload) after the version, so a model file
 /// copied over another snapshot's is refused, not served as that one. 7: packed columns as
-/// bit-packed offsets (`packed.rs`), addresses and stacks packed too.
+/// bit-packed offsets (`packed.rs`), addresses and stacks packed too; an allocation's stack is its
+/// alloc row's (made before the trace: kept with its address, size and stream); each event's
+/// allocation packed, with the events of none in a bitmap.
 pub const VERSION: u32 = 7;
 
 struct W<'a, T: Write> {
@@ -656,16 +658,14 @@ fn write_index<T: Write>(w: &mut W<T>, index: &Index) -> io::Result<()> {
         w.u64(d.live_at_start)?;
         w.u64(d.reserved_at_start)?;
         w.array(&d.allocations, |a: Allocation| {
-            let mut b = [0u8; 16];
-            for (k, v) in [a.stack.0, a.start, a.free_requested, a.end]
-                .into_iter()
-                .enumerate()
-            {
+            let mut b = [0u8; 12];
+            for (k, v) in [a.start, a.free_requested, a.end].into_iter().enumerate() {
                 b[k * 4..k * 4 + 4].copy_from_slice(&v.to_le_bytes());
             }
             b
         })?;
-        w.array(&d.event_allocation, u32::to_le_bytes)?;
+        w.packed(&d.event_allocation.ids)?;
+        w.array(&d.event_allocation.none, u64::to_le_bytes)?;
         w.len(d.segments.len())?;
         for sp in &d.segments {
             w.u64(sp.address)?;
@@ -689,6 +689,7 @@ fn write_index<T: Write>(w: &mut W<T>, index: &Index) -> io::Result<()> {
             w.u64(p.addr)?;
             w.u64(p.size)?;
             w.u64(p.stream)?;
+            w.u32(p.stack.0)?;
         }
         w.u32(d.peak_position)?;
         w.u64(d.peak_live_bytes)?;
@@ -783,26 +784,30 @@ fn read_index<T: Read>(r: &mut R<T>, snap: &Snapshot, n_stacks: u32) -> Result<I
         }
         let live_at_start = r.u64()?;
         let reserved_at_start = r.u64()?;
-        let allocations: Vec<Allocation> = r.array::<16, _>(|b| {
+        let allocations: Vec<Allocation> = r.array::<12, _>(|b| {
             let v = |k: usize| u32::from_le_bytes(b[k * 4..k * 4 + 4].try_into().expect("4 bytes"));
             Allocation {
-                stack: StackId(v(0)),
-                start: v(1),
-                free_requested: v(2),
-                end: v(3),
+                start: v(0),
+                free_requested: v(1),
+                end: v(2),
             }
         })?;
         let n_alloc = allocations.len() as u32;
         let event = |e: u32| e == NONE || e < len;
-        if allocations.iter().any(|a| {
-            a.stack.0 >= n_stacks || !event(a.start) || !event(a.free_requested) || !event(a.end)
-        }) {
+        if allocations
+            .iter()
+            .any(|a| !event(a.start) || !event(a.free_requested) || !event(a.end))
+        {
             return Err(r.bad("index: allocation out of range"));
         }
-        let event_allocation = r.array(u32::from_le_bytes)?;
-        if event_allocation.len() != len as usize
-            || event_allocation.iter().any(|&a| a != NONE && a >= n_alloc)
-        {
+        let ids = r.packed(len as usize)?;
+        let none = r.array(u64::from_le_bytes)?;
+        let event_allocation =
+            EventAllocations::from_parts(ids, none, len as usize).map_err(|e| r.bad(e))?;
+        if (0..len).any(|e| {
+            let a = event_allocation.get(e);
+            a != NONE && a >= n_alloc
+        }) {
             return Err(r.bad("index: event allocations out of range"));
         }
         let k = r.u32()? as usize;
@@ -848,10 +853,12 @@ fn read_index<T: Read>(r: &mut R<T>, snap: &Snapshot, n_stacks: u32) -> Result<I
                 addr: r.u64()?,
                 size: r.u64()?,
                 stream: r.u64()?,
+                stack: StackId(r.u32()?),
             });
         }
         if !pre_trace.windows(2).all(|w| w[0].id < w[1].id)
             || pre_trace.last().is_some_and(|p| p.id >= n_alloc)
+            || pre_trace.iter().any(|p| p.stack.0 >= n_stacks)
         {
             return Err(r.bad("index: allocations before the trace out of range"));
         }

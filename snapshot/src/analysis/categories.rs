@@ -121,7 +121,7 @@ pub fn at(snap: &Snapshot, index: &Index, d: &DeviceIndex, p: u32) -> Categories
                 size: d.size_of(t, id),
                 stream: d.stream_of(t, id),
                 start: (a.start != NONE).then_some(a.start),
-                stack: a.stack,
+                stack: d.stack_of(t, id),
                 label: c.label(id),
             };
             totals.add(l.label.category, l.size);
@@ -242,7 +242,7 @@ pub fn totals_along(
     for &want in positions {
         let want = want.min(d.len);
         while p < want {
-            let a = d.event_allocation[p as usize];
+            let a = d.event_allocation.get(p);
             if a != NONE {
                 let al = &d.allocations[a as usize];
                 let size = d.size_of(&snap.trace, a);
@@ -497,7 +497,7 @@ fn backward_from_lifetimes(
     for (from, to) in starts.zip(ends).filter(|(a, b)| a < b) {
         let mut died_inside = false;
         for p in from..to {
-            let a = d.event_allocation[p as usize];
+            let a = d.event_allocation.get(p);
             if a == NONE {
                 continue;
             }
@@ -536,7 +536,7 @@ fn backward_start(snap: &Snapshot, d: &DeviceIndex, from: u32, g: u32) -> u32 {
     };
     let (mut live, mut top, mut height) = (0i64, 0i64, g);
     for q in from..g {
-        let a = d.event_allocation[q as usize];
+        let a = d.event_allocation.get(q);
         if a == NONE || !lives(a) {
             continue;
         }
@@ -651,7 +651,7 @@ fn classify(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Categories {
         (0..d.len)
             .rev()
             .find(|&p| {
-                let a = d.event_allocation[p as usize];
+                let a = d.event_allocation.get(p);
                 a != NONE
                     && d.allocations[a as usize].start == p
                     && facts.of(t.stack.get(d.row(p))) & FORWARD != 0
@@ -691,7 +691,7 @@ fn classify(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Categories {
 fn runs_where(d: &DeviceIndex, mut f: impl FnMut(u32) -> bool) -> Vec<(u32, u32)> {
     let mut out: Vec<(u32, u32)> = Vec::new();
     for p in 0..d.len {
-        if d.event_allocation[p as usize] == NONE || !f(p) {
+        if d.event_allocation.get(p) == NONE || !f(p) {
             continue;
         }
         match out.last_mut() {
@@ -707,7 +707,7 @@ fn runs_where(d: &DeviceIndex, mut f: impl FnMut(u32) -> bool) -> Vec<(u32, u32)
 fn early_persistent_sizes(snap: &Snapshot, d: &DeviceIndex, end_of_run: u32) -> FxHashSet<u64> {
     let first_free = (0..d.len)
         .find(|&p| {
-            let a = d.event_allocation[p as usize];
+            let a = d.event_allocation.get(p);
             a != NONE && {
                 let al = &d.allocations[a as usize];
                 al.start != NONE && al.end == p
@@ -769,7 +769,7 @@ fn forward_starts(
         }
         .clamp(from, to);
         let made = |p: u32| {
-            let a = d.event_allocation[p as usize];
+            let a = d.event_allocation.get(p);
             (a != NONE && d.allocations[a as usize].start == p).then_some(a)
         };
         let by_frames = python_trace
@@ -834,7 +834,7 @@ impl Context<'_> {
         if a.start == NONE {
             return self.before_trace(&a, persistent, source);
         }
-        let flags = facts.of(a.stack);
+        let flags = facts.of(t.stack.get(d.row(a.start)));
         let backward = &self.phases.backward;
         // DDP's reducer's buckets hold the gradients for the all-reduce (and are the gradients
         // themselves with `gradient_as_bucket_view=True`).
@@ -1101,7 +1101,7 @@ fn passes_with_gradients(d: &DeviceIndex, labels: &[Label]) -> u32 {
     let mut most = 0i64;
     let mut total = 0i64;
     for p in 0..d.len {
-        let a = d.event_allocation[p as usize];
+        let a = d.event_allocation.get(p);
         if a == NONE || labels[a as usize].rule != Rule::KeptFromBackward {
             continue;
         }

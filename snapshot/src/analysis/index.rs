@@ -29,10 +29,10 @@ pub const SERIES_BLOCK: usize = 256;
 /// One allocation's lifetime in a device trace.
 #[derive(Clone, Copy, Debug, Serialize)]
 pub struct Allocation {
-    // Address, size and stream are its alloc row's (or, made before the trace, in
+    // Address, size, stream and stack are its alloc row's (or, made before the trace, in
     // `DeviceIndex::pre_trace`): [`DeviceIndex::addr_of`], [`DeviceIndex::size_of`],
-    // [`DeviceIndex::stream_of`]. Not stored: 24 of 40 bytes, 4M times in a 12M-event trace.
-    pub stack: StackId,
+    // [`DeviceIndex::stream_of`], [`DeviceIndex::stack_of`]. Not stored: 28 of 40 bytes, 4M
+    // times in a 12M-event trace.
     /// Event index of the `alloc`, or [`NONE`] if it was made before the trace starts.
     pub start: u32,
     /// Event index of `free_requested`, or [`NONE`].
@@ -83,6 +83,83 @@ pub struct Checkpoint {
     pub alive: Vec<u32>,
 }
 
+/// For each event of a device trace, the allocation it belongs to, or [`NONE`]: 4 bytes an event
+/// as a plain `u32` column, about half that packed. An event's allocation is near its
+/// neighbours' (a block of 256 events allocates and frees within a few thousand allocations), so
+/// the ids are [`Packed`](crate::packed::Packed), with [`NONE`] kept apart in a bitmap (a
+/// segment event among them would otherwise widen its block to 32 bits) and the event stored
+/// as the id before it.
+#[derive(Clone, Default)]
+pub struct EventAllocations {
+    pub(crate) ids: crate::packed::Packed<u64>,
+    /// Bit `e` set: event `e` belongs to no allocation.
+    pub(crate) none: Vec<u64>,
+    last: u64,
+}
+
+/// The ids, event by event (how they are stored is not part of the value).
+impl std::fmt::Debug for EventAllocations {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries((0..self.len() as u32).map(|e| self.get(e)))
+            .finish()
+    }
+}
+
+impl EventAllocations {
+    /// The allocation event `e` belongs to, or [`NONE`].
+    #[inline]
+    pub fn get(&self, e: u32) -> u32 {
+        if self.none[e as usize / 64] >> (e % 64) & 1 != 0 {
+            return NONE;
+        }
+        self.ids.get(e as usize) as u32
+    }
+
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    pub fn push(&mut self, id: u32) {
+        let e = self.ids.len();
+        if e.is_multiple_of(64) {
+            self.none.push(0);
+        }
+        if id == NONE {
+            self.none[e / 64] |= 1 << (e % 64);
+            self.ids.push(self.last);
+        } else {
+            self.last = id as u64;
+            self.ids.push(self.last);
+        }
+    }
+
+    fn reserve(&mut self, n: usize) {
+        self.ids.reserve(n);
+        self.none.reserve(n / 64 + 1);
+    }
+
+    pub fn heap_bytes(&self) -> usize {
+        self.ids.heap_bytes() + self.none.capacity() * 8
+    }
+
+    /// From the parts the model file keeps, or why they do not make a column of `len` events.
+    pub(crate) fn from_parts(
+        ids: crate::packed::Packed<u64>,
+        none: Vec<u64>,
+        len: usize,
+    ) -> Result<EventAllocations, &'static str> {
+        if ids.len() != len || none.len() != len.div_ceil(64) {
+            return Err("index: event allocations of the wrong length");
+        }
+        Ok(EventAllocations { ids, none, last: 0 })
+    }
+}
+
 /// What the trace does not say about an allocation made before it: from its free row or, alive
 /// at the end, its block.
 #[derive(Clone, Copy, Debug)]
@@ -91,6 +168,9 @@ pub(crate) struct PreTrace {
     pub(crate) addr: u64,
     pub(crate) size: u64,
     pub(crate) stream: u64,
+    /// The block's stack for one alive at the end ([`StackId::EMPTY`] for one first seen at a
+    /// free: the trace never saw it made).
+    pub(crate) stack: StackId,
 }
 
 /// Where allocation `id`'s address, size and stream are: `Ok(row)`, its alloc row in a trace
@@ -270,7 +350,7 @@ pub struct DeviceIndex {
     pub reserved_at_start: u64,
     pub allocations: Vec<Allocation>,
     /// For each event, the allocation it belongs to (alloc/free events), or [`NONE`].
-    pub event_allocation: Vec<u32>,
+    pub event_allocation: EventAllocations,
     pub segments: Vec<SegmentSpan>,
     pub checkpoints: Vec<Checkpoint>,
     /// Address, size and stream of the allocations made before the trace (`start` = [`NONE`]),
@@ -321,6 +401,15 @@ impl DeviceIndex {
     }
 
     /// The CUDA stream of allocation `id`.
+    /// The stack that made allocation `id`.
+    #[inline]
+    pub fn stack_of(&self, t: &TraceTable, id: u32) -> StackId {
+        match self.origin(id) {
+            Ok(r) => t.stack.get(r),
+            Err(p) => p.map_or(StackId::EMPTY, |p| p.stack),
+        }
+    }
+
     pub fn stream_of(&self, t: &TraceTable, id: u32) -> u64 {
         match self.origin(id) {
             Ok(r) => t.stream(r),
@@ -453,7 +542,7 @@ impl DeviceIndex {
         let cp = &self.checkpoints[ci];
         let mut alive: rustc_hash::FxHashSet<u32> = cp.alive.iter().copied().collect();
         for e in cp.position..p {
-            let a = self.event_allocation[e as usize];
+            let a = self.event_allocation.get(e);
             if a == NONE {
                 continue;
             }
@@ -548,7 +637,7 @@ impl DeviceIndex {
             + self.live_blocks.capacity() * 16
             + self.reserved_changes.capacity() * 16
             + self.allocations.capacity() * std::mem::size_of::<Allocation>()
-            + self.event_allocation.capacity() * 4
+            + self.event_allocation.heap_bytes()
             + self.segments.capacity() * std::mem::size_of::<SegmentSpan>()
             + self
                 .checkpoints
@@ -822,7 +911,7 @@ impl Row {
 /// allocations made in the trace, and [`DeviceIndex::alive_at`] adds those made before it.
 pub struct DeviceBuilder {
     allocations: Vec<Allocation>,
-    event_allocation: Vec<u32>,
+    event_allocation: EventAllocations,
     /// Open allocations by address, with the bytes their free gives back.
     open: FxHashMap<u64, (u32, u64)>,
     segs: Vec<SegmentSpan>,
@@ -858,7 +947,7 @@ impl DeviceBuilder {
     pub fn new() -> DeviceBuilder {
         DeviceBuilder {
             allocations: Vec::new(),
-            event_allocation: Vec::new(),
+            event_allocation: EventAllocations::default(),
             open: FxHashMap::default(),
             segs: Vec::new(),
             open_segs: FxHashMap::default(),
@@ -896,9 +985,8 @@ impl DeviceBuilder {
         self.live_blocks.reserve(n / SERIES_BLOCK + 1);
     }
 
-    fn new_allocation(&mut self, stack: StackId, start: u32) -> u32 {
+    fn new_allocation(&mut self, start: u32) -> u32 {
         self.allocations.push(Allocation {
-            stack,
             start,
             free_requested: NONE,
             end: NONE,
@@ -909,12 +997,13 @@ impl DeviceBuilder {
     /// An allocation made before the trace, first seen at a free: its address, size and stream
     /// are the free row's.
     fn predating(&mut self, row: &Row) -> u32 {
-        let id = self.new_allocation(StackId::EMPTY, NONE);
+        let id = self.new_allocation(NONE);
         self.pre_trace.push(PreTrace {
             id,
             addr: row.addr,
             size: row.size,
             stream: row.stream,
+            stack: StackId::EMPTY,
         });
         id
     }
@@ -942,7 +1031,7 @@ impl DeviceBuilder {
         self.traced.actions[row.action as usize] += 1;
         match row.action {
             Action::Alloc => {
-                id = self.new_allocation(row.stack, e);
+                id = self.new_allocation(e);
                 self.traced.alive_at_end += 1;
                 if let Some((prev, prev_size)) = self.open.insert(row.addr, (id, row.size)) {
                     // Reused without a recorded free: closed here (the event is the new
@@ -1124,9 +1213,9 @@ impl DeviceBuilder {
                     addr: b.address,
                     size: b.requested_size,
                     stream: seg.stream,
+                    stack: b.stack,
                 });
                 allocations.push(Allocation {
-                    stack: b.stack,
                     start: NONE,
                     free_requested: if b.state == BlockState::ActivePendingFree {
                         0
@@ -1161,7 +1250,8 @@ impl DeviceBuilder {
         }
         allocations.shrink_to_fit();
         let mut event_allocation = event_allocation;
-        event_allocation.shrink_to_fit();
+        event_allocation.ids.shrink_to_fit();
+        event_allocation.none.shrink_to_fit();
         live_bytes.shrink_to_fit();
         live_blocks.shrink_to_fit();
         DeviceIndex {

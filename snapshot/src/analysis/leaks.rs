@@ -165,12 +165,13 @@ fn working_set_stacks(snap: &Snapshot, d: &DeviceIndex) -> Vec<bool> {
     let mut of_frame: FxHashMap<FrameId, bool> = FxHashMap::default();
     let mut out = vec![false; snap.stacks.len()];
     let mut seen = vec![false; snap.stacks.len()];
-    for a in &d.allocations {
-        let s = a.stack.0 as usize;
+    for id in 0..d.allocations.len() as u32 {
+        let stack = d.stack_of(&snap.trace, id);
+        let s = stack.0 as usize;
         if std::mem::replace(&mut seen[s], true) {
             continue;
         }
-        out[s] = snap.stack(a.stack).iter().any(|&f| {
+        out[s] = snap.stack(stack).iter().any(|&f| {
             *of_frame.entry(f).or_insert_with(|| {
                 let fr = snap.frame(f);
                 let (file, name) = (snap.str(fr.filename), snap.str(fr.name));
@@ -213,12 +214,16 @@ fn accumulate(
     let mut accs: Vec<(Site, Acc)> = Vec::new();
     let mut slot_of_site: FxHashMap<Site, u32> = FxHashMap::default();
     for (id, a) in d.allocations.iter().enumerate() {
-        if a.start == NONE || a.stack == StackId::EMPTY || a.start >= until || settled[id] {
+        if a.start == NONE || a.start >= until || settled[id] {
             continue;
         }
-        let mut k = acc_of[a.stack.0 as usize];
+        let stack = t.stack.get(d.row(a.start));
+        if stack == StackId::EMPTY {
+            continue;
+        }
+        let mut k = acc_of[stack.0 as usize];
         if k == u32::MAX {
-            let site = site_of.get(a.stack).flatten();
+            let site = site_of.get(stack).flatten();
             k = *slot_of_site.entry(site).or_insert_with(|| {
                 accs.push((
                     site,
@@ -239,7 +244,7 @@ fn accumulate(
                 ));
                 (accs.len() - 1) as u32
             });
-            acc_of[a.stack.0 as usize] = k;
+            acc_of[stack.0 as usize] = k;
         }
         let acc = &mut accs[k as usize].1;
         acc.total += 1;
@@ -251,7 +256,7 @@ fn accumulate(
             acc.tenths |= 1 << ((a.start as u64 * 10 / until as u64).min(9));
             acc.first = acc.first.min(a.start);
             acc.last = acc.last.max(a.start);
-            *acc.by_stack.entry(a.stack).or_default() += size;
+            *acc.by_stack.entry(stack).or_default() += size;
             acc.starts.push(a.start);
             acc.sizes = (acc.sizes.0.min(size), acc.sizes.1.max(size));
             // Allocations come in the order they were made: a new wave shows as a new index.
@@ -260,7 +265,7 @@ fn accumulate(
                 acc.waves += 1;
                 acc.last_wave = wave;
             }
-            acc.working_set &= working_set[a.stack.0 as usize];
+            acc.working_set &= working_set[stack.0 as usize];
         }
     }
     accs.into_iter().collect()
@@ -287,10 +292,11 @@ pub fn suspects_until(
     let fc = &index.frames;
     // First by the innermost user frame: one line however many operators allocated below it.
     let mut site_of = SiteOf(vec![None; snap.stacks.len()]);
-    for a in &d.allocations {
-        let slot = &mut site_of.0[a.stack.0 as usize];
+    for id in 0..d.allocations.len() as u32 {
+        let stack = d.stack_of(&snap.trace, id);
+        let slot = &mut site_of.0[stack.0 as usize];
         if slot.is_none() {
-            *slot = Some(fc.label(snap, a.stack));
+            *slot = Some(fc.label(snap, stack));
         }
     }
     let waves = wave_ends(d);
@@ -609,7 +615,7 @@ pub fn live_at(
     // Alive after p events iff start < p <= end: the first mark past its start on.
     let first_after = |e: u32| marks.partition_point(|&p| p <= e);
     for (id, a) in d.allocations.iter().enumerate() {
-        let g = group_of(id as u32, a.stack);
+        let g = group_of(id as u32, d.stack_of(&snap.trace, id as u32));
         if g == NONE || g as usize >= groups {
             continue;
         }

@@ -221,7 +221,7 @@ fn walk(snap: &Snapshot, d: &DeviceIndex) -> (Peak, Vec<(u32, u64)>) {
             segs.open(s.address, s.size, i);
             next_start += 1;
         }
-        let id = d.event_allocation[e as usize];
+        let id = d.event_allocation.get(e);
         if id != NONE {
             // Addresses are read only for large blocks and blocks alive at the end: most of a
             // trace can be small-pool traffic.

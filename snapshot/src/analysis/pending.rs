@@ -138,7 +138,7 @@ pub fn pending_frees(snap: &Snapshot, d: &DeviceIndex, min_wait_us: i64) -> Pend
             address: d.addr_of(t, id),
             size_bytes,
             stream,
-            stack: a.stack,
+            stack: d.stack_of(t, id),
             requested_event: requested,
             completed_event: end,
             requested_us: time(from),

@@ -108,8 +108,7 @@ fn live_by_stack_of(
     };
     let mut by: FxHashMap<StackId, (u64, u32)> = FxHashMap::default();
     for a in d.alive_at(p).into_iter().filter(|&a| keep(a)) {
-        let al = &d.allocations[a as usize];
-        let e = by.entry(al.stack).or_default();
+        let e = by.entry(d.stack_of(t, a)).or_default();
         e.0 += d.size_of(t, a);
         e.1 += 1;
     }
@@ -264,8 +263,9 @@ pub fn held_by_stack(
             at(a.end)
         };
         let bytes = d.size_of(t, id);
-        let w = by.entry(a.stack).or_insert(StackWeight {
-            stack: a.stack,
+        let stack = d.stack_of(t, id);
+        let w = by.entry(stack).or_insert(StackWeight {
+            stack,
             bytes: 0,
             count: 0,
             held: 0.0,

@@ -263,7 +263,7 @@ fn rebuilt_state(
                     BlockState::ActiveAllocated
                 },
                 allocation: Some(a),
-                stack: al.stack,
+                stack: d.stack_of(t, a),
             });
             cursor = cursor.max(addr + size);
         }

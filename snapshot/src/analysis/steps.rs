@@ -186,8 +186,12 @@ fn regular(gaps: &mut [u32]) -> bool {
 fn from_repeats(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Option<Steps> {
     let mut at: FxHashMap<StackId, Vec<u32>> = FxHashMap::default();
     for a in &d.allocations {
-        if a.start != NONE && a.stack != StackId::EMPTY {
-            at.entry(a.stack).or_default().push(a.start);
+        if a.start == NONE {
+            continue;
+        }
+        let stack = snap.trace.stack.get(d.row(a.start));
+        if stack != StackId::EMPTY {
+            at.entry(stack).or_default().push(a.start);
         }
     }
     // Steps free what they make: where memory makes waves, the stack that repeats about once

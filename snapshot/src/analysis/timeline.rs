@@ -286,7 +286,7 @@ pub fn largest_overlapping_given(
     } else {
         let mut hits = d.alive_at(first);
         for e in first..last.min(d.len) {
-            let a = d.event_allocation[e as usize];
+            let a = d.event_allocation.get(e);
             if a != NONE && d.allocations[a as usize].start == e {
                 hits.push(a);
             }
@@ -315,7 +315,7 @@ pub fn allocation_view(snap: &Snapshot, d: &DeviceIndex, id: u32) -> AllocationV
         end: opt(a.end),
         start_time_us: opt(a.start).map(|e| snap.trace.time_us.get(d.row(e))),
         end_time_us: opt(a.end).map(|e| snap.trace.time_us.get(d.row(e))),
-        stack: a.stack,
+        stack: d.stack_of(&snap.trace, id),
     }
 }
 

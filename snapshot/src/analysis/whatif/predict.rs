@@ -330,7 +330,7 @@ fn requests(r: &Recording, d: &DeviceIndex) -> Requests {
         loose_seen.insert(PRE_TRACE_KEY, pre.len() as u32);
     }
     for p in 0..d.len {
-        let a = d.event_allocation[p as usize];
+        let a = d.event_allocation.get(p);
         if a == NONE {
             continue;
         }
@@ -338,13 +338,14 @@ fn requests(r: &Recording, d: &DeviceIndex) -> Requests {
         let row = d.row(p);
         match t.action[row] {
             Action::Alloc if al.start == p => {
-                let key = keys.get(al.stack.0 as usize).copied().unwrap_or(0);
+                let stack = t.stack.get(row);
+                let key = keys.get(stack.0 as usize).copied().unwrap_or(0);
                 let n = seen.entry(key).or_default();
                 let request = out.keyed.len() as u32;
                 out.keyed.push(((key, *n), t.size.get(row)));
-                out.stacks.push(Some(al.stack));
+                out.stacks.push(Some(stack));
                 *n += 1;
-                let loose = loose_keys.get(al.stack.0 as usize).copied().unwrap_or(0);
+                let loose = loose_keys.get(stack.0 as usize).copied().unwrap_or(0);
                 let n = loose_seen.entry(loose).or_default();
                 out.loose.push((loose, *n));
                 *n += 1;
@@ -353,7 +354,7 @@ fn requests(r: &Recording, d: &DeviceIndex) -> Requests {
                     request,
                     stream: t.stream(row),
                     position: p,
-                    survivable: survivable.get(al.stack.0 as usize) == Some(&true),
+                    survivable: survivable.get(stack.0 as usize) == Some(&true),
                 });
             }
             Action::FreeCompleted if al.end == p => {
