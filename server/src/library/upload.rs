@@ -630,7 +630,10 @@ impl Uploads {
         progress: Arc<UploadProgress>,
         options: snapshot::analysis::Options,
     ) -> UploadResult<Received> {
-        let (tx, rx) = tokio::sync::mpsc::channel::<axum::body::Bytes>(64);
+        // Chunks received but not parsed yet: the parser is slower than a local client, so the
+        // channel stays full, and 64 chunks held 15 MB more than 8 at the peak of a 164 MB
+        // upload (89–90 against 75 MB; bench/README.md, issue 41) for no faster upload.
+        let (tx, rx) = tokio::sync::mpsc::channel::<axum::body::Bytes>(8);
         // The engine reserves its tables from the size hint up front: a declared length is
         // only a claim (a Content-Length near the cap reserved ~4 GB of address space before a
         // byte arrived), so the hint is bounded and the tables grow with what really arrives.
