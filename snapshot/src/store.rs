@@ -17,7 +17,7 @@ use crate::packed::{Packed, PackedParts, Runs, Word};
 use std::io::{self, Read, Write};
 
 use crate::analysis::index::{
-    Allocation, Checkpoint, DeviceIndex, EventAllocations, Fitted, Index, LazyViews, NONE,
+    Allocation, Checkpoint, DeviceIndex, EventAllocations, Fitted, Ids, Index, LazyViews, NONE,
     PreTrace, SERIES_BLOCK, SegmentSpan, TracedCounts,
 };
 use crate::decompress::Hashing;
@@ -35,8 +35,8 @@ const MAGIC: &[u8; 8] = b"MSMODEL\0";
 /// copied over another snapshot's is refused, not served as that one. 7: packed columns as
 /// bit-packed offsets (`packed.rs`), addresses and stacks packed too; an allocation's stack is its
 /// alloc row's (made before the trace: kept with its address, size and stream); each event's
-/// allocation packed, with the events of none in a bitmap.
-pub const VERSION: u32 = 7;
+/// allocation packed, with the events of none in a bitmap. 8: checkpoints' ids as LEB128 deltas.
+pub const VERSION: u32 = 8;
 
 struct W<'a, T: Write> {
     w: &'a mut T,
@@ -681,7 +681,8 @@ fn write_index<T: Write>(w: &mut W<T>, index: &Index) -> io::Result<()> {
         w.len(d.checkpoints.len())?;
         for c in &d.checkpoints {
             w.u32(c.position)?;
-            w.array(&c.alive, u32::to_le_bytes)?;
+            w.len(c.alive.len())?;
+            w.array(c.alive.bytes(), u8::to_le_bytes)?;
         }
         w.len(d.pre_trace.len())?;
         for p in &d.pre_trace {
@@ -832,16 +833,17 @@ fn read_index<T: Read>(r: &mut R<T>, snap: &Snapshot, n_stacks: u32) -> Result<I
         let mut checkpoints = Vec::with_capacity(k.min(1 << 20));
         for _ in 0..k {
             let position = r.u32()?;
-            let alive = r.array(u32::from_le_bytes)?;
+            let n = r.u32()?;
+            let bytes = r.array(u8::from_le_bytes)?;
+            let alive = Ids::from_bytes(bytes, n, n_alloc)
+                .ok_or_else(|| r.bad("index: checkpoint ids out of order or range"))?;
             checkpoints.push(Checkpoint { position, alive });
         }
         if checkpoints.first().is_none_or(|c| c.position != 0)
             || !checkpoints
                 .windows(2)
                 .all(|w| w[0].position < w[1].position)
-            || checkpoints
-                .iter()
-                .any(|c| c.position > len || c.alive.iter().any(|&a| a >= n_alloc))
+            || checkpoints.iter().any(|c| c.position > len)
         {
             return Err(r.bad("index: checkpoints out of range"));
         }
