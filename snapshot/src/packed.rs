@@ -93,19 +93,19 @@ fn put_bits(bits: &mut [u64], pos: u64, w: u64, v: u64) {
     }
 }
 
-/// Writes each value's offset from `lo` in `w` bits (1 to 64) from the start of `out`. The
+/// Appends each value's offset from `lo` in `w` bits (1 to 64) to `out`, a word at a time. The
 /// words are built in a register and each stored once (or'ing offsets into memory made every
-/// value wait for the store before it).
+/// value wait for the store before it; packing on a zeroed stack array cost a 2 KiB `memset` a
+/// block). 256 values of `w` bits are `4 w` whole words.
 #[inline]
-fn pack_fresh(out: &mut [u64], w: u64, lo: i64, values: &[i64]) {
-    let (mut acc, mut n, mut k) = (0u64, 0u64, 0usize);
+fn pack_fresh(out: &mut Vec<u64>, w: u64, lo: i64, values: &[i64]) {
+    let (mut acc, mut n) = (0u64, 0u64);
     for &v in values {
         let d = v.wrapping_sub(lo) as u64;
         acc |= d << n;
         n += w;
         if n >= 64 {
-            out[k] = acc;
-            k += 1;
+            out.push(acc);
             n -= 64;
             // The bits of `d` that did not fit (none when it ended on the word).
             acc = if n == 0 { 0 } else { d >> (w - n) };
@@ -196,16 +196,12 @@ impl<T: Word> Packed<T> {
         let w = 64 - (hi.wrapping_sub(lo) as u64).leading_zeros() as u64;
         let pos = self.bit_len.next_multiple_of(256);
         self.bit_len = pos + w * BLOCK as u64;
-        // Packed on the stack and appended once: the words are built in cache, not read back
-        // from a zeroed vector.
-        let mut words = [0u64; 4 * 64 + 1];
-        let n = 4 * w as usize;
+        // The block's words replace the spare word at the end, which follows them again.
+        self.bits.resize((pos / 64) as usize, 0);
+        self.bits.reserve(4 * w as usize + 1);
         if w > 0 {
-            pack_fresh(&mut words[..n + 1], w, lo, values);
+            pack_fresh(&mut self.bits, w, lo, values);
         }
-        let first = (pos / 64) as usize;
-        self.bits.resize(first, 0);
-        self.bits.extend_from_slice(&words[..n]);
         // The spare word every read may touch.
         self.bits.push(0);
         (lo, pos | w)
@@ -363,23 +359,30 @@ pub struct Iter<'a, T> {
 impl<T: Word> Iter<'_, T> {
     /// Decodes the block holding row `i` (or the tail) into `buf`.
     fn fill(&mut self, i: usize) {
-        let b = i / BLOCK;
-        self.buf_start = b * BLOCK;
-        let p = self.p;
-        if b >= p.base.len() {
-            self.buf[..p.tail.len()].copy_from_slice(&p.tail);
-            return;
+        self.buf_start = i / BLOCK * BLOCK;
+        self.p.block_into(i / BLOCK, &mut self.buf);
+    }
+}
+
+impl<T: Word> Packed<T> {
+    /// Decodes block `b` (the tail past the full blocks) into `out`; returns its values'
+    /// count. For readers that walk a column in order ([`Iter`], the index's event readers).
+    pub fn block_into(&self, b: usize, out: &mut [i64; BLOCK]) -> usize {
+        if b >= self.base.len() {
+            out[..self.tail.len()].copy_from_slice(&self.tail);
+            return self.tail.len();
         }
-        let (base, at) = (p.base[b], p.at[b]);
+        let (base, at) = (self.base[b], self.at[b]);
         let w = at & WIDTH_MASK;
         let pos = at & !WIDTH_MASK;
         if w == 0 {
-            self.buf.fill(base);
-            return;
+            out.fill(base);
+            return BLOCK;
         }
-        for (k, v) in self.buf.iter_mut().enumerate() {
-            *v = base.wrapping_add(get_bits(&p.bits, pos + k as u64 * w, w) as i64);
+        for (k, v) in out.iter_mut().enumerate() {
+            *v = base.wrapping_add(get_bits(&self.bits, pos + k as u64 * w, w) as i64);
         }
+        BLOCK
     }
 }
 

@@ -805,8 +805,9 @@ fn read_index<T: Read>(r: &mut R<T>, snap: &Snapshot, n_stacks: u32) -> Result<I
         let none = r.array(u64::from_le_bytes)?;
         let event_allocation =
             EventAllocations::from_parts(ids, none, len as usize).map_err(|e| r.bad(e))?;
+        let mut events = event_allocation.reader();
         if (0..len).any(|e| {
-            let a = event_allocation.get(e);
+            let a = events.get(e);
             a != NONE && a >= n_alloc
         }) {
             return Err(r.bad("index: event allocations out of range"));

@@ -247,7 +247,9 @@ impl Memo {
         }
     }
 
-    #[inline]
+    /// Read by the million (every memo reference of a trace): inlined, with the expansion of
+    /// a compact chunk out of line (not inlined, this cost the parse 0.2 s on the 1 GB file).
+    #[inline(always)]
     fn get(&mut self, i: usize) -> Option<Value> {
         if i >= self.len {
             return None;
@@ -262,6 +264,7 @@ impl Memo {
 
     /// Chunk `c`'s slots, expanded for good if it was compact.
     #[cold]
+    #[inline(never)]
     fn expand(&mut self, c: usize) -> &mut [u32] {
         if let Compact::Bytes(bytes) = std::mem::replace(&mut self.compact[c], Compact::Hot) {
             let mut slots = vec![0u32; MEMO_CHUNK].into_boxed_slice();

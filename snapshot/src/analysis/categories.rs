@@ -238,11 +238,12 @@ pub fn totals_along(
     for pre in &d.pre_trace {
         t.add(c.label(pre.id).category, pre.size);
     }
+    let mut events = d.event_allocation.reader();
     let mut p = 0u32;
     for &want in positions {
         let want = want.min(d.len);
         while p < want {
-            let a = d.event_allocation.get(p);
+            let a = events.get(p);
             if a != NONE {
                 let al = &d.allocations[a as usize];
                 let size = d.size_of(&snap.trace, a);
@@ -494,10 +495,11 @@ fn backward_from_lifetimes(
     let ends = optimizer.iter().map(|o| o.0).chain(std::iter::once(d.len));
     let starts = std::iter::once(0).chain(optimizer.iter().map(|o| o.1));
     let mut out = Vec::new();
+    let mut events = d.event_allocation.reader();
     for (from, to) in starts.zip(ends).filter(|(a, b)| a < b) {
         let mut died_inside = false;
         for p in from..to {
-            let a = d.event_allocation.get(p);
+            let a = events.get(p);
             if a == NONE {
                 continue;
             }
@@ -535,8 +537,9 @@ fn backward_start(snap: &Snapshot, d: &DeviceIndex, from: u32, g: u32) -> u32 {
         al.end == NONE || al.start == NONE || al.end - al.start >= DURABLE_EVENTS
     };
     let (mut live, mut top, mut height) = (0i64, 0i64, g);
+    let mut events = d.event_allocation.reader();
     for q in from..g {
-        let a = d.event_allocation.get(q);
+        let a = events.get(q);
         if a == NONE || !lives(a) {
             continue;
         }
@@ -690,8 +693,9 @@ fn classify(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Categories {
 /// Maximal runs of events where `f` holds, allowing events without a stack between.
 fn runs_where(d: &DeviceIndex, mut f: impl FnMut(u32) -> bool) -> Vec<(u32, u32)> {
     let mut out: Vec<(u32, u32)> = Vec::new();
+    let mut events = d.event_allocation.reader();
     for p in 0..d.len {
-        if d.event_allocation.get(p) == NONE || !f(p) {
+        if events.get(p) == NONE || !f(p) {
             continue;
         }
         match out.last_mut() {
@@ -1100,8 +1104,9 @@ fn passes_with_gradients(d: &DeviceIndex, labels: &[Label]) -> u32 {
     let mut alive = 0i64;
     let mut most = 0i64;
     let mut total = 0i64;
+    let mut events = d.event_allocation.reader();
     for p in 0..d.len {
-        let a = d.event_allocation.get(p);
+        let a = events.get(p);
         if a == NONE || labels[a as usize].rule != Rule::KeptFromBackward {
             continue;
         }

@@ -197,6 +197,29 @@ pub struct EventAllocations {
     last: u64,
 }
 
+/// [`EventAllocations::reader`]: the block of events from `start` decoded.
+pub struct EventReader<'a> {
+    ea: &'a EventAllocations,
+    start: u32,
+    buf: [i64; crate::packed::BLOCK],
+}
+
+impl EventReader<'_> {
+    /// The allocation event `e` belongs to, or [`NONE`].
+    #[inline]
+    pub fn get(&mut self, e: u32) -> u32 {
+        const BLOCK: u32 = crate::packed::BLOCK as u32;
+        if e.wrapping_sub(self.start) >= BLOCK {
+            self.start = e / BLOCK * BLOCK;
+            self.ea.ids.block_into((e / BLOCK) as usize, &mut self.buf);
+        }
+        if self.ea.none[e as usize / 64] >> (e % 64) & 1 != 0 {
+            return NONE;
+        }
+        self.buf[(e - self.start) as usize] as u32
+    }
+}
+
 /// The ids, event by event (how they are stored is not part of the value).
 impl std::fmt::Debug for EventAllocations {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -222,6 +245,16 @@ impl EventAllocations {
 
     pub fn is_empty(&self) -> bool {
         self.ids.is_empty()
+    }
+
+    /// A reader for events read in order (a block of 256 decoded at a time; any order works,
+    /// at a block's decoding per jump).
+    pub fn reader(&self) -> EventReader<'_> {
+        EventReader {
+            ea: self,
+            start: u32::MAX / 2,
+            buf: [0; crate::packed::BLOCK],
+        }
     }
 
     pub fn push(&mut self, id: u32) {
@@ -641,8 +674,9 @@ impl DeviceIndex {
             .saturating_sub(1);
         let cp = &self.checkpoints[ci];
         let mut alive: rustc_hash::FxHashSet<u32> = cp.alive.iter().collect();
+        let mut events = self.event_allocation.reader();
         for e in cp.position..p {
-            let a = self.event_allocation.get(e);
+            let a = events.get(e);
             if a == NONE {
                 continue;
             }
@@ -1392,14 +1426,15 @@ fn build_device(snap: &Snapshot, device: i32, rows: std::ops::Range<u32>) -> Dev
     let columns = t
         .addr
         .iter_range(span.clone())
-        .zip(t.size.iter_range(span.clone()));
-    for (r, (addr, size)) in span.zip(columns) {
+        .zip(t.size.iter_range(span.clone()))
+        .zip(t.stack.iter_range(span.clone()));
+    for (r, ((addr, size), stack)) in span.zip(columns) {
         b.push(Row {
             action: t.action[r],
             addr,
             size,
             stream: t.stream(r),
-            stack: t.stack.get(r),
+            stack,
         });
     }
     b.finish(snap, device, rows.start)
@@ -1408,6 +1443,33 @@ fn build_device(snap: &Snapshot, device: i32, rows: std::ops::Range<u32>) -> Dev
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each event's allocation reads back as pushed, through `get` and through a reader walking
+    /// forwards, backwards and jumping, with the events of none among them.
+    #[test]
+    fn event_allocations_read_back_through_get_and_readers() {
+        let want: Vec<u32> = (0..3000u32)
+            .map(|e| match e % 11 {
+                0 => NONE,
+                1 => e / 3,
+                _ => e * 2 + (e % 5),
+            })
+            .collect();
+        let mut ea = EventAllocations::default();
+        for &id in &want {
+            ea.push(id);
+        }
+        assert_eq!(ea.len(), want.len());
+        let mut r = ea.reader();
+        for (e, &id) in want.iter().enumerate() {
+            assert_eq!(ea.get(e as u32), id, "event {e}");
+            assert_eq!(r.get(e as u32), id, "event {e}");
+        }
+        let mut r = ea.reader();
+        for e in (0..want.len()).rev().chain([5, 2999, 700, 256, 255]) {
+            assert_eq!(r.get(e as u32), want[e], "event {e}");
+        }
+    }
 
     /// Checkpoint ids read back as written, in 1–2 bytes each when dense, and the model file's
     /// bytes for them are refused when they are out of order, out of range or cut short.

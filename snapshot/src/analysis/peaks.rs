@@ -215,13 +215,14 @@ fn walk(snap: &Snapshot, d: &DeviceIndex) -> (Peak, Vec<(u32, u64)>) {
         bytes: current,
         position: 0,
     };
+    let mut events = d.event_allocation.reader();
     for e in 0..d.len {
         while let Some(&(_, i)) = seg_starts.get(next_start).filter(|(at, _)| *at <= e) {
             let s = &d.segments[i];
             segs.open(s.address, s.size, i);
             next_start += 1;
         }
-        let id = d.event_allocation.get(e);
+        let id = events.get(e);
         if id != NONE {
             // Addresses are read only for large blocks and blocks alive at the end: most of a
             // trace can be small-pool traffic.

@@ -285,8 +285,9 @@ pub fn largest_overlapping_given(
             .collect()
     } else {
         let mut hits = d.alive_at(first);
+        let mut events = d.event_allocation.reader();
         for e in first..last.min(d.len) {
-            let a = d.event_allocation.get(e);
+            let a = events.get(e);
             if a != NONE && d.allocations[a as usize].start == e {
                 hits.push(a);
             }

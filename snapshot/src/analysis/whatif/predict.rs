@@ -329,8 +329,9 @@ fn requests(r: &Recording, d: &DeviceIndex) -> Requests {
         seen.insert(PRE_TRACE_KEY, pre.len() as u32);
         loose_seen.insert(PRE_TRACE_KEY, pre.len() as u32);
     }
+    let mut events = d.event_allocation.reader();
     for p in 0..d.len {
-        let a = d.event_allocation.get(p);
+        let a = events.get(p);
         if a == NONE {
             continue;
         }
