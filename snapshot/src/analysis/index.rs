@@ -124,19 +124,29 @@ impl Ids {
         let mut at = 0;
         let mut last = 0u32;
         (0..self.len).map(move |k| {
-            let (mut d, mut shift) = (0u32, 0);
-            loop {
-                let b = self.bytes[at];
-                at += 1;
-                d |= ((b & 0x7f) as u32) << shift;
-                if b & 0x80 == 0 {
-                    break;
-                }
-                shift += 7;
-            }
+            // Written by `from_ascending` or checked by `from_bytes`: always there.
+            let d = Self::difference(&self.bytes, &mut at).expect("checked ids") as u32;
             last = if k == 0 { d } else { last + d };
             last
         })
+    }
+
+    /// The LEB128 number at `at` (moved past it), or `None` where the bytes end first or it
+    /// runs past 5 bytes (no id difference takes more).
+    fn difference(bytes: &[u8], at: &mut usize) -> Option<u64> {
+        let (mut d, mut shift) = (0u64, 0);
+        loop {
+            let b = *bytes.get(*at)?;
+            *at += 1;
+            d |= ((b & 0x7f) as u64) << shift;
+            if b & 0x80 == 0 {
+                return Some(d);
+            }
+            shift += 7;
+            if shift > 28 {
+                return None;
+            }
+        }
     }
 
     pub fn heap_bytes(&self) -> usize {
@@ -152,19 +162,7 @@ impl Ids {
     pub(crate) fn from_bytes(bytes: Vec<u8>, len: u32, below: u32) -> Option<Ids> {
         let (mut at, mut last) = (0usize, 0u64);
         for k in 0..len {
-            let (mut d, mut shift) = (0u64, 0);
-            loop {
-                let b = *bytes.get(at)?;
-                at += 1;
-                d |= ((b & 0x7f) as u64) << shift;
-                if b & 0x80 == 0 {
-                    break;
-                }
-                shift += 7;
-                if shift > 28 {
-                    return None;
-                }
-            }
+            let d = Self::difference(&bytes, &mut at)?;
             if k > 0 && d == 0 {
                 return None;
             }
