@@ -19,6 +19,8 @@ fn list(heap: &Heap, v: Value) -> Vec<Value> {
             Ok(Kind::List | Kind::Tuple | Kind::Set) => heap.list_values(cid).unwrap_or_default(),
             _ => Vec::new(),
         },
+        Value::BlockList { start, len } => (start..start + len).map(Value::Block).collect(),
+        Value::SmallPair(a, b) => vec![Value::Int(a.into()), Value::Int(b.into())],
         _ => Vec::new(),
     }
 }
@@ -31,8 +33,9 @@ fn describe(heap: &Heap, v: Value) -> &'static str {
         Value::Float(_) => "a float",
         Value::Str(_) => "a string",
         Value::Bytes => "bytes",
-        Value::EmptyList | Value::Stack(_) => "a list",
-        Value::Frame(_) | Value::Entry(_) | Value::Block(_) => "a dict",
+        Value::EmptyList | Value::Stack(_) | Value::BlockList { .. } => "a list",
+        Value::SmallPair(..) => "a tuple",
+        Value::Frame(_) | Value::Entry(_) | Value::Block(_) | Value::Segment(_) => "a dict",
         Value::Obj(cid) => match heap.kind(cid) {
             Ok(Kind::Dict) => "a dict",
             Ok(Kind::Tuple) => "a tuple",

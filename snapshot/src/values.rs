@@ -415,6 +415,17 @@ pub(crate) enum Value {
     Entry(u32),
     /// A row of [`Heap::blocks`]: a segment's block, lowered from its dict.
     Block(u32),
+    /// A row of [`Heap::segments`]: a segment, lowered from its dict.
+    Segment(u32),
+    /// A list of consecutive block rows `start..start+len` (a segment's blocks), lowered once
+    /// placed in its segment.
+    BlockList {
+        start: u32,
+        len: u32,
+    },
+    /// A tuple of two integers that fit 32 bits (a segment's `segment_pool_id`), lowered once
+    /// placed.
+    SmallPair(i32, i32),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -457,7 +468,7 @@ const NO_MEMO: u64 = u64::MAX;
 /// Ids of the strings the lowering looks for: interned first, in this order, by [`Heap::new`], so
 /// the lowering can `match` on them.
 pub(crate) mod key {
-    pub const NAMES: [&str; 16] = [
+    pub const NAMES: [&str; 24] = [
         "action",
         "addr",
         "size",
@@ -474,6 +485,14 @@ pub(crate) mod key {
         "address",
         "requested_size",
         "state",
+        "device",
+        "total_size",
+        "allocated_size",
+        "active_size",
+        "segment_type",
+        "segment_pool_id",
+        "is_expandable",
+        "blocks",
     ];
     pub const ACTION: u32 = 1;
     pub const ADDR: u32 = 2;
@@ -491,6 +510,14 @@ pub(crate) mod key {
     pub const ADDRESS: u32 = 14;
     pub const REQUESTED_SIZE: u32 = 15;
     pub const STATE: u32 = 16;
+    pub const DEVICE: u32 = 17;
+    pub const TOTAL_SIZE: u32 = 18;
+    pub const ALLOCATED_SIZE: u32 = 19;
+    pub const ACTIVE_SIZE: u32 = 20;
+    pub const SEGMENT_TYPE: u32 = 21;
+    pub const SEGMENT_POOL_ID: u32 = 22;
+    pub const IS_EXPANDABLE: u32 = 23;
+    pub const BLOCKS: u32 = 24;
 }
 
 /// Items as plain values (compact entry lists expanded).
@@ -567,6 +594,88 @@ impl BlockRow {
     }
 }
 
+/// A segment, lowered from its dict as it is placed in the segments list: 152 bytes instead of a
+/// container and its 24 items (~500 bytes). A snapshot of 200,000 segments held those dicts until
+/// `lower.rs` read them at the end of the parse, which for an upload is beside the index built
+/// while parsing (100 MB more than the CLI's peak, bench/README.md, issue 41). The row keeps
+/// exactly what the dict held: [`Heap::dict_pairs`] gives the same pairs back, so `lower.rs`
+/// reads a row and a dict alike.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SegmentRow {
+    /// The integer values, in [`SegmentRow::KEYS`] order.
+    ints: [i64; SegmentRow::INTS],
+    /// The other values, in [`SegmentRow::KEYS`] order after the integers.
+    others: [Value; SegmentRow::KEYS.len() - SegmentRow::INTS],
+    /// Which keys the dict had, in the order it had them: `KEYS` indices, 4 bits each.
+    order: u64,
+    len: u8,
+}
+
+const _: () = assert!(std::mem::size_of::<SegmentRow>() == 152);
+
+impl SegmentRow {
+    /// The keys of a segment dict as PyTorch writes it; the first `INTS` take integers.
+    const KEYS: [u32; 12] = [
+        key::DEVICE,
+        key::ADDRESS,
+        key::TOTAL_SIZE,
+        key::ALLOCATED_SIZE,
+        key::ACTIVE_SIZE,
+        key::REQUESTED_SIZE,
+        key::STREAM,
+        key::SEGMENT_TYPE,
+        key::SEGMENT_POOL_ID,
+        key::IS_EXPANDABLE,
+        key::FRAMES,
+        key::BLOCKS,
+    ];
+    const INTS: usize = 7;
+
+    /// The row of a dict's keys and values (alternating) when every key is a segment key, once,
+    /// with an integer where one is expected, and it has an address, a total size and blocks.
+    fn of(vals: &[Value]) -> Option<SegmentRow> {
+        let mut row = SegmentRow {
+            ints: [0; Self::INTS],
+            others: [Value::None; Self::KEYS.len() - Self::INTS],
+            order: 0,
+            len: 0,
+        };
+        let mut seen = 0u16;
+        for pair in vals.chunks_exact(2) {
+            let Value::Str(StrId(k)) = pair[0] else {
+                return None;
+            };
+            let i = Self::KEYS.iter().position(|&key| key == k)?;
+            if seen & 1 << i != 0 {
+                return None;
+            }
+            seen |= 1 << i;
+            match (i < Self::INTS, pair[1]) {
+                (true, Value::Int(v)) => row.ints[i] = v,
+                (true, _) => return None,
+                (false, v) => row.others[i - Self::INTS] = v,
+            }
+            row.order |= (i as u64) << (4 * row.len);
+            row.len += 1;
+        }
+        let needed = [key::ADDRESS, key::TOTAL_SIZE, key::BLOCKS]
+            .map(|k| Self::KEYS.iter().position(|&key| key == k).unwrap_or(0));
+        needed.iter().all(|&i| seen & 1 << i != 0).then_some(row)
+    }
+
+    /// The dict's keys (as `key` ids) and values, in its order.
+    fn pairs(&self) -> impl Iterator<Item = (u32, Value)> + '_ {
+        (0..self.len).map(|n| {
+            let i = (self.order >> (4 * n) & 0xf) as usize;
+            let v = match self.ints.get(i) {
+                Some(&v) => Value::Int(v),
+                None => self.others[i - Self::INTS],
+            };
+            (Self::KEYS[i], v)
+        })
+    }
+}
+
 /// Everything values refer to: strings, frames, stacks, trace rows, big integers, containers, memo.
 #[derive(Debug)]
 pub(crate) struct Heap {
@@ -575,6 +684,7 @@ pub(crate) struct Heap {
     pub stacks: Stacks,
     pub trace: TraceTable,
     pub blocks: Vec<BlockRow>,
+    pub segments: Vec<SegmentRow>,
     pub bigs: Vec<i128>,
     pub limits: Limits,
     /// Whether `pickle::run` may use the entry fast path (`fast.rs`); tests turn it off to
@@ -621,6 +731,7 @@ impl Heap {
             stacks: Stacks::default(),
             trace: TraceTable::default(),
             blocks: Vec::new(),
+            segments: Vec::new(),
             bigs: Vec::new(),
             limits,
             fast_path: true,
@@ -659,6 +770,7 @@ impl Heap {
             + self.stacks.heap_bytes()
             + self.trace.len() * ROW_BYTES
             + self.blocks.len() * std::mem::size_of::<BlockRow>()
+            + self.segments.len() * std::mem::size_of::<SegmentRow>()
             + self.bigs.capacity() * 16
             + memo
             + arena) as u64
@@ -1029,6 +1141,17 @@ impl Heap {
                 all_frames.then(|| Value::Stack(self.stacks.intern(&self.scratch)))
             }
             (Kind::Dict, Items::Vals(vals)) => self.lower_dict(vals)?,
+            (Kind::List, Items::Blocks { start, len }) => Some(Value::BlockList {
+                start: *start,
+                len: *len,
+            }),
+            (Kind::Tuple, Items::Vals(vals)) => match vals[..] {
+                [Value::Int(a), Value::Int(b)] => i32::try_from(a)
+                    .ok()
+                    .zip(i32::try_from(b).ok())
+                    .map(|(a, b)| Value::SmallPair(a, b)),
+                _ => None,
+            },
             _ => None,
         };
         let n = match &items {
@@ -1111,6 +1234,13 @@ impl Heap {
         }
         if other_keys && let Some(block) = self.lower_block(vals) {
             return Ok(Some(block));
+        }
+        if other_keys && let Some(row) = SegmentRow::of(vals) {
+            let Ok(id) = u32::try_from(self.segments.len()) else {
+                return Ok(None);
+            };
+            self.segments.push(row);
+            return Ok(Some(Value::Segment(id)));
         }
         if !other_keys && frame_keys >= 2 {
             let mut f = Frame {
@@ -1351,6 +1481,12 @@ impl Heap {
 
     /// Dict pairs of a generic container, with keys as strings (non-string keys skipped).
     pub fn dict_pairs(&self, v: Value) -> Vec<(&str, Value)> {
+        if let Value::Segment(id) = v {
+            return self.segments[id as usize]
+                .pairs()
+                .map(|(k, v)| (self.strings.get(StrId(k)), v))
+                .collect();
+        }
         let Value::Obj(cid) = v else {
             return Vec::new();
         };
@@ -1392,7 +1528,16 @@ impl Heap {
             | Value::Stack(_)
             | Value::Entry(_)
             | Value::Frame(_)
-            | Value::Block(_) => J::Array(Vec::new()),
+            | Value::Block(_)
+            | Value::BlockList { .. } => J::Array(Vec::new()),
+            Value::SmallPair(a, b) => J::Array(vec![J::from(a), J::from(b)]),
+            Value::Segment(_) => {
+                let mut m = serde_json::Map::new();
+                for (k, x) in self.dict_pairs(v) {
+                    m.insert(k.to_string(), self.to_json(x, depth + 1)?);
+                }
+                J::Object(m)
+            }
             Value::Obj(cid) => match (self.kind(cid)?, self.items(cid)?) {
                 (Kind::Dict, Items::Vals(vals)) => {
                     let mut m = serde_json::Map::new();
@@ -1449,6 +1594,111 @@ mod tests {
         assert_eq!(memo.get(5), Some(Value::Int(9)));
         assert_eq!(memo.get(3), Some(Value::Stack(StackId(1))));
         assert_eq!(memo.get(values.len()), None);
+    }
+
+    /// A segment dict is lowered to a row once placed, with its blocks list and pool id tuple,
+    /// and gives back the same pairs in the same order; a dict with a key a segment lacks, or a
+    /// size that is not an integer, stays a dict for `lower.rs` to read (or explain).
+    #[test]
+    fn segment_dicts_lower_to_rows_that_give_their_pairs_back() {
+        let mut heap = Heap::new(Limits::default());
+        let s = |heap: &mut Heap, text: &str| Value::Str(heap.intern(text).unwrap());
+        let blocks = heap.new_container(Kind::List, Vec::new()).unwrap();
+        let block = heap.new_container(Kind::Dict, Vec::new()).unwrap();
+        let block_pairs = [
+            s(&mut heap, "size"),
+            Value::Int(512),
+            s(&mut heap, "state"),
+            s(&mut heap, "active_allocated"),
+        ];
+        heap.set_items(block, &block_pairs).unwrap();
+        heap.extend(blocks, &[block]).unwrap();
+        let pool = heap
+            .new_container(Kind::Tuple, vec![Value::Int(1), Value::Int(-2)])
+            .unwrap();
+        let pairs = |heap: &mut Heap, total: Value| {
+            vec![
+                s(heap, "total_size"),
+                total,
+                s(heap, "address"),
+                Value::Int(1 << 40),
+                s(heap, "is_expandable"),
+                Value::Bool(true),
+                s(heap, "segment_pool_id"),
+                pool,
+                s(heap, "blocks"),
+                blocks,
+                s(heap, "stream"),
+                Value::Int(7),
+            ]
+        };
+        let given = pairs(&mut heap, Value::Int(2 << 20));
+        let seg = heap.new_container(Kind::Dict, Vec::new()).unwrap();
+        heap.set_items(seg, &given).unwrap();
+        let list = heap.new_container(Kind::List, Vec::new()).unwrap();
+        heap.extend(list, &[seg]).unwrap();
+        let Ok(Items::Vals(placed)) = heap.items(match list {
+            Value::Obj(cid) => cid,
+            _ => unreachable!(),
+        }) else {
+            panic!("a list of values")
+        };
+        let placed = placed[0];
+        assert!(matches!(placed, Value::Segment(0)), "{placed:?}");
+        let back: Vec<(String, Value)> = heap
+            .dict_pairs(placed)
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        let keys = [
+            "total_size",
+            "address",
+            "is_expandable",
+            "segment_pool_id",
+            "blocks",
+            "stream",
+        ];
+        assert_eq!(
+            back.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(),
+            keys
+        );
+        assert_eq!(back[1].1, Value::Int(1 << 40));
+        assert_eq!(back[3].1, Value::SmallPair(1, -2));
+        assert_eq!(back[4].1, Value::BlockList { start: 0, len: 1 });
+        assert_eq!(heap.blocks[0].size, 512);
+        // Only the list is left of the five containers.
+        assert_eq!(heap.live_containers, 1);
+
+        for odd in [
+            vec![
+                s(&mut heap, "total_size"),
+                Value::Float(1.0),
+                s(&mut heap, "address"),
+                Value::Int(0),
+                s(&mut heap, "blocks"),
+                Value::EmptyList,
+            ],
+            vec![
+                s(&mut heap, "total_size"),
+                Value::Int(1),
+                s(&mut heap, "address"),
+                Value::Int(0),
+                s(&mut heap, "blocks"),
+                Value::EmptyList,
+                s(&mut heap, "owner"),
+                Value::None,
+            ],
+            vec![
+                s(&mut heap, "total_size"),
+                Value::Int(1),
+                s(&mut heap, "stream"),
+                Value::Int(0),
+            ],
+        ] {
+            let d = heap.new_container(Kind::Dict, Vec::new()).unwrap();
+            heap.set_items(d, &odd).unwrap();
+            assert!(matches!(heap.consume(d).unwrap(), Value::Obj(_)), "{odd:?}");
+        }
     }
 
     /// A compacting memo reads back what a plain one holds, through chunks compacted, read,

@@ -149,6 +149,75 @@ fn many_blocks(segments: u64, blocks: u64) -> Vec<u8> {
     p.finish()
 }
 
+/// A segments-only snapshot of `segments` segments of two live blocks each, with the keys
+/// PyTorch 2.1+ writes (a pool id tuple, `is_expandable`, an empty `frames` list).
+fn many_segments(segments: u64) -> Vec<u8> {
+    let mut p = Pickler::new();
+    p.dict(|p| {
+        p.str("segments");
+        // Appended in batches of 1000, as Python's pickler does: a batch's segments are
+        // placed in the list (and lowered) at its APPENDS.
+        p.out.push(b']');
+        p.memoize();
+        for s in 0..segments {
+            if s.is_multiple_of(1000) {
+                p.out.push(b'(');
+            }
+            {
+                let address = 0x7f00_0000_0000 + s * (4 << 20);
+                p.dict(|p| {
+                    for (k, v) in [
+                        ("device", 0),
+                        ("address", address),
+                        ("total_size", 2 << 20),
+                        ("allocated_size", 2 << 20),
+                        ("active_size", 2 << 20),
+                        ("requested_size", 2 << 20),
+                        ("stream", s % 3),
+                    ] {
+                        p.str(k);
+                        p.int(v);
+                    }
+                    p.str("segment_type");
+                    p.str("large");
+                    p.str("segment_pool_id");
+                    p.int(s % 2);
+                    p.int(s % 5);
+                    p.out.push(0x86); // TUPLE2
+                    p.memoize();
+                    p.str("is_expandable");
+                    p.out.push(if s.is_multiple_of(7) { 0x88 } else { 0x89 });
+                    p.str("frames");
+                    p.list(|_| {});
+                    p.str("blocks");
+                    p.list(|p| {
+                        for b in 0..2 {
+                            p.dict(|p| {
+                                p.str("address");
+                                p.int(address + b * (1 << 20));
+                                p.str("size");
+                                p.int(1 << 20);
+                                p.str("requested_size");
+                                p.int(1 << 20);
+                                p.str("state");
+                                p.str("active_allocated");
+                                p.str("frames");
+                                p.list(|_| {});
+                            });
+                        }
+                    });
+                });
+            }
+            if s % 1000 == 999 || s + 1 == segments {
+                p.out.push(b'e');
+            }
+        }
+        p.str("device_traces");
+        p.list(|_| {});
+    });
+    p.finish()
+}
+
 /// Limits with a small allowance, so that what is weighed is the ratio to the input.
 fn tight() -> Limits {
     Limits {
@@ -183,6 +252,31 @@ fn a_million_live_blocks_hold_less_than_their_pickle() {
     assert_eq!((b.size, b.requested_size), (512, 500));
     assert_eq!(b.address, 0x7f00_0000_0000 + 123_456 * 512);
     assert!(b.state.is_active());
+}
+
+/// Segments are lowered to rows as they are placed in their list (with their blocks list and
+/// pool id tuple), as blocks are: 150,000 of them read within the held limit, which their dicts
+/// exceeded (they held ~3.5x their pickle), and read back as written.
+#[test]
+fn many_segments_hold_less_than_their_pickle() {
+    let bytes = many_segments(150_000);
+    let snap = snapshot::read_with_limits(&bytes[..], tight()).unwrap();
+    assert_eq!(snap.segments.len(), 150_000);
+    assert_eq!(snap.blocks.len(), 300_000);
+    for i in [0usize, 1, 7, 123_456, 149_999] {
+        let s = &snap.segments[i];
+        let n = i as u64;
+        assert_eq!(s.address, 0x7f00_0000_0000 + n * (4 << 20), "segment {i}");
+        assert_eq!((s.total_size, s.requested_size), (2 << 20, 2 << 20));
+        assert_eq!(s.stream, n % 3);
+        assert_eq!(s.pool_id, ((n % 2) as i64, (n % 5) as i64));
+        assert_eq!(s.is_expandable, n.is_multiple_of(7));
+        assert_eq!(s.segment_type, snapshot::SegmentType::Large);
+        assert_eq!(s.blocks.len(), 2);
+        let b = &snap.blocks[s.blocks.start as usize + 1];
+        assert_eq!((b.address, b.size), (s.address + (1 << 20), 1 << 20));
+    }
+    assert_eq!(snap.format.layout, snapshot::Layout::Modern);
 }
 
 #[test]
