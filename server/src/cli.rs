@@ -246,11 +246,11 @@ fn analyze(args: AnalyzeArgs) -> anyhow::Result<()> {
         _ => return analyze_run(args),
     };
     let name = file.display().to_string();
-    let snap = local::read(&file)?;
+    let (snap, index) = local::read(&file)?;
     let options = snapshot::analysis::Options {
         device_total_bytes: args.device_total_bytes,
     };
-    let (index, report) = snapshot::analysis::analyze(&snap, &options);
+    let report = snapshot::analysis::report(&snap, &index, &options);
     // The process ends after the report: handing a GB-scale model back to the allocator page by
     // page would cost more than the whole analyses (0.3 s of unmapping for a 12M-event trace).
     std::mem::forget((snap, index));

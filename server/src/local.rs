@@ -21,8 +21,7 @@ pub struct Opened {
 
 impl Opened {
     pub fn read(path: &Path) -> anyhow::Result<Self> {
-        let snap = read(path)?;
-        let index = Index::new(&snap);
+        let (snap, index) = read(path)?;
         Ok(Self {
             name: path.display().to_string(),
             snap,
@@ -126,11 +125,11 @@ impl Opened {
     }
 }
 
-/// Reads a snapshot file (`-`: standard input).
-pub fn read(path: &Path) -> anyhow::Result<Snapshot> {
+/// Reads a snapshot file (`-`: standard input), indexed while it parses.
+pub fn read(path: &Path) -> anyhow::Result<(Snapshot, Index)> {
     let name = path.display().to_string();
     if name == "-" {
-        return snapshot::read(std::io::stdin().lock())
+        return snapshot::read_indexed_with_limits(std::io::stdin().lock(), Default::default())
             .with_context(|| "cannot read standard input");
     }
     std::fs::File::open(path).with_context(|| format!("cannot open {name}"))?;
