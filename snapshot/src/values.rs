@@ -630,6 +630,21 @@ impl SegmentRow {
         key::BLOCKS,
     ];
     const INTS: usize = 7;
+    /// The keys a dict must have to be a segment row, as bits of their `KEYS` indices.
+    const NEEDED: u16 =
+        Self::bit(key::ADDRESS) | Self::bit(key::TOTAL_SIZE) | Self::bit(key::BLOCKS);
+
+    /// Key `k`'s bit, by its index in `KEYS`.
+    const fn bit(k: u32) -> u16 {
+        let mut i = 0;
+        while i < Self::KEYS.len() {
+            if Self::KEYS[i] == k {
+                return 1 << i;
+            }
+            i += 1;
+        }
+        panic!("not a segment key")
+    }
 
     /// The row of a dict's keys and values (alternating) when every key is a segment key, once,
     /// with an integer where one is expected, and it has an address, a total size and blocks.
@@ -658,9 +673,7 @@ impl SegmentRow {
             row.order |= (i as u64) << (4 * row.len);
             row.len += 1;
         }
-        let needed = [key::ADDRESS, key::TOTAL_SIZE, key::BLOCKS]
-            .map(|k| Self::KEYS.iter().position(|&key| key == k).unwrap_or(0));
-        needed.iter().all(|&i| seen & 1 << i != 0).then_some(row)
+        (seen & Self::NEEDED == Self::NEEDED).then_some(row)
     }
 
     /// The dict's keys (as `key` ids) and values, in its order.
