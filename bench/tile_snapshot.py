@@ -12,9 +12,12 @@ copies' segments: reserved memory steps up by the run's reserved memory per copy
 
 Entries share their frame lists with the original's (the pickle writes a list once and refers to
 it after), as PyTorch shares frame dicts: a copy costs ~80 bytes per event, so 12 copies of the
-1M-event, 167 MB `big_cpp.pickle` make a 1.0 GB file.
+1M-event, 167 MB `big_cpp.pickle` make a 1.0 GB file. With `--fresh-lists` every copy's entries
+have lists and strings of their own, as `torch.cuda.memory._snapshot()` makes them (a new frames
+list of references to the shared frame dicts, a new `"N/A"` string per entry): the pickle then
+writes them out for every entry, as in a snapshot PyTorch wrote.
 
-    python3 bench/tile_snapshot.py IN.pickle OUT.pickle --copies 12
+    python3 bench/tile_snapshot.py IN.pickle OUT.pickle --copies 12 [--fresh-lists]
 
 The input is our own recording (bench/make_big_snapshot.py), so it is loaded with Python's
 pickle: never run this on a file you did not make.
@@ -29,6 +32,8 @@ def main():
     ap.add_argument("input")
     ap.add_argument("output")
     ap.add_argument("--copies", type=int, default=12)
+    ap.add_argument("--fresh-lists", action="store_true",
+                    help="new frames lists and strings in every copy's entries, as PyTorch writes them")
     a = ap.parse_args()
     t0 = time.time()
     with open(a.input, "rb") as f:
@@ -46,8 +51,20 @@ def main():
     print(f"read {a.input} in {time.time() - t0:.1f} s: {sum(map(len, traces)):,} events, "
           f"address stride {stride / GiB:.0f} GiB, time stride {span_us / 1e6:.1f} s", file=sys.stderr)
 
+    def fresh(v):
+        """A new object equal to `v` (lists and strings), so the pickle writes it again."""
+        if isinstance(v, list):
+            return list(v)
+        if isinstance(v, str):
+            return "".join(list(v))
+        return v
+
     def shifted_entry(e, k):
-        c = dict(e)  # frames: the same list object, written once
+        # frames: the same list object, written once (unless --fresh-lists)
+        # (PyTorch shares the action names; a copy's are the original's.)
+        c = dict(e)
+        if a.fresh_lists:
+            c.update((key, fresh(v)) for key, v in e.items() if key != "action")
         c["addr"] = e["addr"] + k * stride
         if "time_us" in e:
             c["time_us"] = e["time_us"] + k * span_us
@@ -66,7 +83,8 @@ def main():
     out = dict(snap)
     out["segments"] = [shifted_segment(s, k) for k in range(a.copies) for s in snap["segments"]]
     out["device_traces"] = [
-        [shifted_entry(e, k) if k else e for k in range(a.copies) for e in t] for t in traces
+        [shifted_entry(e, k) if k or a.fresh_lists else e for k in range(a.copies) for e in t]
+        for t in traces
     ]
     if snap.get("external_annotations"):
         out["external_annotations"] = [
