@@ -34,22 +34,17 @@ fn main() {
     for _ in 0..repeats {
         drop(last.take());
         let t0 = Instant::now();
-        let open_at = |offset| {
-            use std::io::{Seek, SeekFrom};
-            let mut f = std::fs::File::open(&path)?;
-            f.seek(SeekFrom::Start(offset))?;
-            Ok(f)
-        };
+        let open = || std::fs::File::open(&path).unwrap();
         let mut followed = None;
         let snap = if std::env::var_os("MEMSCOPE_FOLLOW").is_some() {
             // Indexed while parsing (as uploads are): the index step below only reconciles.
-            let (snap, index) = snapshot::read_file_indexed(open_at, file_bytes).unwrap();
+            let (snap, index) = snapshot::read_file_indexed(open(), file_bytes).unwrap();
             followed = Some(index);
             snap
         } else if std::env::var_os("MEMSCOPE_ONE_THREAD").is_some() {
-            snapshot::read_sized(std::fs::File::open(&path).unwrap(), file_bytes).unwrap()
+            snapshot::read_sized(open(), file_bytes).unwrap()
         } else {
-            snapshot::read_file(open_at, file_bytes).unwrap()
+            snapshot::read_file(open(), file_bytes).unwrap()
         };
         let parse_s = t0.elapsed().as_secs_f64();
         let t1 = Instant::now();

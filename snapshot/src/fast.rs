@@ -1,34 +1,34 @@
 //! A fast path for the one shape that makes up nearly all of a big snapshot: a trace-entry dict.
 //!
-//! It works in two steps so that the first can run on another thread:
-//! - [`decode`] reads one entry dict straight from the bytes into tokens (numbers, new strings,
-//!   memo references, the `BINGET`s of a frames list) when it has exactly the shape CPython's
-//!   pickler writes for a trace entry. It needs nothing but the bytes: no memo, no tables.
-//! - [`apply`] turns those tokens into a trace row, resolving memo references, interning strings
-//!   and stacks and pushing memo slots in the order the bytes would, or refuses having changed
-//!   nothing that matters (the memo is truncated back; strings and stacks it interned are
-//!   harmless).
+//! Two ways in, both giving a trace row (and the memo slots the bytes would push) or refusing
+//! having changed nothing that matters (the memo is truncated back; strings and stacks interned
+//! are harmless), and then the general machine reads the same bytes:
+//! - [`apply_run`], where nearly every entry is read: once an entry has been read, the entries
+//!   after it that name the same memoized keys in the same order are read straight from the
+//!   machine's buffer into their rows, a run at a time (the key references compared as they are
+//!   read, the numbers put in their fields as they are decoded). It ends at the first entry of
+//!   another shape, at the end of the buffer, or at anything else.
+//! - Two steps, for an entry that starts a run: [`decode`] reads the entry dict into tokens
+//!   (numbers, new strings, memo references, the `BINGET`s of a frames list) when it has exactly
+//!   the shape CPython's pickler writes for a trace entry, needing nothing but the bytes, and
+//!   [`apply`] turns them into a row, resolving its keys. [`Tape`] decodes a batch ahead from the
+//!   machine's own buffer.
 //!
-//! `pickle::run` calls [`try_entry`] (both steps) at every `EMPTY_DICT`; on a refusal the general
-//! machine reads the same bytes, and the result is identical either way (`tests/it/formats.rs` and
-//! the golden tests compare both paths). A refusal is always safe, so the two steps may disagree
-//! with the general machine only by refusing.
+//! The result is identical to the general machine's (`tests/it/formats.rs` compares both paths on
+//! every fixture and on thousands of changed files; the golden tests read through both). A
+//! refusal is always safe, so the fast path may disagree with the general machine only by
+//! refusing, with one exception no CPython pickle has: the fast path makes a row of an entry at
+//! its `SETITEMS`, the general machine when it is placed in its list, so a `SETITEM` into the
+//! dict in between is refused (the file was edited or damaged).
 //!
-//! For a big plain file, [`predecode`] runs [`decode`] on a second thread over the file (`lib.rs`
-//! opens it a second time), and the parsing thread, on reaching an `EMPTY_DICT` at an offset the
-//! pre-decoder read an entry from, only applies its tokens ([`Tape`]). Tokens cross from one core
-//! to the other by the million, so they are kept small (16 bytes, keys as 4-byte memo indices)
-//! and their batches are recycled; and since nearly every entry names the same memoized keys in
-//! the same order, [`apply`] resolves them once per run of entries (`Keys`). An entry decoded
-//! from the same bytes is the same entry whatever led the pre-decoder there, so it needs no other
-//! agreement with the parser than the offset; memo references are resolved by the parser, in
-//! order, so nothing of the memo is shared. The parser never waits for the pre-decoder: where it
-//! has not got yet, the parser decodes the entry itself.
-//!
+//! Until issue 41's fifth part a pre-decoder thread decoded entries into tokens ahead of the
+//! parser, which applied them; reading the entries in runs on one thread costs less than the
+//! apply step alone did, and the second core goes to reading the file and building the index.
 //! Measured on the 1M- and 12M-event benchmarks: see bench/README.md.
 
 use std::ops::Range;
 
+use crate::intern::StrId;
 use crate::model::{FrameId, StackId};
 use crate::values::{EntryFields, Heap, Value, key};
 use rustc_hash::FxHashMap;
@@ -154,6 +154,8 @@ pub(crate) struct State {
     stack_key_bytes: usize,
     overwrites_seen: u64,
     keys: Keys,
+    /// [`apply_run`]'s arena for the strings and frame lists of the entry it reads.
+    scratch: Entries,
 }
 
 /// The last entry's keys when every one was a memo reference, and the key each named: a trace's
@@ -186,7 +188,7 @@ struct Cursor<'a> {
     pos: usize,
 }
 
-impl Cursor<'_> {
+impl<'a> Cursor<'a> {
     #[inline]
     fn byte(&mut self) -> Option<u8> {
         let b = *self.buf.get(self.pos)?;
@@ -333,6 +335,47 @@ impl Cursor<'_> {
             b']' => self.frames_list(arena)?,
             _ => return None,
         })
+    }
+
+    /// At a frames list of the usual form, `]` [memo] `MARK (BINGET frame)* APPENDS` with no
+    /// `FRAME` marker inside: its memo op and the `BINGET`s' bytes, in place. `None` (the cursor
+    /// where it was): another form, which [`Cursor::frames_list`] reads.
+    #[inline(always)]
+    fn frames_in_place(&mut self) -> Option<(MemoOp, &'a [u8])> {
+        let save = self.pos;
+        let found = self.frames_body();
+        if found.is_none() {
+            self.pos = save;
+        }
+        found
+    }
+
+    #[inline(always)]
+    fn frames_body(&mut self) -> Option<(MemoOp, &'a [u8])> {
+        if self.op()? != b']' {
+            return None;
+        }
+        let memo = self.memo_op()?;
+        if self.peek_op()? != b'(' {
+            return None;
+        }
+        self.pos += 1;
+        let (buf, start) = (self.buf, self.pos);
+        loop {
+            match *buf.get(self.pos)? {
+                b'h' => self.pos += 2,
+                b'j' => self.pos += 5,
+                b'e' => break,
+                _ => return None,
+            }
+        }
+        let body = buf.get(start..self.pos)?;
+        self.pos += 1;
+        // The list must be finished: no further APPEND(S) into it.
+        if matches!(self.peek_op(), Some(b'(' | b'a' | b'e')) {
+            return None;
+        }
+        Some((memo, body))
     }
 
     /// `]` [memo] then nothing (empty), `MARK (BINGET frame)* APPENDS`, or `BINGET frame APPEND`.
@@ -493,6 +536,227 @@ fn apply_entry(e: &Entries, head: &Head, heap: &mut Heap, state: &mut State) -> 
     Some(v)
 }
 
+/// Entries read and applied in one step, straight from `window` (which starts at an
+/// `EMPTY_DICT`), for as long as each names the same memoized keys in the same order as the last
+/// entry [`apply`] read: the key references are compared as they are read, and each value goes
+/// from the bytes to its field without a token tape in between. Each entry is pushed onto
+/// `stack` (at most `room` of them); returns the bytes used, 0 when the first entry is not of
+/// that shape (then [`Tape`] and [`apply`] read it, or the general machine). An entry refused
+/// half way changes nothing that matters, as in [`apply`], and ends the run there.
+pub(crate) fn apply_run(
+    window: &[u8],
+    max_str: u64,
+    heap: &mut Heap,
+    state: &mut State,
+    stack: &mut Vec<Value>,
+    room: usize,
+) -> usize {
+    let n = state.keys.refs.len();
+    if n == 0
+        || n > MAX_FIELDS
+        || state.keys.ids.len() != n
+        || state.keys.overwrites_seen != heap.memo_overwrites()
+    {
+        return 0;
+    }
+    let mut plan = Plan {
+        refs: [0; MAX_FIELDS],
+        fields: [(0, Field::Other); MAX_FIELDS],
+        n,
+        stream: None,
+        last_str: (u8::MAX, StrId::EMPTY),
+        last_str_bytes: [0; 32],
+    };
+    for (k, (&r, &id)) in state.keys.refs.iter().zip(&state.keys.ids).enumerate() {
+        plan.refs[k] = r;
+        plan.fields[k] = (id, Field::of(id));
+    }
+    let mut scratch = std::mem::take(&mut state.scratch);
+    let mut c = Cursor {
+        buf: window,
+        pos: 0,
+    };
+    let mut done = 0;
+    while done < room {
+        let (start, Some(mark)) = (c.pos, heap.memo_mark()) else {
+            break;
+        };
+        scratch.arena.clear();
+        match plan.entry(&mut c, max_str, &mut scratch, heap, state) {
+            Some(v) => {
+                stack.push(v);
+                done += 1;
+            }
+            None => {
+                heap.memo_truncate(mark);
+                c.pos = start;
+                break;
+            }
+        }
+        if c.peek_op() != Some(b'}') {
+            break;
+        }
+    }
+    state.scratch = scratch;
+    c.pos
+}
+
+/// The keys a run of entries names ([`apply_run`]): memo indices and the key each one means,
+/// and the last stream's id.
+struct Plan {
+    refs: [u32; MAX_FIELDS],
+    fields: [(u32, Field); MAX_FIELDS],
+    n: usize,
+    /// The last stream handle and its id.
+    stream: Option<(u64, u16)>,
+    /// The last short new string ([`Plan::string`]): its length and id, and its bytes.
+    last_str: (u8, StrId),
+    last_str_bytes: [u8; 32],
+}
+
+/// What a field of an entry is, for [`Plan`]: the numbers nearly every entry has are read
+/// straight from the bytes into their field.
+#[derive(Clone, Copy, PartialEq)]
+enum Field {
+    Addr,
+    Size,
+    Stream,
+    TimeUs,
+    Frames,
+    Other,
+}
+
+impl Field {
+    fn of(key_id: u32) -> Field {
+        match key_id {
+            key::ADDR => Field::Addr,
+            key::SIZE => Field::Size,
+            key::STREAM => Field::Stream,
+            key::TIME_US => Field::TimeUs,
+            key::FRAMES => Field::Frames,
+            _ => Field::Other,
+        }
+    }
+}
+
+impl Plan {
+    /// One entry at the cursor (which must be at its `EMPTY_DICT`, past any `FRAME` marker).
+    #[inline(always)]
+    fn entry(
+        &mut self,
+        c: &mut Cursor,
+        max_str: u64,
+        scratch: &mut Entries,
+        heap: &mut Heap,
+        state: &mut State,
+    ) -> Option<Value> {
+        if c.op()? != b'}' {
+            return None;
+        }
+        let dict_memo = c.memo_op()?;
+        if c.op()? != b'(' {
+            return None;
+        }
+        // The dict's slot takes the row it will be (no field can name it: a reference to an
+        // entry is refused below), so the slot is written once.
+        let row = heap.next_entry_row();
+        memo(heap, dict_memo, Value::Entry(row))?;
+        let mut fields = EntryFields::default();
+        for k in 0..self.n {
+            let got = match c.op()? {
+                b'h' => c.byte()? as u32,
+                b'j' => c.u32()?,
+                _ => return None,
+            };
+            if got != self.refs[k] {
+                return None;
+            }
+            let (id, field) = self.fields[k];
+            // The two values that are new objects in every entry PyTorch writes, read in place.
+            match c.peek_op() {
+                Some(b']') if field == Field::Frames => {
+                    if let Some((m, body)) = c.frames_in_place() {
+                        let slot = memo(heap, m, Value::EmptyList)?;
+                        let v = if body.is_empty() {
+                            Value::EmptyList
+                        } else {
+                            state.stack(body, heap)?
+                        };
+                        if let Some(slot) = slot {
+                            heap.memo_set(slot, v)?;
+                        }
+                        heap.set_field(&mut fields, id, v).ok()?;
+                        continue;
+                    }
+                }
+                Some(0x8c) => {
+                    c.pos += 1;
+                    let n = c.byte()? as usize;
+                    let v = Value::Str(self.string(c.take(n)?, max_str, heap)?);
+                    memo(heap, c.memo_op()?, v)?;
+                    heap.set_field(&mut fields, id, v).ok()?;
+                    continue;
+                }
+                _ => {}
+            }
+            let t = c.value(max_str, &mut scratch.arena)?;
+            match (field, t) {
+                // As `Heap::set_field` reads them, without the detour through a `Value`.
+                (Field::Addr, Tok::Int(i)) => fields.addr = i as u64,
+                (Field::Size, Tok::Int(i)) if (0..1 << 56).contains(&i) => fields.size = i as u64,
+                (Field::TimeUs, Tok::Int(i)) => fields.time_us = i,
+                (Field::Stream, Tok::Int(i)) => fields.stream = self.stream_id(i as u64, heap)?,
+                (Field::Frames, t) => {
+                    let v = resolve(scratch, t, heap, state)?;
+                    heap.set_field(&mut fields, id, v).ok()?;
+                }
+                (_, t) => {
+                    let v = resolve(scratch, t, heap, state)?;
+                    heap.set_field(&mut fields, id, v).ok()?;
+                }
+            }
+        }
+        // The dict must end here and be finished: a MARK or SETITEM after it would add to it.
+        if c.op()? != b'u' || matches!(c.peek_op(), None | Some(b'(' | b's' | b'u')) {
+            return None;
+        }
+        debug_assert_eq!(heap.next_entry_row(), row);
+        Some(Value::Entry(heap.push_entry(&fields)))
+    }
+
+    /// A new string's id, as [`resolve`] gives it; the last short one is kept, since PyTorch
+    /// writes the same `"N/A"` as a new string in every entry.
+    #[inline(always)]
+    fn string(&mut self, raw: &[u8], max_str: u64, heap: &mut Heap) -> Option<StrId> {
+        if raw.len() as u64 > max_str {
+            return None;
+        }
+        let (len, id) = self.last_str;
+        if raw.len() == len as usize && self.last_str_bytes.get(..raw.len()) == Some(raw) {
+            return Some(id);
+        }
+        let id = heap.intern(std::str::from_utf8(raw).ok()?).ok()?;
+        if raw.len() <= self.last_str_bytes.len() {
+            self.last_str_bytes[..raw.len()].copy_from_slice(raw);
+            self.last_str = (raw.len() as u8, id);
+        }
+        Some(id)
+    }
+
+    /// The id of a stream handle, as `Heap::set_field` gives it.
+    #[inline(always)]
+    fn stream_id(&mut self, handle: u64, heap: &mut Heap) -> Option<u16> {
+        match self.stream {
+            Some((h, id)) if h == handle => Some(id),
+            _ => {
+                let id = heap.stream_id_of(handle)?;
+                self.stream = Some((handle, id));
+                Some(id)
+            }
+        }
+    }
+}
+
 /// Applies a memo op to a new value: the slot it took, if any.
 #[inline]
 fn memo(heap: &mut Heap, op: MemoOp, v: Value) -> Option<Option<usize>> {
@@ -518,7 +782,7 @@ fn resolve(e: &Entries, t: Tok, heap: &mut Heap, state: &mut State) -> Option<Va
             v
         }
         Tok::Ref(i) => match heap.memo_peek(i as usize)? {
-            Value::Obj(_) => return None,
+            Value::Obj(_) | Value::Entry(_) => return None,
             v => v,
         },
         Tok::List { memo: m, at, len } => {
@@ -567,75 +831,25 @@ impl State {
     }
 }
 
-/// Entries a pre-decoder sends at a time.
-#[cfg(not(target_arch = "wasm32"))]
-const BATCH_ENTRIES: usize = 4096;
-
 /// Entries decoded ahead from the parser's own window: few enough that their tokens are still
 /// in cache when applied, enough that applying never reads tokens just written (a store still
 /// in flight makes the load that reads it wait).
 const INLINE_ENTRIES: usize = 512;
 
 /// Decoded entries by stream offset, for the parser: decoded ahead in batches from its own
-/// window, and past `start` by a pre-decoder thread when there is one.
+/// window where [`apply_run`] has no run to read (the first entry of a trace, entries that
+/// change their keys).
 #[derive(Default)]
 pub(crate) struct Tape {
     inline: Entries,
     inline_next: usize,
-    #[cfg(not(target_arch = "wasm32"))]
-    remote: Option<Remote>,
-}
-
-#[cfg(not(target_arch = "wasm32"))]
-struct Remote {
-    rx: std::sync::mpsc::Receiver<Entries>,
-    /// Batches applied, handed back to the pre-decoder to fill again.
-    back: std::sync::mpsc::Sender<Entries>,
-    cur: Entries,
-    next: usize,
-    /// The pre-decoder's first offset: entries before it are never on its tape.
-    start: u64,
-    done: bool,
 }
 
 impl Tape {
-    /// A tape fed by a pre-decoder ([`predecode`]) from offset `start` on.
-    #[cfg(not(target_arch = "wasm32"))]
-    pub fn with_predecoder(
-        rx: std::sync::mpsc::Receiver<Entries>,
-        back: std::sync::mpsc::Sender<Entries>,
-        start: u64,
-    ) -> Tape {
-        Tape {
-            remote: Some(Remote {
-                rx,
-                back,
-                cur: Entries::default(),
-                next: 0,
-                start,
-                done: false,
-            }),
-            ..Tape::default()
-        }
-    }
-
     /// The decoded entry that starts at `offset`, where the parser met an `EMPTY_DICT`;
     /// `window` is the parser's view of the bytes from there. `None`: the bytes there are not a
     /// fast-path entry. The parser never goes back, so entries before `offset` are dropped.
     pub fn at(&mut self, offset: u64, window: &[u8], max_str: u64) -> Option<(&Entries, usize)> {
-        #[cfg(not(target_arch = "wasm32"))]
-        if let Some(r) = self.remote.as_mut()
-            && offset >= r.start
-            && !r.done
-        {
-            match r.at(offset) {
-                Ahead::Found(i) => return self.remote.as_ref().map(|r| (&r.cur, i)),
-                // The pre-decoder passed this offset without an entry: one entry from here.
-                Ahead::Passed => return self.decode_here(offset, window, max_str, 1),
-                // Decoded here, a batch at a time, until the pre-decoder is ahead again.
-                Ahead::Behind => {}
-            }
-        }
         while let Some(h) = self.inline.heads.get(self.inline_next) {
             if h.offset > offset {
                 break;
@@ -682,120 +896,6 @@ impl Tape {
     }
 }
 
-#[cfg(not(target_arch = "wasm32"))]
-/// Where the pre-decoder is, seen from an offset the parser reached.
-#[cfg(not(target_arch = "wasm32"))]
-enum Ahead {
-    /// Its entry there: the index in `cur`.
-    Found(usize),
-    /// It went past the offset without an entry there.
-    Passed,
-    /// It has not got there yet (or has ended: then `done`).
-    Behind,
-}
-
-#[cfg(not(target_arch = "wasm32"))]
-impl Remote {
-    /// The pre-decoder's entry at `offset`, never waiting for it: a pre-decoder that has not got
-    /// that far (at the start, or when the machine gave its core to something else) leaves the
-    /// parser to decode the entry itself, and, doing less an entry, soon runs ahead again.
-    /// Waiting for it instead cost 0.15 s on a 1 GB file (bench/README.md, issue 41).
-    fn at(&mut self, offset: u64) -> Ahead {
-        use std::sync::mpsc::TryRecvError;
-        loop {
-            if let Some(h) = self.cur.heads.get(self.next) {
-                if h.offset > offset {
-                    return Ahead::Passed;
-                }
-                self.next += 1;
-                if h.offset == offset {
-                    return Ahead::Found(self.next - 1);
-                }
-                continue;
-            }
-            match self.rx.try_recv() {
-                Ok(batch) => {
-                    let _ = self.back.send(std::mem::replace(&mut self.cur, batch));
-                    self.next = 0;
-                }
-                Err(TryRecvError::Empty) => return Ahead::Behind,
-                Err(TryRecvError::Disconnected) => {
-                    self.done = true;
-                    return Ahead::Behind;
-                }
-            }
-        }
-    }
-}
-
-/// The pre-decoder: reads `r` (the stream from offset `start`), decodes every entry dict it finds
-/// and sends them in batches until the stream ends or the parser hangs up. Bytes that are not an
-/// entry are stepped over to the next `EMPTY_DICT`; what it reads from a false start is never used
-/// (the parser asks only for offsets where it meets an `EMPTY_DICT` itself). Batches come back
-/// on `back` once applied and are filled again: a fresh batch grew by copying, page by new page.
-#[cfg(not(target_arch = "wasm32"))]
-pub(crate) fn predecode<R: std::io::Read>(
-    mut r: R,
-    start: u64,
-    max_str: u64,
-    tx: std::sync::mpsc::SyncSender<Entries>,
-    back: std::sync::mpsc::Receiver<Entries>,
-) {
-    let next_batch = || {
-        let mut b = back.try_recv().unwrap_or_default();
-        b.clear();
-        b
-    };
-    /// Bytes in view before an entry is decoded, as the parser's window (`pickle::FAST_WINDOW`).
-    const WINDOW: usize = 64 << 10;
-    /// Bytes in view a refill waits for (a file's read gives the whole buffer at once; a reader
-    /// that gives less is read again until this much is there).
-    const REFILL_BYTES: usize = 8 * WINDOW;
-    let mut buf = vec![0u8; 4 << 20];
-    let (mut lo, mut hi, mut base, mut eof) = (0usize, 0usize, start, false);
-    let mut batch = Entries::default();
-    loop {
-        if hi - lo < WINDOW && !eof {
-            buf.copy_within(lo..hi, 0);
-            base += lo as u64;
-            hi -= lo;
-            lo = 0;
-            while hi - lo < REFILL_BYTES && hi < buf.len() && !eof {
-                match r.read(&mut buf[hi..]) {
-                    Ok(0) | Err(_) => eof = true,
-                    Ok(n) => hi += n,
-                }
-            }
-            continue;
-        }
-        let Some(p) = buf[lo..hi].iter().position(|&b| b == b'}') else {
-            if eof {
-                break;
-            }
-            lo = hi;
-            continue;
-        };
-        let at = lo + p;
-        if hi - at < WINDOW && !eof {
-            lo = at;
-            continue;
-        }
-        if decode(&buf[at..hi], max_str, base + at as u64, &mut batch) {
-            lo = at + batch.heads.last().map_or(1, |h| h.len as usize);
-            if batch.heads.len() >= BATCH_ENTRIES
-                && tx
-                    .send(std::mem::replace(&mut batch, next_batch()))
-                    .is_err()
-            {
-                return;
-            }
-        } else {
-            lo = at + 1;
-        }
-    }
-    let _ = tx.send(batch);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -839,5 +939,71 @@ mod tests {
             assert_eq!(heap.trace.addr, [1 << 24]);
             assert_eq!(heap.trace.size, [64]);
         }
+    }
+
+    /// An entry naming the memoized keys of [`entry_bytes`] (memo slots 1, 3, 4: `action`,
+    /// `addr`, `size`; slot 2 is `alloc`), with its size and an optional extra field.
+    fn entry_of_refs(size: u8, extra: Option<&[u8]>) -> Vec<u8> {
+        let mut b = vec![
+            b'}', 0x94, b'(', b'h', 1, b'h', 2, b'h', 3, b'J', 0, 0, 0, 2,
+        ];
+        b.extend([b'h', 4, b'K', size]);
+        if let Some(field) = extra {
+            b.extend(field);
+        }
+        b.push(b'u');
+        b
+    }
+
+    #[test]
+    fn a_run_reads_entries_of_one_shape_and_stops_at_the_first_of_another() {
+        let mut heap = Heap::new(Limits::default());
+        let mut state = State::default();
+        // The first entry interns its keys; the second, all references, gives the run its keys.
+        let first = entry_bytes(false);
+        assert!(try_entry(&first, &mut heap, &mut state).is_some());
+        let mut second = entry_of_refs(1, None);
+        second.push(b'.');
+        assert!(try_entry(&second, &mut heap, &mut state).is_some());
+        let memo_before = heap.memo_mark().unwrap();
+
+        // Three entries of the run's shape (a FRAME marker between two), then one with an extra
+        // field (`action` again, as a key the run does not name there).
+        let mut window = entry_of_refs(2, None);
+        window.push(FRAME);
+        window.extend(9u64.to_le_bytes());
+        window.extend(entry_of_refs(3, None));
+        window.extend(entry_of_refs(4, None));
+        let run_bytes = window.len();
+        window.extend(entry_of_refs(5, Some(&[b'h', 1, b'h', 2])));
+        window.push(b'e');
+        let mut stack = Vec::new();
+        let used = apply_run(&window, 1 << 20, &mut heap, &mut state, &mut stack, 100);
+        assert_eq!(
+            used, run_bytes,
+            "the run ends where the entry of another shape starts"
+        );
+        assert_eq!(stack, [Value::Entry(2), Value::Entry(3), Value::Entry(4)]);
+        assert_eq!(heap.trace.size, [64, 1, 2, 3, 4]);
+        assert_eq!(
+            heap.memo_mark().unwrap(),
+            memo_before + 3,
+            "one slot per entry dict"
+        );
+        assert_eq!(heap.memo_peek(memo_before), Some(Value::Entry(2)));
+
+        // `room` bounds the run; a refused first entry reads nothing.
+        let mut stack = Vec::new();
+        let more = entry_of_refs(6, None).repeat(3);
+        assert_eq!(
+            apply_run(&more, 1 << 20, &mut heap, &mut state, &mut stack, 2),
+            2 * more.len() / 3
+        );
+        let odd = entry_of_refs(7, Some(&[b'h', 1, b'h', 2]));
+        assert_eq!(
+            apply_run(&odd, 1 << 20, &mut heap, &mut state, &mut stack, 9),
+            0
+        );
+        assert_eq!(heap.trace.size.len(), 7);
     }
 }

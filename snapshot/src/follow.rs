@@ -92,6 +92,53 @@ impl Follower {
         self.staged.push_back(Some(r));
     }
 
+    /// Rows `first..first + n` were appended to list `list` in one `APPENDS`, continuing it
+    /// (or starting it: `new_list`). When they are the oldest rows waiting, as in a trace read
+    /// in order, they move to the index's next chunk in one step; otherwise one by one.
+    pub fn appended_run(&mut self, list: u64, first: u32, n: u32, new_list: bool) {
+        let in_order = self.following()
+            && n > 0
+            && first == self.staged_base
+            && self.staged.len() >= n as usize
+            && list == if new_list { list } else { self.list }
+            && (new_list || !self.runs.is_empty());
+        if !in_order {
+            for k in 0..n {
+                self.appended(list, first + k, new_list && k == 0);
+            }
+            return;
+        }
+        if new_list {
+            self.list = list;
+            self.run_starts.push(self.sent + self.out.len() as u64);
+            self.runs.push((first, 0));
+        }
+        let mut moved = 0;
+        for r in self.staged.drain(..n as usize) {
+            match r {
+                Some(r) => self.out.push(r),
+                // Appended twice: not a list read in order.
+                None => break,
+            }
+            moved += 1;
+        }
+        if moved != n {
+            return self.stop();
+        }
+        self.staged_base += n;
+        while let Some(None) = self.staged.front() {
+            self.staged.pop_front();
+            self.staged_base += 1;
+        }
+        if let Some(run) = self.runs.last_mut() {
+            run.0 = run.0.min(first);
+            run.1 += n;
+        }
+        if self.out.len() >= CHUNK_ROWS {
+            self.flush();
+        }
+    }
+
     /// Row `row` was appended to list `list` (an id of the container); `new_list` if it is the
     /// list's first.
     #[inline]

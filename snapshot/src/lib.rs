@@ -26,6 +26,8 @@ pub mod model;
 pub mod packed;
 pub mod par;
 mod pickle;
+#[cfg(not(target_arch = "wasm32"))]
+mod readahead;
 pub mod store;
 pub mod units;
 mod values;
@@ -72,80 +74,35 @@ pub fn read_general<R: Read>(reader: R) -> Result<Snapshot> {
     read_impl(reader, Limits::default(), false)
 }
 
-/// Reads a snapshot file with the trace's later entries decoded ahead on a second thread
-/// (`fast.rs`): `open_at(offset)` opens the same file at a byte offset, and `size_bytes` is its
-/// length. The result is the same as [`read_sized`]'s; compressed and small files are read on one
-/// thread. The file must not change while it is read.
+/// Reads a snapshot file (`size_bytes` long), its bytes read on a second thread a few MiB ahead
+/// of the parser when it is big (`readahead.rs`). The result is the same as [`read_sized`]'s.
 #[cfg(not(target_arch = "wasm32"))]
-pub fn read_file<R, F>(open_at: F, size_bytes: u64) -> Result<Snapshot>
-where
-    R: Read + Send,
-    F: Fn(u64) -> std::io::Result<R> + Sync,
-{
-    let start = predecode_start(size_bytes);
-    read_file_from(open_at, size_bytes, start)
-}
-
-/// [`read_file`] with the pre-decoder starting at `start` (none: one thread), whatever the size;
-/// for tests.
-#[doc(hidden)]
-#[cfg(not(target_arch = "wasm32"))]
-pub fn read_file_from<R, F>(open_at: F, size_bytes: u64, start: Option<u64>) -> Result<Snapshot>
-where
-    R: Read + Send,
-    F: Fn(u64) -> std::io::Result<R> + Sync,
-{
-    read_file_with(open_at, size_bytes, start, false).map(|p| p.snap)
+pub fn read_file<R: Read + Send>(file: R, size_bytes: u64) -> Result<Snapshot> {
+    read_file_with(file, size_bytes, false).map(|p| p.snap)
 }
 
 #[cfg(not(target_arch = "wasm32"))]
-fn read_file_with<R, F>(
-    open_at: F,
-    size_bytes: u64,
-    start: Option<u64>,
-    follow: bool,
-) -> Result<Parsed>
-where
-    R: Read + Send,
-    F: Fn(u64) -> std::io::Result<R> + Sync,
-{
-    let reader = open_at(0).map_err(|source| Error::Io { offset: 0, source })?;
-    let open = |offset: u64| -> Option<Box<dyn Read + Send + '_>> {
-        open_at(offset)
-            .ok()
-            .map(|r| Box::new(r) as Box<dyn Read + Send>)
-    };
+fn read_file_with<R: Read + Send>(file: R, size_bytes: u64, follow: bool) -> Result<Parsed> {
     let limits = Limits {
         size_hint_bytes: size_bytes,
         ..Limits::default()
     };
-    read_impl_with(
-        reader,
-        limits,
-        true,
-        start.map(|s| (&open as Reopen, s)),
-        follow,
-    )
+    std::thread::scope(|scope| {
+        let reader: Box<dyn Read + Send + '_> = if size_bytes >= READ_AHEAD_MIN_BYTES {
+            Box::new(readahead::ReadAhead::spawn(scope, file))
+        } else {
+            Box::new(file)
+        };
+        read_impl_with(reader, limits, true, follow)
+    })
 }
 
-/// Opens the input again at an offset, for a pre-decoder thread.
-type Reopen<'a> = &'a (dyn Fn(u64) -> Option<Box<dyn Read + Send + 'a>> + Sync);
-
-/// Plain pickles from this size on are read with a pre-decoder thread when they can be reopened.
+/// Files from this size on are read on a second thread (one chunk of the reader's or more).
 #[cfg(not(target_arch = "wasm32"))]
-const PREDECODE_MIN_BYTES: u64 = 32 << 20;
-
-/// Where the pre-decoder starts on a file of `size_bytes`, if it runs. From the first byte: the
-/// parser then only applies what it decoded, and the two threads take about the same time
-/// (bench/README.md, issue 41: starting at 30%, as before, left the parser 0.2 s more to do on a
-/// 1 GB file while the pre-decoder waited).
-#[cfg(not(target_arch = "wasm32"))]
-fn predecode_start(size_bytes: u64) -> Option<u64> {
-    (size_bytes >= PREDECODE_MIN_BYTES).then_some(0)
-}
+const READ_AHEAD_MIN_BYTES: u64 = 4 << 20;
 
 fn read_impl<R: Read>(reader: R, limits: Limits, fast_path: bool) -> Result<Snapshot> {
-    read_impl_with(reader, limits, fast_path, None, false).map(|p| p.snap)
+    read_impl_with(reader, limits, fast_path, false).map(|p| p.snap)
 }
 
 /// A parsed snapshot, with the device traces indexed during the parse if that was asked for.
@@ -169,36 +126,26 @@ pub fn read_indexed_with_limits<R: Read>(
     reader: R,
     limits: Limits,
 ) -> Result<(Snapshot, analysis::Index)> {
-    read_impl_with(
-        reader,
-        limits,
-        true,
-        None,
-        cfg!(not(target_arch = "wasm32")),
-    )
-    .map(Parsed::indexed)
+    read_impl_with(reader, limits, true, cfg!(not(target_arch = "wasm32"))).map(Parsed::indexed)
 }
 
 /// [`read_file`], indexing while it parses like [`read_indexed_with_limits`].
 #[cfg(not(target_arch = "wasm32"))]
-pub fn read_file_indexed<R, F>(open_at: F, size_bytes: u64) -> Result<(Snapshot, analysis::Index)>
-where
-    R: Read + Send,
-    F: Fn(u64) -> std::io::Result<R> + Sync,
-{
-    let start = predecode_start(size_bytes);
-    read_file_with(open_at, size_bytes, start, true).map(Parsed::indexed)
+pub fn read_file_indexed<R: Read + Send>(
+    file: R,
+    size_bytes: u64,
+) -> Result<(Snapshot, analysis::Index)> {
+    read_file_with(file, size_bytes, true).map(Parsed::indexed)
 }
 
 fn read_impl_with<R: Read>(
     reader: R,
     limits: Limits,
     fast_path: bool,
-    reopen: Option<(Reopen, u64)>,
     follow: bool,
 ) -> Result<Parsed> {
     let tripped = std::rc::Rc::new(std::cell::Cell::new(None));
-    let read = read_decoded(reader, limits, fast_path, &tripped, reopen, follow);
+    let read = read_decoded(reader, limits, fast_path, &tripped, follow);
     match tripped.get() {
         // Whatever the reader made of the cut-off stream, the limit is why it stopped.
         Some((limit_bytes, compressed_bytes)) => Err(Error::TooExpanded {
@@ -214,7 +161,6 @@ fn read_decoded<R: Read>(
     limits: Limits,
     fast_path: bool,
     tripped: &decompress::Tripped,
-    reopen: Option<(Reopen, u64)>,
     follow: bool,
 ) -> Result<Parsed> {
     let (decoded, compression) = decompress::open_bounded(
@@ -273,15 +219,7 @@ fn read_decoded<R: Read>(
         }
         Some(first) => {
             format.encoding = model::Encoding::Pickle;
-            let parsed = match reopen {
-                #[cfg(not(target_arch = "wasm32"))]
-                Some((reopen, start))
-                    if fast_path && matches!(compression, decompress::Compression::None) =>
-                {
-                    parse_with_predecoder(&mut input, &mut heap, reopen, start)
-                }
-                _ => pickle::run(&mut input, &mut heap, &mut fast::Tape::default()),
-            };
+            let parsed = pickle::run(&mut input, &mut heap, &mut fast::Tape::default());
             let (root, info) = match parsed {
                 Ok(r) => r,
                 // Protocol 2+ pickles start with PROTO (0x80); anything else that fails to parse
@@ -315,31 +253,6 @@ fn read_decoded<R: Read>(
     let mut snap = lower::build(heap, root, format)?;
     snap.content_hash = hasher.digest128();
     Ok(Parsed { snap, built })
-}
-
-/// Parses with a pre-decoder thread reading from `start` on (`fast.rs`).
-#[cfg(not(target_arch = "wasm32"))]
-fn parse_with_predecoder<R: Read>(
-    input: &mut pickle::Input<R>,
-    heap: &mut values::Heap,
-    reopen: Reopen,
-    start: u64,
-) -> Result<(values::Value, pickle::PickleInfo)> {
-    let max_str = heap.limits.max_string_bytes;
-    std::thread::scope(|s| {
-        let mut tape = match reopen(start) {
-            Some(r) => {
-                let (tx, rx) = std::sync::mpsc::sync_channel(4);
-                let (back_tx, back) = std::sync::mpsc::channel();
-                s.spawn(move || fast::predecode(r, start, max_str, tx, back));
-                fast::Tape::with_predecoder(rx, back_tx, start)
-            }
-            None => fast::Tape::default(),
-        };
-        // The tape (and with it the channel) is dropped before the scope ends, so a pre-decoder
-        // still reading stops at its next batch.
-        pickle::run(input, heap, &mut tape)
-    })
 }
 
 /// Reads a snapshot held in memory.

@@ -295,10 +295,6 @@ fn decode_long(bytes: &[u8]) -> Option<i128> {
     Some(i128::from_le_bytes(buf))
 }
 
-/// Runs the machine over `input` until STOP; returns the top-level value.
-///
-/// Trace entries come through `tape` (`fast.rs`): decoded ahead from the machine's own buffer, or
-/// by a pre-decoder thread.
 /// Input a pickle may use before a dict appears: a memory snapshot is a dict (or a list of
 /// segment dicts) from its first bytes; a list of a million strings is not one.
 const MAX_BYTES_WITHOUT_STRUCTURE: u64 = 16 << 20;
@@ -335,6 +331,8 @@ const OPCODES_PER_VALUE: u64 = 64;
 const WEIGH_EVERY_OPCODES: u64 = 1 << 12;
 const WEIGH_EVERY_BYTES: u64 = 1 << 20;
 
+/// Runs the machine over `input` until STOP; returns the top-level value. Trace entries are read
+/// by the fast path (`fast.rs`): in runs straight from the machine's buffer, or through `tape`.
 pub(crate) fn run<R: Read>(
     input: &mut Input<R>,
     heap: &mut Heap,
@@ -455,7 +453,22 @@ pub(crate) fn run<R: Read>(
             // Containers.
             b'}' => {
                 if fast {
+                    // A run of entries shaped like the last one, read straight into the trace;
+                    // else one entry through the tape (which also starts a run's shape).
+                    let room = max_stack.saturating_sub(stack.len());
                     let window = input.window_from_previous(FAST_WINDOW)?;
+                    let run = crate::fast::apply_run(
+                        window,
+                        max_str,
+                        heap,
+                        &mut fast_state,
+                        &mut stack,
+                        room,
+                    );
+                    if run > 0 {
+                        input.advance(run - 1)?;
+                        continue;
+                    }
                     let applied = tape.at(off, window, max_str).and_then(|(entries, i)| {
                         crate::fast::apply(entries, i, heap, &mut fast_state)
                             .map(|v| (entries.len_bytes(i), v))

@@ -937,6 +937,52 @@ impl Heap {
         }
     }
 
+    /// Appends `values` to `items` in one step when they are consecutive trace rows and `items`
+    /// is empty or holds rows: whether the list was empty, or `None` to append them one by one.
+    #[inline]
+    fn extend_run(items: &mut Items, values: &[Value]) -> Option<bool> {
+        let (Some(Value::Entry(first)), Some(Value::Entry(last))) = (values.first(), values.last())
+        else {
+            return None;
+        };
+        let (first, n) = (*first, u32::try_from(values.len()).ok()?);
+        let consecutive = first.checked_add(n - 1) == Some(*last)
+            && values
+                .iter()
+                .zip(first..)
+                .all(|(v, e)| *v == Value::Entry(e));
+        if !consecutive {
+            return None;
+        }
+        match items {
+            Items::Vals(vals) if vals.is_empty() => {
+                *items = Items::Entries {
+                    start: first,
+                    len: n,
+                };
+                Some(true)
+            }
+            Items::Entries { start, len } if start.checked_add(*len) == Some(first) => {
+                *len = len.checked_add(n)?;
+                Some(false)
+            }
+            Items::Entries { start, len } => {
+                *items = Items::Rows(vec![(*start, *len), (first, n)]);
+                Some(false)
+            }
+            Items::Rows(runs) => {
+                match runs.last_mut() {
+                    Some((start, len)) if start.checked_add(*len) == Some(first) => {
+                        *len = len.checked_add(n)?
+                    }
+                    _ => runs.push((first, n)),
+                }
+                Some(false)
+            }
+            _ => None,
+        }
+    }
+
     /// The list's values, with compact entry lists expanded.
     pub fn list_values(&self, cid: Cid) -> Result<Vec<Value>, HeapErr> {
         Ok(entry_values(self.items(cid)?))
@@ -959,6 +1005,21 @@ impl Heap {
             // Plain values (frames of a stack, numbers): nothing to consume.
             vals.extend_from_slice(values);
             return self.add_items(values.len() as u64);
+        }
+        if let Some(was_empty) = Self::extend_run(&mut c.items, values) {
+            // A batch of a trace's entries, in order: nearly all of a big snapshot's APPENDS.
+            #[cfg(not(target_arch = "wasm32"))]
+            if let Some(f) = &mut self.follow {
+                let list = (cid.idx as u64) << 32 | cid.generation as u64;
+                if let Some(Value::Entry(first)) = values.first() {
+                    let len = values.len() as u32;
+                    f.appended_run(list, *first, len, was_empty);
+                }
+            }
+            #[cfg(target_arch = "wasm32")]
+            let _ = was_empty;
+            self.built += values.len() as u64;
+            return Ok(());
         }
         // Taken out while appending (consuming may lower other containers); put back below.
         let mut items = std::mem::replace(&mut c.items, Items::Vals(Vec::new()));
@@ -1013,8 +1074,17 @@ impl Heap {
 
     /// Sets consumed key/value pairs in a dict.
     pub fn set_items(&mut self, target: Value, pairs: &[Value]) -> Result<(), HeapErr> {
-        let Value::Obj(cid) = target else {
-            return Err("SETITEM on something that is not a dict".into());
+        let cid = match target {
+            Value::Obj(cid) => cid,
+            // Read into a row when its SETITEMS ended it (`fast.rs`) or when it was placed.
+            Value::Entry(_) => {
+                return Err(
+                    "SETITEM adds to a trace entry after it was complete (CPython's \
+                            pickler never writes that): the file was changed by hand or damaged"
+                        .into(),
+                );
+            }
+            _ => return Err("SETITEM on something that is not a dict".into()),
         };
         let c = self.slot_mut(cid)?;
         if c.kind != Kind::Dict {
@@ -1092,6 +1162,7 @@ impl Heap {
     }
 
     /// Keeps the memo smaller while the parse is indexed as it goes ([`Memo`]).
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn compact_memo(&mut self) {
         self.memo.compacting = true;
     }
@@ -1409,6 +1480,18 @@ impl Heap {
             _ => {}
         }
         Ok(())
+    }
+
+    /// The id of a CUDA stream handle in the trace, added if new (as `set_field` reads one).
+    #[inline]
+    pub fn stream_id_of(&mut self, handle: u64) -> Option<u16> {
+        self.trace.stream_id_of(handle)
+    }
+
+    /// The index the next trace row will have.
+    #[inline]
+    pub fn next_entry_row(&self) -> u32 {
+        self.trace.action.len() as u32
     }
 
     /// Appends a trace row; returns its index.

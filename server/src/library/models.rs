@@ -247,19 +247,13 @@ impl Models {
 }
 
 /// Reads a snapshot file and indexes its traces while it parses (`snapshot::read_file_indexed`):
-/// a plain one has its later trace entries decoded on a second thread (the file is opened again
-/// at an offset) and its index built on a third, so the index is ready a small constant after
-/// the last byte instead of a pass over the trace after it (0.5 s on a 1 GB file,
-/// bench/README.md, issue 41).
+/// a big one is read from disk on a second thread and its index built on a third, so the index
+/// is ready a small constant after the last byte instead of a pass over the trace after it
+/// (0.5 s on a 1 GB file, bench/README.md, issue 41).
 pub fn read_snapshot_file(
     path: &std::path::Path,
 ) -> anyhow::Result<(snapshot::Snapshot, snapshot::analysis::Index)> {
-    let size = std::fs::metadata(path)?.len();
-    let open_at = |offset: u64| {
-        use std::io::{Seek, SeekFrom};
-        let mut f = std::fs::File::open(path)?;
-        f.seek(SeekFrom::Start(offset))?;
-        Ok(f)
-    };
-    Ok(snapshot::read_file_indexed(open_at, size)?)
+    let file = std::fs::File::open(path)?;
+    let size = file.metadata()?.len();
+    Ok(snapshot::read_file_indexed(file, size)?)
 }
