@@ -7,9 +7,9 @@ use std::io::Read;
 use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
 
 /// Bytes the reader thread reads at a time.
-const CHUNK_BYTES: usize = 4 << 20;
+const CHUNK_BYTES: usize = 2 << 20;
 /// Chunks read and not yet taken: how far ahead the reader may get.
-const AHEAD_CHUNKS: usize = 3;
+const AHEAD_CHUNKS: usize = 2;
 
 /// The parser's end: a `Read` over the chunks the reader thread sends.
 pub(crate) struct ReadAhead {
