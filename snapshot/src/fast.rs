@@ -550,7 +550,8 @@ fn apply_entry(e: &Entries, head: &Head, heap: &mut Heap, state: &mut State) -> 
 
 /// Entries read and applied in one step, straight from `window` (which starts at an
 /// `EMPTY_DICT`), for as long as each names the same memoized keys in the same order as the last
-/// entry [`apply`] read: the key references are compared as they are read, and each value goes
+/// entry [`apply`] read (or as the shape before it, `State::other_keys`): the key references
+/// are compared as they are read, and each value goes
 /// from the bytes to its field without a token tape in between. Each entry is pushed onto
 /// `stack` (at most `room` of them); returns the bytes used, 0 when the first entry is not of
 /// that shape (then [`Tape`] and [`apply`] read it, or the general machine). An entry refused

@@ -97,7 +97,7 @@ fn read_file_with<R: Read + Send>(file: R, size_bytes: u64, follow: bool) -> Res
     })
 }
 
-/// Files from this size on are read on a second thread (one chunk of the reader's or more).
+/// Files from this size on are read on a second thread (two of its chunks or more).
 #[cfg(not(target_arch = "wasm32"))]
 const READ_AHEAD_MIN_BYTES: u64 = 4 << 20;
 
