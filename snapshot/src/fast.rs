@@ -694,7 +694,7 @@ impl Plan {
         }
         // The dict's slot takes the row it will be (no field can name it: a reference to an
         // entry is refused below), so the slot is written once.
-        let row = heap.next_entry_row();
+        let row = heap.trace.len() as u32;
         memo(heap, dict_memo, Value::Entry(row))?;
         let mut fields = EntryFields::default();
         for k in 0..self.n {
@@ -755,7 +755,7 @@ impl Plan {
         if c.op()? != b'u' || matches!(c.peek_op(), None | Some(b'(' | b's' | b'u')) {
             return None;
         }
-        debug_assert_eq!(heap.next_entry_row(), row);
+        debug_assert_eq!(heap.trace.len() as u32, row);
         Some(Value::Entry(heap.push_entry(&fields)))
     }
 
@@ -784,7 +784,7 @@ impl Plan {
         match self.stream {
             Some((h, id)) if h == handle => Some(id),
             _ => {
-                let id = heap.stream_id_of(handle)?;
+                let id = heap.trace.stream_id_of(handle)?;
                 self.stream = Some((handle, id));
                 Some(id)
             }

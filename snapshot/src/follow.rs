@@ -100,8 +100,7 @@ impl Follower {
             && n > 0
             && first == self.staged_base
             && self.staged.len() >= n as usize
-            && list == if new_list { list } else { self.list }
-            && (new_list || !self.runs.is_empty());
+            && (new_list || (list == self.list && !self.runs.is_empty()));
         if !in_order {
             for k in 0..n {
                 self.appended(list, first + k, new_list && k == 0);
@@ -109,9 +108,7 @@ impl Follower {
             return;
         }
         if new_list {
-            self.list = list;
-            self.run_starts.push(self.sent + self.out.len() as u64);
-            self.runs.push((first, 0));
+            self.open_list(list, first);
         }
         let mut moved = 0;
         for r in self.staged.drain(..n as usize) {
@@ -126,17 +123,8 @@ impl Follower {
             return self.stop();
         }
         self.staged_base += n;
-        while let Some(None) = self.staged.front() {
-            self.staged.pop_front();
-            self.staged_base += 1;
-        }
-        if let Some(run) = self.runs.last_mut() {
-            run.0 = run.0.min(first);
-            run.1 += n;
-        }
-        if self.out.len() >= CHUNK_ROWS {
-            self.flush();
-        }
+        self.drop_taken_front();
+        self.count_rows(first, n);
     }
 
     /// Row `row` was appended to list `list` (an id of the container); `new_list` if it is the
@@ -146,9 +134,7 @@ impl Follower {
         if !self.following() {
             return;
         }
-        if new_list {
-            self.list = list;
-        } else if list != self.list {
+        if !new_list && list != self.list {
             // Lists filled in turns.
             return self.stop();
         }
@@ -160,25 +146,43 @@ impl Follower {
             // A row appended twice, or one the follower never saw.
             return self.stop();
         };
+        self.drop_taken_front();
+        if new_list {
+            self.open_list(list, row);
+        }
+        self.out.push(r);
+        if !self.count_rows(row, 1) {
+            self.stop();
+        }
+    }
+
+    /// Starts list `list`, whose first row is `first`: a device trace of its own.
+    fn open_list(&mut self, list: u64, first: u32) {
+        self.list = list;
+        self.run_starts.push(self.sent + self.out.len() as u64);
+        self.runs.push((first, 0));
+    }
+
+    /// Drops the rows at the front of the stage that were already appended.
+    fn drop_taken_front(&mut self) {
         while let Some(None) = self.staged.front() {
             self.staged.pop_front();
             self.staged_base += 1;
         }
-        if new_list {
-            self.run_starts.push(self.sent + self.out.len() as u64);
-            self.runs.push((row, 0));
-        }
-        match self.runs.last_mut() {
-            Some(run) => {
-                run.0 = run.0.min(row);
-                run.1 += 1;
-            }
-            None => return self.stop(),
-        }
-        self.out.push(r);
+    }
+
+    /// Counts rows `first..first + n`, just moved to the next chunk, in the open list (sending
+    /// the chunk when it is full); false when no list is open.
+    fn count_rows(&mut self, first: u32, n: u32) -> bool {
+        let Some(run) = self.runs.last_mut() else {
+            return false;
+        };
+        run.0 = run.0.min(first);
+        run.1 += n;
         if self.out.len() >= CHUNK_ROWS {
             self.flush();
         }
+        true
     }
 
     /// A row went somewhere the follower does not follow.

@@ -285,9 +285,14 @@ impl TraceTable {
     /// Appends row `row` to `runs`, runs of consecutive rows `(first, len)`: the last run grows
     /// when `row` follows it.
     pub(crate) fn push_run(runs: &mut Vec<(u32, u32)>, row: u32) {
+        Self::push_rows(runs, row, 1);
+    }
+
+    /// [`TraceTable::push_run`] for rows `first..first + n`.
+    pub(crate) fn push_rows(runs: &mut Vec<(u32, u32)>, first: u32, n: u32) {
         match runs.last_mut() {
-            Some((first, len)) if *first + *len == row => *len += 1,
-            _ => runs.push((row, 1)),
+            Some((start, len)) if *start + *len == first => *len += n,
+            _ => runs.push((first, n)),
         }
     }
 

@@ -971,12 +971,7 @@ impl Heap {
                 Some(false)
             }
             Items::Rows(runs) => {
-                match runs.last_mut() {
-                    Some((start, len)) if start.checked_add(*len) == Some(first) => {
-                        *len = len.checked_add(n)?
-                    }
-                    _ => runs.push((first, n)),
-                }
+                crate::model::TraceTable::push_rows(runs, first, n);
                 Some(false)
             }
             _ => None,
@@ -1480,18 +1475,6 @@ impl Heap {
             _ => {}
         }
         Ok(())
-    }
-
-    /// The id of a CUDA stream handle in the trace, added if new (as `set_field` reads one).
-    #[inline]
-    pub fn stream_id_of(&mut self, handle: u64) -> Option<u16> {
-        self.trace.stream_id_of(handle)
-    }
-
-    /// The index the next trace row will have.
-    #[inline]
-    pub fn next_entry_row(&self) -> u32 {
-        self.trace.action.len() as u32
     }
 
     /// Appends a trace row; returns its index.
