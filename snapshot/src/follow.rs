@@ -21,6 +21,9 @@ use crate::analysis::index::{DeviceBuilder, Row};
 /// Rows per message to the builder thread.
 const CHUNK_ROWS: usize = 1 << 14;
 
+/// Emptied row buffers kept for reuse: as many as chunks can wait in the channel, and two.
+const SPARE_BUFFERS: usize = 10;
+
 /// The next rows in list order, and where among them new lists start (positions counted from
 /// the first row ever sent).
 struct Chunk {
@@ -44,6 +47,10 @@ pub(crate) struct Follower {
     /// The list being filled.
     list: u64,
     tx: Option<SyncSender<Chunk>>,
+    /// Row buffers the builder has emptied, for the next chunks: a fresh 640 KB buffer for
+    /// every chunk cost the parser's thread 0.17 s of page faults on a 13M-event trace (and
+    /// the builder's thread the unmapping; bench/README.md, issue 41).
+    spare: Receiver<Vec<Row>>,
     builder: Option<std::thread::JoinHandle<Vec<DeviceBuilder>>>,
 }
 
@@ -52,9 +59,10 @@ impl Follower {
     /// parse will create (0 if unknown), reserved up front so the tables never grow by copying.
     pub fn start(rows_hint: usize) -> Follower {
         let (tx, rx) = sync_channel::<Chunk>(8);
+        let (spare_tx, spare) = sync_channel::<Vec<Row>>(SPARE_BUFFERS);
         let builder = std::thread::Builder::new()
             .name("memscope-index".into())
-            .spawn(move || build(rx, rows_hint))
+            .spawn(move || build(rx, spare_tx, rows_hint))
             .ok();
         Follower {
             staged: std::collections::VecDeque::with_capacity(4096),
@@ -65,6 +73,7 @@ impl Follower {
             runs: Vec::new(),
             list: u64::MAX,
             tx: builder.is_some().then_some(tx),
+            spare,
             builder,
         }
     }
@@ -195,7 +204,11 @@ impl Follower {
         if self.out.is_empty() {
             return;
         }
-        let rows = std::mem::replace(&mut self.out, Vec::with_capacity(CHUNK_ROWS));
+        let next = self
+            .spare
+            .try_recv()
+            .unwrap_or_else(|_| Vec::with_capacity(CHUNK_ROWS));
+        let rows = std::mem::replace(&mut self.out, next);
         let chunk = Chunk {
             first: self.sent,
             run_starts: std::mem::take(&mut self.run_starts),
@@ -222,12 +235,13 @@ impl Follower {
     }
 }
 
-/// The builder thread: one [`DeviceBuilder`] per list, fed in list order.
-fn build(rx: Receiver<Chunk>, rows_hint: usize) -> Vec<DeviceBuilder> {
+/// The builder thread: one [`DeviceBuilder`] per list, fed in list order. Each chunk's emptied
+/// buffer goes back to the parser (dropped when it holds enough).
+fn build(rx: Receiver<Chunk>, spare: SyncSender<Vec<Row>>, rows_hint: usize) -> Vec<DeviceBuilder> {
     let mut builders: Vec<DeviceBuilder> = Vec::new();
-    for chunk in rx {
+    for mut chunk in rx {
         let mut starts = chunk.run_starts.iter().copied().peekable();
-        for (k, row) in chunk.rows.into_iter().enumerate() {
+        for (k, row) in chunk.rows.drain(..).enumerate() {
             if starts.next_if_eq(&(chunk.first + k as u64)).is_some() {
                 let mut b = DeviceBuilder::new();
                 if builders.is_empty() {
@@ -243,6 +257,7 @@ fn build(rx: Receiver<Chunk>, rows_hint: usize) -> Vec<DeviceBuilder> {
                 None => return Vec::new(),
             }
         }
+        let _ = spare.try_send(chunk.rows);
     }
     builders
 }

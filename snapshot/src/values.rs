@@ -104,6 +104,11 @@ struct Memo {
     /// frame, a stack): reused, so the side table holds the wide values alive, not every
     /// container the pickle ever memoized.
     wide_free: Vec<u32>,
+    /// The last chunk made compact, reused for the next new chunk, and the buffer compact forms
+    /// are written in: fresh ones for every chunk cost the parser's thread 0.09 s of page faults
+    /// on a 13M-event trace (bench/README.md, issue 41).
+    spare: Option<Box<[u32]>>,
+    encoded: Vec<u8>,
 }
 
 const MEMO_CHUNK: usize = 1 << 16;
@@ -124,8 +129,9 @@ enum Compact {
 }
 
 impl Compact {
-    fn encode(slots: &[u32]) -> Box<[u8]> {
-        let mut out = Vec::with_capacity(slots.len() * 2);
+    /// `slots` encoded; `out` is the working buffer.
+    fn encode(slots: &[u32], out: &mut Vec<u8>) -> Box<[u8]> {
+        out.clear();
         let mut last = [0u32; 16];
         for &w in slots {
             let (tag, id) = ((w >> slot::ID_BITS) as usize, w & slot::ID_MASK);
@@ -142,7 +148,7 @@ impl Compact {
             }
             out.push(b);
         }
-        out.into_boxed_slice()
+        out.as_slice().into()
     }
 
     fn decode(bytes: &[u8], out: &mut [u32]) {
@@ -229,7 +235,9 @@ impl Memo {
         (id <= slot::ID_MASK).then_some(tag << slot::ID_BITS | id)
     }
 
-    #[inline]
+    /// Inlined where slots are read by the million: as a call it was 0.15 s of the 13M-event
+    /// parse.
+    #[inline(always)]
     fn unpack(&self, w: u32) -> Value {
         let id = w & slot::ID_MASK;
         match w >> slot::ID_BITS {
@@ -280,8 +288,8 @@ impl Memo {
             return;
         };
         if matches!(self.compact[c], Compact::No) {
-            self.compact[c] = Compact::Bytes(Compact::encode(&self.chunks[c]));
-            self.chunks[c] = Box::default();
+            self.compact[c] = Compact::Bytes(Compact::encode(&self.chunks[c], &mut self.encoded));
+            self.spare = Some(std::mem::take(&mut self.chunks[c]));
         }
     }
 
@@ -315,7 +323,14 @@ impl Memo {
     #[inline]
     fn push(&mut self, v: Value) -> Option<()> {
         if self.len.is_multiple_of(MEMO_CHUNK) && self.len / MEMO_CHUNK == self.chunks.len() {
-            self.chunks.push(vec![0; MEMO_CHUNK].into_boxed_slice());
+            let chunk = match self.spare.take() {
+                Some(mut c) => {
+                    c.fill(0);
+                    c
+                }
+                None => vec![0; MEMO_CHUNK].into_boxed_slice(),
+            };
+            self.chunks.push(chunk);
             self.compact.push(Compact::No);
             if self.compacting {
                 self.compact_old();
@@ -1825,7 +1840,7 @@ mod tests {
         assert_eq!(again.get(2), Some(value(2)));
         // Compact, the trace-like slots take about two bytes each.
         let slots: Vec<u32> = (0..MEMO_CHUNK).map(|i| plain.chunks[2][i]).collect();
-        let bytes = Compact::encode(&slots);
+        let bytes = Compact::encode(&slots, &mut Vec::new());
         assert!(bytes.len() < 2 * MEMO_CHUNK, "{} bytes", bytes.len());
         let mut back = vec![0u32; MEMO_CHUNK];
         Compact::decode(&bytes, &mut back);
