@@ -67,27 +67,52 @@ const WORKSPACE_FRAMES: &[&str] = &[
 ];
 
 /// The fate of every `oom` entry of device `d`, in trace order.
+///
+/// Runs in every report (leaks and OOM verdicts both ask), so it reads only what it needs: the
+/// action column for the OOMs (nothing at all when the index counted none), then the trace
+/// backwards only until each of their streams' last `alloc` is found. Two passes over every
+/// event took 0.3 CPU-seconds of a 13M-event report (bench/README.md, issue 41).
 pub fn fates(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Vec<Fate> {
     let t = &snap.trace;
-    // The last `alloc` of each stream: an OOM before it on its stream was caught.
-    let mut last_alloc: Vec<(u64, u32)> = Vec::new();
-    for e in (0..d.len).rev() {
-        let r = d.row(e);
-        if t.action[r] == Action::Alloc {
-            let s = t.stream(r);
-            if !last_alloc.iter().any(|&(x, _)| x == s) {
-                last_alloc.push((s, e));
-            }
+    if d.traced.actions[Action::Oom as usize] == 0 {
+        return Vec::new();
+    }
+    let ooms: Vec<u32> = (0..d.len)
+        .filter(|&e| t.action[d.row(e)] == Action::Oom)
+        .collect();
+    // The last `alloc` of each OOM's stream: an OOM before it on its stream was caught.
+    let mut last_alloc: Vec<(u64, Option<u32>)> = Vec::new();
+    for &e in &ooms {
+        let s = t.stream(d.row(e));
+        if !last_alloc.iter().any(|&(x, _)| x == s) {
+            last_alloc.push((s, None));
         }
     }
-    let mut out = Vec::new();
-    for e in 0..d.len {
+    let mut missing = last_alloc.len();
+    for e in (0..d.len).rev() {
+        if missing == 0 {
+            break;
+        }
         let r = d.row(e);
-        if t.action[r] != Action::Oom {
+        if t.action[r] != Action::Alloc {
             continue;
         }
+        let s = t.stream(r);
+        if let Some(slot) = last_alloc
+            .iter_mut()
+            .find(|(x, at)| *x == s && at.is_none())
+        {
+            slot.1 = Some(e);
+            missing -= 1;
+        }
+    }
+    let mut out = Vec::with_capacity(ooms.len());
+    for e in ooms {
+        let r = d.row(e);
         let stream = t.stream(r);
-        let later = last_alloc.iter().any(|&(s, at)| s == stream && at > e);
+        let later = last_alloc
+            .iter()
+            .any(|&(s, at)| s == stream && at.is_some_and(|at| at > e));
         let (recovery, evidence) = if !later {
             (
                 Recovery::Fatal,
