@@ -87,13 +87,33 @@ fn read_file_with<R: Read + Send>(file: R, size_bytes: u64, follow: bool) -> Res
         size_hint_bytes: size_bytes,
         ..Limits::default()
     };
+    if size_bytes < READ_AHEAD_MIN_BYTES {
+        return read_impl_with(file, limits, true, follow);
+    }
     std::thread::scope(|scope| {
-        let reader: Box<dyn Read + Send + '_> = if size_bytes >= READ_AHEAD_MIN_BYTES {
-            Box::new(readahead::ReadAhead::spawn(scope, file))
-        } else {
-            Box::new(file)
-        };
-        read_impl_with(reader, limits, true, follow)
+        let (reader, decoding) = readahead::ReadAhead::spawn_decoding(
+            scope,
+            file,
+            limits.max_decoded_bytes,
+            limits.max_expansion,
+        );
+        let parsed = parse_decoded(reader, limits, true, follow);
+        // The reader thread ends once the parser's end of it is dropped (by now), or at the end
+        // of the file.
+        let decoded = decoding
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
+        if let Some((limit_bytes, compressed_bytes)) = decoded.tripped {
+            // Whatever the parser made of the cut-off stream, the limit is why it stopped.
+            return Err(Error::TooExpanded {
+                compressed_bytes,
+                limit_bytes,
+            });
+        }
+        let mut parsed = parsed?;
+        parsed.snap.format.compression = decoded.compression;
+        parsed.snap.content_hash = decoded.content_hash;
+        Ok(parsed)
     })
 }
 
@@ -170,10 +190,24 @@ fn read_decoded<R: Read>(
         tripped,
     )?;
     let mut hasher = xxhash_rust::xxh3::Xxh3::new();
-    let mut input = pickle::Input::new(decompress::Hashing {
+    let hashing = decompress::Hashing {
         inner: decoded,
         hasher: &mut hasher,
-    });
+    };
+    let mut parsed = parse_decoded(hashing, limits, fast_path, follow)?;
+    parsed.snap.format.compression = compression;
+    parsed.snap.content_hash = hasher.digest128();
+    Ok(parsed)
+}
+
+/// Parses a decoded stream; the caller sets the snapshot's compression and content hash.
+fn parse_decoded<R: Read>(
+    decoded: R,
+    limits: Limits,
+    fast_path: bool,
+    follow: bool,
+) -> Result<Parsed> {
+    let mut input = pickle::Input::new(decoded);
     let mut heap = values::Heap::new(limits);
     heap.fast_path = fast_path;
     #[cfg(not(target_arch = "wasm32"))]
@@ -192,10 +226,7 @@ fn read_decoded<R: Read>(
     }
     let first = input.peek_byte()?;
     let input_head = input.head(16);
-    let mut format = Format {
-        compression,
-        ..Format::default()
-    };
+    let mut format = Format::default();
     let root = match first {
         None => {
             return Err(Error::Truncated {
@@ -250,8 +281,7 @@ fn read_decoded<R: Read>(
     let built = heap.follow.take().and_then(follow::Follower::finish);
     #[cfg(target_arch = "wasm32")]
     let built = None;
-    let mut snap = lower::build(heap, root, format)?;
-    snap.content_hash = hasher.digest128();
+    let snap = lower::build(heap, root, format)?;
     Ok(Parsed { snap, built })
 }
 
