@@ -191,6 +191,20 @@ const STACK_CACHE_MAX_BYTES: usize = 64 << 20;
 /// Protocol 4's framing opcode, followed by the frame's 8-byte length.
 const FRAME: u8 = 0x95;
 
+/// [`Cursor::int`]'s table: by opcode, its width in bytes (`INT_WIDTH`; `LONG1`'s is its next
+/// byte), whether it is `LONG1` and whether it is signed; 0 for an opcode that is no integer.
+const INT_OPS: [u8; 256] = {
+    let mut t = [0u8; 256];
+    t[b'K' as usize] = 1;
+    t[b'M' as usize] = 2;
+    t[b'J' as usize] = 4 | INT_SIGNED;
+    t[0x8a] = INT_LONG1 | INT_SIGNED;
+    t
+};
+const INT_WIDTH: u8 = 0x0f;
+const INT_SIGNED: u8 = 0x10;
+const INT_LONG1: u8 = 0x20;
+
 struct Cursor<'a> {
     buf: &'a [u8],
     pos: usize,
@@ -254,36 +268,37 @@ impl<'a> Cursor<'a> {
         })
     }
 
-    /// An integer opcode's value (`BININT1`, `BININT2`, `BININT`, `LONG1` of up to 8 bytes),
-    /// or `None` with the cursor where it was for anything else.
+    /// An integer opcode's value (`BININT1`, `BININT2`, `BININT`, `LONG1` of 1 to 8 bytes),
+    /// or `None` with the cursor where it was for anything else (or fewer than 9 bytes after
+    /// the opcode). Decoded from a table and one 8-byte load, without a branch on the opcode.
     #[inline(always)]
     fn int(&mut self) -> Option<i64> {
         let op = self.peek_op()?;
+        let d = INT_OPS[op as usize];
+        if d == 0 {
+            return None;
+        }
         let at = self.pos + 1;
-        let (i, len) = match op {
-            0x8a => {
-                let n = *self.buf.get(at)? as usize;
-                let word = self.buf.get(at + 1..at + 9)?;
-                if n == 0 || n > 8 {
-                    return None;
-                }
-                let raw = u64::from_le_bytes(word.try_into().ok()?);
-                let shift = 64 - 8 * n as u32;
-                (((raw << shift) as i64) >> shift, 2 + n)
-            }
-            b'K' => (*self.buf.get(at)? as i64, 2),
-            b'M' => (
-                u16::from_le_bytes(self.buf.get(at..at + 2)?.try_into().ok()?) as i64,
-                3,
-            ),
-            b'J' => (
-                i32::from_le_bytes(self.buf.get(at..at + 4)?.try_into().ok()?) as i64,
-                5,
-            ),
-            _ => return None,
+        let after = self.buf.get(at..at + 9)?;
+        let long1 = (d & INT_LONG1) != 0;
+        let n = if long1 {
+            after[0] as u32
+        } else {
+            (d & INT_WIDTH) as u32
         };
-        self.pos += len;
-        Some(i)
+        if n == 0 || n > 8 {
+            return None;
+        }
+        let start = long1 as usize;
+        let raw = u64::from_le_bytes(after[start..start + 8].try_into().ok()?);
+        let shift = 64 - 8 * n;
+        let v = if d & INT_SIGNED != 0 {
+            ((raw << shift) as i64) >> shift
+        } else {
+            ((raw << shift) >> shift) as i64
+        };
+        self.pos = at + start + n as usize;
+        Some(v)
     }
 
     #[inline(always)]
@@ -635,6 +650,10 @@ fn run_of(
         last_str_bytes: [0; 32],
     };
     for (k, (&r, &id)) in state.keys.refs.iter().zip(&state.keys.ids).enumerate() {
+        // A key named twice (no dict CPython writes): the general machine reads it.
+        if plan.refs[..k].contains(&r) {
+            return 0;
+        }
         plan.refs[k] = r;
         plan.fields[k] = (id, Field::of(id));
     }
@@ -685,13 +704,17 @@ struct Plan {
 /// straight from the bytes into their field.
 #[derive(Clone, Copy, PartialEq)]
 enum Field {
-    Addr,
-    Size,
-    Stream,
-    TimeUs,
-    Frames,
-    Other,
+    // The number fields first: their discriminant is their slot in [`Plan::entry`]'s numbers.
+    Addr = 0,
+    Size = 1,
+    Stream = 2,
+    TimeUs = 3,
+    Frames = 4,
+    Other = 5,
 }
+
+/// Number fields ([`Field::Addr`] to [`Field::TimeUs`]).
+const NUMBER_FIELDS: usize = 4;
 
 impl Field {
     fn of(key_id: u32) -> Field {
@@ -729,6 +752,7 @@ impl Plan {
         let row = heap.trace.len() as u32;
         memo(heap, dict_memo, Value::Entry(row))?;
         let mut fields = EntryFields::default();
+        let (mut nums, mut read) = ([0i64; NUMBER_FIELDS], 0u8);
         for k in 0..self.n {
             let got = match c.op()? {
                 b'h' => c.byte()? as u32,
@@ -739,38 +763,15 @@ impl Plan {
                 return None;
             }
             let (id, field) = self.fields[k];
-            // The numbers, decoded where each field's own branches can learn its usual width
-            // (one shared opcode dispatch for every field mispredicted most of the time).
-            match field {
-                Field::Addr => {
-                    if let Some(i) = c.int() {
-                        fields.addr = i as u64;
-                        continue;
-                    }
-                }
-                Field::TimeUs => {
-                    if let Some(i) = c.int() {
-                        fields.time_us = i;
-                        continue;
-                    }
-                }
-                Field::Size => {
-                    if let Some(i) = c.int() {
-                        // Beyond what `Heap::set_field` takes: the general machine says why.
-                        if !(0..1 << 56).contains(&i) {
-                            return None;
-                        }
-                        fields.size = i as u64;
-                        continue;
-                    }
-                }
-                Field::Stream => {
-                    if let Some(i) = c.int() {
-                        fields.stream = self.stream_id(i as u64, heap)?;
-                        continue;
-                    }
-                }
-                Field::Frames | Field::Other => {}
+            // A number field's integer goes to its slot, decoded without a branch on its opcode
+            // or on the field (one shared dispatch on each mispredicted most of the time: a
+            // tenth of the parse, bench/README.md); set once the entry is read, below.
+            if (field as usize) < NUMBER_FIELDS
+                && let Some(i) = c.int()
+            {
+                nums[field as usize] = i;
+                read |= 1 << field as u8;
+                continue;
             }
             // The two values that are new objects in every entry PyTorch writes, read in place.
             match c.peek_op() {
@@ -819,6 +820,25 @@ impl Plan {
         // The dict must end here and be finished: a MARK or SETITEM after it would add to it.
         if c.op()? != b'u' || matches!(c.peek_op(), None | Some(b'(' | b's' | b'u')) {
             return None;
+        }
+        // As `Heap::set_field` reads them, without the detour through a `Value` (each key is
+        // named once: `run_of` takes no plan with a key twice).
+        if read & 1 << Field::Addr as u8 != 0 {
+            fields.addr = nums[Field::Addr as usize] as u64;
+        }
+        if read & 1 << Field::Size as u8 != 0 {
+            let size = nums[Field::Size as usize];
+            // Beyond what `Heap::set_field` takes: the general machine says why.
+            if !(0..1 << 56).contains(&size) {
+                return None;
+            }
+            fields.size = size as u64;
+        }
+        if read & 1 << Field::Stream as u8 != 0 {
+            fields.stream = self.stream_id(nums[Field::Stream as usize] as u64, heap)?;
+        }
+        if read & 1 << Field::TimeUs as u8 != 0 {
+            fields.time_us = nums[Field::TimeUs as usize];
         }
         debug_assert_eq!(heap.trace.len() as u32, row);
         Some(Value::Entry(heap.push_entry(&fields)))
@@ -1068,14 +1088,14 @@ mod tests {
         let memo_before = heap.memo_mark().unwrap();
 
         // Three entries of the run's shape (a FRAME marker between two), then one with an extra
-        // field (`action` again, as a key the run does not name there).
+        // field (the string `alloc` as a key, which the run does not name there).
         let mut window = entry_of_refs(2, None);
         window.push(FRAME);
         window.extend(9u64.to_le_bytes());
         window.extend(entry_of_refs(3, None));
         window.extend(entry_of_refs(4, None));
         let run_bytes = window.len();
-        window.extend(entry_of_refs(5, Some(&[b'h', 1, b'h', 2])));
+        window.extend(entry_of_refs(5, Some(&[b'h', 2, b'h', 1])));
         window.push(b'e');
         let mut stack = Vec::new();
         let used = apply_run(&window, 1 << 20, &mut heap, &mut state, &mut stack, 100);
@@ -1099,7 +1119,7 @@ mod tests {
             apply_run(&more, 1 << 20, &mut heap, &mut state, &mut stack, 2),
             2 * more.len() / 3
         );
-        let odd = entry_of_refs(7, Some(&[b'h', 1, b'h', 2]));
+        let odd = entry_of_refs(7, Some(&[b'h', 2, b'h', 1]));
         assert_eq!(
             apply_run(&odd, 1 << 20, &mut heap, &mut state, &mut stack, 9),
             0
@@ -1123,5 +1143,17 @@ mod tests {
             odd.len()
         );
         assert_eq!(heap.trace.size, [64, 1, 2, 3, 4, 6, 6, 7, 8, 7]);
+
+        // An entry naming one key twice (no dict CPython writes) never makes a run's keys: the
+        // tape reads it each time, as the general machine would.
+        let twice = entry_of_refs(9, Some(&[b'h', 1, b'h', 2]));
+        let mut twice_alone = twice.clone();
+        twice_alone.push(b'.');
+        assert!(try_entry(&twice_alone, &mut heap, &mut state).is_some());
+        let twice_then = [&twice[..], b"e"].concat();
+        assert_eq!(
+            apply_run(&twice_then, 1 << 20, &mut heap, &mut state, &mut stack, 9),
+            0
+        );
     }
 }
