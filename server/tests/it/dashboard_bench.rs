@@ -118,6 +118,10 @@ fn http_get(base: &str, path: &str) -> (u16, usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark: run with --ignored and MEMSCOPE_BENCH_FILES"]
 async fn dashboard_benchmark() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .try_init();
     let files =
         std::env::var("MEMSCOPE_BENCH_FILES").expect("set MEMSCOPE_BENCH_FILES=file[,file]");
     let (_driver, driver_port) = start_chromedriver();
