@@ -165,6 +165,26 @@ impl<R: Read> Read for Bounded<R> {
     }
 }
 
+/// Decompresses `reader` as [`open_bounded`] does and hands the decoded stream, hashed as it is
+/// read, to `consume`: what `consume` returned, the compression, and the XXH3-128 of what it
+/// read (the snapshot's content hash). The parser's own thread and the reader thread
+/// (`readahead.rs`) both decode through it.
+pub(crate) fn decode_with<R: Read, T>(
+    reader: R,
+    max_bytes: u64,
+    max_expansion: u64,
+    tripped: &Tripped,
+    consume: impl FnOnce(&mut dyn Read) -> T,
+) -> Result<(T, Compression, u128)> {
+    let (decoded, compression) = open_bounded(reader, max_bytes, max_expansion, tripped)?;
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    let out = consume(&mut Hashing {
+        inner: decoded,
+        hasher: &mut hasher,
+    });
+    Ok((out, compression, hasher.digest128()))
+}
+
 /// Hashes (XXH3-128) what is read through it.
 pub(crate) struct Hashing<'h, R> {
     pub inner: R,

@@ -800,18 +800,13 @@ impl Plan {
                 }
                 _ => {}
             }
-            let t = c.value(max_str, &mut scratch.arena)?;
-            match (field, t) {
-                // As `Heap::set_field` reads them, without the detour through a `Value`.
-                (Field::Addr, Tok::Int(i)) => fields.addr = i as u64,
-                (Field::Size, Tok::Int(i)) if (0..1 << 56).contains(&i) => fields.size = i as u64,
-                (Field::TimeUs, Tok::Int(i)) => fields.time_us = i,
-                (Field::Stream, Tok::Int(i)) => fields.stream = self.stream_id(i as u64, heap)?,
-                (Field::Frames, t) => {
-                    let v = resolve(scratch, t, heap, state)?;
-                    heap.set_field(&mut fields, id, v).ok()?;
+            match c.value(max_str, &mut scratch.arena)? {
+                // An integer `Cursor::int` left (too near the window's end): its slot as well.
+                Tok::Int(i) if (field as usize) < NUMBER_FIELDS => {
+                    nums[field as usize] = i;
+                    read |= 1 << field as u8;
                 }
-                (_, t) => {
+                t => {
                     let v = resolve(scratch, t, heap, state)?;
                     heap.set_field(&mut fields, id, v).ok()?;
                 }

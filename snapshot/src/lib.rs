@@ -103,17 +103,12 @@ fn read_file_with<R: Read + Send>(file: R, size_bytes: u64, follow: bool) -> Res
         let decoded = decoding
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
-        if let Some((limit_bytes, compressed_bytes)) = decoded.tripped {
-            // Whatever the parser made of the cut-off stream, the limit is why it stopped.
-            return Err(Error::TooExpanded {
-                compressed_bytes,
-                limit_bytes,
-            });
-        }
-        let mut parsed = parsed?;
-        parsed.snap.format.compression = decoded.compression;
-        parsed.snap.content_hash = decoded.content_hash;
-        Ok(parsed)
+        settle(
+            parsed,
+            decoded.tripped,
+            decoded.compression,
+            decoded.content_hash,
+        )
     })
 }
 
@@ -164,39 +159,33 @@ fn read_impl_with<R: Read>(
     fast_path: bool,
     follow: bool,
 ) -> Result<Parsed> {
-    let tripped = std::rc::Rc::new(std::cell::Cell::new(None));
-    let read = read_decoded(reader, limits, fast_path, &tripped, follow);
-    match tripped.get() {
-        // Whatever the reader made of the cut-off stream, the limit is why it stopped.
-        Some((limit_bytes, compressed_bytes)) => Err(Error::TooExpanded {
-            compressed_bytes,
-            limit_bytes,
-        }),
-        None => read,
-    }
+    let tripped = decompress::Tripped::default();
+    let (max_bytes, max_expansion) = (limits.max_decoded_bytes, limits.max_expansion);
+    let (parsed, compression, content_hash) =
+        decompress::decode_with(reader, max_bytes, max_expansion, &tripped, |decoded| {
+            parse_decoded(decoded, limits, fast_path, follow)
+        })?;
+    settle(parsed, tripped.get(), compression, content_hash)
 }
 
-fn read_decoded<R: Read>(
-    reader: R,
-    limits: Limits,
-    fast_path: bool,
-    tripped: &decompress::Tripped,
-    follow: bool,
+/// A parse's result with what its decoding found: a decoder stopped at its expansion limit is
+/// the error (whatever the parser made of the cut-off stream, the limit is why it stopped);
+/// else the snapshot gets its compression and content hash.
+fn settle(
+    parsed: Result<Parsed>,
+    tripped: Option<(u64, u64)>,
+    compression: Compression,
+    content_hash: u128,
 ) -> Result<Parsed> {
-    let (decoded, compression) = decompress::open_bounded(
-        reader,
-        limits.max_decoded_bytes,
-        limits.max_expansion,
-        tripped,
-    )?;
-    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
-    let hashing = decompress::Hashing {
-        inner: decoded,
-        hasher: &mut hasher,
-    };
-    let mut parsed = parse_decoded(hashing, limits, fast_path, follow)?;
+    if let Some((limit_bytes, compressed_bytes)) = tripped {
+        return Err(Error::TooExpanded {
+            compressed_bytes,
+            limit_bytes,
+        });
+    }
+    let mut parsed = parsed?;
     parsed.snap.format.compression = compression;
-    parsed.snap.content_hash = hasher.digest128();
+    parsed.snap.content_hash = content_hash;
     Ok(parsed)
 }
 

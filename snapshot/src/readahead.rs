@@ -10,13 +10,16 @@
 use std::io::Read;
 use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
 
-use crate::decompress::{Compression, Hashing, Tripped, open_bounded};
+use crate::decompress::{Compression, Tripped, decode_with};
 use crate::error::Result;
 
 /// Bytes the reader thread reads at a time.
 const CHUNK_BYTES: usize = 2 << 20;
 /// Chunks read and not yet taken: how far ahead the reader may get.
 const AHEAD_CHUNKS: usize = 2;
+
+/// Where the reader thread sends its chunks (or the error that ended it).
+type ChunkSender = SyncSender<std::io::Result<Vec<u8>>>;
 
 /// The parser's end: a `Read` over the chunks the reader thread sends.
 pub(crate) struct ReadAhead {
@@ -35,15 +38,22 @@ impl ReadAhead {
         scope: &'scope std::thread::Scope<'scope, '_>,
         r: R,
     ) -> ReadAhead {
+        let (reader, tx, returned) = ReadAhead::ends();
+        scope.spawn(move || fill(r, tx, returned));
+        reader
+    }
+
+    /// The parser's end, and the reader thread's: where it sends chunks, where they come back.
+    fn ends() -> (ReadAhead, ChunkSender, Receiver<Vec<u8>>) {
         let (tx, rx) = sync_channel(AHEAD_CHUNKS);
         let (back, returned) = channel();
-        scope.spawn(move || fill(r, tx, returned));
-        ReadAhead {
+        let reader = ReadAhead {
             rx,
             back,
             cur: Vec::new(),
             pos: 0,
-        }
+        };
+        (reader, tx, returned)
     }
 }
 
@@ -70,37 +80,24 @@ impl ReadAhead {
         ReadAhead,
         std::thread::ScopedJoinHandle<'scope, Result<Decoded>>,
     ) {
-        let (tx, rx) = sync_channel(AHEAD_CHUNKS);
-        let (back, returned) = channel();
+        let (reader, tx, returned) = ReadAhead::ends();
         let decoding = scope.spawn(move || {
             let tripped = Tripped::default();
-            let (decoded, compression) = open_bounded(r, max_bytes, max_expansion, &tripped)?;
-            let mut hasher = xxhash_rust::xxh3::Xxh3::new();
-            fill(
-                Hashing {
-                    inner: decoded,
-                    hasher: &mut hasher,
-                },
-                tx,
-                returned,
-            );
+            let ((), compression, content_hash) =
+                decode_with(r, max_bytes, max_expansion, &tripped, |decoded| {
+                    fill(decoded, tx, returned)
+                })?;
             Ok(Decoded {
                 compression,
-                content_hash: hasher.digest128(),
+                content_hash,
                 tripped: tripped.get(),
             })
         });
-        let reader = ReadAhead {
-            rx,
-            back,
-            cur: Vec::new(),
-            pos: 0,
-        };
         (reader, decoding)
     }
 }
 
-fn fill<R: Read>(mut r: R, tx: SyncSender<std::io::Result<Vec<u8>>>, returned: Receiver<Vec<u8>>) {
+fn fill<R: Read>(mut r: R, tx: ChunkSender, returned: Receiver<Vec<u8>>) {
     loop {
         let mut buf = returned.try_recv().unwrap_or_default();
         buf.resize(CHUNK_BYTES, 0);
