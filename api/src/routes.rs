@@ -27,6 +27,8 @@ pub const FRAMES: &str = "/api/snapshots/{id}/frames/{stack}";
 pub const ALLOCATION: &str = "/api/snapshots/{id}/allocations/{n}";
 pub const EVENTS: &str = "/api/snapshots/{id}/events";
 pub const WHATIF: &str = "/api/snapshots/{id}/whatif";
+/// The what-if as far as its replays have got; asking starts them.
+pub const WHATIF_PROGRESS: &str = "/api/snapshots/{id}/whatif/progress";
 pub const CATEGORIES: &str = "/api/snapshots/{id}/categories";
 /// A report to share (`?format=html|md`): the file `memscope report` writes.
 pub const REPORT: &str = "/api/snapshots/{id}/report";
@@ -123,6 +125,9 @@ pub fn events(id: &str, q: &EventsQuery) -> String {
 }
 pub fn whatif(id: &str, q: &WhatIfQuery) -> String {
     with_query(snapshot_path(id, "/whatif"), q)
+}
+pub fn whatif_progress(id: &str, q: &WhatIfQuery) -> String {
+    with_query(snapshot_path(id, "/whatif/progress"), q)
 }
 pub fn categories(id: &str, q: &crate::categories::CategoriesQuery) -> String {
     with_query(snapshot_path(id, "/categories"), q)

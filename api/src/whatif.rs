@@ -83,6 +83,36 @@ fn yes() -> bool {
     true
 }
 
+/// What a what-if replays and the figures known before any replay (`snapshot::analysis::whatif::Outline`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WhatIfOutline {
+    pub device: i32,
+    pub events: u32,
+    /// Runs the answer will have (the recorded settings among them).
+    pub settings: u32,
+    pub recorded_peak_reserved_bytes: u64,
+    /// The most bytes the trace's live allocations asked for at once: no run that makes the
+    /// trace's allocations reserves less at its peak.
+    pub live_peak_bytes: u64,
+}
+
+/// Answer of `GET /api/snapshots/{id}/whatif/progress`: the what-if `WhatIfQuery` asks for as
+/// far as its replays have got. Asking starts them (on every core) if they are not under way.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WhatIfProgress {
+    pub outline: WhatIfOutline,
+    /// Every setting is replayed: `answer` is the whole answer.
+    pub done: bool,
+    /// Events replayed so far over every run, and in all (0 until the replays are laid out).
+    pub events_replayed: u64,
+    pub events_total: u64,
+    /// Since the replays started (0 while they wait for another what-if of this snapshot).
+    pub elapsed_ms: u64,
+    /// The whole answer when `done`; before, the replay check and the runs replayed so far,
+    /// ranked (none before the check is done).
+    pub answer: Option<WhatIf>,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WhatIf {
     pub device: i32,

@@ -217,6 +217,13 @@ pub async fn whatif(id: &str, q: &api::WhatIfQuery) -> Result<api::WhatIf, Strin
     get(routes::whatif(id, q)).await
 }
 
+pub async fn whatif_progress(
+    id: &str,
+    q: &api::WhatIfQuery,
+) -> Result<api::WhatIfProgress, String> {
+    get(routes::whatif_progress(id, q)).await
+}
+
 pub async fn allocation(
     id: &str,
     n: u32,

@@ -299,6 +299,7 @@ fn whatif(args: WhatifArgs) -> anyhow::Result<()> {
         curves: false,
         cancel: Default::default(),
         threads: 0,
+        progress: None,
     };
     let w = o.whatif(&options)?;
     let mut out = std::io::stdout().lock();

@@ -884,6 +884,16 @@ pub fn engine_limit_kind(k: api::LimitKind) -> snapshot::analysis::whatif::alloc
 }
 
 /// The what-if answer, engine → API.
+pub fn whatif_outline(o: snapshot::analysis::whatif::Outline) -> api::WhatIfOutline {
+    api::WhatIfOutline {
+        device: o.device,
+        events: o.events,
+        settings: o.settings,
+        recorded_peak_reserved_bytes: o.recorded_peak_reserved_bytes,
+        live_peak_bytes: o.live_peak_bytes,
+    }
+}
+
 pub fn whatif(w: snapshot::analysis::whatif::WhatIf) -> api::WhatIf {
     use snapshot::analysis::whatif::allocator::SegAction;
     let event = |e: snapshot::analysis::whatif::SegEventView| api::SegmentEvent {

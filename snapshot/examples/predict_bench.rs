@@ -59,6 +59,7 @@ fn main() {
                 None,
                 snapshot::analysis::whatif::replay::Releases::Discover,
                 &Default::default(),
+                &Default::default(),
             )
             .unwrap();
         std::hint::black_box(out.stats.peak_reserved_bytes);

@@ -34,23 +34,45 @@ pub fn map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> 
 
 /// [`map`] on at most `threads` threads (0: as many as the machine has).
 pub fn map_on<T: Sync, R: Send>(threads: usize, items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let wanted = std::sync::atomic::AtomicUsize::new(threads);
+    map_growing(&wanted, threads, items, f)
+}
+
+/// [`map_on`] whose threads may grow while it runs: up to `most` threads (0: as many as the
+/// machine has) are started, and one takes items only while fewer than `wanted` (read before
+/// each item; 0: all of them) are at work. Work nobody waits for yet runs on one thread, and
+/// when a person starts waiting, raising `wanted` puts the others to work on the items left.
+pub fn map_growing<T: Sync, R: Send>(
+    wanted: &std::sync::atomic::AtomicUsize,
+    most: usize,
+    items: &[T],
+    f: impl Fn(&T) -> R + Sync,
+) -> Vec<R> {
     // One thread on wasm32, whatever was asked.
     #[cfg(target_arch = "wasm32")]
-    let _ = threads;
+    let _ = (wanted, most);
     #[cfg(not(target_arch = "wasm32"))]
     {
         use std::sync::atomic::{AtomicUsize, Ordering};
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let threads = match threads {
+        let allowed = |t: usize| match t {
             0 => cores,
             t => t.min(cores),
-        }
-        .min(items.len());
+        };
+        let threads = allowed(most).min(items.len());
         if threads > 1 {
             let next = AtomicUsize::new(0);
-            let work = || {
+            // Thread `k` (the caller is 0) waits until it is wanted or no item is left.
+            let work = |k: usize| {
                 let mut done = Vec::new();
                 loop {
+                    if k >= allowed(wanted.load(Ordering::Relaxed)) {
+                        if next.load(Ordering::Relaxed) >= items.len() {
+                            return done;
+                        }
+                        std::thread::sleep(GROWTH_POLL);
+                        continue;
+                    }
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(item) = items.get(i) else {
                         return done;
@@ -59,8 +81,8 @@ pub fn map_on<T: Sync, R: Send>(threads: usize, items: &[T], f: impl Fn(&T) -> R
                 }
             };
             let mut all: Vec<(usize, R)> = std::thread::scope(|s| {
-                let others: Vec<_> = (1..threads).map(|_| s.spawn(work)).collect();
-                let mut all = work();
+                let others: Vec<_> = (1..threads).map(|k| s.spawn(move || work(k))).collect();
+                let mut all = work(0);
                 for h in others {
                     match h.join() {
                         Ok(done) => all.extend(done),
@@ -76,6 +98,11 @@ pub fn map_on<T: Sync, R: Send>(threads: usize, items: &[T], f: impl Fn(&T) -> R
     items.iter().map(f).collect()
 }
 
+/// How often a thread [`map_growing`] does not want yet looks again: short beside the
+/// seconds-long items it exists for.
+#[cfg(not(target_arch = "wasm32"))]
+const GROWTH_POLL: std::time::Duration = std::time::Duration::from_millis(20);
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -85,5 +112,36 @@ mod tests {
         assert_eq!(out, items.iter().map(|i| i * i).collect::<Vec<_>>());
         assert!(super::map(&[] as &[u8], |_| 0).is_empty());
         assert_eq!(super::map_on(1, &items, |&i| i + 1)[999], 1000);
+    }
+
+    #[test]
+    fn threads_not_wanted_yet_join_when_wanted() {
+        use std::sync::Mutex;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let items: Vec<u64> = (0..40).collect();
+        let wanted = AtomicUsize::new(1);
+        let seen = Mutex::new(std::collections::HashSet::new());
+        let out = super::map_growing(&wanted, 2, &items, |&i| {
+            seen.lock().unwrap().insert(std::thread::current().id());
+            if i == 3 {
+                wanted.store(2, Ordering::Relaxed);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            i * 2
+        });
+        assert_eq!(out, items.iter().map(|i| i * 2).collect::<Vec<_>>());
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if cores > 1 {
+            // One thread until item 3, then the second one joined.
+            assert_eq!(seen.lock().unwrap().len(), 2);
+        }
+        // Never wanted: the second thread only waits, and returns once the items are taken.
+        let seen = Mutex::new(std::collections::HashSet::new());
+        let out = super::map_growing(&AtomicUsize::new(1), 2, &items, |&i| {
+            seen.lock().unwrap().insert(std::thread::current().id());
+            i
+        });
+        assert_eq!(out, items);
+        assert_eq!(seen.lock().unwrap().len(), 1);
     }
 }

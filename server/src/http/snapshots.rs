@@ -16,7 +16,8 @@ use snapshot::model::StackId;
 use super::error::{ApiError, ApiResult};
 use super::query::ApiQuery;
 use crate::convert;
-use crate::library::models::{Answers, Loaded};
+use crate::library::models::{Answers, Loaded, narrowed};
+use crate::library::replays;
 use crate::state::{AppState, EngineCounters};
 use api::routes;
 
@@ -31,6 +32,7 @@ pub fn router() -> Router<AppState> {
         .route(routes::ALLOCATION, get(allocation))
         .route(routes::EVENTS, get(events))
         .route(routes::WHATIF, get(whatif))
+        .route(routes::WHATIF_PROGRESS, get(whatif_progress))
         .route(routes::CATEGORIES, get(categories))
         .route(routes::PREDICT, get(predict))
         .route(routes::REPORT, get(shared_report))
@@ -484,26 +486,86 @@ async fn whatif(
     ApiQuery(q): ApiQuery<api::WhatIfQuery>,
 ) -> ApiResult<Json<api::WhatIf>> {
     // Kept with the model once computed; one computed at a time per model, so a request for
-    // the answer an upload's background replay is computing waits for it (`Answers`).
+    // the answer an upload's background replay is computing waits for it (`Answers`), and
+    // puts every core to work on it meanwhile.
     let m = model(&s, &id).await?;
-    let key = Answers::whatif_key(&q);
-    if let Some(kept) = m.answers.whatif(&key) {
+    if let Some(kept) = m.answers.whatif(&q) {
         return Ok(Json((*kept).clone()));
     }
+    m.answers.hurry();
     let _computing = m.answers.computing.lock().await;
-    if let Some(kept) = m.answers.whatif(&key) {
+    if let Some(kept) = m.answers.whatif(&q) {
         return Ok(Json((*kept).clone()));
     }
+    // The table is computed with every run's curve: it then answers each candidate's chart.
+    let target = match q.alloc_conf {
+        None => Answers::table_query(&q),
+        Some(_) => q.clone(),
+    };
     let model = m.clone();
+    let key = Answers::whatif_key(&target);
     let r = on_engine(&s, move |cancel| {
-        model.whatif(&q, cancel, 0).map_err(|e| match e {
+        model.whatif(&target, cancel, None).map_err(|e| match e {
             WhatIfError::Cancelled => ApiError::Cancelled,
             e => ApiError::BadRequest(e.to_string()),
         })
     })
     .await?;
-    m.answers.keep_whatif(key, Arc::new(r.clone()));
-    Ok(Json(r))
+    let r = Arc::new(r);
+    m.answers.keep_whatif(key, r.clone());
+    Ok(Json(narrowed(&r, &q).unwrap_or_else(|| (*r).clone())))
+}
+
+/// The what-if `q` asks for as far as its replays have got, without waiting: what is known
+/// before any replay, the check and the runs replayed so far, or the whole answer. Asking
+/// starts the replays if they are not under way (for the table, the table with every run's
+/// curve, which also answers each candidate's chart) and puts every core to work on them.
+async fn whatif_progress(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    ApiQuery(q): ApiQuery<api::WhatIfQuery>,
+) -> ApiResult<Json<api::WhatIfProgress>> {
+    let m = model(&s, &id).await?;
+    let outline = m
+        .whatif_outline(&q)
+        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let all_events = u64::from(outline.settings) * u64::from(outline.events);
+    if let Some(kept) = m.answers.whatif(&q) {
+        return Ok(Json(api::WhatIfProgress {
+            outline,
+            done: true,
+            events_replayed: all_events,
+            events_total: all_events,
+            elapsed_ms: 0,
+            answer: Some((*kept).clone()),
+        }));
+    }
+    let target = match q.alloc_conf {
+        None => Answers::table_query(&q),
+        Some(_) => q.clone(),
+    };
+    let flight = replays::fly(&m, &target, 0, false).map_err(|replays::NotStarted::Busy| {
+        ApiError::Unavailable(format!(
+            "{} what-ifs of this snapshot are under way or waiting: ask again when one is done",
+            replays::MAX_FLIGHTS
+        ))
+    })?;
+    flight.progress.hurry();
+    if let Some(why) = flight.failed() {
+        return Err(ApiError::BadRequest(why.to_string()));
+    }
+    let seen = flight.progress.seen();
+    Ok(Json(api::WhatIfProgress {
+        outline,
+        done: false,
+        events_replayed: seen.events_replayed,
+        events_total: seen.events_total,
+        elapsed_ms: flight.elapsed_ms(),
+        answer: seen
+            .so_far
+            .map(crate::convert::whatif)
+            .and_then(|w| narrowed(&w, &q).or(Some(w))),
+    }))
 }
 
 /// One allocation of a device's trace, by index: its lifetime, site and segment.

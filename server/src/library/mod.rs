@@ -12,6 +12,7 @@
 
 mod files;
 pub mod models;
+pub mod replays;
 mod rows;
 pub mod upload;
 pub mod views;

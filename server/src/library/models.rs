@@ -9,7 +9,10 @@ use anyhow::Context;
 use snapshot::Snapshot;
 use snapshot::analysis::Index;
 
+use snapshot::analysis::whatif::{Progress, WhatIfError};
+
 use super::files::{Library, write_model_file};
+use super::replays::Flight;
 
 /// A snapshot ready for queries.
 #[derive(Debug)]
@@ -36,30 +39,50 @@ impl Loaded {
         &self,
         q: &api::WhatIfQuery,
         cancel: &snapshot::Cancel,
-        threads: usize,
-    ) -> Result<api::WhatIf, snapshot::analysis::whatif::WhatIfError> {
-        let options = snapshot::analysis::whatif::Options {
-            device: q.device,
-            alloc_confs: q.alloc_conf.iter().cloned().collect(),
-            limit_bytes: q.limit_bytes,
-            limit_is_fraction: q.limit_kind == Some(api::LimitKind::Fraction),
-            curves: q.curves.unwrap_or(false),
-            cancel: cancel.clone(),
-            threads,
-        };
+        progress: Option<Arc<Progress>>,
+    ) -> Result<api::WhatIf, WhatIfError> {
+        let options = whatif_options(q, cancel.clone(), progress);
         snapshot::analysis::whatif::whatif(&self.snap, &self.index, &options)
             .map(crate::convert::whatif)
+    }
+
+    /// What the what-if `q` will replay and the figures known before any replay (no replay).
+    pub fn whatif_outline(&self, q: &api::WhatIfQuery) -> Result<api::WhatIfOutline, WhatIfError> {
+        let options = whatif_options(q, Default::default(), None);
+        snapshot::analysis::whatif::outline(&self.snap, &self.index, &options)
+            .map(crate::convert::whatif_outline)
+    }
+}
+
+/// The engine's options for the what-if `q` asks for. Without `progress`, the replays take
+/// every core.
+fn whatif_options(
+    q: &api::WhatIfQuery,
+    cancel: snapshot::Cancel,
+    progress: Option<Arc<Progress>>,
+) -> snapshot::analysis::whatif::Options {
+    snapshot::analysis::whatif::Options {
+        device: q.device,
+        alloc_confs: q.alloc_conf.iter().cloned().collect(),
+        limit_bytes: q.limit_bytes,
+        limit_is_fraction: q.limit_kind == Some(api::LimitKind::Fraction),
+        curves: q.curves.unwrap_or(false),
+        cancel,
+        threads: 0,
+        progress,
     }
 }
 
 /// What-if answers by query. The What if tab opens on the table of every candidate setting,
 /// which replays the trace ten times (about 11 s for a 13M-event trace on two cores): an upload
-/// computes that table in the background as soon as it is answered
-/// (`library::upload`), and every answer is kept here, so opening the tab again, or after the
-/// background replay, is a lookup.
+/// computes that table, with every run's curve, in the background once it is answered
+/// (`library::replays`), and every answer is kept here. Opening the tab again, or after the
+/// background replay, is a lookup, and so is a chart of one candidate ([`narrowed`]).
 #[derive(Debug, Default)]
 pub struct Answers {
     whatif: Mutex<Vec<(String, Arc<api::WhatIf>)>>,
+    /// What-ifs under way or waiting their turn, to watch (`library::replays`).
+    pub flights: Mutex<Vec<Arc<Flight>>>,
     /// Held while a what-if answer is computed: a request for the one being computed waits for
     /// it and finds it here instead of replaying the trace again.
     pub computing: tokio::sync::Mutex<()>,
@@ -74,9 +97,32 @@ impl Answers {
         serde_json::to_string(q).unwrap_or_default()
     }
 
-    pub fn whatif(&self, key: &str) -> Option<Arc<api::WhatIf>> {
+    /// The query whose answer serves every query of its device and limit ([`narrowed`]): every
+    /// candidate setting, with the curves.
+    pub fn table_query(q: &api::WhatIfQuery) -> api::WhatIfQuery {
+        api::WhatIfQuery {
+            alloc_conf: None,
+            curves: Some(true),
+            ..q.clone()
+        }
+    }
+
+    /// The kept answer to `q`: its own, or one narrowed from the table of its device and limit.
+    pub fn whatif(&self, q: &api::WhatIfQuery) -> Option<Arc<api::WhatIf>> {
         let kept = self.whatif.lock().expect("answers lock");
-        kept.iter().find(|(k, _)| k == key).map(|(_, a)| a.clone())
+        let by_key = |key: &str| kept.iter().find(|(k, _)| k == key).map(|(_, a)| a.clone());
+        if let Some(own) = by_key(&Self::whatif_key(q)) {
+            return Some(own);
+        }
+        let table = by_key(&Self::whatif_key(&Self::table_query(q)))?;
+        narrowed(&table, q).map(Arc::new)
+    }
+
+    /// Every what-if under way runs on every core from now on: someone waits.
+    pub fn hurry(&self) {
+        for f in self.flights.lock().expect("answers lock").iter() {
+            f.progress.hurry();
+        }
     }
 
     pub fn keep_whatif(&self, key: String, answer: Arc<api::WhatIf>) {
@@ -87,6 +133,36 @@ impl Answers {
         }
         kept.push((key, answer));
     }
+}
+
+/// `table` (every candidate setting with its curve, `Answers::table_query`) as the engine would
+/// answer `q`, a query of the same device and limit: one candidate beside the recorded settings,
+/// or the table without curves. None when `q` names a setting the table did not replay.
+pub fn narrowed(table: &api::WhatIf, q: &api::WhatIfQuery) -> Option<api::WhatIf> {
+    let mut w = table.clone();
+    if let Some(conf) = &q.alloc_conf {
+        let asked = w.runs.iter().find(|r| r.alloc_conf == *conf)?.clone();
+        w.runs = if asked.recorded {
+            vec![asked]
+        } else {
+            // Asked alone, the recorded settings are the run the engine adds, named as the
+            // snapshot names them.
+            let mut recorded = w.runs.iter().find(|r| r.recorded)?.clone();
+            recorded.alloc_conf = w.recorded_alloc_conf.clone();
+            recorded.not_simulated.clear();
+            let mut runs = vec![recorded, asked];
+            // Ranked as the engine ranks (`snapshot::analysis::whatif`).
+            runs.sort_by_key(|r| (r.oom, r.peak_reserved_bytes, !r.recorded));
+            runs
+        };
+    }
+    if q.curves != Some(true) {
+        w.curves = None;
+        for r in &mut w.runs {
+            r.reserved_curve.clear();
+        }
+    }
+    Some(w)
 }
 
 #[derive(Debug)]

@@ -576,7 +576,7 @@ impl Uploads {
         );
         let loaded = Arc::new(Loaded::new(got.snap, got.index));
         self.models.insert(&info.id, loaded.clone());
-        replay_later(info.id.clone(), Arc::downgrade(&loaded));
+        super::replays::replay_later(info.id.clone(), Arc::downgrade(&loaded));
         self.write_model_later(info.id.clone(), info.sha256.clone(), loaded);
         Ok(Uploaded {
             created: true,
@@ -771,56 +771,6 @@ impl Uploads {
             }
         });
     }
-}
-
-/// One background what-if replay at a time, whatever the number of uploads.
-static BACKGROUND_REPLAYS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
-
-/// How long after an upload's answer its background replay waits: the dashboard opens the
-/// timeline right after the answer, and a replay on every core meanwhile made choosing a 164 MB
-/// file → timeline drawn 0.19 s slower (median of 3, bench/README.md, issue 41). The replay then
-/// runs on one thread, leaving the other cores to the user's requests.
-const BACKGROUND_REPLAY_DELAY: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// Computes the What if tab's first answer (every candidate setting, replayed) for a new upload
-/// in the background once its first screen is drawn, and keeps it with the model
-/// ([`Answers`](super::models::Answers)). One runs at a time; a model dropped from memory before
-/// its turn is skipped (it holds only a weak reference until then), and a request for the answer
-/// meanwhile waits for the replay running. Not counted as a request's engine work in `/metrics`.
-fn replay_later(id: String, loaded: std::sync::Weak<Loaded>) {
-    tokio::spawn(async move {
-        tokio::time::sleep(BACKGROUND_REPLAY_DELAY).await;
-        let Ok(_turn) = BACKGROUND_REPLAYS.acquire().await else {
-            return;
-        };
-        let Some(m) = loaded.upgrade() else {
-            return;
-        };
-        let _computing = m.answers.computing.lock().await;
-        let q = api::WhatIfQuery::default();
-        let key = super::models::Answers::whatif_key(&q);
-        if m.answers.whatif(&key).is_some() {
-            return;
-        }
-        let started = Instant::now();
-        let model = m.clone();
-        let replayed =
-            tokio::task::spawn_blocking(move || model.whatif(&q, &snapshot::Cancel::new(), 1))
-                .await;
-        match replayed {
-            Ok(Ok(answer)) => {
-                m.answers.keep_whatif(key, Arc::new(answer));
-                tracing::info!(
-                    id,
-                    whatif_ms = started.elapsed().as_millis() as u64,
-                    "what-if table replayed after the answer"
-                );
-            }
-            // A trace with nothing to replay: the tab says why when asked.
-            Ok(Err(e)) => tracing::debug!(id, error = %e, "no what-if table"),
-            Err(e) => tracing::warn!(id, error = %e, "the background what-if replay failed"),
-        }
-    });
 }
 
 /// Parses and analyses the upload's bytes as they arrive through `rx`, on a blocking thread.

@@ -656,6 +656,7 @@ fn whatif(files: &mut Files, arguments: Value) -> anyhow::Result<Value> {
         curves: false,
         cancel: Default::default(),
         threads: 0,
+        progress: None,
     })?;
     Ok(serde_json::to_value(crate::convert::whatif(w))?)
 }

@@ -77,6 +77,7 @@ pub fn gather(
                     curves: false,
                     cancel: Default::default(),
                     threads: 0,
+                    progress: None,
                 },
             )
             .map(crate::convert::whatif)

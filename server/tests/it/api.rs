@@ -619,6 +619,7 @@ async fn every_api_route_builder_reaches_its_handler() {
             ),
         ),
         ("GET", routes::whatif(&id, &Default::default())),
+        ("GET", routes::whatif_progress(&id, &Default::default())),
         ("GET", routes::categories(&id, &Default::default())),
         ("GET", routes::predict(&Default::default())),
         ("GET", routes::diff(&id, &id, &Default::default())),
@@ -1022,12 +1023,14 @@ async fn the_same_snapshot_compressed_is_already_in_the_library() {
     assert_eq!(list.as_array().unwrap().len(), 1);
 }
 
-/// The What if tab's first answer (every candidate replayed) is computed in the background as
-/// soon as an upload is answered and kept with the model: it appears without being asked for,
-/// equals what the engine computes for that query, and the request answers it as kept, the
-/// same each time. Other queries are kept once asked.
+/// The What if tab's table (every candidate replayed, with each run's curve) is computed in the
+/// background as soon as an upload is answered and kept with the model: it appears without being
+/// asked for and equals what the engine computes for that query. It then answers, without a
+/// replay, the table without curves and each candidate's chart beside the recorded run, each
+/// equal to what the engine computes for that query alone. Other queries are kept once asked.
 #[tokio::test]
 async fn the_whatif_table_is_replayed_after_an_upload_and_kept() {
+    use server::library::models::Answers;
     let (_dir, state) = open_state("whatif-kept").await;
     let id = upload_fixture(&state, "harness/oom_fragmentation.oom.pickle")
         .await
@@ -1038,47 +1041,140 @@ async fn the_whatif_table_is_replayed_after_an_upload_and_kept() {
         .await
         .unwrap()
         .unwrap();
-    let table = api::WhatIfQuery::default();
-    let key = server::library::models::Answers::whatif_key(&table);
+    let table = Answers::table_query(&api::WhatIfQuery::default());
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     let kept = loop {
-        if let Some(kept) = m.answers.whatif(&key) {
+        if let Some(kept) = m.answers.whatif(&table) {
             break kept;
         }
         assert!(std::time::Instant::now() < deadline, "no background replay");
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     };
-    let computed = m.whatif(&table, &snapshot::Cancel::new(), 0).unwrap();
-    assert_eq!(
-        serde_json::to_value(&*kept).unwrap(),
-        serde_json::to_value(&computed).unwrap()
-    );
+    let computed = |q: &api::WhatIfQuery| {
+        serde_json::to_value(m.whatif(q, &snapshot::Cancel::new(), None).unwrap()).unwrap()
+    };
+    assert_eq!(serde_json::to_value(&*kept).unwrap(), computed(&table));
     assert!(
         kept.runs.len() >= 10,
         "every candidate: {}",
         kept.runs.len()
     );
-    let uri = api::routes::whatif(&id, &table);
-    let (st, first) = call(&state, "GET", &uri, vec![]).await;
+    let plain = api::WhatIfQuery::default();
+    let (st, first) = call(&state, "GET", &api::routes::whatif(&id, &plain), vec![]).await;
     assert_eq!(st, StatusCode::OK, "{first}");
-    assert_eq!(first, serde_json::to_value(&*kept).unwrap());
+    assert_eq!(first, computed(&plain));
+    assert!(decode::<api::WhatIf>(first).curves.is_none());
 
-    let one = api::WhatIfQuery {
-        alloc_conf: Some("max_split_size_mb:128".into()),
+    // Each candidate alone, with and without its curve: narrowed from the table, as computed.
+    for run in &kept.runs {
+        for curves in [Some(true), None] {
+            let one = api::WhatIfQuery {
+                alloc_conf: Some(run.alloc_conf.clone()),
+                curves,
+                ..Default::default()
+            };
+            let narrowed = m.answers.whatif(&one).expect("answered from the table");
+            assert_eq!(
+                serde_json::to_value(&*narrowed).unwrap(),
+                computed(&one),
+                "{one:?}"
+            );
+        }
+    }
+
+    // A setting the table did not replay is computed once asked, then kept.
+    let typed = api::WhatIfQuery {
+        alloc_conf: Some("max_split_size_mb:64".into()),
         curves: Some(true),
         ..Default::default()
     };
-    let one_key = server::library::models::Answers::whatif_key(&one);
     assert!(
-        m.answers.whatif(&one_key).is_none(),
+        m.answers.whatif(&typed).is_none(),
         "asked for by nobody yet"
     );
-    let uri = api::routes::whatif(&id, &one);
+    let uri = api::routes::whatif(&id, &typed);
     let (_, first) = call(&state, "GET", &uri, vec![]).await;
-    assert!(m.answers.whatif(&one_key).is_some());
+    assert!(m.answers.whatif(&typed).is_some());
     let (_, again) = call(&state, "GET", &uri, vec![]).await;
     assert_eq!(first, again);
     assert_eq!(decode::<api::WhatIf>(again).runs.len(), 2);
+}
+
+/// The What if tab asks how far the table's replays have got instead of waiting for them: the
+/// first answer carries what is known before any replay (the runs to come, the recorded peak and
+/// the live allocations' peak), every answer counts the events replayed, and the last one is the
+/// whole table, equal to what `GET /whatif` answers. A setting PyTorch does not accept is a 400
+/// at once, and a snapshot without a trace says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn whatif_progress_answers_at_once_and_ends_as_the_table() {
+    let (_dir, state) = open_state("whatif-progress").await;
+    let id = upload_fixture(&state, "big_python.pickle.xz").await.id;
+    let q = api::WhatIfQuery::default();
+    let uri = api::routes::whatif_progress(&id, &q);
+    let mut polls = Vec::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let last = loop {
+        let (st, v) = call(&state, "GET", &uri, vec![]).await;
+        assert_eq!(st, StatusCode::OK, "{v}");
+        let p: api::WhatIfProgress = decode(v);
+        assert!(p.events_replayed <= p.events_total || p.events_total == 0);
+        if p.done {
+            break p;
+        }
+        polls.push(p);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the replays never ended"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    let o = &polls.first().unwrap_or(&last).outline.clone();
+    assert_eq!((o.device, o.events), (0, 250_021), "{o:?}");
+    assert!(o.live_peak_bytes > 0 && o.live_peak_bytes <= o.recorded_peak_reserved_bytes);
+    let answer = last.answer.clone().expect("the whole table once done");
+    assert_eq!(answer.runs.len() as u32, o.settings);
+    for r in answer
+        .runs
+        .iter()
+        .filter(|r| r.first_oom_position.is_none())
+    {
+        assert!(r.peak_reserved_bytes >= o.live_peak_bytes, "{r:?}");
+    }
+    // Polled while running (the background replay waits 2 s; asking started it at once).
+    assert!(
+        !polls.is_empty(),
+        "a 250k-event table answered before the first look"
+    );
+    for p in &polls {
+        if let Some(so_far) = &p.answer {
+            assert!(so_far.runs.len() < answer.runs.len());
+        }
+    }
+    let (_, whole) = call(&state, "GET", &api::routes::whatif(&id, &q), vec![]).await;
+    assert_eq!(serde_json::to_value(&answer).unwrap(), whole);
+
+    let bad = api::WhatIfQuery {
+        alloc_conf: Some("max_split_size_mb:lots".into()),
+        ..Default::default()
+    };
+    let (st, e) = call(
+        &state,
+        "GET",
+        &api::routes::whatif_progress(&id, &bad),
+        vec![],
+    )
+    .await;
+    assert_eq!(st, StatusCode::BAD_REQUEST, "{e}");
+    let none = upload_fixture(&state, "segments_only.pickle").await.id;
+    let (st, e) = call(
+        &state,
+        "GET",
+        &api::routes::whatif_progress(&none, &q),
+        vec![],
+    )
+    .await;
+    assert_eq!(st, StatusCode::BAD_REQUEST, "{e}");
+    assert!(e.to_string().contains("no trace"), "{e}");
 }
 
 /// What if: the OOM fixture replayed under the candidates. The replay check is exact, the limit

@@ -275,3 +275,94 @@ fn a_cancelled_whatif_stops() {
         Some(snapshot::analysis::whatif::WhatIfError::Cancelled)
     );
 }
+
+/// What the What if tab shows before any replay: the runs it will have, and the live
+/// allocations' peak, below which no run that makes the trace's allocations reserves. Checked
+/// against the replays themselves on every fixture with a trace (the GPU runs, the harness's,
+/// the wild files). Only reserved bytes are bound: a block freed on one stream while another
+/// still uses it counts as live until its free completes, and stays reserved, but PyTorch's
+/// allocated bytes (and the model's) drop when the free is asked for (the `pending` fixtures).
+#[test]
+fn no_replay_reserves_less_than_the_outline_says() {
+    use snapshot::analysis::whatif::outline;
+    let mut checked = 0;
+    let mut failures = Vec::new();
+    for name in crate::support::all_fixtures() {
+        // The GPU runs' other settings are the same workloads: their default traces stand for them.
+        if name.starts_with("whatif/") && !name.contains(".default.") {
+            continue;
+        }
+        let snap = crate::support::read(&name);
+        let index = Index::new(&snap);
+        let opts = Options::default();
+        let (Ok(o), Ok(w)) = (outline(&snap, &index, &opts), whatif(&snap, &index, &opts)) else {
+            assert_eq!(
+                outline(&snap, &index, &opts).err(),
+                whatif(&snap, &index, &opts).err().filter(|e| !matches!(
+                    e,
+                    snapshot::analysis::whatif::WhatIfError::Implausible(_)
+                )),
+                "{name}: the outline and the answer disagree on whether there is one"
+            );
+            continue;
+        };
+        assert_eq!(
+            (o.device, o.events, o.settings as usize),
+            (w.device, w.events, w.runs.len()),
+            "{name}"
+        );
+        for r in w.runs.iter().filter(|r| r.first_oom_position.is_none()) {
+            if r.peak_reserved_bytes < o.live_peak_bytes {
+                failures.push(format!(
+                    "{name} {:?}: reserved {} below the live peak {}",
+                    r.alloc_conf, r.peak_reserved_bytes, o.live_peak_bytes
+                ));
+            }
+        }
+        checked += 1;
+    }
+    assert!(checked >= 40, "{checked} files");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A what-if watched while it runs: every event of every replay is counted, and the answer so
+/// far ends as the whole answer, ranked the same.
+#[test]
+fn progress_counts_every_replay_and_ends_as_the_answer() {
+    use snapshot::analysis::whatif::Progress;
+    let snap = crate::support::read("big_python.pickle.xz");
+    let index = Index::new(&snap);
+    for limit_bytes in [None, Some(40 << 30), Some(1 << 30)] {
+        let progress = std::sync::Arc::new(Progress::new(1));
+        let w = whatif(
+            &snap,
+            &index,
+            &Options {
+                limit_bytes,
+                progress: Some(progress.clone()),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let seen = progress.seen();
+        // The check, then the recorded settings again where the limit differs from the check's
+        // (1 GiB: the trace reserved more, so the check runs without it), then every other one.
+        let again = u64::from(limit_bytes == Some(1 << 30));
+        assert_eq!(
+            seen.events_total,
+            (w.runs.len() as u64 + again) * u64::from(w.events)
+        );
+        assert_eq!(seen.events_replayed, seen.events_total);
+        assert_eq!(seen.settings as usize, w.runs.len());
+        assert_eq!(seen.settings_replayed as usize, w.runs.len());
+        let so_far = seen.so_far.unwrap();
+        let key = |w: &snapshot::analysis::whatif::WhatIf| {
+            w.runs
+                .iter()
+                .map(|r| (r.alloc_conf.clone(), r.peak_reserved_bytes, r.oom))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(key(&so_far), key(&w));
+        assert_eq!(so_far.replay_check.exact, w.replay_check.exact);
+    }
+}

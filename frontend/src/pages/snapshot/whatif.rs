@@ -6,7 +6,7 @@
 //! run's. The chosen setting (`conf`) and a limit (`limit`, `limit_kind`) live in the URL; a
 //! setting typed in is replayed on demand.
 
-use ::api::{RecordedCurves, WhatIf, WhatIfQuery, WhatIfRun};
+use ::api::{RecordedCurves, WhatIf, WhatIfOutline, WhatIfProgress, WhatIfQuery, WhatIfRun};
 use leptos::html::Canvas;
 use leptos::prelude::*;
 
@@ -54,10 +54,35 @@ pub fn best_other(w: &WhatIf) -> Option<&WhatIfRun> {
 #[component]
 pub fn WhatIfView() -> impl IntoView {
     let url: UrlState = expect_context();
+    // The table's replays take seconds on a large trace: until they end, the server's progress
+    // is shown (what is known before any replay, then the runs as they end), asked again every
+    // POLL_MS. A newer query (another limit) or leaving the tab stops the older loop.
+    let progress = RwSignal::new(None::<WhatIfProgress>);
+    let asked = StoredValue::new(0u32);
     let ranked = LocalResource::new(move || {
         let id = url.id.get();
         let q = query(url, None, false);
-        async move { api::whatif(&id, &q).await }
+        let turn = asked.try_update_value(|n| {
+            *n += 1;
+            *n
+        });
+        async move {
+            loop {
+                let p = api::whatif_progress(&id, &q).await?;
+                if asked.try_get_value() != turn {
+                    return Err("replaced by a newer question".to_string());
+                }
+                match p.answer {
+                    Some(w) if p.done => return Ok(w),
+                    _ => {
+                        if progress.try_set(Some(p)).is_some() {
+                            return Err("the tab was closed".to_string());
+                        }
+                    }
+                }
+                api::sleep_ms(POLL_MS).await;
+            }
+        }
     });
     // The chosen setting: the URL's, else the best other one.
     let chosen = Memo::new(move |_| {
@@ -84,10 +109,13 @@ pub fn WhatIfView() -> impl IntoView {
     view! {
         <section class="whatif">
             {move || match ranked.get() {
-                None => view! {
-                    <p class="muted loading">"Replaying the trace under each setting…"</p>
-                }
-                    .into_any(),
+                None => match progress.get() {
+                    Some(p) => progress_view(p, url).into_any(),
+                    None => view! {
+                        <p class="muted loading">"Replaying the trace under each setting…"</p>
+                    }
+                        .into_any(),
+                },
                 Some(Err(e)) => crate::pages::widgets::error_line(e).into_any(),
                 Some(Ok(w)) => {
                     let extra = detail.get().flatten().and_then(|d| d.ok());
@@ -101,6 +129,79 @@ pub fn WhatIfView() -> impl IntoView {
                 None => ().into_any(),
             }}
         </section>
+    }
+}
+
+/// How often the tab asks how far the replays have got.
+const POLL_MS: i32 = 400;
+
+/// The answer while the replays run: how far they are, what is known before any replay (the
+/// most any setting could save), and once the check is done, it and the runs replayed so far.
+fn progress_view(p: WhatIfProgress, url: UrlState) -> impl IntoView {
+    let o = &p.outline;
+    let replayed = p.answer.as_ref().map_or(0, |w| w.runs.len());
+    let share = match p.events_total {
+        0 => 0.0,
+        t => p.events_replayed as f64 / t as f64,
+    };
+    let so_far = p.elapsed_ms as f64 / 1000.0;
+    let left = (share > 0.02).then(|| so_far / share - so_far);
+    let status = format!(
+        "Replaying the trace's {} events under {} settings: {} of {} done, {}{}.",
+        fmt::count(o.events as u64),
+        o.settings,
+        replayed,
+        o.settings,
+        percent(share),
+        match left {
+            Some(l) => format!(", about {} left", seconds(l)),
+            None if p.elapsed_ms == 0 => ", waiting for another what-if of this snapshot".into(),
+            None => String::new(),
+        }
+    );
+    view! {
+        <div class="whatif-progress loading">
+            <p class="status">
+                <progress max="1000" value=(share * 1000.0).round().to_string()></progress>
+                " "
+                {status}
+            </p>
+            <p class="answer-before">{bound_words(o)}</p>
+            {p.answer.map(|w| {
+                let (exact, check) = check_words(&w);
+                let runs = w.runs.clone();
+                view! {
+                    <p class="replay-check" class:exact=exact class:inexact=!exact>{check}</p>
+                    {limit_line(&w, url)}
+                    <p class="muted">"Replayed so far, ranked (the table fills in as each setting's replay ends):"</p>
+                    {runs_table(&w, runs, None, None, url)}
+                }
+            })}
+        </div>
+    }
+}
+
+/// What is known before any replay: a setting changes only what is cached around the live
+/// allocations and how each is rounded up, so none reserves less than they peak at.
+pub fn bound_words(o: &WhatIfOutline) -> String {
+    let gain = o
+        .recorded_peak_reserved_bytes
+        .saturating_sub(o.live_peak_bytes);
+    format!(
+        "Known before any replay: the recorded run reserved {} at its peak, and its live allocations asked for at most {} at once. A setting changes only what is cached around them and how each is rounded up, so none reserves less than that: at most {} ({}) could be saved.",
+        fmt::bytes(o.recorded_peak_reserved_bytes),
+        fmt::bytes(o.live_peak_bytes),
+        fmt::bytes(gain),
+        percent(gain as f64 / o.recorded_peak_reserved_bytes.max(1) as f64),
+    )
+}
+
+/// Seconds as a person reads a wait.
+fn seconds(s: f64) -> String {
+    if s < 10.0 {
+        format!("{s:.1} s")
+    } else {
+        format!("{s:.0} s")
     }
 }
 
@@ -300,15 +401,6 @@ fn ranked_view(
         })
         .collect();
     let (exact, check) = check_words(&w);
-    let with_limit = w.limit.is_some();
-    // Past an OOM that ends the trace a run is known to fit only as far as the trace goes.
-    let fits = if w.growth_ends_trace {
-        "gets past the OOM; growth fails later"
-    } else if w.oom_ends_trace {
-        "gets past the OOM"
-    } else {
-        "fits"
-    };
     view! {
         <p class="answer">{answer_words(&w)}</p>
         <p class="replay-check" class:exact=exact class:inexact=!exact>
@@ -326,6 +418,30 @@ fn ranked_view(
             <p class="mid-run">"The trace starts mid-run (its ring buffer was full): every run starts from the segments and live blocks at its first event."</p>
         })}
         {limit_line(&w, url)}
+        {runs_table(&w, runs, chosen, typed_conf, url)}
+        {not_simulated.into_iter().map(|t| view! { <p class="not-simulated">{t}</p> }).collect_view()}
+        <p class="muted">"Click a setting to draw its reserved memory over the recorded run's. Peak reserved is the most PyTorch held from the device at once (what nvidia-smi shows); cached free at peak is what it held but had not handed out at that moment."</p>
+    }
+}
+
+/// The runs ranked, one a row: clicking one draws it over the recorded run.
+fn runs_table(
+    w: &WhatIf,
+    runs: Vec<WhatIfRun>,
+    chosen: Option<String>,
+    typed_conf: Option<String>,
+    url: UrlState,
+) -> impl IntoView + use<> {
+    let with_limit = w.limit.is_some();
+    // Past an OOM that ends the trace a run is known to fit only as far as the trace goes.
+    let fits = if w.growth_ends_trace {
+        "gets past the OOM; growth fails later"
+    } else if w.oom_ends_trace {
+        "gets past the OOM"
+    } else {
+        "fits"
+    };
+    view! {
         <table class="whatif-runs" class:hidden=w.peak_before_trace>
             <thead>
                 <tr>
@@ -397,8 +513,6 @@ fn ranked_view(
                     .collect_view()}
             </tbody>
         </table>
-        {not_simulated.into_iter().map(|t| view! { <p class="not-simulated">{t}</p> }).collect_view()}
-        <p class="muted">"Click a setting to draw its reserved memory over the recorded run's. Peak reserved is the most PyTorch held from the device at once (what nvidia-smi shows); cached free at peak is what it held but had not handed out at that moment."</p>
     }
 }
 

@@ -22,16 +22,18 @@
 pub mod allocator;
 pub mod conf;
 pub mod predict;
+pub mod progress;
 pub mod replay;
 
 use serde::Serialize;
 
-use crate::analysis::index::Index;
+use crate::analysis::index::{DeviceIndex, Index};
 use crate::cancel::{Cancel, Cancelled};
 use crate::model::Snapshot;
 use crate::units::human_bytes;
 pub use allocator::{Limit, LimitKind, SegAction, SegEvent};
 use conf::AllocConf;
+pub use progress::Progress;
 use replay::{Releases, Trace};
 
 /// The settings tried when the user names none: PyTorch's defaults, expandable segments, the
@@ -72,6 +74,9 @@ pub struct Options {
     /// Most settings replayed at once, one a thread (0: one per core). Work nobody waits for
     /// yet (the server's background replay) takes one, leaving the others to the user.
     pub threads: usize,
+    /// Where the replays report how far they are; its thread count, which
+    /// [`Progress::hurry`] raises, replaces `threads`.
+    pub progress: Option<std::sync::Arc<Progress>>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -313,9 +318,8 @@ impl std::fmt::Display for WhatIfError {
 
 impl std::error::Error for WhatIfError {}
 
-/// Replays the device's trace under the recorded settings (the check) and under each setting
-/// asked for (or the candidates), ranked.
-pub fn whatif(snap: &Snapshot, index: &Index, opts: &Options) -> Result<WhatIf, WhatIfError> {
+/// The device a what-if replays: the one asked for, else the first with a trace.
+fn traced_device<'a>(index: &'a Index, opts: &Options) -> Result<&'a DeviceIndex, WhatIfError> {
     let d = match opts.device {
         Some(dev) => index.device(dev).filter(|d| d.len > 0).ok_or_else(|| {
             WhatIfError::NoTrace(format!(
@@ -334,10 +338,99 @@ pub fn whatif(snap: &Snapshot, index: &Index, opts: &Options) -> Result<WhatIf, 
             d.device
         )));
     }
-    let (recorded_conf, recorded_raw) = match &snap.allocator_settings {
-        Some(s) => AllocConf::from_snapshot(s).map_err(|e| WhatIfError::BadConf(e.0))?,
-        None => (AllocConf::default(), String::new()),
-    };
+    Ok(d)
+}
+
+/// The settings a snapshot was recorded with, parsed, and as the snapshot writes them.
+fn recorded_settings(snap: &Snapshot) -> Result<(AllocConf, String), WhatIfError> {
+    match &snap.allocator_settings {
+        Some(s) => AllocConf::from_snapshot(s).map_err(|e| WhatIfError::BadConf(e.0)),
+        None => Ok((AllocConf::default(), String::new())),
+    }
+}
+
+/// The settings every run replays: the ones asked for (or the candidates), with the recorded
+/// ones among them exactly once.
+struct Settings {
+    confs: Vec<String>,
+    parsed: Vec<AllocConf>,
+    /// Per setting, the keys the model does not simulate.
+    notes: Vec<Vec<String>>,
+    /// Which one is the recorded settings.
+    recorded: usize,
+}
+
+impl Settings {
+    fn of(
+        opts: &Options,
+        recorded_conf: &AllocConf,
+        recorded_raw: &str,
+    ) -> Result<Settings, WhatIfError> {
+        let mut confs: Vec<String> = if opts.alloc_confs.is_empty() {
+            CANDIDATES.iter().map(|s| s.to_string()).collect()
+        } else {
+            opts.alloc_confs.clone()
+        };
+        let mut parsed = Vec::new();
+        let mut notes = Vec::new();
+        for c in &confs {
+            let p = AllocConf::parse_noting(c).map_err(|e| WhatIfError::BadConf(e.0))?;
+            parsed.push(p.conf);
+            notes.push(p.not_simulated);
+        }
+        let recorded = match parsed.iter().position(|c| c == recorded_conf) {
+            Some(i) => i,
+            None => {
+                confs.insert(0, recorded_raw.to_string());
+                parsed.insert(0, recorded_conf.clone());
+                notes.insert(0, Vec::new());
+                0
+            }
+        };
+        Ok(Settings {
+            confs,
+            parsed,
+            notes,
+            recorded,
+        })
+    }
+}
+
+/// What a what-if replays and the figures known before any replay: what a person sees at once
+/// while the replays run (seconds on a GB-scale trace).
+#[derive(Clone, Debug, Serialize)]
+pub struct Outline {
+    pub device: i32,
+    pub events: u32,
+    /// Runs the answer will have (the recorded settings among them).
+    pub settings: u32,
+    pub recorded_peak_reserved_bytes: u64,
+    /// The most bytes the trace's live allocations asked for at once. A setting changes only
+    /// what is cached around them and how each is rounded up, so no run that makes the trace's
+    /// allocations reserves less at its peak: the recorded peak minus this is the most any
+    /// setting could save.
+    pub live_peak_bytes: u64,
+}
+
+/// The [`Outline`] of [`whatif`] with these options, without replaying anything.
+pub fn outline(snap: &Snapshot, index: &Index, opts: &Options) -> Result<Outline, WhatIfError> {
+    let d = traced_device(index, opts)?;
+    let (recorded_conf, recorded_raw) = recorded_settings(snap)?;
+    let settings = Settings::of(opts, &recorded_conf, &recorded_raw)?;
+    Ok(Outline {
+        device: d.device,
+        events: d.len,
+        settings: settings.confs.len() as u32,
+        recorded_peak_reserved_bytes: d.peak_reserved(),
+        live_peak_bytes: d.peak_live_bytes,
+    })
+}
+
+/// Replays the device's trace under the recorded settings (the check) and under each setting
+/// asked for (or the candidates), ranked.
+pub fn whatif(snap: &Snapshot, index: &Index, opts: &Options) -> Result<WhatIf, WhatIfError> {
+    let d = traced_device(index, opts)?;
+    let (recorded_conf, recorded_raw) = recorded_settings(snap)?;
     // No device has a petabyte: a size beyond that is a corrupt trace, and the model's address
     // arithmetic is not meant for it.
     let rows = d.first_row as usize..(d.first_row + d.len) as usize;
@@ -398,11 +491,20 @@ pub fn whatif(snap: &Snapshot, index: &Index, opts: &Options) -> Result<WhatIf, 
         None => implied.as_ref().map(as_model),
     };
     let cancel = &opts.cancel;
+    let settings = Settings::of(opts, &recorded_conf, &recorded_raw)?;
+    let progress = match &opts.progress {
+        Some(p) => p.clone(),
+        None => std::sync::Arc::new(Progress::new(opts.threads)),
+    };
+    // The check, the recorded settings again when the limit differs, and each other setting.
+    let replays = settings.confs.len() as u64 + u64::from(check_limit != model_limit);
+    progress.plan(replays * u64::from(d.len));
     let checked = trace.replay(
         recorded_conf.clone(),
         check_limit,
         Releases::Discover,
         cancel,
+        &progress,
     )?;
     let check = replay_check(&trace, &checked);
     // Where the program emptied the cache itself: every other run does it there too.
@@ -416,77 +518,12 @@ pub fn whatif(snap: &Snapshot, index: &Index, opts: &Options) -> Result<WhatIf, 
             model_limit,
             Releases::At(&releases),
             cancel,
+            &progress,
         )?
-    };
-
-    let mut confs: Vec<String> = if opts.alloc_confs.is_empty() {
-        CANDIDATES.iter().map(|s| s.to_string()).collect()
-    } else {
-        opts.alloc_confs.clone()
-    };
-    let mut parsed = Vec::new();
-    let mut notes = Vec::new();
-    for c in &confs {
-        let p = AllocConf::parse_noting(c).map_err(|e| WhatIfError::BadConf(e.0))?;
-        parsed.push(p.conf);
-        notes.push(p.not_simulated);
-    }
-    // The recorded settings are one of the runs (exactly once).
-    let recorded_index = match parsed.iter().position(|c| *c == recorded_conf) {
-        Some(i) => i,
-        None => {
-            confs.insert(0, recorded_raw.clone());
-            parsed.insert(0, recorded_conf.clone());
-            notes.insert(0, Vec::new());
-            0
-        }
     };
     let recorded_peak = recorded.stats.peak_reserved_bytes;
     let w = bucket_events(d.len);
-    // The settings replay side by side (the candidates are independent): 11 replays of a 13M-event
-    // trace took 22.7 s one after the other (bench/README.md, issue 41). Each replay is turned
-    // into its row at once, so only as many replays' curves are held as there are threads.
-    let settings: Vec<usize> = (0..confs.len()).collect();
-    let runs = crate::par::map_on(opts.threads, &settings, |&i| {
-        let replayed;
-        let o = if i == recorded_index {
-            &recorded
-        } else {
-            let conf = parsed[i].clone();
-            replayed = trace.replay(conf, model_limit, Releases::At(&releases), cancel)?;
-            &replayed
-        };
-        Ok(Run {
-            alloc_conf: confs[i].clone(),
-            recorded: i == recorded_index,
-            limit_bytes: limit.as_ref().map(|l| l.bytes),
-            peak_reserved_bytes: o.stats.peak_reserved_bytes,
-            peak_allocated_bytes: o.stats.peak_allocated_bytes,
-            segments_at_end: o.stats.segments,
-            cuda_mallocs: o.stats.device_allocs,
-            cuda_frees: o.stats.device_frees,
-            alloc_retries: o.stats.alloc_retries,
-            oom: o.oom_position.is_some(),
-            oom_position: o.oom_position,
-            survivable_ooms: o.survivable_ooms(),
-            fatal_ooms: o.fatal_ooms(),
-            first_oom_position: o.ooms.first().map(|o| o.0),
-            not_simulated: notes[i].clone(),
-            fragmentation_at_peak: o.stats.peak_reserved_bytes
-                - o.stats.allocated_at_peak_reserved_bytes,
-            saving_bytes: recorded_peak as i64 - o.stats.peak_reserved_bytes as i64,
-            reserved_curve: if opts.curves {
-                bucket_max(&o.reserved, w)
-            } else {
-                Vec::new()
-            },
-        })
-    });
-    let mut runs = runs
-        .into_iter()
-        .collect::<Result<Vec<Run>, WhatIfError>>()?;
-    runs.sort_by_key(|r| (r.oom, r.peak_reserved_bytes, !r.recorded));
-    Ok(WhatIf {
+    let head = WhatIf {
         device: d.device,
         events: d.len,
         recorded_alloc_conf: recorded_raw,
@@ -498,7 +535,7 @@ pub fn whatif(snap: &Snapshot, index: &Index, opts: &Options) -> Result<WhatIf, 
         growth_ends_trace: trace.oom_ends_trace() && growth_at_last_oom(snap, index, d),
         limit,
         replay_check: check,
-        runs,
+        runs: Vec::new(),
         curves: opts.curves.then(|| RecordedCurves {
             bucket_events: w,
             reserved: bucket_max(
@@ -509,7 +546,71 @@ pub fn whatif(snap: &Snapshot, index: &Index, opts: &Options) -> Result<WhatIf, 
             ),
             live: bucket_max(&changes(d.len, |p| d.live_at(p)), w),
         }),
-    })
+    };
+    progress.checked(head.clone(), settings.confs.len() as u32);
+    // The settings replay side by side (the candidates are independent): 11 replays of a 13M-event
+    // trace took 22.7 s one after the other (bench/README.md, issue 41). Each replay is turned
+    // into its row at once, so only as many replays' curves are held as there are threads.
+    let order: Vec<usize> = (0..settings.confs.len()).collect();
+    let most = if opts.progress.is_some() {
+        0
+    } else {
+        opts.threads
+    };
+    let runs = crate::par::map_growing(progress.threads(), most, &order, |&i| {
+        let replayed;
+        let o = if i == settings.recorded {
+            &recorded
+        } else {
+            let conf = settings.parsed[i].clone();
+            replayed = trace.replay(
+                conf,
+                model_limit,
+                Releases::At(&releases),
+                cancel,
+                &progress,
+            )?;
+            &replayed
+        };
+        let run = Run {
+            alloc_conf: settings.confs[i].clone(),
+            recorded: i == settings.recorded,
+            limit_bytes: head.limit.as_ref().map(|l| l.bytes),
+            peak_reserved_bytes: o.stats.peak_reserved_bytes,
+            peak_allocated_bytes: o.stats.peak_allocated_bytes,
+            segments_at_end: o.stats.segments,
+            cuda_mallocs: o.stats.device_allocs,
+            cuda_frees: o.stats.device_frees,
+            alloc_retries: o.stats.alloc_retries,
+            oom: o.oom_position.is_some(),
+            oom_position: o.oom_position,
+            survivable_ooms: o.survivable_ooms(),
+            fatal_ooms: o.fatal_ooms(),
+            first_oom_position: o.ooms.first().map(|o| o.0),
+            not_simulated: settings.notes[i].clone(),
+            fragmentation_at_peak: o.stats.peak_reserved_bytes
+                - o.stats.allocated_at_peak_reserved_bytes,
+            saving_bytes: recorded_peak as i64 - o.stats.peak_reserved_bytes as i64,
+            reserved_curve: if opts.curves {
+                bucket_max(&o.reserved, w)
+            } else {
+                Vec::new()
+            },
+        };
+        progress.ran(&run);
+        Ok(run)
+    });
+    let mut runs = runs
+        .into_iter()
+        .collect::<Result<Vec<Run>, WhatIfError>>()?;
+    rank(&mut runs);
+    Ok(WhatIf { runs, ..head })
+}
+
+/// The order of an answer's runs: those that fit first, then by peak reserved bytes, the
+/// recorded settings first among equals.
+fn rank(runs: &mut [Run]) {
+    runs.sort_by_key(|r| (r.oom, r.peak_reserved_bytes, !r.recorded));
 }
 
 /// What the simulator says about the OOM that raised on a device: the setting that would have

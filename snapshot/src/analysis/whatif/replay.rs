@@ -346,6 +346,7 @@ impl<'a> Trace<'a> {
         limit: Option<Limit>,
         releases: Releases<'_>,
         cancel: &Cancel,
+        progress: &super::Progress,
     ) -> Result<Outcome, Cancelled> {
         let seeded = matches!(releases, Releases::Discover);
         let mut external = match releases {
@@ -397,9 +398,12 @@ impl<'a> Trace<'a> {
         let mut k = 0usize; // recorded segment events passed
         let mut i = 0usize;
         let mut last_reserved = a.stats.reserved_bytes;
+        let mut counted = 0usize; // events told to `progress`
         while i < n {
             if i.is_multiple_of(CANCEL_CHECK_EVENTS) {
                 cancel.check()?;
+                progress.replayed((i - counted) as u64);
+                counted = i;
             }
             let r = first + i;
             match t.action[r] {
@@ -494,6 +498,8 @@ impl<'a> Trace<'a> {
             }
             i += 1;
         }
+        // A run stopped by an OOM has nothing left to replay: its whole share is done.
+        progress.replayed((n - counted) as u64);
         out.stats = a.stats.clone();
         out.segment_events = std::mem::take(&mut a.events);
         Ok(out)
