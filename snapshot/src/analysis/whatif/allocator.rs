@@ -147,13 +147,10 @@ pub struct Allocator {
     expandables: Vec<Expandable>,
     /// Blocks freed by the program that wait for another stream, in the order they were freed.
     pending: Vec<u32>,
-    /// Address ranges of live segments and reservations (start → end), so an address taken from
-    /// the trace never lands on one the model still holds.
-    ranges: BTreeMap<u64, u64>,
+    /// Address ranges of live segments and reservations, so an address taken from the trace
+    /// never lands on one the model still holds, and the driver's regions they are placed in.
+    space: AddressSpace,
     pub stats: Stats,
-    /// The driver's address regions (start, end), oldest first, and the lowest start so far.
-    va_regions: Vec<(u64, u64)>,
-    va_low: u64,
     /// Segment events emitted so far (kept when `record_events`).
     pub events: Vec<SegEvent>,
     pub record_events: bool,
@@ -177,10 +174,8 @@ impl Allocator {
             pool_index: Default::default(),
             expandables: Vec::new(),
             pending: Vec::new(),
-            ranges: BTreeMap::new(),
+            space: AddressSpace::default(),
             stats: Stats::default(),
-            va_regions: Vec::new(),
-            va_low: SYNTHETIC_BASE,
             events: Vec::new(),
             record_events: false,
             emitted: 0,
@@ -267,43 +262,13 @@ impl Allocator {
             })
             .map(|e| e.addr)
             .filter(|&a| self.range_free(a, span));
-        let a = seeded.unwrap_or_else(|| self.driver_addr(span));
-        self.ranges.insert(a, a + span);
+        let a = seeded.unwrap_or_else(|| self.space.driver_addr(span));
+        self.space.insert(a, a + span);
         a
     }
 
-    /// An address for `span` new bytes the way the CUDA driver tends to hand them out (seen in
-    /// real traces): regions rounded up to 32 MiB, each new one just below the last, and a new
-    /// segment placed first in the slack of the newest region with room.
-    fn driver_addr(&mut self, span: u64) -> u64 {
-        const REGION: u64 = 32 << 20;
-        let span = span.div_ceil(SMALL_PAGE) * SMALL_PAGE;
-        for r in self.va_regions.iter().rev() {
-            // First fit inside the region, lowest address first, among ranges the model holds.
-            let mut at = r.0;
-            for (&s, &e) in self.ranges.range(r.0..r.1) {
-                if s >= at + span {
-                    break;
-                }
-                at = at.max(e);
-            }
-            if at + span <= r.1 {
-                return at;
-            }
-        }
-        let size = span.div_ceil(REGION) * REGION;
-        let start = self.va_low - size;
-        self.va_low = start;
-        self.va_regions.push((start, start + size));
-        start
-    }
-
     fn range_free(&self, start: u64, span: u64) -> bool {
-        let end = start.saturating_add(span);
-        self.ranges
-            .range(..end)
-            .next_back()
-            .is_none_or(|(_, &e)| e <= start)
+        self.space.range_free(start, span)
     }
 
     fn reserve(&mut self, bytes: u64) {
@@ -636,7 +601,7 @@ impl Allocator {
                 let e = blk.expandable;
                 self.expandables[e as usize].live = false;
                 let base = self.expandables[e as usize].base;
-                self.ranges.remove(&base);
+                self.space.remove(base);
                 self.remove_unmapped(b);
                 self.delete_block(b);
             }
@@ -647,7 +612,7 @@ impl Allocator {
     fn release_block(&mut self, b: u32) {
         self.remove_free(b);
         let (addr, size) = (self.blocks[b as usize].addr, self.blocks[b as usize].size);
-        self.ranges.remove(&addr);
+        self.space.remove(addr);
         self.stats.reserved_bytes -= size;
         self.stats.segments -= 1;
         self.stats.device_frees += 1;
@@ -964,7 +929,7 @@ impl Allocator {
     ) -> Vec<u32> {
         let pool = self.pool(PoolKey { private, small });
         let span: u64 = blocks.iter().map(|b| b.1).sum();
-        self.ranges.insert(
+        self.space.insert(
             address,
             address + if expandable { EXPANDABLE_SPACE } else { span },
         );
@@ -1041,6 +1006,120 @@ impl Allocator {
 }
 
 /// One test per rule of the caching allocator, each a few calls in the order a program makes them.
+/// The device's address space as the model holds it: the ranges of live segments and
+/// reservations (start → end), and the regions the driver placed new ones in.
+///
+/// Each region keeps how many of its bytes the ranges starting in it cover, so a new segment's
+/// search passes a full region by without reading its ranges. Reading them was a quarter of a
+/// 13M-event replay's time on a trace that holds thousands of segments (bench/README.md,
+/// issue 41, seventh part).
+#[derive(Debug)]
+struct AddressSpace {
+    ranges: BTreeMap<u64, u64>,
+    /// Oldest first: each new region lies just below the one before.
+    regions: Vec<Region>,
+    /// The lowest region start so far.
+    low: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Region {
+    start: u64,
+    end: u64,
+    /// Bytes of `[start, end)` covered by ranges that start inside it.
+    covered: u64,
+}
+
+impl Default for AddressSpace {
+    fn default() -> AddressSpace {
+        AddressSpace {
+            ranges: BTreeMap::new(),
+            regions: Vec::new(),
+            low: SYNTHETIC_BASE,
+        }
+    }
+}
+
+impl AddressSpace {
+    fn insert(&mut self, start: u64, end: u64) {
+        if let Some(old) = self.ranges.insert(start, end) {
+            self.cover(start, old, false);
+        }
+        self.cover(start, end, true);
+    }
+
+    fn remove(&mut self, start: u64) {
+        if let Some(end) = self.ranges.remove(&start) {
+            self.cover(start, end, false);
+        }
+    }
+
+    /// Counts `[start, end)` in (or out of) the region `start` lies in, if any.
+    fn cover(&mut self, start: u64, end: u64, add: bool) {
+        // Regions are in descending order of start: the first that starts at or below `start`.
+        let i = self.regions.partition_point(|r| r.start > start);
+        if let Some(r) = self.regions.get_mut(i)
+            && start < r.end
+        {
+            let bytes = end.min(r.end) - start;
+            // Saturating: ranges of a corrupt file may overlap; the count only skips regions.
+            r.covered = if add {
+                r.covered.saturating_add(bytes)
+            } else {
+                r.covered.saturating_sub(bytes)
+            };
+        }
+    }
+
+    fn range_free(&self, start: u64, span: u64) -> bool {
+        let end = start.saturating_add(span);
+        self.ranges
+            .range(..end)
+            .next_back()
+            .is_none_or(|(_, &e)| e <= start)
+    }
+
+    /// An address for `span` new bytes the way the CUDA driver tends to hand them out (seen in
+    /// real traces): regions rounded up to 32 MiB, each new one just below the last, and a new
+    /// segment placed first in the slack of the newest region with room.
+    fn driver_addr(&mut self, span: u64) -> u64 {
+        const REGION: u64 = 32 << 20;
+        let span = span.div_ceil(SMALL_PAGE) * SMALL_PAGE;
+        for r in self.regions.iter().rev() {
+            // Fewer bytes uncovered than asked for: no gap can hold them.
+            if (r.end - r.start).saturating_sub(r.covered) < span {
+                continue;
+            }
+            // First fit inside the region, lowest address first, among ranges the model holds.
+            let mut at = r.start;
+            for (&s, &e) in self.ranges.range(r.start..r.end) {
+                if s >= at + span {
+                    break;
+                }
+                at = at.max(e);
+            }
+            if at + span <= r.end {
+                return at;
+            }
+        }
+        let size = span.div_ceil(REGION) * REGION;
+        let start = self.low - size;
+        self.low = start;
+        // Ranges taken from the trace may already lie in it.
+        let covered = self
+            .ranges
+            .range(start..start + size)
+            .map(|(&s, &e)| e.min(start + size) - s)
+            .sum();
+        self.regions.push(Region {
+            start,
+            end: start + size,
+            covered,
+        });
+        start
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1049,6 +1128,63 @@ mod tests {
 
     fn alloc(conf: &str, limit: Option<Limit>) -> Allocator {
         Allocator::new(AllocConf::parse(conf).unwrap(), limit)
+    }
+
+    /// The first fit over every region, reading each one's ranges: what `driver_addr` did before
+    /// regions counted their covered bytes (None: a new region is needed).
+    fn first_fit_reading_every_region(space: &AddressSpace, span: u64) -> Option<u64> {
+        let span = span.div_ceil(SMALL_PAGE) * SMALL_PAGE;
+        space.regions.iter().rev().find_map(|r| {
+            let mut at = r.start;
+            for (&s, &e) in space.ranges.range(r.start..r.end) {
+                if s >= at + span {
+                    break;
+                }
+                at = at.max(e);
+            }
+            (at + span <= r.end).then_some(at)
+        })
+    }
+
+    #[test]
+    fn a_full_region_is_passed_by_and_the_address_is_the_same() {
+        // Segments of 1-40 MiB placed and freed at random, with ranges from the trace among them:
+        // every address equals the exhaustive search's.
+        let mut space = AddressSpace::default();
+        let mut live: Vec<u64> = Vec::new();
+        let mut x = 7u64;
+        let mut next = || {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            x >> 33
+        };
+        for step in 0..4000 {
+            let r = next();
+            if r % 3 == 0 && !live.is_empty() {
+                let i = (next() as usize) % live.len();
+                space.remove(live.swap_remove(i));
+                continue;
+            }
+            let span = (1 + next() % 40) * MIB;
+            if step % 50 == 0 {
+                // A trace's address, where free: real ones lie far above the model's own.
+                let a = SYNTHETIC_BASE + (next() % 64) * 64 * MIB;
+                if space.range_free(a, span) {
+                    space.insert(a, a + span);
+                    live.push(a);
+                }
+                continue;
+            }
+            let want = first_fit_reading_every_region(&space, span);
+            let got = space.driver_addr(span);
+            if let Some(w) = want {
+                assert_eq!(got, w, "step {step} span {span}");
+            }
+            space.insert(got, got + span);
+            live.push(got);
+        }
+        assert!(space.regions.len() > 10);
     }
 
     fn device(bytes: u64) -> Option<Limit> {
