@@ -3,7 +3,8 @@
 //! damaged it is rebuilt once from the original upload. Concurrent requests for a snapshot not in
 //! memory wait for one load instead of each loading it (each load holds a whole index).
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
 
 use anyhow::Context;
 use snapshot::Snapshot;
@@ -12,7 +13,6 @@ use snapshot::analysis::Index;
 use snapshot::analysis::whatif::{Progress, WhatIfError};
 
 use super::files::{Library, write_model_file};
-use super::replays::Flight;
 
 /// A snapshot ready for queries.
 #[derive(Debug)]
@@ -86,6 +86,48 @@ pub struct Answers {
     /// Held while a what-if answer is computed: a request for the one being computed waits for
     /// it and finds it here instead of replaying the trace again.
     pub computing: tokio::sync::Mutex<()>,
+}
+
+/// A what-if under way or waiting its turn (`library::replays`).
+#[derive(Debug)]
+pub struct Flight {
+    pub key: String,
+    pub progress: Arc<Progress>,
+    /// When its replays started (none while it waits for another what-if of the model).
+    started: OnceLock<Instant>,
+    /// Why it failed, for whoever watches next.
+    failed: OnceLock<String>,
+}
+
+impl Flight {
+    pub fn new(key: String, threads: usize) -> Flight {
+        Flight {
+            key,
+            progress: Arc::new(Progress::new(threads)),
+            started: OnceLock::new(),
+            failed: OnceLock::new(),
+        }
+    }
+
+    /// Its replays start now.
+    pub fn start(&self) {
+        let _ = self.started.set(Instant::now());
+    }
+
+    pub fn fail(&self, why: String) {
+        let _ = self.failed.set(why);
+    }
+
+    /// Milliseconds since its replays started.
+    pub fn elapsed_ms(&self) -> u64 {
+        self.started
+            .get()
+            .map_or(0, |t| t.elapsed().as_millis() as u64)
+    }
+
+    pub fn failed(&self) -> Option<&str> {
+        self.failed.get().map(String::as_str)
+    }
 }
 
 /// What-if answers kept per model (the table and a few charts' settings).

@@ -7,40 +7,16 @@
 //! waiting for it: its first answer is what is known before any replay, then the runs as each
 //! ends. Whoever waits puts every core to work on the replays left (`Progress::hurry`).
 //!
-//! A what-if under way is a [`Flight`], listed with its model's answers
+//! A what-if under way is a `Flight`, listed with its model's answers
 //! ([`Answers`](super::models::Answers)) until its answer is kept there. One what-if is computed
 //! at a time per model (`Answers::computing`), and one background table at a time in all.
 
-use std::sync::{Arc, OnceLock, Weak};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
 
-use snapshot::analysis::whatif::{Progress, WhatIfError};
+use snapshot::analysis::whatif::WhatIfError;
 
-use super::models::{Answers, Loaded};
-
-/// A what-if under way or waiting its turn.
-#[derive(Debug)]
-pub struct Flight {
-    pub key: String,
-    pub progress: Arc<Progress>,
-    /// When its replays started (none while it waits for another what-if of the model).
-    started: OnceLock<Instant>,
-    /// Why it failed, for whoever watches next.
-    failed: OnceLock<String>,
-}
-
-impl Flight {
-    /// Milliseconds since its replays started.
-    pub fn elapsed_ms(&self) -> u64 {
-        self.started
-            .get()
-            .map_or(0, |t| t.elapsed().as_millis() as u64)
-    }
-
-    pub fn failed(&self) -> Option<&str> {
-        self.failed.get().map(String::as_str)
-    }
-}
+use super::models::{Answers, Flight, Loaded};
 
 /// What-ifs under way or waiting per model, at most: each replays the trace for seconds, so a
 /// client asking for many different limits waits for these first.
@@ -74,12 +50,7 @@ pub fn fly(
         if flights.len() >= MAX_FLIGHTS {
             return Err(NotStarted::Busy);
         }
-        let f = Arc::new(Flight {
-            key,
-            progress: Arc::new(Progress::new(threads)),
-            started: OnceLock::new(),
-            failed: OnceLock::new(),
-        });
+        let f = Arc::new(Flight::new(key, threads));
         flights.push(f.clone());
         f
     };
@@ -123,7 +94,7 @@ async fn run(m: Weak<Loaded>, q: api::WhatIfQuery, flight: Arc<Flight>, backgrou
         land(&m, &flight);
         return;
     }
-    let _ = flight.started.set(Instant::now());
+    flight.start();
     let model = m.clone();
     let progress = flight.progress.clone();
     let answer = {
@@ -148,7 +119,7 @@ async fn run(m: Weak<Loaded>, q: api::WhatIfQuery, flight: Arc<Flight>, backgrou
         Ok(Err(e)) => fail(&flight, e),
         Err(e) => {
             tracing::warn!(key = flight.key, error = %e, "a what-if's replays failed");
-            let _ = flight.failed.set(format!("the replays failed: {e}"));
+            flight.fail(format!("the replays failed: {e}"));
         }
     }
 }
@@ -156,7 +127,7 @@ async fn run(m: Weak<Loaded>, q: api::WhatIfQuery, flight: Arc<Flight>, backgrou
 fn fail(flight: &Flight, e: WhatIfError) {
     // A trace with nothing to replay: whoever watches is told why.
     tracing::debug!(key = flight.key, error = %e, "no what-if");
-    let _ = flight.failed.set(e.to_string());
+    flight.fail(e.to_string());
 }
 
 /// How long after an upload's answer its background table waits: the dashboard opens the

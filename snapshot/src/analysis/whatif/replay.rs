@@ -339,14 +339,15 @@ impl<'a> Trace<'a> {
     /// the recorded settings: it takes segment addresses from the trace where the model agrees
     /// with it and finds the releases the program made itself; other settings replay those.
     ///
-    /// Gives up with [`Cancelled`] within [`CANCEL_CHECK_EVENTS`] events of `cancel` firing.
+    /// Gives up with [`Cancelled`] within [`CANCEL_CHECK_EVENTS`] events of `cancel` firing. Adds
+    /// the events it replays to `replayed` as it goes (a what-if's progress).
     pub fn replay(
         &self,
         conf: AllocConf,
         limit: Option<Limit>,
         releases: Releases<'_>,
         cancel: &Cancel,
-        progress: &super::Progress,
+        replayed: &std::sync::atomic::AtomicU64,
     ) -> Result<Outcome, Cancelled> {
         let seeded = matches!(releases, Releases::Discover);
         let mut external = match releases {
@@ -398,11 +399,11 @@ impl<'a> Trace<'a> {
         let mut k = 0usize; // recorded segment events passed
         let mut i = 0usize;
         let mut last_reserved = a.stats.reserved_bytes;
-        let mut counted = 0usize; // events told to `progress`
+        let mut counted = 0usize; // events added to `replayed`
         while i < n {
             if i.is_multiple_of(CANCEL_CHECK_EVENTS) {
                 cancel.check()?;
-                progress.replayed((i - counted) as u64);
+                replayed.fetch_add((i - counted) as u64, std::sync::atomic::Ordering::Relaxed);
                 counted = i;
             }
             let r = first + i;
@@ -499,7 +500,7 @@ impl<'a> Trace<'a> {
             i += 1;
         }
         // A run stopped by an OOM has nothing left to replay: its whole share is done.
-        progress.replayed((n - counted) as u64);
+        replayed.fetch_add((n - counted) as u64, std::sync::atomic::Ordering::Relaxed);
         out.stats = a.stats.clone();
         out.segment_events = std::mem::take(&mut a.events);
         Ok(out)
