@@ -497,11 +497,7 @@ async fn whatif(
     if let Some(kept) = m.answers.whatif(&q) {
         return Ok(Json((*kept).clone()));
     }
-    // The table is computed with every run's curve: it then answers each candidate's chart.
-    let target = match q.alloc_conf {
-        None => Answers::table_query(&q),
-        Some(_) => q.clone(),
-    };
+    let target = Answers::computed_query(&q);
     let model = m.clone();
     let key = Answers::whatif_key(&target);
     let r = on_engine(&s, move |cancel| {
@@ -540,10 +536,7 @@ async fn whatif_progress(
             answer: Some((*kept).clone()),
         }));
     }
-    let target = match q.alloc_conf {
-        None => Answers::table_query(&q),
-        Some(_) => q.clone(),
-    };
+    let target = Answers::computed_query(&q);
     let flight = replays::fly(&m, &target, 0, false).map_err(|replays::NotStarted::Busy| {
         ApiError::Unavailable(format!(
             "{} what-ifs of this snapshot are under way or waiting: ask again when one is done",

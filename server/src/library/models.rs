@@ -149,6 +149,15 @@ impl Answers {
         }
     }
 
+    /// What is computed to answer `q`: for the table, the table with every run's curve (it then
+    /// answers each candidate's chart too); one setting as asked.
+    pub fn computed_query(q: &api::WhatIfQuery) -> api::WhatIfQuery {
+        match q.alloc_conf {
+            None => Self::table_query(q),
+            Some(_) => q.clone(),
+        }
+    }
+
     /// The kept answer to `q`: its own, or one narrowed from the table of its device and limit.
     pub fn whatif(&self, q: &api::WhatIfQuery) -> Option<Arc<api::WhatIf>> {
         let kept = self.whatif.lock().expect("answers lock");

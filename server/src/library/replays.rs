@@ -76,6 +76,11 @@ fn land(m: &Loaded, flight: &Flight) {
 /// One background table at a time, whatever the number of uploads.
 static BACKGROUND_REPLAYS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
 
+/// What-ifs someone asked to watch replaying at once, over every model: each takes every core,
+/// and one that nobody watches any more is not cancelled, so a client asking about many
+/// snapshots waits for these instead of starting a replay per snapshot.
+static WATCHED_REPLAYS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
+
 /// Computes the flight's what-if in its turn and keeps the answer. A model dropped from memory
 /// before its turn is skipped: the flight holds only a weak reference until then.
 async fn run(m: Weak<Loaded>, q: api::WhatIfQuery, flight: Arc<Flight>, background: bool) {
@@ -94,6 +99,13 @@ async fn run(m: Weak<Loaded>, q: api::WhatIfQuery, flight: Arc<Flight>, backgrou
         land(&m, &flight);
         return;
     }
+    let _watched = match background {
+        true => None,
+        false => match WATCHED_REPLAYS.acquire().await {
+            Ok(turn) => Some(turn),
+            Err(_) => return,
+        },
+    };
     flight.start();
     let model = m.clone();
     let progress = flight.progress.clone();

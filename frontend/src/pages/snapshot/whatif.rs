@@ -155,7 +155,7 @@ fn progress_view(p: WhatIfProgress, url: UrlState) -> impl IntoView {
         percent(share),
         match left {
             Some(l) => format!(", about {} left", seconds(l)),
-            None if p.elapsed_ms == 0 => ", waiting for another what-if of this snapshot".into(),
+            None if p.elapsed_ms == 0 => ", not started yet".into(),
             None => String::new(),
         }
     );
@@ -184,13 +184,17 @@ fn progress_view(p: WhatIfProgress, url: UrlState) -> impl IntoView {
 /// What is known before any replay: a setting changes only what is cached around the live
 /// allocations and how each is rounded up, so none reserves less than they peak at.
 pub fn bound_words(o: &WhatIfOutline) -> String {
-    let gain = o
-        .recorded_peak_reserved_bytes
-        .saturating_sub(o.live_peak_bytes);
+    let live = fmt::bytes(o.live_peak_bytes);
+    // A trace whose reserved memory is not known (no segment ever seen) has only the floor.
+    if o.recorded_peak_reserved_bytes < o.live_peak_bytes {
+        return format!(
+            "Known before any replay: the live allocations asked for at most {live} at once. A setting changes only what is cached around them and how each is rounded up, so none reserves less than that."
+        );
+    }
+    let gain = o.recorded_peak_reserved_bytes - o.live_peak_bytes;
     format!(
-        "Known before any replay: the recorded run reserved {} at its peak, and its live allocations asked for at most {} at once. A setting changes only what is cached around them and how each is rounded up, so none reserves less than that: at most {} ({}) could be saved.",
+        "Known before any replay: the recorded run reserved {} at its peak, and its live allocations asked for at most {live} at once. A setting changes only what is cached around them and how each is rounded up, so none reserves less than that: at most {} ({}) could be saved.",
         fmt::bytes(o.recorded_peak_reserved_bytes),
-        fmt::bytes(o.live_peak_bytes),
         fmt::bytes(gain),
         percent(gain as f64 / o.recorded_peak_reserved_bytes.max(1) as f64),
     )
@@ -900,6 +904,30 @@ fn Overlay(answer: WhatIf) -> impl IntoView {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_bound_before_any_replay_says_the_most_a_setting_could_save() {
+        let o = WhatIfOutline {
+            device: 0,
+            events: 10,
+            settings: 10,
+            recorded_peak_reserved_bytes: 40 << 30,
+            live_peak_bytes: 30 << 30,
+        };
+        let w = bound_words(&o);
+        assert!(w.contains("reserved 40.0 GiB"), "{w}");
+        assert!(w.contains("at most 30.0 GiB at once"), "{w}");
+        assert!(w.contains("at most 10.0 GiB (25%) could be saved"), "{w}");
+        // Reserved memory not known (no segment seen): only the floor is said.
+        let w = bound_words(&WhatIfOutline {
+            recorded_peak_reserved_bytes: 0,
+            ..o
+        });
+        assert!(
+            !w.contains("could be saved") && w.contains("30.0 GiB"),
+            "{w}"
+        );
+    }
 
     #[test]
     fn ticks_fall_on_round_numbers() {
