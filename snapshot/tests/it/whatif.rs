@@ -366,3 +366,41 @@ fn progress_counts_every_replay_and_ends_as_the_answer() {
         assert_eq!(so_far.replay_check.exact, w.replay_check.exact);
     }
 }
+
+/// The bound the What if tab shows before any replay, against the GPU: from the trace of each
+/// workload's run under PyTorch's defaults, the live allocations' peak is the run's own
+/// `requested_bytes.all.peak` (`torch.cuda.memory_stats`, recorded in the same process), and no
+/// real run of that workload under any setting, with or without a limit, reserved less at its
+/// peak unless it ran out of memory.
+#[test]
+fn the_bound_before_any_replay_holds_on_every_real_run() {
+    use snapshot::analysis::whatif::outline;
+    let all = runs();
+    let mut checked = 0;
+    let mut failures = Vec::new();
+    for (stem, real) in &all {
+        let workload = real["workload"].as_str().unwrap();
+        let snap = load(&format!("{workload}.default"));
+        let index = Index::new(&snap);
+        let o = outline(&snap, &index, &Options::default()).unwrap();
+        if stem == &format!("{workload}.default") {
+            let requested = real["peak_requested_bytes"].as_u64().unwrap();
+            if o.live_peak_bytes != requested {
+                failures.push(format!(
+                    "{stem}: live peak {} against requested_bytes.all.peak {requested}",
+                    o.live_peak_bytes
+                ));
+            }
+        }
+        let reserved = real["peak_reserved_bytes"].as_u64().unwrap();
+        if real["oom"].is_null() && reserved < o.live_peak_bytes {
+            failures.push(format!(
+                "{stem}: reserved {reserved} below the bound {}",
+                o.live_peak_bytes
+            ));
+        }
+        checked += 1;
+    }
+    assert!(checked >= 50, "{checked} runs");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
