@@ -79,6 +79,12 @@ pub struct WhatIfQuery {
     pub curves: Option<bool>,
 }
 
+/// Ranks runs as the engine does (`snapshot::analysis::whatif`): those that fit first, then by
+/// peak reserved bytes, the recorded settings first among equals.
+pub fn rank_runs(runs: &mut [WhatIfRun]) {
+    runs.sort_by_key(|r| (r.oom, r.peak_reserved_bytes, !r.recorded));
+}
+
 fn yes() -> bool {
     true
 }

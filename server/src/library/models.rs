@@ -202,8 +202,7 @@ pub fn narrowed(table: &api::WhatIf, q: &api::WhatIfQuery) -> Option<api::WhatIf
             recorded.alloc_conf = w.recorded_alloc_conf.clone();
             recorded.not_simulated.clear();
             let mut runs = vec![recorded, asked];
-            // Ranked as the engine ranks (`snapshot::analysis::whatif`).
-            runs.sort_by_key(|r| (r.oom, r.peak_reserved_bytes, !r.recorded));
+            api::whatif::rank_runs(&mut runs);
             runs
         };
     }

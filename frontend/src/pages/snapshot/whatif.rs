@@ -389,7 +389,7 @@ fn ranked_view(
     let typed_conf = typed.as_ref().map(|r| r.alloc_conf.clone());
     if let Some(t) = typed {
         runs.push(t);
-        runs.sort_by_key(|r| (r.oom, r.peak_reserved_bytes, !r.recorded));
+        ::api::whatif::rank_runs(&mut runs);
     }
     // Keys PyTorch accepts that the model does not replay (a setting of the user's own too):
     // said under the table, never silently dropped.

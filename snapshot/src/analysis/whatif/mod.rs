@@ -578,6 +578,8 @@ pub fn whatif(snap: &Snapshot, index: &Index, opts: &Options) -> Result<WhatIf, 
     };
     let cancel = &opts.cancel;
     let settings = Settings::of(opts, &recorded_conf, &recorded_raw)?;
+    // Nobody watching: only the counters are kept (the answer so far is for a watcher).
+    let watched = opts.progress.is_some();
     let progress = match &opts.progress {
         Some(p) => p.clone(),
         None => std::sync::Arc::new(Progress::new(opts.threads)),
@@ -633,16 +635,14 @@ pub fn whatif(snap: &Snapshot, index: &Index, opts: &Options) -> Result<WhatIf, 
             live: bucket_max(&changes(d.len, |p| d.live_at(p)), w),
         }),
     };
-    progress.checked(head.clone(), settings.confs.len() as u32);
+    if watched {
+        progress.checked(head.clone(), settings.confs.len() as u32);
+    }
     // The settings replay side by side (the candidates are independent): 11 replays of a 13M-event
     // trace took 22.7 s one after the other (bench/README.md, issue 41). Each replay is turned
     // into its row at once, so only as many replays' curves are held as there are threads.
     let order: Vec<usize> = (0..settings.confs.len()).collect();
-    let most = if opts.progress.is_some() {
-        0
-    } else {
-        opts.threads
-    };
+    let most = if watched { 0 } else { opts.threads };
     let runs = crate::par::map_growing(progress.threads(), most, &order, |&i| {
         let replayed;
         let o = if i == settings.recorded {
@@ -683,7 +683,9 @@ pub fn whatif(snap: &Snapshot, index: &Index, opts: &Options) -> Result<WhatIf, 
                 Vec::new()
             },
         };
-        progress.ran(&run);
+        if watched {
+            progress.ran(&run);
+        }
         Ok(run)
     });
     let mut runs = runs
