@@ -97,7 +97,7 @@ fn read_file_with<R: Read + Send>(file: R, size_bytes: u64, follow: bool) -> Res
             limits.max_decoded_bytes,
             limits.max_expansion,
         );
-        let parsed = parse_decoded(reader, limits, true, follow);
+        let parsed = parse_decoded(pickle::Input::chunked(reader), limits, true, follow);
         // The reader thread ends once the parser's end of it is dropped (by now), or at the end
         // of the file.
         let decoded = decoding
@@ -163,7 +163,7 @@ fn read_impl_with<R: Read>(
     let (max_bytes, max_expansion) = (limits.max_decoded_bytes, limits.max_expansion);
     let (parsed, compression, content_hash) =
         decompress::decode_with(reader, max_bytes, max_expansion, &tripped, |decoded| {
-            parse_decoded(decoded, limits, fast_path, follow)
+            parse_decoded(pickle::Input::new(decoded), limits, fast_path, follow)
         })?;
     settle(parsed, tripped.get(), compression, content_hash)
 }
@@ -191,12 +191,11 @@ fn settle(
 
 /// Parses a decoded stream; the caller sets the snapshot's compression and content hash.
 fn parse_decoded<R: Read>(
-    decoded: R,
+    mut input: pickle::Input<R>,
     limits: Limits,
     fast_path: bool,
     follow: bool,
 ) -> Result<Parsed> {
-    let mut input = pickle::Input::new(decoded);
     let mut heap = values::Heap::new(limits);
     heap.fast_path = fast_path;
     #[cfg(not(target_arch = "wasm32"))]

@@ -14,23 +14,58 @@ use crate::values::{Heap, HeapErr, Kind, Value};
 const BUF_BYTES: usize = 256 << 10;
 /// Bytes the entry fast path wants in view (entries are well under this).
 const FAST_WINDOW: usize = 64 << 10;
+/// Room kept free at the front of each buffer a [`Chunks`] source hands over: the bytes not yet
+/// read from the last buffer (at most a window, or a `bytes` read of up to half a buffer) are
+/// copied there, so the new buffer is read where it lies instead of copied whole.
+pub(crate) const CHUNK_HEAD_BYTES: usize = BUF_BYTES / 2 + 1;
+
+/// A source that hands over whole buffers (the reader thread's, `readahead.rs`): copying each
+/// into the parser's own buffer was 3–5 % of the parser's thread on a 1 GB file (bench/README.md,
+/// issue 41).
+pub(crate) trait Chunks: Send {
+    /// The next buffer, its bytes from [`CHUNK_HEAD_BYTES`] on (the first ones are free room);
+    /// `None` at the end.
+    fn next_chunk(&mut self) -> std::io::Result<Option<Vec<u8>>>;
+    /// A buffer the parser is done with, to be filled again.
+    fn recycle(&mut self, buf: Vec<u8>);
+}
 
 /// Buffered input that knows its byte offset.
 pub(crate) struct Input<R> {
     inner: R,
-    buf: Box<[u8]>,
+    /// Where the bytes come from instead of `inner`, a buffer at a time.
+    chunks: Option<Box<dyn Chunks>>,
+    buf: Vec<u8>,
     pos: usize,
     end: usize,
-    /// Offset of `buf[0]` in the stream.
+    /// Offset of `buf[0]` in the stream (modulo 2^64: with `chunks`, the first buffer's free
+    /// room lies before the stream's start).
     base: u64,
     scratch: Vec<u8>,
+}
+
+#[cfg(any(test, not(target_arch = "wasm32")))]
+impl Input<std::io::Empty> {
+    /// Input from a source of whole buffers.
+    pub fn chunked(chunks: impl Chunks + 'static) -> Self {
+        Input {
+            inner: std::io::empty(),
+            chunks: Some(Box::new(chunks)),
+            buf: Vec::new(),
+            pos: 0,
+            end: 0,
+            base: 0,
+            scratch: Vec::new(),
+        }
+    }
 }
 
 impl<R: Read> Input<R> {
     pub fn new(inner: R) -> Self {
         Input {
             inner,
-            buf: vec![0; BUF_BYTES].into_boxed_slice(),
+            chunks: None,
+            buf: vec![0; BUF_BYTES],
             pos: 0,
             end: 0,
             base: 0,
@@ -40,11 +75,21 @@ impl<R: Read> Input<R> {
 
     #[inline]
     pub fn offset(&self) -> u64 {
-        self.base + self.pos as u64
+        self.base.wrapping_add(self.pos as u64)
+    }
+
+    fn io_error(&self, source: std::io::Error) -> Error {
+        Error::Io {
+            offset: self.base.wrapping_add(self.end as u64),
+            source,
+        }
     }
 
     /// Moves unread bytes to the front and reads more; returns false at end of stream.
     fn fill(&mut self) -> Result<bool> {
+        if self.chunks.is_some() {
+            return self.next_chunk(self.pos);
+        }
         if self.pos > 0 {
             self.buf.copy_within(self.pos..self.end, 0);
             self.base += self.pos as u64;
@@ -59,14 +104,48 @@ impl<R: Read> Input<R> {
                     return Ok(true);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    return Err(Error::Io {
-                        offset: self.base + self.end as u64,
-                        source: e,
-                    });
-                }
+                Err(e) => return Err(self.io_error(e)),
             }
         }
+    }
+
+    /// With `chunks`: the next buffer becomes the input, the bytes from `keep` on copied in front
+    /// of it (into its free room, or, longer than that, with it into a buffer of their own).
+    /// False at the end of the stream, the input unchanged.
+    #[cold]
+    fn next_chunk(&mut self, keep: usize) -> Result<bool> {
+        let Some(chunks) = self.chunks.as_mut() else {
+            return Ok(false);
+        };
+        let next = match chunks.next_chunk() {
+            Ok(Some(next)) => next,
+            Ok(None) => return Ok(false),
+            Err(e) => return Err(self.io_error(e)),
+        };
+        let left = self.end - keep;
+        let start = CHUNK_HEAD_BYTES.saturating_sub(left);
+        let old = if left <= CHUNK_HEAD_BYTES {
+            let old = std::mem::replace(&mut self.buf, next);
+            self.buf[start..CHUNK_HEAD_BYTES].copy_from_slice(&old[keep..self.end]);
+            old
+        } else {
+            let mut joined = Vec::with_capacity(left + next.len() - CHUNK_HEAD_BYTES);
+            joined.extend_from_slice(&self.buf[keep..self.end]);
+            joined.extend_from_slice(&next[CHUNK_HEAD_BYTES..]);
+            chunks.recycle(next);
+            std::mem::replace(&mut self.buf, joined)
+        };
+        if old.capacity() > 0 {
+            chunks.recycle(old);
+        }
+        // `buf[start]` is the byte that was `buf[keep]`.
+        self.base = self
+            .base
+            .wrapping_add(keep as u64)
+            .wrapping_sub(start as u64);
+        self.pos = self.pos - keep + start;
+        self.end = self.buf.len();
+        Ok(true)
     }
 
     #[inline]
@@ -94,6 +173,10 @@ impl<R: Read> Input<R> {
     /// refilled first so that at least `min` bytes are in view unless the stream ends.
     pub fn window_from_previous(&mut self, min: usize) -> Result<&[u8]> {
         if self.end - self.pos < min && self.pos > 0 {
+            if self.chunks.is_some() {
+                while self.end - self.pos < min && self.next_chunk(self.pos - 1)? {}
+                return Ok(&self.buf[self.pos - 1..self.end]);
+            }
             let keep = self.pos - 1;
             self.buf.copy_within(keep..self.end, 0);
             self.base += keep as u64;
@@ -104,12 +187,7 @@ impl<R: Read> Input<R> {
                     Ok(0) => break,
                     Ok(n) => self.end += n,
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                    Err(e) => {
-                        return Err(Error::Io {
-                            offset: self.base + self.end as u64,
-                            source: e,
-                        });
-                    }
+                    Err(e) => return Err(self.io_error(e)),
                 }
             }
         }
@@ -166,7 +244,7 @@ impl<R: Read> Input<R> {
             self.pos += n as usize;
             return Ok(s);
         }
-        if n <= (self.buf.len() / 2) as u64 {
+        if n <= (BUF_BYTES / 2) as u64 {
             if !self.peek_available(n as usize)? {
                 self.pos = self.end;
                 return Err(Error::Truncated {
@@ -927,5 +1005,142 @@ mod tests {
         let mut wide = vec![0u8; 17];
         wide[16] = 1;
         assert_eq!(decode_long(&wide), None);
+    }
+
+    use super::{BUF_BYTES, CHUNK_HEAD_BYTES, Chunks, Error, FAST_WINDOW, Input};
+
+    /// Chunks of the given sizes (repeated), each behind its free room, then `fail` or the end.
+    struct Sized {
+        data: Vec<u8>,
+        at: usize,
+        sizes: Vec<usize>,
+        next: usize,
+        fail: bool,
+        recycled: usize,
+    }
+
+    impl Chunks for Sized {
+        fn next_chunk(&mut self) -> std::io::Result<Option<Vec<u8>>> {
+            if self.at == self.data.len() {
+                return match self.fail {
+                    true => Err(std::io::Error::other("disk gone")),
+                    false => Ok(None),
+                };
+            }
+            let n = self.sizes[self.next % self.sizes.len()].min(self.data.len() - self.at);
+            self.next += 1;
+            let mut c = vec![0xee; CHUNK_HEAD_BYTES];
+            c.extend_from_slice(&self.data[self.at..self.at + n]);
+            self.at += n;
+            Ok(Some(c))
+        }
+
+        fn recycle(&mut self, _: Vec<u8>) {
+            self.recycled += 1;
+        }
+    }
+
+    /// What an input gives for one step of a script: the bytes and offsets seen.
+    fn step<R: std::io::Read>(input: &mut Input<R>, op: u64, n: usize) -> Vec<u8> {
+        let mut seen = input.offset().to_le_bytes().to_vec();
+        match op {
+            0 => seen.push(input.byte("a byte").unwrap_or(0xff)),
+            1 => match input.bytes(n as u64, "bytes") {
+                Ok(b) => seen.extend_from_slice(b),
+                Err(e) => seen.extend_from_slice(e.to_string().as_bytes()),
+            },
+            2 => {
+                if input.byte("an opcode").is_ok() {
+                    let w = input.window_from_previous(FAST_WINDOW).unwrap();
+                    seen.extend_from_slice(&w[..w.len().min(FAST_WINDOW + 1)]);
+                    seen.extend_from_slice(&(w.len().min(FAST_WINDOW + 1) as u64).to_le_bytes());
+                }
+            }
+            3 => seen.push(input.advance(n).is_ok() as u8),
+            _ => {
+                seen.push(input.peek_available(n).unwrap() as u8);
+                seen.extend_from_slice(&input.head(16));
+            }
+        }
+        seen.extend_from_slice(&input.offset().to_le_bytes());
+        seen
+    }
+
+    /// An input over handed-over buffers reads as one over a plain reader, whatever the buffers'
+    /// sizes (shorter than what is kept of the last, longer than a whole window) and whatever is
+    /// asked of it: bytes, windows, steps and peeks, with the same offsets.
+    #[test]
+    fn handed_over_buffers_read_as_a_plain_reader() {
+        let data: Vec<u8> = (0..3_000_000u32)
+            .map(|i| (i * 31 + i / 4093) as u8)
+            .collect();
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rand = move |below: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % below
+        };
+        for sizes in [
+            vec![2 << 20],
+            vec![1, 7, 4096],
+            vec![CHUNK_HEAD_BYTES - 1, CHUNK_HEAD_BYTES + 1, 3],
+            vec![BUF_BYTES * 3, 100],
+        ] {
+            let mut plain = Input::new(&data[..]);
+            let mut chunked = Input::chunked(Sized {
+                data: data.clone(),
+                at: 0,
+                sizes: sizes.clone(),
+                next: 0,
+                fail: false,
+                recycled: 0,
+            });
+            let mut steps = 0;
+            while plain.peek_available(1).unwrap() {
+                let op = rand(5);
+                let n = match rand(4) {
+                    0 => rand(16),
+                    1 => rand(70_000),
+                    2 => rand(BUF_BYTES as u64 / 2 + 2),
+                    _ => rand(400_000),
+                } as usize;
+                // A peek past what the free room holds joins the bytes left and the next
+                // buffer into one of their own.
+                let n = if op == 4 { n.min(BUF_BYTES) } else { n };
+                let (a, b) = (step(&mut plain, op, n), step(&mut chunked, op, n));
+                assert!(
+                    a == b,
+                    "chunks {sizes:?}, step {steps} ({op}, {n}): the inputs differ"
+                );
+                steps += 1;
+            }
+            assert!(
+                !chunked.peek_available(1).unwrap(),
+                "chunks {sizes:?}: bytes left"
+            );
+            assert!(steps > 20, "{steps} steps");
+        }
+    }
+
+    /// An error from the source is an error at the offset of the bytes read before it.
+    #[test]
+    fn a_source_error_is_an_io_error_after_the_bytes_before_it() {
+        let mut input = Input::chunked(Sized {
+            data: vec![7; 1000],
+            at: 0,
+            sizes: vec![300],
+            next: 0,
+            fail: true,
+            recycled: 0,
+        });
+        assert_eq!(input.bytes(999, "bytes").unwrap(), &[7; 999][..]);
+        match input.bytes(2, "bytes") {
+            Err(Error::Io { offset, source }) => {
+                assert_eq!(offset, 1000);
+                assert_eq!(source.to_string(), "disk gone");
+            }
+            other => panic!("{:?}", other.map(|b| b.len())),
+        }
     }
 }

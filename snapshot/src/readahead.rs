@@ -1,7 +1,8 @@
 //! Reading a file on a thread of its own: the parser's thread then spends its time parsing, not
 //! in the kernel copying the page cache into its buffer (about a fifth of its time on a 1 GB
 //! file, bench/README.md, issue 41). The reader stays a few MiB ahead and hands over whole
-//! buffers, which come back to be filled again.
+//! buffers ([`pickle::Chunks`](crate::pickle::Chunks)), which the parser reads where they lie
+//! and gives back to be filled again.
 //!
 //! [`ReadAhead::spawn_decoding`] also decompresses and hashes on that thread: a compressed
 //! file's decoding then runs beside its parse instead of before each buffer of it, and the
@@ -12,8 +13,9 @@ use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
 
 use crate::decompress::{Compression, Tripped, decode_with};
 use crate::error::Result;
+use crate::pickle::{CHUNK_HEAD_BYTES, Chunks};
 
-/// Bytes the reader thread reads at a time.
+/// Bytes the reader thread reads at a time (after each buffer's free room at its front).
 const CHUNK_BYTES: usize = 2 << 20;
 /// Chunks read and not yet taken: how far ahead the reader may get.
 const AHEAD_CHUNKS: usize = 2;
@@ -21,11 +23,15 @@ const AHEAD_CHUNKS: usize = 2;
 /// Where the reader thread sends its chunks (or the error that ended it).
 type ChunkSender = SyncSender<std::io::Result<Vec<u8>>>;
 
-/// The parser's end: a `Read` over the chunks the reader thread sends.
+/// The parser's end: the chunks the reader thread sends, each with its bytes after
+/// [`CHUNK_HEAD_BYTES`] of free room.
 pub(crate) struct ReadAhead {
     rx: Receiver<std::io::Result<Vec<u8>>>,
     back: Sender<Vec<u8>>,
+    /// The chunk the plain reading of the tests reads, and where.
+    #[cfg(test)]
     cur: Vec<u8>,
+    #[cfg(test)]
     pos: usize,
 }
 
@@ -50,7 +56,9 @@ impl ReadAhead {
         let reader = ReadAhead {
             rx,
             back,
+            #[cfg(test)]
             cur: Vec::new(),
+            #[cfg(test)]
             pos: 0,
         };
         (reader, tx, returned)
@@ -100,8 +108,8 @@ impl ReadAhead {
 fn fill<R: Read>(mut r: R, tx: ChunkSender, returned: Receiver<Vec<u8>>) {
     loop {
         let mut buf = returned.try_recv().unwrap_or_default();
-        buf.resize(CHUNK_BYTES, 0);
-        let mut n = 0;
+        buf.resize(CHUNK_HEAD_BYTES + CHUNK_BYTES, 0);
+        let mut n = CHUNK_HEAD_BYTES;
         while n < buf.len() {
             match r.read(&mut buf[n..]) {
                 Ok(0) => break,
@@ -110,7 +118,7 @@ fn fill<R: Read>(mut r: R, tx: ChunkSender, returned: Receiver<Vec<u8>>) {
                 Err(e) => {
                     // The bytes read before the error first, as a plain reader gives them.
                     buf.truncate(n);
-                    if n > 0 && tx.send(Ok(buf)).is_err() {
+                    if n > CHUNK_HEAD_BYTES && tx.send(Ok(buf)).is_err() {
                         return;
                     }
                     let _ = tx.send(Err(e));
@@ -119,23 +127,39 @@ fn fill<R: Read>(mut r: R, tx: ChunkSender, returned: Receiver<Vec<u8>>) {
             }
         }
         buf.truncate(n);
-        if n == 0 || tx.send(Ok(buf)).is_err() {
+        if n == CHUNK_HEAD_BYTES || tx.send(Ok(buf)).is_err() {
             return;
         }
     }
 }
 
+impl Chunks for ReadAhead {
+    fn next_chunk(&mut self) -> std::io::Result<Option<Vec<u8>>> {
+        match self.rx.recv() {
+            Ok(Ok(next)) => Ok(Some(next)),
+            Ok(Err(e)) => Err(e),
+            // The reader thread ended: the end of the file.
+            Err(_) => Ok(None),
+        }
+    }
+
+    fn recycle(&mut self, buf: Vec<u8>) {
+        let _ = self.back.send(buf);
+    }
+}
+
+/// Plain reading over the chunks, for the tests of the thread alone.
+#[cfg(test)]
 impl Read for ReadAhead {
     fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
         if self.pos == self.cur.len() {
-            match self.rx.recv() {
-                Ok(Ok(next)) => {
-                    let _ = self.back.send(std::mem::replace(&mut self.cur, next));
-                    self.pos = 0;
+            match self.next_chunk()? {
+                Some(next) => {
+                    let done = std::mem::replace(&mut self.cur, next);
+                    self.recycle(done);
+                    self.pos = CHUNK_HEAD_BYTES;
                 }
-                Ok(Err(e)) => return Err(e),
-                // The reader thread ended: the end of the file.
-                Err(_) => return Ok(0),
+                None => return Ok(0),
             }
         }
         let n = out.len().min(self.cur.len() - self.pos);

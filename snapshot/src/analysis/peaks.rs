@@ -232,10 +232,14 @@ fn walk(snap: &Snapshot, d: &DeviceIndex) -> (Peak, Vec<(u32, u64)>) {
                 let size = if asked > SMALL_SIZE || a.end == NONE {
                     let addr = d.addr_of(t, id);
                     let seg = (asked > SMALL_SIZE).then(|| segs.of(addr)).flatten();
-                    let size = match final_sizes.get(&addr) {
-                        Some(&s) if a.end == NONE => s,
-                        _ => block_size(&conf, asked, addr, seg, &segs),
+                    // Only a block alive at the end has a final size: the lookup (a cache
+                    // miss in a table of every live block) is made for those alone.
+                    let last = if a.end == NONE {
+                        final_sizes.get(&addr).copied()
+                    } else {
+                        None
                     };
+                    let size = last.unwrap_or_else(|| block_size(&conf, asked, addr, seg, &segs));
                     if let Some((_, span)) = seg {
                         segs.blocks[span].push(addr);
                         span_of.insert(id, span as u32);
@@ -250,7 +254,10 @@ fn walk(snap: &Snapshot, d: &DeviceIndex) -> (Peak, Vec<(u32, u64)>) {
             if a.free_requested == e || (a.end == e && a.free_requested == NONE) {
                 current = current.saturating_sub(block_of.get(id));
             }
+            // Only large blocks have a span (their size is over `SMALL_SIZE`): most frees
+            // need no lookup.
             if a.end == e
+                && block_of.get(id) > SMALL_SIZE
                 && let Some(span) = span_of.remove(&id)
             {
                 segs.remove_block(span as usize, d.addr_of(t, id));
