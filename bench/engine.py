@@ -1,5 +1,7 @@
 """Engine benchmark (issue 2): memscope's parse + all analyses vs Python's pickle.load, same file,
-same run, same machine. Prints a table and writes bench/results-engine.json.
+same run, same machine. Prints a table and writes bench/results-engine.json. Beside them, the
+floor under any one-thread parse of the same file (`opcode_floor`: every opcode walked, nothing
+decoded) and the parse's time over it.
 
     python3 bench/engine.py FILE [FILE ...]
 
@@ -17,6 +19,8 @@ import json, os, statistics, subprocess, sys, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(ROOT, "target", "release", "examples", "bench")
+# The floor under any one-thread parse: every opcode walked, nothing decoded (opcode_floor.rs).
+FLOOR = os.path.join(ROOT, "target", "release", "examples", "opcode_floor")
 # The CLI as users run it (issue 14's figure): `memscope analyze --json FILE`, output discarded.
 MEMSCOPE = os.environ.get("MEMSCOPE_BIN", os.path.join(ROOT, "target", "release", "memscope"))
 REPEATS = int(os.environ.get("REPEATS", "3"))
@@ -53,7 +57,8 @@ def decompressed(path):
 
 
 def main():
-    subprocess.run(["cargo", "build", "-q", "--release", "-p", "snapshot", "--example", "bench"], cwd=ROOT, check=True)
+    subprocess.run(["cargo", "build", "-q", "--release", "-p", "snapshot", "--example", "bench",
+                    "--example", "opcode_floor"], cwd=ROOT, check=True)
     if "MEMSCOPE_BIN" not in os.environ:
         subprocess.run(["cargo", "build", "-q", "--release", "-p", "server", "--bin", "memscope"], cwd=ROOT, check=True)
     rows = []
@@ -79,6 +84,8 @@ def main():
             py_runs.append(float(out))
             py_rss = max(py_rss, rss)
         py_s = min(py_runs)
+        _, _, out = child([FLOOR, plain, str(REPEATS)])
+        floor_s = json.loads(out)["walk_s"]
         size = os.path.getsize(plain)
         rows.append(dict(
             file=os.path.basename(plain), file_mb=size / 1e6, entries=ours["entries"],
@@ -90,12 +97,13 @@ def main():
             python_rss_mb=py_rss / 1e6, python_rss_over_file=py_rss / size,
             model_bytes_per_entry=ours["model_bytes_per_entry"], tables_bytes_per_entry=ours["tables_bytes_per_entry"],
             cli_s_min_median_max=spread(cli_runs), pickle_load_s_min_median_max=spread(py_runs),
-            cli_speedup_median=statistics.median(py_runs) / statistics.median(cli_runs)))
+            cli_speedup_median=statistics.median(py_runs) / statistics.median(cli_runs),
+            opcode_floor_s=floor_s, parse_over_floor=ours["parse_s"] / floor_s))
     keys = ["file", "file_mb", "entries", "cli_analyze_json_s", "cli_speedup", "cli_rss_mb", "cli_rss_over_file",
             "memscope_s", "parse_s", "analyses_s", "mb_per_s", "python_pickle_load_s",
             "speedup", "memscope_rss_mb", "rss_over_file", "python_rss_mb", "python_rss_over_file",
             "model_bytes_per_entry", "tables_bytes_per_entry", "cli_s_min_median_max",
-            "pickle_load_s_min_median_max", "cli_speedup_median"]
+            "pickle_load_s_min_median_max", "cli_speedup_median", "opcode_floor_s", "parse_over_floor"]
     for r in rows:
         print()
         for k in keys:
