@@ -35,6 +35,8 @@
 //! Computed once per device ([`categories`]), 3 bytes per allocation, kept with the index's
 //! derived views.
 
+use std::cell::Cell;
+
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde::Serialize;
 
@@ -583,6 +585,27 @@ struct Context<'a> {
     optimizer_frames: bool,
     /// The last allocation made inside a module's call, or [`NONE`] (no Python frames).
     last_forward: u32,
+    /// Where the last label's start fell among the backward passes and the optimizer steps
+    /// ([`point_from`]): labels are made in allocation order, which is event order.
+    backward_at: Cell<usize>,
+    optimizer_at: Cell<usize>,
+}
+
+/// `spans.partition_point(|s| s.0 <= p)` for spans sorted by start, walked on from the last
+/// answer (`from`) while `p` grows, as it does from one allocation's start to the next: two
+/// binary searches over thousands of passes and steps were most of the labelling's time on a
+/// 13M-event trace (bench/README.md, issue 41). A `p` below the last answer's span searches.
+fn point_from(spans: &[(u32, u32)], from: &Cell<usize>, p: u32) -> usize {
+    let mut k = from.get().min(spans.len());
+    if k > 0 && spans[k - 1].0 > p {
+        k = spans.partition_point(|s| s.0 <= p);
+    } else {
+        while k < spans.len() && spans[k].0 <= p {
+            k += 1;
+        }
+    }
+    from.set(k);
+    k
 }
 
 fn classify(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Categories {
@@ -677,6 +700,8 @@ fn classify(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Categories {
         end_of_run,
         optimizer_frames,
         last_forward,
+        backward_at: Cell::new(0),
+        optimizer_at: Cell::new(0),
     };
     let mut labels: Vec<Label> = (0..d.allocations.len() as u32)
         .map(|id| cx.label(id, &mut facts, source))
@@ -822,8 +847,12 @@ impl Context<'_> {
         k > 0 && addr < self.private[k - 1].1
     }
 
+    /// Whether an allocation made at `p` (labels' order) with stack `flags` was made in an
+    /// optimizer step.
     fn in_optimizer(&self, p: u32, flags: u16) -> bool {
-        inside(&self.phases.optimizer, p).is_some() || flags & OPTIM != 0
+        let spans = &self.phases.optimizer;
+        let k = point_from(spans, &self.optimizer_at, p);
+        (k > 0 && p < spans[k - 1].1) || flags & OPTIM != 0
     }
 
     /// Allocation `id`'s label: its pool, then when it was made (before the trace, in a
@@ -850,11 +879,12 @@ impl Context<'_> {
         } else {
             Confidence::Medium
         };
-        if let Some(k) = inside(backward, a.start) {
-            return self.in_backward(id, &a, backward[k], flags, persistent, sure);
+        // The backward passes begun by then: the one it was made in is the last, if it was.
+        let k = point_from(backward, &self.backward_at, a.start);
+        if k > 0 && a.start < backward[k - 1].1 {
+            return self.in_backward(id, &a, backward[k - 1], flags, persistent, sure);
         }
         // Made on the program's own thread, in stretch k (between backward passes k-1 and k).
-        let k = backward.partition_point(|b| b.0 <= a.start);
         let next = backward.get(k).copied();
         let forward = self.phases.forward_starts[k];
         if self.in_optimizer(a.start, flags) {
@@ -1123,5 +1153,43 @@ fn passes_with_gradients(d: &DeviceIndex, labels: &[Label]) -> u32 {
         1
     } else {
         (total / most).max(1) as u32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::point_from;
+    use std::cell::Cell;
+
+    /// Walked on from its last answer, forward or back, the point is the binary search's.
+    #[test]
+    fn the_point_walked_on_is_the_point_searched() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut rand = move |below: u32| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % below as u64) as u32
+        };
+        for n in [0, 1, 2, 50] {
+            // Sorted by start, with equal starts and overlaps as real spans never have.
+            let mut spans: Vec<(u32, u32)> = (0..n).map(|_| (rand(1000), rand(1000))).collect();
+            spans.sort_unstable();
+            let from = Cell::new(0);
+            let mut p = 0;
+            for step in 0..2000 {
+                // Mostly forward, as labels go; sometimes back, or past every span.
+                p = match rand(10) {
+                    0 => rand(1100),
+                    _ => p + rand(20),
+                };
+                let want = spans.partition_point(|s| s.0 <= p);
+                assert_eq!(
+                    point_from(&spans, &from, p),
+                    want,
+                    "{n} spans, step {step}, p {p}"
+                );
+            }
+        }
     }
 }
