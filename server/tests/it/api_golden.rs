@@ -309,7 +309,7 @@ async fn snapshot_endpoints_answer_as_recorded() {
 #[tokio::test]
 async fn live_endpoints_answer_as_recorded() {
     let state = open("live").await;
-    let t0 = (server::now_ms() - 600_000) / 60_000 * 60_000;
+    let t0 = crate::support::scenario::start_ms(server::now_ms());
     let (nvml, agent) = scenario(t0);
     let dir = golden_dir().join("live");
     let mut failures = Vec::new();

@@ -35,7 +35,7 @@ async fn ingest(s: &AppState, b: &wire::Batch) -> StatusCode {
 #[tokio::test]
 async fn fleet_gpu_and_process_pages_show_the_planted_figures() {
     let s = state("pages").await;
-    let t0 = (now_ms() - 600_000) / 60_000 * 60_000;
+    let t0 = crate::support::scenario::start_ms(now_ms());
     let (nvml, agent) = scenario(t0);
     assert_eq!(ingest(&s, &nvml).await, StatusCode::OK);
     // The agent sends under a sub-name of the collector's token; another name is refused.
@@ -145,7 +145,7 @@ async fn fleet_gpu_and_process_pages_show_the_planted_figures() {
 #[tokio::test]
 async fn roll_ups_keep_min_max_mean_and_the_pages_still_draw_from_them() {
     let s = state("rollup").await;
-    let t0 = (now_ms() - 600_000) / 60_000 * 60_000;
+    let t0 = crate::support::scenario::start_ms(now_ms());
     let (nvml, agent) = scenario(t0);
     ingest(&s, &nvml).await;
     ingest(&s, &agent).await;

@@ -48,6 +48,20 @@ pub fn alloc(time_ms: i64, step: u64, allocated: u64, reserved: u64) -> wire::Al
     }
 }
 
+/// Where a test's scenario starts: ten minutes before `now_ms`, on a minute, and moved ten
+/// minutes earlier where its three minutes would cross a UTC midnight. A roll-up packs the days
+/// before its cut's day, so a scenario that straddled midnight would find its first minute packed
+/// away (a CI run at 00:09 UTC failed that way).
+pub fn start_ms(now_ms: i64) -> i64 {
+    const DAY_MS: i64 = 86_400_000;
+    let t0 = (now_ms - 600_000).div_euclid(60_000) * 60_000;
+    if t0.div_euclid(DAY_MS) == (t0 + 180_000).div_euclid(DAY_MS) {
+        t0
+    } else {
+        t0 - 600_000
+    }
+}
+
 /// 120 one-second readings from `t0`: the collector's NVML batch and the agent's batch.
 pub fn scenario(t0: i64) -> (wire::Batch, wire::Batch) {
     let mut nvml = batch("gpu7", 1);
