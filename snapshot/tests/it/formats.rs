@@ -277,8 +277,9 @@ fn assert_same_tables(name: &str, fast: &snapshot::Snapshot, general: &snapshot:
     assert_eq!(fast.blocks.len(), general.blocks.len(), "{name}");
 }
 
-/// The fast path caches stacks by the bytes of their frame list (`fast.rs`); a `PUT` that
-/// replaces a memoized frame changes what the same bytes mean, and the cache must notice.
+/// The fast path caches stacks by the bytes of their frame list, and remembers the last list's
+/// (`fast.rs`); a `PUT` that replaces a memoized frame changes what the same bytes mean, and
+/// both must notice (entry 2 repeats entry 1's bytes after the `PUT`).
 #[test]
 fn a_frame_replaced_in_the_memo_is_not_served_from_the_stack_cache() {
     fn s(b: &mut Vec<u8>, text: &str) {
