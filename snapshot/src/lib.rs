@@ -29,6 +29,8 @@ mod pickle;
 #[cfg(not(target_arch = "wasm32"))]
 mod readahead;
 pub mod store;
+#[cfg(test)]
+mod test_rand;
 pub mod units;
 mod values;
 

@@ -1074,13 +1074,7 @@ mod tests {
         let data: Vec<u8> = (0..3_000_000u32)
             .map(|i| (i * 31 + i / 4093) as u8)
             .collect();
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let mut rand = move |below: u64| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state % below
-        };
+        let mut rand = crate::test_rand::xorshift(0x9e37_79b9_7f4a_7c15);
         for sizes in [
             vec![2 << 20],
             vec![1, 7, 4096],

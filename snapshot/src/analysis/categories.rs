@@ -1164,13 +1164,8 @@ mod tests {
     /// Walked on from its last answer, forward or back, the point is the binary search's.
     #[test]
     fn the_point_walked_on_is_the_point_searched() {
-        let mut state = 0x2545_f491_4f6c_dd1du64;
-        let mut rand = move |below: u32| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state % below as u64) as u32
-        };
+        let mut next = crate::test_rand::xorshift(0x2545_f491_4f6c_dd1d);
+        let mut rand = move |below: u32| next(below as u64) as u32;
         for n in [0, 1, 2, 50] {
             // Sorted by start, with equal starts and overlaps as real spans never have.
             let mut spans: Vec<(u32, u32)> = (0..n).map(|_| (rand(1000), rand(1000))).collect();

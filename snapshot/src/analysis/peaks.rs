@@ -539,13 +539,7 @@ mod tests {
     /// opened twice at one address, and addresses in gaps, at ends and past every segment.
     #[test]
     fn remembered_lookups_answer_as_the_map_does() {
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let mut rand = move |below: u64| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state % below
-        };
+        let mut rand = crate::test_rand::xorshift(0x9e37_79b9_7f4a_7c15);
         let searched = |segs: &OpenSegments, addr: u64| {
             let (_, &(end, span)) = segs.open.range(..=(addr, u64::MAX)).next_back()?;
             (addr < end).then_some((end, span))
