@@ -335,10 +335,12 @@ struct OpenSegments {
     opened: u64,
     /// Live large blocks' addresses, by span.
     blocks: Vec<Vec<u64>>,
-    /// The last lookup's answer, and the addresses that get the same one: consecutive large
-    /// blocks mostly lie in one segment, and a search of a map of thousands of open segments
-    /// for each was a third of the walk on a 13M-event trace (bench/README.md, issue 41).
+    /// The last lookups' answers, each with the addresses that get the same one: a trace's
+    /// large blocks mostly lie in the few segments its last ones did, and a search of a map of
+    /// thousands of open segments for each was a third of the walk on a 13M-event trace
+    /// (bench/README.md, issue 41).
     last: [Lookup; LOOKUPS],
+    /// Where the next lookup is remembered (the oldest goes).
     next_slot: usize,
 }
 
