@@ -126,10 +126,12 @@ impl Follower {
     /// Whether rows `first..first + n` appended to `list` are the oldest pending ones, and the
     /// list the open one or a new one: taken where they are.
     fn takes_pending(&self, list: u64, first: u32, n: u32, new_list: bool) -> bool {
-        n > 0
-            && self.pending >= n
-            && first == self.staged_base
-            && (new_list || (list == self.list && !self.runs.is_empty()))
+        n > 0 && self.pending >= n && first == self.staged_base && self.continues(list, new_list)
+    }
+
+    /// Whether rows appended to `list` go on the open list, or start a new one.
+    fn continues(&self, list: u64, new_list: bool) -> bool {
+        new_list || (list == self.list && !self.runs.is_empty())
     }
 
     /// Takes the `n` oldest pending rows into the open list (or a new one, `list`).
@@ -154,7 +156,7 @@ impl Follower {
             && n > 0
             && first == self.staged_base
             && self.staged.len() >= n as usize
-            && (new_list || (list == self.list && !self.runs.is_empty()));
+            && self.continues(list, new_list);
         if !in_order {
             for k in 0..n {
                 self.appended(list, first + k, new_list && k == 0);

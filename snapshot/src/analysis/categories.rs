@@ -480,7 +480,12 @@ fn optimizer_spans(snap: &Snapshot, d: &DeviceIndex) -> Vec<(u32, u32)> {
 }
 
 fn inside(spans: &[(u32, u32)], p: u32) -> Option<usize> {
-    let k = spans.partition_point(|s| s.0 <= p);
+    holding(spans, spans.partition_point(|s| s.0 <= p), p)
+}
+
+/// The span holding `p`, given `k`, the number of spans (sorted by start) that start at or
+/// before it: the last of those, if `p` is before its end.
+fn holding(spans: &[(u32, u32)], k: usize, p: u32) -> Option<usize> {
     (k > 0 && p < spans[k - 1].1).then(|| k - 1)
 }
 
@@ -851,8 +856,7 @@ impl Context<'_> {
     /// optimizer step.
     fn in_optimizer(&self, p: u32, flags: u16) -> bool {
         let spans = &self.phases.optimizer;
-        let k = point_from(spans, &self.optimizer_at, p);
-        (k > 0 && p < spans[k - 1].1) || flags & OPTIM != 0
+        holding(spans, point_from(spans, &self.optimizer_at, p), p).is_some() || flags & OPTIM != 0
     }
 
     /// Allocation `id`'s label: its pool, then when it was made (before the trace, in a
@@ -881,8 +885,8 @@ impl Context<'_> {
         };
         // The backward passes begun by then: the one it was made in is the last, if it was.
         let k = point_from(backward, &self.backward_at, a.start);
-        if k > 0 && a.start < backward[k - 1].1 {
-            return self.in_backward(id, &a, backward[k - 1], flags, persistent, sure);
+        if let Some(b) = holding(backward, k, a.start) {
+            return self.in_backward(id, &a, backward[b], flags, persistent, sure);
         }
         // Made on the program's own thread, in stretch k (between backward passes k-1 and k).
         let next = backward.get(k).copied();
