@@ -191,6 +191,9 @@ impl Keys {
     }
 }
 
+/// The longest frames list body [`State::known_list`] looks for in the cache (a hundred frames).
+const MAX_KNOWN_BODY: usize = 512;
+
 /// Keys stop being added past this many bytes of cached list bodies (lists still parse, uncached).
 const STACK_CACHE_MAX_BYTES: usize = 64 << 20;
 
@@ -782,6 +785,11 @@ impl Plan {
             // The two values that are new objects in every entry PyTorch writes, read in place.
             match c.peek_op() {
                 Some(b']') if field == Field::Frames => {
+                    if let Some((m, v)) = state.known_list(c, heap) {
+                        memo(heap, m, v)?;
+                        heap.set_field(&mut fields, id, v).ok()?;
+                        continue;
+                    }
                     if let Some((m, body)) = c.frames_in_place() {
                         let slot = memo(heap, m, Value::EmptyList)?;
                         let v = if body.is_empty() {
@@ -940,6 +948,65 @@ impl State {
         self.last_body.extend_from_slice(body);
         self.last_stack = Some(id);
         Some(Value::Stack(id))
+    }
+
+    /// At a frames list of the usual form whose body is the last list's or one in the cache:
+    /// its memo op and value, the cursor past it; `None` (the cursor where it was) otherwise.
+    ///
+    /// The body's end is taken to be the first `APPENDS` byte (`e`) after the list's `MARK`,
+    /// found many bytes at a time (`memchr`), instead of reading the `BINGET`s one by one (a
+    /// quarter of a run's time on PyTorch's shape; 8–15 % of the parse, bench/README.md, issue
+    /// 41). That byte can be part of an index (`BINGET 101` is `h e`) and not the list's end;
+    /// but a body in the cache is whole `BINGET`s, read op by op when it was put there, so when
+    /// the bytes before the first `e` are such a body, that `e` is an op, and the list's
+    /// `APPENDS`. Any other bytes are left to [`Cursor::frames_in_place`].
+    #[inline(always)]
+    fn known_list(&mut self, c: &mut Cursor, heap: &Heap) -> Option<(MemoOp, Value)> {
+        if heap.memo_overwrites() != self.overwrites_seen {
+            return None;
+        }
+        let save = c.pos;
+        let found = self.known_list_at(c);
+        if found.is_none() {
+            c.pos = save;
+        }
+        found
+    }
+
+    #[inline(always)]
+    fn known_list_at(&mut self, c: &mut Cursor) -> Option<(MemoOp, Value)> {
+        if c.op()? != b']' {
+            return None;
+        }
+        let memo = c.memo_op()?;
+        if c.peek_op()? != b'(' {
+            return None;
+        }
+        let start = c.pos + 1;
+        let rest = c
+            .buf
+            .get(start..(start + MAX_KNOWN_BODY).min(c.buf.len()))?;
+        let end = memchr::memchr(b'e', rest)?;
+        let body = &rest[..end];
+        let v = if body.is_empty() {
+            Value::EmptyList
+        } else if let Some(id) = self.last_stack
+            && body == self.last_body.as_slice()
+        {
+            Value::Stack(id)
+        } else {
+            let id = *self.stacks.get(body)?;
+            self.last_body.clear();
+            self.last_body.extend_from_slice(body);
+            self.last_stack = Some(id);
+            Value::Stack(id)
+        };
+        c.pos = start + end + 1;
+        // The list must be finished: no further APPEND(S) into it.
+        if matches!(c.peek_op(), Some(b'(' | b'a' | b'e')) {
+            return None;
+        }
+        Some((memo, v))
     }
 
     /// [`State::stack`] past the last list: from the cache, or resolved and cached.

@@ -380,8 +380,10 @@ impl OpenSegments {
         self.opened += 1;
         // Only the remembered lookup whose addresses hold the new start can change.
         self.forget(|l| l.lo <= address && address < l.hi);
-        self.open
-            .insert((address, u64::MAX - self.opened), (address + size, span));
+        self.open.insert(
+            (address, u64::MAX - self.opened),
+            (address.saturating_add(size), span),
+        );
         self.blocks[span].clear();
     }
 

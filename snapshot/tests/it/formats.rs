@@ -277,85 +277,156 @@ fn assert_same_tables(name: &str, fast: &snapshot::Snapshot, general: &snapshot:
     assert_eq!(fast.blocks.len(), general.blocks.len(), "{name}");
 }
 
+/// `SHORT_BINUNICODE` of `text`.
+fn short_str(b: &mut Vec<u8>, text: &str) {
+    b.extend([0x8c, text.len() as u8]);
+    b.extend(text.as_bytes());
+}
+
+/// A frame dict named `name` (line 7 of model.py).
+fn frame_dict(b: &mut Vec<u8>, name: &str) {
+    b.extend(b"}(");
+    short_str(b, "filename");
+    short_str(b, "model.py");
+    short_str(b, "line");
+    b.extend([b'K', 7]);
+    short_str(b, "name");
+    short_str(b, name);
+    b.push(b'u');
+}
+
+/// A pickle of protocol `proto` up to its first trace entry's frames list, just opened (its
+/// `MARK`): frames pushed there come first in the memo, read by the general machine.
+fn first_frames(proto: u8) -> Vec<u8> {
+    let mut b = vec![0x80, proto, b'}', b'('];
+    short_str(&mut b, "segments");
+    b.push(b']');
+    short_str(&mut b, "device_traces");
+    b.extend(b"](](}(");
+    short_str(&mut b, "action");
+    short_str(&mut b, "alloc");
+    short_str(&mut b, "frames");
+    b.extend(b"](");
+    b
+}
+
+/// A pickle read by the fast path, by the general machine, and as a file (the reader thread).
+fn three_reads(b: &[u8]) -> [(&'static str, snapshot::model::Snapshot); 3] {
+    [
+        ("fast", snapshot::from_bytes(b).unwrap()),
+        ("general", snapshot::read_general(b).unwrap()),
+        ("read_file", snapshot::read_file(b, b.len() as u64).unwrap()),
+    ]
+}
+
+/// Each trace row's frame names, joined with commas.
+fn stack_names(snap: &snapshot::model::Snapshot) -> Vec<String> {
+    (0..snap.trace.len())
+        .map(|r| {
+            let stack = snap.stack(snap.trace.stack.get(r));
+            stack
+                .iter()
+                .map(|&f| snap.strings.get(snap.frame(f).name).to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .collect()
+}
+
 /// The fast path caches stacks by the bytes of their frame list, and remembers the last list's
 /// (`fast.rs`); a `PUT` that replaces a memoized frame changes what the same bytes mean, and
 /// both must notice (entry 2 repeats entry 1's bytes after the `PUT`).
 #[test]
 fn a_frame_replaced_in_the_memo_is_not_served_from_the_stack_cache() {
-    fn s(b: &mut Vec<u8>, text: &str) {
-        b.extend([0x8c, text.len() as u8]);
-        b.extend(text.as_bytes());
-    }
-    fn frame(b: &mut Vec<u8>, name: &str) {
-        b.extend(b"}(");
-        s(b, "filename");
-        s(b, "model.py");
-        s(b, "line");
-        b.extend([b'K', 7]);
-        s(b, "name");
-        s(b, name);
-        b.push(b'u');
-    }
     // An entry whose frames are `MARK BINGET 0 APPENDS`, with an optional field first.
     fn entry(b: &mut Vec<u8>, addr: u8, extra: impl Fn(&mut Vec<u8>)) {
         b.extend(b"}(");
-        s(b, "action");
-        s(b, "alloc");
-        s(b, "addr");
+        short_str(b, "action");
+        short_str(b, "alloc");
+        short_str(b, "addr");
         b.extend([b'J', 0, addr, 0, 0]);
-        s(b, "size");
+        short_str(b, "size");
         b.extend([b'K', 64]);
         extra(b);
-        s(b, "frames");
+        short_str(b, "frames");
         b.extend(b"](h\x00e");
         b.push(b'u');
     }
-    let mut b = vec![0x80, 2, b'}', b'('];
-    s(&mut b, "segments");
-    b.push(b']');
-    s(&mut b, "device_traces");
-    b.extend(b"](](");
     // Memo slot 0: frame `f`, inside an entry the general machine reads.
-    b.extend(b"}(");
-    s(&mut b, "action");
-    s(&mut b, "alloc");
-    s(&mut b, "frames");
-    b.extend(b"](");
-    frame(&mut b, "f");
+    let mut b = first_frames(2);
+    frame_dict(&mut b, "f");
     b.extend(b"q\x00eu");
     entry(&mut b, 1, |_| {}); // fast path: caches `h\x00` as [f]
     // Slot 0 replaced by frame `g` (BINPUT of an existing index) before this entry's frames.
     entry(&mut b, 2, |b| {
-        s(b, "extra");
-        frame(b, "g");
+        short_str(b, "extra");
+        frame_dict(b, "g");
         b.extend(b"q\x00");
     });
     entry(&mut b, 3, |_| {}); // fast path: the same bytes now mean [g]
     b.extend(b"eeu.");
 
-    let mut reads = vec![
-        ("fast".to_string(), snapshot::from_bytes(&b).unwrap()),
-        (
-            "general".to_string(),
-            snapshot::read_general(&b[..]).unwrap(),
-        ),
-    ];
-    reads.push((
-        "read_file".to_string(),
-        snapshot::read_file(&b[..], b.len() as u64).unwrap(),
-    ));
-    for (how, snap) in reads {
-        let names: Vec<String> = (0..snap.trace.len())
-            .map(|r| {
-                let stack = snap.stack(snap.trace.stack.get(r));
-                stack
-                    .iter()
-                    .map(|&f| snap.strings.get(snap.frame(f).name).to_string())
-                    .collect::<Vec<_>>()
-                    .join(",")
-            })
-            .collect();
+    for (how, snap) in three_reads(&b) {
+        let names = stack_names(&snap);
         assert_eq!(names, ["f", "f", "g", "g"], "{how}");
+    }
+}
+
+/// The fast path finds a frames list's end as the first `APPENDS` byte (`e`) after its `MARK`
+/// and takes the stack only when the bytes before it are a list met before (`fast.rs`,
+/// `State::known_list`). A memo index can hold that byte: frame 101 is `BINGET 0x65`, so the
+/// first `e` of `[101, 7]`, `[7, 101]` and `[101]` is inside an index, and each must still be
+/// read whole, the first time and when it repeats, beside `[7]` (a prefix of `[7, 101]`).
+#[test]
+fn an_appends_byte_inside_a_frame_index_does_not_end_the_list() {
+    // Memo slots 0 to 109: frames `f0` to `f109`, in an entry the general machine reads.
+    let mut b = first_frames(4);
+    for i in 0..110 {
+        frame_dict(&mut b, &format!("f{i}"));
+        b.push(0x94);
+    }
+    b.extend(b"eu");
+    // Slots 110 to 114: the keys and the action, memoized by an entry of frame 7.
+    b.extend(b"}(");
+    for (key, then) in [
+        ("action", None),
+        ("alloc", None),
+        ("addr", Some(&b"J\x00\x01\x00\x00"[..])),
+    ] {
+        short_str(&mut b, key);
+        b.push(0x94);
+        if let Some(v) = then {
+            b.extend(v);
+        }
+    }
+    short_str(&mut b, "size");
+    b.push(0x94);
+    b.extend([b'K', 64]);
+    short_str(&mut b, "frames");
+    b.push(0x94);
+    b.extend(b"](h\x07eu");
+    // Entries naming those slots (a run), with their frames lists.
+    let lists: [&[u8]; 6] = [&[101, 7], &[101, 7], &[7], &[7, 101], &[7], &[101]];
+    for (k, list) in lists.iter().enumerate() {
+        b.extend([b'}', b'(', b'h', 110, b'h', 111, b'h', 112]);
+        b.extend([b'J', 0, 2 + k as u8, 0, 0]);
+        b.extend([b'h', 113, b'K', 64, b'h', 114, b']', b'(']);
+        for &f in *list {
+            b.extend([b'h', f]);
+        }
+        b.extend(b"eu");
+    }
+    b.extend(b"eeu.");
+
+    for (how, snap) in three_reads(&b) {
+        let names = stack_names(&snap);
+        // The first entry's stack is its 110 frames.
+        assert_eq!(names.len(), 8, "{how}");
+        assert_eq!(
+            names[1..],
+            ["f7", "f101,f7", "f101,f7", "f7", "f7,f101", "f7", "f101"],
+            "{how}"
+        );
     }
 }
 
