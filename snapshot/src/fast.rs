@@ -416,14 +416,7 @@ impl<'a> Cursor<'a> {
 
     #[inline(always)]
     fn frames_body(&mut self) -> Option<(MemoOp, &'a [u8])> {
-        if self.op()? != b']' {
-            return None;
-        }
-        let memo = self.memo_op()?;
-        if self.peek_op()? != b'(' {
-            return None;
-        }
-        self.pos += 1;
+        let memo = self.list_mark()?;
         let (buf, start) = (self.buf, self.pos);
         loop {
             match *buf.get(self.pos)? {
@@ -435,11 +428,27 @@ impl<'a> Cursor<'a> {
         }
         let body = buf.get(start..self.pos)?;
         self.pos += 1;
-        // The list must be finished: no further APPEND(S) into it.
-        if matches!(self.peek_op(), Some(b'(' | b'a' | b'e')) {
+        self.list_finished().then_some((memo, body))
+    }
+
+    /// At a list's `EMPTY_LIST` [memo] `MARK`: its memo op, the cursor past the `MARK`.
+    #[inline(always)]
+    fn list_mark(&mut self) -> Option<MemoOp> {
+        if self.op()? != b']' {
             return None;
         }
-        Some((memo, body))
+        let memo = self.memo_op()?;
+        if self.peek_op()? != b'(' {
+            return None;
+        }
+        self.pos += 1;
+        Some(memo)
+    }
+
+    /// After a list: whether it is finished (no further `APPEND(S)` into it).
+    #[inline(always)]
+    fn list_finished(&mut self) -> bool {
+        !matches!(self.peek_op(), Some(b'(' | b'a' | b'e'))
     }
 
     /// `]` [memo] then nothing (empty), `MARK (BINGET frame)* APPENDS`, or `BINGET frame APPEND`.
@@ -481,8 +490,7 @@ impl<'a> Cursor<'a> {
             }
             _ => {}
         }
-        // The list must be finished: no further APPEND(S) into it.
-        if matches!(self.peek_op(), Some(b'(' | b'a' | b'e')) {
+        if !self.list_finished() {
             return None;
         }
         let len = arena.len() as u32 - at;
@@ -938,16 +946,32 @@ impl State {
             self.last_stack = None;
             self.overwrites_seen = heap.memo_overwrites();
         }
-        if let Some(id) = self.last_stack
-            && body == self.last_body.as_slice()
-        {
+        if let Some(id) = self.known_stack(body) {
             return Some(Value::Stack(id));
         }
         let id = self.stack_of(body, heap)?;
+        self.remember_last(body, id);
+        Some(Value::Stack(id))
+    }
+
+    /// The stack of a body met before: the last list's, or one in the cache (which becomes
+    /// the last).
+    #[inline(always)]
+    fn known_stack(&mut self, body: &[u8]) -> Option<StackId> {
+        if let Some(id) = self.last_stack
+            && body == self.last_body.as_slice()
+        {
+            return Some(id);
+        }
+        let id = *self.stacks.get(body)?;
+        self.remember_last(body, id);
+        Some(id)
+    }
+
+    fn remember_last(&mut self, body: &[u8], id: StackId) {
         self.last_body.clear();
         self.last_body.extend_from_slice(body);
         self.last_stack = Some(id);
-        Some(Value::Stack(id))
     }
 
     /// At a frames list of the usual form whose body is the last list's or one in the cache:
@@ -975,14 +999,8 @@ impl State {
 
     #[inline(always)]
     fn known_list_at(&mut self, c: &mut Cursor) -> Option<(MemoOp, Value)> {
-        if c.op()? != b']' {
-            return None;
-        }
-        let memo = c.memo_op()?;
-        if c.peek_op()? != b'(' {
-            return None;
-        }
-        let start = c.pos + 1;
+        let memo = c.list_mark()?;
+        let start = c.pos;
         let rest = c
             .buf
             .get(start..(start + MAX_KNOWN_BODY).min(c.buf.len()))?;
@@ -990,30 +1008,15 @@ impl State {
         let body = &rest[..end];
         let v = if body.is_empty() {
             Value::EmptyList
-        } else if let Some(id) = self.last_stack
-            && body == self.last_body.as_slice()
-        {
-            Value::Stack(id)
         } else {
-            let id = *self.stacks.get(body)?;
-            self.last_body.clear();
-            self.last_body.extend_from_slice(body);
-            self.last_stack = Some(id);
-            Value::Stack(id)
+            Value::Stack(self.known_stack(body)?)
         };
         c.pos = start + end + 1;
-        // The list must be finished: no further APPEND(S) into it.
-        if matches!(c.peek_op(), Some(b'(' | b'a' | b'e')) {
-            return None;
-        }
-        Some((memo, v))
+        c.list_finished().then_some((memo, v))
     }
 
-    /// [`State::stack`] past the last list: from the cache, or resolved and cached.
+    /// [`State::stack`] past the bodies met before: resolved and cached.
     fn stack_of(&mut self, body: &[u8], heap: &mut Heap) -> Option<StackId> {
-        if let Some(&id) = self.stacks.get(body) {
-            return Some(id);
-        }
         self.frames.clear();
         let mut c = Cursor { buf: body, pos: 0 };
         while let Some(op) = c.byte() {
