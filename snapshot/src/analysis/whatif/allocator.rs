@@ -251,7 +251,9 @@ impl Allocator {
 
     /// The address for a new segment (or reservation) of `span` bytes whose first event is
     /// `action` of `size` bytes: the trace's when its next segment event is that one and the
-    /// range is free in the model, else an invented one. Recorded as live.
+    /// range is free in the model, else an invented one. Recorded as live. A trace's address
+    /// whose range would run past the top of the address space (a hand-made or corrupt file:
+    /// `variants/big_ints`) is not taken, so no range the model holds wraps around.
     fn segment_addr(&mut self, action: SegAction, size: u64, span: u64) -> u64 {
         let seeded = self
             .seed
@@ -261,7 +263,7 @@ impl Allocator {
                     && (action == SegAction::Map || e.size == size || self.seed_in_order)
             })
             .map(|e| e.addr)
-            .filter(|&a| self.range_free(a, span));
+            .filter(|&a| a.checked_add(span).is_some() && self.range_free(a, span));
         let a = seeded.unwrap_or_else(|| self.space.driver_addr(span));
         self.space.insert(a, a + span);
         a
@@ -1202,6 +1204,44 @@ mod tests {
     }
 
     const DEFAULT: (i64, i64) = (0, 0);
+
+    /// A trace's segment whose range would run past the top of the address space (a hand-made
+    /// file's nine-byte integers) is placed at an invented address instead; a fitting one is
+    /// still taken from the trace.
+    #[test]
+    fn a_traced_address_whose_range_wraps_is_not_taken() {
+        let near_top = u64::MAX - MIB;
+        let mut a = alloc("", None);
+        a.seed_with(vec![
+            SegEvent {
+                action: SegAction::Alloc,
+                addr: near_top,
+                size: 20 * MIB,
+            },
+            SegEvent {
+                action: SegAction::Alloc,
+                addr: 1 << 40,
+                size: 20 * MIB,
+            },
+        ]);
+        let x = a.malloc(5 * MIB, 0, DEFAULT).unwrap();
+        assert!(a.block_addr(x).checked_add(20 * MIB).is_some());
+        assert_ne!(a.block_addr(x), near_top);
+        let y = a.malloc(6 * MIB, 0, DEFAULT).unwrap();
+        assert_eq!(
+            a.block_addr(y),
+            a.block_addr(x) + 5 * MIB,
+            "in the first segment"
+        );
+        a.malloc(6 * MIB, 0, DEFAULT).unwrap();
+        // 17 MiB of the first 20 MiB segment taken: the next 6 MiB opens the second.
+        let z = a.malloc(6 * MIB, 0, DEFAULT).unwrap();
+        assert_eq!(
+            a.block_addr(z),
+            1 << 40,
+            "the second segment event's address"
+        );
+    }
 
     #[test]
     fn small_requests_share_a_2_mib_segment() {
