@@ -31,3 +31,34 @@ pub fn now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
 }
+
+/// glibc serves a block from `mmap` above a threshold, and raises that threshold to the size of
+/// each such block freed (up to 32 MiB); blocks under it then come from the heap, whose memory
+/// stays with the process once they are freed. A server frees big buffers all the time (request
+/// bodies, the parser's windows, tables growing as an upload arrives), so its peak RSS took the
+/// holes: uploading the 1 GB benchmark file peaked at 424–433 MB with the moving threshold and
+/// 380–383 MB with it fixed at glibc's default, below `memscope analyze` on the same file
+/// (390 MB; bench/README.md, issue 41).
+///
+/// Fixed at 512 KiB rather than glibc's 128 KiB default: an upload's body arrives in buffers of
+/// up to ~400 KiB, which at 128 KiB were each a fresh `mmap`, faulted in page by page and
+/// unmapped again; at 512 KiB they come from the heap and its freed memory is reused. That
+/// halved the server's page faults over an upload (47,000 → 22,000–27,000 on the 164 MB file,
+/// 345,000 → 154,000–180,000 on the 1 GB one) and took 0.05–0.1 CPU-s off the 164 MB upload,
+/// CPU that Chromium's own sending needs on a 2-core machine; peak RSS moved by 2 MB or less
+/// (bench/README.md, issue 41, eleventh part). The tables themselves are far larger than this
+/// threshold and are still mapped.
+///
+/// Called first thing by the binary, and by the dashboard's benchmark, whose server runs in
+/// the test's process. Does nothing but on Linux with glibc.
+///
+/// The one `unsafe` in the workspace (its lints deny it): an FFI call with no pointers.
+#[allow(unsafe_code)]
+pub fn fix_mmap_threshold() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: `mallopt` only sets an allocator tunable, and glibc documents it as safe to call
+    // from any thread.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 512 << 10);
+    }
+}

@@ -118,6 +118,8 @@ fn http_get(base: &str, path: &str) -> (u16, usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark: run with --ignored and MEMSCOPE_BENCH_FILES"]
 async fn dashboard_benchmark() {
+    // The server runs in this process: its allocator tuned as the binary's is.
+    server::fix_mmap_threshold();
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
