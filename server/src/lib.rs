@@ -45,7 +45,7 @@ pub fn now_ms() -> i64 {
 /// unmapped again; at 512 KiB they come from the heap and its freed memory is reused. That
 /// halved the server's page faults over an upload (47,000 → 22,000–27,000 on the 164 MB file,
 /// 345,000 → 154,000–180,000 on the 1 GB one) and took 0.05–0.1 CPU-s off the 164 MB upload,
-/// CPU that Chromium's own sending needs on a 2-core machine; peak RSS moved by 2 MB or less
+/// CPU that Chromium's own sending needs on a 2-core machine; peak RSS rose by about 2 MiB
 /// (bench/README.md, issue 41, eleventh part). The tables themselves are far larger than this
 /// threshold and are still mapped.
 ///
