@@ -118,7 +118,7 @@ pub struct ServeArgs {
     /// is). Delivered at least once, retried until the receiver takes it, across restarts.
     #[arg(long, env = "MEMSCOPE_WEBHOOK_URL", hide_env_values = true)]
     pub webhook_url: Option<String>,
-    /// The dashboard's address as its users reach it (e.g. https://memscope.example.com), for
+    /// The dashboard's address as its users reach it (e.g. `https://memscope.example.com`), for
     /// links in webhook messages.
     #[arg(long, env = "MEMSCOPE_PUBLIC_URL")]
     pub public_url: Option<String>,

@@ -1,6 +1,6 @@
 //! Recognises compressed input by its magic bytes and wraps it in a streaming decoder, so a
 //! `.pickle.gz`, `.zst` or `.xz` upload is read without ever holding the whole file; and
-//! [`Hashing`], the reader that hashes what passes through it (a snapshot's content hash, a
+//! `Hashing`, the reader that hashes what passes through it (a snapshot's content hash, a
 //! model file's checksum).
 
 use std::io::{BufRead, BufReader, Read};

@@ -348,7 +348,7 @@ impl<T: Read> R<'_, T> {
     }
 }
 
-/// Reads a model file written by [`write`] or [`write_for`], whatever its original: the
+/// Reads a model file written by [`write`](fn@write) or [`write_for`], whatever its original: the
 /// snapshot, and its index if one was stored.
 pub fn read<T: Read>(input: T) -> Result<(Snapshot, Option<Index>)> {
     read_checked(input, None)

@@ -13,7 +13,7 @@
 //!   the roll-up's turn, publishing a notice, storing samples, reading a closed day's rows in
 //!   steps, retiring packed days, and which text a [`Dialects`] query takes. `sqlite.rs` and
 //!   `postgres.rs` implement it.
-//! - [`with_db!`], [`with_tx!`] and [`with_live!`] run the same query code against either
+//! - `with_db!`, `with_tx!` and `with_live!` run the same query code against either
 //!   backend's pool, transaction or live-read connection (the body is compiled once per
 //!   backend, so every query is type-checked for both, with no generic bounds to carry); code
 //!   inside them calls [`Conn`]'s methods rather than branching.
@@ -107,7 +107,7 @@ impl Db {
         })
     }
 
-    /// The pool for writes and the library's reads ([`with_db!`]).
+    /// The pool for writes and the library's reads (`with_db!`).
     pub fn pool(&self) -> &Pool {
         &self.pool
     }
@@ -262,7 +262,7 @@ impl Db {
     }
 }
 
-/// A transaction on either backend ([`with_tx!`] runs the same code in it); rolled back if
+/// A transaction on either backend (`with_tx!` runs the same code in it); rolled back if
 /// dropped before [`Tx::commit`].
 pub enum Tx {
     Sqlite(sqlx::Transaction<'static, sqlx::Sqlite>),
@@ -339,7 +339,7 @@ macro_rules! with_db {
     };
 }
 
-/// One connection of the live-read pool, held for one request's queries ([`with_live!`]).
+/// One connection of the live-read pool, held for one request's queries (`with_live!`).
 ///
 /// Dropping it while a statement runs (the request's future was dropped: its client went away)
 /// stops the statement instead of leaving it to scan for nobody. On SQLite a progress handler
@@ -352,7 +352,7 @@ macro_rules! with_db {
 pub struct LiveRead {
     pub conn: LiveConn,
     gone: Arc<AtomicBool>,
-    /// A statement is running ([`with_live!`] sets it around each one).
+    /// A statement is running (`with_live!` sets it around each one).
     pub busy: bool,
     interrupted: Arc<AtomicU64>,
 }

@@ -240,7 +240,7 @@ impl Conn for sqlx::PgConnection {
         Ok(())
     }
 
-    /// Through a cursor, [`CURSOR_ROWS`] rows a step.
+    /// Through a cursor, `CURSOR_ROWS` rows a step.
     async fn next_rows(&mut self, steps: &mut RowSteps) -> sqlx::Result<Vec<Self::Row>> {
         match steps.state {
             StepState::Done => return Ok(Vec::new()),

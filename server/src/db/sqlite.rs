@@ -100,7 +100,7 @@ impl Conn for sqlx::SqliteConnection {
         Ok(Published::Here(notice))
     }
 
-    /// Multi-row `INSERT … VALUES`, [`ROWS_PER_INSERT`] rows per statement.
+    /// Multi-row `INSERT … VALUES`, `ROWS_PER_INSERT` rows per statement.
     async fn insert_samples(&mut self, b: &wire::Batch) -> sqlx::Result<()> {
         for chunk in b.gpus.chunks(ROWS_PER_INSERT) {
             let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new(

@@ -8,7 +8,7 @@
 //! ends. Whoever waits puts every core to work on the replays left (`Progress::hurry`).
 //!
 //! A what-if under way is a `Flight`, listed with its model's answers
-//! ([`Answers`](super::models::Answers)) until its answer is kept there. One what-if is computed
+//! ([`Answers`]) until its answer is kept there. One what-if is computed
 //! at a time per model (`Answers::computing`), and one background table at a time in all.
 
 use std::sync::{Arc, Weak};

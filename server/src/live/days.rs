@@ -10,9 +10,10 @@
 //! - [`Packer`] groups sorted one-minute rows into series-days and [`merge`] folds a late
 //!   minute into a packed day with the roll-up's own rules (sum of counts, min of minima, max of
 //!   maxima, count-weighted means, first value of the rest); both are pure.
-//! - [`Library::pack_closed_days`] (called by the roll-up, under its lock) packs every one-minute
-//!   row of a day that has ended before a time, merges with a packed row already there (late
-//!   samples), and deletes the rows it packed, in the caller's transaction.
+//! - [`pack_days`] (called by the roll-up's `Live::pack_closed_days`, under its lock, one
+//!   transaction per table) packs every one-minute row of a day that has ended before a time,
+//!   merges with a packed row already there (late samples), and deletes the rows it packed, in
+//!   the caller's transaction.
 //! - [`bucket_maxima`] reads a packed day back into a window's buckets (`queries`).
 
 use std::collections::{BTreeSet, HashMap};

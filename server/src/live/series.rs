@@ -20,7 +20,7 @@ pub const MAX_SPAN_MS: i64 = 366 * 86_400_000;
 
 impl Window {
     /// A window the store can answer whatever a client asks: times between the epoch and
-    /// [`MAX_TIME_MS`], `to` after `from`, at most [`MAX_SPAN_MS`] long (cut at its start), 10 to
+    /// `MAX_TIME_MS`, `to` after `from`, at most `MAX_SPAN_MS` long (cut at its start), 10 to
     /// 4,000 buckets.
     pub fn new(from_ms: i64, to_ms: i64, points: i64) -> Window {
         let from_ms = from_ms.clamp(0, MAX_TIME_MS - 1);

@@ -1039,7 +1039,7 @@ impl Row {
 /// O(segments + blocks), not O(trace): every per-event table is final when the last row is in.
 /// The live series is kept relative to the trace's start (what allocations made before the trace
 /// hold is known only at the end, from their frees and the final blocks) and shifted in
-/// O(events / block) by [`Packed::add_to_all`]; reserved bytes likewise; checkpoints hold the
+/// O(events / block) by [`Packed::add_to_all`](crate::packed::Packed::add_to_all); reserved bytes likewise; checkpoints hold the
 /// allocations made in the trace, and [`DeviceIndex::alive_at`] adds those made before it.
 pub struct DeviceBuilder {
     allocations: Vec<Allocation>,

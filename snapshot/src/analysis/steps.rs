@@ -65,7 +65,7 @@ fn family(name: &str) -> (&str, Option<u32>) {
 }
 
 /// Where the device's memory completed a wave: the positions where live bytes, having risen by
-/// [`WAVE_SHARE`] of their range over the lowest point since the last wave, fell back by as much
+/// `WAVE_SHARE` of their range over the lowest point since the last wave, fell back by as much
 /// from the highest. A training loop makes one per step (backward frees the activations); one
 /// forward pass makes none.
 pub fn wave_ends(d: &DeviceIndex) -> Vec<u32> {

@@ -24,7 +24,7 @@ pub struct DeviceSummary {
     pub peak_traced_live_bytes: u64,
     /// `torch.cuda.memory_stats()`'s three peaks (`requested_bytes`, `allocated_bytes`,
     /// `reserved_bytes` `.all.peak`) and the position (events before it) where each was first
-    /// reached; see [`peaks`](super::peaks).
+    /// reached; see [`peaks`](mod@super::peaks).
     pub peak_requested_bytes: u64,
     pub peak_requested_position: u32,
     pub peak_allocated_bytes: u64,

@@ -184,7 +184,7 @@ impl Allocator {
         }
     }
 
-    /// Addresses to take from the trace (see [`Allocator::seed`]).
+    /// Addresses to take from the trace (see the `seed` field).
     pub fn seed_with(&mut self, events: Vec<SegEvent>) {
         self.seed = events;
     }
