@@ -163,6 +163,7 @@ async fn metrics(State(s): State<AppState>) -> ApiResult<Response> {
         o,
         "# HELP memscope_engine_queries_cancelled_total Snapshot analyses stopped early because their client went away.\n# TYPE memscope_engine_queries_cancelled_total counter\nmemscope_engine_queries_cancelled_total {cancelled}"
     );
+    whatif_replays(&mut o, &s.models.replays);
     let (parse_total, parse_free) = s.uploads.parse_memory_bytes();
     let _ = writeln!(
         o,
@@ -235,4 +236,24 @@ async fn hosts_and_growth(s: &AppState, o: &mut String) -> ApiResult<()> {
         );
     }
     Ok(())
+}
+
+/// The what-if tables replaying now and ended (`library::replays`): each replays a trace once per
+/// setting, seconds of one core (in the background) or of every core (watched) per snapshot.
+fn whatif_replays(o: &mut String, c: &crate::library::models::ReplayCounts) {
+    use std::fmt::Write;
+    let n = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    let _ = writeln!(
+        o,
+        "# HELP memscope_whatif_replays_running What-if tables replaying now: in the background after an upload (one core), or watched (someone asked; every core).\n# TYPE memscope_whatif_replays_running gauge\nmemscope_whatif_replays_running{{kind=\"background\"}} {}\nmemscope_whatif_replays_running{{kind=\"watched\"}} {}",
+        n(&c.background_running),
+        n(&c.watched_running)
+    );
+    let _ = writeln!(
+        o,
+        "# HELP memscope_whatif_replays_total What-if tables ended: answered (kept), no_answer (a trace the model cannot replay; the reason is shown), failed (the replay crashed).\n# TYPE memscope_whatif_replays_total counter\nmemscope_whatif_replays_total{{outcome=\"answered\"}} {}\nmemscope_whatif_replays_total{{outcome=\"no_answer\"}} {}\nmemscope_whatif_replays_total{{outcome=\"failed\"}} {}",
+        n(&c.answered_total),
+        n(&c.no_answer_total),
+        n(&c.failed_total)
+    );
 }

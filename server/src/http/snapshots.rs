@@ -537,12 +537,14 @@ async fn whatif_progress(
         }));
     }
     let target = Answers::computed_query(&q);
-    let flight = replays::fly(&m, &target, 0, false).map_err(|replays::NotStarted::Busy| {
-        ApiError::Unavailable(format!(
-            "{} what-ifs of this snapshot are under way or waiting: ask again when one is done",
-            replays::MAX_FLIGHTS
-        ))
-    })?;
+    let flight = replays::fly(&m, &target, 0, false, &s.models.replays).map_err(
+        |replays::NotStarted::Busy| {
+            ApiError::Unavailable(format!(
+                "{} what-ifs of this snapshot are under way or waiting: ask again when one is done",
+                replays::MAX_FLIGHTS
+            ))
+        },
+    )?;
     flight.progress.hurry();
     if let Some(why) = flight.failed() {
         return Err(ApiError::BadRequest(why.to_string()));

@@ -3,6 +3,7 @@
 //! damaged it is rebuilt once from the original upload. Concurrent requests for a snapshot not in
 //! memory wait for one load instead of each loading it (each load holds a whole index).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
@@ -215,6 +216,54 @@ pub fn narrowed(table: &api::WhatIf, q: &api::WhatIfQuery) -> Option<api::WhatIf
     Some(w)
 }
 
+/// A server's what-if replays, over every model, for `/metrics`: those replaying now, in the
+/// background (after an upload) or watched (someone asked), and those ended, by how. Owned by
+/// the server's [`Models`]; counted by `library::replays`.
+#[derive(Debug, Default)]
+pub struct ReplayCounts {
+    pub background_running: AtomicU64,
+    pub watched_running: AtomicU64,
+    /// Answers computed and kept.
+    pub answered_total: AtomicU64,
+    /// Traces the model could not replay (nothing to replay, or a trace it refuses): the
+    /// watchers are told why.
+    pub no_answer_total: AtomicU64,
+    /// Replays that crashed.
+    pub failed_total: AtomicU64,
+}
+
+impl ReplayCounts {
+    /// Counts one replay as running until the returned guard is dropped.
+    pub(super) fn replaying(self: &Arc<Self>, background: bool) -> Replaying {
+        self.running(background).fetch_add(1, Ordering::Relaxed);
+        Replaying {
+            counts: self.clone(),
+            background,
+        }
+    }
+
+    fn running(&self, background: bool) -> &AtomicU64 {
+        match background {
+            true => &self.background_running,
+            false => &self.watched_running,
+        }
+    }
+}
+
+/// One replay counted as running while it is held.
+pub(super) struct Replaying {
+    counts: Arc<ReplayCounts>,
+    background: bool,
+}
+
+impl Drop for Replaying {
+    fn drop(&mut self) {
+        self.counts
+            .running(self.background)
+            .fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 #[derive(Debug)]
 pub struct Models {
     capacity: usize,
@@ -225,6 +274,8 @@ pub struct Models {
     loading: Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Loads from disk so far (model file or original).
     loads: std::sync::atomic::AtomicU64,
+    /// The what-if replays of these models, for `/metrics`.
+    pub replays: Arc<ReplayCounts>,
 }
 
 impl Models {
@@ -235,6 +286,7 @@ impl Models {
             clock: Default::default(),
             loading: Default::default(),
             loads: Default::default(),
+            replays: Default::default(),
         }
     }
 

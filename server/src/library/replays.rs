@@ -11,12 +11,13 @@
 //! ([`Answers`]) until its answer is kept there. One what-if is computed
 //! at a time per model (`Answers::computing`), and one background table at a time in all.
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use snapshot::analysis::whatif::WhatIfError;
 
-use super::models::{Answers, Flight, Loaded};
+use super::models::{Answers, Flight, Loaded, ReplayCounts};
 
 /// What-ifs under way or waiting per model, at most: each replays the trace for seconds, so a
 /// client asking for many different limits waits for these first.
@@ -36,6 +37,7 @@ pub fn fly(
     q: &api::WhatIfQuery,
     threads: usize,
     background: bool,
+    counts: &Arc<ReplayCounts>,
 ) -> Result<Arc<Flight>, NotStarted> {
     let key = Answers::whatif_key(q);
     let flight = {
@@ -59,6 +61,7 @@ pub fn fly(
         q.clone(),
         flight.clone(),
         background,
+        counts.clone(),
     ));
     Ok(flight)
 }
@@ -83,7 +86,13 @@ static WATCHED_REPLAYS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_n
 
 /// Computes the flight's what-if in its turn and keeps the answer. A model dropped from memory
 /// before its turn is skipped: the flight holds only a weak reference until then.
-async fn run(m: Weak<Loaded>, q: api::WhatIfQuery, flight: Arc<Flight>, background: bool) {
+async fn run(
+    m: Weak<Loaded>,
+    q: api::WhatIfQuery,
+    flight: Arc<Flight>,
+    background: bool,
+    counts: Arc<ReplayCounts>,
+) {
     let _turn = match background {
         true => match BACKGROUND_REPLAYS.acquire().await {
             Ok(turn) => Some(turn),
@@ -109,6 +118,7 @@ async fn run(m: Weak<Loaded>, q: api::WhatIfQuery, flight: Arc<Flight>, backgrou
     flight.start();
     let model = m.clone();
     let progress = flight.progress.clone();
+    let replaying = counts.replaying(background);
     let answer = {
         let q = q.clone();
         tokio::task::spawn_blocking(move || {
@@ -116,6 +126,13 @@ async fn run(m: Weak<Loaded>, q: api::WhatIfQuery, flight: Arc<Flight>, backgrou
         })
         .await
     };
+    drop(replaying);
+    let ended = match &answer {
+        Ok(Ok(_)) => &counts.answered_total,
+        Ok(Err(_)) => &counts.no_answer_total,
+        Err(_) => &counts.failed_total,
+    };
+    ended.fetch_add(1, Ordering::Relaxed);
     match answer {
         Ok(Ok(answer)) => {
             m.answers
@@ -150,16 +167,16 @@ fn fail(flight: &Flight, e: WhatIfError) {
 const BACKGROUND_REPLAY_DELAY: Duration = Duration::from_secs(2);
 
 /// Computes the What if tab's table (every candidate setting, with curves) for a new upload in
-/// the background once its first screen is drawn. Not counted as a request's engine work in
-/// `/metrics`.
-pub fn replay_later(id: String, loaded: Weak<Loaded>) {
+/// the background once its first screen is drawn. Counted in `/metrics` as a what-if replay
+/// (`memscope_whatif_replays_*`), not as a request's engine work.
+pub fn replay_later(id: String, loaded: Weak<Loaded>, counts: Arc<ReplayCounts>) {
     tokio::spawn(async move {
         tokio::time::sleep(BACKGROUND_REPLAY_DELAY).await;
         let Some(m) = loaded.upgrade() else {
             return;
         };
         let table = Answers::table_query(&api::WhatIfQuery::default());
-        if m.answers.whatif(&table).is_none() && fly(&m, &table, 1, true).is_err() {
+        if m.answers.whatif(&table).is_none() && fly(&m, &table, 1, true, &counts).is_err() {
             tracing::debug!(id, "no background what-if: the model has enough under way");
         }
     });

@@ -576,7 +576,11 @@ impl Uploads {
         );
         let loaded = Arc::new(Loaded::new(got.snap, got.index));
         self.models.insert(&info.id, loaded.clone());
-        super::replays::replay_later(info.id.clone(), Arc::downgrade(&loaded));
+        super::replays::replay_later(
+            info.id.clone(),
+            Arc::downgrade(&loaded),
+            self.models.replays.clone(),
+        );
         self.write_model_later(info.id.clone(), info.sha256.clone(), loaded);
         Ok(Uploaded {
             created: true,

@@ -1104,14 +1104,22 @@ async fn the_whatif_table_is_replayed_after_an_upload_and_kept() {
 /// first answer carries what is known before any replay (the runs to come, the recorded peak and
 /// the live allocations' peak), every answer counts the events replayed, and the last one is the
 /// whole table, equal to what `GET /whatif` answers. A setting PyTorch does not accept is a 400
-/// at once, and a snapshot without a trace says why.
+/// at once, and a snapshot without a trace says why. `/metrics` counts the replay while it runs
+/// (watched) and once it is answered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn whatif_progress_answers_at_once_and_ends_as_the_table() {
+    use crate::hardening_two::{metric, metrics};
+    const ANSWERED: &str = "memscope_whatif_replays_total{outcome=\"answered\"}";
+    const WATCHED: &str = "memscope_whatif_replays_running{kind=\"watched\"}";
     let (_dir, state) = open_state("whatif-progress").await;
+    // The counts are this server's own.
+    let answered_before = metric(&metrics(&state).await, ANSWERED).expect("the answered count");
+    assert_eq!(answered_before, 0.0);
     let id = upload_fixture(&state, "big_python.pickle.xz").await.id;
     let q = api::WhatIfQuery::default();
     let uri = api::routes::whatif_progress(&id, &q);
     let mut polls = Vec::new();
+    let mut watched_seen = 0.0f64;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
     let last = loop {
         let (st, v) = call(&state, "GET", &uri, vec![]).await;
@@ -1122,12 +1130,23 @@ async fn whatif_progress_answers_at_once_and_ends_as_the_table() {
             break p;
         }
         polls.push(p);
+        let running = metric(&metrics(&state).await, WATCHED).expect("the watched gauge");
+        watched_seen = watched_seen.max(running);
         assert!(
             std::time::Instant::now() < deadline,
             "the replays never ended"
         );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     };
+    assert!(
+        watched_seen >= 1.0,
+        "the replay was never counted as running"
+    );
+    let answered = metric(&metrics(&state).await, ANSWERED).expect("the answered count");
+    assert!(
+        answered > answered_before,
+        "{answered_before} answered before, {answered} after"
+    );
     let o = &polls.first().unwrap_or(&last).outline.clone();
     assert_eq!((o.device, o.events), (0, 250_021), "{o:?}");
     assert!(o.live_peak_bytes > 0 && o.live_peak_bytes <= o.recorded_peak_reserved_bytes);
@@ -1145,11 +1164,21 @@ async fn whatif_progress_answers_at_once_and_ends_as_the_table() {
         !polls.is_empty(),
         "a 250k-event table answered before the first look"
     );
+    // A partial answer holds the runs replayed so far: fewer than the whole, or all of them when
+    // the poll fell between the last replay's end and the answer being kept (1 poll in ~20
+    // runs of this test saw that window).
     for p in &polls {
         if let Some(so_far) = &p.answer {
-            assert!(so_far.runs.len() < answer.runs.len());
+            assert!(so_far.runs.len() <= answer.runs.len());
         }
     }
+    assert!(
+        polls.iter().any(|p| p
+            .answer
+            .as_ref()
+            .is_none_or(|a| a.runs.len() < answer.runs.len())),
+        "no poll saw the table unfinished"
+    );
     let (_, whole) = call(&state, "GET", &api::routes::whatif(&id, &q), vec![]).await;
     assert_eq!(serde_json::to_value(&answer).unwrap(), whole);
 

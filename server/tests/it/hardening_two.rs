@@ -71,14 +71,14 @@ async fn upload_named(s: &AppState, name: &str, fixture: &str) -> (StatusCode, S
     (st, String::from_utf8_lossy(&body).to_string())
 }
 
-async fn metrics(s: &AppState) -> String {
+pub(crate) async fn metrics(s: &AppState) -> String {
     let (st, body) = respond(s, get_at("localhost", "/metrics", &[])).await;
     assert_eq!(st, StatusCode::OK);
     String::from_utf8_lossy(&body).to_string()
 }
 
 /// The value of the metric line that starts with `prefix`.
-fn metric(text: &str, prefix: &str) -> Option<f64> {
+pub(crate) fn metric(text: &str, prefix: &str) -> Option<f64> {
     text.lines()
         .find(|l| l.starts_with(prefix))
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
