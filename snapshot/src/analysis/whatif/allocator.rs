@@ -253,7 +253,7 @@ impl Allocator {
     /// `action` of `size` bytes: the trace's when its next segment event is that one and the
     /// range is free in the model, else an invented one. Recorded as live. A trace's address
     /// whose range would run past the top of the address space (a hand-made or corrupt file:
-    /// `variants/big_ints`) is not taken, so no range the model holds wraps around.
+    /// `variants/big_ints`) is not free, so it is not taken.
     fn segment_addr(&mut self, action: SegAction, size: u64, span: u64) -> u64 {
         let seeded = self
             .seed
@@ -263,7 +263,7 @@ impl Allocator {
                     && (action == SegAction::Map || e.size == size || self.seed_in_order)
             })
             .map(|e| e.addr)
-            .filter(|&a| a.checked_add(span).is_some() && self.range_free(a, span));
+            .filter(|&a| self.range_free(a, span));
         let a = seeded.unwrap_or_else(|| self.space.driver_addr(span));
         self.space.insert(a, a + span);
         a
@@ -1073,8 +1073,12 @@ impl AddressSpace {
         }
     }
 
+    /// Whether `[start, start + span)` overlaps no live range; a range running past the top of
+    /// the address space is never free (no range the model holds wraps around).
     fn range_free(&self, start: u64, span: u64) -> bool {
-        let end = start.saturating_add(span);
+        let Some(end) = start.checked_add(span) else {
+            return false;
+        };
         self.ranges
             .range(..end)
             .next_back()
