@@ -127,14 +127,9 @@ async fn run(
         .await
     };
     drop(replaying);
-    let ended = match &answer {
-        Ok(Ok(_)) => &counts.answered_total,
-        Ok(Err(_)) => &counts.no_answer_total,
-        Err(_) => &counts.failed_total,
-    };
-    ended.fetch_add(1, Ordering::Relaxed);
     match answer {
         Ok(Ok(answer)) => {
+            counts.answered_total.fetch_add(1, Ordering::Relaxed);
             m.answers
                 .keep_whatif(Answers::whatif_key(&q), Arc::new(answer));
             tracing::info!(
@@ -145,8 +140,12 @@ async fn run(
             );
             land(&m, &flight);
         }
-        Ok(Err(e)) => fail(&flight, e),
+        Ok(Err(e)) => {
+            counts.no_answer_total.fetch_add(1, Ordering::Relaxed);
+            fail(&flight, e);
+        }
         Err(e) => {
+            counts.failed_total.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(key = flight.key, error = %e, "a what-if's replays failed");
             flight.fail(format!("the replays failed: {e}"));
         }
