@@ -14,11 +14,13 @@
 //! - Closed sets are enums (`Axis`, `Verdict`, `WarningCode`, `Encoding`, `EventKind`, …); sets
 //!   that grow with PyTorch or collectors keep unknown names in an `Other` variant.
 //! - The engine's types stay the engine's: the server converts them into these at the boundary
-//!   (`server/src/convert.rs`), so an engine refactor cannot change an answer silently.
+//!   (`engine`, behind the feature of that name), so an engine refactor cannot change an answer silently.
 //! - No IO, no async, no HTTP client: this crate only describes.
 
 pub mod categories;
 pub mod diff;
+#[cfg(feature = "engine")]
+pub mod engine;
 pub mod format;
 pub mod library;
 pub mod live;

@@ -235,12 +235,50 @@ impl UploadSummary {
     /// The view that answers the question this file raises: its OOM report when it ran out of
     /// memory, its leak suspects when something grows, else its timeline.
     pub fn landing_view(&self) -> &'static str {
-        if self.ooms > 0 {
-            "oom"
-        } else if self.leak_suspects > 0 {
-            "leaks"
-        } else {
-            "timeline"
+        landing_view(self.ooms, self.leak_suspects)
+    }
+}
+
+/// The view a new snapshot opens on: its OOM report when it ran out of memory, its leak
+/// suspects when something grows, else its timeline (an upload's answer and the page's own
+/// reading of a file choose alike).
+pub fn landing_view(ooms: u64, leak_suspects: u64) -> &'static str {
+    if ooms > 0 {
+        "oom"
+    } else if leak_suspects > 0 {
+        "leaks"
+    } else {
+        "timeline"
+    }
+}
+
+impl SnapshotInfo {
+    /// An entry's figures from its report: everything but who it is (`id`, `sha256`, `name`),
+    /// when and how it came (`uploaded_at_ms`, `index_ms`, `tags`, `device_total`), which
+    /// are left empty.
+    pub fn from_report(report: &crate::Report, entries: u64, size_bytes: u64) -> SnapshotInfo {
+        let (peak_bytes, peak_reserved_bytes) = report.peaks();
+        SnapshotInfo {
+            id: String::new(),
+            sha256: String::new(),
+            name: String::new(),
+            uploaded_at_ms: 0,
+            size_bytes,
+            decoded_bytes: report.format.decoded_bytes,
+            encoding: report.format.encoding,
+            compression: report.format.compression,
+            devices: report.devices.keys().copied().collect(),
+            entries,
+            peak_bytes,
+            peak_reserved_bytes,
+            reserved_bytes: report.reserved_bytes,
+            allocated_bytes: report.allocated_bytes,
+            leak_suspects: report.leak_suspects.len() as u64,
+            ooms: report.ooms.len() as u64,
+            warnings: report.warnings.len() as u64,
+            index_ms: 0,
+            tags: Vec::new(),
+            device_total: None,
         }
     }
 }

@@ -483,6 +483,11 @@ impl Report {
             .and_then(|free| free.into_iter().min())
     }
 
+    /// The view this snapshot opens on ([`crate::landing_view`]).
+    pub fn landing_view(&self) -> &'static str {
+        crate::landing_view(self.ooms.len() as u64, self.leak_suspects.len() as u64)
+    }
+
     /// The highest allocated and the highest reserved bytes of any device (what the library
     /// lists).
     pub fn peaks(&self) -> (u64, u64) {

@@ -7,7 +7,7 @@ pub mod access;
 pub mod assets;
 pub mod cli;
 pub mod config;
-pub mod convert;
+pub use api::engine as convert;
 pub mod db;
 pub mod http;
 pub mod library;

@@ -216,15 +216,7 @@ pub(super) async fn on_engine<T: Send + 'static>(
 
 /// The requested device's trace index (default: the device that held the most memory).
 pub(super) fn device_of(m: &Loaded, device: Option<i32>) -> ApiResult<&DeviceIndex> {
-    match device {
-        Some(d) => m
-            .index
-            .device(d)
-            .ok_or_else(|| ApiError::BadRequest(format!("snapshot has no trace for device {d}"))),
-        None => m.index.default_device().ok_or_else(|| {
-            ApiError::BadRequest("snapshot has no device traces (history was not recorded)".into())
-        }),
-    }
+    convert::device_index(&m.index, device).map_err(ApiError::BadRequest)
 }
 
 /// The same object `memscope analyze --json` prints, stored at upload.
@@ -326,57 +318,8 @@ async fn timeline_answer(
 ) -> ApiResult<api::TimelineAnswer> {
     query(s, id, move |m, _| {
         let d = device_of(m, q.device)?;
-        let w = analysis::timeline::window(
-            &m.snap,
-            &m.index,
-            d,
-            q.axis.map(convert::axis_in),
-            q.from.zip(q.to),
-            q.buckets_or_default(),
-            q.allocations_or_default(),
-        )
-        .ok_or_else(|| ApiError::BadRequest("empty trace".into()))?;
-        let categories = (q.categories == Some(true)).then(|| {
-            let spans: Vec<(u32, u32)> = w
-                .timeline
-                .buckets
-                .iter()
-                .map(|b| (b.first, b.last))
-                .collect();
-            analysis::categories::at_bucket_peaks(&m.snap, &m.index, d, &spans)
-                .into_iter()
-                .map(convert::category_bytes)
-                .collect()
-        });
-        Ok(api::TimelineAnswer {
-            categories,
-            device: w.device,
-            axis: convert::axis(w.axis),
-            timeline: convert::timeline(w.timeline),
-            allocations: w.allocations.into_iter().map(convert::allocation).collect(),
-            stacks: w
-                .stacks
-                .into_iter()
-                .map(|(k, v)| (convert::stack_id(k), convert::frames(v)))
-                .collect(),
-            sites: w
-                .sites
-                .into_iter()
-                .map(|(k, v)| (convert::stack_id(k), v.map(convert::frame)))
-                .collect(),
-            annotations: w.annotations.into_iter().map(convert::annotation).collect(),
-            ooms: w.ooms.into_iter().map(convert::oom_marker).collect(),
-            first_time_us: w.first_time_us,
-            last_time_us: w.last_time_us,
-            fitted: w.fitted.map(|f| api::FittedWindow {
-                from_us: f.from_us,
-                to_us: f.to_us,
-                events_before: f.events_before,
-                events_after: f.events_after,
-                idle_before_us: f.idle_before_us,
-                idle_after_us: f.idle_after_us,
-            }),
-        })
+        convert::timeline_answer(&m.snap, &m.index, d, &q)
+            .ok_or_else(|| ApiError::BadRequest("empty trace".into()))
     })
     .await
 }

@@ -821,28 +821,14 @@ fn snapshot_info(
     device_total: Option<api::DeviceTotal>,
     index_ms: u64,
 ) -> SnapshotInfo {
-    let report = &got.report;
-    let (peak_bytes, peak_reserved_bytes) = report.peaks();
     SnapshotInfo {
         id: got.sha256[..16].to_string(),
         sha256: got.sha256.clone(),
         name,
         uploaded_at_ms: crate::now_ms(),
-        size_bytes: got.size_bytes,
-        decoded_bytes: report.format.decoded_bytes,
-        encoding: report.format.encoding,
-        compression: report.format.compression,
-        devices: report.devices.keys().copied().collect(),
-        entries: got.snap.trace.len() as u64,
-        peak_bytes,
-        peak_reserved_bytes,
-        reserved_bytes: report.reserved_bytes,
-        allocated_bytes: report.allocated_bytes,
-        leak_suspects: report.leak_suspects.len() as u64,
-        ooms: report.ooms.len() as u64,
-        warnings: report.warnings.len() as u64,
         index_ms,
         tags,
         device_total,
+        ..SnapshotInfo::from_report(&got.report, got.snap.trace.len() as u64, got.size_bytes)
     }
 }

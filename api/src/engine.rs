@@ -1,98 +1,101 @@
-//! The engine's types into the `api` crate's, at the HTTP boundary. The engine keeps its own
-//! types (they change with the engine); what crosses HTTP is an `api` type, so a refactor of the
-//! engine that would change an answer fails to compile here instead of changing it silently.
+//! The engine's types into this crate's, at the HTTP boundary (feature `engine`). The engine
+//! keeps its own types (they change with the engine); what crosses HTTP is an `api` type, so a
+//! refactor of the engine that would change an answer fails to compile here instead of changing
+//! it silently. It lives here, not in the server, because the dashboard answers its own first
+//! questions about a file from the same engine before the file's upload lands (the page's
+//! reading, `frontend/src/local/`), and those answers must be the server's to the byte.
 
 use snapshot::analysis::timeline as tl;
 use snapshot::analysis::{self, categories, diff, index, leaks, oom, stacks, state, summary};
 use snapshot::frames::FrameView;
 use snapshot::model;
 
-pub fn frame(f: FrameView) -> api::Frame {
-    api::Frame {
+pub fn frame(f: FrameView) -> crate::Frame {
+    crate::Frame {
         filename: f.filename,
         line: f.line,
         name: f.name,
     }
 }
 
-pub fn frames(v: Vec<FrameView>) -> Vec<api::Frame> {
+pub fn frames(v: Vec<FrameView>) -> Vec<crate::Frame> {
     v.into_iter().map(frame).collect()
 }
 
-pub fn stack_id(s: model::StackId) -> api::StackId {
-    api::StackId(s.0)
+pub fn stack_id(s: model::StackId) -> crate::StackId {
+    crate::StackId(s.0)
 }
 
-pub fn axis(a: tl::Axis) -> api::Axis {
+pub fn axis(a: tl::Axis) -> crate::Axis {
     match a {
-        tl::Axis::Event => api::Axis::Event,
-        tl::Axis::Time => api::Axis::Time,
+        tl::Axis::Event => crate::Axis::Event,
+        tl::Axis::Time => crate::Axis::Time,
     }
 }
 
-pub fn axis_in(a: api::Axis) -> tl::Axis {
+pub fn axis_in(a: crate::Axis) -> tl::Axis {
     match a {
-        api::Axis::Event => tl::Axis::Event,
-        api::Axis::Time => tl::Axis::Time,
+        crate::Axis::Event => tl::Axis::Event,
+        crate::Axis::Time => tl::Axis::Time,
     }
 }
 
 /// The frames memory by stack is read from when none are asked for: Python's where the
 /// snapshot has them (what a Python user reads), else all.
-pub fn default_frames(index: &analysis::Index) -> api::FlameFrames {
+pub fn default_frames(index: &analysis::Index) -> crate::FlameFrames {
     if index.frames.has_python() {
-        api::FlameFrames::Python
+        crate::FlameFrames::Python
     } else {
-        api::FlameFrames::All
+        crate::FlameFrames::All
     }
 }
 
-pub fn flame_frames_in(f: api::FlameFrames) -> analysis::FlameFrames {
+pub fn flame_frames_in(f: crate::FlameFrames) -> analysis::FlameFrames {
     match f {
-        api::FlameFrames::All => analysis::FlameFrames::All,
-        api::FlameFrames::Python => analysis::FlameFrames::PythonOnly,
+        crate::FlameFrames::All => analysis::FlameFrames::All,
+        crate::FlameFrames::Python => analysis::FlameFrames::PythonOnly,
     }
 }
 
-fn segment_type(t: model::SegmentType) -> api::SegmentType {
+fn segment_type(t: model::SegmentType) -> crate::SegmentType {
     match t {
-        model::SegmentType::Small => api::SegmentType::Small,
-        model::SegmentType::Large => api::SegmentType::Large,
-        model::SegmentType::Unknown => api::SegmentType::Unknown,
+        model::SegmentType::Small => crate::SegmentType::Small,
+        model::SegmentType::Large => crate::SegmentType::Large,
+        model::SegmentType::Unknown => crate::SegmentType::Unknown,
     }
 }
 
-fn block_state(s: model::BlockState) -> api::BlockState {
+fn block_state(s: model::BlockState) -> crate::BlockState {
     match s {
-        model::BlockState::ActiveAllocated => api::BlockState::ActiveAllocated,
-        model::BlockState::ActivePendingFree => api::BlockState::ActivePendingFree,
-        model::BlockState::Inactive => api::BlockState::Inactive,
-        model::BlockState::Unknown => api::BlockState::Unknown,
+        model::BlockState::ActiveAllocated => crate::BlockState::ActiveAllocated,
+        model::BlockState::ActivePendingFree => crate::BlockState::ActivePendingFree,
+        model::BlockState::Inactive => crate::BlockState::Inactive,
+        model::BlockState::Unknown => crate::BlockState::Unknown,
     }
 }
 
-fn verdict(v: oom::Verdict) -> api::Verdict {
+fn verdict(v: oom::Verdict) -> crate::Verdict {
     match v {
-        oom::Verdict::Growth => api::Verdict::Growth,
-        oom::Verdict::Fragmentation => api::Verdict::Fragmentation,
-        oom::Verdict::ProcessLimit => api::Verdict::ProcessLimit,
-        oom::Verdict::Exhaustion => api::Verdict::Exhaustion,
-        oom::Verdict::OutsidePytorch => api::Verdict::OutsidePytorch,
-        oom::Verdict::Undetermined => api::Verdict::Undetermined,
+        oom::Verdict::Growth => crate::Verdict::Growth,
+        oom::Verdict::Fragmentation => crate::Verdict::Fragmentation,
+        oom::Verdict::ProcessLimit => crate::Verdict::ProcessLimit,
+        oom::Verdict::Exhaustion => crate::Verdict::Exhaustion,
+        oom::Verdict::OutsidePytorch => crate::Verdict::OutsidePytorch,
+        oom::Verdict::Undetermined => crate::Verdict::Undetermined,
     }
 }
 
-fn recovery(r: snapshot::analysis::recovery::Recovery) -> api::Recovery {
+fn recovery(r: snapshot::analysis::recovery::Recovery) -> crate::Recovery {
     use snapshot::analysis::recovery::Recovery as R;
     match r {
-        R::WorkspaceFallback => api::Recovery::WorkspaceFallback,
-        R::Caught => api::Recovery::Caught,
-        R::Fatal => api::Recovery::Fatal,
+        R::WorkspaceFallback => crate::Recovery::WorkspaceFallback,
+        R::Caught => crate::Recovery::Caught,
+        R::Fatal => crate::Recovery::Fatal,
     }
 }
 
-fn oom_incident(i: oom::OomIncident) -> api::OomIncident {
-    api::OomIncident {
+fn oom_incident(i: oom::OomIncident) -> crate::OomIncident {
+    crate::OomIncident {
         device: i.device,
         verdict: verdict(i.verdict),
         recovery: recovery(i.recovery),
@@ -109,34 +112,34 @@ fn oom_incident(i: oom::OomIncident) -> api::OomIncident {
     }
 }
 
-pub fn encoding(e: model::Encoding) -> api::Encoding {
+pub fn encoding(e: model::Encoding) -> crate::Encoding {
     match e {
-        model::Encoding::Pickle => api::Encoding::Pickle,
-        model::Encoding::Json => api::Encoding::Json,
+        model::Encoding::Pickle => crate::Encoding::Pickle,
+        model::Encoding::Json => crate::Encoding::Json,
     }
 }
 
-pub fn compression(c: snapshot::decompress::Compression) -> api::Compression {
+pub fn compression(c: snapshot::decompress::Compression) -> crate::Compression {
     use snapshot::decompress::Compression as C;
     match c {
-        C::None => api::Compression::None,
-        C::Gzip => api::Compression::Gzip,
-        C::Zstd => api::Compression::Zstd,
-        C::Xz => api::Compression::Xz,
+        C::None => crate::Compression::None,
+        C::Gzip => crate::Compression::Gzip,
+        C::Zstd => crate::Compression::Zstd,
+        C::Xz => crate::Compression::Xz,
     }
 }
 
-fn layout(l: model::Layout) -> api::Layout {
+fn layout(l: model::Layout) -> crate::Layout {
     match l {
-        model::Layout::Modern => api::Layout::Modern,
-        model::Layout::BlockHistory => api::Layout::BlockHistory,
-        model::Layout::LegacySegmentList => api::Layout::LegacySegmentList,
-        model::Layout::SegmentList => api::Layout::SegmentList,
+        model::Layout::Modern => crate::Layout::Modern,
+        model::Layout::BlockHistory => crate::Layout::BlockHistory,
+        model::Layout::LegacySegmentList => crate::Layout::LegacySegmentList,
+        model::Layout::SegmentList => crate::Layout::SegmentList,
     }
 }
 
-fn format(f: model::Format) -> api::Format {
-    api::Format {
+fn format(f: model::Format) -> crate::Format {
+    crate::Format {
         encoding: encoding(f.encoding),
         protocol: f.protocol,
         compression: compression(f.compression),
@@ -145,13 +148,13 @@ fn format(f: model::Format) -> api::Format {
     }
 }
 
-pub fn device_summary(d: summary::DeviceSummary) -> api::DeviceSummary {
-    api::DeviceSummary {
+pub fn device_summary(d: summary::DeviceSummary) -> crate::DeviceSummary {
+    crate::DeviceSummary {
         entries: d.entries,
         actions: d
             .actions
             .into_iter()
-            .map(|(k, n)| (api::TraceAction::from_name(&k), n))
+            .map(|(k, n)| (crate::TraceAction::from_name(&k), n))
             .collect(),
         first_time_us: d.first_time_us,
         last_time_us: d.last_time_us,
@@ -165,17 +168,19 @@ pub fn device_summary(d: summary::DeviceSummary) -> api::DeviceSummary {
         peak_reserved_bytes: d.peak_reserved_bytes,
         peak_reserved_position: d.peak_reserved_position,
         peaks_over: peak_scope(d.peaks_over),
-        steps: d.steps.map(|s| api::Steps {
+        steps: d.steps.map(|s| crate::Steps {
             source: match s.source {
-                snapshot::analysis::steps::StepSource::Annotations => api::StepsSource::Annotations,
-                snapshot::analysis::steps::StepSource::Repeats => api::StepsSource::Repeats,
+                snapshot::analysis::steps::StepSource::Annotations => {
+                    crate::StepsSource::Annotations
+                }
+                snapshot::analysis::steps::StepSource::Repeats => crate::StepsSource::Repeats,
             },
             name: s.name,
             numbers: s.numbers,
             starts: s.starts,
             start_times_us: s.start_times_us,
         }),
-        categories: d.categories.map(|c| api::DeviceCategories {
+        categories: d.categories.map(|c| crate::DeviceCategories {
             source: phase_source(c.source),
             backward_passes: c.backward_passes,
             peak_position: c.peak_position,
@@ -184,27 +189,27 @@ pub fn device_summary(d: summary::DeviceSummary) -> api::DeviceSummary {
     }
 }
 
-pub fn category(c: categories::Category) -> api::Category {
+pub fn category(c: categories::Category) -> crate::Category {
     use categories::Category as C;
     match c {
-        C::Parameter => api::Category::Parameter,
-        C::Gradient => api::Category::Gradient,
-        C::OptimizerState => api::Category::OptimizerState,
-        C::Activation => api::Category::Activation,
-        C::Input => api::Category::Input,
-        C::Temporary => api::Category::Temporary,
-        C::AutogradDetail => api::Category::AutogradDetail,
-        C::CudaGraph => api::Category::CudaGraph,
-        C::Unknown => api::Category::Unknown,
+        C::Parameter => crate::Category::Parameter,
+        C::Gradient => crate::Category::Gradient,
+        C::OptimizerState => crate::Category::OptimizerState,
+        C::Activation => crate::Category::Activation,
+        C::Input => crate::Category::Input,
+        C::Temporary => crate::Category::Temporary,
+        C::AutogradDetail => crate::Category::AutogradDetail,
+        C::CudaGraph => crate::Category::CudaGraph,
+        C::Unknown => crate::Category::Unknown,
     }
 }
 
-pub fn category_from_api(c: api::Category) -> categories::Category {
+pub fn category_from_api(c: crate::Category) -> categories::Category {
     categories::Category::parse(c.as_str()).unwrap_or(categories::Category::Unknown)
 }
 
-fn category_rule(r: categories::Rule) -> api::CategoryRule {
-    use api::CategoryRule as A;
+fn category_rule(r: categories::Rule) -> crate::CategoryRule {
+    use crate::CategoryRule as A;
     use categories::Rule as R;
     match r {
         R::PrivatePool => A::PrivatePool,
@@ -230,24 +235,24 @@ fn category_rule(r: categories::Rule) -> api::CategoryRule {
     }
 }
 
-fn confidence(c: categories::Confidence) -> api::Confidence {
+fn confidence(c: categories::Confidence) -> crate::Confidence {
     match c {
-        categories::Confidence::Low => api::Confidence::Low,
-        categories::Confidence::Medium => api::Confidence::Medium,
-        categories::Confidence::High => api::Confidence::High,
+        categories::Confidence::Low => crate::Confidence::Low,
+        categories::Confidence::Medium => crate::Confidence::Medium,
+        categories::Confidence::High => crate::Confidence::High,
     }
 }
 
-fn phase_source(s: categories::PhaseSource) -> api::PhaseSource {
+fn phase_source(s: categories::PhaseSource) -> crate::PhaseSource {
     match s {
-        categories::PhaseSource::Threads => api::PhaseSource::Threads,
-        categories::PhaseSource::Lifetimes => api::PhaseSource::Lifetimes,
-        categories::PhaseSource::None => api::PhaseSource::None,
+        categories::PhaseSource::Threads => crate::PhaseSource::Threads,
+        categories::PhaseSource::Lifetimes => crate::PhaseSource::Lifetimes,
+        categories::PhaseSource::None => crate::PhaseSource::None,
     }
 }
 
-pub fn category_bytes(t: categories::Totals) -> api::CategoryBytes {
-    let mut b = api::CategoryBytes::default();
+pub fn category_bytes(t: categories::Totals) -> crate::CategoryBytes {
+    let mut b = crate::CategoryBytes::default();
     for c in categories::Category::ALL {
         *b.get_mut(category(c)) = t.get(c);
     }
@@ -260,16 +265,16 @@ pub fn categories_at(
     c: categories::CategoriesAt,
     snap: &snapshot::model::Snapshot,
     index: &snapshot::analysis::Index,
-    only: Option<api::Category>,
+    only: Option<crate::Category>,
     limit: Option<usize>,
-) -> api::CategoriesAt {
+) -> crate::CategoriesAt {
     let count = c.allocations.len() as u64;
     let allocations = c
         .allocations
         .into_iter()
         .filter(|a| only.is_none_or(|o| category(a.label.category) == o))
         .take(limit.unwrap_or(usize::MAX))
-        .map(|a| api::CategorizedAllocation {
+        .map(|a| crate::CategorizedAllocation {
             address: a.address,
             size_bytes: a.size,
             category: category(a.label.category),
@@ -277,11 +282,11 @@ pub fn categories_at(
             confidence: confidence(a.label.confidence),
             stream: a.stream,
             alloc_event: a.start,
-            stack: api::StackId(a.stack.0),
+            stack: crate::StackId(a.stack.0),
             site: index.frames.site(snap, a.stack).map(frame),
         })
         .collect();
-    api::CategoriesAt {
+    crate::CategoriesAt {
         device: c.device,
         position: c.position,
         source: phase_source(c.source),
@@ -292,38 +297,38 @@ pub fn categories_at(
     }
 }
 
-pub fn leak_check(c: snapshot::analysis::LeakCheck) -> api::LeakCheck {
+pub fn leak_check(c: snapshot::analysis::LeakCheck) -> crate::LeakCheck {
     match c {
-        snapshot::analysis::LeakCheck::Ran => api::LeakCheck::Ran,
-        snapshot::analysis::LeakCheck::NoTrace => api::LeakCheck::NoTrace,
-        snapshot::analysis::LeakCheck::HistoryOff => api::LeakCheck::HistoryOff,
+        snapshot::analysis::LeakCheck::Ran => crate::LeakCheck::Ran,
+        snapshot::analysis::LeakCheck::NoTrace => crate::LeakCheck::NoTrace,
+        snapshot::analysis::LeakCheck::HistoryOff => crate::LeakCheck::HistoryOff,
     }
 }
 
-pub fn peak_scope(s: snapshot::analysis::PeakScope) -> api::PeakScope {
+pub fn peak_scope(s: snapshot::analysis::PeakScope) -> crate::PeakScope {
     match s {
-        snapshot::analysis::PeakScope::WholeProcess => api::PeakScope::WholeProcess,
-        snapshot::analysis::PeakScope::TraceWindow => api::PeakScope::TraceWindow,
-        snapshot::analysis::PeakScope::FinalState => api::PeakScope::FinalState,
+        snapshot::analysis::PeakScope::WholeProcess => crate::PeakScope::WholeProcess,
+        snapshot::analysis::PeakScope::TraceWindow => crate::PeakScope::TraceWindow,
+        snapshot::analysis::PeakScope::FinalState => crate::PeakScope::FinalState,
     }
 }
 
-pub fn warning(w: summary::Warning) -> api::Warning {
+pub fn warning(w: summary::Warning) -> crate::Warning {
     use summary::WarningCode;
-    api::Warning {
+    crate::Warning {
         code: match w.code {
-            WarningCode::HistoryNotEnabled => api::WarningCode::HistoryNotEnabled,
-            WarningCode::NoFrames => api::WarningCode::NoFrames,
-            WarningCode::HistoryOff => api::WarningCode::HistoryOff,
-            WarningCode::TraceTruncated => api::WarningCode::TraceTruncated,
-            WarningCode::BlocksWithoutFrames => api::WarningCode::BlocksWithoutFrames,
+            WarningCode::HistoryNotEnabled => crate::WarningCode::HistoryNotEnabled,
+            WarningCode::NoFrames => crate::WarningCode::NoFrames,
+            WarningCode::HistoryOff => crate::WarningCode::HistoryOff,
+            WarningCode::TraceTruncated => crate::WarningCode::TraceTruncated,
+            WarningCode::BlocksWithoutFrames => crate::WarningCode::BlocksWithoutFrames,
         },
         message: w.message,
     }
 }
 
-pub fn fragmentation(f: state::Fragmentation) -> api::Fragmentation {
-    api::Fragmentation {
+pub fn fragmentation(f: state::Fragmentation) -> crate::Fragmentation {
+    crate::Fragmentation {
         segments: f.segments,
         reserved_bytes: f.reserved_bytes,
         allocated_bytes: f.allocated_bytes,
@@ -335,8 +340,8 @@ pub fn fragmentation(f: state::Fragmentation) -> api::Fragmentation {
     }
 }
 
-fn pool(p: state::PoolFragmentation) -> api::PoolFragmentation {
-    api::PoolFragmentation {
+fn pool(p: state::PoolFragmentation) -> crate::PoolFragmentation {
+    crate::PoolFragmentation {
         pool_id: p.pool_id,
         segment_type: segment_type(p.segment_type),
         stream: p.stream,
@@ -344,8 +349,8 @@ fn pool(p: state::PoolFragmentation) -> api::PoolFragmentation {
     }
 }
 
-fn call_site(c: stacks::CallSite) -> api::CallSite {
-    api::CallSite {
+fn call_site(c: stacks::CallSite) -> crate::CallSite {
+    crate::CallSite {
         site: c.site.map(frame),
         bytes: c.bytes,
         count: c.count,
@@ -355,8 +360,8 @@ fn call_site(c: stacks::CallSite) -> api::CallSite {
     }
 }
 
-fn leak_suspect(l: leaks::LeakSuspect) -> api::LeakSuspect {
-    api::LeakSuspect {
+fn leak_suspect(l: leaks::LeakSuspect) -> crate::LeakSuspect {
+    crate::LeakSuspect {
         device: l.device,
         bytes: l.bytes,
         count: l.count,
@@ -378,7 +383,7 @@ fn leak_suspect(l: leaks::LeakSuspect) -> api::LeakSuspect {
         series: l
             .series
             .into_iter()
-            .map(|p| api::SeriesPoint {
+            .map(|p| crate::SeriesPoint {
                 position: p.position,
                 time_us: p.time_us,
                 live_bytes: p.live_bytes,
@@ -387,8 +392,8 @@ fn leak_suspect(l: leaks::LeakSuspect) -> api::LeakSuspect {
     }
 }
 
-pub fn oom_report(o: oom::OomReport) -> api::OomReport {
-    api::OomReport {
+pub fn oom_report(o: oom::OomReport) -> crate::OomReport {
+    crate::OomReport {
         device: o.device,
         position: o.position,
         time_us: o.time_us,
@@ -410,7 +415,7 @@ pub fn oom_report(o: oom::OomReport) -> api::OomReport {
         recovery_evidence: o.recovery_evidence,
         pytorch_message: o.pytorch_message,
         step: o.step,
-        growth: o.growth.map(|g| api::GrowthCause {
+        growth: o.growth.map(|g| crate::GrowthCause {
             site: g.site.map(frame),
             bytes_at_oom: g.bytes_at_oom,
             per_step_bytes: g.per_step_bytes,
@@ -421,7 +426,7 @@ pub fn oom_report(o: oom::OomReport) -> api::OomReport {
         frames: frames(o.frames),
         largest_sites: o.largest_sites.into_iter().map(call_site).collect(),
         categories: category_bytes(o.categories),
-        whatif: o.whatif.map(|w| api::OomWhatIf {
+        whatif: o.whatif.map(|w| crate::OomWhatIf {
             alloc_conf: w.alloc_conf,
             peak_reserved_bytes: w.peak_reserved_bytes,
             recorded_peak_reserved_bytes: w.recorded_peak_reserved_bytes,
@@ -436,9 +441,9 @@ pub fn oom_report(o: oom::OomReport) -> api::OomReport {
 }
 
 /// The whole report (`GET /api/snapshots/{id}` and `memscope analyze --json`).
-pub fn report(r: analysis::Report) -> api::Report {
+pub fn report(r: analysis::Report) -> crate::Report {
     let s = r.summary;
-    api::Report {
+    crate::Report {
         segments: s.segments,
         blocks: s.blocks,
         reserved_bytes: s.reserved_bytes,
@@ -447,7 +452,7 @@ pub fn report(r: analysis::Report) -> api::Report {
         block_states: s
             .block_states
             .into_iter()
-            .map(|(k, n)| (api::BlockState::from_name(&k), n))
+            .map(|(k, n)| (crate::BlockState::from_name(&k), n))
             .collect(),
         pending_free_blocks: s.pending_free_blocks,
         pending_free_bytes: s.pending_free_bytes,
@@ -464,7 +469,7 @@ pub fn report(r: analysis::Report) -> api::Report {
         annotations: s.annotations,
         leak_suspects: r.leak_suspects.into_iter().map(leak_suspect).collect(),
         leak_check: leak_check(r.leak_check),
-        report_version: api::REPORT_VERSION,
+        report_version: crate::REPORT_VERSION,
         ooms: r.ooms.into_iter().map(oom_report).collect(),
         oom_incidents: r.oom_incidents.into_iter().map(oom_incident).collect(),
         oom_outcome: r.oom_outcome,
@@ -472,7 +477,7 @@ pub fn report(r: analysis::Report) -> api::Report {
         fragmentation: r
             .fragmentation
             .into_iter()
-            .map(|d| api::DeviceFragmentation {
+            .map(|d| crate::DeviceFragmentation {
                 device: d.device,
                 total: fragmentation(d.total),
                 pools: d.pools.into_iter().map(pool).collect(),
@@ -483,8 +488,8 @@ pub fn report(r: analysis::Report) -> api::Report {
     }
 }
 
-pub fn timeline(t: tl::Timeline) -> api::Timeline {
-    api::Timeline {
+pub fn timeline(t: tl::Timeline) -> crate::Timeline {
+    crate::Timeline {
         device: t.device,
         events: t.events,
         first_position: t.first_position,
@@ -494,7 +499,7 @@ pub fn timeline(t: tl::Timeline) -> api::Timeline {
         buckets: t
             .buckets
             .into_iter()
-            .map(|b| api::Bucket {
+            .map(|b| crate::Bucket {
                 first: b.first,
                 last: b.last,
                 time_us: b.time_us,
@@ -511,8 +516,8 @@ pub fn timeline(t: tl::Timeline) -> api::Timeline {
     }
 }
 
-pub fn allocation(a: tl::AllocationView) -> api::AllocationView {
-    api::AllocationView {
+pub fn allocation(a: tl::AllocationView) -> crate::AllocationView {
+    crate::AllocationView {
         id: a.id,
         addr: a.addr,
         size_bytes: a.size,
@@ -525,8 +530,8 @@ pub fn allocation(a: tl::AllocationView) -> api::AllocationView {
     }
 }
 
-pub fn annotation(a: tl::AnnotationRange) -> api::AnnotationRange {
-    api::AnnotationRange {
+pub fn annotation(a: tl::AnnotationRange) -> crate::AnnotationRange {
+    crate::AnnotationRange {
         name: a.name,
         start_us: a.start_us,
         end_us: a.end_us,
@@ -534,8 +539,8 @@ pub fn annotation(a: tl::AnnotationRange) -> api::AnnotationRange {
     }
 }
 
-pub fn oom_marker(m: tl::OomMarker) -> api::OomMarker {
-    api::OomMarker {
+pub fn oom_marker(m: tl::OomMarker) -> crate::OomMarker {
+    crate::OomMarker {
         position: m.position,
         time_us: m.time_us,
         requested_bytes: m.requested_bytes,
@@ -543,25 +548,25 @@ pub fn oom_marker(m: tl::OomMarker) -> api::OomMarker {
 }
 
 /// A trace entry's action; one memscope does not know keeps the name PyTorch gave it.
-fn trace_action(a: snapshot::model::Action, other: Option<String>) -> api::TraceAction {
+fn trace_action(a: snapshot::model::Action, other: Option<String>) -> crate::TraceAction {
     use snapshot::model::Action;
     match a {
-        Action::Alloc => api::TraceAction::Alloc,
-        Action::FreeRequested => api::TraceAction::FreeRequested,
-        Action::FreeCompleted => api::TraceAction::FreeCompleted,
-        Action::SegmentAlloc => api::TraceAction::SegmentAlloc,
-        Action::SegmentFree => api::TraceAction::SegmentFree,
-        Action::SegmentMap => api::TraceAction::SegmentMap,
-        Action::SegmentUnmap => api::TraceAction::SegmentUnmap,
-        Action::Snapshot => api::TraceAction::Snapshot,
-        Action::Oom => api::TraceAction::Oom,
-        Action::Annotate => api::TraceAction::Annotate,
-        Action::Other => api::TraceAction::from_name(other.as_deref().unwrap_or("other")),
+        Action::Alloc => crate::TraceAction::Alloc,
+        Action::FreeRequested => crate::TraceAction::FreeRequested,
+        Action::FreeCompleted => crate::TraceAction::FreeCompleted,
+        Action::SegmentAlloc => crate::TraceAction::SegmentAlloc,
+        Action::SegmentFree => crate::TraceAction::SegmentFree,
+        Action::SegmentMap => crate::TraceAction::SegmentMap,
+        Action::SegmentUnmap => crate::TraceAction::SegmentUnmap,
+        Action::Snapshot => crate::TraceAction::Snapshot,
+        Action::Oom => crate::TraceAction::Oom,
+        Action::Annotate => crate::TraceAction::Annotate,
+        Action::Other => crate::TraceAction::from_name(other.as_deref().unwrap_or("other")),
     }
 }
 
-pub fn trace_event(e: analysis::timeline::TraceEvent) -> api::TraceEvent {
-    api::TraceEvent {
+pub fn trace_event(e: analysis::timeline::TraceEvent) -> crate::TraceEvent {
+    crate::TraceEvent {
         position: e.position,
         action: trace_action(e.action, e.other_action),
         address: e.address,
@@ -577,7 +582,7 @@ struct SiteTable<'a> {
     snap: &'a snapshot::Snapshot,
     index: &'a index::Index,
     ids: std::collections::HashMap<model::FrameId, u32>,
-    sites: Vec<api::Frame>,
+    sites: Vec<crate::Frame>,
 }
 
 impl<'a> SiteTable<'a> {
@@ -610,7 +615,7 @@ pub fn allocator_state(
     s: state::AllocatorState,
     snap: &snapshot::Snapshot,
     index: &index::Index,
-) -> api::AllocatorState {
+) -> crate::AllocatorState {
     let mut sites = SiteTable::new(snap, index);
     // Each block's category, where the device has a trace to read it from.
     let labels = index
@@ -624,18 +629,18 @@ pub fn allocator_state(
     let segments = s
         .segments
         .into_iter()
-        .map(|g| api::SegmentView {
+        .map(|g| crate::SegmentView {
             address: g.address,
             total_bytes: g.total_size,
             stream: g.stream,
             segment_type: segment_type(g.segment_type),
             pool_id: g.pool_id,
             is_expandable: g.is_expandable,
-            mapped: g.mapped.map(|m| api::MappedGrowth {
+            mapped: g.mapped.map(|m| crate::MappedGrowth {
                 before_trace_bytes: m.before_trace_bytes,
                 mapped_in_trace_bytes: m.mapped_in_trace_bytes,
                 maps: m.maps,
-                last: m.last.map(|l| api::MapEvent {
+                last: m.last.map(|l| crate::MapEvent {
                     event: l.event,
                     address: l.address,
                     bytes: l.bytes,
@@ -644,7 +649,7 @@ pub fn allocator_state(
             blocks: g
                 .blocks
                 .into_iter()
-                .map(|b| api::BlockView {
+                .map(|b| crate::BlockView {
                     address: b.address,
                     size_bytes: b.size,
                     requested_bytes: b.requested_size,
@@ -658,7 +663,7 @@ pub fn allocator_state(
             fragmentation: fragmentation(g.fragmentation),
         })
         .collect();
-    api::AllocatorState {
+    crate::AllocatorState {
         device: s.device,
         position: s.position,
         exact: s.exact,
@@ -669,8 +674,8 @@ pub fn allocator_state(
     }
 }
 
-fn flame(n: stacks::FlameNode) -> api::FlameNode {
-    api::FlameNode {
+fn flame(n: stacks::FlameNode) -> crate::FlameNode {
+    crate::FlameNode {
         name: n.name,
         filename: n.filename,
         line: n.line,
@@ -687,38 +692,38 @@ pub fn stacks_answer(
     snap: &model::Snapshot,
     index: &analysis::Index,
     device: i32,
-    q: &api::StacksQuery,
+    q: &crate::StacksQuery,
     max_sites: usize,
-) -> Option<api::StackReport> {
+) -> Option<crate::StackReport> {
     let frames = flame_frames_in(q.frames.unwrap_or_else(|| default_frames(index)));
     let only = q.category.map(category_from_api);
     match q.weight.unwrap_or_default() {
-        api::FlameWeight::Live => {
+        crate::FlameWeight::Live => {
             stacks::stacks_of_category(snap, index, device, q.position, max_sites, frames, only)
         }
-        api::FlameWeight::Held => {
+        crate::FlameWeight::Held => {
             stacks::held_by_stack(snap, index, device, max_sites, frames, only)
         }
     }
     .map(stack_report)
 }
 
-pub fn stack_report(s: stacks::StackReport) -> api::StackReport {
-    api::StackReport {
+pub fn stack_report(s: stacks::StackReport) -> crate::StackReport {
+    crate::StackReport {
         device: s.device,
         position: s.position,
         total_bytes: s.total_bytes,
         count: s.count,
         sites: s.sites.into_iter().map(call_site).collect(),
         frames: match s.frames {
-            analysis::FlameFrames::All => api::FlameFrames::All,
-            analysis::FlameFrames::PythonOnly => api::FlameFrames::Python,
+            analysis::FlameFrames::All => crate::FlameFrames::All,
+            analysis::FlameFrames::PythonOnly => crate::FlameFrames::Python,
         },
         weight: match s.weight {
-            analysis::FlameWeight::Live => api::FlameWeight::Live,
-            analysis::FlameWeight::Held => api::FlameWeight::Held,
+            analysis::FlameWeight::Live => crate::FlameWeight::Live,
+            analysis::FlameWeight::Held => crate::FlameWeight::Held,
         },
-        held: s.held.map(|h| api::HeldClock {
+        held: s.held.map(|h| crate::HeldClock {
             span_us: h.span_us,
             by_events: h.by_events,
             before_trace: h.before_trace,
@@ -728,8 +733,8 @@ pub fn stack_report(s: stacks::StackReport) -> api::StackReport {
     }
 }
 
-pub fn segment_span(s: &index::SegmentSpan) -> api::SegmentSpan {
-    api::SegmentSpan {
+pub fn segment_span(s: &index::SegmentSpan) -> crate::SegmentSpan {
+    crate::SegmentSpan {
         address: s.address,
         size_bytes: s.size,
         stream: s.stream,
@@ -747,16 +752,16 @@ pub fn allocation_info(
     index: &snapshot::analysis::Index,
     d: &snapshot::analysis::index::DeviceIndex,
     n: u32,
-) -> api::AllocationInfo {
+) -> crate::AllocationInfo {
     // What the timeline says of it (address, size, stream, lifetime), and what a selection adds.
     let a = tl::allocation_view(snap, d, n);
-    api::AllocationInfo {
+    crate::AllocationInfo {
         device: d.device,
         allocation: n,
         address: a.addr,
         size_bytes: a.size,
         stream: a.stream,
-        stack: api::StackId(a.stack.0),
+        stack: crate::StackId(a.stack.0),
         site: index.frames.site(snap, a.stack).map(frame),
         alloc_event: a.start,
         free_requested_event: d.free_requested_event(&snap.trace, n),
@@ -772,17 +777,17 @@ pub fn pending_frees(
     snap: &snapshot::Snapshot,
     index: &snapshot::analysis::Index,
     p: &snapshot::analysis::pending::PendingFrees,
-) -> api::PendingFrees {
+) -> crate::PendingFrees {
     let mut sites = SiteTable::new(snap, index);
     let frees = p
         .frees
         .iter()
-        .map(|f| api::PendingFree {
+        .map(|f| crate::PendingFree {
             allocation: f.allocation,
             address: f.address,
             size_bytes: f.size_bytes,
             stream: f.stream,
-            stack: api::StackId(f.stack.0),
+            stack: crate::StackId(f.stack.0),
             site: sites.id(f.stack),
             requested_event: f.requested_event,
             completed_event: f.completed_event,
@@ -791,7 +796,7 @@ pub fn pending_frees(
             waited_events: f.waited_events,
         })
         .collect();
-    api::PendingFrees {
+    crate::PendingFrees {
         min_wait_us: p.min_wait_us,
         timed: p.timed,
         requested: p.requested,
@@ -807,44 +812,44 @@ pub fn pending_frees(
 }
 
 /// How a run's ranks were put on one axis.
-pub fn alignment(a: &snapshot::analysis::run::Alignment) -> api::Alignment {
+pub fn alignment(a: &snapshot::analysis::run::Alignment) -> crate::Alignment {
     use snapshot::analysis::run::Alignment;
     match a {
-        Alignment::Clock => api::Alignment::Clock,
-        Alignment::Mark { name } => api::Alignment::Mark { name: name.clone() },
-        Alignment::Start => api::Alignment::Start,
-        Alignment::Events => api::Alignment::Events,
+        Alignment::Clock => crate::Alignment::Clock,
+        Alignment::Mark { name } => crate::Alignment::Mark { name: name.clone() },
+        Alignment::Start => crate::Alignment::Start,
+        Alignment::Events => crate::Alignment::Events,
     }
 }
 
-pub fn diff(d: diff::Diff) -> api::Diff {
-    api::Diff {
+pub fn diff(d: diff::Diff) -> crate::Diff {
+    crate::Diff {
         device_a: d.device_a,
         device_b: d.device_b,
         figures: d
             .figures
             .into_iter()
-            .map(|f| api::FigureDelta {
+            .map(|f| crate::FigureDelta {
                 name: f.figure.name().to_string(),
                 a: f.a,
                 b: f.b,
                 delta: f.delta,
                 bytes: f.figure.is_bytes(),
                 change: if f.figure.more_is_worse() {
-                    api::ChangeMeaning::Cost
+                    crate::ChangeMeaning::Cost
                 } else {
-                    api::ChangeMeaning::Neutral
+                    crate::ChangeMeaning::Neutral
                 },
             })
             .collect(),
-        categories_at_peak: d.categories_at_peak.map(|(a, b)| api::CategoriesDelta {
+        categories_at_peak: d.categories_at_peak.map(|(a, b)| crate::CategoriesDelta {
             a: category_bytes(a),
             b: category_bytes(b),
         }),
         sites_at_peak: d
             .sites_at_peak
             .into_iter()
-            .map(|s| api::SiteDelta {
+            .map(|s| crate::SiteDelta {
                 site: s.site.map(frame),
                 a_bytes: s.a_bytes,
                 b_bytes: s.b_bytes,
@@ -858,7 +863,7 @@ pub fn diff(d: diff::Diff) -> api::Diff {
         leaks: d
             .leaks
             .into_iter()
-            .map(|l| api::LeakDelta {
+            .map(|l| crate::LeakDelta {
                 site: l.site.map(frame),
                 a_bytes: l.a_bytes,
                 b_bytes: l.b_bytes,
@@ -869,23 +874,23 @@ pub fn diff(d: diff::Diff) -> api::Diff {
 }
 
 /// What a limit is, engine → API (and back, [`engine_limit_kind`]).
-pub fn limit_kind(k: snapshot::analysis::whatif::allocator::LimitKind) -> api::LimitKind {
+pub fn limit_kind(k: snapshot::analysis::whatif::allocator::LimitKind) -> crate::LimitKind {
     match k {
-        snapshot::analysis::whatif::allocator::LimitKind::Device => api::LimitKind::Device,
-        snapshot::analysis::whatif::allocator::LimitKind::Fraction => api::LimitKind::Fraction,
+        snapshot::analysis::whatif::allocator::LimitKind::Device => crate::LimitKind::Device,
+        snapshot::analysis::whatif::allocator::LimitKind::Fraction => crate::LimitKind::Fraction,
     }
 }
 
-pub fn engine_limit_kind(k: api::LimitKind) -> snapshot::analysis::whatif::allocator::LimitKind {
+pub fn engine_limit_kind(k: crate::LimitKind) -> snapshot::analysis::whatif::allocator::LimitKind {
     match k {
-        api::LimitKind::Device => snapshot::analysis::whatif::allocator::LimitKind::Device,
-        api::LimitKind::Fraction => snapshot::analysis::whatif::allocator::LimitKind::Fraction,
+        crate::LimitKind::Device => snapshot::analysis::whatif::allocator::LimitKind::Device,
+        crate::LimitKind::Fraction => snapshot::analysis::whatif::allocator::LimitKind::Fraction,
     }
 }
 
 /// The what-if answer, engine → API.
-pub fn whatif_outline(o: snapshot::analysis::whatif::Outline) -> api::WhatIfOutline {
-    api::WhatIfOutline {
+pub fn whatif_outline(o: snapshot::analysis::whatif::Outline) -> crate::WhatIfOutline {
+    crate::WhatIfOutline {
         device: o.device,
         events: o.events,
         settings: o.settings,
@@ -894,20 +899,20 @@ pub fn whatif_outline(o: snapshot::analysis::whatif::Outline) -> api::WhatIfOutl
     }
 }
 
-pub fn whatif(w: snapshot::analysis::whatif::WhatIf) -> api::WhatIf {
+pub fn whatif(w: snapshot::analysis::whatif::WhatIf) -> crate::WhatIf {
     use snapshot::analysis::whatif::allocator::SegAction;
-    let event = |e: snapshot::analysis::whatif::SegEventView| api::SegmentEvent {
+    let event = |e: snapshot::analysis::whatif::SegEventView| crate::SegmentEvent {
         action: match e.action {
-            SegAction::Alloc => api::SegmentAction::SegmentAlloc,
-            SegAction::Free => api::SegmentAction::SegmentFree,
-            SegAction::Map => api::SegmentAction::SegmentMap,
-            SegAction::Unmap => api::SegmentAction::SegmentUnmap,
+            SegAction::Alloc => crate::SegmentAction::SegmentAlloc,
+            SegAction::Free => crate::SegmentAction::SegmentFree,
+            SegAction::Map => crate::SegmentAction::SegmentMap,
+            SegAction::Unmap => crate::SegmentAction::SegmentUnmap,
         },
         address: e.address,
         size_bytes: e.size_bytes,
     };
     let c = w.replay_check;
-    api::WhatIf {
+    crate::WhatIf {
         device: w.device,
         events: w.events,
         recorded_alloc_conf: w.recorded_alloc_conf,
@@ -916,19 +921,19 @@ pub fn whatif(w: snapshot::analysis::whatif::WhatIf) -> api::WhatIf {
         starts_mid_run: w.starts_mid_run,
         oom_ends_trace: w.oom_ends_trace,
         growth_ends_trace: w.growth_ends_trace,
-        limit: w.limit.map(|l| api::WhatIfLimit {
+        limit: w.limit.map(|l| crate::WhatIfLimit {
             bytes: l.bytes,
             kind: limit_kind(l.kind),
             source: match l.source {
-                snapshot::analysis::whatif::LimitSource::Oom => api::LimitSource::Oom,
-                snapshot::analysis::whatif::LimitSource::Given => api::LimitSource::Given,
+                snapshot::analysis::whatif::LimitSource::Oom => crate::LimitSource::Oom,
+                snapshot::analysis::whatif::LimitSource::Given => crate::LimitSource::Given,
             },
             detail: l.detail,
         }),
-        replay_check: api::ReplayCheck {
+        replay_check: crate::ReplayCheck {
             recorded_segment_events: c.recorded_segment_events,
             matched_segment_events: c.matched_segment_events,
-            first_divergence: c.first_divergence.map(|d| api::Divergence {
+            first_divergence: c.first_divergence.map(|d| crate::Divergence {
                 segment_event: d.segment_event,
                 position: d.position,
                 recorded: d.recorded.map(event),
@@ -944,7 +949,7 @@ pub fn whatif(w: snapshot::analysis::whatif::WhatIf) -> api::WhatIf {
         runs: w
             .runs
             .into_iter()
-            .map(|r| api::WhatIfRun {
+            .map(|r| crate::WhatIfRun {
                 alloc_conf: r.alloc_conf,
                 recorded: r.recorded,
                 limit_bytes: r.limit_bytes,
@@ -965,7 +970,7 @@ pub fn whatif(w: snapshot::analysis::whatif::WhatIf) -> api::WhatIf {
                 reserved_curve: r.reserved_curve,
             })
             .collect(),
-        curves: w.curves.map(|c| api::RecordedCurves {
+        curves: w.curves.map(|c| crate::RecordedCurves {
             bucket_events: c.bucket_events,
             reserved: c.reserved,
             live: c.live,
@@ -980,28 +985,28 @@ pub fn predict(
     largest: Option<(&snapshot::Snapshot, &snapshot::analysis::Index)>,
     alloc_conf: &str,
     limit_bytes: Option<u64>,
-) -> api::PredictAnswer {
+) -> crate::PredictAnswer {
     use snapshot::analysis::whatif::predict::Unmodelled;
     let unmodelled = a
         .unmodelled
         .iter()
         .take(10)
-        .map(|u| api::UnmodelledSite {
+        .map(|u| crate::UnmodelledSite {
             site: largest.and_then(|(snap, index)| index.frames.site(snap, u.stack).map(frame)),
             stack: stack_id(u.stack),
             why: match u.why {
-                Unmodelled::NoRule => api::UnmodelledWhy::NoRule,
-                Unmodelled::OnlyHere => api::UnmodelledWhy::OnlyHere,
+                Unmodelled::NoRule => crate::UnmodelledWhy::NoRule,
+                Unmodelled::OnlyHere => crate::UnmodelledWhy::OnlyHere,
             },
             requests: u.requests as u64,
             bytes: u.bytes,
         })
         .collect();
-    api::PredictAnswer {
+    crate::PredictAnswer {
         sizes: a
             .sizes
             .into_iter()
-            .map(|s| api::PredictedSize {
+            .map(|s| crate::PredictedSize {
                 size: s.prediction.size as u64,
                 peak_allocated_bytes: s.prediction.peak_allocated_bytes,
                 peak_reserved_bytes: s.prediction.peak_reserved_bytes,
@@ -1020,7 +1025,7 @@ pub fn predict(
         recorded: a
             .recorded
             .into_iter()
-            .map(|(size, peak)| api::RecordedSize {
+            .map(|(size, peak)| crate::RecordedSize {
                 size: size as u64,
                 peak_reserved_bytes: peak,
             })
@@ -1033,11 +1038,88 @@ pub fn predict(
         growth: a
             .growth
             .into_iter()
-            .map(|g| api::CategoryGrowth {
+            .map(|g| crate::CategoryGrowth {
                 category: category(g.category),
                 bytes_per_unit: g.bytes_per_unit,
                 at_largest_bytes: g.at_largest_bytes,
             })
             .collect(),
     }
+}
+
+/// The device a query names, or the one the views show when it names none
+/// ([`index::Index::default_device`]); the message a person reads when there is none.
+pub fn device_index(
+    index: &index::Index,
+    device: Option<i32>,
+) -> Result<&index::DeviceIndex, String> {
+    match device {
+        Some(d) => index
+            .device(d)
+            .ok_or_else(|| format!("snapshot has no trace for device {d}")),
+        None => index
+            .default_device()
+            .ok_or_else(|| "snapshot has no device traces (history was not recorded)".to_string()),
+    }
+}
+
+/// `GET …/timeline`: a window of device `d`'s trace as the timeline draws it (the query's
+/// window, buckets and largest allocations, and live bytes by category when asked); `None` when
+/// the trace is empty.
+pub fn timeline_answer(
+    snap: &snapshot::model::Snapshot,
+    index: &index::Index,
+    d: &index::DeviceIndex,
+    q: &crate::TimelineQuery,
+) -> Option<crate::TimelineAnswer> {
+    let w = tl::window(
+        snap,
+        index,
+        d,
+        q.axis.map(axis_in),
+        q.from.zip(q.to),
+        q.buckets_or_default(),
+        q.allocations_or_default(),
+    )?;
+    let categories = (q.categories == Some(true)).then(|| {
+        let spans: Vec<(u32, u32)> = w
+            .timeline
+            .buckets
+            .iter()
+            .map(|b| (b.first, b.last))
+            .collect();
+        categories::at_bucket_peaks(snap, index, d, &spans)
+            .into_iter()
+            .map(category_bytes)
+            .collect()
+    });
+    Some(crate::TimelineAnswer {
+        categories,
+        device: w.device,
+        axis: axis(w.axis),
+        timeline: timeline(w.timeline),
+        allocations: w.allocations.into_iter().map(allocation).collect(),
+        stacks: w
+            .stacks
+            .into_iter()
+            .map(|(k, v)| (stack_id(k), frames(v)))
+            .collect(),
+        sites: w
+            .sites
+            .into_iter()
+            .map(|(k, v)| (stack_id(k), v.map(frame)))
+            .collect(),
+        annotations: w.annotations.into_iter().map(annotation).collect(),
+        ooms: w.ooms.into_iter().map(oom_marker).collect(),
+        first_time_us: w.first_time_us,
+        last_time_us: w.last_time_us,
+        fitted: w.fitted.map(|f| crate::FittedWindow {
+            from_us: f.from_us,
+            to_us: f.to_us,
+            events_before: f.events_before,
+            events_after: f.events_after,
+            idle_before_us: f.idle_before_us,
+            idle_after_us: f.idle_after_us,
+        }),
+    })
 }
