@@ -16,6 +16,8 @@ pub const HEALTH: &str = "/api/health";
 /// (HttpOnly, for this port); `DELETE` clears it.
 pub const SESSION: &str = "/api/session";
 pub const SNAPSHOTS: &str = "/api/snapshots";
+/// The dashboard's worker script: the page's own reading of a large file while it uploads.
+pub const WORKER_JS: &str = "/pkg/worker.js";
 pub const SNAPSHOT: &str = "/api/snapshots/{id}";
 pub const INFO: &str = "/api/snapshots/{id}/info";
 pub const ORIGINAL: &str = "/api/snapshots/{id}/original";

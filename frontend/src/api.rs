@@ -2,11 +2,15 @@
 //! into its `api` type (a shape mismatch is an error the page shows, never a silent default).
 //! GETs, PATCH and DELETE go through `fetch`, tied to the current page's `AbortController`
 //! (`page_scope`: aborted when the page is left, so a page left behind stops its requests); uploads
-//! go through XMLHttpRequest, the only browser API that reports upload progress.
+//! go through XMLHttpRequest, the only browser API that reports upload progress. A reading's id
+//! (`local/`: a large file the page reads itself while it uploads) is answered by its worker
+//! for the report, info and timeline, and refused with a line to show for the rest.
 
 use std::cell::RefCell;
 
 use api::routes;
+
+use crate::local;
 use serde::de::DeserializeOwned;
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
@@ -122,6 +126,13 @@ async fn ask_for_token(message: &str) -> bool {
 }
 
 async fn request(method: &str, url: &str, body: Option<String>) -> Result<String, String> {
+    // A reading's id (`local/`): the server has no such snapshot yet.
+    if url.strip_prefix(routes::SNAPSHOTS).is_some_and(|rest| {
+        rest.trim_start_matches('/')
+            .starts_with(crate::local::PREFIX)
+    }) {
+        return Err(crate::local::WAITS.to_string());
+    }
     let sent_at = sessions();
     match request_once(method, url, body.clone()).await {
         Err((401, message)) if token_renewed(sent_at, &message).await => {
@@ -186,14 +197,23 @@ pub async fn snapshots(q: &api::ListQuery) -> Result<Vec<api::SnapshotInfo>, Str
 }
 
 pub async fn report(id: &str) -> Result<api::Report, String> {
+    if local::is_local(id) {
+        return local::answer(id, &local::Question::Report).await;
+    }
     get(routes::snapshot(id)).await
 }
 
 pub async fn info(id: &str) -> Result<api::SnapshotInfo, String> {
+    if local::is_local(id) {
+        return local::answer(id, &local::Question::Info).await;
+    }
     get(routes::info(id)).await
 }
 
 pub async fn timeline(id: &str, q: &api::TimelineQuery) -> Result<api::TimelineAnswer, String> {
+    if local::is_local(id) {
+        return local::answer(id, &local::Question::Timeline(q.clone())).await;
+    }
     get(routes::timeline(id, q)).await
 }
 

@@ -2,10 +2,12 @@
 //! views (overview, timeline, segments, stacks, leaks, OOM), two snapshots compared, a job's ranks
 //! side by side (a run), will it fit at a larger size (predicted from small recordings), and the live
 //! pages (fleet, GPU, process). Everything large is computed by the server; the browser gets
-//! reduced windows (`api` types, decoded in `api.rs`) and draws them on canvases.
+//! reduced windows (`api` types, decoded in `api.rs`) and draws them on canvases. The one
+//! exception: a large file chosen alone is also read in a worker while it uploads (`local/`),
+//! so its page opens on its timeline before the upload lands.
 //!
 //! Module map: `pages/` one file per page or tab; `api.rs` the one module that talks to the
-//! server; `url.rs` a snapshot page's URL state; `canvas.rs` what the charts share; `categories.rs`
+//! server; `local/` the page's own reading of a file; `url.rs` a snapshot page's URL state; `canvas.rs` what the charts share; `categories.rs`
 //! each category's colour; `fmt.rs` formatting. Pages import these, never each other's parents.
 
 mod api;
@@ -13,6 +15,7 @@ mod canvas;
 mod categories;
 mod export;
 mod fmt;
+mod local;
 mod pages;
 mod url;
 
@@ -23,6 +26,10 @@ use wasm_bindgen::prelude::*;
 
 #[wasm_bindgen(start)]
 pub fn start() {
+    // The same module runs in the page's reading worker (`local/`), which has no page.
+    if web_sys::window().is_none() {
+        return;
+    }
     mount_to_body(App);
 }
 
@@ -30,6 +37,7 @@ pub fn start() {
 fn App() -> impl IntoView {
     use pages::{diff, fit, help, library, live, run, snapshot};
     provide_context(help::HelpOpen(RwSignal::new(None)));
+    provide_context(local::Landings::new());
     view! {
         <Router>
             <header class="top">

@@ -1,5 +1,6 @@
 //! The dashboard, embedded: index.html for every page route (the app routes in the browser),
-//! the stylesheet, and the wasm app with its JS glue built by `build.rs`.
+//! the stylesheet, the wasm app with its JS glue built by `build.rs`, and the worker script that
+//! reads a large file in the page while it uploads (`frontend/src/local/`).
 
 use axum::Router;
 use axum::http::{StatusCode, header};
@@ -11,6 +12,7 @@ use api::routes;
 const INDEX_HTML: &str = include_str!("../../frontend/index.html");
 const FAVICON_SVG: &str = include_str!("../../frontend/favicon.svg");
 const STYLE_CSS: &str = include_str!("../../frontend/style.css");
+const WORKER_JS: &str = include_str!("../../frontend/worker.js");
 const APP_JS: &str = include_str!(concat!(env!("OUT_DIR"), "/frontend.js"));
 const APP_WASM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/frontend_bg.wasm"));
 
@@ -35,6 +37,10 @@ pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
         .route(
             "/pkg/frontend.js",
             get(|| async { ([(header::CONTENT_TYPE, "text/javascript")], APP_JS) }),
+        )
+        .route(
+            routes::WORKER_JS,
+            get(|| async { ([(header::CONTENT_TYPE, "text/javascript")], WORKER_JS) }),
         )
         .route(
             "/pkg/frontend_bg.wasm",

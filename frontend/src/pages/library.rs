@@ -5,7 +5,7 @@ use leptos::prelude::*;
 use leptos::task::spawn_local;
 use wasm_bindgen::JsCast;
 
-use crate::{api, fmt};
+use crate::{api, fmt, local};
 
 /// One upload in progress or done.
 #[derive(Debug, Clone, PartialEq)]
@@ -54,6 +54,8 @@ struct Uploader {
     /// Bumped when an upload lands: the list fetches again.
     refresh: RwSignal<u32>,
     navigate: Navigate,
+    /// Where the uploads of files the page also reads (`local/`) stand, for their pages.
+    landings: local::Landings,
 }
 
 impl Uploader {
@@ -65,6 +67,7 @@ impl Uploader {
             batch: RwSignal::new(None),
             refresh,
             navigate: StoredValue::new_local(Box::new(move |to: &str, o| go(to, o))),
+            landings: expect_context(),
         }
     }
 
@@ -85,20 +88,24 @@ impl Uploader {
         // together (two runs to compare, say) stay snapshots of their own.
         if all.len() < 2 || !(from_folder || by_name) {
             self.batch.set(None);
+            // A large file chosen alone may be read in the page too, when its upload is slow:
+            // its page then opens before the upload lands.
+            let read = all.len() == 1 && local::worth_reading(&all[0]);
             for f in all {
-                self.start(f, None);
+                self.start(f, None, read);
             }
             return;
         }
         let job = run_job(&all);
         self.batch.set(Some((job.clone(), all.len())));
         for (f, rank) in all.into_iter().zip(ranks) {
-            self.start(f, Some(format!("job={job},rank={rank}")));
+            self.start(f, Some(format!("job={job},rank={rank}")), false);
         }
     }
 
-    /// One upload: its line, the server's parse progress polled, the file sent.
-    fn start(self, file: web_sys::File, tags: Option<String>) {
+    /// One upload: its line, the server's parse progress polled, the file sent; and when `read`,
+    /// the file also read in the page if its upload turns out slow (`local/`).
+    fn start(self, file: web_sys::File, tags: Option<String>, read: bool) {
         let key = self.next_key.get_value();
         self.next_key.set_value(key + 1);
         self.uploads.update(|u| {
@@ -111,8 +118,36 @@ impl Uploader {
             })
         });
         let token = format!("u{}{}", key, (js_sys::Math::random() * 1e12) as u64);
+        let reading = read.then(|| format!("{}{key}", local::PREFIX));
+        if let Some(r) = &reading {
+            self.landings.set(r, local::Landing::Sending(0.0));
+        }
         spawn_local(self.poll_progress(key, token.clone()));
-        spawn_local(self.send(key, file, token, tags));
+        spawn_local(self.send(key, file, token, tags, reading));
+    }
+
+    /// Reads `file` in a worker as `reading`; if it is read before its upload lands, and this
+    /// page is still shown, opens the reading's page (on the view its report calls for). Else the
+    /// worker is ended: the stored snapshot answers.
+    async fn read(self, reading: String, file: web_sys::File) {
+        let opened = match local::open(&reading, &file).await {
+            Ok(report)
+                if matches!(
+                    self.landings.get_untracked(&reading),
+                    Some(local::Landing::Sending(_))
+                ) =>
+            {
+                let to =
+                    ::api::routes::page::snapshot(&reading, &[("view", report.landing_view())]);
+                self.navigate
+                    .try_with_value(|go| go(&to, Default::default()))
+                    .is_some()
+            }
+            _ => false,
+        };
+        if !opened {
+            local::close(&reading);
+        }
     }
 
     /// Changes upload `key`'s line. The page may be gone (an upload opened its snapshot) while
@@ -148,9 +183,31 @@ impl Uploader {
         }
     }
 
-    /// Sends the file, its progress on its line; then where it landed.
-    async fn send(self, key: u32, file: web_sys::File, token: String, tags: Option<String>) {
+    /// Sends the file, its progress on its line (and to its reading's page); then where it
+    /// landed.
+    async fn send(
+        self,
+        key: u32,
+        file: web_sys::File,
+        token: String,
+        tags: Option<String>,
+        reading: Option<String>,
+    ) {
+        let landings = self.landings;
+        let (reading_of_progress, file_to_read) = (reading.clone(), file.clone());
+        let started_ms = js_sys::Date::now();
+        let reading_started = std::rc::Rc::new(std::cell::Cell::new(false));
         let progress = move |sent: f64, total: f64| {
+            if let Some(r) = &reading_of_progress
+                && total > 0.0
+            {
+                landings.set(r, local::Landing::Sending(sent / total));
+                let elapsed_s = (js_sys::Date::now() - started_ms) / 1000.0;
+                if !reading_started.get() && local::reading_pays(total, elapsed_s, sent / total) {
+                    reading_started.set(true);
+                    spawn_local(self.read(r.clone(), file_to_read.clone()));
+                }
+            }
             self.set(key, &|u: &mut Upload| {
                 u.sent = if total > 0.0 { sent / total } else { 0.0 };
                 if u.sent >= 1.0 {
@@ -158,7 +215,19 @@ impl Uploader {
                 }
             })
         };
-        match api::upload(file, &token, tags, progress).await {
+        let answer = api::upload(file, &token, tags, progress).await;
+        if let Some(r) = &reading {
+            // The reading's page moves to the stored snapshot; a failed upload leaves the
+            // reading shown, saying so.
+            match &answer {
+                Ok(v) => {
+                    landings.set(r, local::Landing::Landed(v.id.clone()));
+                    local::close(r);
+                }
+                Err(e) => landings.set(r, local::Landing::Failed(e.clone())),
+            }
+        }
+        match answer {
             Ok(v) => self.landed(key, v),
             Err(e) => self.set(key, &|u: &mut Upload| {
                 u.state = UploadState::Failed(e.clone())

@@ -7,7 +7,7 @@
 
 use crate::support::{
     CANVAS_PIXELS, browser, click, console_errors, open_tab, root, screenshot, start_chromedriver,
-    upload, wait_js,
+    throttle_upload, upload, wait_js,
 };
 
 /// What a browser test starts from: an empty library in a fresh folder, the server on it, and
@@ -833,6 +833,121 @@ async fn uploads_land_on_their_answer() {
 /// OOM tab leads with "Survived", shows incidents (one card per line, cause and fate, with how
 /// many), not one card per OOM, and nothing in it is called fatal; the overview says it survived
 /// and the What if tab does not call it a run to be saved.
+/// A large file over a slow link: the page reads it itself while it uploads (`frontend/src/local/`)
+/// and opens on it before the upload lands, on a reading's page whose views that need the
+/// stored snapshot say so; once the upload lands the page moves to the stored snapshot, on the
+/// same view, and draws the same timeline to the pixel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_upload_opens_on_the_pages_own_reading_first() {
+    let Session {
+        base, c, _driver, ..
+    } = session("reading").await;
+    // 21.6 MB at 4 MB/s: about 5 s to send, against well under a second to read.
+    throttle_upload(&c, 4e6).await;
+    // The chart's width (so its buckets) depends on whether the page scrolls when it mounts,
+    // and the reading's page has a line more: a scrollbar on both pages, so both ask the same.
+    c.execute(
+        "document.documentElement.style.overflowY = 'scroll';",
+        vec![],
+    )
+    .await
+    .unwrap();
+    upload(&c, &root().join("tests/fixtures/big_python.pickle")).await;
+    wait_js(
+        &c,
+        "location.pathname.startsWith('/s/local-') && document.querySelector('p.reading')",
+        "the reading's page",
+    )
+    .await;
+    let line = wait_js(&c, "document.querySelector('p.reading').innerText", "line").await;
+    assert!(
+        line.as_str()
+            .unwrap()
+            .starts_with("Read in your browser while the file uploads ("),
+        "{line}"
+    );
+    // Its report answers: the overview's figures.
+    click(&c, ".tab[data-tab='overview']").await;
+    wait_js(
+        &c,
+        "document.querySelector('section.overview, .overview') && !document.body.innerText.includes('loading…')",
+        "the overview, read in the page",
+    )
+    .await;
+    // A view that needs the stored snapshot says it opens when the upload lands.
+    click(&c, ".tab[data-tab='segments']").await;
+    wait_js(
+        &c,
+        "document.body.innerText.includes('This view opens when the upload lands')",
+        "the segments view waiting for the upload",
+    )
+    .await;
+    click(&c, ".tab[data-tab='timeline']").await;
+    wait_js(
+        &c,
+        &format!("{CANVAS_PIXELS} > 5000"),
+        "the reading's timeline",
+    )
+    .await;
+    assert!(
+        c.current_url()
+            .await
+            .unwrap()
+            .path()
+            .starts_with("/s/local-"),
+        "the upload landed before the reading's timeline was drawn: the test proves nothing"
+    );
+    let read_drawing = wait_js(
+        &c,
+        "document.getElementById('timeline-canvas').toDataURL()",
+        "the reading's drawing",
+    )
+    .await;
+    screenshot(&c, "reading-timeline").await;
+    // The upload lands: the stored snapshot, same view, its timeline from the server.
+    wait_js(
+        &c,
+        "!location.pathname.includes('local-') && location.search.includes('view=timeline') \
+         && performance.getEntriesByType('resource').some(e => e.name.includes('/timeline'))",
+        "the stored snapshot's page",
+    )
+    .await;
+    wait_js(
+        &c,
+        &format!("{CANVAS_PIXELS} > 5000"),
+        "the stored timeline",
+    )
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let stored_drawing = wait_js(
+        &c,
+        "document.getElementById('timeline-canvas').toDataURL()",
+        "the stored drawing",
+    )
+    .await;
+    assert!(
+        read_drawing == stored_drawing,
+        "the page's own reading drew another timeline than the server's answers"
+    );
+    assert!(
+        c.find(fantoccini::Locator::Css("p.reading")).await.is_err(),
+        "the stored snapshot's page still says it is a reading"
+    );
+    let id = c
+        .current_url()
+        .await
+        .unwrap()
+        .path()
+        .trim_start_matches("/s/")
+        .to_string();
+    let info = ureq::get(&format!("{base}/api/snapshots/{id}/info"))
+        .call()
+        .unwrap();
+    assert_eq!(info.status(), 200);
+    assert_eq!(console_errors(&c).await, Vec::<String>::new());
+    c.close().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_that_survived_its_ooms_says_so_first() {
     let Session {

@@ -19,7 +19,7 @@ use leptos::prelude::*;
 use leptos_router::hooks::{use_params_map, use_query_map};
 
 use crate::url::UrlState;
-use crate::{api, fmt};
+use crate::{api, fmt, local};
 use context::Revision;
 
 pub const TABS: [(&str, &str); 7] = [
@@ -171,6 +171,7 @@ pub fn SnapshotPage() -> impl IntoView {
     provide_context(url);
     provide_context(revision);
     provide_context(info);
+    follow_landing(id);
     crate::pages::help::on_shortcut(move |ev| on_key(ev, url, &view_name.get_untracked()));
 
     view! {
@@ -203,8 +204,9 @@ pub fn SnapshotPage() -> impl IntoView {
                     .collect_view()}
             </nav>
             {move || report.get().and_then(|r| r.ok()).map(|r| device_picker(&r, url))}
-            <SnapshotActions id=id/>
+            {move || (!local::is_local(&id.get())).then(|| view! { <SnapshotActions id=id/> })}
         </div>
+        {move || reading_line(&id.get())}
         <p class="tab-about">
             {move || {
                 let v = view_name.get();
@@ -256,6 +258,55 @@ pub fn SnapshotPage() -> impl IntoView {
             }
         }}
     }
+}
+
+/// On a reading's page (`local/`): once its upload lands, the stored snapshot's page in its
+/// place, on the same view, device and window.
+fn follow_landing(id: Memo<String>) {
+    let landings: local::Landings = expect_context();
+    let navigate = leptos_router::hooks::use_navigate();
+    Effect::new(move |_| {
+        let id = id.get();
+        if !local::is_local(&id) {
+            return;
+        }
+        if let Some(local::Landing::Landed(stored)) = landings.get(&id) {
+            let search = web_sys::window()
+                .and_then(|w| w.location().search().ok())
+                .unwrap_or_default();
+            let to = ::api::routes::page::snapshot::<&str, &str>(&stored, &[]);
+            navigate(
+                &format!("{to}{search}"),
+                leptos_router::NavigateOptions {
+                    replace: true,
+                    ..Default::default()
+                },
+            );
+        }
+    });
+}
+
+/// What a reading's page says it is: the browser's own reading of the file, how far its upload
+/// has got, or that the upload failed.
+fn reading_line(id: &str) -> Option<impl IntoView + use<>> {
+    if !local::is_local(id) {
+        return None;
+    }
+    let landings: local::Landings = expect_context();
+    let id = id.to_string();
+    let line = move || match landings.get(&id) {
+        Some(local::Landing::Failed(e)) => format!(
+            "The upload failed ({e}): this page is your browser's own reading of the file, and it is not stored."
+        ),
+        Some(local::Landing::Sending(sent)) => format!(
+            "Read in your browser while the file uploads ({:.0} % sent): the overview, timeline, leaks and OOM views are this file's own figures, computed as the server computes them; the other views open when the upload lands, and this page then moves to the stored snapshot.",
+            sent * 100.0
+        ),
+        _ => {
+            "Read in your browser: the upload has landed, opening the stored snapshot…".to_string()
+        }
+    };
+    Some(view! { <p class="reading">{line}</p> })
 }
 
 /// What to take away from a snapshot's page: the report to share (HTML, Markdown), the

@@ -266,29 +266,54 @@ async fn request(base: &str, method: &'static str, path: &str, body: Vec<u8>) ->
     .unwrap()
 }
 
-/// chromedriver's log endpoint (`POST /session/{id}/se/log`, type `browser`): what the page wrote
-/// to its console and the browser's own errors (failed requests, uncaught exceptions). Each
-/// read drains the log.
+/// A chromedriver command fantoccini has no call for: `POST /session/{id}/{tail}` with `body`.
+/// `se/log` (type `browser`) is what the page wrote to its console and the browser's own errors
+/// (failed requests, uncaught exceptions), each read draining the log; `goog/cdp/execute` runs a
+/// DevTools command.
 #[derive(Debug)]
-struct BrowserLog;
+struct DriverPost {
+    tail: &'static str,
+    body: serde_json::Value,
+}
 
-impl fantoccini::wd::WebDriverCompatibleCommand for BrowserLog {
+impl fantoccini::wd::WebDriverCompatibleCommand for DriverPost {
     fn endpoint(
         &self,
         base_url: &url::Url,
         session_id: Option<&str>,
     ) -> Result<url::Url, url::ParseError> {
         base_url.join(&format!(
-            "session/{}/se/log",
-            session_id.unwrap_or_default()
+            "session/{}/{}",
+            session_id.unwrap_or_default(),
+            self.tail
         ))
     }
     fn method_and_body(&self, _: &url::Url) -> (axum::http::Method, Option<String>) {
-        (
-            axum::http::Method::POST,
-            Some(r#"{"type":"browser"}"#.to_string()),
-        )
+        (axum::http::Method::POST, Some(self.body.to_string()))
     }
+}
+
+/// Runs DevTools command `cmd` with `params` in the page.
+async fn cdp(c: &Client, cmd: &str, params: serde_json::Value) {
+    c.issue_cmd(DriverPost {
+        tail: "goog/cdp/execute",
+        body: serde_json::json!({"cmd": cmd, "params": params}),
+    })
+    .await
+    .unwrap();
+}
+
+/// Slows what the page sends to `bytes_per_s` (Chromium's network emulation): an upload over a
+/// slow link, on loopback.
+pub async fn throttle_upload(c: &Client, bytes_per_s: f64) {
+    cdp(c, "Network.enable", serde_json::json!({})).await;
+    let conditions = serde_json::json!({
+        "offline": false,
+        "latency": 0,
+        "downloadThroughput": -1,
+        "uploadThroughput": bytes_per_s,
+    });
+    cdp(c, "Network.emulateNetworkConditions", conditions).await;
 }
 
 /// The console's errors since the last read (level SEVERE), one line each.
@@ -304,7 +329,13 @@ pub async fn console_errors(c: &Client) -> Vec<String> {
 /// Every console line since the last read, as (level, message); `None` when the browser cannot
 /// answer (its page crashed).
 pub async fn console_lines(c: &Client) -> Option<Vec<(String, String)>> {
-    let log = c.issue_cmd(BrowserLog).await.ok()?;
+    let log = c
+        .issue_cmd(DriverPost {
+            tail: "se/log",
+            body: serde_json::json!({"type": "browser"}),
+        })
+        .await
+        .ok()?;
     Some(
         log.as_array()
             .into_iter()
