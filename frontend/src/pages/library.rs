@@ -143,7 +143,18 @@ impl Uploader {
                     .try_with_value(|go| go(&to, Default::default()))
                     .is_some()
             }
-            _ => false,
+            Ok(_) => false,
+            // Not an error of the page's: the upload goes on, and its answer says what the
+            // server made of the file (compressed files, for one, are read only there).
+            Err(e) => {
+                web_sys::console::warn_1(
+                    &format!(
+                        "memscope: the page did not read {reading} itself ({e}); the upload goes on"
+                    )
+                    .into(),
+                );
+                false
+            }
         };
         if !opened {
             local::close(&reading);
