@@ -4,7 +4,7 @@
 import fs from 'fs';
 const wasm = fs.readFileSync(new URL('target/wasm32-unknown-unknown/release/wasm_parse.wasm', import.meta.url));
 const file = fs.readFileSync(process.argv[2]);
-for (const [what, name] of [[1, 'parse'], [2, 'parse and index']]) {
+for (const [what, name] of [[1, 'parse'], [2, 'parse and index'], [3, 'parse, index, report, two timeline windows']]) {
   const times = [];
   let memory = 0;
   for (let i = 0; i < 3; i++) {

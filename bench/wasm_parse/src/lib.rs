@@ -21,8 +21,19 @@ pub extern "C" fn parse(what: u32) -> u32 {
     // SAFETY: as in `buffer`.
     let bytes = unsafe { &*std::ptr::addr_of!(FILE) };
     let snap = snapshot::read_sized(&bytes[..], bytes.len() as u64).expect("a snapshot");
-    if what == 2 {
-        std::hint::black_box(snapshot::analysis::Index::new(&snap));
+    if what >= 2 {
+        let index = snapshot::analysis::Index::new(&snap);
+        if what == 3 {
+            let options = snapshot::analysis::Options::default();
+            std::hint::black_box(snapshot::analysis::report(&snap, &index, &options));
+            let d = index.default_device().expect("a device");
+            for (buckets, limit) in [(1100, 3000), (600, 0)] {
+                std::hint::black_box(snapshot::analysis::timeline::window(
+                    &snap, &index, d, None, None, buckets, limit,
+                ));
+            }
+        }
+        std::hint::black_box(index);
     }
     snap.trace.len() as u32
 }
