@@ -15,7 +15,8 @@ pub extern "C" fn buffer(len: usize) -> *mut u8 {
     file.as_mut_ptr()
 }
 
-/// Parses the buffer (`what` 1), or parses and indexes it (2); the trace's length.
+/// Parses the buffer (`what` 1); parses and indexes it (2); or parses, indexes, reports it and
+/// builds the timeline's two first windows of its default device (3). The trace's length.
 #[unsafe(no_mangle)]
 pub extern "C" fn parse(what: u32) -> u32 {
     // SAFETY: as in `buffer`.

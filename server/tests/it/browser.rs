@@ -833,6 +833,37 @@ async fn uploads_land_on_their_answer() {
 /// OOM tab leads with "Survived", shows incidents (one card per line, cause and fate, with how
 /// many), not one card per OOM, and nothing in it is called fatal; the overview says it survived
 /// and the What if tab does not call it a run to be saved.
+/// Chooses `big_python.pickle` (21.6 MB) in the library (its upload slowed by the test) and
+/// waits for the page's own reading of it to open (`frontend/src/local/`).
+async fn choose_and_wait_for_the_reading(c: &fantoccini::Client) {
+    upload(c, &root().join("tests/fixtures/big_python.pickle")).await;
+    wait_js(
+        c,
+        "location.pathname.startsWith('/s/local-') && document.querySelector('p.reading')",
+        "the reading's page",
+    )
+    .await;
+}
+
+/// The Timeline tab of a reading's page, drawn while it is still the reading's.
+async fn the_readings_timeline(c: &fantoccini::Client) {
+    click(c, ".tab[data-tab='timeline']").await;
+    wait_js(
+        c,
+        &format!("{CANVAS_PIXELS} > 5000"),
+        "the reading's timeline",
+    )
+    .await;
+    assert!(
+        c.current_url()
+            .await
+            .unwrap()
+            .path()
+            .starts_with("/s/local-"),
+        "the upload landed before the reading's timeline was drawn: the test proves nothing"
+    );
+}
+
 /// A large file over a slow link: the page reads it itself while it uploads (`frontend/src/local/`)
 /// and opens on it before the upload lands, on a reading's page whose views that need the
 /// stored snapshot say so; once the upload lands the page moves to the stored snapshot, on the
@@ -852,13 +883,7 @@ async fn a_slow_upload_opens_on_the_pages_own_reading_first() {
     )
     .await
     .unwrap();
-    upload(&c, &root().join("tests/fixtures/big_python.pickle")).await;
-    wait_js(
-        &c,
-        "location.pathname.startsWith('/s/local-') && document.querySelector('p.reading')",
-        "the reading's page",
-    )
-    .await;
+    choose_and_wait_for_the_reading(&c).await;
     let line = wait_js(&c, "document.querySelector('p.reading').innerText", "line").await;
     assert!(
         line.as_str()
@@ -882,21 +907,7 @@ async fn a_slow_upload_opens_on_the_pages_own_reading_first() {
         "the segments view waiting for the upload",
     )
     .await;
-    click(&c, ".tab[data-tab='timeline']").await;
-    wait_js(
-        &c,
-        &format!("{CANVAS_PIXELS} > 5000"),
-        "the reading's timeline",
-    )
-    .await;
-    assert!(
-        c.current_url()
-            .await
-            .unwrap()
-            .path()
-            .starts_with("/s/local-"),
-        "the upload landed before the reading's timeline was drawn: the test proves nothing"
-    );
+    the_readings_timeline(&c).await;
     let read_drawing = wait_js(
         &c,
         "document.getElementById('timeline-canvas').toDataURL()",
@@ -945,6 +956,40 @@ async fn a_slow_upload_opens_on_the_pages_own_reading_first() {
         .unwrap();
     assert_eq!(info.status(), 200);
     assert_eq!(console_errors(&c).await, Vec::<String>::new());
+    c.close().await.unwrap();
+}
+
+/// A reading whose upload fails (the server ends it: too slow for its time limit) stays: its
+/// page says the upload failed and that it is not stored, and its timeline is still there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reading_whose_upload_fails_says_so_and_stays() {
+    let data = std::env::temp_dir().join(format!(
+        "memscope-e2e-reading-failed-{}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&data);
+    let base =
+        crate::support::start_server_with(&data.join("lib"), |a| a.max_upload_secs = 4.0).await;
+    let (_driver, driver_port) = start_chromedriver();
+    let c = browser(driver_port, &data.join("profile")).await;
+    c.goto(&base).await.unwrap();
+    // 21.6 MB at 2 MB/s: about 11 s, past the server's 4 s.
+    throttle_upload(&c, 2e6).await;
+    choose_and_wait_for_the_reading(&c).await;
+    let line = wait_js(
+        &c,
+        "(() => { const p = document.querySelector('p.reading'); return p && p.innerText.startsWith('The upload failed') ? p.innerText : null; })()",
+        "the line saying the upload failed",
+    )
+    .await;
+    assert!(
+        line.as_str()
+            .unwrap()
+            .ends_with("This page is your browser's own reading of the file; it is not stored."),
+        "{line}"
+    );
+    the_readings_timeline(&c).await;
+    screenshot(&c, "reading-upload-failed").await;
     c.close().await.unwrap();
 }
 

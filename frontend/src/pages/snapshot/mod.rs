@@ -261,10 +261,22 @@ pub fn SnapshotPage() -> impl IntoView {
 }
 
 /// On a reading's page (`local/`): once its upload lands, the stored snapshot's page in its
-/// place, on the same view, device and window.
+/// place, on the same view, device and window. A reading whose upload failed is ended when its
+/// page is left: nothing else will open it, and its worker holds the file.
 fn follow_landing(id: Memo<String>) {
     let landings: local::Landings = expect_context();
     let navigate = leptos_router::hooks::use_navigate();
+    on_cleanup(move || {
+        let Some(id) = id.try_get_untracked() else {
+            return;
+        };
+        let failed = landings
+            .0
+            .try_with_untracked(|m| matches!(m.get(&id), Some(local::Landing::Failed(_))));
+        if failed == Some(true) {
+            local::close(&id);
+        }
+    });
     Effect::new(move |_| {
         let id = id.get();
         if !local::is_local(&id) {
@@ -296,7 +308,7 @@ fn reading_line(id: &str) -> Option<impl IntoView + use<>> {
     let id = id.to_string();
     let line = move || match landings.get(&id) {
         Some(local::Landing::Failed(e)) => format!(
-            "The upload failed ({e}): this page is your browser's own reading of the file, and it is not stored."
+            "The upload failed: {e}. This page is your browser's own reading of the file; it is not stored."
         ),
         Some(local::Landing::Sending(sent)) => format!(
             "Read in your browser while the file uploads ({:.0} % sent): the overview, timeline, leaks and OOM views are this file's own figures, computed as the server computes them; the other views open when the upload lands, and this page then moves to the stored snapshot.",
