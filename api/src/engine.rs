@@ -1123,3 +1123,109 @@ pub fn timeline_answer(
         }),
     })
 }
+
+/// How many call sites `GET …/stacks` lists.
+pub const STACK_SITES: usize = 200;
+
+/// `GET …/state`: the allocator's state on the query's device (or the default one; a
+/// segments-only snapshot's own state) at its position (default: the end).
+pub fn state_answer(
+    snap: &snapshot::model::Snapshot,
+    index: &index::Index,
+    q: &crate::PositionQuery,
+) -> crate::AllocatorState {
+    let device = match device_index(index, q.device) {
+        Ok(d) => d.device,
+        // Segments-only snapshots still have a state: the snapshot's own.
+        Err(_) => snap.segments.first().map_or(0, |s| s.device),
+    };
+    let len = index.device(device).map_or(0, |d| d.len);
+    allocator_state(
+        analysis::state_at(snap, index, device, q.position.unwrap_or(len).min(len)),
+        snap,
+        index,
+    )
+}
+
+/// `GET …/stacks`: memory by stack at the query's moment, or over the whole trace.
+pub fn stacks_report(
+    snap: &snapshot::model::Snapshot,
+    index: &index::Index,
+    q: &crate::StacksQuery,
+) -> Result<crate::StackReport, String> {
+    let device = device_index(index, q.device)?.device;
+    stacks_answer(snap, index, device, q, STACK_SITES).ok_or_else(|| "no trace".to_string())
+}
+
+/// `GET …/segments`: each segment's life over the trace, and the frees still pending at its end.
+pub fn segments_answer(
+    snap: &snapshot::model::Snapshot,
+    index: &index::Index,
+    q: &crate::DeviceQuery,
+) -> Result<crate::SegmentSpans, String> {
+    let d = device_index(index, q.device)?;
+    Ok(crate::SegmentSpans {
+        device: d.device,
+        events: d.len,
+        segments: d.segments.iter().map(segment_span).collect(),
+        pending: pending_frees(
+            snap,
+            index,
+            &analysis::pending::pending_frees(snap, d, analysis::pending::DEFAULT_MIN_WAIT_US),
+        ),
+    })
+}
+
+/// `GET …/events`: the trace's events around a position.
+pub fn events_answer(
+    snap: &snapshot::model::Snapshot,
+    index: &index::Index,
+    q: &crate::EventsQuery,
+) -> Result<crate::EventsAround, String> {
+    let d = device_index(index, q.device)?;
+    let position = q.position.unwrap_or(d.len).min(d.len);
+    let around = tl::events_around(
+        snap,
+        index,
+        d.device,
+        position,
+        q.before.unwrap_or(8).min(200),
+        q.after.unwrap_or(8).min(200),
+    );
+    Ok(crate::EventsAround {
+        device: d.device,
+        position,
+        events: d.len,
+        around: around.into_iter().map(trace_event).collect(),
+    })
+}
+
+/// `GET …/allocations/{n}`: allocation `n` of the query's device.
+pub fn allocation_answer(
+    snap: &snapshot::model::Snapshot,
+    index: &index::Index,
+    n: u32,
+    q: &crate::DeviceQuery,
+) -> Result<crate::AllocationInfo, String> {
+    let d = device_index(index, q.device)?;
+    if n as usize >= d.allocations.len() {
+        return Err(format!(
+            "no allocation {n} on device {}: it has {}",
+            d.device,
+            d.allocations.len()
+        ));
+    }
+    Ok(allocation_info(snap, index, d, n))
+}
+
+/// `GET …/frames/{stack}`: a stack's frames as the views show them.
+pub fn frames_answer(
+    snap: &snapshot::model::Snapshot,
+    index: &index::Index,
+    stack: u32,
+) -> Result<Vec<crate::Frame>, String> {
+    if stack as usize >= snap.stacks.len() {
+        return Err(format!("no stack {stack}"));
+    }
+    Ok(frames(index.frames.display(snap, model::StackId(stack))))
+}

@@ -3,8 +3,8 @@
 //! GETs, PATCH and DELETE go through `fetch`, tied to the current page's `AbortController`
 //! (`page_scope`: aborted when the page is left, so a page left behind stops its requests); uploads
 //! go through XMLHttpRequest, the only browser API that reports upload progress. A reading's id
-//! (`local/`: a large file the page reads itself while it uploads) is answered by its worker
-//! for the report, info and timeline, and refused with a line to show for the rest.
+//! (`local/`: a large file the page reads itself while it uploads) is answered by its worker,
+//! but for the what-if's replays, which are refused with a line to show.
 
 use std::cell::RefCell;
 
@@ -218,18 +218,30 @@ pub async fn timeline(id: &str, q: &api::TimelineQuery) -> Result<api::TimelineA
 }
 
 pub async fn state(id: &str, q: &api::PositionQuery) -> Result<api::AllocatorState, String> {
+    if local::is_local(id) {
+        return local::answer(id, &local::Question::State(q.clone())).await;
+    }
     get(routes::state(id, q)).await
 }
 
 pub async fn events(id: &str, q: &api::EventsQuery) -> Result<api::EventsAround, String> {
+    if local::is_local(id) {
+        return local::answer(id, &local::Question::Events(q.clone())).await;
+    }
     get(routes::events(id, q)).await
 }
 
 pub async fn stacks(id: &str, q: &api::StacksQuery) -> Result<api::StackReport, String> {
+    if local::is_local(id) {
+        return local::answer(id, &local::Question::Stacks(q.clone())).await;
+    }
     get(routes::stacks(id, q)).await
 }
 
 pub async fn segments(id: &str, q: &api::DeviceQuery) -> Result<api::SegmentSpans, String> {
+    if local::is_local(id) {
+        return local::answer(id, &local::Question::Segments(q.clone())).await;
+    }
     get(routes::segments(id, q)).await
 }
 
@@ -249,10 +261,16 @@ pub async fn allocation(
     n: u32,
     q: &api::DeviceQuery,
 ) -> Result<api::AllocationInfo, String> {
+    if local::is_local(id) {
+        return local::answer(id, &local::Question::Allocation(n, q.clone())).await;
+    }
     get(routes::allocation(id, n, q)).await
 }
 
 pub async fn frames(id: &str, stack: api::StackId) -> Result<Vec<api::Frame>, String> {
+    if local::is_local(id) {
+        return local::answer(id, &local::Question::Frames(stack.0)).await;
+    }
     get(routes::frames(id, stack)).await
 }
 

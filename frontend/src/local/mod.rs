@@ -1,9 +1,9 @@
 //! The page's own reading of a large file while its upload is slow (issue 41). The page holds
 //! the file already; when its upload, at its pace so far, would take well longer than reading it
 //! (a server across a network), a worker parses it with the same engine, and the snapshot's
-//! page opens on a `local-…` id: its report, info and timeline questions are answered by the
-//! worker (`worker.rs`, through the server's own conversion, `api::engine`), the views that
-//! need anything else say they open when the upload lands, and the page moves to the stored
+//! page opens on a `local-…` id: its questions are answered by the worker (`worker.rs`, through
+//! the server's own handlers' bodies, `api::engine`), the What if view (replays, the server's)
+//! says it opens when the upload lands, and the page moves to the stored
 //! snapshot (same view, same window) as soon as it does. The worker is ended then, and its
 //! memory with it. A fast upload (loopback) is left alone: reading competes with it for the
 //! client's cores ([`reading_pays`]).
@@ -34,7 +34,7 @@ pub const MIN_BYTES: f64 = 16.0 * 1024.0 * 1024.0;
 pub const MAX_BYTES: f64 = 1024.0 * 1024.0 * 1024.0;
 
 /// What a view that needs the stored snapshot says on a reading's page.
-pub const WAITS: &str = "This view opens when the upload lands: the page read the file itself to show its overview and timeline sooner.";
+pub const WAITS: &str = "This view opens when the upload lands: the page read the file itself to show it sooner, and replays run on the server.";
 
 pub fn is_local(id: &str) -> bool {
     id.starts_with(PREFIX)
@@ -69,12 +69,19 @@ pub fn reading_pays(total_bytes: f64, elapsed_s: f64, sent: f64) -> bool {
     remaining_s > 2.0 * total_bytes / READ_BYTES_PER_S
 }
 
-/// A question to a reading's worker: the server's answers it can give.
+/// A question to a reading's worker: the server's answers it can give (all but the what-if's
+/// replays, which stay the server's).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Question {
     Report,
     Info,
     Timeline(api::TimelineQuery),
+    State(api::PositionQuery),
+    Stacks(api::StacksQuery),
+    Segments(api::DeviceQuery),
+    Events(api::EventsQuery),
+    Allocation(u32, api::DeviceQuery),
+    Frames(u32),
 }
 
 /// Where a reading's upload stands.

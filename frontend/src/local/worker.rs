@@ -1,7 +1,7 @@
 //! The worker's side of the page's own reading (`local/mod.rs`): the engine's model of one file,
 //! parsed in a dedicated worker (`frontend/worker.js`) so the page never freezes, and the answers
-//! to the page's questions about it, built by the server's own conversion (`api::engine`) so
-//! they are the server's answers to the byte. Nothing here runs on the page's thread.
+//! to the page's questions about it, built by the server's own handlers' bodies (`api::engine`)
+//! so they are the server's answers to the byte. Nothing here runs on the page's thread.
 
 use std::cell::RefCell;
 
@@ -68,6 +68,24 @@ pub fn local_answer(question: &str) -> Result<String, String> {
                 let answer =
                     api::engine::timeline_answer(&m.snap, &m.index, d, &q).ok_or("empty trace")?;
                 serde_json::to_string(&answer)
+            }
+            Question::State(q) => {
+                serde_json::to_string(&api::engine::state_answer(&m.snap, &m.index, &q))
+            }
+            Question::Stacks(q) => {
+                serde_json::to_string(&api::engine::stacks_report(&m.snap, &m.index, &q)?)
+            }
+            Question::Segments(q) => {
+                serde_json::to_string(&api::engine::segments_answer(&m.snap, &m.index, &q)?)
+            }
+            Question::Events(q) => {
+                serde_json::to_string(&api::engine::events_answer(&m.snap, &m.index, &q)?)
+            }
+            Question::Allocation(n, q) => {
+                serde_json::to_string(&api::engine::allocation_answer(&m.snap, &m.index, n, &q)?)
+            }
+            Question::Frames(stack) => {
+                serde_json::to_string(&api::engine::frames_answer(&m.snap, &m.index, stack)?)
             }
         };
         json.map_err(|e| e.to_string())

@@ -11,7 +11,6 @@ use axum::{Json, Router};
 use snapshot::Cancel;
 use snapshot::analysis::whatif::WhatIfError;
 use snapshot::analysis::{self, index::DeviceIndex};
-use snapshot::model::StackId;
 
 use super::error::{ApiError, ApiResult};
 use super::query::ApiQuery;
@@ -330,22 +329,7 @@ async fn state_at(
     ApiQuery(q): ApiQuery<api::PositionQuery>,
 ) -> ApiResult<Json<api::AllocatorState>> {
     let r = query(&s, &id, move |m, _| {
-        let device = match device_of(m, q.device) {
-            Ok(d) => d.device,
-            // Segments-only snapshots still have a state: the snapshot's own.
-            Err(_) => m.snap.segments.first().map_or(0, |s| s.device),
-        };
-        let len = m.index.device(device).map_or(0, |d| d.len);
-        Ok(convert::allocator_state(
-            analysis::state_at(
-                &m.snap,
-                &m.index,
-                device,
-                q.position.unwrap_or(len).min(len),
-            ),
-            &m.snap,
-            &m.index,
-        ))
+        Ok(convert::state_answer(&m.snap, &m.index, &q))
     })
     .await?;
     Ok(Json(r))
@@ -357,9 +341,7 @@ async fn stacks(
     ApiQuery(q): ApiQuery<api::StacksQuery>,
 ) -> ApiResult<Json<api::StackReport>> {
     let r = query(&s, &id, move |m, _| {
-        let device = device_of(m, q.device)?.device;
-        convert::stacks_answer(&m.snap, &m.index, device, &q, 200)
-            .ok_or_else(|| ApiError::BadRequest("no trace".into()))
+        convert::stacks_report(&m.snap, &m.index, &q).map_err(ApiError::BadRequest)
     })
     .await?;
     Ok(Json(r))
@@ -372,22 +354,7 @@ async fn events(
     ApiQuery(q): ApiQuery<api::EventsQuery>,
 ) -> ApiResult<Json<api::EventsAround>> {
     let r = query(&s, &id, move |m, _| {
-        let d = device_of(m, q.device)?;
-        let position = q.position.unwrap_or(d.len).min(d.len);
-        let around = analysis::timeline::events_around(
-            &m.snap,
-            &m.index,
-            d.device,
-            position,
-            q.before.unwrap_or(8).min(200),
-            q.after.unwrap_or(8).min(200),
-        );
-        Ok(api::EventsAround {
-            device: d.device,
-            position,
-            events: d.len,
-            around: around.into_iter().map(convert::trace_event).collect(),
-        })
+        convert::events_answer(&m.snap, &m.index, &q).map_err(ApiError::BadRequest)
     })
     .await?;
     Ok(Json(r))
@@ -401,21 +368,7 @@ async fn segment_spans(
     ApiQuery(q): ApiQuery<api::DeviceQuery>,
 ) -> ApiResult<Json<api::SegmentSpans>> {
     let r = query(&s, &id, move |m, _| {
-        let d = device_of(m, q.device)?;
-        Ok(api::SegmentSpans {
-            device: d.device,
-            events: d.len,
-            segments: d.segments.iter().map(convert::segment_span).collect(),
-            pending: convert::pending_frees(
-                &m.snap,
-                &m.index,
-                &analysis::pending::pending_frees(
-                    &m.snap,
-                    d,
-                    analysis::pending::DEFAULT_MIN_WAIT_US,
-                ),
-            ),
-        })
+        convert::segments_answer(&m.snap, &m.index, &q).map_err(ApiError::BadRequest)
     })
     .await?;
     Ok(Json(r))
@@ -513,15 +466,7 @@ async fn allocation(
     ApiQuery(q): ApiQuery<api::DeviceQuery>,
 ) -> ApiResult<Json<api::AllocationInfo>> {
     let r = query(&s, &id, move |m, _| {
-        let d = device_of(m, q.device)?;
-        if n as usize >= d.allocations.len() {
-            return Err(ApiError::BadRequest(format!(
-                "no allocation {n} on device {}: it has {}",
-                d.device,
-                d.allocations.len()
-            )));
-        }
-        Ok(convert::allocation_info(&m.snap, &m.index, d, n))
+        convert::allocation_answer(&m.snap, &m.index, n, &q).map_err(ApiError::BadRequest)
     })
     .await?;
     Ok(Json(r))
@@ -532,12 +477,7 @@ async fn frames(
     Path((id, stack)): Path<(String, u32)>,
 ) -> ApiResult<Json<Vec<api::Frame>>> {
     let r = query(&s, &id, move |m, _| {
-        if stack as usize >= m.snap.stacks.len() {
-            return Err(ApiError::BadRequest(format!("no stack {stack}")));
-        }
-        Ok(convert::frames(
-            m.index.frames.display(&m.snap, StackId(stack)),
-        ))
+        convert::frames_answer(&m.snap, &m.index, stack).map_err(ApiError::BadRequest)
     })
     .await?;
     Ok(Json(r))

@@ -865,8 +865,8 @@ async fn the_readings_timeline(c: &fantoccini::Client) {
 }
 
 /// A large file over a slow link: the page reads it itself while it uploads (`frontend/src/local/`)
-/// and opens on it before the upload lands, on a reading's page whose views that need the
-/// stored snapshot say so; once the upload lands the page moves to the stored snapshot, on the
+/// and opens on it before the upload lands, on a reading's page whose views answer from the
+/// page's reading but for What if, which says it waits for the upload; once the upload lands the page moves to the stored snapshot, on the
 /// same view, and draws the same timeline to the pixel.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_upload_opens_on_the_pages_own_reading_first() {
@@ -899,12 +899,27 @@ async fn a_slow_upload_opens_on_the_pages_own_reading_first() {
         "the overview, read in the page",
     )
     .await;
-    // A view that needs the stored snapshot says it opens when the upload lands.
+    // The allocator's state and the call sites, from the worker too.
     click(&c, ".tab[data-tab='segments']").await;
     wait_js(
         &c,
+        "document.querySelectorAll('.segmap .block').length > 0",
+        "the segments view, read in the page",
+    )
+    .await;
+    click(&c, ".tab[data-tab='stacks']").await;
+    wait_js(
+        &c,
+        "document.querySelectorAll('table.sites tr').length > 1",
+        "the call sites, read in the page",
+    )
+    .await;
+    // The replays are the server's: What if says it opens when the upload lands.
+    click(&c, ".tab[data-tab='whatif']").await;
+    wait_js(
+        &c,
         "document.body.innerText.includes('This view opens when the upload lands')",
-        "the segments view waiting for the upload",
+        "the what-if view waiting for the upload",
     )
     .await;
     the_readings_timeline(&c).await;

@@ -311,7 +311,7 @@ fn reading_line(id: &str) -> Option<impl IntoView + use<>> {
             "The upload failed: {e}. This page is your browser's own reading of the file; it is not stored."
         ),
         Some(local::Landing::Sending(sent)) => format!(
-            "Read in your browser while the file uploads ({:.0} % sent): the overview, timeline, leaks and OOM views are this file's own figures, computed as the server computes them; the other views open when the upload lands, and this page then moves to the stored snapshot.",
+            "Read in your browser while the file uploads ({:.0} % sent): every view but What if shows this file's own figures, computed as the server computes them; What if opens when the upload lands, and this page then moves to the stored snapshot.",
             sent * 100.0
         ),
         _ => {
