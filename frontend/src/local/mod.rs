@@ -36,6 +36,22 @@ pub const MAX_BYTES: f64 = 1024.0 * 1024.0 * 1024.0;
 /// What a view that needs the stored snapshot says on a reading's page.
 pub const WAITS: &str = "This view opens when the upload lands: the page read the file itself to show it sooner, and replays run on the server.";
 
+thread_local! {
+    /// The number of the next reading: ids are never reused while the app runs (each library
+    /// page's uploads count from 0, and a reading may outlive its page).
+    static NEXT: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// A reading id no other reading of this app has had.
+pub fn new_id() -> String {
+    let n = NEXT.with(|c| {
+        let n = c.get();
+        c.set(n + 1);
+        n
+    });
+    format!("{PREFIX}{n}")
+}
+
 pub fn is_local(id: &str) -> bool {
     id.starts_with(PREFIX)
 }
@@ -236,7 +252,16 @@ pub fn close(id: &str) {
 
 #[cfg(test)]
 mod tests {
-    use super::reading_pays;
+    use super::{is_local, new_id, reading_pays};
+
+    #[test]
+    fn reading_ids_are_never_reused_and_never_a_servers() {
+        let (a, b) = (new_id(), new_id());
+        assert_ne!(a, b);
+        assert!(is_local(&a) && is_local(&b));
+        // A server id is 16 hex digits.
+        assert!(!is_local("9443f3ccfe3d7a8c"));
+    }
 
     const MB: f64 = 1e6;
 

@@ -118,7 +118,7 @@ impl Uploader {
             })
         });
         let token = format!("u{}{}", key, (js_sys::Math::random() * 1e12) as u64);
-        let reading = read.then(|| format!("{}{key}", local::PREFIX));
+        let reading = read.then(local::new_id);
         if let Some(r) = &reading {
             self.landings.set(r, local::Landing::Sending(0.0));
         }
@@ -145,8 +145,14 @@ impl Uploader {
             }
             Ok(_) => false,
             // Not an error of the page's: the upload goes on, and its answer says what the
-            // server made of the file (compressed files, for one, are read only there).
-            Err(e) => {
+            // server made of the file (compressed files, for one, are read only there). A
+            // reading ended because the upload landed first says nothing.
+            Err(e)
+                if matches!(
+                    self.landings.get_untracked(&reading),
+                    Some(local::Landing::Sending(_))
+                ) =>
+            {
                 web_sys::console::warn_1(
                     &format!(
                         "memscope: the page did not read {reading} itself ({e}); the upload goes on"
@@ -155,6 +161,7 @@ impl Uploader {
                 );
                 false
             }
+            Err(_) => false,
         };
         if !opened {
             local::close(&reading);
