@@ -130,16 +130,20 @@ impl Landings {
         self.0.with(|m| m.get(id).cloned())
     }
 
-    pub fn get_untracked(self, id: &str) -> Option<Landing> {
-        self.0.with_untracked(|m| m.get(id).cloned())
+    /// Whether reading `id`'s upload is still being sent (not landed, not failed).
+    pub fn sending(self, id: &str) -> bool {
+        self.0
+            .with_untracked(|m| matches!(m.get(id), Some(Landing::Sending(_))))
     }
 }
 
-/// One reading: its worker, the questions sent and not answered yet (each one's promise's
-/// resolve and reject), and the handler that settles them.
+/// The questions sent to a worker and not answered yet: each one's promise's resolve and reject.
+type Pending = std::rc::Rc<RefCell<HashMap<u32, (js_sys::Function, js_sys::Function)>>>;
+
+/// One reading: its worker, its questions in flight, and the handler that settles them.
 struct Reading {
     worker: web_sys::Worker,
-    pending: std::rc::Rc<RefCell<HashMap<u32, (js_sys::Function, js_sys::Function)>>>,
+    pending: Pending,
     next: u32,
     _on_message: Closure<dyn FnMut(web_sys::MessageEvent)>,
 }
@@ -153,8 +157,7 @@ fn start_worker(id: &str) -> Result<(), String> {
     options.set_type(web_sys::WorkerType::Module);
     let worker = web_sys::Worker::new_with_options(api::routes::WORKER_JS, &options)
         .map_err(|e| format!("{e:?}"))?;
-    let pending: std::rc::Rc<RefCell<HashMap<u32, (js_sys::Function, js_sys::Function)>>> =
-        Default::default();
+    let pending = Pending::default();
     let settle = pending.clone();
     let on_message =
         Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |ev: web_sys::MessageEvent| {
@@ -200,17 +203,17 @@ async fn ask(id: &str, key: &str, value: &JsValue) -> Result<String, String> {
             let reading = r.get_mut(id).ok_or_else(gone)?;
             let n = reading.next;
             reading.next += 1;
-            reading.pending.borrow_mut().insert(n, (resolve, reject));
             let message = js_sys::Object::new();
             let set =
                 |k: &str, v: &JsValue| js_sys::Reflect::set(&message, &JsValue::from_str(k), v);
             set("id", &JsValue::from(n))
                 .and_then(|_| set(key, value))
+                .and_then(|_| reading.worker.post_message(&message))
                 .map_err(|e| format!("{e:?}"))?;
-            reading
-                .worker
-                .post_message(&message)
-                .map_err(|e| format!("{e:?}"))
+            // Kept only once sent (a question that could not be sent is not waited for); the
+            // answer comes in a later task, so it cannot arrive before this.
+            reading.pending.borrow_mut().insert(n, (resolve, reject));
+            Ok(())
         });
     });
     sent?;

@@ -131,12 +131,7 @@ impl Uploader {
     /// worker is ended: the stored snapshot answers.
     async fn read(self, reading: String, file: web_sys::File) {
         let opened = match local::open(&reading, &file).await {
-            Ok(report)
-                if matches!(
-                    self.landings.get_untracked(&reading),
-                    Some(local::Landing::Sending(_))
-                ) =>
-            {
+            Ok(report) if self.landings.sending(&reading) => {
                 let to =
                     ::api::routes::page::snapshot(&reading, &[("view", report.landing_view())]);
                 self.navigate
@@ -147,12 +142,7 @@ impl Uploader {
             // Not an error of the page's: the upload goes on, and its answer says what the
             // server made of the file (compressed files, for one, are read only there). A
             // reading ended because the upload landed first says nothing.
-            Err(e)
-                if matches!(
-                    self.landings.get_untracked(&reading),
-                    Some(local::Landing::Sending(_))
-                ) =>
-            {
+            Err(e) if self.landings.sending(&reading) => {
                 web_sys::console::warn_1(
                     &format!(
                         "memscope: the page did not read {reading} itself ({e}); the upload goes on"
