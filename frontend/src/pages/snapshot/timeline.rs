@@ -322,18 +322,17 @@ fn draw_live(
             } else {
                 ink(Ink::Grid)
             });
-            let last = band.first + band.lower.len();
+            // Up the left edge, along the top, back along the bottom: a vertex pair per step.
+            let steps = band.steps();
             g.begin_path();
             g.move_to(xe(band.first), ys.at(band.lower[0] as f64));
-            for j in band.first..last {
-                let lo = band.lower[j - band.first] as f64;
-                g.line_to(xe(j), ys.at(lo + size));
-                g.line_to(xe(j + 1), ys.at(lo + size));
+            for &(j0, j1, lo) in &steps {
+                g.line_to(xe(j0), ys.at(lo as f64 + size));
+                g.line_to(xe(j1), ys.at(lo as f64 + size));
             }
-            for j in (band.first..last).rev() {
-                let lo = band.lower[j - band.first] as f64;
-                g.line_to(xe(j + 1), ys.at(lo));
-                g.line_to(xe(j), ys.at(lo));
+            for &(j0, j1, lo) in steps.iter().rev() {
+                g.line_to(xe(j1), ys.at(lo as f64));
+                g.line_to(xe(j0), ys.at(lo as f64));
             }
             g.close_path();
             g.fill();
