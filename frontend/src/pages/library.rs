@@ -243,10 +243,11 @@ impl Uploader {
         }
     }
 
-    /// An upload is stored: its line says so, the list fetches again, and the last of a run's
-    /// uploads opens the run; a single new upload opens its snapshot on the view that answers
-    /// its question (OOM, leak, else the timeline). A file already in the library says so and
-    /// stays here.
+    /// An upload is stored: its line says so, and the last of a run's uploads opens the run; a
+    /// single new upload opens its snapshot on the view that answers its question (OOM, leak,
+    /// else the timeline). A file already in the library says so and stays here; the list
+    /// fetches again only when the page stays (a page left does not need it, and its two fetches
+    /// would compete with the opened page's own).
     fn landed(self, key: u32, v: ::api::Uploaded) {
         let landing = v.summary.landing_view();
         let (id, created, name) = (v.id, v.created, v.snapshot.name);
@@ -257,7 +258,6 @@ impl Uploader {
                 name: name.clone(),
             }
         });
-        self.refresh.try_update(|r| *r += 1);
         let run_done = self.uploads.try_with_untracked(|all| {
             all.iter()
                 .all(|x| matches!(x.state, UploadState::Done { .. }))
@@ -277,7 +277,9 @@ impl Uploader {
                     Default::default(),
                 )
             });
+            return;
         }
+        self.refresh.try_update(|r| *r += 1);
     }
 }
 
