@@ -5,6 +5,7 @@
 
 pub mod access;
 pub mod assets;
+pub mod background;
 pub mod cli;
 pub mod config;
 pub use api::engine as convert;
@@ -52,7 +53,8 @@ pub fn now_ms() -> i64 {
 /// Called first thing by the binary, and by the dashboard's benchmark, whose server runs in
 /// the test's process. Does nothing but on Linux with glibc.
 ///
-/// The one `unsafe` in the workspace (its lints deny it): an FFI call with no pointers.
+/// One of two `unsafe` blocks in the workspace (its lints deny them), both FFI calls with no
+/// pointers; the other lowers a thread's priority (`background`).
 #[allow(unsafe_code)]
 pub fn fix_mmap_threshold() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]

@@ -72,6 +72,14 @@ impl Drop for ModelWrite {
     }
 }
 
+/// Whether anyone waits for a model file being written: a request answered only once it is
+/// written, or no one (an upload's, written after its answer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Waited {
+    ByARequest,
+    ByNoOne,
+}
+
 /// Libraries opened by this process (see `tmp_name`).
 static OPENED: AtomicU64 = AtomicU64::new(0);
 
@@ -243,17 +251,25 @@ impl Library {
         }
     }
 
-    /// Writes snapshot `id`'s model file with `write` into this server's temporary folder (on a
-    /// blocking thread) and places it ([`Library::place_model`]). Whether it was placed.
+    /// Writes snapshot `id`'s model file with `write` into this server's temporary folder and
+    /// places it ([`Library::place_model`]). Whether it was placed. A write someone waits for
+    /// runs on the blocking pool; one after the answer runs at the lowest CPU priority
+    /// (`crate::background`), so the answered page's own requests come first.
     pub async fn write_model(
         &self,
         id: &str,
         sha256: &str,
+        waited: Waited,
         write: impl FnOnce(&Path) -> std::io::Result<()> + Send + 'static,
     ) -> anyhow::Result<bool> {
         let tmp = TempFile(self.tmp_path(&format!("{}.msmodel", unique_name("model"))));
         let path = tmp.0.clone();
-        tokio::task::spawn_blocking(move || write(&path)).await??;
+        match waited {
+            Waited::ByARequest => tokio::task::spawn_blocking(move || write(&path)).await??,
+            Waited::ByNoOne => {
+                crate::background::run("memscope-model", move || write(&path)).await??
+            }
+        }
         self.place_model(id, sha256, &tmp.0).await
     }
 

@@ -18,5 +18,5 @@ pub mod upload;
 pub mod views;
 
 pub use api::{SnapshotInfo, Tag};
-pub use files::{Library, ModelWrite, write_model_file};
+pub use files::{Library, ModelWrite, Waited, write_model_file};
 pub use rows::Stored;

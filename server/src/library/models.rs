@@ -13,7 +13,7 @@ use snapshot::analysis::Index;
 
 use snapshot::analysis::whatif::{Progress, WhatIfError};
 
-use super::files::{Library, write_model_file};
+use super::files::{Library, Waited, write_model_file};
 
 /// A snapshot ready for queries.
 #[derive(Debug)]
@@ -414,7 +414,7 @@ impl Models {
             // Placed like an upload's (under the files lock, only while the row stands).
             let from = loaded.clone();
             let sha256 = info.sha256.clone();
-            lib.write_model(id, &info.sha256, move |path| {
+            lib.write_model(id, &info.sha256, Waited::ByARequest, move |path| {
                 write_model_file(&from.snap, &from.index, &sha256, path)
             })
             .await?;

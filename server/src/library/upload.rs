@@ -17,7 +17,7 @@ use tokio::io::AsyncWriteExt;
 use api::{SnapshotInfo, Tag};
 
 use super::files::Library;
-use super::files::{TempFile, unique_name, write_model_file};
+use super::files::{TempFile, Waited, unique_name, write_model_file};
 use super::models::Loaded;
 use super::models::Models;
 use crate::live::Live;
@@ -757,7 +757,7 @@ impl Uploads {
             let started = Instant::now();
             let origin = sha256.clone();
             let placed = lib
-                .write_model(&id, &sha256, move |path| {
+                .write_model(&id, &sha256, Waited::ByNoOne, move |path| {
                     write_model_file(&loaded.snap, &loaded.index, &origin, path)
                 })
                 .await;
