@@ -9,19 +9,14 @@
 # PROF=1 also saves the page's CPU profile of each round (CDP Profiler) as prof{N}.json in $OUT.
 # Issue 41, thirteenth part (bench/README.md):
 #     python3 bench/choose_ab.py /tmp/gpt_fresh_x73.pickle http://127.0.0.1:8311,http://127.0.0.1:8312 8
-import json, os, statistics, subprocess, sys, time, urllib.request
+import json, os, shutil, statistics, sys, tempfile, time
 
-FILE, BASES, N = sys.argv[1], sys.argv[2].split(','), int(sys.argv[3])
+from chromedriver import Driver
+
+FILE, BASES, N = os.path.abspath(sys.argv[1]), sys.argv[2].split(','), int(sys.argv[3])
 OUT = os.environ.get('OUT', '/tmp')
-drv = subprocess.Popen(['chromedriver', '--port=9517'], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-time.sleep(1)
-
-
-def call(method, path, body=None, base='http://127.0.0.1:9517'):
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(base + path, method=method, data=data, headers={'Content-Type': 'application/json'})
-    return json.loads(urllib.request.urlopen(req).read() or b'{"value":null}')['value']
-
+drv = Driver(9517)
+call = drv.call
 
 WATCH = r"""
 const m = window.__m = {};
@@ -53,9 +48,12 @@ rows = []
 try:
     for r in range(N * len(BASES)):
         base = BASES[r % len(BASES)]
+        # A fresh profile each round, of its own: a browser killed in an earlier run leaves its
+        # profile locked.
+        profile = tempfile.mkdtemp(prefix='memscope-choose-ab-')
         session = call('POST', '/session', {'capabilities': {'alwaysMatch': {'goog:chromeOptions': {'args': [
             '--headless', '--no-sandbox', '--disable-gpu', '--window-size=1400,1000',
-            f'--user-data-dir=/tmp/memscope-choose-ab-{r}']}}}})['sessionId']
+            f'--user-data-dir={profile}']}}}})['sessionId']
         ex = lambda js: call('POST', f'/session/{session}/execute/sync', {'script': js, 'args': []})
         cdp = lambda cmd, params: call('POST', f'/session/{session}/goog/cdp/execute', {'cmd': cmd, 'params': params})
         call('POST', f'/session/{session}/url', {'url': base + '/'})
@@ -77,6 +75,7 @@ try:
         rows.append((base, t))
         sid = ex("return location.pathname").split('/s/')[1]
         call('DELETE', f'/session/{session}')
+        shutil.rmtree(profile, ignore_errors=True)
         call('DELETE', f'/api/snapshots/{sid}', base=base)
 finally:
     drv.kill()

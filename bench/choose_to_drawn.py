@@ -5,13 +5,12 @@
 # drawings are the same PNG. UP=BYTES_PER_S slows the upload (Chromium's network emulation).
 # Deletes the snapshot after each round. Issue 41, twelfth part (bench/README.md):
 #     UP=20000000 python3 bench/choose_to_drawn.py /tmp/gpt_fresh_x73.pickle http://127.0.0.1:8311 3
-import hashlib, json, os, subprocess, sys, time, urllib.request
-F, BASE, N = sys.argv[1], sys.argv[2], int(sys.argv[3])
-drv = subprocess.Popen(['chromedriver', '--port=9517'], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-time.sleep(1)
-def call(method, path, body=None, base='http://127.0.0.1:9517'):
-    req = urllib.request.Request(base + path, method=method, data=json.dumps(body).encode() if body is not None else None, headers={'Content-Type': 'application/json'})
-    return json.loads(urllib.request.urlopen(req).read() or b'{"value":null}')['value']
+import hashlib, json, os, sys, time
+
+from chromedriver import Driver
+F, BASE, N = os.path.abspath(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+drv = Driver(9517)
+call = drv.call
 CANVAS = "(()=>{const c=document.getElementById('timeline-canvas'); if(!c) return 0; const d=c.getContext('2d').getImageData(0,0,c.width,c.height).data; let n=0; for(let i=3;i<d.length;i+=4) if(d[i]) n++; return n;})()"
 DATA = "(()=>{const c=document.getElementById('timeline-canvas'); return c ? c.toDataURL() : ''})()"
 try:

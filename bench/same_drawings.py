@@ -6,18 +6,14 @@
 # as its steps). Both pages get a scrollbar, and a pair whose charts came out at different widths
 # (the page laid out before the scrollbar) is taken again.
 #     python3 bench/same_drawings.py http://127.0.0.1:8311 http://127.0.0.1:8312 FILE...
-import base64, json, os, subprocess, sys, time, urllib.request
+import base64, json, os, sys, time, urllib.request
+
+from chromedriver import Driver
 
 A, B, FILES = sys.argv[1], sys.argv[2], sys.argv[3:]
 OUT = os.environ.get('OUT', '/tmp/memscope-same-drawings')
-drv = subprocess.Popen(['chromedriver', '--port=9518'], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-time.sleep(1)
-
-
-def call(method, path, body=None, base='http://127.0.0.1:9518'):
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(base + path, method=method, data=data, headers={'Content-Type': 'application/json'})
-    return json.loads(urllib.request.urlopen(req).read() or b'{"value":null}')['value']
+drv = Driver(9518)
+call = drv.call
 
 
 def upload(base, path):
