@@ -828,11 +828,6 @@ async fn uploads_land_on_their_answer() {
     let _ = std::fs::remove_dir_all(&data);
 }
 
-/// A run that survived its OOMs (a conv net under a memory limit on an H200: cuDNN asked for
-/// workspaces that did not fit 39 times and fell back each time; the run trained to the end): the
-/// OOM tab leads with "Survived", shows incidents (one card per line, cause and fate, with how
-/// many), not one card per OOM, and nothing in it is called fatal; the overview says it survived
-/// and the What if tab does not call it a run to be saved.
 /// Chooses `big_python.pickle` (21.6 MB) in the library (its upload slowed by the test) and
 /// waits for the page's own reading of it to open (`frontend/src/local/`).
 async fn choose_and_wait_for_the_reading(c: &fantoccini::Client) {
@@ -866,8 +861,8 @@ async fn the_readings_timeline(c: &fantoccini::Client) {
 
 /// A large file over a slow link: the page reads it itself while it uploads (`frontend/src/local/`)
 /// and opens on it before the upload lands, on a reading's page whose views answer from the
-/// page's reading but for What if, which says it waits for the upload; once the upload lands the page moves to the stored snapshot, on the
-/// same view, and draws the same timeline to the pixel.
+/// page's reading but for What if, which says it waits for the upload; once the upload lands the
+/// page moves to the stored snapshot, on the same view, and draws the same timeline to the pixel.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_upload_opens_on_the_pages_own_reading_first() {
     let Session {
@@ -1008,6 +1003,11 @@ async fn a_reading_whose_upload_fails_says_so_and_stays() {
     c.close().await.unwrap();
 }
 
+/// A run that survived its OOMs (a conv net under a memory limit on an H200: cuDNN asked for
+/// workspaces that did not fit 39 times and fell back each time; the run trained to the end): the
+/// OOM tab leads with "Survived", shows incidents (one card per line, cause and fate, with how
+/// many), not one card per OOM, and nothing in it is called fatal; the overview says it survived
+/// and the What if tab does not call it a run to be saved.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_that_survived_its_ooms_says_so_first() {
     let Session {
