@@ -192,57 +192,74 @@ async fn get<T: DeserializeOwned>(url: String) -> Result<T, String> {
     decode(&url, &text)
 }
 
+/// A snapshot's `GET` at `url`, or, for a reading's id (`local/`), `question` to its worker,
+/// which answers it as the server would.
+async fn snapshot_get<T: DeserializeOwned>(
+    id: &str,
+    question: impl FnOnce() -> local::Question,
+    url: String,
+) -> Result<T, String> {
+    if local::is_local(id) {
+        return local::answer(id, &question()).await;
+    }
+    get(url).await
+}
+
 pub async fn snapshots(q: &api::ListQuery) -> Result<Vec<api::SnapshotInfo>, String> {
     get(routes::snapshots(q)).await
 }
 
 pub async fn report(id: &str) -> Result<api::Report, String> {
-    if local::is_local(id) {
-        return local::answer(id, &local::Question::Report).await;
-    }
-    get(routes::snapshot(id)).await
+    snapshot_get(id, || local::Question::Report, routes::snapshot(id)).await
 }
 
 pub async fn info(id: &str) -> Result<api::SnapshotInfo, String> {
-    if local::is_local(id) {
-        return local::answer(id, &local::Question::Info).await;
-    }
-    get(routes::info(id)).await
+    snapshot_get(id, || local::Question::Info, routes::info(id)).await
 }
 
 pub async fn timeline(id: &str, q: &api::TimelineQuery) -> Result<api::TimelineAnswer, String> {
-    if local::is_local(id) {
-        return local::answer(id, &local::Question::Timeline(q.clone())).await;
-    }
-    get(routes::timeline(id, q)).await
+    snapshot_get(
+        id,
+        || local::Question::Timeline(q.clone()),
+        routes::timeline(id, q),
+    )
+    .await
 }
 
 pub async fn state(id: &str, q: &api::PositionQuery) -> Result<api::AllocatorState, String> {
-    if local::is_local(id) {
-        return local::answer(id, &local::Question::State(q.clone())).await;
-    }
-    get(routes::state(id, q)).await
+    snapshot_get(
+        id,
+        || local::Question::State(q.clone()),
+        routes::state(id, q),
+    )
+    .await
 }
 
 pub async fn events(id: &str, q: &api::EventsQuery) -> Result<api::EventsAround, String> {
-    if local::is_local(id) {
-        return local::answer(id, &local::Question::Events(q.clone())).await;
-    }
-    get(routes::events(id, q)).await
+    snapshot_get(
+        id,
+        || local::Question::Events(q.clone()),
+        routes::events(id, q),
+    )
+    .await
 }
 
 pub async fn stacks(id: &str, q: &api::StacksQuery) -> Result<api::StackReport, String> {
-    if local::is_local(id) {
-        return local::answer(id, &local::Question::Stacks(q.clone())).await;
-    }
-    get(routes::stacks(id, q)).await
+    snapshot_get(
+        id,
+        || local::Question::Stacks(q.clone()),
+        routes::stacks(id, q),
+    )
+    .await
 }
 
 pub async fn segments(id: &str, q: &api::DeviceQuery) -> Result<api::SegmentSpans, String> {
-    if local::is_local(id) {
-        return local::answer(id, &local::Question::Segments(q.clone())).await;
-    }
-    get(routes::segments(id, q)).await
+    snapshot_get(
+        id,
+        || local::Question::Segments(q.clone()),
+        routes::segments(id, q),
+    )
+    .await
 }
 
 pub async fn whatif(id: &str, q: &api::WhatIfQuery) -> Result<api::WhatIf, String> {
@@ -261,17 +278,21 @@ pub async fn allocation(
     n: u32,
     q: &api::DeviceQuery,
 ) -> Result<api::AllocationInfo, String> {
-    if local::is_local(id) {
-        return local::answer(id, &local::Question::Allocation(n, q.clone())).await;
-    }
-    get(routes::allocation(id, n, q)).await
+    snapshot_get(
+        id,
+        || local::Question::Allocation(n, q.clone()),
+        routes::allocation(id, n, q),
+    )
+    .await
 }
 
 pub async fn frames(id: &str, stack: api::StackId) -> Result<Vec<api::Frame>, String> {
-    if local::is_local(id) {
-        return local::answer(id, &local::Question::Frames(stack.0)).await;
-    }
-    get(routes::frames(id, stack)).await
+    snapshot_get(
+        id,
+        || local::Question::Frames(stack.0),
+        routes::frames(id, stack),
+    )
+    .await
 }
 
 pub async fn diff(a: &str, b: &str, q: &api::DiffQuery) -> Result<api::DiffAnswer, String> {
