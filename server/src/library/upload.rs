@@ -245,7 +245,10 @@ impl std::io::Read for ChannelReader {
             match next {
                 Some(b) => self.current = b,
                 None => {
-                    // The end: what follows (lowering, indexing, the report) is work.
+                    // The end: what follows (lowering, indexing, the report) is work. The
+                    // body's buffers are all free now: their pages go back before that work,
+                    // where the upload's memory peaks.
+                    crate::release_free_heap();
                     self.slot.take()?;
                     return Ok(0);
                 }
