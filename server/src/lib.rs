@@ -72,8 +72,8 @@ pub fn fix_mmap_threshold() {
 /// async workers' heaps; once the parser has read the last of them they are free, but glibc
 /// returns a heap's memory only from its top, so their pages stayed resident through the end
 /// of the indexing and the report, where an upload's RSS peaks. Called when the parser reaches
-/// the body's end: the 1 GB upload's peak went from 342–350 to 339–340 MiB (three alternated
-/// runs each; bench/README.md, issue 41, fourteenth part). The call took 0.1–0.7 ms on 164 MB
+/// the body's end: the 1 GB upload's peak went from 342–350 to 339–345 MiB (builds
+/// alternated; bench/README.md, issue 41, fourteenth part). The call took 0.1–0.7 ms on 164 MB
 /// uploads; it is made once an upload. Does nothing but on Linux with glibc.
 #[allow(unsafe_code)]
 pub fn release_free_heap() {
