@@ -195,6 +195,18 @@ pub struct EventAllocations {
     last: u64,
 }
 
+/// Bit `i` of a bitmap kept as 64-bit words (`EventAllocations::none`, `DeviceBuilder::not_open`).
+#[inline]
+fn bit(words: &[u64], i: usize) -> bool {
+    words[i / 64] >> (i % 64) & 1 != 0
+}
+
+/// Sets bit `i` of a bitmap kept as 64-bit words.
+#[inline]
+fn set_bit(words: &mut [u64], i: usize) {
+    words[i / 64] |= 1 << (i % 64);
+}
+
 /// [`EventAllocations::reader`]: the block of events from `start` decoded.
 pub struct EventReader<'a> {
     ea: &'a EventAllocations,
@@ -211,7 +223,7 @@ impl EventReader<'_> {
             self.start = e / BLOCK * BLOCK;
             self.ea.ids.block_into((e / BLOCK) as usize, &mut self.buf);
         }
-        if self.ea.none[e as usize / 64] >> (e % 64) & 1 != 0 {
+        if bit(&self.ea.none, e as usize) {
             return NONE;
         }
         self.buf[(e - self.start) as usize] as u32
@@ -231,7 +243,7 @@ impl EventAllocations {
     /// The allocation event `e` belongs to, or [`NONE`].
     #[inline]
     pub fn get(&self, e: u32) -> u32 {
-        if self.none[e as usize / 64] >> (e % 64) & 1 != 0 {
+        if bit(&self.none, e as usize) {
             return NONE;
         }
         self.ids.get(e as usize) as u32
@@ -261,7 +273,7 @@ impl EventAllocations {
             self.none.push(0);
         }
         if id == NONE {
-            self.none[e / 64] |= 1 << (e % 64);
+            set_bit(&mut self.none, e);
             self.ids.push(self.last);
         } else {
             self.last = id as u64;
@@ -1133,19 +1145,15 @@ impl DeviceBuilder {
             self.not_open.push(0);
         }
         if start == NONE {
-            self.mark_not_open(id);
+            set_bit(&mut self.not_open, id as usize);
         }
         id
-    }
-
-    fn mark_not_open(&mut self, id: u32) {
-        self.not_open[id as usize / 64] |= 1 << (id % 64);
     }
 
     /// Ends allocation `id` at event `e`.
     fn end(&mut self, id: u32, e: u32) {
         self.allocations[id as usize].end = e;
-        self.mark_not_open(id);
+        set_bit(&mut self.not_open, id as usize);
     }
 
     /// An allocation made before the trace, first seen at a free: its address, size and stream
@@ -1278,7 +1286,7 @@ impl DeviceBuilder {
     /// hash table) and sorting cost 0.3 s on a 13M-event trace (bench/README.md).
     fn checkpoint(&mut self, position: u32) {
         let not_open = &self.not_open;
-        let open = |&id: &u32| not_open[id as usize / 64] & (1 << (id % 64)) == 0;
+        let open = |&id: &u32| !bit(not_open, id as usize);
         let before = self.checkpoints.last().map(|c| &c.alive);
         let made_since = self.checkpoint_allocations..self.allocations.len() as u32;
         // The last checkpoint's ids are all below those made since: ascending as they come.
