@@ -665,6 +665,7 @@ fn run_of(
         stream: None,
         last_str: (u8::MAX, StrId::EMPTY),
         last_str_bytes: [0; 32],
+        seen: [(u32::MAX, Value::None); REF_CACHE],
     };
     for (k, (&r, &id)) in state.keys.refs.iter().zip(&state.keys.ids).enumerate() {
         // A key named twice (no dict CPython writes): the general machine reads it.
@@ -715,7 +716,15 @@ struct Plan {
     /// The last short new string ([`Plan::string`]): its length and id, and its bytes.
     last_str: (u8, StrId),
     last_str_bytes: [u8; 32],
+    /// Memo references read in this run, by the index's low bits: entry after entry, a
+    /// field names the same few values (an action's string, an empty `user_metadata`, a
+    /// frames list shared with the entry before). The run's own memo ops only add slots, so
+    /// a slot read once holds the same value for the rest of the run.
+    seen: [(u32, Value); REF_CACHE],
 }
+
+/// Memo references [`Plan`] remembers.
+const REF_CACHE: usize = 32;
 
 /// What a field of an entry is, for [`Plan`]: the numbers nearly every entry has are read
 /// straight from the bytes into their field.
@@ -822,6 +831,17 @@ impl Plan {
                 }
                 _ => {}
             }
+            if let Some(op @ (b'h' | b'j')) = c.peek_op() {
+                c.pos += 1;
+                let i = if op == b'h' {
+                    c.byte()? as u32
+                } else {
+                    c.u32()?
+                };
+                let v = self.memo_ref(i, heap)?;
+                heap.set_field(&mut fields, id, v).ok()?;
+                continue;
+            }
             match c.value(max_str, &mut scratch.arena)? {
                 // An integer `Cursor::int` left (too near the window's end): its slot as well.
                 Tok::Int(i) if (field as usize) < NUMBER_FIELDS => {
@@ -878,6 +898,22 @@ impl Plan {
             self.last_str = (raw.len() as u8, id);
         }
         Some(id)
+    }
+
+    /// The value memo slot `i` holds, as [`resolve`] reads it (`None` for an entry or another
+    /// container, which no field may name).
+    #[inline(always)]
+    fn memo_ref(&mut self, i: u32, heap: &mut Heap) -> Option<Value> {
+        let seen = &mut self.seen[i as usize % REF_CACHE];
+        if seen.0 == i {
+            return Some(seen.1);
+        }
+        let v = match heap.memo_peek(i as usize)? {
+            Value::Obj(_) | Value::Entry(_) => return None,
+            v => v,
+        };
+        *seen = (i, v);
+        Some(v)
     }
 
     /// The id of a stream handle, as `Heap::set_field` gives it.
@@ -1159,6 +1195,48 @@ mod tests {
         }
         b.push(b'u');
         b
+    }
+
+    #[test]
+    fn a_run_reads_each_memo_reference_for_its_own_slot() {
+        use crate::model::Action;
+        let mut heap = Heap::new(Limits::default());
+        let mut state = State::default();
+        let first = entry_bytes(false);
+        assert!(try_entry(&first, &mut heap, &mut state).is_some());
+        let mut second = entry_of_refs(1, None);
+        second.push(b'.');
+        assert!(try_entry(&second, &mut heap, &mut state).is_some());
+        // Slot 2 is `alloc`; the slots after it, up to and past one that shares its low bits
+        // with slot 2 in the run's remembered references, another action each.
+        let names = ["free_requested", "free_completed", "segment_alloc"];
+        let mut slot_of = std::collections::HashMap::new();
+        while heap.memo_mark().unwrap() <= 2 + 2 * REF_CACHE {
+            let name = names[heap.memo_mark().unwrap() % names.len()];
+            let id = heap.intern(name).unwrap();
+            slot_of.insert(heap.memo_push(Value::Str(id)).unwrap(), name);
+        }
+        let far = 2 + REF_CACHE;
+        let (far_name, farther_name) = (slot_of[&far], slot_of[&(far + REF_CACHE)]);
+        assert_ne!(far_name, farther_name);
+        let entry = |action: usize| {
+            let mut b = entry_of_refs(9, None);
+            b.splice(5..7, [b'h', action as u8]);
+            b
+        };
+        let order = [2, far, 2, far, far + REF_CACHE, far, 2];
+        let mut window: Vec<u8> = order.iter().flat_map(|&a| entry(a)).collect();
+        window.push(b'e');
+        let mut stack = Vec::new();
+        apply_run(&window, 1 << 20, &mut heap, &mut state, &mut stack, 100);
+        assert_eq!(stack.len(), order.len(), "every entry read in the run");
+        let action = |name: &str| match name {
+            "free_requested" => Action::FreeRequested,
+            "free_completed" => Action::FreeCompleted,
+            _ => Action::SegmentAlloc,
+        };
+        let (a, f, ff) = (Action::Alloc, action(far_name), action(farther_name));
+        assert_eq!(heap.trace.action[2..], [a, f, a, f, ff, f, a]);
     }
 
     #[test]
