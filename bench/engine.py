@@ -14,22 +14,31 @@ median against median). The CLI's RSS is the highest of its runs.
 
 Each measurement runs in its own child process; peak RSS is that child's own ru_maxrss (wait4).
 The big snapshot is made on a GPU host with bench/make_big_snapshot.py (see bench/README.md).
+
+On a machine without cargo (a GPU host, bench/record_real.py): MEMSCOPE_BIN, BENCH_BIN and
+FLOOR_BIN name binaries built elsewhere and nothing is built. ENGINE_CPUS (`0,1`) runs every
+child under `taskset -c`, so that a many-core host measures the two cores the issue's goals are
+set on. RESULTS names the JSON written (default bench/results-engine.json).
 """
-import json, os, statistics, subprocess, sys, time
+import json, os, shutil, statistics, subprocess, sys, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BENCH = os.path.join(ROOT, "target", "release", "examples", "bench")
+BENCH = os.environ.get("BENCH_BIN", os.path.join(ROOT, "target", "release", "examples", "bench"))
 # The floor under any one-thread parse: every opcode walked, nothing decoded (opcode_floor.rs).
-FLOOR = os.path.join(ROOT, "target", "release", "examples", "opcode_floor")
+FLOOR = os.environ.get("FLOOR_BIN", os.path.join(ROOT, "target", "release", "examples", "opcode_floor"))
 # The CLI as users run it (issue 14's figure): `memscope analyze --json FILE`, output discarded.
 MEMSCOPE = os.environ.get("MEMSCOPE_BIN", os.path.join(ROOT, "target", "release", "memscope"))
 REPEATS = int(os.environ.get("REPEATS", "3"))
+PIN = ["taskset", "-c", os.environ["ENGINE_CPUS"]] if os.environ.get("ENGINE_CPUS") else []
+if PIN and not shutil.which("taskset"):
+    sys.exit("ENGINE_CPUS needs taskset (util-linux)")
+RESULTS = os.environ.get("RESULTS", os.path.join(ROOT, "bench", "results-engine.json"))
 
 
 def child(argv):
     """Runs argv, returns (wall seconds, peak RSS bytes, stdout)."""
     t = time.perf_counter()
-    p = subprocess.Popen(argv, stdout=subprocess.PIPE)
+    p = subprocess.Popen(PIN + argv, stdout=subprocess.PIPE)
     out = p.stdout.read()
     _, status, ru = os.wait4(p.pid, 0)
     wall = time.perf_counter() - t
@@ -57,8 +66,9 @@ def decompressed(path):
 
 
 def main():
-    subprocess.run(["cargo", "build", "-q", "--release", "-p", "snapshot", "--example", "bench",
-                    "--example", "opcode_floor"], cwd=ROOT, check=True)
+    if "BENCH_BIN" not in os.environ:
+        subprocess.run(["cargo", "build", "-q", "--release", "-p", "snapshot", "--example", "bench",
+                        "--example", "opcode_floor"], cwd=ROOT, check=True)
     if "MEMSCOPE_BIN" not in os.environ:
         subprocess.run(["cargo", "build", "-q", "--release", "-p", "server", "--bin", "memscope"], cwd=ROOT, check=True)
     rows = []
@@ -109,7 +119,7 @@ def main():
         for k in keys:
             v = r[k]
             print(f"  {k:24} {v:.3f}" if isinstance(v, float) else f"  {k:24} {v}")
-    json.dump(rows, open(os.path.join(ROOT, "bench", "results-engine.json"), "w"), indent=1)
+    json.dump(rows, open(RESULTS, "w"), indent=1)
 
 
 if __name__ == "__main__":
