@@ -1197,9 +1197,9 @@ mod tests {
         b
     }
 
-    #[test]
-    fn a_run_reads_each_memo_reference_for_its_own_slot() {
-        use crate::model::Action;
+    /// A heap and state after two entries read through the tape: the first interns its keys,
+    /// the second, all references (rows 0 and 1, [`entry_of_refs`]), gives a run its keys.
+    fn ready_for_a_run() -> (Heap, State) {
         let mut heap = Heap::new(Limits::default());
         let mut state = State::default();
         let first = entry_bytes(false);
@@ -1207,6 +1207,13 @@ mod tests {
         let mut second = entry_of_refs(1, None);
         second.push(b'.');
         assert!(try_entry(&second, &mut heap, &mut state).is_some());
+        (heap, state)
+    }
+
+    #[test]
+    fn a_run_reads_each_memo_reference_for_its_own_slot() {
+        use crate::model::Action;
+        let (mut heap, mut state) = ready_for_a_run();
         // Slot 2 is `alloc`; the slots after it, up to and past one that shares its low bits
         // with slot 2 in the run's remembered references, another action each.
         let names = ["free_requested", "free_completed", "segment_alloc"];
@@ -1241,14 +1248,7 @@ mod tests {
 
     #[test]
     fn a_run_reads_entries_of_one_shape_and_stops_at_the_first_of_another() {
-        let mut heap = Heap::new(Limits::default());
-        let mut state = State::default();
-        // The first entry interns its keys; the second, all references, gives the run its keys.
-        let first = entry_bytes(false);
-        assert!(try_entry(&first, &mut heap, &mut state).is_some());
-        let mut second = entry_of_refs(1, None);
-        second.push(b'.');
-        assert!(try_entry(&second, &mut heap, &mut state).is_some());
+        let (mut heap, mut state) = ready_for_a_run();
         let memo_before = heap.memo_mark().unwrap();
 
         // Three entries of the run's shape (a FRAME marker between two), then one with an extra
