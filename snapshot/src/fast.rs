@@ -833,10 +833,8 @@ impl Plan {
             }
             if let Some(op @ (b'h' | b'j')) = c.peek_op() {
                 c.pos += 1;
-                let i = if op == b'h' {
-                    c.byte()? as u32
-                } else {
-                    c.u32()?
+                let Tok::Ref(i) = c.memo_ref(op)? else {
+                    return None;
                 };
                 let v = self.memo_ref(i, heap)?;
                 heap.set_field(&mut fields, id, v).ok()?;
@@ -900,18 +898,14 @@ impl Plan {
         Some(id)
     }
 
-    /// The value memo slot `i` holds, as [`resolve`] reads it (`None` for an entry or another
-    /// container, which no field may name).
+    /// [`referenced`], remembered for the rest of the run.
     #[inline(always)]
     fn memo_ref(&mut self, i: u32, heap: &mut Heap) -> Option<Value> {
         let seen = &mut self.seen[i as usize % REF_CACHE];
         if seen.0 == i {
             return Some(seen.1);
         }
-        let v = match heap.memo_peek(i as usize)? {
-            Value::Obj(_) | Value::Entry(_) => return None,
-            v => v,
-        };
+        let v = referenced(heap, i)?;
         *seen = (i, v);
         Some(v)
     }
@@ -941,6 +935,16 @@ fn memo(heap: &mut Heap, op: MemoOp, v: Value) -> Option<Option<usize>> {
     }
 }
 
+/// The value memo slot `i` holds, as a field may name it: `None` for an entry or another
+/// container.
+#[inline(always)]
+fn referenced(heap: &mut Heap, i: u32) -> Option<Value> {
+    match heap.memo_peek(i as usize)? {
+        Value::Obj(_) | Value::Entry(_) => None,
+        v => Some(v),
+    }
+}
+
 #[inline(always)]
 fn resolve(e: &Entries, t: Tok, heap: &mut Heap, state: &mut State) -> Option<Value> {
     Some(match t {
@@ -954,10 +958,7 @@ fn resolve(e: &Entries, t: Tok, heap: &mut Heap, state: &mut State) -> Option<Va
             memo(heap, m, v)?;
             v
         }
-        Tok::Ref(i) => match heap.memo_peek(i as usize)? {
-            Value::Obj(_) | Value::Entry(_) => return None,
-            v => v,
-        },
+        Tok::Ref(i) => referenced(heap, i)?,
         Tok::List { memo: m, at, len } => {
             let slot = memo(heap, m, Value::EmptyList)?;
             let v = if len == 0 {

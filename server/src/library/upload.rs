@@ -202,8 +202,9 @@ struct ChannelReader {
     current: axum::body::Bytes,
     progress: Arc<UploadProgress>,
     slot: ParseSlot,
-    /// The body's end was read: the parser asks again at the end (each time it wants more in
-    /// view), and the heap is trimmed only the first time.
+    /// The body's end was read: the heap is trimmed only the first time, whoever asks again
+    /// (the parser's input stops asking at the end, `snapshot::pickle::Input`; a decoder
+    /// layered above this reader may not).
     ended: bool,
 }
 
@@ -250,9 +251,10 @@ impl std::io::Read for ChannelReader {
                 None => {
                     // The end: what follows (lowering, indexing, the report) is work. The
                     // body's buffers are all free now: their pages go back before that work,
-                    // where the upload's memory peaks. Once: the parser asks for more at the
-                    // end again and again, and a trim each time held a 164 MB upload's answer
-                    // back by up to 150 ms (bench/README.md, issue 41, fourteenth part).
+                    // where the upload's memory peaks. Once: before the parser's input
+                    // remembered the end, it asked here again and again, and a trim each time
+                    // held a 164 MB upload's answer back by up to 150 ms (bench/README.md,
+                    // issue 41, fourteenth part).
                     if !self.ended {
                         self.ended = true;
                         crate::release_free_heap();
@@ -853,9 +855,9 @@ mod tests {
 
     use super::{ChannelReader, ParseSlot, UploadProgress};
 
-    /// The parser asks for more at the body's end again and again (1,561 times in one 164 MB
-    /// upload): the heap is trimmed the first time only (a trim at each ask held that upload's
-    /// answer back by up to 150 ms).
+    /// Asked for more past the body's end again and again (as the parser once did, 1,561 times
+    /// in one 164 MB upload), the reader trims the heap the first time only (a trim at each
+    /// ask held that upload's answer back by up to 150 ms).
     #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
     async fn the_heap_is_trimmed_once_at_the_bodys_end() {
         let (tx, rx) = tokio::sync::mpsc::channel(2);
