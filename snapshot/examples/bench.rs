@@ -68,6 +68,25 @@ fn main() {
         last = Some((snap, index, report));
     }
     let (snap, index, report) = last.unwrap();
+    // The report alone, again and again on the same snapshot, each time on a fresh index (its
+    // lazily worked-out tables not yet filled): `MEMSCOPE_REPORT_RUNS=N`, the times sorted. The
+    // report's tail is a few tenths of a second, too little against a noisy parse to compare
+    // two builds by their totals.
+    let report_runs: usize =
+        std::env::var("MEMSCOPE_REPORT_RUNS").map_or(0, |n| n.parse().unwrap());
+    let mut report_runs_s: Vec<f64> = (0..report_runs)
+        .map(|_| {
+            let fresh = snapshot::analysis::Index::new(&snap);
+            let t = Instant::now();
+            std::hint::black_box(snapshot::analysis::report(
+                &snap,
+                &fresh,
+                &Default::default(),
+            ));
+            t.elapsed().as_secs_f64()
+        })
+        .collect();
+    report_runs_s.sort_by(f64::total_cmp);
     // The allocated peak on its own (issue 33): block sizes worked out from the trace, one pass.
     let t = Instant::now();
     for d in &index.devices {
@@ -118,6 +137,7 @@ fn main() {
         "entries": snap.trace.len(),
         "total_s": best.0,
         "parse_s": best.1,
+        "report_runs_s": report_runs_s,
         "analyses_s": best.2,
         "index_s": best.3,
         "report_s": best.4,
