@@ -1,7 +1,8 @@
 //! A snapshot page's state in its URL query (view, device, window, axis, position, selected
 //! allocation, filter, frames, the what-if setting and limit), so a shared link opens the same
 //! view at the same moment. `merge` is the pure rule (tested on the host); `UrlState` reads and writes it through
-//! the router.
+//! the router, but for changes and event handlers, which read the browser's address as it is now (the router's
+//! copy catches up only after a navigation returns).
 
 use leptos::prelude::*;
 use leptos_router::NavigateOptions;
@@ -45,6 +46,20 @@ pub fn merge(
         .collect()
 }
 
+fn parse_axis(v: Option<String>) -> Option<api::Axis> {
+    match v.as_deref() {
+        Some("event") => Some(api::Axis::Event),
+        Some("time") => Some(api::Axis::Time),
+        _ => None,
+    }
+}
+
+/// A window needs both ends.
+fn parse_window(get: impl Fn(&str) -> Option<String>) -> Option<(f64, f64)> {
+    let end = |k: &str| get(k).and_then(|v| v.parse::<f64>().ok());
+    end("from").zip(end("to"))
+}
+
 /// Reads and writes the snapshot page's URL query.
 #[derive(Clone, Copy)]
 pub struct UrlState {
@@ -56,9 +71,6 @@ impl UrlState {
     pub fn get(&self, key: &str) -> Option<String> {
         self.query.get().get(key)
     }
-    pub fn get_f64(&self, key: &str) -> Option<f64> {
-        self.get(key).and_then(|v| v.parse().ok())
-    }
     /// The device chosen in the URL (none: the server's default, the first with a trace).
     pub fn device(&self) -> Option<i32> {
         self.get("device").and_then(|v| v.parse().ok())
@@ -69,11 +81,30 @@ impl UrlState {
     }
     /// The axis chosen in the URL.
     pub fn axis(&self) -> Option<api::Axis> {
-        match self.get("axis").as_deref() {
-            Some("event") => Some(api::Axis::Event),
-            Some("time") => Some(api::Axis::Time),
-            _ => None,
+        parse_axis(self.get("axis"))
+    }
+    /// The window in the URL (`from`, `to`): none unless it has both ends.
+    pub fn window(&self) -> Option<(f64, f64)> {
+        parse_window(|k| self.get(k))
+    }
+    /// A query key as the browser's address has it now, for event handlers. The router's copy
+    /// (`query`) catches up only after a navigation has returned, so two changes made in one
+    /// turn of the event loop (two keys pressed before the page redrew) would both start from
+    /// the address before them, and the second undo the first.
+    pub fn get_now(&self, key: &str) -> Option<String> {
+        let search = web_sys::window().and_then(|w| w.location().search().ok());
+        match search.and_then(|s| web_sys::UrlSearchParams::new_with_str(&s).ok()) {
+            Some(params) => params.get(key),
+            None => self.query.with_untracked(|q| q.get(key)),
         }
+    }
+    /// [`UrlState::window`] as the address has it now ([`UrlState::get_now`]).
+    pub fn window_now(&self) -> Option<(f64, f64)> {
+        parse_window(|k| self.get_now(k))
+    }
+    /// [`UrlState::axis`] as the address has it now ([`UrlState::get_now`]).
+    pub fn axis_now(&self) -> Option<api::Axis> {
+        parse_axis(self.get_now("axis"))
     }
     /// This snapshot's page with exactly these query keys (a link to another view or moment).
     pub fn href<K: AsRef<str>, V: AsRef<str>>(&self, pairs: &[(K, V)]) -> String {
@@ -86,8 +117,7 @@ impl UrlState {
     }
     /// Replaces some query keys (None removes) and navigates, keeping the others.
     pub fn set(&self, changes: &[(&str, Option<String>)]) {
-        let q = self.query.get_untracked();
-        let url = self.href(&merge(|k| q.get(k), changes));
+        let url = self.href(&merge(|k| self.get_now(k), changes));
         use_navigate()(
             &url,
             NavigateOptions {

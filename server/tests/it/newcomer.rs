@@ -331,6 +331,36 @@ async fn the_keyboard_moves_through_tabs_the_timeline_and_the_incidents() {
     )
     .await;
 
+    // Keys pressed faster than the server answers build on each other: two `+` and a `→` in
+    // one turn of the page's event loop, so that no answer can arrive between them, give the
+    // middle quarter of the trace moved by a quarter of itself (read from the window drawn,
+    // the second `+` zoomed the whole trace again and was lost).
+    let v = c
+        .execute(
+            "const k = key => window.dispatchEvent(new KeyboardEvent('keydown', {key})); \
+             k('+'); k('+'); k('ArrowRight'); \
+             const q = new URLSearchParams(location.search); \
+             return [Number(q.get('from')), Number(q.get('to'))];",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let (fast_a, fast_b) = (v[0].as_f64().unwrap(), v[1].as_f64().unwrap());
+    let whole = 2.0 * (b1 - a1);
+    let start = a1 - whole / 4.0;
+    let (want_a, want_b) = (start + whole * 7.0 / 16.0, start + whole * 11.0 / 16.0);
+    assert!(
+        (fast_a - want_a).abs() <= 2.0 && (fast_b - want_b).abs() <= 2.0,
+        "+ + → at once: {fast_a}..{fast_b}, want {want_a}..{want_b}"
+    );
+    press(&c, &['0']).await;
+    wait_js(
+        &c,
+        "!new URLSearchParams(location.search).has('from')",
+        "0 for the whole trace, again",
+    )
+    .await;
+
     // n: the window moves to the leak suspect's last allocation.
     let r = report(&base, &leak).await;
     let leak_at = r["leak_suspects"][0]["last_time_us"].as_f64().unwrap();

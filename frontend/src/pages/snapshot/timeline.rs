@@ -578,8 +578,7 @@ impl Chart {
         let width = crate::canvas::content_width(600.0, W);
         let by_category = move || url.get("by").as_deref() == Some("category");
         let window = Memo::new(move |_| {
-            // A window needs both ends.
-            let window = url.get_f64("from").zip(url.get_f64("to"));
+            let window = url.window();
             ::api::TimelineQuery {
                 device: url.device(),
                 axis: url.axis(),
@@ -739,10 +738,14 @@ impl Chart {
         Some(((x - LEFT) / (logical_size(&c).0 - LEFT - 10.0)).clamp(0.0, 1.0))
     }
 
-    /// The window shown, on its axis (what the server bucketed).
+    /// The window last asked for, on its axis: the URL's, which the last key, wheel turn or drag
+    /// set and which may not be drawn yet, else the whole trace. Keys pressed faster than the
+    /// server answers build on each other: read from the window drawn, a second `+` before the
+    /// first one's answer zoomed the same window again and was lost.
     fn span(self) -> Option<(f64, f64, Axis)> {
-        let d = self.data.get_untracked()?.ok()?;
-        Some((d.timeline.x_from, d.timeline.x_to, d.axis))
+        let (w0, w1, axis) = self.whole_on_axis()?;
+        let (a, b) = self.url.window_now().unwrap_or((w0, w1));
+        Some((a, b, axis))
     }
 
     fn set_window(self, a: f64, b: f64, axis: Axis) {
@@ -753,10 +756,17 @@ impl Chart {
         ]);
     }
 
-    /// The whole trace, on the shown window's axis.
+    /// The whole trace, on the window's axis.
     fn whole(self) -> Option<(f64, f64)> {
+        self.whole_on_axis().map(|(w0, w1, _)| (w0, w1))
+    }
+
+    /// The whole trace and its axis: the URL's axis, else the server's choice. `None` while
+    /// the whole trace on a newly chosen axis is on its way (the one at hand is on the other).
+    fn whole_on_axis(self) -> Option<(f64, f64, Axis)> {
         let o = self.overview.get_untracked()?.ok()?;
-        Some((o.timeline.x_from, o.timeline.x_to))
+        let asked = self.url.axis_now();
+        (asked.is_none_or(|a| a == o.axis)).then_some((o.timeline.x_from, o.timeline.x_to, o.axis))
     }
 
     /// A window of the same width moved by `by` of it, kept inside the trace.
