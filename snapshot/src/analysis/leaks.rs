@@ -289,13 +289,6 @@ pub fn suspects_until(
     if until == 0 {
         return Vec::new();
     }
-    // Parameters and the first step's optimizer state are made to stay: never leaks, even
-    // where they are made step by step (a model built layer by layer as training goes).
-    // Asked first: it labels the device's allocations (`categories::classify`, the report's
-    // longest piece), which the summary half waits for once its walk is done; the work below
-    // needs no labels and runs while the summary half finishes (the report ~0.1 s sooner on
-    // a 12M-event trace, bench/README.md, issue 41).
-    let settled = super::categories::settled(snap, index, d);
     let fc = &index.frames;
     // First by the innermost user frame: one line however many operators allocated below it.
     let mut site_of = SiteOf(vec![None; snap.stacks.len()]);
@@ -308,6 +301,9 @@ pub fn suspects_until(
     }
     let waves = wave_ends(d);
     let working_set = working_set_stacks(snap, d);
+    // Parameters and the first step's optimizer state are made to stay: never leaks, even
+    // where they are made step by step (a model built layer by layer as training goes).
+    let settled = super::categories::settled(snap, index, d);
     let first = accumulate(
         &snap.trace,
         d,
