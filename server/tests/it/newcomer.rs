@@ -360,6 +360,40 @@ async fn the_keyboard_moves_through_tabs_the_timeline_and_the_incidents() {
         "0 for the whole trace, again",
     )
     .await;
+    // So do the wheel's turns: two in one turn of the event loop zoom twice (0.7 × 0.7 of the
+    // width), each keeping the moment under the pointer where it was.
+    let v = c
+        .execute(
+            "const c = document.getElementById('timeline-canvas'); const r = c.getBoundingClientRect(); \
+             const turn = () => c.dispatchEvent(new WheelEvent('wheel', {clientX: r.left + r.width * 0.9, \
+               clientY: r.top + 100, deltaY: -100, bubbles: true, cancelable: true})); \
+             turn(); turn(); \
+             const q = new URLSearchParams(location.search); \
+             return [Number(q.get('from')), Number(q.get('to'))];",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let (wheel_a, wheel_b) = (v[0].as_f64().unwrap(), v[1].as_f64().unwrap());
+    let ratio = (wheel_b - wheel_a) / whole;
+    assert!(
+        (ratio - 0.49).abs() < 0.001,
+        "two wheel turns at once: {ratio} of the width, want 0.49"
+    );
+    // The moment that stayed under the pointer, as a fraction of the window: the same in the
+    // whole trace and in the zoomed window, near the pointer's 90 %.
+    let pointer = (wheel_a - start) / (whole - (wheel_b - wheel_a));
+    assert!(
+        (0.8..1.0).contains(&pointer),
+        "the pointer's moment kept: {pointer}"
+    );
+    press(&c, &['0']).await;
+    wait_js(
+        &c,
+        "!new URLSearchParams(location.search).has('from')",
+        "0 after the wheel",
+    )
+    .await;
 
     // n: the window moves to the leak suspect's last allocation.
     let r = report(&base, &leak).await;
