@@ -87,24 +87,26 @@ impl UrlState {
     pub fn window(&self) -> Option<(f64, f64)> {
         parse_window(|k| self.get(k))
     }
-    /// A query key as the browser's address has it now, for event handlers. The router's copy
-    /// (`query`) catches up only after a navigation has returned, so two changes made in one
-    /// turn of the event loop (two keys pressed before the page redrew) would both start from
-    /// the address before them, and the second undo the first.
-    pub fn get_now(&self, key: &str) -> Option<String> {
+    /// The query's keys as the browser's address has them now (read once), for event handlers.
+    /// The router's copy (`query`) catches up only after a navigation has returned, so two
+    /// changes made in one turn of the event loop (two keys pressed before the page redrew)
+    /// would both start from the address before them, and the second undo the first.
+    fn now(&self) -> impl Fn(&str) -> Option<String> {
         let search = web_sys::window().and_then(|w| w.location().search().ok());
-        match search.and_then(|s| web_sys::UrlSearchParams::new_with_str(&s).ok()) {
+        let params = search.and_then(|s| web_sys::UrlSearchParams::new_with_str(&s).ok());
+        let query = self.query;
+        move |key| match &params {
             Some(params) => params.get(key),
-            None => self.query.with_untracked(|q| q.get(key)),
+            None => query.with_untracked(|q| q.get(key)),
         }
     }
-    /// [`UrlState::window`] as the address has it now ([`UrlState::get_now`]).
+    /// [`UrlState::window`] as the address has it now ([`UrlState::now`]).
     pub fn window_now(&self) -> Option<(f64, f64)> {
-        parse_window(|k| self.get_now(k))
+        parse_window(self.now())
     }
-    /// [`UrlState::axis`] as the address has it now ([`UrlState::get_now`]).
+    /// [`UrlState::axis`] as the address has it now ([`UrlState::now`]).
     pub fn axis_now(&self) -> Option<api::Axis> {
-        parse_axis(self.get_now("axis"))
+        parse_axis(self.now()("axis"))
     }
     /// This snapshot's page with exactly these query keys (a link to another view or moment).
     pub fn href<K: AsRef<str>, V: AsRef<str>>(&self, pairs: &[(K, V)]) -> String {
@@ -117,7 +119,7 @@ impl UrlState {
     }
     /// Replaces some query keys (None removes) and navigates, keeping the others.
     pub fn set(&self, changes: &[(&str, Option<String>)]) {
-        let url = self.href(&merge(|k| self.get_now(k), changes));
+        let url = self.href(&merge(self.now(), changes));
         use_navigate()(
             &url,
             NavigateOptions {

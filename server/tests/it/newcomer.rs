@@ -104,6 +104,12 @@ async fn window_after(
     }
 }
 
+/// Presses `0` and waits until the URL has no window: the whole trace (`what` names the step).
+async fn whole_trace(c: &fantoccini::Client, what: &str) {
+    press(c, &['0']).await;
+    wait_js(c, "!new URLSearchParams(location.search).has('from')", what).await;
+}
+
 /// Presses `key` until the URL's window changes (a loaded machine may still be fetching the
 /// incidents the key moves between when it is first pressed); the new window.
 async fn press_until_the_window_moves(c: &fantoccini::Client, key: char) -> (f64, f64) {
@@ -323,29 +329,21 @@ async fn the_keyboard_moves_through_tabs_the_timeline_and_the_incidents() {
         "- doubles the window"
     );
     // 0: the whole trace again.
-    press(&c, &['0']).await;
-    wait_js(
-        &c,
-        "!new URLSearchParams(location.search).has('from')",
-        "0 for the whole trace",
-    )
-    .await;
+    whole_trace(&c, "0 for the whole trace").await;
 
     // Keys pressed faster than the server answers build on each other: two `+` and a `→` in
     // one turn of the page's event loop, so that no answer can arrive between them, give the
     // middle quarter of the trace moved by a quarter of itself (read from the window drawn,
     // the second `+` zoomed the whole trace again and was lost).
-    let v = c
-        .execute(
-            "const k = key => window.dispatchEvent(new KeyboardEvent('keydown', {key})); \
-             k('+'); k('+'); k('ArrowRight'); \
-             const q = new URLSearchParams(location.search); \
-             return [Number(q.get('from')), Number(q.get('to'))];",
-            vec![],
-        )
-        .await
-        .unwrap();
-    let (fast_a, fast_b) = (v[0].as_f64().unwrap(), v[1].as_f64().unwrap());
+    c.execute(
+        "const k = key => window.dispatchEvent(new KeyboardEvent('keydown', {key})); \
+         k('+'); k('+'); k('ArrowRight');",
+        vec![],
+    )
+    .await
+    .unwrap();
+    // The keys set the address as they ran: it is read after them, whatever has been drawn.
+    let (fast_a, fast_b) = window(&c).await.unwrap();
     let whole = 2.0 * (b1 - a1);
     let start = a1 - whole / 4.0;
     let (want_a, want_b) = (start + whole * 7.0 / 16.0, start + whole * 11.0 / 16.0);
@@ -353,28 +351,19 @@ async fn the_keyboard_moves_through_tabs_the_timeline_and_the_incidents() {
         (fast_a - want_a).abs() <= 2.0 && (fast_b - want_b).abs() <= 2.0,
         "+ + → at once: {fast_a}..{fast_b}, want {want_a}..{want_b}"
     );
-    press(&c, &['0']).await;
-    wait_js(
-        &c,
-        "!new URLSearchParams(location.search).has('from')",
-        "0 for the whole trace, again",
-    )
-    .await;
+    whole_trace(&c, "0 for the whole trace, again").await;
     // So do the wheel's turns: two in one turn of the event loop zoom twice (0.7 × 0.7 of the
     // width), each keeping the moment under the pointer where it was.
-    let v = c
-        .execute(
-            "const c = document.getElementById('timeline-canvas'); const r = c.getBoundingClientRect(); \
-             const turn = () => c.dispatchEvent(new WheelEvent('wheel', {clientX: r.left + r.width * 0.9, \
-               clientY: r.top + 100, deltaY: -100, bubbles: true, cancelable: true})); \
-             turn(); turn(); \
-             const q = new URLSearchParams(location.search); \
-             return [Number(q.get('from')), Number(q.get('to'))];",
-            vec![],
-        )
-        .await
-        .unwrap();
-    let (wheel_a, wheel_b) = (v[0].as_f64().unwrap(), v[1].as_f64().unwrap());
+    c.execute(
+        "const c = document.getElementById('timeline-canvas'); const r = c.getBoundingClientRect(); \
+         const turn = () => c.dispatchEvent(new WheelEvent('wheel', {clientX: r.left + r.width * 0.9, \
+           clientY: r.top + 100, deltaY: -100, bubbles: true, cancelable: true})); \
+         turn(); turn();",
+        vec![],
+    )
+    .await
+    .unwrap();
+    let (wheel_a, wheel_b) = window(&c).await.unwrap();
     let ratio = (wheel_b - wheel_a) / whole;
     assert!(
         (ratio - 0.49).abs() < 0.001,
@@ -387,13 +376,7 @@ async fn the_keyboard_moves_through_tabs_the_timeline_and_the_incidents() {
         (0.8..1.0).contains(&pointer),
         "the pointer's moment kept: {pointer}"
     );
-    press(&c, &['0']).await;
-    wait_js(
-        &c,
-        "!new URLSearchParams(location.search).has('from')",
-        "0 after the wheel",
-    )
-    .await;
+    whole_trace(&c, "0 after the wheel").await;
 
     // n: the window moves to the leak suspect's last allocation.
     let r = report(&base, &leak).await;
