@@ -808,15 +808,14 @@ impl Plan {
                         continue;
                     }
                     if let Some((m, body)) = c.frames_in_place() {
-                        let slot = memo(heap, m, Value::EmptyList)?;
+                        // The list's slot takes its stack at once: its body names frames
+                        // only, never the list itself, and finding the stack pushes no slot.
                         let v = if body.is_empty() {
                             Value::EmptyList
                         } else {
                             state.stack(body, heap)?
                         };
-                        if let Some(slot) = slot {
-                            heap.memo_set(slot, v)?;
-                        }
+                        memo(heap, m, v)?;
                         heap.set_field(&mut fields, id, v).ok()?;
                         continue;
                     }
@@ -925,7 +924,7 @@ impl Plan {
 }
 
 /// Applies a memo op to a new value: the slot it took, if any.
-#[inline]
+#[inline(always)]
 fn memo(heap: &mut Heap, op: MemoOp, v: Value) -> Option<Option<usize>> {
     match op {
         MemoOp::NO => Some(None),

@@ -204,20 +204,26 @@ impl Memo {
     fn pack(&mut self, v: Value) -> Option<u32> {
         match self.pack_narrow(v) {
             Some(w) => Some(w),
-            None if let Some(i) = self.wide_free.pop() => {
-                self.wide[i as usize] = v;
-                Some(slot::WIDE << slot::ID_BITS | i)
-            }
-            None if self.wide.len() > slot::ID_MASK as usize => None,
-            None => {
-                self.wide.push(v);
-                Some(slot::WIDE << slot::ID_BITS | (self.wide.len() - 1) as u32)
-            }
+            None => self.pack_wide(v),
         }
     }
 
+    /// A slot in the side table for a value [`Memo::pack_narrow`] refused.
+    #[inline(never)]
+    fn pack_wide(&mut self, v: Value) -> Option<u32> {
+        if let Some(i) = self.wide_free.pop() {
+            self.wide[i as usize] = v;
+            return Some(slot::WIDE << slot::ID_BITS | i);
+        }
+        if self.wide.len() > slot::ID_MASK as usize {
+            return None;
+        }
+        self.wide.push(v);
+        Some(slot::WIDE << slot::ID_BITS | (self.wide.len() - 1) as u32)
+    }
+
     /// The slot of a value that fits one, or `None` for a wide value.
-    #[inline]
+    #[inline(always)]
     fn pack_narrow(&self, v: Value) -> Option<u32> {
         let (tag, id) = match v {
             Value::None => (slot::NONE, 0),
@@ -319,28 +325,42 @@ impl Memo {
         Some(())
     }
 
-    /// Appends a slot; `None`: the side table is full.
-    #[inline]
+    /// Appends a slot; `None`: the side table is full. Inlined, with the rare parts (a new
+    /// chunk, a wide value) out of line: the fast path pushes two or three slots an entry, and
+    /// as a call behind two wrappers this was ~80 instructions a slot (callgrind; bench/README.md,
+    /// issue 41).
+    #[inline(always)]
     fn push(&mut self, v: Value) -> Option<()> {
         if self.len.is_multiple_of(MEMO_CHUNK) && self.len / MEMO_CHUNK == self.chunks.len() {
-            let chunk = match self.spare.take() {
-                Some(mut c) => {
-                    c.fill(0);
-                    c
-                }
-                None => vec![0; MEMO_CHUNK].into_boxed_slice(),
-            };
-            self.chunks.push(chunk);
-            self.compact.push(Compact::No);
-            if self.compacting {
-                self.compact_old();
-            }
+            self.new_chunk();
         }
         let i = self.len;
-        let w = self.pack(v)?;
+        let w = match self.pack_narrow(v) {
+            Some(w) => w,
+            None => self.pack_wide(v)?,
+        };
         self.chunks[i / MEMO_CHUNK][i % MEMO_CHUNK] = w;
         self.len += 1;
         Some(())
+    }
+
+    /// Room for the next slot: a chunk (the spare one if any), and the one two behind it
+    /// compacted.
+    #[cold]
+    #[inline(never)]
+    fn new_chunk(&mut self) {
+        let chunk = match self.spare.take() {
+            Some(mut c) => {
+                c.fill(0);
+                c
+            }
+            None => vec![0; MEMO_CHUNK].into_boxed_slice(),
+        };
+        self.chunks.push(chunk);
+        self.compact.push(Compact::No);
+        if self.compacting {
+            self.compact_old();
+        }
     }
 
     fn truncate(&mut self, len: usize) {
@@ -1546,6 +1566,7 @@ impl Heap {
     }
 
     /// Appends to the dense memo (the fast path only memoizes at the end).
+    #[inline(always)]
     pub fn memo_push(&mut self, v: Value) -> Option<usize> {
         if self.memo.len() >= self.limits.max_memo {
             return None;
