@@ -775,7 +775,7 @@ impl Plan {
         }
         // The dict's slot takes the row it will be (no field can name it: a reference to an
         // entry is refused below), so the slot is written once.
-        let row = heap.trace.len() as u32;
+        let row = heap.rows();
         memo(heap, dict_memo, Value::Entry(row))?;
         let mut fields = EntryFields::default();
         let (mut nums, mut read) = ([0i64; NUMBER_FIELDS], 0u8);
@@ -874,7 +874,7 @@ impl Plan {
         if read & 1 << Field::TimeUs as u8 != 0 {
             fields.time_us = nums[Field::TimeUs as usize];
         }
-        debug_assert_eq!(heap.trace.len() as u32, row);
+        debug_assert_eq!(heap.rows(), row);
         Some(Value::Entry(heap.push_entry(&fields)))
     }
 

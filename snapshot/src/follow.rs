@@ -1,75 +1,331 @@
-//! Indexing while parsing: the parser hands every trace row, once it is known to be the next
-//! entry of a device's trace list, to a second thread that feeds
-//! [`DeviceBuilder`](crate::analysis::index::DeviceBuilder)s. When the pickle's last byte is read
-//! the per-event tables are built, and [`Index::with_built`](crate::analysis::Index::with_built)
-//! only reconciles them with the final segments: an upload's indexing ends a small constant after
-//! its last byte whatever the trace's length (issue 14), instead of a pass over the whole trace.
+//! The parse's second thread: it builds the trace table from the rows the parser makes and
+//! indexes them as it goes (uploads and the CLI, issue 14). The parser's thread then only
+//! decodes: putting a row into the table's packed columns and following the lists were a sixth
+//! of its work on PyTorch's shape, on the critical path, while this core had time to spare
+//! (bench/README.md, issue 41, seventeenth part). When the pickle's last byte is read the table
+//! is whole and the per-event tables built, and
+//! [`Index::with_built`](crate::analysis::Index::with_built) only reconciles them with the
+//! final segments: an upload's indexing ends a small constant after its last byte whatever the
+//! trace's length, instead of a pass over the whole trace.
 //!
-//! Rows are kept as the parser creates them ([`Follower::pushed`]) and handed on in the order
-//! lists receive them ([`Follower::appended`]): list order, which is the order the finished table
-//! has (the parser creates some rows out of order where its fast path and its general machine
-//! take turns, and puts them back in list order at the end). A row created when no older one
-//! waits goes straight to the next chunk, held back until a list takes it: a trace read in order
-//! (nearly every row) is then never staged and moved again (0.1 s of the parser's thread on a
-//! 13M-event trace, bench/README.md, issue 41). Only lists of entries filled one
-//! after another are followed (what `_dump_snapshot` writes); anything else (a row in two lists,
-//! entries inside another container, lists filled in turns) stops the follower, and the index is
-//! built from the finished tables as before. The result is the same either way (tests compare
-//! both on every fixture).
+//! The parser sends each row as it makes it ([`Follower::push`], 32 bytes, the rare fields
+//! apart) and what the lists did with rows ([`Follower::appended_run`], [`Follower::appended`],
+//! [`Follower::lost`]), in batches, each event placed among the rows made before it. The thread
+//! appends every row to the table in the order it was made (the order a parse without this
+//! thread gives) and replays the events in the same order through [`Lists`]: rows are handed to
+//! the index's [`DeviceBuilder`]s in the order lists receive them, which is the order the
+//! finished table has (the parser creates some rows out of order where its fast path and its
+//! general machine take turns, and puts them back in list order at the end). Only lists of
+//! entries filled one after another are indexed (what `_dump_snapshot` writes); anything else (a
+//! row in two lists, entries inside another container, lists filled in turns) stops the
+//! indexing, not the table, and the index is built from the finished table as before. The
+//! result is the same either way (tests compare both on every fixture).
 
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
 use crate::analysis::index::{DeviceBuilder, Row};
+use crate::intern::StrId;
+use crate::model::{Action, EntryFields, StackId, TraceTable};
 
-/// Rows per message to the builder thread.
+/// Rows per batch sent to the thread, and per chunk of rows handed to the index builders.
 const CHUNK_ROWS: usize = 1 << 14;
 
-/// Emptied row buffers kept for reuse: as many as chunks can wait in the channel, and two.
-const SPARE_BUFFERS: usize = 10;
+/// Batches sent and not yet taken: how far the parser may get ahead of the thread.
+const QUEUED_BATCHES: usize = 4;
 
-/// The next rows in list order, and where among them new lists start (positions counted from
-/// the first row ever sent).
-struct Chunk {
-    first: u64,
-    rows: Vec<Row>,
-    run_starts: Vec<u64>,
+/// A row as the parser made it: its dense columns, in 32 bytes (`stream` is an id of the
+/// table's `streams`).
+#[derive(Clone, Copy, Debug)]
+struct NewRow {
+    addr: u64,
+    size: u64,
+    time_us: i64,
+    stack: StackId,
+    stream: u16,
+    action: Action,
 }
 
-/// The parser's side (see the module docs).
+/// A field few rows have, sent beside its row.
+#[derive(Clone, Copy, Debug)]
+enum Rare {
+    DeviceFree(u64),
+    CompileContext(StrId),
+    UserMetadata(StrId),
+    Other(StrId),
+}
+
+/// What a list did with rows (the calls of [`Lists`]).
+#[derive(Clone, Copy, Debug)]
+enum ListEvent {
+    Run {
+        list: u64,
+        first: u32,
+        n: u32,
+        new_list: bool,
+    },
+    One {
+        list: u64,
+        row: u32,
+        new_list: bool,
+    },
+    Lost,
+}
+
+/// Rows and events in the order the parser made them: each event with how many of the batch's
+/// rows came before it.
+#[derive(Debug, Default)]
+struct Batch {
+    rows: Vec<NewRow>,
+    rare: Vec<(u32, Rare)>,
+    events: Vec<(u32, ListEvent)>,
+    /// Stream handles first used since the last batch, in order of their ids.
+    streams: Vec<u64>,
+}
+
+impl Batch {
+    fn new() -> Batch {
+        Batch {
+            rows: Vec::with_capacity(CHUNK_ROWS),
+            ..Batch::default()
+        }
+    }
+
+    fn clear(&mut self) {
+        self.rows.clear();
+        self.rare.clear();
+        self.events.clear();
+        self.streams.clear();
+    }
+}
+
+/// What the thread made: the table, and each list's lowest row and length with its index
+/// builder, if the lists were followed.
+type Made = (TraceTable, Option<Vec<((u32, u32), DeviceBuilder)>>);
+
+/// The parser's end (see the module docs).
 #[derive(Debug)]
 pub(crate) struct Follower {
+    batch: Batch,
+    /// Stream handles already sent.
+    streams_sent: usize,
+    tx: Option<SyncSender<Batch>>,
+    /// Batches the thread has emptied, for the next ones: a fresh 512 KiB of rows for every
+    /// batch would be page faults on the parser's thread.
+    spare: Receiver<Batch>,
+    thread: Option<std::thread::JoinHandle<Made>>,
+}
+
+impl Follower {
+    /// The thread started (`None` if it could not be: the parser then keeps the table
+    /// itself); `rows_hint` is about how many rows the parse will create (0 if unknown),
+    /// reserved up front so the tables never grow by copying.
+    pub fn start(rows_hint: usize) -> Option<Follower> {
+        let (tx, rx) = sync_channel::<Batch>(QUEUED_BATCHES);
+        let (spare_tx, spare) = sync_channel::<Batch>(QUEUED_BATCHES + 2);
+        let thread = std::thread::Builder::new()
+            .name("memscope-rows".into())
+            .spawn(move || build(rx, spare_tx, rows_hint))
+            .ok()?;
+        Some(Follower {
+            batch: Batch::new(),
+            streams_sent: 0,
+            tx: Some(tx),
+            spare,
+            thread: Some(thread),
+        })
+    }
+
+    /// The parser made trace row `row` (rows are numbered in the order they are made);
+    /// `streams` is the table's stream handles by id so far.
+    #[inline]
+    pub fn push(&mut self, row: u32, f: &EntryFields, streams: &[u64]) {
+        if streams.len() > self.streams_sent {
+            self.batch
+                .streams
+                .extend_from_slice(&streams[self.streams_sent..]);
+            self.streams_sent = streams.len();
+        }
+        self.batch.rows.push(NewRow {
+            addr: f.addr,
+            size: f.size,
+            time_us: f.time_us,
+            stack: f.stack,
+            stream: f.stream,
+            action: f.action,
+        });
+        if f.device_free.is_some()
+            || f.compile_context.is_some()
+            || f.user_metadata.is_some()
+            || f.other.is_some()
+        {
+            self.push_rare(row, f);
+        }
+        if self.batch.rows.len() >= CHUNK_ROWS {
+            self.send();
+        }
+    }
+
+    #[inline(never)]
+    fn push_rare(&mut self, row: u32, f: &EntryFields) {
+        let rare = [
+            f.device_free.map(Rare::DeviceFree),
+            f.compile_context.map(Rare::CompileContext),
+            f.user_metadata.map(Rare::UserMetadata),
+            f.other.map(Rare::Other),
+        ];
+        for x in rare.into_iter().flatten() {
+            self.batch.rare.push((row, x));
+        }
+    }
+
+    /// Rows `first..first + n` were appended to list `list` in one `APPENDS`, continuing it
+    /// (or starting it: `new_list`).
+    pub fn appended_run(&mut self, list: u64, first: u32, n: u32, new_list: bool) {
+        self.event(ListEvent::Run {
+            list,
+            first,
+            n,
+            new_list,
+        });
+    }
+
+    /// Row `row` was appended to list `list` (an id of the container); `new_list` if it is the
+    /// list's first.
+    pub fn appended(&mut self, list: u64, row: u32, new_list: bool) {
+        self.event(ListEvent::One {
+            list,
+            row,
+            new_list,
+        });
+    }
+
+    /// A row went somewhere the lists are not followed.
+    pub fn lost(&mut self) {
+        self.event(ListEvent::Lost);
+    }
+
+    fn event(&mut self, e: ListEvent) {
+        let at = self.batch.rows.len() as u32;
+        self.batch.events.push((at, e));
+    }
+
+    fn send(&mut self) {
+        let next = self.spare.try_recv().unwrap_or_else(|_| Batch::new());
+        let batch = std::mem::replace(&mut self.batch, next);
+        // A thread gone has panicked: `finish` passes that on.
+        if let Some(tx) = &self.tx
+            && tx.send(batch).is_err()
+        {
+            self.tx = None;
+        }
+    }
+
+    /// The parse is over: the table, and each list's builder with the list's lowest row and
+    /// length, or `None` if the lists were not followed (the index is then built from the
+    /// table).
+    pub fn finish(mut self) -> Made {
+        self.send();
+        self.tx = None;
+        let thread = self.thread.take().expect("finished once");
+        thread
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    }
+}
+
+impl Drop for Follower {
+    /// A parse given up: the thread ends with the channel, and is waited for, so that what it
+    /// holds is freed before the parse's error is returned.
+    fn drop(&mut self) {
+        self.tx = None;
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The thread: each batch's rows into the table in the order they were made, its events
+/// replayed among them, and the emptied batch sent back (dropped when enough wait).
+fn build(rx: Receiver<Batch>, spare: SyncSender<Batch>, rows_hint: usize) -> Made {
+    let mut table = TraceTable::default();
+    table.reserve(rows_hint);
+    let mut lists = Lists::new(rows_hint);
+    let mut streams: Vec<u64> = Vec::new();
+    let mut row = 0u32;
+    for mut batch in rx {
+        streams.extend_from_slice(&batch.streams);
+        let mut done = 0;
+        for &(at, e) in &batch.events {
+            for r in &batch.rows[done..at as usize] {
+                add(&mut table, &mut lists, &streams, row, r);
+                row += 1;
+            }
+            done = at as usize;
+            lists.apply(e);
+        }
+        for r in &batch.rows[done..] {
+            add(&mut table, &mut lists, &streams, row, r);
+            row += 1;
+        }
+        for &(r, x) in &batch.rare {
+            match x {
+                Rare::DeviceFree(v) => table.device_free.push((r, v)),
+                Rare::CompileContext(s) => table.compile_context.push((r, s)),
+                Rare::UserMetadata(s) => table.user_metadata.push((r, s)),
+                Rare::Other(s) => table.other_action.push((r, s)),
+            }
+        }
+        batch.clear();
+        let _ = spare.try_send(batch);
+    }
+    (table, lists.finish())
+}
+
+#[inline]
+fn add(table: &mut TraceTable, lists: &mut Lists, streams: &[u64], row: u32, r: &NewRow) {
+    table.push_dense(r.action, r.addr, r.size, r.stream, r.time_us, r.stack);
+    lists.pushed(
+        row,
+        Row {
+            action: r.action,
+            addr: r.addr,
+            size: r.size,
+            stream: streams.get(r.stream as usize).copied().unwrap_or(0),
+            stack: r.stack,
+        },
+    );
+}
+
+/// The next rows in list order, handed to the index builders: rows are kept as they are made
+/// ([`Lists::pushed`]) and handed on in the order lists receive them ([`Lists::appended`]). A
+/// row made when no older one waits goes straight to the next chunk, held back until a list
+/// takes it: a trace read in order (nearly every row) is then never staged and moved again.
+struct Lists {
     /// Rows created from `staged_base` on that no list has taken yet (`None`: taken).
     staged: std::collections::VecDeque<Option<Row>>,
     staged_base: u32,
-    /// Rows taken, in list order, not sent yet; then the last `pending` rows, created and not
-    /// taken yet (rows `staged_base..staged_base + pending`, with nothing staged).
+    /// Rows taken, in list order, not handed on yet; then the last `pending` rows, created and
+    /// not taken yet (rows `staged_base..staged_base + pending`, with nothing staged).
     out: Vec<Row>,
     pending: u32,
+    /// Rows handed on so far.
     sent: u64,
+    /// Where new lists start among the rows taken (positions counted from the first row ever
+    /// handed on).
     run_starts: Vec<u64>,
     /// Each list's lowest row and length: where its rows are once the parse puts them in order.
     runs: Vec<(u32, u32)>,
     /// The list being filled.
     list: u64,
-    tx: Option<SyncSender<Chunk>>,
-    /// Row buffers the builder has emptied, for the next chunks: a fresh 640 KB buffer for
-    /// every chunk cost the parser's thread 0.17 s of page faults on a 13M-event trace (and
-    /// the builder's thread the unmapping; bench/README.md, issue 41).
-    spare: Receiver<Vec<Row>>,
-    builder: Option<std::thread::JoinHandle<Vec<DeviceBuilder>>>,
+    following: bool,
+    /// One per list, fed in list order.
+    builders: Vec<DeviceBuilder>,
+    rows_hint: usize,
 }
 
-impl Follower {
-    /// A follower with its builder thread started; `rows_hint` is about how many rows the
-    /// parse will create (0 if unknown), reserved up front so the tables never grow by copying.
-    pub fn start(rows_hint: usize) -> Follower {
-        let (tx, rx) = sync_channel::<Chunk>(8);
-        let (spare_tx, spare) = sync_channel::<Vec<Row>>(SPARE_BUFFERS);
-        let builder = std::thread::Builder::new()
-            .name("memscope-index".into())
-            .spawn(move || build(rx, spare_tx, rows_hint))
-            .ok();
-        Follower {
+impl Lists {
+    fn new(rows_hint: usize) -> Lists {
+        Lists {
             staged: std::collections::VecDeque::with_capacity(4096),
             staged_base: 0,
             out: Vec::with_capacity(CHUNK_ROWS),
@@ -78,25 +334,43 @@ impl Follower {
             run_starts: Vec::new(),
             runs: Vec::new(),
             list: u64::MAX,
-            tx: builder.is_some().then_some(tx),
-            spare,
-            builder,
+            following: true,
+            builders: Vec::new(),
+            rows_hint,
+        }
+    }
+
+    fn apply(&mut self, e: ListEvent) {
+        match e {
+            ListEvent::Run {
+                list,
+                first,
+                n,
+                new_list,
+            } => self.appended_run(list, first, n, new_list),
+            ListEvent::One {
+                list,
+                row,
+                new_list,
+            } => self.appended(list, row, new_list),
+            ListEvent::Lost => self.stop(),
         }
     }
 
     fn following(&self) -> bool {
-        self.tx.is_some()
+        self.following
     }
 
     /// Stops following; the index is built after parsing instead.
     fn stop(&mut self) {
-        self.tx = None;
+        self.following = false;
         self.staged = Default::default();
         self.out = Vec::new();
         self.pending = 0;
+        self.builders = Vec::new();
     }
 
-    /// The parser created trace row `row`.
+    /// Trace row `row` was made.
     #[inline]
     pub fn pushed(&mut self, row: u32, r: Row) {
         if !self.following() {
@@ -246,80 +520,57 @@ impl Follower {
         true
     }
 
-    /// A row went somewhere the follower does not follow.
-    pub fn lost(&mut self) {
-        self.stop();
-    }
-
-    /// Sends the rows taken (the pending ones stay).
+    /// Hands the rows taken to the builders (the pending ones stay): a list's first row starts
+    /// its builder.
     fn flush(&mut self) {
         let taken = self.out.len() - self.pending as usize;
         if taken == 0 {
             return;
         }
-        let mut next = self
-            .spare
-            .try_recv()
-            .unwrap_or_else(|_| Vec::with_capacity(CHUNK_ROWS));
-        next.extend(self.out.drain(taken..));
-        let rows = std::mem::replace(&mut self.out, next);
-        let chunk = Chunk {
-            first: self.sent,
-            run_starts: std::mem::take(&mut self.run_starts),
-            rows,
-        };
-        self.sent += chunk.rows.len() as u64;
-        let sent = self.tx.as_ref().is_some_and(|tx| tx.send(chunk).is_ok());
-        if !sent {
-            self.stop();
-        }
-    }
-
-    /// The parse is over: each list's builder with the list's lowest row and length, or `None`
-    /// if the follower stopped (the index is then built from the tables).
-    pub fn finish(mut self) -> Option<Vec<((u32, u32), DeviceBuilder)>> {
-        if self.following() {
-            self.flush();
-        }
-        let followed = self.following();
-        self.tx = None;
-        let built = self.builder.take()?.join().ok()?;
-        (followed && built.len() == self.runs.len())
-            .then(|| self.runs.iter().copied().zip(built).collect())
-    }
-}
-
-/// The builder thread: one [`DeviceBuilder`] per list, fed in list order. Each chunk's emptied
-/// buffer goes back to the parser (dropped when it holds enough).
-fn build(rx: Receiver<Chunk>, spare: SyncSender<Vec<Row>>, rows_hint: usize) -> Vec<DeviceBuilder> {
-    let mut builders: Vec<DeviceBuilder> = Vec::new();
-    for mut chunk in rx {
-        let mut starts = chunk.run_starts.iter().copied().peekable();
-        for (k, row) in chunk.rows.drain(..).enumerate() {
-            if starts.next_if_eq(&(chunk.first + k as u64)).is_some() {
+        let (builders, rows_hint) = (&mut self.builders, self.rows_hint);
+        let mut starts = self.run_starts.iter().copied().peekable();
+        let mut in_a_list = true;
+        for (k, &row) in self.out[..taken].iter().enumerate() {
+            if starts.next_if_eq(&(self.sent + k as u64)).is_some() {
                 let mut b = DeviceBuilder::new();
                 if builders.is_empty() {
-                    // Most snapshots trace one device; reserved but untouched room costs address
-                    // space only.
+                    // Most snapshots trace one device; reserved but untouched room costs
+                    // address space only.
                     b.reserve(rows_hint);
                 }
                 builders.push(b);
             }
             match builders.last_mut() {
                 Some(b) => b.push(row),
-                // Rows always begin with a list's first; anything else is not followed.
-                None => return Vec::new(),
+                None => {
+                    in_a_list = false;
+                    break;
+                }
             }
         }
-        let _ = spare.try_send(chunk.rows);
+        if !in_a_list {
+            // Rows always begin with a list's first; anything else is not followed.
+            return self.stop();
+        }
+        self.run_starts.clear();
+        self.out.drain(..taken);
+        self.sent += taken as u64;
     }
-    builders
+
+    /// Each list's builder with the list's lowest row and length, or `None` if the lists were
+    /// not followed.
+    fn finish(mut self) -> Option<Vec<((u32, u32), DeviceBuilder)>> {
+        if self.following() {
+            self.flush();
+        }
+        (self.following() && self.builders.len() == self.runs.len())
+            .then(|| self.runs.iter().copied().zip(self.builders).collect())
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Action, StackId};
 
     /// A row known by its address (its number in the parse).
     fn row(k: u32) -> Row {
@@ -332,7 +583,7 @@ mod tests {
         }
     }
 
-    fn taken(f: &Follower) -> Vec<u64> {
+    fn taken(f: &Lists) -> Vec<u64> {
         let n = f.out.len() - f.pending as usize;
         f.out[..n].iter().map(|r| r.addr).collect()
     }
@@ -341,7 +592,7 @@ mod tests {
     /// the stage and are taken from there, as before the rows went straight to the chunk.
     #[test]
     fn pending_rows_are_taken_where_they_lie_or_staged_when_out_of_order() {
-        let mut f = Follower::start(0);
+        let mut f = Lists::new(0);
         for k in 0..5 {
             f.pushed(k, row(k));
         }
@@ -370,7 +621,7 @@ mod tests {
     /// list starts where its first row is taken.
     #[test]
     fn a_chunk_is_sent_without_the_rows_still_pending() {
-        let mut f = Follower::start(0);
+        let mut f = Lists::new(0);
         let n = CHUNK_ROWS as u32 + 10;
         for k in 0..n {
             f.pushed(k, row(k));
@@ -396,10 +647,63 @@ mod tests {
         );
     }
 
+    /// The thread's table is the one the parser builds itself, row for row: across batches,
+    /// with streams first used in a later batch, the rare fields, and lists taking the rows as
+    /// they come; and the list it was told of is indexed.
+    #[test]
+    fn the_thread_builds_the_table_the_parser_would() {
+        use crate::intern::StrId;
+        use crate::model::{Action, StackId};
+        use crate::values::Heap;
+        let mut own = Heap::new(Default::default());
+        let mut sent = Heap::new(Default::default());
+        sent.follow = Follower::start(0);
+        let n = 2 * CHUNK_ROWS as u32 + 100;
+        let actions = [Action::Alloc, Action::FreeRequested, Action::FreeCompleted];
+        for h in [&mut own, &mut sent] {
+            for i in 0..n {
+                // A stream first met in each batch after the first.
+                let handle = [0u64, 7, 9][(i as usize / CHUNK_ROWS).min(2)] + (i % 2) as u64;
+                let f = EntryFields {
+                    action: if i % 1001 == 0 {
+                        Action::Other
+                    } else {
+                        actions[i as usize % 3]
+                    },
+                    other: (i % 1001 == 0).then_some(StrId(3)),
+                    addr: (1 << 30) + u64::from(i % 640) * 512,
+                    size: 512 << (i % 5),
+                    stream: h.trace.stream_id_of(handle).unwrap(),
+                    time_us: 1_700_000_000_000_000 + i64::from(i) * 3,
+                    stack: StackId(i % 7),
+                    device_free: (i % 997 == 0).then_some(u64::from(i) << 20),
+                    compile_context: (i % 777 == 0).then_some(StrId(4)),
+                    user_metadata: (i % 555 == 0).then_some(StrId(5)),
+                };
+                assert_eq!(h.push_entry(&f), i);
+                if let Some(follow) = &mut h.follow
+                    && (i + 1) % 1000 == 0
+                {
+                    follow.appended_run(1, i - 999, 1000, i == 999);
+                }
+            }
+        }
+        let follow = sent.follow.as_mut().unwrap();
+        follow.appended_run(1, n / 1000 * 1000, n % 1000, false);
+        let (table, built) = sent.follow.take().unwrap().finish();
+        sent.install_trace(table);
+        assert_eq!(sent.trace.len(), n as usize);
+        assert_eq!(format!("{:?}", sent.trace), format!("{:?}", own.trace));
+        assert!(!own.trace.other_action.is_empty() && !own.trace.device_free.is_empty());
+        let built = built.expect("followed");
+        assert_eq!(built.len(), 1);
+        assert_eq!((built[0].0, built[0].1.len()), ((0, n), n));
+    }
+
     /// A row that skips one (a gap in creation order) stops following, pending rows or not.
     #[test]
     fn a_gap_stops_following() {
-        let mut f = Follower::start(0);
+        let mut f = Lists::new(0);
         f.pushed(0, row(0));
         f.pushed(2, row(2));
         assert!(!f.following());

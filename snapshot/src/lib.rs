@@ -202,14 +202,17 @@ fn parse_decoded<R: Read>(
     heap.fast_path = fast_path;
     #[cfg(not(target_arch = "wasm32"))]
     if follow {
-        heap.follow = Some(follow::Follower::start(
-            (heap.limits.size_hint_bytes / 40).min(1 << 28) as usize,
-        ));
+        heap.follow =
+            follow::Follower::start((heap.limits.size_hint_bytes / 40).min(1 << 28) as usize);
         heap.compact_memo();
     }
     #[cfg(target_arch = "wasm32")]
     let _ = follow;
-    if heap.limits.size_hint_bytes > 0 {
+    #[cfg(not(target_arch = "wasm32"))]
+    let own_table = heap.follow.is_none();
+    #[cfg(target_arch = "wasm32")]
+    let own_table = true;
+    if heap.limits.size_hint_bytes > 0 && own_table {
         // The smallest trace entries take about 40 bytes of pickle.
         heap.trace
             .reserve((heap.limits.size_hint_bytes / 40).min(1 << 28) as usize);
@@ -268,7 +271,11 @@ fn parse_decoded<R: Read>(
     };
     drop(input);
     #[cfg(not(target_arch = "wasm32"))]
-    let built = heap.follow.take().and_then(follow::Follower::finish);
+    let built = heap.follow.take().and_then(|f| {
+        let (table, built) = f.finish();
+        heap.install_trace(table);
+        built
+    });
     #[cfg(target_arch = "wasm32")]
     let built = None;
     let snap = lower::build(heap, root, format)?;

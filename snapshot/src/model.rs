@@ -189,6 +189,40 @@ impl Action {
     }
 }
 
+/// The fields of one trace entry while the parser reads it: what a row of [`TraceTable`] is
+/// made of (`TraceTable::push_dense` takes the dense ones).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct EntryFields {
+    pub action: Action,
+    pub other: Option<StrId>,
+    pub addr: u64,
+    pub size: u64,
+    /// An id of `TraceTable::streams`.
+    pub stream: u16,
+    pub time_us: i64,
+    pub stack: StackId,
+    pub device_free: Option<u64>,
+    pub compile_context: Option<StrId>,
+    pub user_metadata: Option<StrId>,
+}
+
+impl Default for EntryFields {
+    fn default() -> Self {
+        EntryFields {
+            action: Action::Other,
+            other: None,
+            addr: 0,
+            size: 0,
+            stream: 0,
+            time_us: 0,
+            stack: StackId::EMPTY,
+            device_free: None,
+            compile_context: None,
+            user_metadata: None,
+        }
+    }
+}
+
 /// Every trace entry of every device, column by column. Rows of one device are contiguous
 /// (see [`DeviceTrace::rows`]). Rare fields are sparse `(row, value)` lists sorted by row.
 #[derive(Debug, Default, Clone)]
@@ -245,6 +279,25 @@ impl TraceTable {
             }
         }
     }
+    /// Appends a row's dense columns (its sparse ones are the caller's, by row).
+    #[inline(always)]
+    pub(crate) fn push_dense(
+        &mut self,
+        action: Action,
+        addr: u64,
+        size: u64,
+        stream: u16,
+        time_us: i64,
+        stack: StackId,
+    ) {
+        self.action.push(action);
+        self.addr.push(addr);
+        self.size.push(size);
+        self.stream_id.push(stream);
+        self.time_us.push(time_us);
+        self.stack.push(stack);
+    }
+
     pub fn heap_bytes(&self) -> usize {
         self.action.capacity()
             + self.streams.capacity() * 8

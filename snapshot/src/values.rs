@@ -13,6 +13,7 @@ use rustc_hash::FxHashMap;
 
 use crate::budget::{Held, MemoryBudget, Shortfall};
 use crate::intern::{StrId, StringPool};
+pub(crate) use crate::model::EntryFields;
 use crate::model::{Action, BlockState, Frame, FrameId, Frames, StackId, Stacks, TraceTable};
 
 /// Limits that keep hostile input from taking unbounded memory. Time is linear in the input.
@@ -568,39 +569,6 @@ fn entry_values(items: &Items) -> Vec<Value> {
     }
 }
 
-/// The fields of one trace entry while it is read.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct EntryFields {
-    pub action: Action,
-    pub other: Option<StrId>,
-    pub addr: u64,
-    pub size: u64,
-    /// An id of `TraceTable::streams`.
-    pub stream: u16,
-    pub time_us: i64,
-    pub stack: StackId,
-    pub device_free: Option<u64>,
-    pub compile_context: Option<StrId>,
-    pub user_metadata: Option<StrId>,
-}
-
-impl Default for EntryFields {
-    fn default() -> Self {
-        EntryFields {
-            action: Action::Other,
-            other: None,
-            addr: 0,
-            size: 0,
-            stream: 0,
-            time_us: 0,
-            stack: StackId::EMPTY,
-            device_free: None,
-            compile_context: None,
-            user_metadata: None,
-        }
-    }
-}
-
 /// A segment's block, lowered from its dict (`{address, size, requested_size, state, frames}`)
 /// as it is placed in the segment's block list: 32 bytes instead of a container and its ten
 /// items (~230 bytes, 6x the block's ~40 bytes of pickle), which is what a snapshot of a
@@ -754,7 +722,10 @@ pub(crate) struct Heap {
     scratch: Vec<FrameId>,
     /// Item vectors of lowered containers, reused for new ones (saves a malloc per entry).
     spare: Vec<Vec<Value>>,
-    /// Indexes trace rows while they are parsed (`follow.rs`), when asked for.
+    /// Trace rows made so far: the table's, or those sent to `follow`.
+    rows: u32,
+    /// The thread that builds the trace table and indexes it while the pickle is parsed
+    /// (`follow.rs`), when asked for: the table here then holds the stream handles only.
     #[cfg(not(target_arch = "wasm32"))]
     pub follow: Option<crate::follow::Follower>,
     /// What this parse holds of the shared budget, given back when the heap is dropped.
@@ -794,6 +765,7 @@ impl Heap {
             memo_overwrites: 0,
             scratch: Vec::new(),
             spare: Vec::new(),
+            rows: 0,
             #[cfg(not(target_arch = "wasm32"))]
             follow: None,
             held: limits_budget.map(Held::new),
@@ -816,7 +788,7 @@ impl Heap {
         (self.strings.heap_bytes()
             + self.frames.heap_bytes()
             + self.stacks.heap_bytes()
-            + self.trace.len() * ROW_BYTES
+            + self.rows as usize * ROW_BYTES
             + self.blocks.len() * std::mem::size_of::<BlockRow>()
             + self.segments.len() * std::mem::size_of::<SegmentRow>()
             + self.bigs.capacity() * 16
@@ -861,13 +833,13 @@ impl Heap {
     /// Whether anything shaped like a snapshot has been made: a dict (a snapshot, a segment,
     /// a block, a frame) or a trace row.
     pub fn has_structure(&self) -> bool {
-        self.dicts > 0 || !self.trace.is_empty()
+        self.dicts > 0 || self.rows > 0
     }
 
     /// Values built so far and trace rows made: the content a pickle has produced, whatever
     /// it is later lowered into.
     pub fn built(&self) -> u64 {
-        self.built + self.trace.len() as u64
+        self.built + self.rows as u64
     }
 
     pub fn intern(&mut self, s: &str) -> Result<StrId, HeapErr> {
@@ -1512,11 +1484,21 @@ impl Heap {
         Ok(())
     }
 
-    /// Appends a trace row; returns its index.
+    /// Appends a trace row; returns its index. While a second thread builds the table
+    /// (`follow.rs`) the row goes there.
+    #[inline]
     pub fn push_entry(&mut self, f: &EntryFields) -> u32 {
+        let row = self.rows;
+        self.rows += 1;
         let t = &mut self.trace;
-        let row = t.action.len() as u32;
-
+        if t.streams.is_empty() {
+            t.streams.push(0);
+        }
+        #[cfg(not(target_arch = "wasm32"))]
+        if let Some(follow) = &mut self.follow {
+            follow.push(row, f, &t.streams);
+            return row;
+        }
         if let Some(x) = f.device_free {
             t.device_free.push((row, x));
         }
@@ -1529,29 +1511,23 @@ impl Heap {
         if let Some(x) = f.other {
             t.other_action.push((row, x));
         }
-        t.action.push(f.action);
-        t.addr.push(f.addr);
-        t.size.push(f.size);
-        if t.streams.is_empty() {
-            t.streams.push(0);
-        }
-        t.stream_id.push(f.stream);
-        t.time_us.push(f.time_us);
-        t.stack.push(f.stack);
-        #[cfg(not(target_arch = "wasm32"))]
-        if let Some(follow) = &mut self.follow {
-            follow.pushed(
-                row,
-                crate::analysis::index::Row {
-                    action: f.action,
-                    addr: f.addr,
-                    size: f.size,
-                    stream: t.streams.get(f.stream as usize).copied().unwrap_or(0),
-                    stack: f.stack,
-                },
-            );
-        }
+        t.push_dense(f.action, f.addr, f.size, f.stream, f.time_us, f.stack);
         row
+    }
+
+    /// Trace rows made so far (in the table, or sent to the thread building it).
+    #[inline]
+    pub fn rows(&self) -> u32 {
+        self.rows
+    }
+
+    /// The table the thread built (`follow.rs`), in place of the parser's own, which then
+    /// holds the stream handles only.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn install_trace(&mut self, mut table: TraceTable) {
+        debug_assert!(self.trace.is_empty());
+        table.streams = std::mem::take(&mut self.trace.streams);
+        self.trace = table;
     }
 
     // The fast path (`fast.rs`) needs these few memo primitives.
