@@ -257,24 +257,30 @@ impl<'a> Cursor<'a> {
         Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
     }
 
-    /// An optional memo op after a new object.
-    #[inline]
+    /// An optional memo op after a new object. Inlined, with the `PUT`s of older protocols
+    /// out of line: as a call it was 21 instructions, two or three times an entry (callgrind,
+    /// bench/README.md, issue 41).
+    #[inline(always)]
     fn memo_op(&mut self) -> Option<MemoOp> {
-        Some(match self.peek_op() {
+        match self.peek_op() {
             Some(0x94) => {
                 self.pos += 1;
-                MemoOp::NEXT
+                Some(MemoOp::NEXT)
             }
-            Some(b'q') => {
-                self.pos += 1;
-                MemoOp::at(self.byte()? as u32)?
-            }
-            Some(b'r') => {
-                self.pos += 1;
-                MemoOp::at(self.u32()?)?
-            }
-            _ => MemoOp::NO,
-        })
+            Some(b'q' | b'r') => self.memo_put(),
+            _ => Some(MemoOp::NO),
+        }
+    }
+
+    /// A `BINPUT` or `LONG_BINPUT` (the cursor at it).
+    #[inline(never)]
+    fn memo_put(&mut self) -> Option<MemoOp> {
+        let i = if self.op()? == b'q' {
+            self.byte()? as u32
+        } else {
+            self.u32()?
+        };
+        MemoOp::at(i)
     }
 
     /// An integer opcode's value (`BININT1`, `BININT2`, `BININT`, `LONG1` of 1 to 8 bytes),
@@ -429,6 +435,39 @@ impl<'a> Cursor<'a> {
         let body = buf.get(start..self.pos)?;
         self.pos += 1;
         self.list_finished().then_some((memo, body))
+    }
+
+    /// At an empty list, `]` [memo] and then the dict's next key (a memo reference not followed
+    /// by `APPEND`) or its end: the list's memo op, the cursor past it. `None` (the cursor where
+    /// it was) for a list with items.
+    #[inline(always)]
+    fn empty_list(&mut self) -> Option<MemoOp> {
+        let save = self.pos;
+        let found = self.empty_list_at();
+        if found.is_none() {
+            self.pos = save;
+        }
+        found
+    }
+
+    #[inline(always)]
+    fn empty_list_at(&mut self) -> Option<MemoOp> {
+        if self.op()? != b']' {
+            return None;
+        }
+        let memo = self.memo_op()?;
+        let next = self.peek_op()?;
+        let item = match next {
+            b'h' => 2,
+            b'j' => 5,
+            // Items follow (`MARK`), or something this path does not read.
+            b'(' | b'a' | b'e' => return None,
+            _ => return Some(memo),
+        };
+        // A memo reference: the next key, unless an `APPEND` makes it the list's one item.
+        let after = self.pos + item;
+        let follows = *self.buf.get(after)?;
+        (follows != b'a' && follows != FRAME).then_some(memo)
     }
 
     /// At a list's `EMPTY_LIST` [memo] `MARK`: its memo op, the cursor past the `MARK`.
@@ -802,9 +841,16 @@ impl Plan {
             // The two values that are new objects in every entry PyTorch writes, read in place.
             match c.peek_op() {
                 Some(b']') if field == Field::Frames => {
+                    // Most entries PyTorch writes have no frames (every `free_completed`,
+                    // everything the autograd thread allocates): the empty list first.
+                    if let Some(m) = c.empty_list() {
+                        memo(heap, m, Value::EmptyList)?;
+                        fields.stack = StackId::EMPTY;
+                        continue;
+                    }
                     if let Some((m, v)) = state.known_list(c, heap) {
                         memo(heap, m, v)?;
-                        heap.set_field(&mut fields, id, v).ok()?;
+                        fields.stack = stack_id(v);
                         continue;
                     }
                     if let Some((m, body)) = c.frames_in_place() {
@@ -816,7 +862,7 @@ impl Plan {
                             state.stack(body, heap)?
                         };
                         memo(heap, m, v)?;
-                        heap.set_field(&mut fields, id, v).ok()?;
+                        fields.stack = stack_id(v);
                         continue;
                     }
                 }
@@ -923,6 +969,16 @@ impl Plan {
     }
 }
 
+/// The stack a frames list the fast path read stands for (`Heap::set_field` of `frames` gives
+/// the same for these values).
+#[inline(always)]
+fn stack_id(v: Value) -> StackId {
+    match v {
+        Value::Stack(s) => s,
+        _ => StackId::EMPTY,
+    }
+}
+
 /// Applies a memo op to a new value: the slot it took, if any.
 #[inline(always)]
 fn memo(heap: &mut Heap, op: MemoOp, v: Value) -> Option<Option<usize>> {
@@ -959,15 +1015,13 @@ fn resolve(e: &Entries, t: Tok, heap: &mut Heap, state: &mut State) -> Option<Va
         }
         Tok::Ref(i) => referenced(heap, i)?,
         Tok::List { memo: m, at, len } => {
-            let slot = memo(heap, m, Value::EmptyList)?;
+            // The list's slot takes its stack at once (as in `Plan::entry`).
             let v = if len == 0 {
                 Value::EmptyList
             } else {
                 state.stack(&e.arena[at as usize..(at + len) as usize], heap)?
             };
-            if let Some(slot) = slot {
-                heap.memo_set(slot, v)?;
-            }
+            memo(heap, m, v)?;
             v
         }
     })
@@ -1244,6 +1298,59 @@ mod tests {
         };
         let (a, f, ff) = (Action::Alloc, action(far_name), action(farther_name));
         assert_eq!(heap.trace.action[2..], [a, f, a, f, ff, f, a]);
+    }
+
+    /// A run reads each form of frames list PyTorch's pickler writes: empty (`]` and its memo
+    /// op, then the next key or the dict's end), one frame (`BINGET frame APPEND`, which starts
+    /// like an empty list followed by a key) and several (`MARK … APPENDS`).
+    #[test]
+    fn a_run_reads_empty_single_and_longer_frames_lists() {
+        let mut heap = Heap::new(Limits::default());
+        let mut state = State::default();
+        // Keys `action`, `frames`, `addr`, `size` (slots 1, 3, 5, 6; `alloc` is 2, the first
+        // frames list 4), then a frame in slot 7.
+        let mut first = vec![b'}', 0x94, b'('];
+        for (key, value) in [
+            ("action", &b"\x8c\x05alloc\x94"[..]),
+            ("frames", b"]\x94"),
+            ("addr", b"J\x00\x00\x00\x01"),
+            ("size", b"K@"),
+        ] {
+            first.extend([0x8c, key.len() as u8]);
+            first.extend(key.as_bytes());
+            first.push(0x94);
+            first.extend(value);
+        }
+        first.extend(b"u.");
+        assert!(try_entry(&first, &mut heap, &mut state).is_some());
+        assert_eq!(heap.memo_push(Value::Frame(FrameId(0))), Some(7));
+        let entry = |frames: &[u8], size: u8| {
+            let mut b = vec![b'}', 0x94, b'(', b'h', 1, b'h', 2, b'h', 3];
+            b.extend(frames);
+            b.extend([b'h', 5, b'J', 0, 0, 0, 2, b'h', 6, b'K', size, b'u']);
+            b
+        };
+        let mut second = entry(b"]\x94", 1);
+        second.push(b'.');
+        assert!(try_entry(&second, &mut heap, &mut state).is_some());
+        let lists: [&[u8]; 4] = [b"]\x94", b"]\x94h\x07a", b"]\x94(h\x07h\x07e", b"]\x94"];
+        let mut window: Vec<u8> = (0..4).flat_map(|k| entry(lists[k], k as u8)).collect();
+        window.push(b'e');
+        let mut stack = Vec::new();
+        let used = apply_run(&window, 1 << 20, &mut heap, &mut state, &mut stack, 100);
+        assert_eq!(
+            (used, stack.len()),
+            (window.len() - 1, 4),
+            "every entry in the run"
+        );
+        let stacks: Vec<StackId> = heap.trace.stack.iter().skip(2).collect();
+        assert_eq!(stacks[0], StackId::EMPTY);
+        assert_eq!(heap.stacks.get(stacks[1]), [FrameId(0)]);
+        assert_eq!(heap.stacks.get(stacks[2]), [FrameId(0), FrameId(0)]);
+        assert_eq!(stacks[3], StackId::EMPTY);
+        // Each entry took two slots, its dict's and its list's, holding its stack.
+        assert_eq!(heap.memo_mark(), Some(10 + 2 * 4));
+        assert_eq!(heap.memo_peek(13), Some(Value::Stack(stacks[1])));
     }
 
     #[test]
