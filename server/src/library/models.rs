@@ -425,9 +425,9 @@ impl Models {
 }
 
 /// Reads a snapshot file and indexes its traces while it parses (`snapshot::read_file_indexed`):
-/// a big one is read from disk on a second thread and its index built on a third, so the index
-/// is ready a small constant after the last byte instead of a pass over the trace after it
-/// (0.5 s on a 1 GB file, bench/README.md, issue 41).
+/// a big one is read from disk on a second thread and its trace table and index built on a
+/// third, so the index is ready a small constant after the last byte instead of a pass over the
+/// trace after it (0.5 s on a 1 GB file, bench/README.md, issue 41).
 pub fn read_snapshot_file(
     path: &std::path::Path,
 ) -> anyhow::Result<(snapshot::Snapshot, snapshot::analysis::Index)> {
