@@ -281,6 +281,7 @@ fn build(rx: Receiver<Batch>, spare: SyncSender<Batch>, rows_hint: usize) -> Mad
     (table, lists.finish())
 }
 
+/// Row `row` into the table, and to the lists' follower with its stream's handle.
 #[inline]
 fn add(table: &mut TraceTable, lists: &mut Lists, streams: &[u64], row: u32, r: &NewRow) {
     table.push_dense(r.action, r.addr, r.size, r.stream, r.time_us, r.stack);
