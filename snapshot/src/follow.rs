@@ -1,5 +1,6 @@
-//! The parse's second thread: it builds the trace table from the rows the parser makes and
-//! indexes them as it goes (uploads and the CLI, issue 14). The parser's thread then only
+//! The thread beside the parser's that builds the trace table from the rows the parser makes
+//! and indexes them as it goes (uploads and the CLI, issue 14; a big file is also read on a
+//! thread of its own, `readahead.rs`). The parser's thread then only
 //! decodes: putting a row into the table's packed columns and following the lists were a sixth
 //! of its work on PyTorch's shape, on the critical path, while this core had time to spare
 //! (bench/README.md, issue 41, seventeenth part). When the pickle's last byte is read the table
