@@ -412,8 +412,14 @@ impl<'a> Cursor<'a> {
     /// where it was): another form, which [`Cursor::frames_list`] reads.
     #[inline(always)]
     fn frames_in_place(&mut self) -> Option<(MemoOp, &'a [u8])> {
+        self.attempt(Self::frames_body)
+    }
+
+    /// `read` from the cursor, which stays where it was when `read` refuses.
+    #[inline(always)]
+    fn attempt<T>(&mut self, read: impl FnOnce(&mut Self) -> Option<T>) -> Option<T> {
         let save = self.pos;
-        let found = self.frames_body();
+        let found = read(self);
         if found.is_none() {
             self.pos = save;
         }
@@ -442,12 +448,7 @@ impl<'a> Cursor<'a> {
     /// it was) for a list with items.
     #[inline(always)]
     fn empty_list(&mut self) -> Option<MemoOp> {
-        let save = self.pos;
-        let found = self.empty_list_at();
-        if found.is_none() {
-            self.pos = save;
-        }
-        found
+        self.attempt(Self::empty_list_at)
     }
 
     #[inline(always)]

@@ -25,7 +25,6 @@
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
 use crate::analysis::index::{DeviceBuilder, Row};
-use crate::intern::StrId;
 use crate::model::{Action, EntryFields, StackId, TraceTable};
 
 /// Rows per batch sent to the thread, and per chunk of rows handed to the index builders.
@@ -44,15 +43,6 @@ struct NewRow {
     stack: StackId,
     stream: u16,
     action: Action,
-}
-
-/// A field few rows have, sent beside its row.
-#[derive(Clone, Copy, Debug)]
-enum Rare {
-    DeviceFree(u64),
-    CompileContext(StrId),
-    UserMetadata(StrId),
-    Other(StrId),
 }
 
 /// What a list did with rows (the calls of [`Lists`]).
@@ -77,7 +67,8 @@ enum ListEvent {
 #[derive(Debug, Default)]
 struct Batch {
     rows: Vec<NewRow>,
-    rare: Vec<(u32, Rare)>,
+    /// The rows with a sparse field (few), whole.
+    rare: Vec<(u32, EntryFields)>,
     events: Vec<(u32, ListEvent)>,
     /// Stream handles first used since the last batch, in order of their ids.
     streams: Vec<u64>,
@@ -159,23 +150,10 @@ impl Follower {
             || f.user_metadata.is_some()
             || f.other.is_some()
         {
-            self.push_rare(row, f);
+            self.batch.rare.push((row, *f));
         }
         if self.batch.rows.len() >= CHUNK_ROWS {
             self.send();
-        }
-    }
-
-    #[inline(never)]
-    fn push_rare(&mut self, row: u32, f: &EntryFields) {
-        let rare = [
-            f.device_free.map(Rare::DeviceFree),
-            f.compile_context.map(Rare::CompileContext),
-            f.user_metadata.map(Rare::UserMetadata),
-            f.other.map(Rare::Other),
-        ];
-        for x in rare.into_iter().flatten() {
-            self.batch.rare.push((row, x));
         }
     }
 
@@ -268,13 +246,8 @@ fn build(rx: Receiver<Batch>, spare: SyncSender<Batch>, rows_hint: usize) -> Mad
             add(&mut table, &mut lists, &streams, row, r);
             row += 1;
         }
-        for &(r, x) in &batch.rare {
-            match x {
-                Rare::DeviceFree(v) => table.device_free.push((r, v)),
-                Rare::CompileContext(s) => table.compile_context.push((r, s)),
-                Rare::UserMetadata(s) => table.user_metadata.push((r, s)),
-                Rare::Other(s) => table.other_action.push((r, s)),
-            }
+        for (r, f) in &batch.rare {
+            table.push_sparse(*r, f);
         }
         batch.clear();
         let _ = spare.try_send(batch);

@@ -200,22 +200,17 @@ fn parse_decoded<R: Read>(
 ) -> Result<Parsed> {
     let mut heap = values::Heap::new(limits);
     heap.fast_path = fast_path;
+    // The smallest trace entries take about 40 bytes of pickle.
+    let rows_hint = (heap.limits.size_hint_bytes / 40).min(1 << 28) as usize;
     #[cfg(not(target_arch = "wasm32"))]
     if follow {
-        heap.follow =
-            follow::Follower::start((heap.limits.size_hint_bytes / 40).min(1 << 28) as usize);
+        heap.follow = follow::Follower::start(rows_hint);
         heap.compact_memo();
     }
     #[cfg(target_arch = "wasm32")]
     let _ = follow;
-    #[cfg(not(target_arch = "wasm32"))]
-    let own_table = heap.follow.is_none();
-    #[cfg(target_arch = "wasm32")]
-    let own_table = true;
-    if heap.limits.size_hint_bytes > 0 && own_table {
-        // The smallest trace entries take about 40 bytes of pickle.
-        heap.trace
-            .reserve((heap.limits.size_hint_bytes / 40).min(1 << 28) as usize);
+    if rows_hint > 0 {
+        heap.reserve_rows(rows_hint);
     }
     let first = input.peek_byte()?;
     let input_head = input.head(16);

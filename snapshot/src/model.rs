@@ -190,7 +190,7 @@ impl Action {
 }
 
 /// The fields of one trace entry while the parser reads it: what a row of [`TraceTable`] is
-/// made of (`TraceTable::push_dense` takes the dense ones).
+/// made of (`TraceTable::push_dense` takes the dense ones, `TraceTable::push_sparse` the rest).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct EntryFields {
     pub action: Action,
@@ -279,7 +279,23 @@ impl TraceTable {
             }
         }
     }
-    /// Appends a row's dense columns (its sparse ones are the caller's, by row).
+    /// Row `row`'s sparse fields, those `f` has: call in row order.
+    pub(crate) fn push_sparse(&mut self, row: u32, f: &EntryFields) {
+        if let Some(x) = f.device_free {
+            self.device_free.push((row, x));
+        }
+        if let Some(x) = f.compile_context {
+            self.compile_context.push((row, x));
+        }
+        if let Some(x) = f.user_metadata {
+            self.user_metadata.push((row, x));
+        }
+        if let Some(x) = f.other {
+            self.other_action.push((row, x));
+        }
+    }
+
+    /// Appends a row's dense columns (its sparse ones: [`TraceTable::push_sparse`]).
     #[inline(always)]
     pub(crate) fn push_dense(
         &mut self,

@@ -201,7 +201,7 @@ impl Memo {
 
     /// A slot for `v`, or `None` when the side table is full (2^28 wide values: a pickle
     /// that `PUT`s wide and narrow values in turn over millions of slots).
-    #[inline]
+    #[inline(always)]
     fn pack(&mut self, v: Value) -> Option<u32> {
         match self.pack_narrow(v) {
             Some(w) => Some(w),
@@ -336,10 +336,7 @@ impl Memo {
             self.new_chunk();
         }
         let i = self.len;
-        let w = match self.pack_narrow(v) {
-            Some(w) => w,
-            None => self.pack_wide(v)?,
-        };
+        let w = self.pack(v)?;
         self.chunks[i / MEMO_CHUNK][i % MEMO_CHUNK] = w;
         self.len += 1;
         Some(())
@@ -1499,20 +1496,19 @@ impl Heap {
             follow.push(row, f, &t.streams);
             return row;
         }
-        if let Some(x) = f.device_free {
-            t.device_free.push((row, x));
-        }
-        if let Some(x) = f.compile_context {
-            t.compile_context.push((row, x));
-        }
-        if let Some(x) = f.user_metadata {
-            t.user_metadata.push((row, x));
-        }
-        if let Some(x) = f.other {
-            t.other_action.push((row, x));
-        }
+        t.push_sparse(row, f);
         t.push_dense(f.action, f.addr, f.size, f.stream, f.time_us, f.stack);
         row
+    }
+
+    /// Room for about `rows` trace rows, in the table the parser keeps (the thread that builds
+    /// it instead reserves its own).
+    pub fn reserve_rows(&mut self, rows: usize) {
+        #[cfg(not(target_arch = "wasm32"))]
+        if self.follow.is_some() {
+            return;
+        }
+        self.trace.reserve(rows);
     }
 
     /// Trace rows made so far (in the table, or sent to the thread building it).
