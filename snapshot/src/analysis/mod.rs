@@ -99,10 +99,31 @@ pub fn report(snap: &Snapshot, index: &Index, options: &Options) -> Report {
             }
         })
         .collect();
-    // The two analyses that walk every event or allocation run side by side.
-    let (summary, leak_suspects) = crate::par::join(
-        || summary(snap, index),
-        || leak_suspects(snap, index, MAX_LEAK_SUSPECTS),
+    // Two threads for three passes over the trace: the category labels (the longest) on one;
+    // on the other the peaks' walk, then the leaks (which wait for the labels midway), then the
+    // rest of the summary. With the labels behind the leaks' own passes, one thread did all but
+    // the walk while the other waited (bench/README.md, issue 41).
+    let labelled = || {
+        index
+            .devices
+            .iter()
+            .filter(|d| d.len > 0 && d.holds_memory())
+    };
+    let ((summary, leak_suspects), ()) = crate::par::join(
+        || {
+            for d in labelled() {
+                peaks(snap, d);
+                steps::steps(snap, index, d);
+            }
+            let l = leak_suspects(snap, index, MAX_LEAK_SUSPECTS);
+            let s = summary(snap, index);
+            (s, l)
+        },
+        || {
+            for d in labelled() {
+                categories::categories(snap, index, d);
+            }
+        },
     );
     let ooms = oom_reports(snap, index, options.device_total_bytes);
     Report {
