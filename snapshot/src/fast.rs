@@ -8,6 +8,9 @@
 //!   machine's buffer into their rows, a run at a time (the key references compared as they are
 //!   read, the numbers put in their fields as they are decoded). It ends at the first entry of
 //!   another shape, at the end of the buffer, or at anything else.
+//!   Within a run, an entry's keys up to its frames list are read through a template (a
+//!   layout learned from an entry before, compared in one masked pass: [`template`]) when one
+//!   matches, op by op when none does.
 //! - Two steps, for an entry that starts a run: [`decode`] reads the entry dict into tokens
 //!   (numbers, new strings, memo references, the `BINGET`s of a frames list) when it has exactly
 //!   the shape CPython's pickler writes for a trace entry, needing nothing but the bytes, and
@@ -31,7 +34,12 @@ use std::ops::Range;
 use crate::intern::StrId;
 use crate::model::{FrameId, StackId};
 use crate::values::{EntryFields, Heap, Value, key};
+use ops::{FRAME, Field, INT_LONG1, INT_OPS, INT_SIGNED, INT_WIDTH, NUMBER_FIELDS};
 use rustc_hash::FxHashMap;
+use template::{Found, TEMPLATE_BYTES, Template, Templates};
+
+mod ops;
+mod template;
 
 /// The memo op that may follow a new object, in 4 bytes (tokens are written and read back by
 /// the million, so their size is memory traffic): [`MemoOp::NO`], [`MemoOp::NEXT`]
@@ -176,6 +184,8 @@ struct Keys {
     refs: Vec<u32>,
     ids: Vec<u32>,
     overwrites_seen: u64,
+    /// The layouts of entries read with these keys ([`template`]).
+    templates: Templates,
 }
 
 impl Keys {
@@ -196,23 +206,6 @@ const MAX_KNOWN_BODY: usize = 512;
 
 /// Keys stop being added past this many bytes of cached list bodies (lists still parse, uncached).
 const STACK_CACHE_MAX_BYTES: usize = 64 << 20;
-
-/// Protocol 4's framing opcode, followed by the frame's 8-byte length.
-const FRAME: u8 = 0x95;
-
-/// [`Cursor::int`]'s table: by opcode, its width in bytes (`INT_WIDTH`; `LONG1`'s is its next
-/// byte), whether it is `LONG1` and whether it is signed; 0 for an opcode that is no integer.
-const INT_OPS: [u8; 256] = {
-    let mut t = [0u8; 256];
-    t[b'K' as usize] = 1;
-    t[b'M' as usize] = 2;
-    t[b'J' as usize] = 4 | INT_SIGNED;
-    t[0x8a] = INT_LONG1 | INT_SIGNED;
-    t
-};
-const INT_WIDTH: u8 = 0x0f;
-const INT_SIGNED: u8 = 0x10;
-const INT_LONG1: u8 = 0x20;
 
 struct Cursor<'a> {
     buf: &'a [u8],
@@ -448,7 +441,14 @@ impl<'a> Cursor<'a> {
     /// it was) for a list with items.
     #[inline(always)]
     fn empty_list(&mut self) -> Option<MemoOp> {
-        self.attempt(Self::empty_list_at)
+        // Not through `attempt`: a function item there was called, not inlined (49
+        // instructions an entry, callgrind).
+        let save = self.pos;
+        let found = self.empty_list_at();
+        if found.is_none() {
+            self.pos = save;
+        }
+        found
     }
 
     #[inline(always)]
@@ -627,6 +627,7 @@ fn apply_entry(e: &Entries, head: &Head, heap: &mut Heap, state: &mut State) -> 
         }
         state.keys.refs.clear();
         state.keys.ids.clear();
+        state.keys.templates.clear();
         for (n, (&k, &v)) in keys.iter().zip(vals).enumerate() {
             state.keys.refs.push(k);
             let Value::Str(k) = resolve(e, e.key(k), heap, state)? else {
@@ -716,6 +717,7 @@ fn run_of(
         plan.fields[k] = (id, Field::of(id));
     }
     let mut scratch = std::mem::take(&mut state.scratch);
+    let mut templates = std::mem::take(&mut state.keys.templates);
     let mut c = Cursor {
         buf: window,
         pos: 0,
@@ -726,7 +728,7 @@ fn run_of(
             break;
         };
         scratch.arena.clear();
-        match plan.entry(&mut c, max_str, &mut scratch, heap, state) {
+        match plan.entry(&mut c, max_str, &mut scratch, heap, state, &mut templates) {
             Some(v) => {
                 stack.push(v);
                 done += 1;
@@ -742,6 +744,7 @@ fn run_of(
         }
     }
     state.scratch = scratch;
+    state.keys.templates = templates;
     c.pos
 }
 
@@ -766,35 +769,6 @@ struct Plan {
 /// Memo references [`Plan`] remembers.
 const REF_CACHE: usize = 32;
 
-/// What a field of an entry is, for [`Plan`]: the numbers nearly every entry has are read
-/// straight from the bytes into their field.
-#[derive(Clone, Copy, PartialEq)]
-enum Field {
-    // The number fields first: their discriminant is their slot in [`Plan::entry`]'s numbers.
-    Addr = 0,
-    Size = 1,
-    Stream = 2,
-    TimeUs = 3,
-    Frames = 4,
-    Other = 5,
-}
-
-/// Number fields ([`Field::Addr`] to [`Field::TimeUs`]).
-const NUMBER_FIELDS: usize = 4;
-
-impl Field {
-    fn of(key_id: u32) -> Field {
-        match key_id {
-            key::ADDR => Field::Addr,
-            key::SIZE => Field::Size,
-            key::STREAM => Field::Stream,
-            key::TIME_US => Field::TimeUs,
-            key::FRAMES => Field::Frames,
-            _ => Field::Other,
-        }
-    }
-}
-
 impl Plan {
     /// One entry at the cursor (which must be at its `EMPTY_DICT`, past any `FRAME` marker).
     #[inline(always)]
@@ -805,21 +779,38 @@ impl Plan {
         scratch: &mut Entries,
         heap: &mut Heap,
         state: &mut State,
+        templates: &mut Templates,
     ) -> Option<Value> {
-        if c.op()? != b'}' {
-            return None;
-        }
-        let dict_memo = c.memo_op()?;
-        if c.op()? != b'(' {
-            return None;
-        }
-        // The dict's slot takes the row it will be (no field can name it: a reference to an
-        // entry is refused below), so the slot is written once.
-        let row = heap.rows();
-        memo(heap, dict_memo, Value::Entry(row))?;
+        let (start, row) = (c.pos, heap.rows());
         let mut fields = EntryFields::default();
         let (mut nums, mut read) = ([0i64; NUMBER_FIELDS], 0u8);
-        for k in 0..self.n {
+        let found = templates.find(c.buf, start);
+        let first_key = match found {
+            Found::Hit(i) => {
+                let t = templates.get(i);
+                let at = c.buf.get(start..start + TEMPLATE_BYTES)?.try_into().ok()?;
+                t.apply(at, row, heap, &mut fields, &mut nums, |i, heap| {
+                    self.memo_ref(i, heap)
+                })?;
+                read = t.read();
+                c.pos += t.len;
+                t.keys
+            }
+            Found::Miss | Found::Skipped => {
+                if c.op()? != b'}' {
+                    return None;
+                }
+                let dict_memo = c.memo_op()?;
+                if c.op()? != b'(' {
+                    return None;
+                }
+                // The dict's slot takes the row it will be (no field can name it: a reference
+                // to an entry is refused below), so the slot is written once.
+                memo(heap, dict_memo, Value::Entry(row))?;
+                0
+            }
+        };
+        for k in first_key..self.n {
             let got = match c.op()? {
                 b'h' => c.byte()? as u32,
                 b'j' => c.u32()?,
@@ -920,6 +911,17 @@ impl Plan {
         }
         if read & 1 << Field::TimeUs as u8 != 0 {
             fields.time_us = nums[Field::TimeUs as usize];
+        }
+        if let Found::Miss = found
+            && let Some(t) = Template::learn(
+                &c.buf[start..c.pos],
+                &self.refs[..self.n],
+                &self.fields[..self.n],
+                heap,
+                max_str,
+            )
+        {
+            templates.keep(t);
         }
         debug_assert_eq!(heap.rows(), row);
         Some(Value::Entry(heap.push_entry(&fields)))
@@ -1092,6 +1094,17 @@ impl State {
     fn known_list_at(&mut self, c: &mut Cursor) -> Option<(MemoOp, Value)> {
         let memo = c.list_mark()?;
         let start = c.pos;
+        // The last list's body again (more than half of the lists): whole `BINGET`s, so the
+        // `e` after them is the `APPENDS`, whatever bytes the body holds.
+        if let Some(id) = self.last_stack
+            && !self.last_body.is_empty()
+            && let Some(rest) = c.buf.get(start..)
+            && rest.starts_with(&self.last_body)
+            && rest.get(self.last_body.len()) == Some(&b'e')
+        {
+            c.pos = start + self.last_body.len() + 1;
+            return c.list_finished().then_some((memo, Value::Stack(id)));
+        }
         let rest = c
             .buf
             .get(start..(start + MAX_KNOWN_BODY).min(c.buf.len()))?;

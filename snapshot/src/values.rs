@@ -326,6 +326,18 @@ impl Memo {
         Some(())
     }
 
+    /// Appends a slot [`Memo::pack_narrow`] made; the fast path's entry templates pack theirs
+    /// once (`fast/template.rs`).
+    #[inline(always)]
+    fn push_narrow(&mut self, w: u32) {
+        if self.len.is_multiple_of(MEMO_CHUNK) && self.len / MEMO_CHUNK == self.chunks.len() {
+            self.new_chunk();
+        }
+        let i = self.len;
+        self.chunks[i / MEMO_CHUNK][i % MEMO_CHUNK] = w;
+        self.len += 1;
+    }
+
     /// Appends a slot; `None`: the side table is full. Inlined, with the rare parts (a new
     /// chunk, a wide value) out of line: the fast path pushes two or three slots an entry, and
     /// as a call behind two wrappers this was ~80 instructions a slot (callgrind; bench/README.md,
@@ -1545,6 +1557,23 @@ impl Heap {
         }
         self.memo.push(v)?;
         Some(self.memo.len() - 1)
+    }
+
+    /// `v` as a memo slot, if it fits one without the side table: for
+    /// [`Heap::memo_push_narrow`].
+    #[inline(always)]
+    pub fn memo_narrow(&self, v: Value) -> Option<u32> {
+        self.memo.pack_narrow(v)
+    }
+
+    /// [`Heap::memo_push`] of a value [`Heap::memo_narrow`] packed.
+    #[inline(always)]
+    pub fn memo_push_narrow(&mut self, w: u32) -> Option<()> {
+        if self.memo.len() >= self.limits.max_memo {
+            return None;
+        }
+        self.memo.push_narrow(w);
+        Some(())
     }
 
     pub fn memo_overwrites(&self) -> u64 {
