@@ -61,8 +61,6 @@ struct Ref {
 pub(super) struct Template {
     bytes: [u64; WORDS],
     mask: [u64; WORDS],
-    /// Words of `bytes` that hold constants.
-    words: usize,
     /// Bytes covered, from the `EMPTY_DICT`.
     pub len: usize,
     /// Keys covered; [`Plan::entry`] reads the rest.
@@ -87,15 +85,17 @@ impl Template {
         self.read
     }
 
+    /// All [`TEMPLATE_BYTES`] compared (the mask is 0 past the covered bytes): a fixed count
+    /// the compiler unrolls into 16-byte vector operations.
     #[inline(always)]
     fn matches(&self, at: &[u8; TEMPLATE_BYTES]) -> bool {
-        let mut diff = 0u64;
-        for w in 0..self.words.min(WORDS) {
+        let mut diff = [0u64; WORDS];
+        for (w, d) in diff.iter_mut().enumerate() {
             let mut word = [0u8; 8];
             word.copy_from_slice(&at[w * 8..w * 8 + 8]);
-            diff |= (u64::from_le_bytes(word) & self.mask[w]) ^ self.bytes[w];
+            *d = (u64::from_le_bytes(word) & self.mask[w]) ^ self.bytes[w];
         }
-        diff == 0
+        diff.iter().fold(0, |a, &d| a | d) == 0
     }
 
     /// The layout of the entry `bytes` (from its `EMPTY_DICT`) that a run has just read op by
@@ -111,7 +111,6 @@ impl Template {
         let mut t = Template {
             bytes: [0; WORDS],
             mask: [0; WORDS],
-            words: 0,
             len: 0,
             keys: 0,
             slots: Vec::new(),
@@ -162,7 +161,6 @@ impl Template {
         if t.keys == 0 {
             return None;
         }
-        t.words = t.len.div_ceil(8);
         t.read = t.ints.iter().fold(0, |r, i| r | 1 << i.slot);
         for (key, value, memo) in same {
             heap.set_field(&mut t.fields, key, value).ok()?;
