@@ -34,7 +34,7 @@ use std::ops::Range;
 use crate::intern::StrId;
 use crate::model::{FrameId, StackId};
 use crate::values::{EntryFields, Heap, Value, key};
-use ops::{FRAME, Field, INT_LONG1, INT_OPS, INT_SIGNED, INT_WIDTH, NUMBER_FIELDS};
+use ops::{Cursor, FRAME, Field, INT_LONG1, INT_OPS, INT_SIGNED, INT_WIDTH, NUMBER_FIELDS};
 use rustc_hash::FxHashMap;
 use template::{Found, TEMPLATE_BYTES, Template, Templates};
 
@@ -207,18 +207,7 @@ const MAX_KNOWN_BODY: usize = 512;
 /// Keys stop being added past this many bytes of cached list bodies (lists still parse, uncached).
 const STACK_CACHE_MAX_BYTES: usize = 64 << 20;
 
-struct Cursor<'a> {
-    buf: &'a [u8],
-    pos: usize,
-}
-
 impl<'a> Cursor<'a> {
-    #[inline]
-    fn byte(&mut self) -> Option<u8> {
-        let b = *self.buf.get(self.pos)?;
-        self.pos += 1;
-        Some(b)
-    }
     /// The next opcode, past any protocol-4 `FRAME` markers: CPython's pickler ends a 64 KiB
     /// frame after whatever object crosses the boundary, so one lands inside an entry every
     /// ~700 entries, and a frame carries no meaning for the reader (the general machine skips
@@ -238,16 +227,6 @@ impl<'a> Cursor<'a> {
             }
             self.take(9)?;
         }
-    }
-    #[inline]
-    fn take(&mut self, n: usize) -> Option<&[u8]> {
-        let s = self.buf.get(self.pos..self.pos + n)?;
-        self.pos += n;
-        Some(s)
-    }
-    #[inline]
-    fn u32(&mut self) -> Option<u32> {
-        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
     }
 
     /// An optional memo op after a new object. Inlined, with the `PUT`s of older protocols
@@ -1211,15 +1190,18 @@ mod tests {
     use super::*;
     use crate::values::Limits;
 
+    /// A new short string and its `MEMOIZE`, as CPython's protocol-4 pickler writes one.
+    pub(super) fn memoized_str(b: &mut Vec<u8>, text: &str) {
+        b.extend([0x8c, text.len() as u8]);
+        b.extend(text.as_bytes());
+        b.push(0x94);
+    }
+
     /// One entry as CPython's protocol-4 pickler writes it, with a `FRAME` marker between two
     /// fields where a 64 KiB frame boundary can fall.
     fn entry_bytes(frame_inside: bool) -> Vec<u8> {
         let mut b = vec![b'}', 0x94, b'('];
-        let s = |b: &mut Vec<u8>, text: &str| {
-            b.extend([0x8c, text.len() as u8]);
-            b.extend(text.as_bytes());
-            b.push(0x94);
-        };
+        let s = memoized_str;
         s(&mut b, "action");
         s(&mut b, "alloc");
         if frame_inside {
@@ -1330,9 +1312,7 @@ mod tests {
             ("addr", b"J\x00\x00\x00\x01"),
             ("size", b"K@"),
         ] {
-            first.extend([0x8c, key.len() as u8]);
-            first.extend(key.as_bytes());
-            first.push(0x94);
+            memoized_str(&mut first, key);
             first.extend(value);
         }
         first.extend(b"u.");

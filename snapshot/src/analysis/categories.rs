@@ -641,8 +641,9 @@ fn classify(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Categories {
         .take(1 << 16)
         .any(|r| facts.of(t.stack.get(r)) & HAS_FRAMES != 0);
 
-    // The stacks read a block at a time: looked up row by row this was 21 ms of a 12M-event
-    // trace whose first optimizer allocation comes late (bench/README.md, issue 41).
+    // The stacks read a block at a time. This check's 22 ms on a 12M-event trace whose first
+    // optimizer allocation comes late is classifying each stack's frames the first time it is
+    // met (the first pass to meet most stacks), not the row lookups (bench/README.md, issue 41).
     let optimizer_frames = python_trace
         && t.action[d.rows()]
             .iter()

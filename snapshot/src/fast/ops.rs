@@ -1,7 +1,35 @@
 //! What the fast path's two readers share (`fast.rs` op by op, `fast/template.rs` by layout):
-//! the opcodes they read without the general machine and what an entry's fields are to them.
+//! the opcodes they read without the general machine, a cursor over the bytes, and what an
+//! entry's fields are to them.
 
 use crate::values::key;
+
+/// A position in a buffer of pickle bytes; `fast.rs` adds the opcode-level reads.
+pub(super) struct Cursor<'a> {
+    pub buf: &'a [u8],
+    pub pos: usize,
+}
+
+impl Cursor<'_> {
+    #[inline]
+    pub fn byte(&mut self) -> Option<u8> {
+        let b = *self.buf.get(self.pos)?;
+        self.pos += 1;
+        Some(b)
+    }
+
+    #[inline]
+    pub fn take(&mut self, n: usize) -> Option<&[u8]> {
+        let s = self.buf.get(self.pos..self.pos + n)?;
+        self.pos += n;
+        Some(s)
+    }
+
+    #[inline]
+    pub fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
+    }
+}
 
 /// Protocol 4's framing opcode, followed by the frame's 8-byte length.
 pub(super) const FRAME: u8 = 0x95;

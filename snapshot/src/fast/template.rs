@@ -19,7 +19,7 @@
 //! reads them (numbers sign-extended as `Cursor::int` does; memo references through the run's
 //! cache), and the memo slots are pushed in the same order.
 
-use super::ops::{FRAME, Field, INT_LONG1, INT_OPS, INT_SIGNED, INT_WIDTH, NUMBER_FIELDS};
+use super::ops::{Cursor, FRAME, Field, INT_LONG1, INT_OPS, INT_SIGNED, INT_WIDTH, NUMBER_FIELDS};
 use crate::values::{EntryFields, Heap, Value};
 
 /// Bytes a template compares; they must all be in the window at the entry.
@@ -120,7 +120,7 @@ impl Template {
             refs: Vec::new(),
             fields: EntryFields::default(),
         };
-        let mut c = Reader { buf: bytes, pos: 0 };
+        let mut c = Cursor { buf: bytes, pos: 0 };
         if c.byte()? != b'}' {
             return None;
         }
@@ -177,7 +177,7 @@ impl Template {
     /// with whether it is memoized.
     fn key(
         &mut self,
-        c: &mut Reader,
+        c: &mut Cursor,
         key_ref: u32,
         (id, field): (u32, Field),
         heap: &mut Heap,
@@ -281,9 +281,7 @@ impl Template {
             self.mask[w] &= !(0xff << shift);
         }
     }
-}
 
-impl Template {
     /// Reads the covered keys of an entry that matched (`at`: its bytes) into `fields` and (its
     /// numbers, the bits of [`Template::read`]) `nums`, and pushes its memo slots (the dict's
     /// as row `row`); `referenced` gives a memo reference's value, as the op-by-op read does.
@@ -297,16 +295,15 @@ impl Template {
         nums: &mut [i64; NUMBER_FIELDS],
         mut referenced: impl FnMut(u32, &mut Heap) -> Option<Value>,
     ) -> Option<()> {
-        let t = self;
         let mark = heap.memo_mark()?;
-        if t.dict_memo {
+        if self.dict_memo {
             heap.memo_push_narrow(heap.memo_narrow(Value::Entry(row))?)?;
         }
-        for &w in &t.slots {
+        for &w in &self.slots {
             heap.memo_push_narrow(w)?;
         }
-        *fields = t.fields;
-        for i in &t.ints {
+        *fields = self.fields;
+        for i in &self.ints {
             let o = (i.at as usize).min(TEMPLATE_BYTES - 8);
             let mut word = [0u8; 8];
             word.copy_from_slice(&at[o..o + 8]);
@@ -317,7 +314,7 @@ impl Template {
                 ((raw << i.shift) >> i.shift) as i64
             };
         }
-        for r in &t.refs {
+        for r in &self.refs {
             let o = (r.at as usize).min(TEMPLATE_BYTES - 4);
             let i = if r.wide {
                 let mut word = [0u8; 4];
@@ -333,30 +330,6 @@ impl Template {
             heap.set_field(fields, r.key, v).ok()?;
         }
         Some(())
-    }
-}
-
-/// The bytes of an entry a template is learned from, read one op at a time.
-struct Reader<'a> {
-    buf: &'a [u8],
-    pos: usize,
-}
-
-impl Reader<'_> {
-    fn byte(&mut self) -> Option<u8> {
-        let b = *self.buf.get(self.pos)?;
-        self.pos += 1;
-        Some(b)
-    }
-
-    fn take(&mut self, n: usize) -> Option<&[u8]> {
-        let s = self.buf.get(self.pos..self.pos + n)?;
-        self.pos += n;
-        Some(s)
-    }
-
-    fn u32(&mut self) -> Option<u32> {
-        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
     }
 }
 
@@ -447,6 +420,7 @@ impl Templates {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::memoized_str;
     use super::super::{FRAME, State, apply_run, try_entry};
     use crate::model::FrameId;
     use crate::values::{Heap, Limits, Value};
@@ -459,11 +433,7 @@ mod tests {
         let mut heap = Heap::new(Limits::default());
         let mut state = State::default();
         let mut first = vec![b'}', 0x94, b'('];
-        let s = |b: &mut Vec<u8>, text: &str| {
-            b.extend([0x8c, text.len() as u8]);
-            b.extend(text.as_bytes());
-            b.push(0x94);
-        };
+        let s = memoized_str;
         s(&mut first, "action");
         s(&mut first, "alloc");
         for (key, value) in [
