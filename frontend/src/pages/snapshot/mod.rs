@@ -217,9 +217,13 @@ pub fn SnapshotPage() -> impl IntoView {
             None => view! { <p>"loading…"</p> }.into_any(),
             Some(Err(e)) => crate::pages::widgets::error_line(e).into_any(),
             Some(Ok(r)) => {
-                // A new device mounts the view afresh (its event count, its positions).
+                // A new device mounts the view afresh (its event count, its positions); nothing
+                // else in the address does. The views follow their own keys, and a remount on a
+                // zoom or a step would fetch the whole trace again and drop keys pressed before
+                // it came back, so what is read below is read untracked.
                 let _ = device.get();
-                match view_name.get().as_str() {
+                let name = view_name.get();
+                untrack(move || match name.as_str() {
                     // Nothing to draw over time without a trace: say so instead of an empty chart.
                     "timeline" if devices::shown_events(&r, url) == 0 => view! {
                         <p class="empty no-trace">
@@ -254,7 +258,7 @@ pub fn SnapshotPage() -> impl IntoView {
                     "leaks" => view! { <leaks::Leaks report=r/> }.into_any(),
                     "oom" => view! { <oom::Ooms report=r/> }.into_any(),
                     _ => view! { <overview::Overview report=r/> }.into_any(),
-                }
+                })
             }
         }}
     }

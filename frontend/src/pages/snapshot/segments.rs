@@ -32,6 +32,13 @@ pub fn Segments(report: Arc<::api::Report>) -> impl IntoView {
         url.set(&[("pos", Some(p.to_string()))]);
     };
     let hovered = RwSignal::new(String::new());
+    // What the pointer is over is another block at another moment: its line goes with a step.
+    Effect::new(move |first: Option<()>| {
+        data.track();
+        if first.is_some() {
+            hovered.set(String::new());
+        }
+    });
     // Every segment's lifetime and the stuck frees, over the whole trace: only the device
     // (a step changes the URL's position, and these stay the same).
     let device = Memo::new(move |_| url.device());

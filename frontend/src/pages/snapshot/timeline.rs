@@ -593,15 +593,17 @@ impl Chart {
             let (id, q) = (url.id.get(), window.get());
             async move { api::timeline(&id, &q).await }
         });
+        // The whole trace changes with the device and the axis only: a Memo, so that a zoom or a
+        // pan (the address's other keys) does not fetch it again.
+        let whole = Memo::new(move |_| ::api::TimelineQuery {
+            device: url.device(),
+            axis: url.axis(),
+            buckets: Some(600),
+            allocations: Some(0),
+            ..Default::default()
+        });
         let overview = LocalResource::new(move || {
-            let id = url.id.get();
-            let q = ::api::TimelineQuery {
-                device: url.device(),
-                axis: url.axis(),
-                buckets: Some(600),
-                allocations: Some(0),
-                ..Default::default()
-            };
+            let (id, q) = (url.id.get(), whole.get());
             async move { api::timeline(&id, &q).await }
         });
         let whatif = LocalResource::new(move || {
@@ -664,6 +666,14 @@ impl Chart {
 
     /// Draws the chart whenever data, hover or pin change, and the minimap with its brush.
     fn draw_on_change(self) {
+        // The tooltip names what was under the pointer in the answer drawn. A new answer (a zoom,
+        // a pan) moves what is there, so the tooltip goes until the pointer moves again.
+        Effect::new(move |first: Option<()>| {
+            self.data.track();
+            if first.is_some() {
+                self.hover.set(None);
+            }
+        });
         Effect::new(move |_| {
             let (Some(Ok(r)), Some(c)) = (self.data.get(), self.canvas.get()) else {
                 return;
