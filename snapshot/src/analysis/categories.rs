@@ -286,50 +286,62 @@ const AUTOGRAD_PY: u16 = 128;
 const BUCKET: u16 = 256;
 const UNSET: u16 = u16::MAX;
 
-struct StackFacts<'a> {
-    snap: &'a Snapshot,
-    frames: Vec<u16>,
+/// Every stack's facts, worked out once when the labels start: a trace has tens to thousands
+/// of stacks for millions of events, and the passes below ask for an event's facts millions of
+/// times (classified lazily, the lookup was a call with a branch per event: 2 % of a 12M-event
+/// trace's samples; bench/README.md, issue 41).
+struct StackFacts {
     stacks: Vec<u16>,
 }
 
-impl<'a> StackFacts<'a> {
-    fn new(snap: &'a Snapshot) -> StackFacts<'a> {
-        StackFacts {
+impl StackFacts {
+    fn new(snap: &Snapshot) -> StackFacts {
+        let mut frames = FrameFacts {
             snap,
             frames: vec![UNSET; snap.frames.len()],
-            stacks: vec![UNSET; snap.stacks.len()],
-        }
+        };
+        let stacks = (0..snap.stacks.len())
+            .map(|k| frames.stack(crate::model::StackId(k as u32)))
+            .collect();
+        StackFacts { stacks }
     }
 
-    fn of(&mut self, s: StackId) -> u16 {
-        let k = s.0 as usize;
-        if k >= self.stacks.len() {
-            return 0;
-        }
-        if self.stacks[k] == UNSET {
-            let mut f = 0u16;
-            let mut innermost_python = true;
-            for &fr in self.snap.stack(s) {
-                let mut ff = self.frame(fr.0 as usize);
-                if ff & PYTHON != 0 {
-                    if !innermost_python {
-                        ff &= !BUCKET;
-                    }
-                    innermost_python = false;
+    /// A stack's facts (none for a stack the table does not have).
+    #[inline]
+    fn of(&self, s: StackId) -> u16 {
+        self.stacks.get(s.0 as usize).copied().unwrap_or(0)
+    }
+}
+
+/// Each frame's facts, worked out when a stack first has it.
+struct FrameFacts<'a> {
+    snap: &'a Snapshot,
+    frames: Vec<u16>,
+}
+
+impl FrameFacts<'_> {
+    fn stack(&mut self, s: StackId) -> u16 {
+        let mut f = 0u16;
+        let mut innermost_python = true;
+        for &fr in self.snap.stack(s) {
+            let mut ff = self.frame(fr.0 as usize);
+            if ff & PYTHON != 0 {
+                if !innermost_python {
+                    ff &= !BUCKET;
                 }
-                f |= ff;
+                innermost_python = false;
             }
-            if !self.snap.stack(s).is_empty() {
-                f |= HAS_FRAMES;
-            }
-            // Python frames that never reach `<module>` run on another thread: the autograd
-            // engine's when they are torch's autograd or checkpointing code.
-            if f & PYTHON != 0 && f & MAIN == 0 && f & (AUTOGRAD_PY | CHECKPOINT) != 0 {
-                f |= ENGINE;
-            }
-            self.stacks[k] = f;
+            f |= ff;
         }
-        self.stacks[k]
+        if !self.snap.stack(s).is_empty() {
+            f |= HAS_FRAMES;
+        }
+        // Python frames that never reach `<module>` run on another thread: the autograd
+        // engine's when they are torch's autograd or checkpointing code.
+        if f & PYTHON != 0 && f & MAIN == 0 && f & (AUTOGRAD_PY | CHECKPOINT) != 0 {
+            f |= ENGINE;
+        }
+        f
     }
 
     /// A frame's facts.
@@ -412,7 +424,7 @@ fn thread_of(flags: u16, python_trace: bool) -> Thread {
 fn backward_from_threads(
     snap: &Snapshot,
     d: &DeviceIndex,
-    facts: &mut StackFacts,
+    facts: &StackFacts,
     python_trace: bool,
 ) -> Vec<(u32, u32)> {
     let t = &snap.trace;
@@ -627,7 +639,7 @@ fn classify(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Categories {
         .map(|f| f.position)
         .min()
         .unwrap_or(NONE);
-    let mut facts = StackFacts::new(snap);
+    let facts = StackFacts::new(snap);
     let allocs_with_python = d
         .rows()
         .filter(|&r| t.action[r] == Action::Alloc)
@@ -641,9 +653,9 @@ fn classify(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Categories {
         .take(1 << 16)
         .any(|r| facts.of(t.stack.get(r)) & HAS_FRAMES != 0);
 
-    // The stacks read a block at a time. This check's 22 ms on a 12M-event trace whose first
-    // optimizer allocation comes late is classifying each stack's frames the first time it is
-    // met (the first pass to meet most stacks), not the row lookups (bench/README.md, issue 41).
+    // The stacks read a block at a time. On a 12M-event trace whose first optimizer allocation
+    // comes late this check takes 17–19 ms: decoding the stack column up to it (the facts'
+    // lookups took 22 ms before every stack was classified up front; bench/README.md, issue 41).
     let optimizer_frames = python_trace
         && t.action[d.rows()]
             .iter()
@@ -659,7 +671,7 @@ fn classify(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Categories {
     let parameter_sizes = early_persistent_sizes(snap, d, end_of_run);
 
     let (backward, source) = if has_frames {
-        let b = backward_from_threads(snap, d, &mut facts, python_trace);
+        let b = backward_from_threads(snap, d, &facts, python_trace);
         let s = if b.is_empty() {
             PhaseSource::None
         } else {
@@ -675,7 +687,7 @@ fn classify(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Categories {
         };
         (b, s)
     };
-    let forward_starts = forward_starts(snap, d, &mut facts, &backward, &optimizer, python_trace);
+    let forward_starts = forward_starts(snap, d, &facts, &backward, &optimizer, python_trace);
     // Now that the first forward pass is known: what was made before it and kept (the model
     // may free as it is built: a cuDNN RNN flattens its weights into one block).
     let parameter_sizes = if forward_starts[0] == NONE {
@@ -718,7 +730,7 @@ fn classify(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Categories {
         optimizer_at: Cell::new(0),
     };
     let mut labels: Vec<Label> = (0..d.allocations.len() as u32)
-        .map(|id| cx.label(id, &mut facts, source))
+        .map(|id| cx.label(id, &facts, source))
         .collect();
     workspaces_are_not_gradients(d, &cx.phases.backward, end_of_run, &mut labels);
     split_resumed(snap, d, &mut labels);
@@ -782,7 +794,7 @@ fn persistent_sizes_before(
 fn forward_starts(
     snap: &Snapshot,
     d: &DeviceIndex,
-    facts: &mut StackFacts,
+    facts: &StackFacts,
     backward: &[(u32, u32)],
     optimizer: &[(u32, u32)],
     python_trace: bool,
@@ -870,7 +882,7 @@ impl Context<'_> {
 
     /// Allocation `id`'s label: its pool, then when it was made (before the trace, in a
     /// backward pass, in an optimizer step, before or in a forward pass) and how long it lived.
-    fn label(&self, id: u32, facts: &mut StackFacts, source: PhaseSource) -> Label {
+    fn label(&self, id: u32, facts: &StackFacts, source: PhaseSource) -> Label {
         let (d, t) = (self.d, &self.snap.trace);
         let a = d.allocations[id as usize];
         if !self.private.is_empty() && self.in_private_pool(d.addr_of(t, id)) {
