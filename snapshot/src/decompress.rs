@@ -167,8 +167,8 @@ impl<R: Read> Read for Bounded<R> {
 
 /// Decompresses `reader` as [`open_bounded`] does and hands the decoded stream, hashed as it is
 /// read, to `consume`: what `consume` returned, the compression, and the XXH3-128 of what it
-/// read (the snapshot's content hash). The parser's own thread and the reader thread
-/// (`readahead.rs`) both decode through it.
+/// read (the snapshot's content hash): a small file's parse, on the parser's own thread (a big
+/// file is decoded on a reader thread and hashed as the parser takes it, `readahead.rs`).
 pub(crate) fn decode_with<R: Read, T>(
     reader: R,
     max_bytes: u64,

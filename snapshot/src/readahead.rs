@@ -4,14 +4,16 @@
 //! buffers ([`pickle::Chunks`](crate::pickle::Chunks)), which the parser reads where they lie
 //! and gives back to be filled again.
 //!
-//! [`ReadAhead::spawn_decoding`] also decompresses and hashes on that thread: a compressed
-//! file's decoding then runs beside its parse instead of before each buffer of it, and the
-//! content hash (0.06 s of the parser's thread on a 1 GB file) leaves the parser's thread.
+//! [`ReadAhead::spawn_decoding`] also decompresses on that thread: a compressed file's decoding
+//! then runs beside its parse instead of before each buffer of it. The content hash is taken on
+//! the parser's side, of each buffer as the parser takes it: the reader's thread shares its core
+//! with the kernel's copy and the index's building, which bound the parse of a big file, while
+//! the parser's thread waits a tenth of the time (bench/README.md, issue 41).
 
 use std::io::Read;
 use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
 
-use crate::decompress::{Compression, Tripped, decode_with};
+use crate::decompress::{Compression, Tripped, open_bounded};
 use crate::error::Result;
 use crate::pickle::{CHUNK_HEAD_BYTES, Chunks};
 
@@ -28,6 +30,11 @@ type ChunkSender = SyncSender<std::io::Result<Vec<u8>>>;
 pub(crate) struct ReadAhead {
     rx: Receiver<std::io::Result<Vec<u8>>>,
     back: Sender<Vec<u8>>,
+    /// XXH3-128 of the bytes of the chunks taken so far.
+    hasher: Box<xxhash_rust::xxh3::Xxh3>,
+    /// Where the hash goes when the parser is done with the reader (the reader thread waits
+    /// for it and returns it in [`Decoded`]).
+    digest: Option<Sender<u128>>,
     /// The chunk the plain reading of the tests reads, and where.
     #[cfg(test)]
     cur: Vec<u8>,
@@ -56,6 +63,8 @@ impl ReadAhead {
         let reader = ReadAhead {
             rx,
             back,
+            hasher: Box::default(),
+            digest: None,
             #[cfg(test)]
             cur: Vec::new(),
             #[cfg(test)]
@@ -68,7 +77,8 @@ impl ReadAhead {
 /// What the reader thread of [`ReadAhead::spawn_decoding`] found besides the bytes.
 pub(crate) struct Decoded {
     pub compression: Compression,
-    /// XXH3-128 of every decoded byte read (the whole stream when the parse used it all).
+    /// XXH3-128 of every decoded byte the parser took (the whole stream when the parse used it
+    /// all).
     pub content_hash: u128,
     /// The limit a decoder passed and the compressed bytes read then, if one stopped it.
     pub tripped: Option<(u64, u64)>,
@@ -76,9 +86,10 @@ pub(crate) struct Decoded {
 
 impl ReadAhead {
     /// Like [`ReadAhead::spawn`], with `r` decompressed (held to `max_bytes` and
-    /// `max_expansion`, as `decompress::open_bounded` does) and hashed on the thread. The
-    /// thread's result says what it found; an error there is one opening the decoder, and the
-    /// reader then ends at once.
+    /// `max_expansion`, as `decompress::open_bounded` does) on the thread. The thread's result
+    /// says what it found, with the hash of what the parser took: it is ready once the returned
+    /// reader is dropped. An error there is one opening the decoder, and the reader then ends
+    /// at once.
     pub fn spawn_decoding<'scope, R: Read + Send + 'scope>(
         scope: &'scope std::thread::Scope<'scope, '_>,
         r: R,
@@ -88,13 +99,15 @@ impl ReadAhead {
         ReadAhead,
         std::thread::ScopedJoinHandle<'scope, Result<Decoded>>,
     ) {
-        let (reader, tx, returned) = ReadAhead::ends();
+        let (mut reader, tx, returned) = ReadAhead::ends();
+        let (digest_tx, digest) = channel();
+        reader.digest = Some(digest_tx);
         let decoding = scope.spawn(move || {
             let tripped = Tripped::default();
-            let ((), compression, content_hash) =
-                decode_with(r, max_bytes, max_expansion, &tripped, |decoded| {
-                    fill(decoded, tx, returned)
-                })?;
+            let (decoded, compression) = open_bounded(r, max_bytes, max_expansion, &tripped)?;
+            fill(decoded, tx, returned);
+            // Sent when the parser drops its end, whether it read to the end or stopped.
+            let content_hash = digest.recv().unwrap_or_default();
             Ok(Decoded {
                 compression,
                 content_hash,
@@ -136,7 +149,10 @@ fn fill<R: Read>(mut r: R, tx: ChunkSender, returned: Receiver<Vec<u8>>) {
 impl Chunks for ReadAhead {
     fn next_chunk(&mut self) -> std::io::Result<Option<Vec<u8>>> {
         match self.rx.recv() {
-            Ok(Ok(next)) => Ok(Some(next)),
+            Ok(Ok(next)) => {
+                self.hasher.update(&next[CHUNK_HEAD_BYTES..]);
+                Ok(Some(next))
+            }
             Ok(Err(e)) => Err(e),
             // The reader thread ended: the end of the file.
             Err(_) => Ok(None),
@@ -145,6 +161,14 @@ impl Chunks for ReadAhead {
 
     fn recycle(&mut self, buf: Vec<u8>) {
         let _ = self.back.send(buf);
+    }
+}
+
+impl Drop for ReadAhead {
+    fn drop(&mut self) {
+        if let Some(digest) = self.digest.take() {
+            let _ = digest.send(self.hasher.digest128());
+        }
     }
 }
 
@@ -243,7 +267,7 @@ mod tests {
 
     #[test]
     #[cfg(feature = "compression")]
-    fn decodes_and_hashes_on_its_thread() {
+    fn decodes_on_its_thread_and_the_parsers_end_hashes() {
         use std::io::Write;
         let data = bytes(3 * CHUNK_BYTES + 777);
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
@@ -254,6 +278,7 @@ mod tests {
                 let (mut r, decoding) = ReadAhead::spawn_decoding(s, &input[..], u64::MAX, 0);
                 let mut got = Vec::new();
                 r.read_to_end(&mut got).unwrap();
+                drop(r);
                 (got, decoding.join().unwrap().unwrap())
             });
             assert!(got == data, "{kind:?}: the bytes differ");
@@ -274,6 +299,7 @@ mod tests {
         let (err, decoded) = std::thread::scope(|s| {
             let (mut r, decoding) = ReadAhead::spawn_decoding(s, &gz[..], 8 << 20, 0);
             let err = r.read_to_end(&mut Vec::new()).unwrap_err();
+            drop(r);
             (err, decoding.join().unwrap().unwrap())
         });
         assert!(err.to_string().contains("limit"), "{err}");
@@ -289,6 +315,7 @@ mod tests {
             let (mut r, decoding) = ReadAhead::spawn_decoding(s, &bad[..], u64::MAX, 0);
             let mut got = Vec::new();
             let _ = r.read_to_end(&mut got);
+            drop(r);
             (got, decoding.join().unwrap())
         });
         assert!(got.is_empty());
