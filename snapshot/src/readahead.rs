@@ -8,7 +8,7 @@
 //! then runs beside its parse instead of before each buffer of it. The content hash is taken on
 //! the parser's side, of each buffer as the parser takes it: the reader's thread shares its core
 //! with the kernel's copy and the index's building, which bound the parse of a big file, while
-//! the parser's thread waits a tenth of the time (bench/README.md, issue 41).
+//! the parser's thread waited 10–30 % of the time (bench/README.md, issue 41).
 
 use std::io::Read;
 use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
