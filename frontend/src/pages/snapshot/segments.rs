@@ -33,12 +33,11 @@ pub fn Segments(report: Arc<::api::Report>) -> impl IntoView {
     };
     let hovered = RwSignal::new(String::new());
     // What the pointer is over is another block at another moment: its line goes with a step.
-    Effect::new(move |first: Option<()>| {
-        data.track();
-        if first.is_some() {
-            hovered.set(String::new());
-        }
-    });
+    Effect::watch(
+        move || data.track(),
+        move |_, _, _| hovered.set(String::new()),
+        false,
+    );
     // Every segment's lifetime and the stuck frees, over the whole trace: only the device
     // (a step changes the URL's position, and these stay the same).
     let device = Memo::new(move |_| url.device());

@@ -668,12 +668,11 @@ impl Chart {
     fn draw_on_change(self) {
         // The tooltip names what was under the pointer in the answer drawn. A new answer (a zoom,
         // a pan) moves what is there, so the tooltip goes until the pointer moves again.
-        Effect::new(move |first: Option<()>| {
-            self.data.track();
-            if first.is_some() {
-                self.hover.set(None);
-            }
-        });
+        Effect::watch(
+            move || self.data.track(),
+            move |_, _, _| self.hover.set(None),
+            false,
+        );
         Effect::new(move |_| {
             let (Some(Ok(r)), Some(c)) = (self.data.get(), self.canvas.get()) else {
                 return;
