@@ -31,7 +31,7 @@ pub(crate) struct ReadAhead {
     rx: Receiver<std::io::Result<Vec<u8>>>,
     back: Sender<Vec<u8>>,
     /// XXH3-128 of the bytes of the chunks taken so far.
-    hasher: Box<xxhash_rust::xxh3::Xxh3>,
+    hasher: xxhash_rust::xxh3::Xxh3,
     /// Where the hash goes when the parser is done with the reader (the reader thread waits
     /// for it and returns it in [`Decoded`]).
     digest: Option<Sender<u128>>,
@@ -63,7 +63,7 @@ impl ReadAhead {
         let reader = ReadAhead {
             rx,
             back,
-            hasher: Box::default(),
+            hasher: xxhash_rust::xxh3::Xxh3::new(),
             digest: None,
             #[cfg(test)]
             cur: Vec::new(),

@@ -1103,6 +1103,11 @@ fn workspaces_are_not_gradients(
 /// addresses taken as the parameters.
 fn split_resumed(snap: &Snapshot, d: &DeviceIndex, labels: &mut [Label]) {
     let t = &snap.trace;
+    // Optimizer state made in the trace: the run was not resumed (same-size blocks beyond the
+    // gradients' count are buffers, or frozen parameters).
+    if labels.iter().any(|l| l.rule == Rule::KeptFromOptimizerStep) {
+        return;
+    }
     // The gradients by size, and their starts and ends, in one pass.
     let mut gradients: FxHashMap<u64, u32> = FxHashMap::default();
     let (mut starts, mut ends) = (Vec::new(), Vec::new());
@@ -1118,9 +1123,7 @@ fn split_resumed(snap: &Snapshot, d: &DeviceIndex, labels: &mut [Label]) {
             ends.push(a.end);
         }
     }
-    // Optimizer state made in the trace: the run was not resumed (same-size blocks beyond the
-    // gradients' count are buffers, or frozen parameters).
-    if gradients.is_empty() || labels.iter().any(|l| l.rule == Rule::KeptFromOptimizerStep) {
+    if gradients.is_empty() {
         return;
     }
     let passes = passes_with_gradients(&mut starts, &mut ends).max(1);
