@@ -25,25 +25,13 @@
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
 use crate::analysis::index::{DeviceBuilder, Row};
-use crate::model::{Action, EntryFields, StackId, TraceTable};
+use crate::model::{DenseRow, EntryFields, TraceTable};
 
 /// Rows per batch sent to the thread, and per chunk of rows handed to the index builders.
 const CHUNK_ROWS: usize = 1 << 14;
 
 /// Batches sent and not yet taken: how far the parser may get ahead of the thread.
 const QUEUED_BATCHES: usize = 4;
-
-/// A row as the parser made it: its dense columns, in 32 bytes (`stream` is an id of the
-/// table's `streams`).
-#[derive(Clone, Copy, Debug)]
-struct NewRow {
-    addr: u64,
-    size: u64,
-    time_us: i64,
-    stack: StackId,
-    stream: u16,
-    action: Action,
-}
 
 /// What a list did with rows (the calls of [`Lists`]).
 #[derive(Clone, Copy, Debug)]
@@ -66,7 +54,7 @@ enum ListEvent {
 /// rows came before it.
 #[derive(Debug, Default)]
 struct Batch {
-    rows: Vec<NewRow>,
+    rows: Vec<DenseRow>,
     /// The rows with a sparse field (few), whole.
     rare: Vec<(u32, EntryFields)>,
     events: Vec<(u32, ListEvent)>,
@@ -137,7 +125,7 @@ impl Follower {
                 .extend_from_slice(&streams[self.streams_sent..]);
             self.streams_sent = streams.len();
         }
-        self.batch.rows.push(NewRow {
+        self.batch.rows.push(DenseRow {
             addr: f.addr,
             size: f.size,
             time_us: f.time_us,
@@ -233,17 +221,18 @@ fn build(rx: Receiver<Batch>, spare: SyncSender<Batch>, rows_hint: usize) -> Mad
     let mut row = 0u32;
     for mut batch in rx {
         streams.extend_from_slice(&batch.streams);
+        table.extend_dense(&batch.rows);
         let mut done = 0;
         for &(at, e) in &batch.events {
             for r in &batch.rows[done..at as usize] {
-                add(&mut table, &mut lists, &streams, row, r);
+                lists.pushed(row, index_row(r, &streams));
                 row += 1;
             }
             done = at as usize;
             lists.apply(e);
         }
         for r in &batch.rows[done..] {
-            add(&mut table, &mut lists, &streams, row, r);
+            lists.pushed(row, index_row(r, &streams));
             row += 1;
         }
         for (r, f) in &batch.rare {
@@ -255,20 +244,16 @@ fn build(rx: Receiver<Batch>, spare: SyncSender<Batch>, rows_hint: usize) -> Mad
     (table, lists.finish())
 }
 
-/// Row `row` into the table, and to the lists' follower with its stream's handle.
+/// A row as the index's builders take it, with its stream's handle.
 #[inline]
-fn add(table: &mut TraceTable, lists: &mut Lists, streams: &[u64], row: u32, r: &NewRow) {
-    table.push_dense(r.action, r.addr, r.size, r.stream, r.time_us, r.stack);
-    lists.pushed(
-        row,
-        Row {
-            action: r.action,
-            addr: r.addr,
-            size: r.size,
-            stream: streams.get(r.stream as usize).copied().unwrap_or(0),
-            stack: r.stack,
-        },
-    );
+fn index_row(r: &DenseRow, streams: &[u64]) -> Row {
+    Row {
+        action: r.action,
+        addr: r.addr,
+        size: r.size,
+        stream: streams.get(r.stream as usize).copied().unwrap_or(0),
+        stack: r.stack,
+    }
 }
 
 /// The next rows in list order, handed to the index builders: rows are kept as they are made
@@ -546,6 +531,7 @@ impl Lists {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::{Action, StackId};
 
     /// A row known by its address (its number in the parse).
     fn row(k: u32) -> Row {

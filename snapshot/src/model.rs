@@ -223,6 +223,19 @@ impl Default for EntryFields {
     }
 }
 
+/// A trace row's dense columns in 32 bytes, as the parser hands them to the thread that builds
+/// the table (`follow.rs`); `stream` is an id of the table's `streams`.
+#[cfg(not(target_arch = "wasm32"))]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DenseRow {
+    pub addr: u64,
+    pub size: u64,
+    pub time_us: i64,
+    pub stack: StackId,
+    pub stream: u16,
+    pub action: Action,
+}
+
 /// Every trace entry of every device, column by column. Rows of one device are contiguous
 /// (see [`DeviceTrace::rows`]). Rare fields are sparse `(row, value)` lists sorted by row.
 #[derive(Debug, Default, Clone)]
@@ -293,6 +306,19 @@ impl TraceTable {
         if let Some(x) = f.other {
             self.other_action.push((row, x));
         }
+    }
+
+    /// Appends rows' dense columns a column at a time, the table [`TraceTable::push_dense`] of
+    /// each row makes: the thread that builds the table from the parser's batches of rows
+    /// (`follow.rs`) encodes whole blocks of each column at once.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub(crate) fn extend_dense(&mut self, rows: &[DenseRow]) {
+        self.action.extend(rows.iter().map(|r| r.action));
+        self.addr.extend_from(rows, |r| r.addr);
+        self.size.extend_from(rows, |r| r.size);
+        self.stream_id.extend_from(rows, |r| r.stream);
+        self.time_us.extend_from(rows, |r| r.time_us);
+        self.stack.extend_from(rows, |r| r.stack);
     }
 
     /// Appends a row's dense columns (its sparse ones: [`TraceTable::push_sparse`]).

@@ -93,19 +93,24 @@ fn put_bits(bits: &mut [u64], pos: u64, w: u64, v: u64) {
     }
 }
 
-/// Appends each value's offset from `lo` in `w` bits (1 to 64) to `out`, a word at a time. The
-/// words are built in a register and each stored once (or'ing offsets into memory made every
-/// value wait for the store before it; packing on a zeroed stack array cost a 2 KiB `memset` a
-/// block). 256 values of `w` bits are `4 w` whole words.
+/// Writes each value's offset from `lo` in `w` bits (1 to 64) into `out`, which has exactly the
+/// `4 w` words 256 values of `w` bits take. The words are built in a register and each stored
+/// once (or'ing offsets into memory made every value wait for the store before it; packing on a
+/// zeroed stack array cost a 2 KiB `memset` a block), into a slice already sized (pushing each
+/// word onto the `Vec` was a third of the encoding's instructions: bench/README.md, issue 41,
+/// twenty-first part).
 #[inline]
-fn pack_fresh(out: &mut Vec<u64>, w: u64, lo: i64, values: &[i64]) {
+fn pack_fresh(out: &mut [u64], w: u64, lo: i64, values: &[i64]) {
+    let mut words = out.iter_mut();
     let (mut acc, mut n) = (0u64, 0u64);
     for &v in values {
         let d = v.wrapping_sub(lo) as u64;
         acc |= d << n;
         n += w;
         if n >= 64 {
-            out.push(acc);
+            if let Some(word) = words.next() {
+                *word = acc;
+            }
             n -= 64;
             // The bits of `d` that did not fit (none when it ended on the word).
             acc = if n == 0 { 0 } else { d >> (w - n) };
@@ -187,6 +192,37 @@ impl<T: Word> Packed<T> {
         }
     }
 
+    /// Appends `f` of each of `rows`: the tail is filled first, then whole blocks are gathered
+    /// on the stack with their bounds and encoded without passing through the tail. The column
+    /// is the one [`Packed::push`] of each value makes; a table built from batches of rows
+    /// (`follow.rs`) spends about a third of the instructions pushing one value at a time did.
+    pub fn extend_from<R>(&mut self, rows: &[R], f: impl Fn(&R) -> T) {
+        let mut rows = rows;
+        while !self.tail.is_empty() {
+            let Some((r, rest)) = rows.split_first() else {
+                return;
+            };
+            self.push(f(r));
+            rows = rest;
+        }
+        let mut blocks = rows.chunks_exact(BLOCK);
+        let mut values = [0i64; BLOCK];
+        for block in &mut blocks {
+            let (mut lo, mut hi) = (i64::MAX, i64::MIN);
+            for (v, r) in values.iter_mut().zip(block) {
+                *v = f(r).to_i64();
+                lo = lo.min(*v);
+                hi = hi.max(*v);
+            }
+            let (base, at) = self.encode(&values, (lo, hi));
+            self.base.push(base);
+            self.at.push(at);
+        }
+        for r in blocks.remainder() {
+            self.push(f(r));
+        }
+    }
+
     /// Writes one full block's offsets at the end of `bits`: its base and `at`. Once in 256
     /// pushes, so kept out of line: [`Packed::push`] stays small enough to inline.
     #[inline(never)]
@@ -197,10 +233,12 @@ impl<T: Word> Packed<T> {
         let pos = self.bit_len.next_multiple_of(256);
         self.bit_len = pos + w * BLOCK as u64;
         // The block's words replace the spare word at the end, which follows them again.
-        self.bits.resize((pos / 64) as usize, 0);
-        self.bits.reserve(4 * w as usize + 1);
+        let first = (pos / 64) as usize;
+        self.bits
+            .reserve((first + 4 * w as usize + 1).saturating_sub(self.bits.len()));
+        self.bits.resize(first + 4 * w as usize, 0);
         if w > 0 {
-            pack_fresh(&mut self.bits, w, lo, values);
+            pack_fresh(&mut self.bits[first..], w, lo, values);
         }
         // The spare word every read may touch.
         self.bits.push(0);
@@ -573,6 +611,22 @@ impl Runs {
         }
     }
 
+    /// Appends `f` of each of `rows`, as [`Runs::push`] of each does: the stretches that repeat
+    /// the last value (nearly every row: a program uses a stream or two) only add to the length.
+    pub fn extend_from<R>(&mut self, rows: &[R], f: impl Fn(&R) -> u16) {
+        let mut rows = rows;
+        while let Some((r, rest)) = rows.split_first() {
+            let v = f(r);
+            self.push(v);
+            rows = rest;
+            if let Runs::Runs { len, .. } = self {
+                let same = rows.iter().take_while(|r| f(r) == v).count();
+                *len += same;
+                rows = &rows[same..];
+            }
+        }
+    }
+
     /// Value `i`. Panics past the end.
     #[inline]
     pub fn get(&self, i: usize) -> u16 {
@@ -806,6 +860,46 @@ mod tests {
                 }
             })
             .collect()
+    }
+
+    /// Batches of every length, starting anywhere in a block: the same column, part for part,
+    /// as pushing each value (the table's builder takes rows in batches, `follow.rs`).
+    #[test]
+    fn a_column_extended_in_batches_is_the_one_pushed() {
+        let mut want = values(23 * BLOCK + 101, 11);
+        // Blocks spanning exactly a power of two, whose top value needs the widest offset.
+        want.extend((0..4 * BLOCK).map(|i| {
+            if i % BLOCK == 5 {
+                1i64 << (i / BLOCK * 8)
+            } else {
+                0
+            }
+        }));
+        let pushed: Packed<i64> = want.iter().copied().collect();
+        let runs_want: Vec<u16> = want.iter().map(|&v| (v.rem_euclid(3) / 2) as u16).collect();
+        let runs_pushed: Runs = runs_want.iter().copied().collect();
+        for cuts in [
+            vec![1, BLOCK, 3 * BLOCK + 5, 17],
+            vec![BLOCK - 1, 2, 4 * BLOCK],
+            vec![7 * BLOCK + 3],
+            vec![0, 5, 0, 600],
+        ] {
+            let (mut p, mut r) = (Packed::<i64>::new(), Runs::default());
+            let mut at = 0;
+            for n in cuts.iter().copied().cycle() {
+                let end = (at + n).min(want.len());
+                p.extend_from(&want[at..end], |&v| v);
+                r.extend_from(&runs_want[at..end], |&v| v);
+                at = end;
+                if at == want.len() {
+                    break;
+                }
+            }
+            assert_eq!(p.parts(), pushed.parts(), "cuts {cuts:?}");
+            assert_eq!((p.tail_lo, p.tail_hi), (pushed.tail_lo, pushed.tail_hi));
+            assert_eq!(r, runs_pushed, "cuts {cuts:?}");
+            assert_eq!(r.iter().collect::<Vec<_>>(), runs_want);
+        }
     }
 
     #[test]
