@@ -24,7 +24,7 @@
 
 use rustc_hash::FxHashMap;
 
-use super::index::{DeviceIndex, Index, NONE};
+use super::index::{DeviceIndex, Index, NONE, SERIES_BLOCK};
 pub use super::index::{StepSource, Steps};
 use crate::model::{Snapshot, StackId};
 
@@ -68,26 +68,96 @@ fn family(name: &str) -> (&str, Option<u32>) {
 /// `WAVE_SHARE` of their range over the lowest point since the last wave, fell back by as much
 /// from the highest. A training loop makes one per step (backward frees the activations); one
 /// forward pass makes none.
+///
+/// A block of events whose lowest and highest live bytes (kept by the index) can neither start
+/// nor end a wave is passed whole: most are, and the walk reads only the blocks where a wave
+/// turns (stepping through every event was 35 instructions an event, on the report's critical
+/// path after the labels; bench/README.md, issue 41, twenty-first part).
 pub fn wave_ends(d: &DeviceIndex) -> Vec<u32> {
     let (lo, hi, _, _) = d.extremes(0, d.len);
     let h = ((hi - lo) as f64 * WAVE_SHARE).max(1.0) as u64;
-    let mut ends = Vec::new();
-    let (mut low, mut high, mut rose) = (d.live_at(0), 0u64, false);
-    for (i, v) in d.live_bytes.iter_range(0..d.len as usize).enumerate() {
-        if !rose {
-            low = low.min(v);
-            if v >= low.saturating_add(h) {
-                (rose, high) = (true, v);
+    let mut waves = Waves::new(h, d.live_at(0));
+    let mut values = [0i64; crate::packed::BLOCK];
+    let n = d.len as usize;
+    for (b, start) in (0..n).step_by(SERIES_BLOCK).enumerate() {
+        if d.live_blocks
+            .get(b)
+            .is_some_and(|&bounds| waves.pass(bounds))
+        {
+            continue;
+        }
+        let k = d.live_bytes.block_into(b, &mut values).min(n - start);
+        for (i, &v) in values[..k].iter().enumerate() {
+            waves.step(start + i, v as u64);
+        }
+    }
+    waves.ends
+}
+
+// A series block is a block of the live-bytes column: `wave_ends` decodes one for the other.
+const _: () = assert!(SERIES_BLOCK == crate::packed::BLOCK);
+
+/// The walk of [`wave_ends`] over live bytes: `h` is the rise and fall that make a wave.
+struct Waves {
+    h: u64,
+    low: u64,
+    high: u64,
+    rose: bool,
+    ends: Vec<u32>,
+}
+
+impl Waves {
+    fn new(h: u64, start: u64) -> Waves {
+        Waves {
+            h,
+            low: start,
+            high: 0,
+            rose: false,
+            ends: Vec::new(),
+        }
+    }
+
+    /// The live bytes after event `i` are `v`.
+    #[inline]
+    fn step(&mut self, i: usize, v: u64) {
+        if !self.rose {
+            self.low = self.low.min(v);
+            if v >= self.low.saturating_add(self.h) {
+                (self.rose, self.high) = (true, v);
             }
         } else {
-            high = high.max(v);
-            if v.saturating_add(h) <= high {
-                ends.push(i as u32 + 1);
-                (rose, low) = (false, v);
+            self.high = self.high.max(v);
+            if v.saturating_add(self.h) <= self.high {
+                self.ends.push(i as u32 + 1);
+                (self.rose, self.low) = (false, v);
             }
         }
     }
-    ends
+
+    /// Passes a block whose values all lie in `lo..=hi` if no value in it can start a wave
+    /// (none reaches the lowest so far plus `h`, the block's own lowest counted) or end one
+    /// (none falls `h` below the highest so far, the block's own highest counted), leaving the
+    /// walk as stepping through it would; false if the block must be stepped through.
+    fn pass(&mut self, (lo, hi): (u64, u64)) -> bool {
+        // Bounds out of order: a block of values that wrapped, stepped through.
+        if lo > hi {
+            return false;
+        }
+        if !self.rose {
+            let low = self.low.min(lo);
+            if hi < low.saturating_add(self.h) {
+                self.low = low;
+                return true;
+            }
+        } else {
+            let high = self.high.max(hi);
+            if lo.saturating_add(self.h) > high {
+                self.high = high;
+                return true;
+            }
+        }
+        false
+    }
 }
 
 /// One family of step annotations: its starts (time, number) and ends (time).
@@ -257,6 +327,101 @@ fn from_repeats(snap: &Snapshot, index: &Index, d: &DeviceIndex) -> Option<Steps
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `wave_ends`'s walk stepped through every value.
+    fn stepped(values: &[u64], h: u64, start: u64) -> Vec<u32> {
+        let mut w = Waves::new(h, start);
+        for (i, &v) in values.iter().enumerate() {
+            w.step(i, v);
+        }
+        w.ends
+    }
+
+    /// Blocks passed by their bounds leave the walk where stepping through them does: series
+    /// of waves, steps, spikes, noise and wrapped values, and every harness recording.
+    #[test]
+    fn passing_blocks_by_their_bounds_finds_the_waves_stepping_finds() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rand = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let shapes: [&dyn Fn(usize, u64) -> u64; 5] = [
+            &|i, _| ((i % 3000) as u64).min(3000 - (i % 3000) as u64) * 1000,
+            &|i, r| (i as u64 / 700 % 4) * 1_000_000 + r % 1000,
+            &|i, r| if i % 997 == 0 { 1 << 40 } else { r % 4096 },
+            &|_, r| r % 100,
+            &|i, r| {
+                if i % 5 == 0 {
+                    u64::MAX - r % 10
+                } else {
+                    r % 10
+                }
+            },
+        ];
+        let passed = |values: &[u64], h: u64| {
+            let mut w = Waves::new(h, values[0]);
+            for (b, block) in values.chunks(SERIES_BLOCK).enumerate() {
+                let bounds = (
+                    block.iter().copied().min().unwrap(),
+                    block.iter().copied().max().unwrap(),
+                );
+                if w.pass(bounds) {
+                    continue;
+                }
+                for (i, &v) in block.iter().enumerate() {
+                    w.step(b * SERIES_BLOCK + i, v);
+                }
+            }
+            w.ends
+        };
+        let same = |got: Vec<u32>, want: Vec<u32>, what: &str| {
+            let first = got.iter().zip(&want).position(|(a, b)| a != b);
+            assert!(
+                got == want,
+                "{what}: {} waves, want {}; first differing {first:?}",
+                got.len(),
+                want.len()
+            );
+        };
+        for (k, shape) in shapes.iter().enumerate() {
+            let values: Vec<u64> = (0..20_000).map(|i| shape(i, rand())).collect();
+            for h in [1, 50, 700_000, 1 << 39, u64::MAX / 2] {
+                let want = stepped(&values, h, values[0]);
+                same(passed(&values, h), want, &format!("shape {k}, h {h}"));
+            }
+        }
+        // Blocks whose bounds land exactly on a wave's threshold (h = 100): the rise to 100
+        // from 0 starts one, the fall back to 0 from 100 ends it.
+        let mut edges = vec![0u64; SERIES_BLOCK];
+        edges.extend((0..SERIES_BLOCK).map(|i| if i == 9 { 100 } else { 40 }));
+        edges.extend((0..SERIES_BLOCK).map(|i| if i == 9 { 0 } else { 100 }));
+        edges.extend((0..SERIES_BLOCK).map(|i| if i == 9 { 100 } else { 0 }));
+        let want = stepped(&edges, 100, 0);
+        assert_eq!(want, [522, 769, 779]);
+        same(passed(&edges, 100), want, "edges");
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/harness");
+        let mut checked = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_none_or(|e| e != "pickle") {
+                continue;
+            }
+            let snap = crate::read(std::fs::File::open(&path).unwrap()).unwrap();
+            let (index, _) = crate::analysis::analyze(&snap, &Default::default());
+            for d in index.devices.iter().filter(|d| d.len > 0) {
+                let (lo, hi, _, _) = d.extremes(0, d.len);
+                let h = ((hi - lo) as f64 * WAVE_SHARE).max(1.0) as u64;
+                let values: Vec<u64> = d.live_bytes.iter_range(0..d.len as usize).collect();
+                assert_eq!(wave_ends(d), stepped(&values, h, d.live_at(0)), "{path:?}");
+                checked += 1;
+            }
+        }
+        assert!(checked >= 10, "{checked} devices");
+    }
 
     #[test]
     fn a_family_is_the_name_without_its_number() {
