@@ -74,9 +74,7 @@ fn family(name: &str) -> (&str, Option<u32>) {
 /// turns (stepping through every event was 35 instructions an event, on the report's critical
 /// path after the labels; bench/README.md, issue 41, twenty-first part).
 pub fn wave_ends(d: &DeviceIndex) -> Vec<u32> {
-    let (lo, hi, _, _) = d.extremes(0, d.len);
-    let h = ((hi - lo) as f64 * WAVE_SHARE).max(1.0) as u64;
-    let mut waves = Waves::new(h, d.live_at(0));
+    let mut waves = Waves::new(wave_height(d), d.live_at(0));
     let mut values = [0i64; crate::packed::BLOCK];
     let n = d.len as usize;
     for (b, start) in (0..n).step_by(SERIES_BLOCK).enumerate() {
@@ -92,6 +90,12 @@ pub fn wave_ends(d: &DeviceIndex) -> Vec<u32> {
         }
     }
     waves.ends
+}
+
+/// The rise and fall that make a wave on device `d`: `WAVE_SHARE` of its live bytes' range.
+fn wave_height(d: &DeviceIndex) -> u64 {
+    let (lo, hi, _, _) = d.extremes(0, d.len);
+    ((hi - lo) as f64 * WAVE_SHARE).max(1.0) as u64
 }
 
 // A series block is a block of the live-bytes column: `wave_ends` decodes one for the other.
@@ -413,10 +417,9 @@ mod tests {
             let snap = crate::read(std::fs::File::open(&path).unwrap()).unwrap();
             let (index, _) = crate::analysis::analyze(&snap, &Default::default());
             for d in index.devices.iter().filter(|d| d.len > 0) {
-                let (lo, hi, _, _) = d.extremes(0, d.len);
-                let h = ((hi - lo) as f64 * WAVE_SHARE).max(1.0) as u64;
                 let values: Vec<u64> = d.live_bytes.iter_range(0..d.len as usize).collect();
-                assert_eq!(wave_ends(d), stepped(&values, h, d.live_at(0)), "{path:?}");
+                let want = stepped(&values, wave_height(d), d.live_at(0));
+                assert_eq!(wave_ends(d), want, "{path:?}");
                 checked += 1;
             }
         }
