@@ -5,13 +5,15 @@
 //! - `files`: the data folder (originals, model files, stored first views, temporary files) and
 //!   the commit of an upload: files renamed into place, then the row.
 //! - `rows`: the rows (entries, tags, stored reports) on either backend.
-//! - `upload`: an upload streamed, parsed, deduplicated and committed.
+//! - `upload`: an upload streamed, parsed, deduplicated and committed; `original`: its bytes
+//!   hashed and written to disk on a thread of their own.
 //! - `models`: parsed snapshots in memory, loaded from model files (rebuilt from the original
 //!   when missing).
 //! - `views`: stored first views of a snapshot.
 
 mod files;
 pub mod models;
+mod original;
 pub mod replays;
 mod rows;
 pub mod upload;

@@ -11,8 +11,6 @@ use std::time::Instant;
 
 use axum::body::Body;
 use futures_util::StreamExt;
-use sha2::{Digest, Sha256};
-use tokio::io::AsyncWriteExt;
 
 use api::{SnapshotInfo, Tag};
 
@@ -20,6 +18,7 @@ use super::files::Library;
 use super::files::{TempFile, Waited, unique_name, write_model_file};
 use super::models::Loaded;
 use super::models::Models;
+use super::original::Original;
 use crate::live::Live;
 
 /// Uploads open at once per parse slot: those waiting for their clients' bytes hold no slot,
@@ -79,27 +78,15 @@ impl From<sqlx::Error> for UploadError {
 
 type UploadResult<T> = Result<T, UploadError>;
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Where upload bytes go: the temporary file and the hash, with the size limit checked.
+/// Where upload bytes go: the original's writer (hashed, written, synced: [`Original`]), with
+/// the size limit and the rate floor checked.
 struct Sink {
-    file: Option<tokio::fs::File>,
-    hasher: Sha256,
+    original: Option<Original>,
     size: u64,
     limit: u64,
     progress: Arc<UploadProgress>,
     rate: RateFloor,
-    /// Bytes known to be on disk, and the sync in flight: the original is synced as it arrives,
-    /// so the sync before the commit has only the tail left (on a 1 GB upload a single sync at
-    /// the end held the answer back by most of a second).
-    synced_bytes: u64,
-    syncing: Option<(u64, tokio::task::JoinHandle<std::io::Result<()>>)>,
 }
-
-/// How much of an upload is written between two background syncs of the original.
-const SYNC_EVERY_BYTES: u64 = 128 << 20;
 
 /// The slowest an upload may arrive and stay open: at least `min_bytes_per_s`,
 /// averaged over each `window`.
@@ -145,41 +132,18 @@ impl Sink {
             });
         }
         self.rate.take(chunk.len() as u64)?;
-        self.hasher.update(&chunk);
-        self.file
+        self.original
             .as_mut()
             .expect("file created before receiving")
-            .write_all(&chunk)
+            .push(chunk.clone())
             .await?;
-        if self.syncing.as_ref().is_some_and(|(_, h)| h.is_finished()) {
-            self.settle().await?;
-        }
-        if self.syncing.is_none() && self.size - self.synced_bytes >= SYNC_EVERY_BYTES {
-            let file = self.file.as_mut().expect("file created before receiving");
-            file.flush().await?;
-            let std = file.try_clone().await?.into_std().await;
-            let upto = self.size;
-            self.syncing = Some((upto, tokio::task::spawn_blocking(move || std.sync_data())));
-        }
         Ok(chunk)
     }
 
     /// Syncs what is left of the original and closes it: its sha256 (hex) and size.
     async fn close(mut self) -> UploadResult<(String, u64)> {
-        self.settle().await?;
-        let file = self.file.take().expect("created before receiving");
-        file.sync_all().await?;
-        drop(file);
-        Ok((hex(&self.hasher.finalize()), self.size))
-    }
-
-    /// Waits for the background sync in flight, if any.
-    async fn settle(&mut self) -> UploadResult<()> {
-        if let Some((upto, sync)) = self.syncing.take() {
-            sync.await.map_err(|e| UploadError::Internal(e.into()))??;
-            self.synced_bytes = upto;
-        }
-        Ok(())
+        let original = self.original.take().expect("created before receiving");
+        Ok(original.finish().await?)
     }
 }
 
@@ -667,8 +631,7 @@ impl Uploads {
         // Fused: the drain loop below may poll again after the end.
         let mut stream = body.into_data_stream().fuse();
         let mut sink = Sink {
-            file: None,
-            hasher: Sha256::new(),
+            original: None,
             size: 0,
             limit: self.limits.max_bytes,
             progress,
@@ -678,8 +641,6 @@ impl Uploads {
                 started: Instant::now(),
                 bytes: 0,
             },
-            synced_bytes: 0,
-            syncing: None,
         };
         // When the last byte of the body arrived: the indexing after it is what the client
         // waits for once its upload is sent (logged as `after_last_byte_ms`).
@@ -691,7 +652,7 @@ impl Uploads {
         let budget =
             move |received: u64| limits.time_budget(if declared > 0 { declared } else { received });
         let received: UploadResult<()> = async {
-            sink.file = Some(tokio::fs::File::create(&tmp.0).await?);
+            sink.original = Some(Original::create(&tmp.0).await?);
             let mut tx = Some(tx);
             while let Some(chunk) = next_within(&mut stream, receiving, budget(sink.size)).await? {
                 let chunk = sink.take(chunk).await?;
