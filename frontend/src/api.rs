@@ -125,7 +125,7 @@ async fn ask_for_token(message: &str) -> bool {
     ok
 }
 
-async fn request(method: &str, url: &str, body: Option<String>) -> Result<String, String> {
+async fn request(method: &str, url: &str, body: Option<String>) -> Result<Vec<u8>, String> {
     // A reading's id (`local/`): the server has no such snapshot yet.
     if url.strip_prefix(routes::SNAPSHOTS).is_some_and(|rest| {
         rest.trim_start_matches('/')
@@ -142,12 +142,16 @@ async fn request(method: &str, url: &str, body: Option<String>) -> Result<String
     }
 }
 
-/// One request: the body, or the status and the server's message.
+/// One request: the body, or the status and the server's message. The body comes as bytes,
+/// copied once into the page's memory and decoded there: read as text, a 1 MB answer was
+/// decoded into a JavaScript string and encoded back into UTF-8 for the decoder
+/// (`passStringToWasm0`, 5–8 ms of the timeline's first answers in a CPU profile,
+/// bench/README.md issue 41).
 async fn request_once(
     method: &str,
     url: &str,
     body: Option<String>,
-) -> Result<String, (u16, String)> {
+) -> Result<Vec<u8>, (u16, String)> {
     let fail = |m: String| (0u16, m);
     let init = web_sys::RequestInit::new();
     init.set_method(method);
@@ -167,29 +171,29 @@ async fn request_once(
         .await
         .map_err(|e| fail(format!("network error: {e:?}")))?;
     let resp: web_sys::Response = resp.dyn_into().map_err(|_| fail("bad response".into()))?;
-    let text = JsFuture::from(resp.text().map_err(|e| fail(format!("{e:?}")))?)
+    let bytes = JsFuture::from(resp.array_buffer().map_err(|e| fail(format!("{e:?}")))?)
         .await
         .map_err(|e| fail(format!("{e:?}")))?;
-    let text = text.as_string().unwrap_or_default();
+    let bytes = js_sys::Uint8Array::new(&bytes).to_vec();
     if resp.ok() {
-        Ok(text)
+        Ok(bytes)
     } else {
         Err((
             resp.status(),
-            error_message(&text)
+            error_message(&String::from_utf8_lossy(&bytes))
                 .unwrap_or_else(|| format!("{} {}", resp.status(), resp.status_text())),
         ))
     }
 }
 
 /// Decodes an answer into its type; a mismatch names the URL and the field.
-fn decode<T: DeserializeOwned>(url: &str, text: &str) -> Result<T, String> {
-    serde_json::from_str(text).map_err(|e| format!("unexpected answer from {url}: {e}"))
+fn decode<T: DeserializeOwned>(url: &str, body: &[u8]) -> Result<T, String> {
+    serde_json::from_slice(body).map_err(|e| format!("unexpected answer from {url}: {e}"))
 }
 
 async fn get<T: DeserializeOwned>(url: String) -> Result<T, String> {
-    let text = request("GET", &url, None).await?;
-    decode(&url, &text)
+    let body = request("GET", &url, None).await?;
+    decode(&url, &body)
 }
 
 /// A snapshot's `GET` at `url`, or, for a reading's id (`local/`), `question` to its worker,
@@ -341,8 +345,8 @@ pub async fn process(
 pub async fn update(id: &str, u: &api::UpdateSnapshot) -> Result<api::SnapshotInfo, String> {
     let url = routes::snapshot(id);
     let body = serde_json::to_string(u).map_err(|e| e.to_string())?;
-    let text = request("PATCH", &url, Some(body)).await?;
-    decode(&url, &text)
+    let answer = request("PATCH", &url, Some(body)).await?;
+    decode(&url, &answer)
 }
 
 pub async fn delete(id: &str) -> Result<(), String> {
@@ -416,7 +420,7 @@ async fn upload_once(
         return Err(fail("the upload was interrupted (network error)".into()));
     }
     if (200..300).contains(&status) {
-        decode(&url, &text).map_err(fail)
+        decode(&url, text.as_bytes()).map_err(fail)
     } else {
         Err((
             status,
