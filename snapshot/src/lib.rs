@@ -77,7 +77,10 @@ pub fn read_general<R: Read>(reader: R) -> Result<Snapshot> {
 }
 
 /// Reads a snapshot file (`size_bytes` long), its bytes read on a second thread a few MiB ahead
-/// of the parser when it is big (`readahead.rs`). The result is the same as [`read_sized`]'s.
+/// of the parser when it is big (`readahead.rs`). The result is the same as [`read_sized`]'s
+/// but for the content hash, which is not taken (0): a file read is the CLI's and the server's
+/// rebuild of a stored upload's model, and neither looks it up (an upload is read as a stream,
+/// [`read_indexed_with_limits`], which takes it).
 #[cfg(not(target_arch = "wasm32"))]
 pub fn read_file<R: Read + Send>(file: R, size_bytes: u64) -> Result<Snapshot> {
     read_file_with(file, size_bytes, false).map(|p| p.snap)
@@ -90,7 +93,12 @@ fn read_file_with<R: Read + Send>(file: R, size_bytes: u64, follow: bool) -> Res
         ..Limits::default()
     };
     if size_bytes < READ_AHEAD_MIN_BYTES {
-        return read_impl_with(file, limits, true, follow);
+        // Hashed on the way (a stream read's path), but a file read never carries the hash:
+        // the same answer whatever the file's size.
+        return read_impl_with(file, limits, true, follow).map(|mut parsed| {
+            parsed.snap.content_hash = 0;
+            parsed
+        });
     }
     std::thread::scope(|scope| {
         let (reader, decoding) = readahead::ReadAhead::spawn_decoding(
@@ -98,6 +106,7 @@ fn read_file_with<R: Read + Send>(file: R, size_bytes: u64, follow: bool) -> Res
             file,
             limits.max_decoded_bytes,
             limits.max_expansion,
+            false,
         );
         let parsed = parse_decoded(pickle::Input::chunked(reader), limits, true, follow);
         // The reader thread ends once the parser's end of it is dropped (by now), or at the end
