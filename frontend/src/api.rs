@@ -19,6 +19,11 @@ use wasm_bindgen_futures::JsFuture;
 thread_local! {
     /// The controller of the page being shown: requests take its signal when they start.
     static PAGE: RefCell<Option<web_sys::AbortController>> = const { RefCell::new(None) };
+    /// GETs begun before the view that asks for them exists ([`prefetch`]), by URL: the first
+    /// request for the same URL takes its answer instead of asking again. A new page drops
+    /// those left (a view that asked for another URL).
+    static PREFETCHED: RefCell<std::collections::HashMap<String, js_sys::Promise>> =
+        RefCell::new(std::collections::HashMap::new());
 }
 
 /// Called first by every page: its requests get a controller of their own, aborted when the page
@@ -28,12 +33,30 @@ pub fn page_scope() {
         return;
     };
     PAGE.with(|p| *p.borrow_mut() = Some(c.clone()));
+    PREFETCHED.with(|p| p.borrow_mut().clear());
     let c = send_wrapper::SendWrapper::new(c);
     leptos::prelude::on_cleanup(move || c.abort());
 }
 
 fn page_signal() -> Option<web_sys::AbortSignal> {
     PAGE.with(|p| p.borrow().as_ref().map(|c| c.signal()))
+}
+
+/// Begins a GET of `url` for a view that will ask for it once what it is built from has come
+/// (the snapshot's timeline waits for the report): the two requests then overlap instead of
+/// following each other. Tied to the current page like any request; taken by the first
+/// [`request`] of the same URL.
+pub fn prefetch(url: String) {
+    let Some(window) = web_sys::window() else {
+        return;
+    };
+    let init = web_sys::RequestInit::new();
+    init.set_method("GET");
+    if let Some(signal) = page_signal() {
+        init.set_signal(Some(&signal));
+    }
+    let answer = window.fetch_with_str_and_init(&url, &init);
+    PREFETCHED.with(|p| p.borrow_mut().insert(url, answer));
 }
 
 /// The server's message from an error answer (`{"error": "…"}`), if the body is one.
@@ -167,7 +190,12 @@ async fn request_once(
         init.set_headers(&headers);
     }
     let window = web_sys::window().ok_or_else(|| fail("no window".into()))?;
-    let resp = JsFuture::from(window.fetch_with_str_and_init(url, &init))
+    let prefetched = match method {
+        "GET" => PREFETCHED.with(|p| p.borrow_mut().remove(url)),
+        _ => None,
+    };
+    let answer = prefetched.unwrap_or_else(|| window.fetch_with_str_and_init(url, &init));
+    let resp = JsFuture::from(answer)
         .await
         .map_err(|e| fail(format!("network error: {e:?}")))?;
     let resp: web_sys::Response = resp.dyn_into().map_err(|_| fail("bad response".into()))?;

@@ -156,6 +156,9 @@ pub fn SnapshotPage() -> impl IntoView {
         query: Memo::new(move |_| query.get()),
     };
     let view_name = Memo::new(move |_| url.get("view").unwrap_or_else(|| "overview".into()));
+    if view_name.get_untracked() == "timeline" {
+        timeline::prefetch(url);
+    }
     let device = Memo::new(move |_| url.device());
     let revision = Revision(RwSignal::new(0));
     let report = LocalResource::new(move || {

@@ -540,6 +540,48 @@ fn draw_rest(
     }
 }
 
+/// The window's query for a chart `width` CSS pixels wide: a bucket a pixel of its plot.
+fn window_query(url: UrlState, width: f64) -> ::api::TimelineQuery {
+    let window = url.window();
+    ::api::TimelineQuery {
+        device: url.device(),
+        axis: url.axis(),
+        from: window.map(|w| w.0),
+        to: window.map(|w| w.1),
+        buckets: Some((width - LEFT) as usize),
+        allocations: Some(3000),
+        categories: (url.get("by").as_deref() == Some("category")).then_some(true),
+    }
+}
+
+/// The whole trace's query, for the minimap: it changes with the device and the axis only.
+fn whole_query(url: UrlState) -> ::api::TimelineQuery {
+    ::api::TimelineQuery {
+        device: url.device(),
+        axis: url.axis(),
+        buckets: Some(600),
+        allocations: Some(0),
+        ..Default::default()
+    }
+}
+
+/// Begins the chart's two first requests as the snapshot's page opens on its timeline: the
+/// view is made once the page's report has come, and its requests then followed the report's
+/// instead of overlapping it (after an upload, ~30 ms between the report's answer and the
+/// timeline's requests, bench/README.md issue 41). The chart's own requests take the answers
+/// (same URLs: the width is the content column's, the same before and after).
+pub fn prefetch(url: UrlState) {
+    let id = url.id.get_untracked();
+    if crate::local::is_local(&id) {
+        return;
+    }
+    let width = crate::canvas::content_width(600.0, W);
+    let queries = untrack(|| [window_query(url, width), whole_query(url)]);
+    for q in queries {
+        api::prefetch(::api::routes::timeline(&id, &q));
+    }
+}
+
 /// The hovered point: its css x, the moment under it on the axis, its bucket, the allocation.
 type Hover = (f64, f64, Bucket, Option<Alloc>);
 
@@ -576,32 +618,14 @@ impl Chart {
         let url: UrlState = expect_context();
         let has_steps = steps.is_some();
         let width = crate::canvas::content_width(600.0, W);
-        let by_category = move || url.get("by").as_deref() == Some("category");
-        let window = Memo::new(move |_| {
-            let window = url.window();
-            ::api::TimelineQuery {
-                device: url.device(),
-                axis: url.axis(),
-                from: window.map(|w| w.0),
-                to: window.map(|w| w.1),
-                buckets: Some((width - LEFT) as usize),
-                allocations: Some(3000),
-                categories: by_category().then_some(true),
-            }
-        });
+        let window = Memo::new(move |_| window_query(url, width));
         let data = LocalResource::new(move || {
             let (id, q) = (url.id.get(), window.get());
             async move { api::timeline(&id, &q).await }
         });
         // The whole trace changes with the device and the axis only: a Memo, so that a zoom or a
         // pan (the address's other keys) does not fetch it again.
-        let whole = Memo::new(move |_| ::api::TimelineQuery {
-            device: url.device(),
-            axis: url.axis(),
-            buckets: Some(600),
-            allocations: Some(0),
-            ..Default::default()
-        });
+        let whole = Memo::new(move |_| whole_query(url));
         let overview = LocalResource::new(move || {
             let (id, q) = (url.id.get(), whole.get());
             async move { api::timeline(&id, &q).await }
