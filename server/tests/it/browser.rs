@@ -1220,6 +1220,26 @@ async fn no_view_of_any_fixture_logs_a_console_error() {
             let traceless = ["segments_only.pickle", "legacy_1_13.pickle"]
                 .iter()
                 .any(|n| f.ends_with(n));
+            // The page began the chart's two requests before its report had come
+            // (`api::prefetch`), and the chart took those answers: each asked once.
+            if view == "timeline" && !traceless {
+                let asked = c
+                    .execute(
+                        "const r = performance.getEntriesByType('resource'); \
+                         const t = r.filter(e => e.name.includes('/timeline?')); \
+                         const report = r.find(e => /^\\/api\\/snapshots\\/[0-9a-f]+$/.test(new URL(e.name).pathname)); \
+                         return [t.length, !!report && t.every(e => e.startTime < report.responseEnd)];",
+                        vec![],
+                    )
+                    .await
+                    .unwrap();
+                if asked != serde_json::json!([2, true]) {
+                    failures.push(format!(
+                        "{}: [timeline requests, all begun before the report came] {asked}, want [2, true]",
+                        f.display()
+                    ));
+                }
+            }
             if view == "timeline" || view == "whatif" {
                 let said = c
                     .execute("return !!document.querySelector('.no-trace')", vec![])
