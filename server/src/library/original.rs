@@ -34,7 +34,8 @@ const SYNC_EVERY_BYTES: u64 = 128 << 20;
 pub struct Original {
     tx: Option<tokio::sync::mpsc::Sender<Bytes>>,
     finishing: Arc<AtomicBool>,
-    writer: tokio::task::JoinHandle<std::io::Result<(String, u64)>>,
+    /// Taken when awaited: once after a failed push, or by `finish`.
+    writer: Option<tokio::task::JoinHandle<std::io::Result<(String, u64)>>>,
 }
 
 impl Original {
@@ -53,7 +54,7 @@ impl Original {
         Ok(Original {
             tx: Some(tx),
             finishing,
-            writer,
+            writer: Some(writer),
         })
     }
 
@@ -65,10 +66,9 @@ impl Original {
             return Ok(());
         }
         self.tx = None;
-        Err(match (&mut self.writer).await {
-            Ok(Err(e)) => e,
-            Ok(Ok(_)) => std::io::Error::other("the original's writer stopped early"),
-            Err(e) => std::io::Error::other(e),
+        Err(match self.writer().await {
+            Err(e) => e,
+            Ok(_) => std::io::Error::other("the original's writer stopped early"),
         })
     }
 
@@ -77,7 +77,17 @@ impl Original {
     pub async fn finish(mut self) -> std::io::Result<(String, u64)> {
         self.finishing.store(true, Ordering::SeqCst);
         self.tx = None;
-        (&mut self.writer).await.map_err(std::io::Error::other)?
+        self.writer().await
+    }
+
+    /// The writer's result, the first time it is asked for.
+    async fn writer(&mut self) -> std::io::Result<(String, u64)> {
+        match self.writer.take() {
+            Some(writer) => writer.await.map_err(std::io::Error::other)?,
+            None => Err(std::io::Error::other(
+                "the original's writer already stopped",
+            )),
+        }
     }
 }
 
@@ -171,5 +181,7 @@ mod tests {
         }
         let e = failed.expect("a write to a full disk fails");
         assert_eq!(e.raw_os_error(), Some(28), "{e}");
+        // Finishing after that is an error too, not a second wait on the stopped writer.
+        assert!(original.finish().await.is_err());
     }
 }
