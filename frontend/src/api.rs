@@ -42,6 +42,16 @@ fn page_signal() -> Option<web_sys::AbortSignal> {
     PAGE.with(|p| p.borrow().as_ref().map(|c| c.signal()))
 }
 
+/// A request's settings with `method`, tied to the current page (its signal).
+fn page_request(method: &str) -> web_sys::RequestInit {
+    let init = web_sys::RequestInit::new();
+    init.set_method(method);
+    if let Some(signal) = page_signal() {
+        init.set_signal(Some(&signal));
+    }
+    init
+}
+
 /// Begins a GET of `url` for a view that will ask for it once what it is built from has come
 /// (the snapshot's timeline waits for the report): the two requests then overlap instead of
 /// following each other. Tied to the current page like any request; taken by the first
@@ -50,12 +60,7 @@ pub fn prefetch(url: String) {
     let Some(window) = web_sys::window() else {
         return;
     };
-    let init = web_sys::RequestInit::new();
-    init.set_method("GET");
-    if let Some(signal) = page_signal() {
-        init.set_signal(Some(&signal));
-    }
-    let answer = window.fetch_with_str_and_init(&url, &init);
+    let answer = window.fetch_with_str_and_init(&url, &page_request("GET"));
     PREFETCHED.with(|p| p.borrow_mut().insert(url, answer));
 }
 
@@ -176,11 +181,7 @@ async fn request_once(
     body: Option<String>,
 ) -> Result<Vec<u8>, (u16, String)> {
     let fail = |m: String| (0u16, m);
-    let init = web_sys::RequestInit::new();
-    init.set_method(method);
-    if let Some(signal) = page_signal() {
-        init.set_signal(Some(&signal));
-    }
+    let init = page_request(method);
     if let Some(b) = body {
         init.set_body(&JsValue::from_str(&b));
         let headers = web_sys::Headers::new().map_err(|e| fail(format!("{e:?}")))?;
