@@ -167,17 +167,18 @@ impl<R: Read> Read for Bounded<R> {
 
 /// Decompresses `reader` as [`open_bounded`] does and hands the decoded stream, hashed as it is
 /// read, to `consume`: what `consume` returned, the compression, and the XXH3-128 of what it
-/// read (the snapshot's content hash): a small file's parse, on the parser's own thread (a big
-/// file is decoded on a reader thread and hashed as the parser takes it, `readahead.rs`).
+/// read, keyed with `secret` (the snapshot's content hash): a stream's parse and a small file's,
+/// on the parser's own thread (a big file is decoded on a reader thread, `readahead.rs`).
 pub(crate) fn decode_with<R: Read, T>(
     reader: R,
     max_bytes: u64,
     max_expansion: u64,
     tripped: &Tripped,
+    secret: Option<crate::ContentSecret>,
     consume: impl FnOnce(&mut dyn Read) -> T,
 ) -> Result<(T, Compression, u128)> {
     let (decoded, compression) = open_bounded(reader, max_bytes, max_expansion, tripped)?;
-    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    let mut hasher = crate::ContentSecret::hasher(secret.as_ref());
     let out = consume(&mut Hashing {
         inner: decoded,
         hasher: &mut hasher,

@@ -41,7 +41,7 @@ pub use cancel::{Cancel, Cancelled};
 pub use error::{Error, Result};
 pub use intern::{StrId, StringPool};
 pub use model::*;
-pub use values::{EXPANSION_FLOOR_BYTES, Limits};
+pub use values::{CONTENT_SECRET_BYTES, ContentSecret, EXPANSION_FLOOR_BYTES, Limits};
 
 /// Reads a snapshot with the default [`Limits`].
 pub fn read<R: Read>(reader: R) -> Result<Snapshot> {
@@ -172,10 +172,14 @@ fn read_impl_with<R: Read>(
 ) -> Result<Parsed> {
     let tripped = decompress::Tripped::default();
     let (max_bytes, max_expansion) = (limits.max_decoded_bytes, limits.max_expansion);
-    let (parsed, compression, content_hash) =
-        decompress::decode_with(reader, max_bytes, max_expansion, &tripped, |decoded| {
-            parse_decoded(pickle::Input::new(decoded), limits, fast_path, follow)
-        })?;
+    let (parsed, compression, content_hash) = decompress::decode_with(
+        reader,
+        max_bytes,
+        max_expansion,
+        &tripped,
+        limits.content_secret.clone(),
+        |decoded| parse_decoded(pickle::Input::new(decoded), limits, fast_path, follow),
+    )?;
     settle(parsed, tripped.get(), compression, content_hash)
 }
 

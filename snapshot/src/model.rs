@@ -697,8 +697,9 @@ pub struct Snapshot {
     pub annotations: Vec<Annotation>,
     pub allocator_settings: Option<serde_json::Value>,
     pub format: Format,
-    /// xxh3-128 of the decoded bytes the reader consumed: the same snapshot whatever its
-    /// compression has the same hash (the library deduplicates an upload by it). 0 when loaded
+    /// xxh3-128 of the decoded bytes the reader consumed, keyed with the read's
+    /// [`crate::Limits::content_secret`]: the same snapshot whatever its compression has the
+    /// same hash (the library deduplicates an upload by it, under its own secret). 0 when loaded
     /// from a model file or read from a file (`read_file*`: the CLI, a model's rebuild), which
     /// never look it up.
     pub content_hash: u128,

@@ -51,6 +51,40 @@ pub struct Limits {
     pub held_allowance_bytes: u64,
     /// Memory shared with the other parses of this process (a server's index workers), if any.
     pub budget: Option<MemoryBudget>,
+    /// Not a limit: the secret a stream read's content hash ([`crate::Snapshot::content_hash`])
+    /// is keyed with; `None`: XXH3's published default secret.
+    pub content_secret: Option<ContentSecret>,
+}
+
+/// Bytes of a [`ContentSecret`] (XXH3's secret size).
+pub const CONTENT_SECRET_BYTES: usize = 192;
+
+/// A secret that keys the content hash. XXH3 is fast, not collision-resistant: under its
+/// published default secret, someone who can guess another user's snapshot could make a
+/// different file with the same hash and upload it first, and a library that deduplicates by
+/// the hash would then answer that user's upload with the other file. Under a secret only the
+/// library knows, the hash cannot be aimed at. Random bytes, never shown (`Debug` hides them).
+#[derive(Clone)]
+pub struct ContentSecret(std::sync::Arc<[u8; CONTENT_SECRET_BYTES]>);
+
+impl ContentSecret {
+    pub fn new(bytes: [u8; CONTENT_SECRET_BYTES]) -> ContentSecret {
+        ContentSecret(std::sync::Arc::new(bytes))
+    }
+
+    /// A hasher keyed with `secret`, or with XXH3's default secret.
+    pub(crate) fn hasher(secret: Option<&ContentSecret>) -> xxhash_rust::xxh3::Xxh3 {
+        match secret {
+            Some(s) => xxhash_rust::xxh3::Xxh3::with_secret(*s.0),
+            None => xxhash_rust::xxh3::Xxh3::new(),
+        }
+    }
+}
+
+impl std::fmt::Debug for ContentSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ContentSecret(..)")
+    }
 }
 
 /// Decompressed bytes below which the expansion ratio is not checked (a small file may compress
@@ -73,6 +107,7 @@ impl Default for Limits {
             max_held_percent_of_input: 150,
             held_allowance_bytes: 128 << 20,
             budget: None,
+            content_secret: None,
         }
     }
 }

@@ -51,6 +51,8 @@ pub struct Library {
     _tmp_lock: std::sync::Arc<std::fs::File>,
     /// Model files being written after their upload was answered.
     model_writes: std::sync::Arc<InFlight>,
+    /// The key of the content hashes uploads are deduplicated by (`secret.rs`).
+    content_secret: snapshot::ContentSecret,
 }
 
 /// A count of background jobs and a way to wait until there are none.
@@ -99,15 +101,23 @@ impl Library {
         );
         let tmp_lock = Self::take_tmp(dir, &tmp_name)?;
         let db = Db::open(dir, database_url).await?;
+        let content_secret = super::secret::content_secret(&db).await?;
         let lib = Library {
             db,
             dir: dir.to_path_buf(),
             tmp_name,
             _tmp_lock: std::sync::Arc::new(tmp_lock),
             model_writes: Default::default(),
+            content_secret,
         };
         lib.remove_orphans().await?;
         Ok(lib)
+    }
+
+    /// The key an upload's content hash is taken with, so that it matches this library's
+    /// entries (and cannot be aimed at them from outside).
+    pub fn content_secret(&self) -> &snapshot::ContentSecret {
+        &self.content_secret
     }
 
     /// Makes this server's `tmp/INSTANCE/` and locks it (an exclusive lock on its `.lock`, held

@@ -10,12 +10,14 @@
 //! - `models`: parsed snapshots in memory, loaded from model files (rebuilt from the original
 //!   when missing).
 //! - `views`: stored first views of a snapshot.
+//! - `secret`: the key of the content hashes an upload is deduplicated by.
 
 mod files;
 pub mod models;
 mod original;
 pub mod replays;
 mod rows;
+mod secret;
 pub mod upload;
 pub mod views;
 

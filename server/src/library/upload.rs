@@ -620,6 +620,7 @@ impl Uploads {
         // byte arrived), so the hint is bounded and the tables grow with what really arrives.
         let limits = snapshot::Limits {
             size_hint_bytes: progress.total_bytes.min(MAX_RESERVE_HINT_BYTES),
+            content_secret: Some(self.library.content_secret().clone()),
             ..self.limits.read.clone()
         };
         let slot = ParseSlot {

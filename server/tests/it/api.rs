@@ -1023,6 +1023,61 @@ async fn the_same_snapshot_compressed_is_already_in_the_library() {
     assert_eq!(list.as_array().unwrap().len(), 1);
 }
 
+/// An entry's stored content hash.
+async fn stored_content_hash(state: &AppState, id: &str) -> String {
+    server::with_db!(&state.library.db, |p| sqlx::query_scalar::<_, String>(
+        "SELECT content_hash FROM snapshots WHERE id = $1"
+    )
+    .bind(id)
+    .fetch_one(p)
+    .await)
+    .unwrap()
+}
+
+/// The content hash is keyed with the library's own secret: not XXH3's published one (which
+/// anyone could aim a colliding file at), another in another library, and the same after a
+/// restart, so an upload still finds the entry it duplicates.
+#[tokio::test]
+async fn the_content_hash_is_keyed_with_the_librarys_secret() {
+    let (dir, state) = open_state("keyed").await;
+    let plain = upload_fixture(&state, "multistream.pickle").await;
+    assert!(plain.created);
+    let keyed = stored_content_hash(&state, &plain.id).await;
+    let published = format!(
+        "{:032x}",
+        snapshot::from_bytes(&fixture("multistream.pickle"))
+            .unwrap()
+            .content_hash
+    );
+    assert_eq!(keyed.len(), 32);
+    assert_ne!(keyed, published);
+    drop(state);
+    // Restarted on the same folder: the secret is read back, and the compressed file is the
+    // entry already there.
+    let state = AppState::open(server::testing::serve_args(dir.clone()))
+        .await
+        .unwrap();
+    let (st, again) = call(
+        &state,
+        "POST",
+        "/api/snapshots",
+        fixture("variants/multistream.pickle.gz"),
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK, "{again}");
+    let again: api::Uploaded = decode(again);
+    assert_eq!((again.created, &again.id), (false, &plain.id));
+    // Another library keys it with a secret of its own.
+    let (other_dir, other) = open_state("keyed-other").await;
+    let there = upload_fixture(&other, "multistream.pickle").await;
+    let hashed_there = stored_content_hash(&other, &there.id).await;
+    assert_ne!(hashed_there, keyed);
+    assert_ne!(hashed_there, published);
+    drop((state, other));
+    let _ = std::fs::remove_dir_all(dir);
+    let _ = std::fs::remove_dir_all(other_dir);
+}
+
 /// The What if tab's table (every candidate replayed, with each run's curve) is computed in the
 /// background as soon as an upload is answered and kept with the model: it appears without being
 /// asked for and equals what the engine computes for that query. It then answers, without a

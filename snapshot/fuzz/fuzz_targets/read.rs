@@ -19,6 +19,7 @@ fuzz_target!(|data: &[u8]| {
         max_held_percent_of_input: 150,
         held_allowance_bytes: 16 << 20,
         budget: None,
+        content_secret: None,
     };
     if let Ok(snap) = snapshot::read_with_limits(data, limits) {
         let (index, _report) = snapshot::analysis::analyze(&snap, &Default::default());

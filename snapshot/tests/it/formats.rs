@@ -454,3 +454,48 @@ fn the_content_hash_ignores_compression() {
         plain
     );
 }
+
+/// Under a secret (a library's, `Limits::content_secret`) the hash still ignores compression,
+/// but it is another hash: under another secret, or none, the same bytes hash differently, so
+/// no one who does not hold the secret can make a file that hashes as a given snapshot does.
+#[test]
+fn a_secret_keys_the_content_hash() {
+    let keyed = |name: &str, secret: Option<&snapshot::ContentSecret>| {
+        let path = crate::support::fixture(name);
+        let f = std::fs::File::open(&path).unwrap();
+        let limits = snapshot::Limits {
+            content_secret: secret.cloned(),
+            ..snapshot::Limits::default()
+        };
+        snapshot::read_with_limits(f, limits).unwrap().content_hash
+    };
+    let one = snapshot::ContentSecret::new(std::array::from_fn(|i| (i * 7 + 1) as u8));
+    let two = snapshot::ContentSecret::new(std::array::from_fn(|i| (i * 11 + 3) as u8));
+    let under_one = keyed("multistream.pickle", Some(&one));
+    assert_ne!(under_one, 0);
+    for name in [
+        "variants/multistream.pickle.gz",
+        "variants/multistream.pickle.zst",
+        "variants/multistream.pickle.xz",
+    ] {
+        assert_eq!(keyed(name, Some(&one)), under_one, "{name}");
+    }
+    let under_two = keyed("multistream.pickle", Some(&two));
+    let unkeyed = keyed("multistream.pickle", None);
+    assert_ne!(under_one, under_two);
+    assert_ne!(under_one, unkeyed);
+    assert_eq!(
+        unkeyed,
+        crate::support::read("multistream.pickle").content_hash
+    );
+    // The secret never shows in a debug print of the limits.
+    let shown = format!(
+        "{:?}",
+        snapshot::Limits {
+            content_secret: Some(one),
+            ..snapshot::Limits::default()
+        }
+    );
+    assert!(shown.contains("ContentSecret(..)"), "{shown}");
+    assert!(!shown.contains("[1, 8, 15"), "{shown}");
+}

@@ -187,6 +187,7 @@ fn run_one(bytes: &[u8]) -> bool {
         max_held_percent_of_input: 150,
         held_allowance_bytes: 16 << 20,
         budget: None,
+        content_secret: None,
     };
     let indexed = snapshot::read_indexed_with_limits(bytes, limits.clone());
     if let Ok(snap) = snapshot::read_with_limits(bytes, limits) {
