@@ -1171,7 +1171,7 @@ pub fn segments_answer(
         pending: pending_frees(
             snap,
             index,
-            &analysis::pending::pending_frees(snap, d, analysis::pending::DEFAULT_MIN_WAIT_US),
+            analysis::pending::default_pending_frees(snap, d),
         ),
     })
 }

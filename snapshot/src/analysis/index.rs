@@ -435,6 +435,8 @@ pub(crate) struct LazyViews {
     /// Allocations made before each block of [`SERIES_BLOCK`] events: `(count, bytes)`, one
     /// entry per block boundary (`allocated_between`).
     pub(crate) made_before_block: std::sync::OnceLock<Vec<(u32, u64)>>,
+    /// The frees that waited ([`super::pending::default_pending_frees`]).
+    pub(crate) pending_frees: std::sync::OnceLock<super::pending_list::PendingFrees>,
 }
 
 /// The device's allocation labels once found; like [`StepsCache`], derived again after a reopen.

@@ -11,6 +11,7 @@ pub mod leaks;
 pub mod oom;
 pub mod peaks;
 pub mod pending;
+pub mod pending_list;
 pub mod recovery;
 pub mod run;
 pub mod stacks;

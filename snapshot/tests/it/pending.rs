@@ -4,7 +4,7 @@
 //! and on fixtures without one.
 
 use snapshot::analysis::Index;
-use snapshot::analysis::pending::{DEFAULT_MIN_WAIT_US, pending_frees};
+use snapshot::analysis::pending::{DEFAULT_MIN_WAIT_US, default_pending_frees, pending_frees};
 use snapshot::model::Action;
 
 /// (waited at all, waited ≥ min_wait_us, their bytes, still pending) from the raw rows of a
@@ -240,4 +240,17 @@ fn every_fixture_lists_its_stuck_frees_without_a_panic() {
     }
     // The format variants (history cut or left out) hold such blocks.
     assert!(unknown_requests > 0, "no block pending from before a trace");
+}
+
+/// The segment view's frees (at the default wait) are found once per device index and kept:
+/// the same answer as computed afresh, and the same value at the next ask.
+#[test]
+fn the_default_pending_frees_are_kept_with_the_index() {
+    let snap = crate::support::read("harness/side_stream.pickle");
+    let index = Index::new(&snap);
+    let d = index.traced().next().unwrap();
+    let kept = default_pending_frees(&snap, d);
+    assert_eq!(*kept, pending_frees(&snap, d, DEFAULT_MIN_WAIT_US));
+    assert!(kept.count > 0, "the planted free is listed");
+    assert!(std::ptr::eq(kept, default_pending_frees(&snap, d)));
 }
