@@ -134,7 +134,8 @@ fn settle(
     Ok(Some(upto))
 }
 
-fn hex(bytes: &[u8]) -> String {
+/// Bytes as lowercase hex (the SHA-256 an entry is named by, the library's content secret).
+pub(super) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 

@@ -11,6 +11,7 @@
 use anyhow::Context;
 use snapshot::{CONTENT_SECRET_BYTES, ContentSecret};
 
+use super::original::hex;
 use crate::db::Db;
 use crate::with_db;
 
@@ -46,10 +47,6 @@ pub(super) async fn content_secret(db: &Db) -> anyhow::Result<ContentSecret> {
              that row and restart; uploads made before then are still found by their SHA-256"
         )
     })
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The secret's bytes from their hex, if that is what the text is.
