@@ -740,10 +740,9 @@ impl Uploads {
             // The segment view's frees that waited, found once here at the lowest priority and
             // kept with the model, so that the view's first load does not compute them beside
             // the page (64 ms on a 12M-event trace, 0.2–0.4 s while the page built itself).
+            // The labels were found by the report.
             let _ = crate::background::run("memscope-warm", move || {
-                for d in &warm.index.devices {
-                    snapshot::analysis::pending::default_pending_frees(&warm.snap, d);
-                }
+                snapshot::analysis::warm(&warm.snap, &warm.index)
             })
             .await;
             match placed {

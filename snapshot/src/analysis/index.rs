@@ -725,6 +725,12 @@ impl DeviceIndex {
         })
     }
 
+    /// Whether what [`super::warm`] works out (the labels by category, the frees that waited)
+    /// is ready, so that a view reading it answers without the pass.
+    pub fn warmed(&self) -> bool {
+        self.lazy.categories.0.get().is_some() && self.lazy.pending_frees.get().is_some()
+    }
+
     /// How many allocations were made by events `lo..hi` (alloc events: `(count, requested
     /// bytes)`), every one counted: from running totals at block boundaries (made on the first
     /// call, one pass) and at most two partial blocks read from the trace.

@@ -121,3 +121,41 @@ fn damaged_model_files_are_refused() {
         .count();
     assert!(only_the_checksum > 10, "{only_the_checksum}");
 }
+
+/// The model file keeps neither the labels by category nor the frees that waited, so a reopened
+/// index lacks them until `analysis::warm` works them out (a server does after each load, off
+/// the requests' path): then they are ready, and the same as the first index's.
+#[test]
+fn a_reopened_index_is_warmed_to_the_same_labels_and_waits() {
+    use snapshot::analysis::{categories, pending};
+    for name in ["harness/side_stream.pickle", "leak_detached_cache.pickle"] {
+        let snap = crate::support::read(name);
+        let index = snapshot::analysis::Index::new(&snap);
+        snapshot::analysis::report(&snap, &index, &Default::default());
+        let mut bytes = Vec::new();
+        snapshot::store::write(&snap, Some(&index), &mut bytes).unwrap();
+        let (back, stored) = snapshot::store::read(bytes.as_slice()).unwrap();
+        let stored = stored.expect("index stored");
+        assert!(stored.traced().count() > 0, "{name}");
+        assert!(stored.traced().all(|d| !d.warmed()), "{name}: not kept");
+        snapshot::analysis::warm(&back, &stored);
+        for (d, e) in index.traced().zip(stored.traced()) {
+            assert!(e.warmed(), "{name}");
+            let (a, b) = (
+                categories::categories(&snap, &index, d),
+                categories::categories(&back, &stored, e),
+            );
+            assert_eq!(a.labels, b.labels, "{name}");
+            assert_eq!(
+                format!("{:?}", a.phases),
+                format!("{:?}", b.phases),
+                "{name}"
+            );
+            assert_eq!(
+                pending::default_pending_frees(&snap, d),
+                pending::default_pending_frees(&back, e),
+                "{name}"
+            );
+        }
+    }
+}
