@@ -556,6 +556,67 @@ async fn every_page_route_serves_the_dashboard() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// The app's files carry a validator: every load asks again (`no-cache`: a new build is never
+/// mixed with a cached old one) and is answered `304 Not Modified` with no body while the file
+/// is the same, so a browser keeps the 3.9 MB wasm app, and its compiled code, across pages.
+#[tokio::test]
+async fn the_apps_files_are_revalidated_not_fetched_again() {
+    let (dir, state) = open_state("assets").await;
+    let get = |path: &str, tag: Option<&str>| {
+        let mut req = Request::builder().uri(path);
+        if let Some(tag) = tag {
+            req = req.header("if-none-match", tag);
+        }
+        server::http::app(state.clone()).oneshot(req.body(Body::empty()).unwrap())
+    };
+    let mut tags = Vec::new();
+    for (path, content_type) in [
+        ("/pkg/frontend_bg.wasm", "application/wasm"),
+        ("/pkg/frontend.js", "text/javascript"),
+        ("/style.css", "text/css"),
+        (api::routes::WORKER_JS, "text/javascript"),
+    ] {
+        let res = get(path, None).await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK, "{path}");
+        let header = |k: &str| res.headers()[k].to_str().unwrap().to_string();
+        assert_eq!(header("content-type"), content_type, "{path}");
+        assert_eq!(header("cache-control"), "no-cache", "{path}");
+        let etag = header("etag");
+        assert!(etag.starts_with('"') && etag.len() == 26, "{path}: {etag}");
+        let body = res.into_body().collect().await.unwrap().to_bytes();
+        assert!(body.len() > 100, "{path}");
+        // The same tag (as sent, weak, or in a list) is answered with no body.
+        for sent in [
+            etag.clone(),
+            format!("W/{etag}"),
+            format!("\"other\", {etag}"),
+        ] {
+            let res = get(path, Some(&sent)).await.unwrap();
+            assert_eq!(res.status(), StatusCode::NOT_MODIFIED, "{path}: {sent}");
+            assert_eq!(res.headers()["etag"].to_str().unwrap(), etag, "{path}");
+            assert!(
+                res.into_body()
+                    .collect()
+                    .await
+                    .unwrap()
+                    .to_bytes()
+                    .is_empty()
+            );
+        }
+        // Another tag (an older build's) gets the file.
+        let res = get(path, Some("\"0123456789abcdef01234567\""))
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::OK, "{path}");
+        assert_eq!(res.into_body().collect().await.unwrap().to_bytes(), body);
+        tags.push(etag);
+    }
+    tags.sort();
+    tags.dedup();
+    assert_eq!(tags.len(), 4, "each file its own tag");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// Every URL the `api` crate builds reaches a handler of its own (not the fallback's "no such
 /// endpoint"), so the dashboard's URLs and the server's router cannot drift apart.
 #[tokio::test]
