@@ -2,10 +2,11 @@
 //! the stylesheet, the wasm app with its JS glue built by `build.rs`, and the worker script that
 //! reads a large file in the page while it uploads (`frontend/src/local/`).
 
+use std::io::Write;
 use std::sync::OnceLock;
 
 use axum::Router;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use sha2::{Digest, Sha256};
@@ -26,10 +27,22 @@ const APP_WASM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/frontend_bg.wa
 /// the 3.9 MB wasm app again and compiled it again, where a cached one is also compiled once:
 /// Chromium keeps the compiled code with the cached response (bench/README.md, issue 41,
 /// twenty-fourth part).
+///
+/// A browser that accepts gzip gets the file gzipped (the wasm app 3.9 → 1.2 MB: a dashboard on
+/// a GPU host opened over a network), once that copy is made: on a thread of its own at the
+/// lowest priority, started with the router ([`prepare`]) and until then the plain file is
+/// served. Both copies are the same file, so either's tag is answered `304`.
 struct Asset {
     body: &'static [u8],
     content_type: &'static str,
     etag: OnceLock<String>,
+    gzipped: OnceLock<Gzipped>,
+}
+
+/// An asset's gzipped copy and its tag (the plain tag with `-gz`).
+struct Gzipped {
+    body: Vec<u8>,
+    etag: String,
 }
 
 impl Asset {
@@ -38,6 +51,7 @@ impl Asset {
             body,
             content_type,
             etag: OnceLock::new(),
+            gzipped: OnceLock::new(),
         }
     }
 
@@ -49,36 +63,102 @@ impl Asset {
         })
     }
 
-    /// The file, or `304 Not Modified` when the request's `If-None-Match` names its tag.
-    fn respond(&self, request: &HeaderMap) -> Response {
-        let etag = self.etag();
-        let cached = request
+    /// Makes the gzipped copy (once; later calls return at once).
+    fn gzip(&self) {
+        self.gzipped.get_or_init(|| {
+            let mut z = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            z.write_all(self.body).expect("writing to memory");
+            Gzipped {
+                body: z.finish().expect("writing to memory"),
+                etag: format!("{}-gz\"", self.etag().trim_end_matches('"')),
+            }
+        });
+    }
+
+    /// The file (gzipped where the request accepts it and the copy is made), or `304 Not
+    /// Modified` when the request's `If-None-Match` names either copy's tag.
+    fn respond(&'static self, request: &HeaderMap) -> Response {
+        let plain = self.etag();
+        let gzipped = self.gzipped.get();
+        let named = request
             .get_all(header::IF_NONE_MATCH)
             .iter()
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(','))
             .map(|t| t.trim().trim_start_matches("W/"))
-            .any(|t| t == etag || t == "*");
-        let validators = [(header::CACHE_CONTROL, "no-cache"), (header::ETAG, etag)];
-        if cached {
-            (StatusCode::NOT_MODIFIED, validators).into_response()
-        } else {
-            (
-                validators,
-                [(header::CONTENT_TYPE, self.content_type)],
-                self.body,
-            )
-                .into_response()
+            .find(|&t| t == plain || t == "*" || gzipped.is_some_and(|g| t == g.etag));
+        let mut headers = HeaderMap::new();
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        headers.insert(header::VARY, HeaderValue::from_static("accept-encoding"));
+        if let Some(named) = named {
+            let tag = if named == "*" { plain } else { named };
+            headers.insert(
+                header::ETAG,
+                HeaderValue::from_str(tag).expect("a quoted hex tag"),
+            );
+            return (StatusCode::NOT_MODIFIED, headers).into_response();
         }
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(self.content_type),
+        );
+        let (body, tag): (&'static [u8], &str) = match gzipped.filter(|_| accepts_gzip(request)) {
+            Some(g) => {
+                headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+                (&g.body, &g.etag)
+            }
+            None => (self.body, plain),
+        };
+        headers.insert(
+            header::ETAG,
+            HeaderValue::from_str(tag).expect("a quoted hex tag"),
+        );
+        (headers, body).into_response()
     }
+}
+
+/// Whether `Accept-Encoding` lists gzip (and not with `q=0`).
+fn accepts_gzip(request: &HeaderMap) -> bool {
+    request
+        .get_all(header::ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|coding| {
+            let mut parts = coding.split(';').map(str::trim);
+            let name = parts.next().unwrap_or("");
+            let refused = parts.any(|p| {
+                p.strip_prefix("q=")
+                    .and_then(|q| q.parse::<f32>().ok())
+                    .is_some_and(|q| q == 0.0)
+            });
+            (name.eq_ignore_ascii_case("gzip") || name == "*") && !refused
+        })
+}
+
+/// Starts making the gzipped copies, once a process, in the background.
+fn prepare() {
+    static STARTED: std::sync::Once = std::sync::Once::new();
+    STARTED.call_once(|| {
+        if let Err(e) = crate::background::spawn("memscope-gzip", || {
+            for asset in ASSETS {
+                asset.gzip();
+            }
+        }) {
+            tracing::warn!(error = %e, "the app's files are served uncompressed");
+        }
+    });
 }
 
 static STYLE: Asset = Asset::new(STYLE_CSS.as_bytes(), "text/css");
 static APP: Asset = Asset::new(APP_JS.as_bytes(), "text/javascript");
 static WORKER: Asset = Asset::new(WORKER_JS.as_bytes(), "text/javascript");
 static WASM: Asset = Asset::new(APP_WASM, "application/wasm");
+/// The largest first: the wasm app is the one a first page load waits for.
+static ASSETS: [&Asset; 4] = [&WASM, &APP, &STYLE, &WORKER];
 
 pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
+    prepare();
     Router::new()
         .route(routes::PAGE_LIBRARY, get(index))
         .route(routes::PAGE_SNAPSHOT, get(index))

@@ -16,15 +16,23 @@ pub async fn run<T: Send + 'static>(
     work: impl FnOnce() -> T + Send + 'static,
 ) -> anyhow::Result<T> {
     let (tx, rx) = tokio::sync::oneshot::channel();
+    spawn(name, move || {
+        let _ = tx.send(work());
+    })?;
+    rx.await
+        .with_context(|| format!("the {name} thread ended without an answer"))
+}
+
+/// Starts `work` on a thread of its own at the lowest CPU priority, and does not wait for it.
+pub fn spawn(name: &str, work: impl FnOnce() + Send + 'static) -> anyhow::Result<()> {
     std::thread::Builder::new()
         .name(name.to_string())
         .spawn(move || {
             lower_this_threads_priority();
-            let _ = tx.send(work());
+            work();
         })
         .with_context(|| format!("could not start a thread for {name}"))?;
-    rx.await
-        .with_context(|| format!("the {name} thread ended without an answer"))
+    Ok(())
 }
 
 /// This thread's nice value to 19, the lowest priority. On Linux the nice value is the
