@@ -1166,6 +1166,27 @@ async fn no_view_of_any_fixture_logs_a_console_error() {
         probe.iter().any(|e| e.contains("memscope console probe")),
         "the console reader sees errors: {probe:?}"
     );
+    // The page's <head> begins the app's glue and wasm beside the stylesheet, and the app takes
+    // those: each fetched once, the wasm by the preload (its entry is there once the app runs).
+    wait_js(
+        &c,
+        "document.querySelector('#file-input')",
+        "the library page",
+    )
+    .await;
+    let fetched = c
+        .execute(
+            "return ['frontend.js', 'frontend_bg.wasm'].map(n => performance.getEntriesByType('resource') \
+               .filter(e => e.name.endsWith('/pkg/' + n)).map(e => e.initiatorType));",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        fetched,
+        serde_json::json!([["other"], ["link"]]),
+        "[the glue's fetches, the wasm's fetches] by initiator"
+    );
     let mut fixtures: Vec<std::path::PathBuf> = Vec::new();
     for dir in [
         "tests/fixtures",
@@ -1238,6 +1259,39 @@ async fn no_view_of_any_fixture_logs_a_console_error() {
                         "{}: [timeline requests, all begun before the report came] {asked}, want [2, true]",
                         f.display()
                     ));
+                }
+            }
+            // The segment view at a position begins its state, its events and the segments'
+            // lives before its report has come (`segments::prefetch`), each asked once.
+            if view == "segments" && !traceless {
+                c.goto(&format!("{base}/s/{id}?view=segments&pos=3"))
+                    .await
+                    .unwrap();
+                wait_js(
+                    &c,
+                    "document.querySelector('section.segments') && !document.body.innerText.includes('loading')",
+                    &format!("{} segments at 3", f.display()),
+                )
+                .await;
+                let asked = c
+                    .execute(
+                        "const r = performance.getEntriesByType('resource'); \
+                         const report = r.find(e => /^\\/api\\/snapshots\\/[0-9a-f]+$/.test(new URL(e.name).pathname)); \
+                         const of = k => r.filter(e => new URL(e.name).pathname.endsWith('/' + k)); \
+                         const views = ['state', 'events', 'segments'].map(of); \
+                         return [views.map(v => v.length), !!report && views.every(v => v.every(e => e.startTime < report.responseEnd))];",
+                        vec![],
+                    )
+                    .await
+                    .unwrap();
+                if asked != serde_json::json!([[1, 1, 1], true]) {
+                    failures.push(format!(
+                        "{}: [state, events, segments requests; all begun before the report came] {asked}, want [[1, 1, 1], true]",
+                        f.display()
+                    ));
+                }
+                for e in console_errors(&c).await {
+                    failures.push(format!("{} (segments at 3): {e}", f.display()));
                 }
             }
             if view == "timeline" || view == "whatif" {

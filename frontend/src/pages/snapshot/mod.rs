@@ -156,8 +156,10 @@ pub fn SnapshotPage() -> impl IntoView {
         query: Memo::new(move |_| query.get()),
     };
     let view_name = Memo::new(move |_| url.get("view").unwrap_or_else(|| "overview".into()));
-    if view_name.get_untracked() == "timeline" {
-        timeline::prefetch(url);
+    match view_name.get_untracked().as_str() {
+        "timeline" => timeline::prefetch(url),
+        "segments" => segments::prefetch(url),
+        _ => {}
     }
     let device = Memo::new(move |_| url.device());
     let revision = Revision(RwSignal::new(0));

@@ -14,6 +14,43 @@ use crate::canvas::{Ink, Scale, ink, logical_size, pointer, sharp};
 use crate::url::UrlState;
 use crate::{api, fmt};
 
+/// The allocator state's query at `position`.
+fn state_query(device: Option<i32>, position: u32) -> ::api::PositionQuery {
+    ::api::PositionQuery {
+        device,
+        position: Some(position),
+    }
+}
+
+/// The events listed around `position`: six each side.
+fn events_query(device: Option<i32>, position: u32) -> ::api::EventsQuery {
+    ::api::EventsQuery {
+        device,
+        position: Some(position),
+        before: Some(6),
+        after: Some(6),
+    }
+}
+
+/// Begins the view's first requests as the snapshot's page opens on it, as the timeline's
+/// (`timeline::prefetch`): the view is made once the page's report has come (it reads the
+/// trace's length there), and its requests then followed the report's. The segments' lives,
+/// and with a position in the URL the state there and the events around it (a position past
+/// the trace's end is clamped by the view, which then asks for another URL: one wasted
+/// request). The view's own requests take the answers (the same URLs).
+pub fn prefetch(url: UrlState) {
+    let id = url.id.get_untracked();
+    if crate::local::is_local(&id) {
+        return;
+    }
+    let (device, position) = untrack(|| (url.device(), url.position()));
+    api::prefetch(::api::routes::segments(&id, &::api::DeviceQuery { device }));
+    if let Some(p) = position {
+        api::prefetch(::api::routes::state(&id, &state_query(device, p)));
+        api::prefetch(::api::routes::events(&id, &events_query(device, p)));
+    }
+}
+
 #[component]
 pub fn Segments(report: Arc<::api::Report>) -> impl IntoView {
     let url: UrlState = expect_context();
@@ -21,10 +58,7 @@ pub fn Segments(report: Arc<::api::Report>) -> impl IntoView {
     let pos = Memo::new(move |_| url.position().map_or(events, |p| p as u64).min(events));
     let data = LocalResource::new(move || {
         let id = url.id.get();
-        let q = ::api::PositionQuery {
-            device: url.device(),
-            position: Some(pos.get() as u32),
-        };
+        let q = state_query(url.device(), pos.get() as u32);
         async move { api::state(&id, &q).await }
     });
     let step = move |d: i64| {
@@ -845,12 +879,7 @@ fn EventList(
     let url: UrlState = expect_context();
     let data = LocalResource::new(move || {
         let id = url.id.get();
-        let q = ::api::EventsQuery {
-            device: url.device(),
-            position: Some(pos.get() as u32),
-            before: Some(6),
-            after: Some(6),
-        };
+        let q = events_query(url.device(), pos.get() as u32);
         async move { api::events(&id, &q).await }
     });
     let line = move |e: &::api::TraceEvent| {
