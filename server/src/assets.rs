@@ -31,7 +31,7 @@ const APP_WASM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/frontend_bg.wa
 /// A browser that accepts gzip gets the file gzipped (the wasm app 3.9 → 1.2 MB: a dashboard on
 /// a GPU host opened over a network), once that copy is made: on a thread of its own at the
 /// lowest priority, started with the router ([`prepare`]) and until then the plain file is
-/// served. Both copies are the same file, so either's tag is answered `304`.
+/// served. Both copies are the same file, so either's tag is answered `304`, made or not.
 struct Asset {
     body: &'static [u8],
     content_type: &'static str,
@@ -70,9 +70,16 @@ impl Asset {
             z.write_all(self.body).expect("writing to memory");
             Gzipped {
                 body: z.finish().expect("writing to memory"),
-                etag: format!("{}-gz\"", self.etag().trim_end_matches('"')),
+                etag: self.gzipped_etag(),
             }
         });
+    }
+
+    /// The gzipped copy's tag: the plain one with `-gz`. Known without the copy, so a browser
+    /// that cached it is answered `304` by a server that has not made its copy yet (just
+    /// started) instead of being sent the whole file again.
+    fn gzipped_etag(&self) -> String {
+        format!("{}-gz\"", self.etag().trim_end_matches('"'))
     }
 
     /// The file (gzipped where the request accepts it and the copy is made), or `304 Not
@@ -80,13 +87,14 @@ impl Asset {
     fn respond(&'static self, request: &HeaderMap) -> Response {
         let plain = self.etag();
         let gzipped = self.gzipped.get();
+        let gzipped_etag = self.gzipped_etag();
         let named = request
             .get_all(header::IF_NONE_MATCH)
             .iter()
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(','))
             .map(|t| t.trim().trim_start_matches("W/"))
-            .find(|&t| t == plain || t == "*" || gzipped.is_some_and(|g| t == g.etag));
+            .find(|&t| t == plain || t == "*" || t == gzipped_etag);
         let mut headers = HeaderMap::new();
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
         headers.insert(header::VARY, HeaderValue::from_static("accept-encoding"));
@@ -215,4 +223,35 @@ async fn favicon() -> impl IntoResponse {
         ],
         FAVICON_SVG,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A browser holding the gzipped copy is answered `304` by a server that has not made its
+    /// own copy yet (just started), and gets the plain file otherwise until the copy is made.
+    #[test]
+    fn the_gzipped_tag_is_known_before_the_copy_is_made() {
+        static FILE: Asset = Asset::new(b"body { color: black }", "text/css");
+        let ask = |pairs: &[(header::HeaderName, String)]| {
+            let mut h = HeaderMap::new();
+            for (k, v) in pairs {
+                h.insert(k, HeaderValue::from_str(v).unwrap());
+            }
+            FILE.respond(&h)
+        };
+        let tag = FILE.gzipped_etag();
+        assert!(FILE.gzipped.get().is_none());
+        let res = ask(&[(header::IF_NONE_MATCH, tag.clone())]);
+        assert_eq!(res.status(), StatusCode::NOT_MODIFIED);
+        assert_eq!(res.headers()[header::ETAG], tag.as_str());
+        let res = ask(&[(header::ACCEPT_ENCODING, "gzip".into())]);
+        assert_eq!(res.status(), StatusCode::OK);
+        assert!(res.headers().get(header::CONTENT_ENCODING).is_none());
+        FILE.gzip();
+        let res = ask(&[(header::ACCEPT_ENCODING, "gzip".into())]);
+        assert_eq!(res.headers()[header::CONTENT_ENCODING], "gzip");
+        assert_eq!(res.headers()[header::ETAG], tag.as_str());
+    }
 }
