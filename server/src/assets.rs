@@ -36,13 +36,8 @@ struct Asset {
     body: &'static [u8],
     content_type: &'static str,
     etag: OnceLock<String>,
-    gzipped: OnceLock<Gzipped>,
-}
-
-/// An asset's gzipped copy and its tag (the plain tag with `-gz`).
-struct Gzipped {
-    body: Vec<u8>,
-    etag: String,
+    /// The gzipped copy (its tag: [`Asset::gzipped_etag`]).
+    gzipped: OnceLock<Vec<u8>>,
 }
 
 impl Asset {
@@ -58,8 +53,7 @@ impl Asset {
     fn etag(&self) -> &str {
         self.etag.get_or_init(|| {
             let digest = Sha256::digest(self.body);
-            let hex: String = digest[..12].iter().map(|b| format!("{b:02x}")).collect();
-            format!("\"{hex}\"")
+            format!("\"{}\"", crate::hex(&digest[..12]))
         })
     }
 
@@ -68,10 +62,7 @@ impl Asset {
         self.gzipped.get_or_init(|| {
             let mut z = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
             z.write_all(self.body).expect("writing to memory");
-            Gzipped {
-                body: z.finish().expect("writing to memory"),
-                etag: self.gzipped_etag(),
-            }
+            z.finish().expect("writing to memory")
         });
     }
 
@@ -113,7 +104,7 @@ impl Asset {
         let (body, tag): (&'static [u8], &str) = match gzipped.filter(|_| accepts_gzip(request)) {
             Some(g) => {
                 headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
-                (&g.body, &g.etag)
+                (g, &gzipped_etag)
             }
             None => (self.body, plain),
         };

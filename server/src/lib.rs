@@ -26,6 +26,12 @@ pub mod state;
 pub mod testing;
 pub mod text;
 
+/// Bytes as lowercase hex (an entry's SHA-256 name, the library's content secret, an asset's
+/// tag).
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// Now, in Unix epoch milliseconds (the unit every stored time uses).
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()

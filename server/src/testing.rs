@@ -39,7 +39,7 @@ pub fn database_for(data_dir: &Path) -> Option<String> {
     let path = std::path::absolute(data_dir).unwrap_or_else(|_| data_dir.to_path_buf());
     let digest = sha2::Sha256::digest(path.to_string_lossy().as_bytes());
     let name: String = std::iter::once("memscope_t_".to_string())
-        .chain(digest[..8].iter().map(|b| format!("{b:02x}")))
+        .chain([crate::hex(&digest[..8])])
         .collect();
     let exists = psql(
         &cluster,

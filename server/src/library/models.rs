@@ -425,6 +425,16 @@ impl Models {
     }
 }
 
+/// [`snapshot::analysis::warm`] on a thread of its own at the lowest priority: what the model
+/// file does not keep, worked out off the requests' path (after a load, after an upload's
+/// model write).
+pub(super) async fn warm(loaded: Arc<Loaded>) -> anyhow::Result<()> {
+    crate::background::run("memscope-warm", move || {
+        snapshot::analysis::warm(&loaded.snap, &loaded.index)
+    })
+    .await
+}
+
 /// What the model file does not keep (each device's labels, the frees that waited), worked out
 /// after a load at the lowest priority: the segment view's first state after a reopen otherwise
 /// found the labels itself (0.17–0.23 s on a 12M-event trace, beside the page building itself).
@@ -432,11 +442,7 @@ impl Models {
 fn warm_later(loaded: Arc<Loaded>) {
     tokio::spawn(async move {
         let t0 = Instant::now();
-        let warmed = crate::background::run("memscope-warm", move || {
-            snapshot::analysis::warm(&loaded.snap, &loaded.index)
-        })
-        .await;
-        match warmed {
+        match warm(loaded).await {
             Ok(()) => tracing::debug!(
                 warm_ms = t0.elapsed().as_millis() as u64,
                 "derived views warmed after a load"

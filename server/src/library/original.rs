@@ -119,7 +119,7 @@ fn write(
     }
     settle(syncing)?;
     file.sync_all()?;
-    Ok((hex(&hasher.finalize()), size))
+    Ok((crate::hex(&hasher.finalize()), size))
 }
 
 /// Waits for a background sync: the bytes it made durable.
@@ -132,11 +132,6 @@ fn settle(
     sync.join()
         .map_err(|_| std::io::Error::other("the original's sync panicked"))??;
     Ok(Some(upto))
-}
-
-/// Bytes as lowercase hex (the SHA-256 an entry is named by, the library's content secret).
-pub(super) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

@@ -11,8 +11,8 @@
 use anyhow::Context;
 use snapshot::{CONTENT_SECRET_BYTES, ContentSecret};
 
-use super::original::hex;
 use crate::db::Db;
+use crate::hex;
 use crate::with_db;
 
 /// The secret's name in `library_secrets`.

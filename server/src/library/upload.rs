@@ -741,10 +741,7 @@ impl Uploads {
             // kept with the model, so that the view's first load does not compute them beside
             // the page (64 ms on a 12M-event trace, 0.2–0.4 s while the page built itself).
             // The labels were found by the report.
-            let _ = crate::background::run("memscope-warm", move || {
-                snapshot::analysis::warm(&warm.snap, &warm.index)
-            })
-            .await;
+            let _ = super::models::warm(warm).await;
             match placed {
                 Ok(placed) => tracing::info!(
                     id,
